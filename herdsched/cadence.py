@@ -1,0 +1,573 @@
+"""Pure time arithmetic: intervals, cron expressions, one-shot times (no I/O, no threads).
+
+The rules (ARCHITECTURE §2): intervals are measured from completion and are elapsed UTC time;
+anchored intervals sit on the grid ``anchor + k·every`` and never return a past time; cron is
+evaluated on the wall clock of an IANA time zone with DST handled explicitly (see
+:func:`calculate_next_cron_trigger`); a one-shot schedule fires once.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone, tzinfo
+from typing import Protocol
+
+import attrs
+from croniter import croniter
+from croniter.croniter import CroniterError
+
+from herdsched.errors import CronParseError, IntervalParseError
+from herdsched.timestamps import parse_timestamp, resolve_timezone, to_utc
+
+__all__ = [
+    "Cadence",
+    "Cron",
+    "CronExpression",
+    "Interval",
+    "Once",
+    "calculate_next_cron_trigger",
+    "calculate_next_trigger",
+    "coerce_interval",
+    "is_schedule_due",
+    "is_valid_cron_expression",
+    "iter_cron_triggers",
+    "parse_cron_expression",
+    "parse_interval",
+]
+
+# --------------------------------------------------------------------------------------------
+# Intervals
+
+_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+_VALID_UNITS = "s, m, h, d"
+_TOKEN = re.compile(r"(\d+)([a-z]*)")
+
+
+def _interval_error(problem: str, raw: object) -> IntervalParseError:
+    return IntervalParseError(f'{problem} in interval "{raw}"', input=raw)
+
+
+def parse_interval(text: str) -> timedelta:
+    """Parse ``"30s"``, ``"5m"``, ``"1h"``, ``"2d"`` or a compound such as ``"1h30m"``.
+
+    Units are ``s m h d`` (any case); a compound lists each unit at most once, largest first.
+    Raises :class:`IntervalParseError` whose message names the problem and the input.
+    """
+    raw = text
+    if not isinstance(text, str):
+        raise IntervalParseError(
+            f'Interval must be a duration string such as "5m", got {type(text).__name__} '
+            f"{text!r}: not a duration string",
+            input=raw,
+        )
+    body = text.strip().lower()
+    if not body:
+        raise IntervalParseError("Interval cannot be empty", input=raw)
+    if body.startswith("-"):
+        raise _interval_error("Negative intervals are not allowed", raw)
+    if re.search(r"\d[.,]\d|^[.,]\d|\d[.,]$", body):
+        raise _interval_error("Decimal values are not supported", raw)
+    if body.isdigit():
+        raise _interval_error(
+            'Missing time unit (expected format "{number}{unit}", units: ' + _VALID_UNITS + ")",
+            raw,
+        )
+    if body[0].isalpha():
+        raise _interval_error("Missing numeric value", raw)
+    total = 0
+    pos = 0
+    seen: list[str] = []
+    while pos < len(body):
+        match = _TOKEN.match(body, pos)
+        if match is None:
+            bad = body[pos]
+            if bad.isalpha():
+                raise _interval_error("Missing numeric value", raw)
+            raise _interval_error(f'Invalid character "{bad}"', raw)
+        number, unit = match.groups()
+        if not unit:
+            raise _interval_error(
+                'Missing time unit (expected format "{number}{unit}", units: ' + _VALID_UNITS + ")",
+                raw,
+            )
+        if unit not in _UNITS:
+            raise IntervalParseError(
+                f'Invalid time unit "{unit}" in interval "{raw}". Valid units are: {_VALID_UNITS}',
+                input=raw,
+            )
+        order = list(_UNITS)
+        if seen and order.index(unit) <= order.index(seen[-1]):
+            raise _interval_error("Units must appear once each, largest first (d, h, m, s)", raw)
+        seen.append(unit)
+        total += int(number) * _UNITS[unit]
+        pos = match.end()
+    if total == 0:
+        raise _interval_error("Zero interval is not allowed", raw)
+    return timedelta(seconds=total)
+
+
+def coerce_interval(
+    value: timedelta | float | str, *, what: str = "interval", allow_zero: bool = False
+) -> timedelta:
+    """Accept a duration string, a :class:`timedelta` or a number of seconds (Python API)."""
+    if isinstance(value, str):
+        return parse_interval(value)
+    if isinstance(value, bool) or not isinstance(value, (timedelta, int, float)):
+        raise IntervalParseError(
+            f"{what} must be a duration string, timedelta or seconds, got {value!r}", input=value
+        )
+    delta = value if isinstance(value, timedelta) else timedelta(seconds=value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise IntervalParseError(f"{what} must be finite, got {value!r}", input=value)
+    if delta < timedelta(0):
+        raise IntervalParseError(f"Negative intervals are not allowed: {what} {value!r}", value)
+    if delta == timedelta(0) and not allow_zero:
+        raise IntervalParseError(f"Zero interval is not allowed: {what} {value!r}", value)
+    return delta
+
+
+def _check_jitter(jitter_percent: float) -> float:
+    if isinstance(jitter_percent, bool) or not isinstance(jitter_percent, (int, float)):
+        raise ValueError(f"jitter_percent must be a number from 0 to 100, got {jitter_percent!r}")
+    if not 0 <= jitter_percent <= 100:
+        raise ValueError(f"jitter_percent must be from 0 to 100, got {jitter_percent!r}")
+    return float(jitter_percent)
+
+
+def _jitter(interval: timedelta, jitter_percent: float, rng: random.Random | None) -> timedelta:
+    if jitter_percent <= 0:
+        return timedelta(0)
+    fraction = (rng or random).uniform(0, jitter_percent / 100.0)
+    return timedelta(seconds=interval.total_seconds() * fraction)
+
+
+def _now_or(now: datetime | None) -> datetime:
+    return to_utc(now) if now is not None else to_utc(datetime.now(timezone.utc))
+
+
+def calculate_next_trigger(
+    last_completed_at: datetime | None,
+    interval: timedelta | float | str,
+    jitter_percent: float = 0,
+    *,
+    now: datetime | None = None,
+    rng: random.Random | None = None,
+) -> datetime:
+    """When an interval schedule should next run, measured from the last completion.
+
+    No history → ``now``. A result in the past (after downtime or clock skew) → ``now``.
+    Jitter adds a uniform 0..``jitter_percent`` % of the interval.
+    """
+    every = coerce_interval(interval)
+    jitter = _check_jitter(jitter_percent)
+    current = _now_or(now)
+    if last_completed_at is None:
+        return current
+    candidate = to_utc(last_completed_at) + every + _jitter(every, jitter, rng)
+    return max(to_utc(candidate), current)
+
+
+def is_schedule_due(next_run_at: datetime | None, now: datetime | None = None) -> bool:
+    """``next_run_at <= now``; ``None`` (never computed) counts as due."""
+    if next_run_at is None:
+        return True
+    return to_utc(next_run_at) <= _now_or(now)
+
+
+# --------------------------------------------------------------------------------------------
+# Cron
+
+_SHORTHANDS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+_FIELDS5 = ("minute", "hour", "day of month", "month", "day of week")
+_FIELDS6 = ("second", *_FIELDS5)
+_RANGES = {
+    "second": (0, 59),
+    "minute": (0, 59),
+    "hour": (0, 23),
+    "day of month": (1, 31),
+    "month": (1, 12),
+    "day of week": (0, 7),
+}
+_MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
+_DAYS = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
+_NAMES = {
+    "month": {name: number for number, name in enumerate(_MONTHS, start=1)},
+    "day of week": {name: number for number, name in enumerate(_DAYS)},
+}
+# A reference start for validity checks, so a verdict never depends on today's date.
+_REFERENCE = datetime(2000, 1, 1)
+_MAX_YEARS = 8  # covers 29 February across a skipped century leap year
+# How far a DST transition can move the wall clock (generously: Antarctica/Troll moves 2 h).
+_DST_SLACK = timedelta(hours=3)
+
+
+@attrs.frozen
+class CronExpression:
+    """A validated cron expression: the canonical text croniter reads and its field layout."""
+
+    source: str
+    canonical: str
+    has_seconds: bool
+    fixed_time: bool
+
+    def fields(self) -> dict[str, str]:
+        """Field name → field text (``second`` only for 6-field expressions)."""
+        names = _FIELDS6 if self.has_seconds else _FIELDS5
+        return dict(zip(names, self.canonical.split(), strict=True))
+
+
+def _check_field(expression: str, name: str, text: str) -> None:
+    low, high = _RANGES[name]
+    names = _NAMES.get(name, {})
+    for part in text.split(","):
+        if not part:
+            raise CronParseError(
+                f'Invalid cron expression "{expression}" - {name} has an empty list item',
+                expression,
+                name,
+            )
+        base, _, step = part.partition("/")
+        if step and (not step.isdigit() or int(step) == 0):
+            raise CronParseError(
+                f'Invalid cron expression "{expression}" - {name} step "{step}" must be a '
+                "positive integer",
+                expression,
+                name,
+            )
+        if base in ("*", "?") or base.upper().startswith("H") or "L" in base.upper() or "#" in base:
+            continue  # wildcard and croniter extensions: croniter validates those
+        for bound in base.split("-"):
+            value = bound.lower()
+            if value in names:
+                continue
+            if not value.isdigit():
+                raise CronParseError(
+                    f'Invalid cron expression "{expression}" - {name} value "{bound}" is not '
+                    f"a number ({name} must be {low}-{high})",
+                    expression,
+                    name,
+                )
+            if not low <= int(value) <= high:
+                raise CronParseError(
+                    f'Invalid cron expression "{expression}" - {name} must be {low}-{high}',
+                    expression,
+                    name,
+                )
+
+
+def parse_cron_expression(expression: str) -> CronExpression:
+    """Validate a cron expression and return its canonical form.
+
+    Accepts 5 fields (``minute hour day-of-month month day-of-week``), 6 fields with **seconds
+    first**, and the shorthands ``@yearly @annually @monthly @weekly @daily @midnight @hourly``
+    (any case). Impossible dates such as ``0 0 31 2 *`` are rejected.
+    """
+    if not isinstance(expression, str):
+        raise CronParseError(
+            f'Invalid cron expression {expression!r} - must be a string such as "0 9 * * 1-5" '
+            f"(got {type(expression).__name__}; quote it in YAML)",
+            str(expression),
+        )
+    text = " ".join(expression.split())
+    if not text:
+        raise CronParseError('Invalid cron expression "" - cannot be empty', expression)
+    if text.startswith("@"):
+        canonical = _SHORTHANDS.get(text.lower())
+        if canonical is None:
+            raise CronParseError(
+                f'Invalid cron expression "{expression}" - unknown shorthand; valid: '
+                + ", ".join(_SHORTHANDS),
+                expression,
+            )
+    else:
+        canonical = text
+    parts = canonical.split(" ")
+    if len(parts) not in (5, 6):
+        raise CronParseError(
+            f'Invalid cron expression "{expression}" - expected 5 fields, got {len(parts)} '
+            "(or 6 with seconds first)",
+            expression,
+        )
+    names = _FIELDS6 if len(parts) == 6 else _FIELDS5
+    for name, field in zip(names, parts, strict=True):
+        _check_field(expression, name, field)
+    has_seconds = len(parts) == 6
+    try:
+        it = croniter(
+            canonical,
+            _REFERENCE,
+            ret_type=datetime,
+            second_at_beginning=has_seconds,
+            max_years_between_matches=_MAX_YEARS,
+        )
+        it.get_next(datetime)
+    except CroniterError as exc:
+        if "find next date" in str(exc) or "BadDate" in type(exc).__name__:
+            raise CronParseError(
+                f'Invalid cron expression "{expression}" - it never matches a real date '
+                "(impossible day of month for the month)",
+                expression,
+                "day of month",
+                exc,
+            ) from exc
+        raise CronParseError(
+            f'Invalid cron expression "{expression}" - {exc}', expression, cause=exc
+        ) from exc
+    fields = dict(zip(names, parts, strict=True))
+    fixed = "*" not in fields["minute"] and "*" not in fields["hour"]
+    return CronExpression(expression, canonical, has_seconds, fixed)
+
+
+def is_valid_cron_expression(expression: str) -> bool:
+    """Whether :func:`parse_cron_expression` accepts ``expression`` (never raises)."""
+    try:
+        parse_cron_expression(expression)
+    except CronParseError:
+        return False
+    return True
+
+
+def _gap_end(naive: datetime, zone: tzinfo) -> datetime:
+    """The first real instant after the DST gap that swallows the wall time ``naive``."""
+    early = naive.replace(tzinfo=zone, fold=1).astimezone(timezone.utc)
+    late = naive.replace(tzinfo=zone, fold=0).astimezone(timezone.utc)
+    low, high = min(early, late), max(early, late)
+    offset_low = low.astimezone(zone).utcoffset()
+    while high - low > timedelta(seconds=1):
+        mid = low + (high - low) / 2
+        mid = mid.replace(microsecond=0)
+        if mid.astimezone(zone).utcoffset() == offset_low:
+            low = mid
+        else:
+            high = mid
+    return high
+
+
+def _instants(naive: datetime, zone: tzinfo, fixed_time: bool) -> list[datetime]:
+    """The real instants at which a cron match on wall time ``naive`` fires in ``zone``."""
+    first = naive.replace(tzinfo=zone, fold=0)
+    second = naive.replace(tzinfo=zone, fold=1)
+    utc_first = first.astimezone(timezone.utc)
+    utc_second = second.astimezone(timezone.utc)
+    if utc_first == utc_second:
+        return [utc_first]
+    exists = utc_first.astimezone(zone).replace(tzinfo=None) == naive
+    if exists:  # ambiguous: the wall time happens twice (fall back)
+        return [utc_first] if fixed_time else sorted([utc_first, utc_second])
+    # nonexistent: skipped by a spring-forward jump
+    return [_gap_end(naive, zone)] if fixed_time else []
+
+
+def calculate_next_cron_trigger(
+    expression: str | CronExpression,
+    after: datetime,
+    timezone: str | tzinfo | None = None,
+) -> datetime:
+    """The first fire time strictly after ``after``, as aware UTC.
+
+    ``timezone`` is an IANA name (default: the system zone). DST rules: a *fixed-time*
+    expression (minute and hour without ``*``) fires once on a fall-back day, at the first
+    occurrence, and a time swallowed by a spring-forward gap fires right after the jump.
+    Wildcard and step fields follow real time: both occurrences of a repeated wall time fire,
+    skipped wall times do not.
+    """
+    return next(iter_cron_triggers(expression, after, timezone))
+
+
+def iter_cron_triggers(
+    expression: str | CronExpression,
+    after: datetime,
+    timezone: str | tzinfo | None = None,
+) -> Iterator[datetime]:
+    """Successive fire times strictly after ``after`` (see :func:`calculate_next_cron_trigger`)."""
+    parsed = (
+        expression if isinstance(expression, CronExpression) else parse_cron_expression(expression)
+    )
+    zone = resolve_timezone(timezone)
+    current = to_utc(after)
+    while True:
+        current = _next_instant(parsed, current, zone)
+        yield current
+
+
+def _next_instant(parsed: CronExpression, after: datetime, zone: tzinfo) -> datetime:
+    local_start = after.astimezone(zone).replace(tzinfo=None) - _DST_SLACK
+    it = croniter(
+        parsed.canonical,
+        local_start,
+        ret_type=datetime,
+        second_at_beginning=parsed.has_seconds,
+        max_years_between_matches=_MAX_YEARS,
+    )
+    best: datetime | None = None
+    limit: datetime | None = None
+    while True:
+        candidate = it.get_next(datetime)
+        if limit is not None and candidate > limit:
+            assert best is not None
+            return best
+        for instant in _instants(candidate, zone, parsed.fixed_time):
+            if instant > after and (best is None or instant < best):
+                best = instant
+                limit = candidate + _DST_SLACK
+
+
+# --------------------------------------------------------------------------------------------
+# Cadence types
+
+
+class Cadence(Protocol):
+    """What the scheduler asks of a cadence: the first due time and the one after a run."""
+
+    @property
+    def kind(self) -> str: ...
+
+    def first_due(self, now: datetime, zone: tzinfo) -> datetime | None:
+        """The first due time for a schedule with no history."""
+
+    def next_due(
+        self,
+        *,
+        slot: datetime,
+        finished_at: datetime,
+        now: datetime,
+        zone: tzinfo,
+        rng: random.Random | None = None,
+    ) -> datetime | None:
+        """The next due time after the run for ``slot`` finished at ``finished_at``."""
+
+
+def _to_interval(value: timedelta | float | str) -> timedelta:
+    return coerce_interval(value)
+
+
+def _opt_utc(value: object) -> datetime | None:
+    if value is None:
+        return None
+    return parse_timestamp(value, what="time")
+
+
+@attrs.frozen
+class Interval:
+    """Every ``every``, measured from completion; optional grid ``anchor`` and ``start_at``."""
+
+    every: timedelta = attrs.field(converter=_to_interval)
+    anchor: datetime | None = attrs.field(default=None, converter=_opt_utc)
+    start_at: datetime | None = attrs.field(default=None, converter=_opt_utc)
+    jitter_percent: float = attrs.field(default=0.0, converter=_check_jitter)
+
+    @property
+    def kind(self) -> str:
+        return "interval"
+
+    def _grid_after(self, moment: datetime, *, strictly: bool) -> datetime:
+        assert self.anchor is not None
+        step = self.every
+        if moment < self.anchor:
+            return self.anchor
+        k = (moment - self.anchor) // step
+        point = self.anchor + k * step
+        if point < moment or (strictly and point == moment):
+            point += step
+        return point
+
+    def first_due(self, now: datetime, zone: tzinfo) -> datetime | None:
+        start = max(now, self.start_at) if self.start_at is not None else now
+        if self.anchor is not None:
+            return self._grid_after(start, strictly=False)
+        return start
+
+    def next_due(
+        self,
+        *,
+        slot: datetime,
+        finished_at: datetime,
+        now: datetime,
+        zone: tzinfo,
+        rng: random.Random | None = None,
+    ) -> datetime | None:
+        if self.anchor is not None:
+            return self._grid_after(max(finished_at, now), strictly=True)
+        return calculate_next_trigger(
+            finished_at, self.every, self.jitter_percent, now=now, rng=rng
+        )
+
+
+def _to_cron(value: str | CronExpression) -> CronExpression:
+    return value if isinstance(value, CronExpression) else parse_cron_expression(value)
+
+
+def _to_zone_name(value: str | None) -> str | None:
+    if value is None:
+        return None
+    resolve_timezone(value)  # raises on unknown zones
+    return value.strip()
+
+
+@attrs.frozen
+class Cron:
+    """A cron expression evaluated in an IANA time zone (``None``: the scheduler's zone)."""
+
+    expression: CronExpression = attrs.field(converter=_to_cron)
+    timezone: str | None = attrs.field(default=None, converter=_to_zone_name)
+
+    @property
+    def kind(self) -> str:
+        return "cron"
+
+    def zone(self, default: tzinfo) -> tzinfo:
+        return resolve_timezone(self.timezone) if self.timezone else default
+
+    def first_due(self, now: datetime, zone: tzinfo) -> datetime | None:
+        return calculate_next_cron_trigger(self.expression, now, self.zone(zone))
+
+    def next_due(
+        self,
+        *,
+        slot: datetime,
+        finished_at: datetime,
+        now: datetime,
+        zone: tzinfo,
+        rng: random.Random | None = None,
+    ) -> datetime | None:
+        return calculate_next_cron_trigger(self.expression, slot, self.zone(zone))
+
+
+def _to_once(value: object) -> datetime:
+    return parse_timestamp(value, what="once time 'at'")
+
+
+@attrs.frozen
+class Once:
+    """A single run at ``at``; afterwards the schedule is ``completed``."""
+
+    at: datetime = attrs.field(converter=_to_once)
+
+    @property
+    def kind(self) -> str:
+        return "once"
+
+    def first_due(self, now: datetime, zone: tzinfo) -> datetime | None:
+        return self.at
+
+    def next_due(
+        self,
+        *,
+        slot: datetime,
+        finished_at: datetime,
+        now: datetime,
+        zone: tzinfo,
+        rng: random.Random | None = None,
+    ) -> datetime | None:
+        return None

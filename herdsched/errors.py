@@ -1,0 +1,210 @@
+"""The exception hierarchy of herdsched.
+
+Every error is a :class:`SchedulerError` and carries the context a caller needs to act on it
+(the offending input, the agent and schedule, the file involved) as attributes, not only in the
+message, so programs can react without parsing text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+
+__all__ = [
+    "AgentNotFoundError",
+    "ConfigError",
+    "CronParseError",
+    "Deferred",
+    "IntervalParseError",
+    "InvalidScheduleError",
+    "LimitExceededError",
+    "ScheduleNotFoundError",
+    "ScheduleTriggerError",
+    "SchedulerError",
+    "SchedulerShutdownError",
+    "SessionNotFound",
+    "StateCorruptedError",
+    "StateError",
+    "StateLockTimeoutError",
+    "UnauthorizedError",
+]
+
+
+class SchedulerError(Exception):
+    """Base class of every herdsched error; ``cause`` is the underlying exception, if any."""
+
+    def __init__(self, message: str, cause: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.cause = cause
+        if cause is not None:
+            self.__cause__ = cause
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class IntervalParseError(SchedulerError, ValueError):
+    """An interval string such as ``"5m"`` could not be parsed; ``input`` is the raw value."""
+
+    def __init__(self, message: str, input: object, cause: BaseException | None = None) -> None:
+        super().__init__(message, cause)
+        self.input = input
+
+
+class CronParseError(SchedulerError, ValueError):
+    """A cron expression is invalid; ``field`` names the offending field when it is known."""
+
+    def __init__(
+        self,
+        message: str,
+        expression: str,
+        field: str | None = None,
+        cause: BaseException | None = None,
+    ) -> None:
+        super().__init__(message, cause)
+        self.expression = expression
+        self.field = field
+
+
+class InvalidScheduleError(SchedulerError, ValueError):
+    """A schedule definition is invalid; ``field`` names the offending field when known."""
+
+    def __init__(
+        self,
+        message: str,
+        field: str | None = None,
+        value: object = None,
+        cause: BaseException | None = None,
+    ) -> None:
+        super().__init__(message, cause)
+        self.field = field
+        self.value = value
+
+
+class AgentNotFoundError(SchedulerError, KeyError):
+    """No agent of that name is registered."""
+
+    def __init__(self, agent: str) -> None:
+        super().__init__(f"Agent {agent!r} not found")
+        self.agent = agent
+
+
+class ScheduleNotFoundError(SchedulerError, KeyError):
+    """The agent has no schedule of that name."""
+
+    def __init__(self, agent: str, schedule: str) -> None:
+        super().__init__(f"Schedule {schedule!r} not found on agent {agent!r}")
+        self.agent = agent
+        self.schedule = schedule
+
+
+class ScheduleTriggerError(SchedulerError):
+    """A schedule could not be triggered (for example the scheduler is stopping)."""
+
+    def __init__(
+        self, message: str, agent: str, schedule: str | None, cause: BaseException | None = None
+    ) -> None:
+        super().__init__(message, cause)
+        self.agent = agent
+        self.schedule = schedule
+
+
+class SchedulerShutdownError(SchedulerError):
+    """``stop()`` could not finish cleanly, typically because jobs outlived the timeout."""
+
+    def __init__(
+        self,
+        message: str,
+        timed_out: bool = False,
+        running_job_count: int = 0,
+        cause: BaseException | None = None,
+    ) -> None:
+        super().__init__(message, cause)
+        self.timed_out = timed_out
+        self.running_job_count = running_job_count
+
+
+class StateError(SchedulerError):
+    """The state directory could not be read or written; ``path`` is the file involved."""
+
+    def __init__(
+        self, message: str, path: Path | str | None = None, cause: BaseException | None = None
+    ) -> None:
+        super().__init__(message, cause)
+        self.path = Path(path) if path is not None else None
+
+
+class StateCorruptedError(StateError):
+    """A state file did not parse or validate; it was moved aside, never overwritten.
+
+    ``quarantined_path`` is the copy of the bad bytes, ``restored_from`` the backup that replaced
+    it (``None`` when there was none).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        path: Path | str,
+        quarantined_path: Path | str | None = None,
+        restored_from: Path | str | None = None,
+        cause: BaseException | None = None,
+    ) -> None:
+        super().__init__(message, path, cause)
+        self.quarantined_path = Path(quarantined_path) if quarantined_path else None
+        self.restored_from = Path(restored_from) if restored_from else None
+
+
+class StateLockTimeoutError(StateError):
+    """The lock on a state file could not be acquired within ``timeout`` seconds."""
+
+    def __init__(self, message: str, path: Path | str, timeout: float) -> None:
+        super().__init__(message, path)
+        self.timeout = timeout
+
+
+class LimitExceededError(SchedulerError):
+    """A configured limit (for example schedules per owner) would be exceeded."""
+
+    def __init__(self, message: str, limit: int, owner: str | None = None) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.owner = owner
+
+
+class UnauthorizedError(SchedulerError):
+    """The caller does not own the schedule it tried to change."""
+
+    def __init__(self, message: str, owner: str | None = None) -> None:
+        super().__init__(message)
+        self.owner = owner
+
+
+class ConfigError(SchedulerError):
+    """A fleet file is invalid; ``problems`` lists every problem found, each naming its path."""
+
+    def __init__(self, message: str, problems: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.problems = list(problems)
+
+
+class Deferred(Exception):
+    """Raised by a job to say "not now, try again in ``delay``" (for example: session busy).
+
+    The run is recorded as ``deferred``; it does not count as a failure.
+    """
+
+    def __init__(self, delay: timedelta | float | str, reason: str = "") -> None:
+        from herdsched.cadence import coerce_interval
+
+        self.delay = coerce_interval(delay, what="Deferred delay")
+        self.reason = reason
+        super().__init__(reason or f"deferred for {self.delay}")
+
+
+class SessionNotFound(Exception):
+    """Raised by a job when the stored session id is unknown to its backend.
+
+    The scheduler clears the stored id and calls the job once more in the same run without it.
+    """

@@ -1,0 +1,535 @@
+"""The data model: agents, schedules, persisted state, run records and results (attrs classes).
+
+Everything is validated at construction, so a bad value fails where it was written, with an
+error that names the field, rather than later inside the timer thread.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import threading
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import Any, TypeVar, Union
+
+import attrs
+
+from herdsched.cadence import Cron, Interval, Once, coerce_interval
+from herdsched.errors import InvalidScheduleError
+
+__all__ = [
+    "Agent",
+    "CatchUp",
+    "JobFunc",
+    "JobResult",
+    "NotifyPolicy",
+    "Overlap",
+    "RunRecord",
+    "RunStatus",
+    "Schedule",
+    "ScheduleState",
+    "ScheduleStatus",
+    "ScheduleType",
+    "SchedulerState",
+    "SchedulerStatus",
+    "SearchPage",
+    "SkipReason",
+    "Status",
+    "TriggerInfo",
+    "TriggerResult",
+    "TriggerType",
+]
+
+
+_E = TypeVar("_E", bound=enum.Enum)
+
+
+class _StrEnum(str, enum.Enum):
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class Status(_StrEnum):
+    """A schedule's persisted status."""
+
+    IDLE = "idle"
+    RUNNING = "running"
+    DISABLED = "disabled"
+    PAUSED = "paused"
+    COMPLETED = "completed"
+
+
+class RunStatus(_StrEnum):
+    """How a run ended (``last_result`` in the state file, ``RunRecord.status``)."""
+
+    SUCCESS = "success"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    INTERRUPTED = "interrupted"
+    SKIPPED = "skipped"
+    DEFERRED = "deferred"
+    MISSED = "missed"
+
+
+class SkipReason(_StrEnum):
+    """Why a schedule did not fire on a pass, in the order the checks are made."""
+
+    DISABLED = "disabled"
+    UNSUPPORTED_TYPE = "unsupported_type"
+    ALREADY_RUNNING = "already_running"
+    AT_CAPACITY = "at_capacity"
+    NOT_DUE = "not_due"
+    NO_WORK = "no_work"
+    STOPPING = "stopping"
+
+
+class ScheduleType(_StrEnum):
+    INTERVAL = "interval"
+    CRON = "cron"
+    ONCE = "once"
+    WEBHOOK = "webhook"
+    CHAT = "chat"
+    MANUAL = "manual"
+
+
+class TriggerType(_StrEnum):
+    INTERVAL = "interval"
+    CRON = "cron"
+    ONCE = "once"
+    MANUAL = "manual"
+
+
+class CatchUp(_StrEnum):
+    """After downtime: fire a missed schedule once, or wait for its next slot."""
+
+    ONCE = "once"
+    SKIP = "skip"
+
+
+class Overlap(_StrEnum):
+    """A cron/once slot that comes due while the schedule's own job still runs."""
+
+    SKIP = "skip"
+    BUFFER_ONE = "buffer_one"
+
+
+class NotifyPolicy(_StrEnum):
+    ALWAYS = "always"
+    CONDITIONAL = "conditional"
+    NEVER = "never"
+
+
+def _coerce_enum(cls: type[_E], field: str, value: Any) -> Any:
+    if value is None or isinstance(value, cls):
+        return value
+    try:
+        return cls(value)
+    except ValueError:
+        valid = ", ".join(str(m.value) for m in cls)
+        raise InvalidScheduleError(
+            f"{field} must be one of {valid}; got {value!r}", field=field, value=value
+        ) from None
+
+
+def _to_schedule_type(value: Any) -> ScheduleType:
+    return _coerce_enum(ScheduleType, "type", value)  # type: ignore[no-any-return]
+
+
+def _to_catch_up(value: Any) -> CatchUp | None:
+    return _coerce_enum(CatchUp, "catch_up", value)  # type: ignore[no-any-return]
+
+
+def _to_overlap(value: Any) -> Overlap:
+    return _coerce_enum(Overlap, "overlap", value)  # type: ignore[no-any-return]
+
+
+def _to_notify(value: Any) -> NotifyPolicy:
+    return _coerce_enum(NotifyPolicy, "notify", value)  # type: ignore[no-any-return]
+
+
+def _to_status(value: Any) -> Status:
+    return _coerce_enum(Status, "status", value)  # type: ignore[no-any-return]
+
+
+def _to_run_status(value: Any) -> RunStatus:
+    return _coerce_enum(RunStatus, "status", value)  # type: ignore[no-any-return]
+
+
+def _to_opt_run_status(value: Any) -> RunStatus | None:
+    return _coerce_enum(RunStatus, "last_result", value)  # type: ignore[no-any-return]
+
+
+def _to_trigger_type(value: Any) -> TriggerType:
+    return _coerce_enum(TriggerType, "trigger_type", value)  # type: ignore[no-any-return]
+
+
+def _aware_time(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """Validator: ``None`` or an aware datetime (structure strings through the converter)."""
+    if value is None:
+        return
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise InvalidScheduleError(
+            f"{attribute.name} must be an aware datetime, got {value!r}",
+            field=attribute.name,
+            value=value,
+        )
+
+
+def _summary(value: Any) -> str | None:
+    return None if value is None else str(value)[:500]
+
+
+def _opt_timeout(value: Any) -> timedelta | None:
+    if value is None:
+        return None
+    return coerce_interval(value, what="timeout")
+
+
+JobFunc = Callable[["TriggerInfo"], Any]
+CadenceT = Union[Interval, Cron, Once, None]  # noqa: UP007 - runtime alias
+
+_CADENCE_FOR_TYPE = {
+    ScheduleType.INTERVAL: Interval,
+    ScheduleType.CRON: Cron,
+    ScheduleType.ONCE: Once,
+}
+
+
+def _check_cadence(instance: Schedule, attribute: attrs.Attribute[Any], value: CadenceT) -> None:
+    expected = _CADENCE_FOR_TYPE.get(instance.type)
+    if expected is None:
+        if value is not None:
+            raise InvalidScheduleError(
+                f"a {instance.type} schedule fires only when triggered and takes no cadence",
+                field="type",
+                value=instance.type,
+            )
+    elif not isinstance(value, expected):
+        raise InvalidScheduleError(
+            f"a {instance.type} schedule needs a {expected.__name__} cadence, got {value!r}",
+            field="cadence",
+            value=value,
+        )
+
+
+def _check_callable(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and not callable(value):
+        raise InvalidScheduleError(
+            f"{attribute.name} must be callable, got {value!r}", field=attribute.name, value=value
+        )
+
+
+def _opt_str(field: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value is not None and not isinstance(value, str):
+            raise InvalidScheduleError(
+                f"{field} must be a string, got {value!r}", field=field, value=value
+            )
+
+    return check
+
+
+@attrs.frozen(kw_only=True)
+class Schedule:
+    """When and how one named schedule of an agent fires. Build one with the class methods.
+
+    ``Schedule.interval("5m")``, ``Schedule.cron("0 9 * * 1-5", timezone="Europe/Berlin")``,
+    ``Schedule.once("2026-12-01T09:00:00Z")``; ``Schedule.manual()`` (and ``webhook``/``chat``)
+    only fire through ``trigger()``.
+    """
+
+    type: ScheduleType = attrs.field(converter=_to_schedule_type)
+    cadence: CadenceT = attrs.field(default=None, validator=_check_cadence)
+    prompt: str | None = attrs.field(default=None, validator=_opt_str("prompt"))
+    enabled: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    timeout: timedelta | None = attrs.field(default=None, converter=_opt_timeout)
+    catch_up: CatchUp | None = attrs.field(default=None, converter=_to_catch_up)
+    overlap: Overlap = attrs.field(default=Overlap.SKIP, converter=_to_overlap)
+    notify: NotifyPolicy = attrs.field(default=NotifyPolicy.NEVER, converter=_to_notify)
+    work_source: str | None = attrs.field(default=None, validator=_opt_str("work_source"))
+    persist_session: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    owner: str | None = attrs.field(default=None, validator=_opt_str("owner"))
+    job: JobFunc | None = attrs.field(default=None, validator=_check_callable, eq=False)
+    metadata: Mapping[str, Any] = attrs.field(factory=dict, converter=dict)
+
+    @classmethod
+    def interval(
+        cls,
+        every: timedelta | float | str,
+        *,
+        anchor: datetime | str | None = None,
+        start_at: datetime | str | None = None,
+        jitter_percent: float = 0,
+        **options: Any,
+    ) -> Schedule:
+        """Run every ``every`` after the previous run completed (``"5m"``, seconds, timedelta)."""
+        try:
+            cadence = Interval(
+                every, anchor=anchor, start_at=start_at, jitter_percent=jitter_percent
+            )
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, InvalidScheduleError):
+                raise
+            raise InvalidScheduleError(str(exc), field="interval", value=every, cause=exc) from exc
+        return cls(type=ScheduleType.INTERVAL, cadence=cadence, **options)
+
+    @classmethod
+    def cron(cls, expression: str, *, timezone: str | None = None, **options: Any) -> Schedule:
+        """Run on a cron expression (5 fields, or 6 with seconds first) in an IANA zone."""
+        try:
+            cadence = Cron(expression, timezone=timezone)
+        except ValueError as exc:
+            if isinstance(exc, InvalidScheduleError):
+                raise
+            from herdsched.errors import CronParseError
+
+            if isinstance(exc, CronParseError):
+                raise
+            raise InvalidScheduleError(str(exc), field="timezone", value=timezone) from exc
+        return cls(type=ScheduleType.CRON, cadence=cadence, **options)
+
+    @classmethod
+    def once(cls, at: datetime | str, **options: Any) -> Schedule:
+        """Run once at ``at`` (an aware datetime, a naive local one, or an ISO-8601 string)."""
+        try:
+            cadence = Once(at)
+        except ValueError as exc:
+            raise InvalidScheduleError(str(exc), field="at", value=at, cause=exc) from exc
+        return cls(type=ScheduleType.ONCE, cadence=cadence, **options)
+
+    @classmethod
+    def manual(cls, **options: Any) -> Schedule:
+        """Fires only when triggered (``trigger()``, the CLI, the REST API)."""
+        return cls(type=ScheduleType.MANUAL, **options)
+
+    @classmethod
+    def webhook(cls, **options: Any) -> Schedule:
+        """Fired by an external HTTP request through ``trigger()``; never by the timer."""
+        return cls(type=ScheduleType.WEBHOOK, **options)
+
+    @classmethod
+    def chat(cls, **options: Any) -> Schedule:
+        """Fired by a chat connector through ``trigger()``; never by the timer."""
+        return cls(type=ScheduleType.CHAT, **options)
+
+    @property
+    def fires_on_timer(self) -> bool:
+        """Whether the timer thread fires it (interval, cron, once) or only ``trigger()``."""
+        return self.cadence is not None
+
+    def with_changes(self, **changes: Any) -> Schedule:
+        """A copy with ``changes`` applied and validated."""
+        return attrs.evolve(self, **changes)
+
+
+_AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+
+
+def _check_name(kind: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if not isinstance(value, str) or not _AGENT_NAME.match(value):
+            raise InvalidScheduleError(
+                f"{kind} name {value!r} is invalid: use letters, digits, '-' and '_', starting "
+                "with a letter or digit",
+                field="name",
+                value=value,
+            )
+
+    return check
+
+
+def _check_schedules(instance: Agent, attribute: attrs.Attribute[Any], value: Any) -> None:
+    for name, schedule in value.items():
+        _check_name("schedule")(instance, attribute, name)
+        if not isinstance(schedule, Schedule):
+            raise InvalidScheduleError(
+                f"schedule {name!r} of agent {instance.name!r} must be a Schedule, got "
+                f"{type(schedule).__name__}",
+                field=f"schedules.{name}",
+            )
+
+
+def _to_schedule_map(value: Mapping[str, Schedule]) -> dict[str, Schedule]:
+    return dict(value)
+
+
+def _positive_int(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidScheduleError(
+            f"{attribute.name} must be a positive integer, got {value!r}",
+            field=attribute.name,
+            value=value,
+        )
+
+
+@attrs.frozen
+class Agent:
+    """A named worker with its own concurrency limit, default job and schedules."""
+
+    name: str = attrs.field(validator=_check_name("agent"))
+    max_concurrent: int = attrs.field(default=1, kw_only=True, validator=_positive_int)
+    job: JobFunc | None = attrs.field(
+        default=None, kw_only=True, validator=_check_callable, eq=False
+    )
+    schedules: Mapping[str, Schedule] = attrs.field(
+        factory=dict, kw_only=True, converter=_to_schedule_map, validator=_check_schedules
+    )
+    description: str | None = attrs.field(default=None, kw_only=True)
+    default_prompt: str | None = attrs.field(default=None, kw_only=True)
+
+    def with_schedule(self, name: str, schedule: Schedule) -> Agent:
+        schedules = {**self.schedules, name: schedule}
+        return attrs.evolve(self, schedules=schedules)
+
+    def without_schedule(self, name: str) -> Agent:
+        schedules = {k: v for k, v in self.schedules.items() if k != name}
+        return attrs.evolve(self, schedules=schedules)
+
+
+def _nonneg_int(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidScheduleError(
+            f"{attribute.name} must be a non-negative integer, got {value!r}",
+            field=attribute.name,
+            value=value,
+        )
+
+
+@attrs.frozen(kw_only=True)
+class ScheduleState:
+    """The persisted state of one schedule (one entry of ``state.yaml``)."""
+
+    status: Status = attrs.field(default=Status.IDLE, converter=_to_status)
+    last_run_at: datetime | None = attrs.field(default=None, validator=_aware_time)
+    last_finished_at: datetime | None = attrs.field(default=None, validator=_aware_time)
+    next_run_at: datetime | None = attrs.field(default=None, validator=_aware_time)
+    last_result: RunStatus | None = attrs.field(default=None, converter=_to_opt_run_status)
+    last_error: str | None = attrs.field(default=None, validator=_opt_str("last_error"))
+    consecutive_failures: int = attrs.field(default=0, validator=_nonneg_int)
+    session_id: str | None = attrs.field(default=None, validator=_opt_str("session_id"))
+    disabled_reason: str | None = attrs.field(default=None, validator=_opt_str("disabled_reason"))
+    last_slot_at: datetime | None = attrs.field(default=None, validator=_aware_time)
+    trigger_requested_at: datetime | None = attrs.field(default=None, validator=_aware_time)
+
+
+@attrs.frozen(kw_only=True)
+class RunRecord:
+    """One run (or a skipped/missed/interrupted slot) in a schedule's history."""
+
+    run_id: str
+    agent: str
+    schedule: str
+    trigger_type: TriggerType = attrs.field(converter=_to_trigger_type)
+    scheduled_for: datetime | None = attrs.field(default=None, validator=_aware_time)
+    started_at: datetime | None = attrs.field(default=None, validator=_aware_time)
+    finished_at: datetime | None = attrs.field(default=None, validator=_aware_time)
+    status: RunStatus = attrs.field(converter=_to_run_status)
+    error: str | None = None
+    output_summary: str | None = attrs.field(default=None, converter=_summary)
+    notified: bool = False
+    session_id: str | None = None
+    work_item_id: str | None = None
+    cost: float | None = None
+    turns: int | None = None
+
+    @property
+    def duration(self) -> timedelta | None:
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return self.finished_at - self.started_at
+
+
+@attrs.frozen(kw_only=True)
+class TriggerInfo:
+    """What a job is told about the run it executes."""
+
+    agent: str
+    schedule: str
+    prompt: str
+    trigger_type: TriggerType
+    scheduled_for: datetime | None
+    fired_at: datetime
+    run_id: str
+    consecutive_failures: int = 0
+    session_id: str | None = None
+    work_item: Any = None
+    cancel_event: threading.Event = attrs.field(factory=threading.Event, eq=False)
+    metadata: Mapping[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the run should stop (timeout or shutdown): check it in long jobs."""
+        return self.cancel_event.is_set()
+
+
+@attrs.frozen
+class JobResult:
+    """What a job may return; a plain string means ``JobResult(output=...)``."""
+
+    output: str | None = None
+    session_id: str | None = None
+    notify: bool | None = None
+    cost: float | None = None
+    turns: int | None = None
+
+
+@attrs.frozen
+class TriggerResult:
+    """The answer of ``trigger()``: whether a run was started (or, with ``wait``, succeeded)."""
+
+    success: bool
+    run_id: str | None = None
+    error: str | None = None
+    skipped: bool = False
+    skip_reason: SkipReason | None = None
+
+
+@attrs.frozen
+class SchedulerState:
+    status: str
+    started_at: datetime | None
+    check_count: int
+    trigger_count: int
+    last_check_at: datetime | None
+
+
+@attrs.frozen(kw_only=True)
+class ScheduleStatus:
+    """One schedule as ``get_status()`` reports it, with the reason it is not firing."""
+
+    agent: str
+    schedule: str
+    type: ScheduleType
+    status: Status
+    enabled: bool
+    next_run_at: datetime | None
+    last_run_at: datetime | None
+    last_result: RunStatus | None
+    last_error: str | None
+    consecutive_failures: int
+    running: int
+    skip_reason: SkipReason | None
+    owner: str | None = None
+    disabled_reason: str | None = None
+
+
+@attrs.frozen
+class SchedulerStatus:
+    running: bool
+    active_jobs: int
+    schedules: list[ScheduleStatus] = attrs.field(factory=list)
+    status: str = "stopped"
+    leader: Mapping[str, Any] | None = None
+
+
+@attrs.frozen
+class SearchPage:
+    """One page of ``search()`` results with the arithmetic to fetch the next one."""
+
+    items: list[ScheduleStatus]
+    total: int
+    offset: int
+    limit: int
+    remaining: int
+    hint: str

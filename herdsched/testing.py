@@ -1,0 +1,88 @@
+"""Helpers for testing code that uses herdsched, without sleeping.
+
+:class:`FakeClock` is a :class:`~herdsched.clock.Clock` whose time moves only when the test says
+so. Give it to a scheduler and drive it step by step::
+
+    clock = FakeClock(datetime(2026, 3, 8, 6, 0, tzinfo=timezone.utc))
+    sched = ThreadedScheduler(state_dir=tmp_path, clock=clock)
+    sched.add_agent(Agent("a", job=my_job, schedules={"s": Schedule.interval("5m")}))
+    sched.run_pending()          # one timer pass on the calling thread: fires what is due
+    sched.wait_until_idle()      # jobs still run on worker threads; wait for them
+    clock.advance("5m")
+    sched.run_pending()
+
+A thread blocked in :meth:`FakeClock.wait` wakes as soon as the test advances time past its
+deadline, so a started scheduler also follows a FakeClock.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta, timezone
+
+from herdsched.cadence import coerce_interval
+from herdsched.timestamps import to_utc
+
+__all__ = ["FakeClock"]
+
+_POLL_SECONDS = 0.005
+
+
+class FakeClock:
+    """A deterministic clock for tests: ``now()`` changes only through :meth:`advance`/:meth:`set`.
+
+    ``start`` defaults to 2026-01-01T00:00:00Z. Naive datetimes are read as local time, like
+    everywhere in herdsched.
+    """
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._now = (
+            to_utc(start) if start is not None else datetime(2026, 1, 1, tzinfo=timezone.utc)
+        )
+        self._monotonic = 1000.0
+        self._cond = threading.Condition()
+
+    def now(self) -> datetime:
+        with self._cond:
+            return self._now
+
+    def monotonic(self) -> float:
+        with self._cond:
+            return self._monotonic
+
+    def advance(self, delta: timedelta | float | str) -> datetime:
+        """Move wall-clock and monotonic time forward together by ``delta``; returns the new now."""
+        step = coerce_interval(delta, what="advance", allow_zero=True)
+        with self._cond:
+            self._now += step
+            self._monotonic += step.total_seconds()
+            self._cond.notify_all()
+            return self._now
+
+    def set(self, when: datetime) -> None:
+        """Move to ``when`` (forwards only) as if that much time had passed."""
+        target = to_utc(when)
+        with self._cond:
+            if target < self._now:
+                raise ValueError(
+                    f"FakeClock.set({target.isoformat()}) would go backwards from "
+                    f"{self._now.isoformat()}; use jump_wall_clock() to simulate a clock step"
+                )
+        self.advance(target - self._now)
+
+    def jump_wall_clock(self, delta: timedelta | float) -> None:
+        """Step only the wall clock (as NTP or a user changing the time would); monotonic stays."""
+        step = delta if isinstance(delta, timedelta) else timedelta(seconds=delta)
+        with self._cond:
+            self._now += step
+            self._cond.notify_all()
+
+    def wait(self, event: threading.Event, timeout: float | None) -> bool:
+        with self._cond:
+            deadline = None if timeout is None else self._monotonic + max(0.0, timeout)
+            while not event.is_set() and (deadline is None or self._monotonic < deadline):
+                self._cond.wait(_POLL_SECONDS)
+            return event.is_set()
+
+    def __repr__(self) -> str:
+        return f"FakeClock({self._now.isoformat()})"

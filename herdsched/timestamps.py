@@ -1,0 +1,103 @@
+"""Conversions between datetimes, the on-disk timestamp format and time zones.
+
+Every instant inside herdsched is an aware UTC datetime with millisecond precision, the
+precision of the state file, so what is kept in memory equals what a reload returns.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timezone, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from dateutil import parser as dateutil_parser
+from dateutil import tz as dateutil_tz
+
+__all__ = [
+    "format_timestamp",
+    "parse_timestamp",
+    "resolve_timezone",
+    "system_timezone",
+    "to_utc",
+    "truncate_ms",
+]
+
+
+def truncate_ms(moment: datetime) -> datetime:
+    """Drop sub-millisecond precision (the state file keeps milliseconds)."""
+    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
+
+
+def to_utc(moment: datetime) -> datetime:
+    """An aware UTC datetime, ms precision; a naive input means the process's local time."""
+    if not isinstance(moment, datetime):
+        raise TypeError(f"expected a datetime, got {type(moment).__name__}: {moment!r}")
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        moment = moment.astimezone()  # interprets naive as local time
+    return truncate_ms(moment.astimezone(timezone.utc))
+
+
+def format_timestamp(moment: datetime) -> str:
+    """``2026-11-22T05:41:48.898Z``: ISO-8601 UTC with milliseconds, as stored on disk."""
+    utc = to_utc(moment)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+
+
+def parse_timestamp(value: object, *, what: str = "timestamp") -> datetime:
+    """Read any ISO-8601 string, a YAML timestamp (datetime) or date into aware UTC.
+
+    Strings without an offset are read as UTC (that is what the state file holds); datetimes
+    without tzinfo follow :func:`to_utc` (local time).
+    """
+    if isinstance(value, datetime):
+        return to_utc(value)
+    if isinstance(value, date):
+        return datetime(value.year, value.month, value.day, tzinfo=timezone.utc)
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            raise ValueError(f"{what} cannot be empty")
+        try:
+            parsed = dateutil_parser.isoparse(text)
+        except (ValueError, OverflowError) as exc:
+            raise ValueError(f"{what} {value!r} is not an ISO-8601 date-time") from exc
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=timezone.utc)
+        return to_utc(parsed)
+    raise ValueError(f"{what} must be an ISO-8601 string or a datetime, got {value!r}")
+
+
+def resolve_timezone(name: str | tzinfo | None) -> tzinfo:
+    """An IANA zone by name (``None`` → the system zone); an unknown name is an error."""
+    if name is None:
+        return system_timezone()
+    if isinstance(name, tzinfo):
+        return name
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"time zone must be an IANA name such as 'Europe/Berlin', got {name!r}")
+    try:
+        return ZoneInfo(name.strip())
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError(
+            f"Unknown time zone {name!r}: use an IANA name such as 'Europe/Berlin' or 'UTC'"
+        ) from exc
+
+
+def system_timezone() -> tzinfo:
+    """The process's local zone, as an IANA zone when it can be named, else dateutil's tzlocal."""
+    import os
+
+    env = os.environ.get("TZ", "").lstrip(":")
+    if env:
+        try:
+            return ZoneInfo(env)
+        except (ZoneInfoNotFoundError, ValueError):
+            pass
+    try:
+        link = os.path.realpath("/etc/localtime")
+        marker = "zoneinfo/"
+        if marker in link:
+            return ZoneInfo(link.split(marker, 1)[1])
+    except (OSError, ZoneInfoNotFoundError, ValueError):
+        pass
+    local = dateutil_tz.tzlocal()
+    return local
