@@ -1,0 +1,107 @@
+"""The contract every state store fulfils, whatever it keeps its data in.
+
+Two kinds of writes, with two durability promises:
+
+* **user intent** (:meth:`StateStore.update_schedule_state`, definitions, trigger requests):
+  durable when the call returns;
+* **run transitions** (:meth:`StateStore.record_transition`, :meth:`StateStore.append_run`):
+  visible to this process at once, durable on the next :meth:`StateStore.flush`, which the
+  scheduler calls no later than :meth:`StateStore.flush_deadline` and always at ``stop()``.
+  This group commit is what lets 10,000 schedules run without rewriting the file per transition.
+
+A transition never overwrites a user-intent status written by another process: when the stored
+``status`` changed under us since we last read it and is now ``paused``, ``disabled`` or
+``completed``, the transition's ``status`` is dropped (its other fields still apply).
+
+Stores never start threads and never know about the scheduler; they only guard their own data
+with locks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+
+from herdsched.models import RunRecord, ScheduleState
+
+__all__ = ["USER_INTENT_STATUSES", "StateStore", "TriggerRequest"]
+
+#: Statuses set by people (or auto-disable) that a pending run transition must not undo.
+USER_INTENT_STATUSES = frozenset({"paused", "disabled", "completed"})
+
+
+@attrs.frozen
+class TriggerRequest:
+    """A "run now" asked for by another process (CLI, web worker) for the active scheduler."""
+
+    request_id: str
+    agent: str
+    schedule: str
+    requested_at: datetime
+    prompt: str | None = None
+
+
+@runtime_checkable
+class StateStore(Protocol):
+    """Where schedule state, run history, run-time definitions and trigger requests live."""
+
+    # -- schedule state -------------------------------------------------------------------
+    def get_schedule_state(self, agent: str, schedule: str) -> ScheduleState:
+        """The state of one schedule; defaults (idle, no times, 0 failures) when unknown."""
+
+    def get_agent_schedule_states(self, agent: str) -> dict[str, ScheduleState]:
+        """Every schedule state of ``agent`` (empty when the agent is unknown)."""
+
+    def get_all_schedule_states(self) -> dict[str, dict[str, ScheduleState]]:
+        """agent → schedule → state, for the whole file (refreshed if another process wrote)."""
+
+    def update_schedule_state(self, agent: str, schedule: str, **changes: Any) -> ScheduleState:
+        """Shallow-merge ``changes`` into one schedule's state; durable when it returns."""
+
+    def record_transition(self, agent: str, schedule: str, **changes: Any) -> ScheduleState:
+        """Like :meth:`update_schedule_state` but group-committed (durable on :meth:`flush`)."""
+
+    def remove_schedule_state(self, agent: str, schedule: str) -> None:
+        """Forget a schedule's state (durable when it returns)."""
+
+    def flush(self) -> None:
+        """Make every pending transition and run record durable now."""
+
+    def flush_deadline(self) -> float | None:
+        """Monotonic time by which :meth:`flush` should run, ``None`` when nothing is pending."""
+
+    def refresh(self) -> bool:
+        """Re-read if another process changed the data; returns whether anything changed."""
+
+    # -- run history ----------------------------------------------------------------------
+    def append_run(self, record: RunRecord) -> None:
+        """Add a record to its schedule's bounded history (group-committed)."""
+
+    def get_history(
+        self, agent: str, schedule: str | None = None, limit: int = 20
+    ) -> list[RunRecord]:
+        """Records newest first; all of the agent's schedules when ``schedule`` is None."""
+
+    # -- definitions created at run time (``persist=True``) ---------------------------------
+    def load_definitions(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """agent → schedule name → definition mapping (fleet-file schedule fields)."""
+
+    def save_definition(self, agent: str, schedule: str, definition: Mapping[str, Any]) -> None:
+        """Store one definition; durable when it returns."""
+
+    def delete_definition(self, agent: str, schedule: str) -> None:
+        """Remove one definition (no error when absent); durable when it returns."""
+
+    # -- cross-process trigger requests ----------------------------------------------------
+    def request_trigger(self, agent: str, schedule: str, *, prompt: str | None = None) -> str:
+        """Queue a "run now" for the active scheduler; returns the request id. Durable."""
+
+    def take_trigger_requests(self) -> list[TriggerRequest]:
+        """Remove and return every queued request, oldest first."""
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def close(self) -> None:
+        """Flush and release resources; the store may not be used afterwards."""

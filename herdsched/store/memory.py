@@ -1,0 +1,127 @@
+"""A state store that keeps everything in memory: for notebooks, tests and throwaway runs.
+
+Nothing survives the process; everything else (semantics, bounded history, trigger requests)
+matches :class:`~herdsched.store.yaml_store.YamlStateStore`.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import deque
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+import attrs
+
+from herdsched.models import RunRecord, ScheduleState
+from herdsched.store.base import TriggerRequest
+
+__all__ = ["MemoryStateStore"]
+
+
+class MemoryStateStore:
+    """In-memory :class:`~herdsched.store.base.StateStore` (every write is "durable" at once)."""
+
+    def __init__(self, *, max_run_history: int = 20) -> None:
+        if max_run_history < 1:
+            raise ValueError(f"max_run_history must be at least 1, got {max_run_history!r}")
+        self.max_run_history = max_run_history
+        self._lock = threading.Lock()
+        self._states: dict[str, dict[str, ScheduleState]] = {}
+        self._history: dict[tuple[str, str], deque[RunRecord]] = {}
+        self._definitions: dict[str, dict[str, dict[str, Any]]] = {}
+        self._requests: list[TriggerRequest] = []
+
+    def get_schedule_state(self, agent: str, schedule: str) -> ScheduleState:
+        with self._lock:
+            return self._states.get(agent, {}).get(schedule, ScheduleState())
+
+    def get_agent_schedule_states(self, agent: str) -> dict[str, ScheduleState]:
+        with self._lock:
+            return dict(self._states.get(agent, {}))
+
+    def get_all_schedule_states(self) -> dict[str, dict[str, ScheduleState]]:
+        with self._lock:
+            return {agent: dict(states) for agent, states in self._states.items()}
+
+    def update_schedule_state(self, agent: str, schedule: str, **changes: Any) -> ScheduleState:
+        with self._lock:
+            current = self._states.get(agent, {}).get(schedule, ScheduleState())
+            updated = attrs.evolve(current, **changes)
+            self._states.setdefault(agent, {})[schedule] = updated
+            return updated
+
+    record_transition = update_schedule_state
+
+    def remove_schedule_state(self, agent: str, schedule: str) -> None:
+        with self._lock:
+            self._states.get(agent, {}).pop(schedule, None)
+            self._history.pop((agent, schedule), None)
+
+    def flush(self) -> None:
+        """Nothing is ever pending in memory."""
+
+    def flush_deadline(self) -> float | None:
+        return None
+
+    def refresh(self) -> bool:
+        return False
+
+    def append_run(self, record: RunRecord) -> None:
+        with self._lock:
+            key = (record.agent, record.schedule)
+            history = self._history.setdefault(key, deque(maxlen=self.max_run_history))
+            history.appendleft(record)
+
+    def get_history(
+        self, agent: str, schedule: str | None = None, limit: int = 20
+    ) -> list[RunRecord]:
+        with self._lock:
+            records = [
+                record
+                for (owner, name), history in self._history.items()
+                if owner == agent and (schedule is None or name == schedule)
+                for record in history
+            ]
+        records.sort(key=_newest_first)
+        return records[:limit]
+
+    def load_definitions(self) -> dict[str, dict[str, dict[str, Any]]]:
+        with self._lock:
+            return {
+                a: {n: dict(d) for n, d in defs.items()} for a, defs in self._definitions.items()
+            }
+
+    def save_definition(self, agent: str, schedule: str, definition: Mapping[str, Any]) -> None:
+        with self._lock:
+            self._definitions.setdefault(agent, {})[schedule] = dict(definition)
+
+    def delete_definition(self, agent: str, schedule: str) -> None:
+        with self._lock:
+            self._definitions.get(agent, {}).pop(schedule, None)
+
+    def request_trigger(self, agent: str, schedule: str, *, prompt: str | None = None) -> str:
+        request = TriggerRequest(
+            uuid.uuid4().hex, agent, schedule, datetime.now(timezone.utc), prompt
+        )
+        with self._lock:
+            self._requests.append(request)
+        return request.request_id
+
+    def take_trigger_requests(self) -> list[TriggerRequest]:
+        with self._lock:
+            taken, self._requests = self._requests, []
+        return taken
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _newest_first(record: RunRecord) -> tuple[float, str]:
+    moment = record.started_at or record.scheduled_for or record.finished_at or _EPOCH
+    return (-moment.timestamp(), record.run_id)
