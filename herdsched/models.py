@@ -411,6 +411,11 @@ class ScheduleState:
     disabled_reason: str | None = attrs.field(default=None, validator=_opt_str("disabled_reason"))
     last_slot_at: datetime | None = attrs.field(default=None, validator=_aware_time)
     trigger_requested_at: datetime | None = attrs.field(default=None, validator=_aware_time)
+    # Descriptive copies of the definition, so other processes (CLI, web workers) can show what a
+    # schedule is without loading the fleet file.
+    type: str | None = attrs.field(default=None, validator=_opt_str("type"))
+    cadence: str | None = attrs.field(default=None, validator=_opt_str("cadence"))
+    owner: str | None = attrs.field(default=None, validator=_opt_str("owner"))
 
 
 @attrs.frozen(kw_only=True)
