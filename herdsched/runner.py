@@ -1,0 +1,224 @@
+"""One run, start to finish, on a worker thread: work item → prompt → job → outcome.
+
+The runner knows nothing about heaps, capacity or the state file: it turns a :class:`Run` into a
+:class:`RunOutcome`, and the scheduler decides what the outcome means for the schedule.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+import attrs
+
+from herdsched.clock import Clock
+from herdsched.errors import Deferred, SessionNotFound
+from herdsched.models import JobFunc, JobResult, RunStatus, Schedule, TriggerInfo, TriggerType
+from herdsched.prompts import build_schedule_prompt, fill_prompt_template
+from herdsched.timestamps import format_timestamp
+from herdsched.worksource import WorkItem, WorkOutcome, WorkSource
+
+__all__ = ["Run", "RunOutcome", "execute_run", "new_run_id"]
+
+_log = logging.getLogger("herdsched")
+_ERROR_LIMIT = 2000
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+@attrs.define(eq=False)
+class Run:
+    """A run in flight: what to execute and the handles to watch or cancel it."""
+
+    run_id: str
+    agent: str
+    schedule_name: str
+    schedule: Schedule
+    job: JobFunc
+    trigger_type: TriggerType
+    scheduled_for: datetime | None
+    fired_at: datetime
+    prompt: str | None
+    default_prompt: str | None
+    consecutive_failures: int
+    session_id: str | None
+    last_run_at: datetime | None
+    cancel_event: threading.Event = attrs.field(factory=threading.Event)
+    deadline: float | None = None  # monotonic
+    timed_out: bool = False
+    finalized: bool = False
+    thread_id: int | None = None
+    done: threading.Event = attrs.field(factory=threading.Event)
+    outcome: RunOutcome | None = None
+
+
+@attrs.frozen(kw_only=True)
+class RunOutcome:
+    """How a run ended, as the scheduler needs it to update state and history."""
+
+    status: RunStatus
+    started_at: datetime
+    finished_at: datetime
+    output: str | None = None
+    error: str | None = None
+    result: JobResult = attrs.field(factory=JobResult)
+    defer_delay: timedelta | None = None
+    session_cleared: bool = False
+    work_item_id: str | None = None
+    no_work: bool = False
+
+
+def _as_job_result(value: Any) -> JobResult:
+    if value is None:
+        return JobResult()
+    if isinstance(value, JobResult):
+        return value
+    if isinstance(value, str):
+        return JobResult(output=value)
+    return JobResult(output=str(value))
+
+
+def _describe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= _ERROR_LIMIT else text[: _ERROR_LIMIT - 3] + "..."
+
+
+def _claim(run: Run, source: WorkSource | None) -> tuple[WorkItem | None, bool]:
+    """The work item for ``run``; ``(None, True)`` means the source has nothing to do."""
+    if source is None:
+        return None, False
+    try:
+        item = source.get_next_work_item(run.agent, run.schedule_name)
+    except Exception:
+        _log.warning(
+            "work source %r failed to give an item for %s/%s; running with the plain prompt",
+            run.schedule.work_source,
+            run.agent,
+            run.schedule_name,
+            exc_info=True,
+        )
+        return None, False
+    return item, item is None
+
+
+def _prompt(run: Run, item: WorkItem | None, clock: Clock) -> str:
+    base = run.prompt if run.prompt is not None else run.schedule.prompt or run.default_prompt
+    if base:
+        now = clock.now()
+        values = {
+            "agent": run.agent,
+            "schedule": run.schedule_name,
+            "now": format_timestamp(now),
+            "date": now.date().isoformat(),
+            "last_run": format_timestamp(run.last_run_at) if run.last_run_at else "never",
+            "run_id": run.run_id,
+        }
+        base = fill_prompt_template(base, values)
+    return build_schedule_prompt(base, item)
+
+
+def execute_run(run: Run, *, clock: Clock, work_sources: Mapping[str, WorkSource]) -> RunOutcome:
+    """Execute ``run`` on the calling (worker) thread and describe how it ended."""
+    started = clock.now()
+    source = work_sources.get(run.schedule.work_source) if run.schedule.work_source else None
+    item, no_work = _claim(run, source)
+    if no_work:
+        return RunOutcome(
+            status=RunStatus.SKIPPED, started_at=started, finished_at=clock.now(), no_work=True
+        )
+    info = TriggerInfo(
+        agent=run.agent,
+        schedule=run.schedule_name,
+        prompt=_prompt(run, item, clock),
+        trigger_type=run.trigger_type,
+        scheduled_for=run.scheduled_for,
+        fired_at=run.fired_at,
+        run_id=run.run_id,
+        consecutive_failures=run.consecutive_failures,
+        session_id=run.session_id if run.schedule.persist_session else None,
+        work_item=item,
+        cancel_event=run.cancel_event,
+        metadata=dict(run.schedule.metadata),
+    )
+    outcome = _call_job(run, info, started, clock)
+    if item is not None and source is not None:
+        _report(source, item, outcome, run)
+    return attrs.evolve(outcome, work_item_id=item.id if item else None)
+
+
+def _call_job(run: Run, info: TriggerInfo, started: datetime, clock: Clock) -> RunOutcome:
+    session_cleared = False
+    while True:
+        try:
+            result = _as_job_result(run.job(info))
+        except SessionNotFound as exc:
+            if info.session_id is None or session_cleared:
+                return RunOutcome(
+                    status=RunStatus.FAILED,
+                    started_at=started,
+                    finished_at=clock.now(),
+                    error=_describe(exc),
+                    session_cleared=session_cleared,
+                )
+            _log.info(
+                "session %s of %s/%s is gone; retrying without it",
+                info.session_id,
+                run.agent,
+                run.schedule_name,
+            )
+            info = attrs.evolve(info, session_id=None)
+            session_cleared = True
+            continue
+        except Deferred as exc:
+            return RunOutcome(
+                status=RunStatus.DEFERRED,
+                started_at=started,
+                finished_at=clock.now(),
+                error=exc.reason or None,
+                defer_delay=exc.delay,
+                session_cleared=session_cleared,
+            )
+        except Exception as exc:
+            _log.warning("job of %s/%s failed: %s", run.agent, run.schedule_name, _describe(exc))
+            return RunOutcome(
+                status=RunStatus.FAILED,
+                started_at=started,
+                finished_at=clock.now(),
+                error=_describe(exc),
+                session_cleared=session_cleared,
+            )
+        return RunOutcome(
+            status=RunStatus.SUCCESS,
+            started_at=started,
+            finished_at=clock.now(),
+            output=result.output,
+            result=result,
+            session_cleared=session_cleared,
+        )
+
+
+def _report(source: WorkSource, item: WorkItem, outcome: RunOutcome, run: Run) -> None:
+    success = outcome.status is RunStatus.SUCCESS
+    report = WorkOutcome(
+        success=success,
+        summary=(outcome.output or "Job completed")[:500] if success else None,
+        error=None if success else (outcome.error or str(outcome.status)),
+        run_id=run.run_id,
+    )
+    try:
+        source.report_outcome(item, report)
+    except Exception:
+        _log.warning(
+            "work source %r failed to record the outcome of item %s (%s/%s)",
+            run.schedule.work_source,
+            item.id,
+            run.agent,
+            run.schedule_name,
+            exc_info=True,
+        )

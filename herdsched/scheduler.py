@@ -1,0 +1,1942 @@
+"""The engine: one timer thread, per-agent worker pools, state transitions, lifecycle.
+
+The timer thread keeps every schedule's next due time in a heap and sleeps on an event for
+``min(time until the next due time, max_sleep)``; anything that changes the plan (a new schedule,
+a pause, a finished job, ``stop()``) sets the event. Jobs never run on the timer thread: each agent
+has a bounded :class:`~concurrent.futures.ThreadPoolExecutor`. The timer thread never dies: every
+exception is caught, logged with its agent and schedule, and the pass is retried.
+"""
+
+from __future__ import annotations
+
+import atexit
+import heapq
+import itertools
+import logging
+import random
+import signal
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, tzinfo
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any, TypeVar
+
+import attrs
+
+from herdsched import events as ev
+from herdsched.cadence import Cron, Interval, Once, coerce_interval
+from herdsched.clock import Clock, SystemClock
+from herdsched.errors import (
+    AgentNotFoundError,
+    InvalidScheduleError,
+    LimitExceededError,
+    ScheduleNotFoundError,
+    SchedulerShutdownError,
+    ScheduleTriggerError,
+    StateError,
+    UnauthorizedError,
+)
+from herdsched.leader import LeaderLock
+from herdsched.models import (
+    Agent,
+    CatchUp,
+    JobFunc,
+    RunRecord,
+    RunStatus,
+    Schedule,
+    SchedulerState,
+    SchedulerStatus,
+    ScheduleState,
+    ScheduleStatus,
+    ScheduleType,
+    SearchPage,
+    SkipReason,
+    Status,
+    TriggerResult,
+    TriggerType,
+)
+from herdsched.notify import Notification, notification_message
+from herdsched.policy import (
+    CatchUpPlan,
+    catch_up_plan,
+    coerce_backoff,
+    next_after_failure,
+    pre_dispatch_skip_reason,
+    should_auto_disable,
+    slot_after_overlap,
+)
+from herdsched.runner import Run, RunOutcome, execute_run, new_run_id
+from herdsched.stats import RunStats, compute_run_stats
+from herdsched.store.base import StateStore
+from herdsched.store.memory import MemoryStateStore
+from herdsched.timestamps import resolve_timezone, to_utc
+from herdsched.worksource import WorkSource
+
+__all__ = ["ThreadedScheduler"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_E = TypeVar("_E", bound=ev.Event)
+_CLOCK_JUMP_TOLERANCE = 2.0  # seconds of disagreement between wall and monotonic progress
+_STORE_RETRY = 1.0  # seconds before a failed store flush is retried
+_MAX_SEARCH_LIMIT = 50
+_AD_HOC_SCHEDULE = "manual"
+_schedulers: weakref.WeakSet[ThreadedScheduler] = weakref.WeakSet()
+
+
+def _flush_all_at_exit() -> None:
+    for scheduler in list(_schedulers):
+        scheduler._flush_quietly()
+
+
+atexit.register(_flush_all_at_exit)
+
+
+def describe_cadence(schedule: Schedule) -> str:
+    """A short text for what a schedule's cadence is (stored for other processes to show)."""
+    cadence = schedule.cadence
+    if isinstance(cadence, Interval):
+        text = f"every {_format_delta(cadence.every)}"
+        if cadence.anchor is not None:
+            text += f" from {cadence.anchor.isoformat()}"
+        return text
+    if isinstance(cadence, Cron):
+        zone = f" ({cadence.timezone})" if cadence.timezone else ""
+        return f"cron {cadence.expression.source}{zone}"
+    if isinstance(cadence, Once):
+        return f"once at {cadence.at.isoformat()}"
+    return str(schedule.type)
+
+
+def _format_delta(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size:
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+    return "".join(parts) or f"{delta.total_seconds()}s"
+
+
+@attrs.define(eq=False)
+class _Entry:
+    """The scheduler's in-memory view of one schedule."""
+
+    agent: str
+    name: str
+    schedule: Schedule
+    state: ScheduleState
+    due: datetime | None = None
+    scheduled_for: datetime | None = None
+    version: int = 0
+    run: Run | None = None
+    persisted_definition: bool = False
+    last_skip: SkipReason | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.agent, self.name)
+
+
+class ThreadedScheduler:
+    """A synchronous, threaded scheduler for a fleet of agents (see the module docstring).
+
+    ``state_dir=None`` keeps state in memory only; otherwise state lives in
+    ``state_dir/state.yaml`` and one scheduler per directory is active at a time (leader lock).
+    """
+
+    def __init__(
+        self,
+        agents: Iterable[Agent] = (),
+        *,
+        state_dir: str | Path | None = ".herdsched",
+        on_trigger: JobFunc | None = None,
+        timezone: str | tzinfo | None = None,
+        max_sleep: float = 60.0,
+        min_interval: timedelta | float | str = 1,
+        jitter_percent: float = 0,
+        backoff: Sequence[timedelta | float | str] | None = None,
+        max_consecutive_failures: int | None = 5,
+        catch_up: CatchUp | str = CatchUp.ONCE,
+        catch_up_window: timedelta | float | str | None = None,
+        max_run_history: int = 20,
+        max_total_concurrent: int | None = None,
+        max_schedules_per_owner: int | None = None,
+        work_sources: Mapping[str, WorkSource] | None = None,
+        notifier: Callable[[Notification], None] | None = None,
+        leader_lock: bool = True,
+        clock: Clock | None = None,
+        logger: logging.Logger | None = None,
+        store: StateStore | None = None,
+        poll_interval: float | None = 1.0,
+        commit_delay: float = 0.5,
+        lock_timeout: float = 10.0,
+    ) -> None:
+        if max_sleep <= 0:
+            raise ValueError(f"max_sleep must be positive, got {max_sleep!r}")
+        if poll_interval is not None and poll_interval <= 0:
+            raise ValueError(f"poll_interval must be positive or None, got {poll_interval!r}")
+        for name, value in (
+            ("max_consecutive_failures", max_consecutive_failures),
+            ("max_total_concurrent", max_total_concurrent),
+            ("max_schedules_per_owner", max_schedules_per_owner),
+        ):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+        if not 0 <= jitter_percent <= 100:
+            raise ValueError(f"jitter_percent must be from 0 to 100, got {jitter_percent!r}")
+        self.clock: Clock = clock or SystemClock()
+        self.log = logger or logging.getLogger("herdsched")
+        self.timezone: tzinfo = resolve_timezone(timezone)
+        self.max_sleep = float(max_sleep)
+        self.min_interval = coerce_interval(min_interval, what="min_interval", allow_zero=True)
+        self.jitter_percent = float(jitter_percent)
+        self.backoff = coerce_backoff(backoff)
+        self.max_consecutive_failures = max_consecutive_failures
+        self.catch_up = CatchUp(catch_up)
+        self.catch_up_window = (
+            None
+            if catch_up_window is None
+            else coerce_interval(catch_up_window, what="catch_up_window")
+        )
+        self.max_total_concurrent = max_total_concurrent
+        self.max_schedules_per_owner = max_schedules_per_owner
+        self.work_sources: dict[str, WorkSource] = dict(work_sources or {})
+        self.notifier = notifier
+        self.on_trigger = on_trigger
+        self.poll_interval = poll_interval
+        self.state_dir = Path(state_dir) if state_dir is not None else None
+        self.store: StateStore = store or self._make_store(
+            max_run_history, commit_delay, lock_timeout
+        )
+        self._leader = (
+            LeaderLock(self.state_dir) if leader_lock and self.state_dir is not None else None
+        )
+        self._rng = random.Random()
+        self._lock = threading.RLock()
+        self._idle = threading.Condition(self._lock)
+        self._wake = threading.Event()
+        self._agents: dict[str, Agent] = {}
+        self._entries: dict[tuple[str, str], _Entry] = {}
+        self._heap: list[tuple[datetime, int, str, str, int]] = []
+        self._waiting: list[tuple[datetime, int, str, str, int]] = []
+        self._seq = itertools.count()
+        self._executors: dict[str, ThreadPoolExecutor] = {}
+        self._running: dict[str, Run] = {}
+        self._listeners: list[tuple[Callable[[Any], None], tuple[type[ev.Event], ...]]] = []
+        self._pending_events: list[ev.Event] = []
+        self._status = "stopped"
+        self._thread: threading.Thread | None = None
+        self._started_at: datetime | None = None
+        self._check_count = 0
+        self._trigger_count = 0
+        self._last_check_at: datetime | None = None
+        self._last_wall: datetime | None = None
+        self._last_mono: float | None = None
+        self._next_poll = 0.0
+        self._next_leader_try = 0.0
+        self._store_retry_at: float | None = None
+        _schedulers.add(self)
+        for agent in agents:
+            self.add_agent(agent)
+
+    def _make_store(
+        self, max_run_history: int, commit_delay: float, lock_timeout: float
+    ) -> StateStore:
+        if self.state_dir is None:
+            return MemoryStateStore(max_run_history=max_run_history)
+        from herdsched.store.yaml_store import YamlStateStore
+
+        return YamlStateStore(
+            self.state_dir,
+            lock_timeout=lock_timeout,
+            commit_delay=commit_delay,
+            max_run_history=max_run_history,
+            clock=self.clock,
+        )
+
+    # ------------------------------------------------------------------------------ lifecycle
+
+    @property
+    def status(self) -> str:
+        """``"stopped"``, ``"running"``, ``"stopping"`` or ``"standby"``."""
+        return self._status
+
+    def is_running(self) -> bool:
+        """Whether the scheduler is started (active or standing by) and not stopping."""
+        return self._status in ("running", "standby")
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this scheduler is the active one for its state directory."""
+        return self._status == "running"
+
+    def start(self) -> None:
+        """Start the timer thread and return at once (idempotent).
+
+        Becomes the active scheduler when the leader lock is free (running restart recovery
+        first), otherwise stands by and takes over when the holder stops or dies. Raises
+        :class:`~herdsched.errors.StateCorruptedError` when the state file is unusable and could
+        not be restored.
+        """
+        with self._lock:
+            if self._status in ("running", "standby"):
+                return
+            if self._status == "stopping":
+                raise SchedulerShutdownError("cannot start while stop() is in progress")
+            self.store.refresh()
+            self._started_at = self.clock.now()
+            self._last_wall, self._last_mono = self._started_at, self.clock.monotonic()
+            self._status = "standby"
+            if self._try_lead():
+                self._status = "running"
+            else:
+                self._log_standby()
+            self._wake.clear()
+            self._thread = threading.Thread(
+                target=self._timer_loop, name="herdsched-timer", daemon=True
+            )
+            self._thread.start()
+            status = self._status
+        self._emit(ev.SchedulerStarted(at=self.clock.now(), status=status))
+
+    def stop(self, wait_for_jobs: bool = True, timeout: float | None = 30.0) -> None:
+        """Stop dispatching, wait for running jobs (up to ``timeout`` real seconds), flush state.
+
+        Nothing is dispatched once ``stop()`` has begun; running jobs are not cancelled. Raises
+        :class:`~herdsched.errors.SchedulerShutdownError` (``timed_out=True``) when jobs are
+        still running at the timeout; the scheduler is ``stopped`` either way. Idempotent, and
+        safe to call from a job or a listener.
+        """
+        with self._lock:
+            if self._status in ("stopped", "stopping"):
+                return
+            self._status = "stopping"
+            self._changed()
+        timed_out = False
+        remaining = 0
+        if wait_for_jobs:
+            remaining = self._wait_for_runs(timeout, exclude_current=True)
+            timed_out = remaining > 0
+        else:
+            remaining = self._count_other_runs()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5.0)
+        self._flush_quietly()
+        with self._lock:
+            executors, self._executors = self._executors, {}
+            self._heap.clear()
+            self._waiting.clear()
+            self._status = "stopped"
+            self._thread = None
+        for executor in executors.values():
+            executor.shutdown(wait=False)
+        if self._leader is not None:
+            self._leader.release()
+        self._emit(
+            ev.SchedulerStopped(
+                at=self.clock.now(), timed_out=timed_out, running_job_count=remaining
+            )
+        )
+        self.log.info("scheduler stopped")
+        if timed_out:
+            raise SchedulerShutdownError(
+                f"stop() timed out after {timeout} s with {remaining} job(s) still running",
+                timed_out=True,
+                running_job_count=remaining,
+            )
+
+    def run_forever(self) -> None:
+        """Start (if needed) and block until SIGINT/SIGTERM or ``stop()``, then stop gracefully."""
+        stop_requested = threading.Event()
+
+        def handle(signum: int, frame: FrameType | None) -> None:
+            self.log.info("signal %s received: stopping", signum)
+            stop_requested.set()
+
+        previous: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, handle)
+        try:
+            self.start()
+            while not stop_requested.wait(0.2) and self._status != "stopped":
+                pass
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            self.stop()
+
+    def __enter__(self) -> ThreadedScheduler:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # ----------------------------------------------------------------------------- the fleet
+
+    def add_agent(self, agent: Agent) -> None:
+        """Register an agent and its schedules; persisted state of the same names is kept."""
+        if not isinstance(agent, Agent):
+            raise TypeError(f"add_agent() takes an Agent, got {type(agent).__name__}")
+        with self._lock:
+            if agent.name in self._agents:
+                raise InvalidScheduleError(
+                    f"agent {agent.name!r} is already registered; use set_agents() to replace it",
+                    field="name",
+                    value=agent.name,
+                )
+            self._install_agent(agent)
+        self._changed()
+
+    def remove_agent(self, name: str) -> None:
+        """Forget an agent, its schedules and their persisted state (running jobs finish)."""
+        with self._lock:
+            agent = self._require_agent(name)
+            for schedule in list(agent.schedules):
+                self._drop_entry(name, schedule, forget_state=True)
+            del self._agents[name]
+        self._changed()
+
+    def set_agents(self, agents: Iterable[Agent]) -> None:
+        """Replace the fleet (hot reload), keeping persisted state of every name that stays."""
+        new = {agent.name: agent for agent in agents}
+        with self._lock:
+            for name in list(self._agents):
+                if name not in new:
+                    for schedule in list(self._agents[name].schedules):
+                        self._drop_entry(name, schedule, forget_state=False)
+                    del self._agents[name]
+            for agent in new.values():
+                old = self._agents.get(agent.name)
+                if old is not None:
+                    for schedule in old.schedules:
+                        if schedule not in agent.schedules:
+                            self._drop_entry(agent.name, schedule, forget_state=False)
+                self._install_agent(agent)
+        self._changed()
+
+    def add_schedule(
+        self,
+        agent: str,
+        name: str,
+        schedule: Schedule,
+        *,
+        persist: bool = False,
+        owner: str | None = None,
+    ) -> None:
+        """Add a schedule at run time (``persist=True`` keeps it across restarts).
+
+        Validated against ``min_interval`` and ``max_schedules_per_owner``; a new once schedule
+        whose time has passed is refused.
+        """
+        if owner is not None and schedule.owner is None:
+            schedule = schedule.with_changes(owner=owner)
+        with self._lock:
+            current = self._require_agent(agent)
+            if name in current.schedules:
+                raise InvalidScheduleError(
+                    f"schedule {name!r} already exists on agent {agent!r}", field="name", value=name
+                )
+            self._validate_new_schedule(agent, name, schedule)
+            self._check_owner_limit(schedule.owner)
+            if persist:
+                self._save_definition(agent, name, schedule)
+            updated = current.with_schedule(name, schedule)
+            self._agents[agent] = updated
+            self._install_entry(updated, name, schedule, persisted=persist)
+        self._changed()
+
+    def update_schedule(
+        self, agent: str, name: str, *, owner: str | None = None, **changes: Any
+    ) -> Schedule:
+        """Change a schedule; a new cadence (``interval=``, ``cron=``, ``at=``, ``timezone=``,
+        ``anchor=``...) recomputes its next run. Returns the new definition."""
+        with self._lock:
+            entry = self._require_entry(agent, name)
+            self._check_owner(entry, owner)
+            schedule = self._apply_changes(entry.schedule, changes)
+            cadence_changed = schedule.cadence != entry.schedule.cadence
+            self._validate_new_schedule(agent, name, schedule, runtime=cadence_changed)
+            if schedule.owner != entry.schedule.owner:
+                self._check_owner_limit(schedule.owner)
+            if entry.persisted_definition:
+                self._save_definition(agent, name, schedule)
+            self._agents[agent] = self._agents[agent].with_schedule(name, schedule)
+            entry.schedule = schedule
+            if cadence_changed or "enabled" in changes:
+                now = self.clock.now()
+                due = self._fresh_due(entry, now, recompute=cadence_changed)
+                self._set_due(entry, due, due)
+            self._persist_description(entry)
+        self._changed()
+        return schedule
+
+    def remove_schedule(self, agent: str, name: str, *, owner: str | None = None) -> None:
+        """Remove a schedule and its persisted state and definition."""
+        with self._lock:
+            entry = self._require_entry(agent, name)
+            self._check_owner(entry, owner)
+            self._drop_entry(agent, name, forget_state=True)
+            self._agents[agent] = self._agents[agent].without_schedule(name)
+        self._changed()
+
+    def pause(self, agent: str, schedule: str | None = None, *, owner: str | None = None) -> None:
+        """Pause one schedule (or every schedule of the agent); durable when it returns.
+
+        A running job is not interrupted; a paused schedule can still be ``trigger()``-ed.
+        """
+        for entry in self._targets(agent, schedule, owner):
+            with self._lock:
+                entry.version += 1
+                entry.due = None
+                entry.state = attrs.evolve(entry.state, status=Status.PAUSED)
+            self._write_intent(entry, status=Status.PAUSED)
+            self._emit(
+                ev.SchedulePaused(at=self.clock.now(), agent=entry.agent, schedule=entry.name)
+            )
+        self._changed()
+
+    def resume(self, agent: str, schedule: str | None = None, *, owner: str | None = None) -> None:
+        """Resume paused or auto-disabled schedules: status idle, failure count reset.
+
+        A schedule whose due time passed while paused runs once right away (catch-up).
+        """
+        for entry in self._targets(agent, schedule, owner):
+            with self._lock:
+                if entry.state.status is Status.COMPLETED:
+                    continue
+                entry.state = attrs.evolve(
+                    entry.state,
+                    status=Status.IDLE,
+                    consecutive_failures=0,
+                    disabled_reason=None,
+                )
+                if entry.run is None:
+                    due = self._fresh_due(entry, self.clock.now(), recompute=False)
+                    self._set_due(entry, due, entry.scheduled_for or due)
+            self._write_intent(
+                entry,
+                status=Status.IDLE,
+                consecutive_failures=0,
+                disabled_reason=None,
+                next_run_at=entry.due,
+            )
+            self._emit(
+                ev.ScheduleResumed(at=self.clock.now(), agent=entry.agent, schedule=entry.name)
+            )
+        self._changed()
+
+    def every(
+        self,
+        interval: timedelta | float | str,
+        *,
+        agent: str | None = None,
+        name: str | None = None,
+        **options: Any,
+    ) -> Callable[[_F], _F]:
+        """Decorator: run the function every ``interval`` (measured from completion)."""
+        return self._decorator(
+            lambda: Schedule.interval(interval, **_cadence_opts(options)), agent, name, options
+        )
+
+    def cron(
+        self,
+        expression: str,
+        *,
+        agent: str | None = None,
+        name: str | None = None,
+        **options: Any,
+    ) -> Callable[[_F], _F]:
+        """Decorator: run the function on a cron expression."""
+        return self._decorator(
+            lambda: Schedule.cron(expression, **_cadence_opts(options)), agent, name, options
+        )
+
+    def once(
+        self,
+        at: datetime | str,
+        *,
+        agent: str | None = None,
+        name: str | None = None,
+        **options: Any,
+    ) -> Callable[[_F], _F]:
+        """Decorator: run the function once at ``at``."""
+        return self._decorator(
+            lambda: Schedule.once(at, **_cadence_opts(options)), agent, name, options
+        )
+
+    def _decorator(
+        self,
+        build: Callable[[], Schedule],
+        agent: str | None,
+        name: str | None,
+        options: dict[str, Any],
+    ) -> Callable[[_F], _F]:
+        def register(func: _F) -> _F:
+            schedule = build().with_changes(job=func)
+            schedule_name = name or func.__name__
+            agent_name = agent or schedule_name
+            with self._lock:
+                current = self._agents.get(agent_name)
+                if current is None:
+                    self._install_agent(Agent(agent_name, schedules={schedule_name: schedule}))
+                else:
+                    if schedule_name in current.schedules:
+                        raise InvalidScheduleError(
+                            f"schedule {schedule_name!r} already exists on agent {agent_name!r}",
+                            field="name",
+                            value=schedule_name,
+                        )
+                    updated = current.with_schedule(schedule_name, schedule)
+                    self._agents[agent_name] = updated
+                    self._install_entry(updated, schedule_name, schedule, persisted=False)
+            self._changed()
+            return func
+
+        return register
+
+    # ---------------------------------------------------------------------------------- runs
+
+    def trigger(
+        self,
+        agent: str,
+        schedule: str | None = None,
+        *,
+        prompt: str | None = None,
+        wait: bool = False,
+        bypass_concurrency: bool = False,
+    ) -> TriggerResult:
+        """Run a schedule now, through the agent's pool (works on paused schedules too).
+
+        ``schedule=None`` runs the agent's job ad hoc (recorded as schedule ``manual``). On a
+        standby scheduler the request is queued for the active one. With ``wait=True`` the call
+        returns when the run has finished and ``success`` says whether it succeeded.
+        """
+        with self._lock:
+            agent_obj = self._require_agent(agent)
+            if schedule is not None:
+                self._require_entry(agent, schedule)
+            if self._status == "standby":
+                request_id = self.store.request_trigger(
+                    agent, schedule or _AD_HOC_SCHEDULE, prompt=prompt
+                )
+                return TriggerResult(success=True, run_id=request_id)
+            if self._status != "running":
+                return TriggerResult(
+                    success=False,
+                    error=f"scheduler is {self._status}: nothing is dispatched",
+                    skipped=True,
+                    skip_reason=SkipReason.STOPPING,
+                )
+            entry = (
+                self._entries[(agent, schedule)]
+                if schedule is not None
+                else self._ad_hoc_entry(agent_obj)
+            )
+            if entry.run is not None:
+                return _skipped(SkipReason.ALREADY_RUNNING, f"{agent}/{entry.name} is running")
+            if not bypass_concurrency and self._at_capacity(agent_obj):
+                return _skipped(SkipReason.AT_CAPACITY, f"agent {agent!r} is at capacity")
+            if self._job_for(entry) is None:
+                raise ScheduleTriggerError(
+                    f"{agent}/{entry.name} has no job: give the agent or schedule a job",
+                    agent,
+                    schedule,
+                )
+            run = self._dispatch(
+                entry, TriggerType.MANUAL, None, prompt=prompt, bypass=bypass_concurrency
+            )
+        self._drain_events()
+        if not wait:
+            return TriggerResult(success=True, run_id=run.run_id)
+        run.done.wait()
+        outcome = run.outcome
+        ok = outcome is not None and outcome.status is RunStatus.SUCCESS and not run.timed_out
+        error = None if ok else (outcome.error if outcome else "run did not finish")
+        if run.timed_out:
+            error = "timeout"
+        return TriggerResult(success=ok, run_id=run.run_id, error=error)
+
+    def get_running_job_count(self, agent: str) -> int:
+        """Jobs of ``agent`` running now."""
+        with self._lock:
+            self._require_agent(agent)
+            return sum(1 for run in self._running.values() if run.agent == agent)
+
+    def get_total_running_job_count(self) -> int:
+        """Jobs of every agent running now."""
+        with self._lock:
+            return len(self._running)
+
+    def history(self, agent: str, schedule: str | None = None, limit: int = 20) -> list[RunRecord]:
+        """Run records newest first (bounded per schedule by ``max_run_history``)."""
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit!r}")
+        return self.store.get_history(agent, schedule, limit)
+
+    def run_stats(
+        self, agent: str, schedule: str | None = None, since: datetime | None = None
+    ) -> RunStats:
+        """Counts by status, success rate, mean and p95 duration, last success and failure."""
+        records = self.store.get_history(agent, schedule, limit=1_000_000)
+        return compute_run_stats(records, since=to_utc(since) if since else None)
+
+    def wait_until_idle(self, timeout: float | None = None) -> bool:
+        """Block until no job runs and none waits for capacity (``timeout`` in real seconds)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._running and not self._waiting, timeout)
+
+    def add_listener(self, callback: Callable[[_E], None], *event_types: type[_E]) -> None:
+        """Call ``callback(event)`` for events of ``event_types`` (all events when none given)."""
+        types: tuple[type[ev.Event], ...] = event_types or (ev.Event,)
+        with self._lock:
+            self._listeners.append((callback, types))
+
+    def remove_listener(self, callback: Callable[..., None]) -> None:
+        with self._lock:
+            self._listeners = [(cb, t) for cb, t in self._listeners if cb is not callback]
+
+    # ---------------------------------------------------------------------------- reporting
+
+    def get_state(self) -> SchedulerState:
+        return SchedulerState(
+            status=self._status,
+            started_at=self._started_at,
+            check_count=self._check_count,
+            trigger_count=self._trigger_count,
+            last_check_at=self._last_check_at,
+        )
+
+    def get_status(self) -> SchedulerStatus:
+        """Every schedule's status, next/last run and the reason it is not firing now."""
+        if self._status == "standby":
+            self._refresh_from_store()
+        with self._lock:
+            now = self.clock.now()
+            items = [self._schedule_status(entry, now) for entry in self._entries.values()]
+            leader = self._leader.holder() if self._leader is not None else None
+            return SchedulerStatus(
+                running=self.is_running(),
+                active_jobs=len(self._running),
+                schedules=items,
+                status=self._status,
+                leader=leader,
+            )
+
+    def search(
+        self,
+        owner: str | None = None,
+        name_contains: str | None = None,
+        status: Status | str | None = None,
+        cadence_type: ScheduleType | str | None = None,
+        limit: int = 20,
+        offset: int = 0,
+    ) -> SearchPage:
+        """Filter schedules and page through them (``limit`` is capped at 50)."""
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit!r}")
+        if offset < 0:
+            raise ValueError(f"offset must not be negative, got {offset!r}")
+        wanted_status = Status(status) if status is not None else None
+        wanted_type = ScheduleType(cadence_type) if cadence_type is not None else None
+        limit = min(limit, _MAX_SEARCH_LIMIT)
+        needle = name_contains.lower() if name_contains else None
+        matches = [
+            item
+            for item in self.get_status().schedules
+            if (owner is None or item.owner == owner)
+            and (needle is None or needle in f"{item.agent}/{item.schedule}".lower())
+            and (wanted_status is None or item.status is wanted_status)
+            and (wanted_type is None or item.type is wanted_type)
+        ]
+        matches.sort(key=lambda item: (item.agent, item.schedule))
+        page = matches[offset : offset + limit]
+        remaining = max(0, len(matches) - offset - len(page))
+        hint = (
+            f"{remaining} more results available. Use offset={offset + len(page)} to see the "
+            "next page."
+            if remaining
+            else ""
+        )
+        return SearchPage(page, len(matches), offset, limit, remaining, hint)
+
+    def _repr_html_(self) -> str:
+        from herdsched.html import status_table
+
+        return status_table(self.get_status())
+
+    def __repr__(self) -> str:
+        return (
+            f"<ThreadedScheduler {self._status} agents={len(self._agents)} "
+            f"schedules={len(self._entries)} running={len(self._running)}>"
+        )
+
+    # ----------------------------------------------------------------------------- the timer
+
+    def run_pending(self) -> None:
+        """One timer pass on the calling thread: fire what is due (for FakeClock tests).
+
+        Jobs still run on the worker pools; use :meth:`wait_until_idle` to wait for them.
+        """
+        self._pass()
+
+    def _timer_loop(self) -> None:
+        while True:
+            with self._lock:
+                if self._status not in ("running", "standby"):
+                    return
+            self._wake.clear()
+            timeout = self.max_sleep
+            try:
+                timeout = self._pass()
+            except Exception:  # the timer thread never dies
+                self.log.exception("timer pass failed; retrying")
+                timeout = min(self.max_sleep, _STORE_RETRY)
+            self.clock.wait(self._wake, timeout)
+
+    def _pass(self) -> float:
+        """Fire what is due now; returns how long the timer may sleep (seconds)."""
+        now = self.clock.now()
+        mono = self.clock.monotonic()
+        with self._lock:
+            self._check_count += 1
+            self._last_check_at = now
+            self._detect_clock_jump(now, mono)
+            status = self._status
+        if status == "standby":
+            return self._standby_pass(mono)
+        if status != "running":
+            return self.max_sleep
+        if self.poll_interval is not None and mono >= self._next_poll:
+            self._next_poll = mono + self.poll_interval
+            self._poll_other_processes()
+        self._expire_timeouts(now, mono)
+        self._fire_due(now)
+        self._drain_events()
+        self._flush_if_due(mono)
+        return self._sleep_for(self.clock.now(), self.clock.monotonic())
+
+    def _standby_pass(self, mono: float) -> float:
+        retry = min(self.max_sleep, 5.0)
+        if mono >= self._next_leader_try:
+            self._next_leader_try = mono + retry
+            with self._lock:
+                if self._status == "standby" and self._try_lead():
+                    self._status = "running"
+                    self.log.info("took over as the active scheduler")
+                    self._changed()
+                    return 0.0
+        return retry
+
+    def _sleep_for(self, now: datetime, mono: float) -> float:
+        with self._lock:
+            candidates = [self.max_sleep]
+            self._drop_stale_heap_top()
+            if self._heap:
+                candidates.append((self._heap[0][0] - now).total_seconds())
+            deadlines = [run.deadline for run in self._running.values() if run.deadline]
+            if deadlines:
+                candidates.append(min(deadlines) - mono)
+        flush_at = self._store_retry_at or self.store.flush_deadline()
+        if flush_at is not None:
+            candidates.append(flush_at - mono)
+        if self.poll_interval is not None:
+            candidates.append(self._next_poll - mono)
+        return max(0.0, min(candidates))
+
+    def _drop_stale_heap_top(self) -> None:
+        while self._heap:
+            _, _, agent, name, version = self._heap[0]
+            entry = self._entries.get((agent, name))
+            if entry is not None and entry.version == version and entry.due is not None:
+                return
+            heapq.heappop(self._heap)
+
+    def _fire_due(self, now: datetime) -> None:
+        with self._lock:
+            if self._status != "running":
+                return
+            candidates = self._waiting
+            self._waiting = []
+            while self._heap and self._heap[0][0] <= now:
+                candidates.append(heapq.heappop(self._heap))
+            candidates.sort()
+            for item in candidates:
+                _, _, agent, name, version = item
+                entry = self._entries.get((agent, name))
+                if entry is None or entry.version != version or entry.due is None:
+                    continue
+                try:
+                    reason = self._skip_reason(entry, now)
+                    entry.last_skip = reason
+                    if reason is SkipReason.AT_CAPACITY:
+                        self._waiting.append(item)
+                        continue
+                    if reason is not None:
+                        continue
+                    trigger_type = TriggerType(str(entry.schedule.type))
+                    self._dispatch(entry, trigger_type, entry.scheduled_for or entry.due)
+                except Exception:
+                    self.log.exception("could not dispatch %s/%s; will retry", agent, name)
+                    self._waiting.append(item)
+
+    def _skip_reason(self, entry: _Entry, now: datetime) -> SkipReason | None:
+        agent = self._agents[entry.agent]
+        return pre_dispatch_skip_reason(
+            enabled=entry.schedule.enabled,
+            status=entry.state.status,
+            fires_on_timer=entry.schedule.fires_on_timer,
+            running=entry.run is not None,
+            agent_running=self._agent_running(entry.agent),
+            max_concurrent=agent.max_concurrent,
+            total_running=len(self._running),
+            max_total_concurrent=self.max_total_concurrent,
+            due=entry.due is not None and entry.due <= now,
+        )
+
+    # -------------------------------------------------------------------------- dispatching
+
+    def _dispatch(
+        self,
+        entry: _Entry,
+        trigger_type: TriggerType,
+        scheduled_for: datetime | None,
+        *,
+        prompt: str | None = None,
+        bypass: bool = False,
+    ) -> Run:
+        """Start a run of ``entry`` on its agent's pool. Caller holds the lock."""
+        agent = self._agents[entry.agent]
+        job = self._job_for(entry)
+        if job is None:
+            raise ScheduleTriggerError(
+                f"{entry.agent}/{entry.name} has no job to run", entry.agent, entry.name
+            )
+        now = self.clock.now()
+        timeout = entry.schedule.timeout
+        run = Run(
+            run_id=new_run_id(),
+            agent=entry.agent,
+            schedule_name=entry.name,
+            schedule=entry.schedule,
+            job=job,
+            trigger_type=trigger_type,
+            scheduled_for=scheduled_for,
+            fired_at=now,
+            prompt=prompt,
+            default_prompt=agent.default_prompt,
+            consecutive_failures=entry.state.consecutive_failures,
+            session_id=entry.state.session_id,
+            last_run_at=entry.state.last_run_at,
+            deadline=self.clock.monotonic() + timeout.total_seconds() if timeout else None,
+        )
+        entry.run = run
+        if trigger_type is not TriggerType.MANUAL:
+            entry.version += 1  # off the heap while it runs
+            entry.due = None
+        self._running[run.run_id] = run
+        self._trigger_count += 1
+        entry.state = attrs.evolve(entry.state, last_run_at=now)
+        changes: dict[str, Any] = {"last_run_at": now, "last_slot_at": scheduled_for}
+        if entry.state.status is Status.IDLE:
+            entry.state = attrs.evolve(entry.state, status=Status.RUNNING)
+            changes["status"] = Status.RUNNING
+        self._transition(entry, **changes)
+        if bypass:
+            threading.Thread(
+                target=self._execute, args=(run,), name=f"herdsched-{entry.agent}", daemon=True
+            ).start()
+        else:
+            self._executor(agent).submit(self._execute, run)
+        self._emit(
+            ev.JobSubmitted(
+                at=now,
+                agent=entry.agent,
+                schedule=entry.name,
+                run_id=run.run_id,
+                scheduled_for=scheduled_for,
+            )
+        )
+        return run
+
+    def _executor(self, agent: Agent) -> ThreadPoolExecutor:
+        executor = self._executors.get(agent.name)
+        if executor is None or executor._max_workers != agent.max_concurrent:
+            if executor is not None:
+                executor.shutdown(wait=False)
+            executor = ThreadPoolExecutor(
+                max_workers=agent.max_concurrent, thread_name_prefix=f"herdsched-{agent.name}"
+            )
+            self._executors[agent.name] = executor
+        return executor
+
+    def _execute(self, run: Run) -> None:
+        """Worker thread: run the job, then settle the outcome."""
+        run.thread_id = threading.get_ident()
+        self._emit(
+            ev.JobStarted(
+                at=self.clock.now(), agent=run.agent, schedule=run.schedule_name, run_id=run.run_id
+            )
+        )
+        try:
+            outcome = execute_run(run, clock=self.clock, work_sources=self.work_sources)
+        except Exception as exc:  # a bug in a work source or prompt: never lose the slot
+            self.log.exception("run %s of %s/%s crashed", run.run_id, run.agent, run.schedule_name)
+            now = self.clock.now()
+            outcome = RunOutcome(
+                status=RunStatus.FAILED, started_at=now, finished_at=now, error=repr(exc)
+            )
+        run.outcome = outcome
+        try:
+            self._settle(run, outcome)
+        except Exception:
+            self.log.exception(
+                "could not settle run %s of %s/%s", run.run_id, run.agent, run.schedule_name
+            )
+        finally:
+            with self._lock:
+                self._release(run)
+            run.done.set()
+            self._changed()
+
+    def _release(self, run: Run) -> None:
+        """Free the run's slot (caller holds the lock) and put its schedule back on the heap."""
+        self._running.pop(run.run_id, None)
+        entry = self._entries.get((run.agent, run.schedule_name))
+        if entry is not None and entry.run is run:
+            entry.run = None
+            if entry.due is not None:
+                self._push(entry)
+        self._idle.notify_all()
+
+    # ----------------------------------------------------------------------------- outcomes
+
+    def _settle(self, run: Run, outcome: RunOutcome) -> None:
+        """Turn a finished run into state, history, events and a notification."""
+        with self._lock:
+            if run.finalized:  # already settled as a timeout
+                return
+            run.finalized = True
+            entry = self._entries.get((run.agent, run.schedule_name))
+            if entry is None:
+                return
+            record, disabled = self._apply_outcome(entry, run, outcome)
+        message = None
+        if outcome.status in (RunStatus.SUCCESS, RunStatus.FAILED, RunStatus.TIMEOUT):
+            message = notification_message(
+                run.schedule.notify, outcome.status, outcome.output, outcome.result.notify
+            )
+        if message is not None and self.notifier is not None:
+            delivered = self._safely(
+                self.notifier,
+                Notification(
+                    agent=run.agent,
+                    schedule=run.schedule_name,
+                    run_id=run.run_id,
+                    status=outcome.status,
+                    message=message,
+                    at=outcome.finished_at,
+                    error=outcome.error,
+                ),
+                what="notifier",
+            )
+            record = attrs.evolve(record, notified=delivered)
+        if record is not None and not outcome.no_work:
+            self._append_run(record)
+        self._emit_outcome(run, outcome, record)
+        if disabled is not None:
+            self._emit(
+                ev.ScheduleDisabled(
+                    at=outcome.finished_at,
+                    agent=run.agent,
+                    schedule=run.schedule_name,
+                    reason=disabled,
+                )
+            )
+        if self._status == "stopped":
+            self._flush_quietly()
+
+    def _apply_outcome(
+        self, entry: _Entry, run: Run, outcome: RunOutcome
+    ) -> tuple[RunRecord, str | None]:
+        """State transition for a finished run (caller holds the lock)."""
+        now = outcome.finished_at
+        state = entry.state
+        schedule = entry.schedule
+        failures = state.consecutive_failures
+        status = state.status if state.status is not Status.RUNNING else Status.IDLE
+        disabled_reason = None
+        normal = self._next_after_run(entry, run, now)
+        if outcome.status is RunStatus.SUCCESS:
+            failures = 0
+            due = normal
+        elif outcome.status is RunStatus.DEFERRED:
+            assert outcome.defer_delay is not None
+            due = now + outcome.defer_delay
+        elif outcome.no_work:
+            due = self._no_work_due(entry, now, normal)
+        else:
+            failures += 1
+            due = next_after_failure(normal, now, failures, self.backoff)
+            if isinstance(schedule.cadence, Once) and run.trigger_type is TriggerType.ONCE:
+                due = None
+            if should_auto_disable(failures, self.max_consecutive_failures) and status in (
+                Status.IDLE,
+                Status.RUNNING,
+            ):
+                status = Status.DISABLED
+                disabled_reason = (
+                    f"auto-disabled after {failures} consecutive failures; last error: "
+                    f"{outcome.error or outcome.status}"
+                )
+        if run.trigger_type is TriggerType.ONCE and status is Status.IDLE:
+            status = Status.COMPLETED
+            due = None
+        if status in (Status.DISABLED, Status.PAUSED, Status.COMPLETED):
+            due = None
+        session_id = state.session_id
+        if schedule.persist_session:
+            if outcome.session_cleared:
+                session_id = None
+            if outcome.result.session_id is not None:
+                session_id = outcome.result.session_id
+        last_result = outcome.status
+        entry.state = attrs.evolve(
+            state,
+            status=status,
+            last_finished_at=now,
+            last_result=last_result,
+            last_error=outcome.error if outcome.status is not RunStatus.SUCCESS else None,
+            consecutive_failures=failures,
+            session_id=session_id,
+            disabled_reason=disabled_reason if disabled_reason else state.disabled_reason,
+        )
+        self._set_due(entry, due, due, push=False)
+        self._transition(
+            entry,
+            status=status,
+            last_finished_at=now,
+            last_result=last_result,
+            last_error=entry.state.last_error,
+            consecutive_failures=failures,
+            session_id=session_id,
+            disabled_reason=entry.state.disabled_reason,
+            next_run_at=due,
+        )
+        record = RunRecord(
+            run_id=run.run_id,
+            agent=run.agent,
+            schedule=run.schedule_name,
+            trigger_type=run.trigger_type,
+            scheduled_for=run.scheduled_for,
+            started_at=outcome.started_at,
+            finished_at=now,
+            status=outcome.status,
+            error=outcome.error,
+            output_summary=outcome.output,
+            session_id=session_id if schedule.persist_session else None,
+            work_item_id=outcome.work_item_id,
+            cost=outcome.result.cost,
+            turns=outcome.result.turns,
+        )
+        return record, disabled_reason
+
+    def _next_after_run(self, entry: _Entry, run: Run, now: datetime) -> datetime | None:
+        """The normal next due time after a run, with the overlap rule for cron/once."""
+        cadence = entry.schedule.cadence
+        if cadence is None:
+            return None
+        if isinstance(cadence, Interval):
+            due = cadence.next_due(
+                slot=run.scheduled_for or now,
+                finished_at=now,
+                now=now,
+                zone=self.timezone,
+                rng=self._rng,
+            )
+            if due is not None and cadence.jitter_percent == 0 and self.jitter_percent:
+                fraction = self._rng.uniform(0, self.jitter_percent / 100)
+                due += cadence.every * fraction
+            return due
+        if run.trigger_type is TriggerType.MANUAL:
+            planned = entry.scheduled_for if entry.due is not None else None
+            if planned is None:
+                planned = cadence.first_due(now, self.timezone)
+        else:
+            slot = run.scheduled_for or now
+            planned = cadence.next_due(slot=slot, finished_at=now, now=now, zone=self.timezone)
+        due, missed = slot_after_overlap(planned, now, entry.schedule.overlap)
+        if missed and planned is not None:
+            self._record_missed(entry, planned)
+            due = cadence.first_due(now, self.timezone) if isinstance(cadence, Cron) else None
+        return due
+
+    def _no_work_due(
+        self, entry: _Entry, now: datetime, normal: datetime | None
+    ) -> datetime | None:
+        cadence = entry.schedule.cadence
+        if isinstance(cadence, Interval):
+            return now + cadence.every
+        return normal
+
+    def _record_missed(self, entry: _Entry, slot: datetime) -> None:
+        record = RunRecord(
+            run_id=new_run_id(),
+            agent=entry.agent,
+            schedule=entry.name,
+            trigger_type=TriggerType(str(entry.schedule.type))
+            if entry.schedule.fires_on_timer
+            else TriggerType.MANUAL,
+            scheduled_for=slot,
+            status=RunStatus.MISSED,
+            error="slot passed while the schedule could not run",
+        )
+        self._append_run(record)
+        self._emit(
+            ev.JobMissed(
+                at=self.clock.now(), agent=entry.agent, schedule=entry.name, scheduled_for=slot
+            )
+        )
+
+    def _emit_outcome(self, run: Run, outcome: RunOutcome, record: RunRecord) -> None:
+        at = outcome.finished_at
+        if outcome.no_work:
+            self._emit(
+                ev.JobSkipped(
+                    at=at, agent=run.agent, schedule=run.schedule_name, reason=SkipReason.NO_WORK
+                )
+            )
+        elif outcome.status is RunStatus.SUCCESS:
+            self._emit(
+                ev.JobSucceeded(at=at, agent=run.agent, schedule=run.schedule_name, record=record)
+            )
+        elif outcome.status in (RunStatus.FAILED, RunStatus.TIMEOUT):
+            self._emit(
+                ev.JobFailed(at=at, agent=run.agent, schedule=run.schedule_name, record=record)
+            )
+
+    def _expire_timeouts(self, now: datetime, mono: float) -> None:
+        expired: list[Run] = []
+        with self._lock:
+            for run in self._running.values():
+                if run.deadline is not None and mono >= run.deadline and not run.timed_out:
+                    run.timed_out = True
+                    run.cancel_event.set()
+                    expired.append(run)
+        for run in expired:
+            assert run.schedule.timeout is not None
+            self.log.warning(
+                "run %s of %s/%s timed out after %s; its slot frees when the job returns",
+                run.run_id,
+                run.agent,
+                run.schedule_name,
+                run.schedule.timeout,
+            )
+            outcome = RunOutcome(
+                status=RunStatus.TIMEOUT,
+                started_at=run.fired_at,
+                finished_at=now,
+                error=f"timed out after {run.schedule.timeout}",
+            )
+            run.outcome = outcome
+            self._settle(run, outcome)
+
+    # ------------------------------------------------------------------- registration/recovery
+
+    def _install_agent(self, agent: Agent) -> None:
+        """Register ``agent`` (replacing one of the same name). Caller holds the lock."""
+        old = self._agents.get(agent.name)
+        self._agents[agent.name] = agent
+        try:
+            for name, schedule in agent.schedules.items():
+                self._validate_new_schedule(agent.name, name, schedule, runtime=False)
+        except Exception:
+            if old is None:
+                del self._agents[agent.name]
+            else:
+                self._agents[agent.name] = old
+            raise
+        if old is not None and old.max_concurrent != agent.max_concurrent:
+            executor = self._executors.pop(agent.name, None)
+            if executor is not None:
+                executor.shutdown(wait=False)
+        definitions = self._definitions_for(agent.name)
+        for name, schedule in agent.schedules.items():
+            self._install_entry(agent, name, schedule, persisted=False)
+        for name, schedule in definitions.items():
+            if name not in agent.schedules:
+                updated = self._agents[agent.name].with_schedule(name, schedule)
+                self._agents[agent.name] = updated
+                self._install_entry(updated, name, schedule, persisted=True)
+
+    def _install_entry(
+        self, agent: Agent, name: str, schedule: Schedule, *, persisted: bool
+    ) -> None:
+        key = (agent.name, name)
+        existing = self._entries.get(key)
+        now = self.clock.now()
+        if existing is not None:
+            cadence_changed = existing.schedule.cadence != schedule.cadence
+            existing.schedule = schedule
+            existing.persisted_definition = existing.persisted_definition or persisted
+            if existing.run is None and self._status == "running":
+                due = self._fresh_due(existing, now, recompute=cadence_changed)
+                self._set_due(existing, due, existing.scheduled_for if not cadence_changed else due)
+            self._persist_description(existing)
+            return
+        state = self.store.get_schedule_state(agent.name, name)
+        entry = _Entry(agent.name, name, schedule, state, persisted_definition=persisted)
+        self._entries[key] = entry
+        if self._status == "running":  # otherwise planned when this scheduler starts leading
+            self._plan_from_state(entry, now, recovering=True)
+
+    def _plan_from_state(self, entry: _Entry, now: datetime, *, recovering: bool) -> None:
+        """Compute an entry's due time from its persisted state (restart recovery included)."""
+        state = entry.state
+        if recovering and state.status is Status.RUNNING and entry.run is None:
+            self._recover_interrupted(entry, now)
+            state = entry.state
+        cadence_changed = state.cadence is not None and state.cadence != describe_cadence(
+            entry.schedule
+        )
+        if not self._schedulable(entry):
+            self._set_due(entry, None, None)
+        elif cadence_changed or state.next_run_at is None:
+            due = self._fresh_due(entry, now, recompute=True)
+            self._set_due(entry, due, due)
+        else:
+            self._set_due_with_catch_up(entry, state.next_run_at, now)
+        self._persist_description(entry)
+
+    def _set_due_with_catch_up(self, entry: _Entry, persisted: datetime, now: datetime) -> None:
+        cadence = entry.schedule.cadence
+        assert cadence is not None
+        following = None
+        if persisted <= now:
+            following = cadence.next_due(
+                slot=now, finished_at=now, now=now, zone=self.timezone, rng=self._rng
+            )
+        policy = entry.schedule.catch_up or self.catch_up
+        plan: CatchUpPlan = catch_up_plan(persisted, now, policy, self.catch_up_window, following)
+        if plan.missed is not None:
+            self._record_missed(entry, plan.missed)
+            if isinstance(cadence, Once):
+                entry.state = attrs.evolve(entry.state, status=Status.COMPLETED)
+                self._transition(entry, status=Status.COMPLETED, next_run_at=None)
+                self._set_due(entry, None, None)
+                return
+        self._set_due(entry, plan.due, plan.scheduled_for)
+
+    def _recover_interrupted(self, entry: _Entry, now: datetime) -> None:
+        state = entry.state
+        self.log.warning(
+            "%s/%s was running when its scheduler died; recording the run as interrupted",
+            entry.agent,
+            entry.name,
+        )
+        record = RunRecord(
+            run_id=new_run_id(),
+            agent=entry.agent,
+            schedule=entry.name,
+            trigger_type=TriggerType(str(entry.schedule.type))
+            if entry.schedule.fires_on_timer
+            else TriggerType.MANUAL,
+            scheduled_for=state.last_slot_at,
+            started_at=state.last_run_at,
+            finished_at=now,
+            status=RunStatus.INTERRUPTED,
+            error="the process running this job stopped before it finished",
+        )
+        self._append_run(record)
+        cadence = entry.schedule.cadence
+        due: datetime | None = None
+        if cadence is not None and not isinstance(cadence, Once):
+            due = cadence.next_due(
+                slot=state.last_slot_at or state.last_run_at or now,
+                finished_at=now,
+                now=now,
+                zone=self.timezone,
+                rng=self._rng,
+            )
+        status = Status.COMPLETED if isinstance(cadence, Once) else Status.IDLE
+        entry.state = attrs.evolve(
+            state,
+            status=status,
+            last_result=RunStatus.INTERRUPTED,
+            last_finished_at=now,
+            last_error=record.error,
+            next_run_at=due,
+        )
+        self._transition(
+            entry,
+            status=status,
+            last_result=RunStatus.INTERRUPTED,
+            last_finished_at=now,
+            last_error=record.error,
+            next_run_at=due,
+        )
+
+    def _schedulable(self, entry: _Entry) -> bool:
+        return (
+            entry.schedule.fires_on_timer
+            and entry.schedule.enabled
+            and entry.state.status in (Status.IDLE, Status.RUNNING)
+        )
+
+    def _fresh_due(self, entry: _Entry, now: datetime, *, recompute: bool) -> datetime | None:
+        """Due time from the cadence (``recompute``) or the persisted plan with catch-up."""
+        if not self._schedulable(entry):
+            return None
+        cadence = entry.schedule.cadence
+        assert cadence is not None
+        state = entry.state
+        if not recompute and entry.due is not None:
+            return entry.due
+        if not recompute and state.next_run_at is not None:
+            return max(state.next_run_at, now)
+        if state.last_finished_at is not None and not isinstance(cadence, Once):
+            due = cadence.next_due(
+                slot=state.last_slot_at or state.last_finished_at,
+                finished_at=state.last_finished_at,
+                now=now,
+                zone=self.timezone,
+                rng=self._rng,
+            )
+            if due is not None:
+                return max(due, now)
+        return cadence.first_due(now, self.timezone)
+
+    def _set_due(
+        self,
+        entry: _Entry,
+        due: datetime | None,
+        scheduled_for: datetime | None,
+        *,
+        push: bool = True,
+    ) -> None:
+        entry.version += 1
+        entry.due = due
+        entry.scheduled_for = scheduled_for if due is not None else None
+        if due != entry.state.next_run_at:
+            entry.state = attrs.evolve(entry.state, next_run_at=due)
+            self._transition(entry, next_run_at=due)
+        if push and due is not None and entry.run is None:
+            self._push(entry)
+
+    def _push(self, entry: _Entry) -> None:
+        assert entry.due is not None
+        heapq.heappush(
+            self._heap, (entry.due, next(self._seq), entry.agent, entry.name, entry.version)
+        )
+
+    def _persist_description(self, entry: _Entry) -> None:
+        description = describe_cadence(entry.schedule)
+        schedule_type = str(entry.schedule.type)
+        owner = entry.schedule.owner
+        state = entry.state
+        if (state.cadence, state.type, state.owner) != (description, schedule_type, owner):
+            entry.state = attrs.evolve(state, cadence=description, type=schedule_type, owner=owner)
+            self._transition(entry, cadence=description, type=schedule_type, owner=owner)
+
+    def _drop_entry(self, agent: str, name: str, *, forget_state: bool) -> None:
+        entry = self._entries.pop((agent, name), None)
+        if entry is None:
+            return
+        entry.version += 1
+        entry.due = None
+        if forget_state:
+            self._store_call(self.store.remove_schedule_state, agent, name)
+            if entry.persisted_definition:
+                self._store_call(self.store.delete_definition, agent, name)
+
+    def _ad_hoc_entry(self, agent: Agent) -> _Entry:
+        key = (agent.name, _AD_HOC_SCHEDULE)
+        entry = self._entries.get(key)
+        if entry is None:
+            state = self.store.get_schedule_state(agent.name, _AD_HOC_SCHEDULE)
+            entry = _Entry(agent.name, _AD_HOC_SCHEDULE, Schedule.manual(), state)
+            self._entries[key] = entry
+            self._persist_description(entry)
+        return entry
+
+    def _recover_all(self) -> None:
+        """Restart recovery when this scheduler becomes the active one."""
+        self.store.refresh()
+        now = self.clock.now()
+        for entry in list(self._entries.values()):
+            if entry.run is not None:
+                continue
+            entry.state = self.store.get_schedule_state(entry.agent, entry.name)
+            entry.due = None
+            self._plan_from_state(entry, now, recovering=True)
+
+    def _try_lead(self) -> bool:
+        """Take the leader lock if it is free (caller holds the lock)."""
+        if self._leader is not None and not self._leader.try_acquire():
+            return False
+        try:
+            self._recover_all()
+        except Exception:
+            if self._leader is not None:
+                self._leader.release()
+            raise
+        return True
+
+    def _log_standby(self) -> None:
+        holder = self._leader.holder() if self._leader is not None else None
+        self.log.warning(
+            "another scheduler is active for %s (%s); standing by",
+            self.state_dir,
+            holder or "holder unknown",
+        )
+
+    # ---------------------------------------------------------------- other processes, jumps
+
+    def _poll_other_processes(self) -> None:
+        try:
+            changed = self.store.refresh()
+            requests = self.store.take_trigger_requests()
+        except Exception as exc:
+            self._state_error(exc)
+            return
+        if changed:
+            self._flush_quietly()  # merge our pending transitions first: disk is then the truth
+            self._sync_external_changes()
+        for request in requests:
+            try:
+                result = self.trigger(
+                    request.agent,
+                    None if request.schedule == _AD_HOC_SCHEDULE else request.schedule,
+                    prompt=request.prompt,
+                )
+                self.log.info(
+                    "trigger request %s for %s/%s: %s",
+                    request.request_id,
+                    request.agent,
+                    request.schedule,
+                    result,
+                )
+            except Exception:
+                self.log.exception(
+                    "trigger request %s for %s/%s failed",
+                    request.request_id,
+                    request.agent,
+                    request.schedule,
+                )
+
+    def _refresh_from_store(self) -> None:
+        try:
+            if self.store.refresh():
+                with self._lock:
+                    for entry in self._entries.values():
+                        entry.state = self.store.get_schedule_state(entry.agent, entry.name)
+        except Exception as exc:
+            self._state_error(exc)
+
+    def _sync_external_changes(self) -> None:
+        """Apply pauses, resumes and disables written by other processes."""
+        now = self.clock.now()
+        with self._lock:
+            for entry in self._entries.values():
+                stored = self.store.get_schedule_state(entry.agent, entry.name)
+                if stored.status == entry.state.status or stored.status is Status.RUNNING:
+                    continue
+                if entry.state.status is Status.RUNNING and stored.status is Status.IDLE:
+                    continue  # our own transition not yet flushed
+                self.log.info(
+                    "%s/%s changed by another process: %s -> %s",
+                    entry.agent,
+                    entry.name,
+                    entry.state.status,
+                    stored.status,
+                )
+                entry.state = attrs.evolve(
+                    entry.state,
+                    status=stored.status,
+                    consecutive_failures=stored.consecutive_failures,
+                    disabled_reason=stored.disabled_reason,
+                )
+                if entry.run is not None:
+                    continue
+                if self._schedulable(entry):
+                    due = self._fresh_due(entry, now, recompute=False)
+                    self._set_due(entry, due, entry.scheduled_for or due)
+                else:
+                    self._set_due(entry, None, None)
+
+    def _detect_clock_jump(self, now: datetime, mono: float) -> None:
+        if self._last_wall is not None and self._last_mono is not None:
+            wall = (now - self._last_wall).total_seconds()
+            elapsed = mono - self._last_mono
+            if abs(wall - elapsed) > _CLOCK_JUMP_TOLERANCE:
+                self.log.warning(
+                    "wall clock jumped by %.1f s (suspend/resume or a clock change); "
+                    "re-evaluating every schedule",
+                    wall - elapsed,
+                )
+                self._reevaluate_after_jump(now)
+        self._last_wall, self._last_mono = now, mono
+
+    def _reevaluate_after_jump(self, now: datetime) -> None:
+        if self._status != "running":
+            return
+        for entry in self._entries.values():
+            if entry.run is not None or entry.due is None:
+                continue
+            cadence = entry.schedule.cadence
+            if isinstance(cadence, Interval) and cadence.anchor is None:
+                # elapsed-time semantics: a backwards step must not stretch the wait
+                limit = now + cadence.every
+                if entry.due > limit:
+                    self._set_due(entry, limit, limit)
+                    continue
+            if entry.due <= now:
+                self._set_due_with_catch_up(entry, entry.due, now)
+
+    # ------------------------------------------------------------------------------- store
+
+    def _transition(self, entry: _Entry, **changes: Any) -> None:
+        self._store_call(self.store.record_transition, entry.agent, entry.name, **changes)
+
+    def _append_run(self, record: RunRecord) -> None:
+        self._store_call(self.store.append_run, record)
+
+    def _write_intent(self, entry: _Entry, **changes: Any) -> None:
+        """A durable user-intent write; on failure keep it pending and tell the caller."""
+        try:
+            self.store.update_schedule_state(entry.agent, entry.name, **changes)
+        except StateError as exc:
+            self._state_error(exc, entry)
+            self._transition(entry, **changes)
+            raise StateError(
+                f"{entry.agent}/{entry.name}: the change applies in this process but is not "
+                f"durable yet ({exc}); it will be retried",
+                exc.path,
+                exc,
+            ) from exc
+
+    def _store_call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except Exception as exc:
+            self._state_error(exc)
+            return None
+
+    def _flush_if_due(self, mono: float) -> None:
+        deadline = self._store_retry_at or self.store.flush_deadline()
+        if deadline is None or mono < deadline:
+            return
+        try:
+            self.store.flush()
+            self._store_retry_at = None
+        except Exception as exc:
+            self._store_retry_at = mono + _STORE_RETRY
+            self._state_error(exc)
+
+    def _flush_quietly(self) -> None:
+        try:
+            self.store.flush()
+        except Exception as exc:
+            self._state_error(exc)
+
+    def _state_error(self, exc: BaseException, entry: _Entry | None = None) -> None:
+        self.log.error("state store error: %s", exc)
+        self._emit(
+            ev.StateErrorOccurred(
+                at=self.clock.now(),
+                error=str(exc),
+                agent=entry.agent if entry else None,
+                schedule=entry.name if entry else None,
+            )
+        )
+
+    def _save_definition(self, agent: str, name: str, schedule: Schedule) -> None:
+        from herdsched.config import schedule_to_mapping
+
+        self.store.save_definition(agent, name, schedule_to_mapping(schedule))
+
+    def _definitions_for(self, agent: str) -> dict[str, Schedule]:
+        try:
+            raw = self.store.load_definitions().get(agent, {})
+        except Exception as exc:
+            self._state_error(exc)
+            return {}
+        if not raw:
+            return {}
+        from herdsched.config import schedule_from_mapping
+
+        loaded: dict[str, Schedule] = {}
+        for name, mapping in raw.items():
+            try:
+                loaded[name] = schedule_from_mapping(mapping)
+            except Exception:
+                self.log.exception("stored definition %s/%s is invalid; skipped", agent, name)
+        return loaded
+
+    # ------------------------------------------------------------------------------ helpers
+
+    def _require_agent(self, name: str) -> Agent:
+        agent = self._agents.get(name)
+        if agent is None:
+            raise AgentNotFoundError(name)
+        return agent
+
+    def _require_entry(self, agent: str, name: str) -> _Entry:
+        self._require_agent(agent)
+        entry = self._entries.get((agent, name))
+        if entry is None:
+            raise ScheduleNotFoundError(agent, name)
+        return entry
+
+    def _targets(self, agent: str, schedule: str | None, owner: str | None) -> list[_Entry]:
+        with self._lock:
+            if schedule is not None:
+                entries = [self._require_entry(agent, schedule)]
+            else:
+                self._require_agent(agent)
+                entries = [
+                    e
+                    for e in self._entries.values()
+                    if e.agent == agent and e.name in self._agents[agent].schedules
+                ]
+            for entry in entries:
+                self._check_owner(entry, owner)
+            return entries
+
+    def _check_owner(self, entry: _Entry, owner: str | None) -> None:
+        if owner is not None and entry.schedule.owner != owner:
+            raise UnauthorizedError(
+                f"{entry.agent}/{entry.name} is not owned by {owner!r}", owner=owner
+            )
+
+    def _check_owner_limit(self, owner: str | None) -> None:
+        limit = self.max_schedules_per_owner
+        if owner is None or limit is None:
+            return
+        count = sum(1 for e in self._entries.values() if e.schedule.owner == owner)
+        if count >= limit:
+            raise LimitExceededError(
+                f"owner {owner!r} already has {count} schedules (limit {limit})",
+                limit=limit,
+                owner=owner,
+            )
+
+    def _validate_new_schedule(
+        self, agent: str, name: str, schedule: Schedule, *, runtime: bool = True
+    ) -> None:
+        cadence = schedule.cadence
+        where = f"{agent}/{name}"
+        if isinstance(cadence, Interval) and cadence.every < self.min_interval:
+            raise InvalidScheduleError(
+                f"{where}: interval {cadence.every} is shorter than min_interval "
+                f"{self.min_interval}",
+                field="interval",
+                value=cadence.every,
+            )
+        if isinstance(cadence, Cron) and self.min_interval > timedelta(0):
+            reference = to_utc(datetime(2026, 1, 5))
+            first = cadence.first_due(reference, self.timezone)
+            assert first is not None
+            second = cadence.next_due(slot=first, finished_at=first, now=first, zone=self.timezone)
+            if second is not None and second - first < self.min_interval:
+                raise InvalidScheduleError(
+                    f"{where}: cron {cadence.expression.source!r} fires every {second - first}, "
+                    f"more often than min_interval {self.min_interval}",
+                    field="cron",
+                    value=cadence.expression.source,
+                )
+        if runtime and isinstance(cadence, Once) and cadence.at <= self.clock.now():
+            state = self.store.get_schedule_state(agent, name)
+            if state.last_run_at is None and state.status is not Status.COMPLETED:
+                raise InvalidScheduleError(
+                    f"{where}: once time {cadence.at.isoformat()} has already passed",
+                    field="at",
+                    value=cadence.at,
+                )
+        agent_obj = self._agents.get(agent)
+        agent_job = agent_obj.job if agent_obj is not None else None
+        if schedule.job is None and agent_job is None and self.on_trigger is None:
+            raise InvalidScheduleError(
+                f"{where}: nothing to run: give the schedule or agent a job, or the scheduler "
+                "an on_trigger callback",
+                field="job",
+            )
+        if schedule.work_source is not None and schedule.work_source not in self.work_sources:
+            known = ", ".join(sorted(self.work_sources)) or "none registered"
+            raise InvalidScheduleError(
+                f"{where}: unknown work source {schedule.work_source!r} ({known})",
+                field="work_source",
+                value=schedule.work_source,
+            )
+
+    def _apply_changes(self, schedule: Schedule, changes: dict[str, Any]) -> Schedule:
+        cadence_keys = {
+            "interval",
+            "cron",
+            "at",
+            "timezone",
+            "anchor",
+            "start_at",
+            "jitter_percent",
+        }
+        cadence_changes = {k: changes.pop(k) for k in list(changes) if k in cadence_keys}
+        if "type" in changes:
+            raise InvalidScheduleError(
+                "the type of a schedule cannot change; remove it and add a new one",
+                field="type",
+            )
+        try:
+            updated = schedule.with_changes(**changes)
+        except TypeError as exc:
+            raise InvalidScheduleError(f"unknown schedule field: {exc}", cause=exc) from exc
+        if not cadence_changes:
+            return updated
+        cadence = schedule.cadence
+        try:
+            if isinstance(cadence, Interval):
+                new_cadence: Any = Interval(
+                    cadence_changes.get("interval", cadence.every),
+                    anchor=cadence_changes.get("anchor", cadence.anchor),
+                    start_at=cadence_changes.get("start_at", cadence.start_at),
+                    jitter_percent=cadence_changes.get("jitter_percent", cadence.jitter_percent),
+                )
+            elif isinstance(cadence, Cron):
+                new_cadence = Cron(
+                    cadence_changes.get("cron", cadence.expression),
+                    timezone=cadence_changes.get("timezone", cadence.timezone),
+                )
+            elif isinstance(cadence, Once):
+                new_cadence = Once(cadence_changes.get("at", cadence.at))
+            else:
+                raise InvalidScheduleError(
+                    f"a {schedule.type} schedule has no cadence to change",
+                    field=next(iter(cadence_changes)),
+                )
+        except InvalidScheduleError:
+            raise
+        except ValueError as exc:
+            raise InvalidScheduleError(
+                str(exc), field=next(iter(cadence_changes)), cause=exc
+            ) from exc
+        unknown = set(cadence_changes) - _CADENCE_FIELDS[type(cadence)]
+        if unknown:
+            raise InvalidScheduleError(
+                f"a {schedule.type} schedule has no field {sorted(unknown)[0]!r}",
+                field=sorted(unknown)[0],
+            )
+        return updated.with_changes(cadence=new_cadence)
+
+    def _job_for(self, entry: _Entry) -> JobFunc | None:
+        return entry.schedule.job or self._agents[entry.agent].job or self.on_trigger
+
+    def _agent_running(self, agent: str) -> int:
+        return sum(1 for run in self._running.values() if run.agent == agent)
+
+    def _at_capacity(self, agent: Agent) -> bool:
+        if self._agent_running(agent.name) >= agent.max_concurrent:
+            return True
+        return self.max_total_concurrent is not None and len(self._running) >= (
+            self.max_total_concurrent
+        )
+
+    def _schedule_status(self, entry: _Entry, now: datetime) -> ScheduleStatus:
+        state = entry.state
+        reason = self._skip_reason(entry, now) if entry.agent in self._agents else None
+        if reason is SkipReason.NOT_DUE and entry.last_skip is SkipReason.NO_WORK:
+            reason = SkipReason.NO_WORK
+        return ScheduleStatus(
+            agent=entry.agent,
+            schedule=entry.name,
+            type=entry.schedule.type,
+            status=state.status,
+            enabled=entry.schedule.enabled,
+            next_run_at=entry.due if self._status == "running" else state.next_run_at,
+            last_run_at=state.last_run_at,
+            last_result=state.last_result,
+            last_error=state.last_error,
+            consecutive_failures=state.consecutive_failures,
+            running=1 if entry.run is not None else 0,
+            skip_reason=reason,
+            owner=entry.schedule.owner,
+            disabled_reason=state.disabled_reason,
+        )
+
+    def _wait_for_runs(self, timeout: float | None, *, exclude_current: bool) -> int:
+        me = threading.get_ident()
+
+        def others() -> int:
+            return sum(
+                1 for run in self._running.values() if not (exclude_current and run.thread_id == me)
+            )
+
+        with self._idle:
+            self._idle.wait_for(lambda: others() == 0, timeout)
+            return others()
+
+    def _count_other_runs(self) -> int:
+        me = threading.get_ident()
+        with self._lock:
+            return sum(1 for run in self._running.values() if run.thread_id != me)
+
+    def _changed(self) -> None:
+        """The plan changed: deliver queued events and wake the timer thread."""
+        self._drain_events()
+        self._wake.set()
+
+    def _emit(self, event: ev.Event) -> None:
+        """Deliver ``event`` to listeners, never while this thread holds the scheduler lock.
+
+        Events raised under the lock wait in a queue and go out when the lock is released, so
+        a listener may call any method, ``stop()`` included, without deadlocking.
+        """
+        with self._lock:
+            self._pending_events.append(event)
+        self._drain_events()
+
+    def _drain_events(self) -> None:
+        if self._lock._is_owned():  # type: ignore[attr-defined]
+            return
+        while True:
+            with self._lock:
+                if not self._pending_events:
+                    return
+                event = self._pending_events.pop(0)
+                listeners = list(self._listeners)
+            for callback, types in listeners:
+                if isinstance(event, types):
+                    self._safely(callback, event, what="listener")
+
+    def _safely(self, func: Callable[[Any], Any], arg: Any, *, what: str) -> bool:
+        try:
+            func(arg)
+        except Exception:
+            self.log.exception("%s %r raised; ignored", what, func)
+            return False
+        return True
+
+
+_CADENCE_FIELDS: dict[type, set[str]] = {
+    Interval: {"interval", "anchor", "start_at", "jitter_percent"},
+    Cron: {"cron", "timezone"},
+    Once: {"at"},
+}
+
+
+def _cadence_opts(options: dict[str, Any]) -> dict[str, Any]:
+    return dict(options)
+
+
+def _skipped(reason: SkipReason, error: str) -> TriggerResult:
+    return TriggerResult(success=False, error=error, skipped=True, skip_reason=reason)

@@ -1,0 +1,53 @@
+"""Work sources: where an agent's schedule gets the next piece of work (an issue, a ticket...).
+
+A schedule with ``work_source="name"`` asks the source registered under that name for an item
+before each run; no item means nothing to do, and the run is skipped with ``no_work``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import attrs
+
+__all__ = ["WorkItem", "WorkOutcome", "WorkSource"]
+
+
+def _labels(value: Sequence[str] | None) -> tuple[str, ...]:
+    return tuple(value or ())
+
+
+@attrs.frozen(kw_only=True)
+class WorkItem:
+    """One claimable unit of work, as a work source describes it."""
+
+    id: str
+    title: str
+    description: str = ""
+    source: str = ""
+    external_id: str | None = None
+    priority: str | None = None
+    labels: tuple[str, ...] = attrs.field(default=(), converter=_labels)
+    url: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class WorkOutcome:
+    """What became of a claimed item: always reported back to its source."""
+
+    success: bool
+    summary: str | None = None
+    error: str | None = None
+    run_id: str | None = None
+
+
+@runtime_checkable
+class WorkSource(Protocol):
+    """Gives out work items and hears how they went."""
+
+    def get_next_work_item(self, agent: str, schedule: str) -> WorkItem | None:
+        """Claim the next item for this agent/schedule, or None when there is nothing to do."""
+
+    def report_outcome(self, item: WorkItem, outcome: WorkOutcome) -> None:
+        """Record the result of working on ``item``."""
