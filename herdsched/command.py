@@ -1,0 +1,225 @@
+"""Command jobs: run an external program as a schedule's job.
+
+:class:`CommandJob` is a callable usable wherever a job goes (``Agent(job=...)``,
+``Schedule(job=...)``, ``command:`` in a fleet file). Each run starts the program without a
+shell, in a process group of its own, writes the prompt to its stdin and describes the run in
+environment variables:
+
+``HERDSCHED_AGENT``, ``HERDSCHED_SCHEDULE``, ``HERDSCHED_RUN_ID``, ``HERDSCHED_SESSION_ID``
+(empty when there is none), ``HERDSCHED_PROMPT``, ``HERDSCHED_TRIGGER_TYPE``.
+
+Its stdout becomes the run's output. A non-zero exit raises :class:`CommandError` whose message
+holds the exit code and the tail of stderr. Threads cannot be killed, but processes can: when
+the scheduler sets the run's ``cancel_event`` (timeout, shutdown) the whole process group gets
+SIGTERM, then SIGKILL after ``kill_grace`` seconds, so grandchildren die too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from herdsched.errors import SchedulerError
+from herdsched.models import JobResult, TriggerInfo
+
+__all__ = ["CommandError", "CommandJob"]
+
+logger = logging.getLogger("herdsched")
+
+#: How often a running command checks the run's cancel event (seconds).
+_POLL_SECONDS = 0.1
+#: How much of stderr an error message quotes.
+_TAIL_LINES = 20
+_TAIL_CHARS = 2000
+
+
+class CommandError(SchedulerError):
+    """A command job failed: it exited non-zero, could not start, or was cancelled.
+
+    ``returncode`` is the exit code (negative: killed by that signal; ``None``: never started),
+    ``stderr_tail`` the last lines of its stderr, ``stdout`` everything it printed.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        argv: Sequence[str],
+        *,
+        returncode: int | None = None,
+        stdout: str = "",
+        stderr_tail: str = "",
+        cancelled: bool = False,
+        cause: BaseException | None = None,
+    ) -> None:
+        super().__init__(message, cause)
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr_tail = stderr_tail
+        self.cancelled = cancelled
+
+
+def _tail(text: str) -> str:
+    lines = text.rstrip().splitlines()[-_TAIL_LINES:]
+    tail = "\n".join(lines)
+    return tail[-_TAIL_CHARS:]
+
+
+def _to_argv(argv: Sequence[str] | str) -> tuple[str, ...]:
+    if isinstance(argv, str):
+        try:
+            parts = shlex.split(argv)
+        except ValueError as exc:
+            raise ValueError(f"cannot split command {argv!r}: {exc}") from exc
+    elif isinstance(argv, Sequence):
+        parts = list(argv)
+    else:
+        raise ValueError(f"command must be a list of arguments or a string, got {argv!r}")
+    if not parts:
+        raise ValueError("command cannot be empty")
+    for part in parts:
+        if not isinstance(part, str):
+            raise ValueError(f"command arguments must be strings, got {part!r} in {argv!r}")
+    return tuple(parts)
+
+
+class CommandJob:
+    """A job that runs ``argv`` (a list, or a string split like a shell would, without one).
+
+    ``cwd`` is the working directory (default: the current one), ``env`` extra environment
+    variables on top of this process's environment. ``kill_grace`` is how long a cancelled
+    command gets between SIGTERM and SIGKILL.
+    """
+
+    def __init__(
+        self,
+        argv: Sequence[str] | str,
+        *,
+        cwd: str | Path | None = None,
+        env: Mapping[str, str] | None = None,
+        kill_grace: float = 5.0,
+    ) -> None:
+        self.argv = _to_argv(argv)
+        self.cwd = Path(cwd) if cwd is not None else None
+        self.env = dict(env or {})
+        for key, value in self.env.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise ValueError(f"env entries must be strings, got {key!r}: {value!r}")
+        if kill_grace < 0:
+            raise ValueError(f"kill_grace must be >= 0, got {kill_grace!r}")
+        self.kill_grace = kill_grace
+
+    def __repr__(self) -> str:
+        return f"CommandJob({shlex.join(self.argv)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CommandJob):
+            return NotImplemented
+        return (self.argv, self.cwd, self.env) == (other.argv, other.cwd, other.env)
+
+    def __hash__(self) -> int:
+        return hash((self.argv, self.cwd))
+
+    def environment(self, info: TriggerInfo) -> dict[str, str]:
+        """The environment of one run: ours, ``env``, then the ``HERDSCHED_*`` variables."""
+        env = {**os.environ, **self.env}
+        env.update(
+            HERDSCHED_AGENT=info.agent,
+            HERDSCHED_SCHEDULE=info.schedule,
+            HERDSCHED_RUN_ID=info.run_id,
+            HERDSCHED_SESSION_ID=info.session_id or "",
+            HERDSCHED_PROMPT=info.prompt,
+            HERDSCHED_TRIGGER_TYPE=str(info.trigger_type),
+        )
+        return env
+
+    def __call__(self, info: TriggerInfo) -> JobResult:
+        """Run the command once for ``info``; its stdout is the output."""
+        command = shlex.join(self.argv)
+        try:
+            process = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=self.cwd,
+                env=self.environment(info),
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise CommandError(
+                f"command {command!r} could not start: {exc}", self.argv, cause=exc
+            ) from exc
+        logger.debug("run %s: started %s (pid %d)", info.run_id, command, process.pid)
+        stdout, stderr, cancelled = self._communicate(process, info)
+        out = stdout.decode("utf-8", errors="replace")
+        err = stderr.decode("utf-8", errors="replace")
+        code = process.returncode
+        tail = _tail(err)
+        if cancelled:
+            raise CommandError(
+                f"command {command!r} was cancelled; its process group was killed "
+                f"(exit code {code})" + (f"; stderr:\n{tail}" if tail else ""),
+                self.argv,
+                returncode=code,
+                stdout=out,
+                stderr_tail=tail,
+                cancelled=True,
+            )
+        if code != 0:
+            how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            raise CommandError(
+                f"command {command!r} {how}" + (f"; stderr:\n{tail}" if tail else "; no stderr"),
+                self.argv,
+                returncode=code,
+                stdout=out,
+                stderr_tail=tail,
+            )
+        if tail:
+            logger.debug("run %s: %s wrote to stderr: %s", info.run_id, command, tail)
+        return JobResult(output=out)
+
+    def _communicate(
+        self, process: subprocess.Popen[bytes], info: TriggerInfo
+    ) -> tuple[bytes, bytes, bool]:
+        """Feed the prompt, collect the output, and kill the group if the run is cancelled."""
+        payload: bytes | None = info.prompt.encode("utf-8")
+        cancelled = False
+        while True:
+            try:
+                stdout, stderr = process.communicate(payload, timeout=_POLL_SECONDS)
+                return stdout, stderr, cancelled
+            except subprocess.TimeoutExpired:
+                payload = None  # already handed over; a retry must not send it again
+            if not cancelled and info.cancel_event.is_set():
+                cancelled = True
+                logger.info(
+                    "run %s: cancelled; stopping process group %d", info.run_id, process.pid
+                )
+                self._kill_group(process)
+
+    def _kill_group(self, process: subprocess.Popen[bytes]) -> None:
+        """SIGTERM the process group, then SIGKILL it if the leader outlives ``kill_grace``."""
+        _signal_group(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.kill_grace
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                break
+            time.sleep(0.02)
+        # Also reaps children that ignored SIGTERM after the leader exited.
+        _signal_group(process.pid, signal.SIGKILL)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass  # the whole group is gone already
+    except PermissionError:  # pragma: no cover - a reused id owned by someone else
+        logger.warning("cannot signal process group %d: permission denied", pgid)
