@@ -1078,7 +1078,7 @@ class ThreadedScheduler:
         failures = state.consecutive_failures
         status = state.status if state.status is not Status.RUNNING else Status.IDLE
         disabled_reason = None
-        normal = self._next_after_run(entry, run, now)
+        normal, slot = self._next_after_run(entry, run, now)
         if outcome.status is RunStatus.SUCCESS:
             failures = 0
             due = normal
@@ -1123,7 +1123,7 @@ class ThreadedScheduler:
             session_id=session_id,
             disabled_reason=disabled_reason if disabled_reason else state.disabled_reason,
         )
-        self._set_due(entry, due, due, push=False)
+        self._set_due(entry, due, slot if due == normal else due, push=False)
         self._transition(
             entry,
             status=status,
@@ -1153,11 +1153,13 @@ class ThreadedScheduler:
         )
         return record, disabled_reason
 
-    def _next_after_run(self, entry: _Entry, run: Run, now: datetime) -> datetime | None:
-        """The normal next due time after a run, with the overlap rule for cron/once."""
+    def _next_after_run(
+        self, entry: _Entry, run: Run, now: datetime
+    ) -> tuple[datetime | None, datetime | None]:
+        """The normal next due time after a run and the slot it stands for (overlap rule)."""
         cadence = entry.schedule.cadence
         if cadence is None:
-            return None
+            return None, None
         if isinstance(cadence, Interval):
             due = cadence.next_due(
                 slot=run.scheduled_for or now,
@@ -1169,7 +1171,7 @@ class ThreadedScheduler:
             if due is not None and cadence.jitter_percent == 0 and self.jitter_percent:
                 fraction = self._rng.uniform(0, self.jitter_percent / 100)
                 due += cadence.every * fraction
-            return due
+            return due, due
         if run.trigger_type is TriggerType.MANUAL:
             planned = entry.scheduled_for if entry.due is not None else None
             if planned is None:
@@ -1181,7 +1183,8 @@ class ThreadedScheduler:
         if missed and planned is not None:
             self._record_missed(entry, planned)
             due = cadence.first_due(now, self.timezone) if isinstance(cadence, Cron) else None
-        return due
+            return due, due
+        return due, planned
 
     def _no_work_due(
         self, entry: _Entry, now: datetime, normal: datetime | None
@@ -1429,7 +1432,10 @@ class ThreadedScheduler:
         entry.version += 1
         entry.due = due
         entry.scheduled_for = scheduled_for if due is not None else None
-        if due != entry.state.next_run_at:
+        parked = due is None and (
+            not entry.schedule.enabled or entry.state.status in (Status.PAUSED, Status.DISABLED)
+        )  # a paused or disabled schedule keeps its planned time for when it resumes
+        if due != entry.state.next_run_at and not parked:
             entry.state = attrs.evolve(entry.state, next_run_at=due)
             self._transition(entry, next_run_at=due)
         if push and due is not None and entry.run is None:

@@ -1,0 +1,603 @@
+"""The run rules of ARCHITECTURE §3 through a real ThreadedScheduler driven by a FakeClock."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from scheduler_helpers import T0, Recorder, running, step
+
+from herdsched import (
+    Agent,
+    Deferred,
+    InvalidScheduleError,
+    JobMissed,
+    JobSucceeded,
+    RunStatus,
+    Schedule,
+    ScheduleDisabled,
+    SkipReason,
+    Status,
+    TriggerType,
+)
+from herdsched.store import MemoryStateStore
+from herdsched.testing import FakeClock
+
+M = timedelta(minutes=1)
+S = timedelta(seconds=1)
+
+
+def state(sched, agent: str = "a", schedule: str = "s"):  # type: ignore[no-untyped-def]
+    return sched.store.get_schedule_state(agent, schedule)
+
+
+def test_interval_is_measured_from_completion_the_ten_minute_job() -> None:
+    with running() as (sched, clock):
+        job = Recorder(lambda info: clock.advance("10m"))  # the job "takes" ten minutes
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("5m")}))
+        sched.start()
+        step(sched)
+        assert job.slots() == [T0]
+        assert state(sched).last_finished_at == T0 + 10 * M
+        assert state(sched).next_run_at == T0 + 15 * M
+        step(sched, clock, "4m")  # T0+14m: not due yet
+        assert len(job.calls) == 1
+        step(sched, clock, "1m")  # T0+15m: due, 15 minutes after the first run began
+        assert job.slots() == [T0, T0 + 15 * M]
+
+
+def test_interval_with_start_at_and_anchor_grid() -> None:
+    with running() as (sched, clock):
+        job = Recorder()
+        sched.add_agent(
+            Agent(
+                "a",
+                job=job,
+                schedules={
+                    "later": Schedule.interval("1h", start_at=T0 + 30 * M),
+                    "grid": Schedule.interval("15m", anchor=T0 - 7 * M),
+                },
+            )
+        )
+        sched.start()
+        step(sched)
+        assert job.calls == []
+        assert state(sched, "a", "grid").next_run_at == T0 + 8 * M
+        step(sched, clock, "8m")
+        assert job.schedules() == ["grid"]
+        assert state(sched, "a", "grid").next_run_at == T0 + 23 * M
+        step(sched, clock, "22m")  # T0+30m: grid's T0+23m slot came due on the way
+        assert job.schedules() == ["grid", "grid", "later"]
+        assert state(sched, "a", "grid").next_run_at == T0 + 38 * M
+
+
+def test_cron_fires_on_each_slot_with_its_slot_time() -> None:
+    with running() as (sched, clock):
+        job = Recorder()
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.cron("*/10 * * * *")}))
+        sched.start()
+        step(sched)
+        assert job.calls == []
+        for _ in range(3):
+            step(sched, clock, "10m")
+        assert job.slots() == [T0 + 10 * M, T0 + 20 * M, T0 + 30 * M]
+        assert {c.trigger_type for c in job.calls} == {TriggerType.CRON}
+
+
+@pytest.mark.parametrize(
+    ("overlap", "expected_slots", "missed"),
+    [
+        ("skip", [T0 + M, T0 + 3 * M], [T0 + 2 * M]),
+        ("buffer_one", [T0 + M, T0 + 2 * M], []),
+    ],
+)
+def test_cron_overlap_policies(overlap: str, expected_slots: list, missed: list) -> None:
+    with running() as (sched, clock):
+        missed_events: list[JobMissed] = []
+        sched.add_listener(missed_events.append, JobMissed)
+        first = threading.Event()
+
+        def slow_once(info):  # type: ignore[no-untyped-def]
+            if not first.is_set():
+                first.set()
+                clock.advance(timedelta(seconds=90))  # outlives the next slot
+
+        job = Recorder(slow_once)
+        sched.add_agent(
+            Agent("a", job=job, schedules={"s": Schedule.cron("* * * * *", overlap=overlap)})
+        )
+        sched.start()
+        step(sched, clock, "1m")  # T0+1m fires, finishes at T0+2m30s
+        step(sched)  # buffer_one: runs right away
+        if overlap == "skip":
+            assert state(sched).next_run_at == T0 + 3 * M
+            step(sched, clock, timedelta(seconds=30))  # T0+3m
+        assert job.slots()[:2] == expected_slots
+        assert [e.scheduled_for for e in missed_events] == missed
+        records = sched.history("a", "s")
+        assert [r.scheduled_for for r in records if r.status is RunStatus.MISSED] == missed
+
+
+def test_once_fires_once_then_completed_and_past_once_is_refused() -> None:
+    with running() as (sched, clock):
+        job = Recorder()
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.once(T0 + 5 * M)}))
+        sched.start()
+        step(sched, clock, "5m")
+        step(sched, clock, "1h")
+        assert job.slots() == [T0 + 5 * M]
+        assert state(sched).status is Status.COMPLETED
+        assert state(sched).next_run_at is None
+        with pytest.raises(InvalidScheduleError, match="has already passed") as info:
+            sched.add_schedule("a", "old", Schedule.once(T0))
+        assert info.value.field == "at"
+
+
+def test_once_failure_also_completes() -> None:
+    with running() as (sched, clock):
+        job = Recorder(lambda info: 1 / 0)
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.once(T0 + M)}))
+        sched.start()
+        step(sched, clock, "1m")
+        step(sched, clock, "2h")
+        assert len(job.calls) == 1
+        assert state(sched).status is Status.COMPLETED
+        assert state(sched).last_result is RunStatus.FAILED
+
+
+def test_failure_ladder_then_auto_disable_then_resume() -> None:
+    with running(max_consecutive_failures=3) as (sched, clock):
+        disabled: list[ScheduleDisabled] = []
+        sched.add_listener(disabled.append, ScheduleDisabled)
+        job = Recorder(lambda info: (_ for _ in ()).throw(RuntimeError("boom")))
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("10s")}))
+        sched.start()
+        step(sched)
+        # failure 1 at T0: next = max(T0+10s, T0+30s)
+        assert state(sched).consecutive_failures == 1
+        assert state(sched).next_run_at == T0 + 30 * S
+        assert state(sched).last_error == "RuntimeError: boom"
+        step(sched, clock, "30s")
+        assert state(sched).next_run_at == T0 + 30 * S + M  # rung 2: one minute
+        step(sched, clock, "1m")
+        assert state(sched).status is Status.DISABLED
+        assert "3 consecutive failures" in (state(sched).disabled_reason or "")
+        assert "RuntimeError: boom" in (state(sched).disabled_reason or "")
+        assert [e.schedule for e in disabled] == ["s"]
+        step(sched, clock, "2h")
+        assert len(job.calls) == 3  # disabled: nothing more
+        status = sched.get_status().schedules[0]
+        assert status.skip_reason is SkipReason.DISABLED
+        job.action = None
+        sched.resume("a", "s")
+        assert state(sched).consecutive_failures == 0
+        assert state(sched).status is Status.IDLE
+        step(sched)
+        assert len(job.calls) == 4
+        assert state(sched).last_result is RunStatus.SUCCESS
+
+
+def test_success_resets_failure_count_and_auto_disable_can_be_off() -> None:
+    outcomes = iter([RuntimeError("x"), RuntimeError("y"), None] + [RuntimeError("z")] * 8)
+
+    def flaky(info):  # type: ignore[no-untyped-def]
+        error = next(outcomes)
+        if error:
+            raise error
+        return "fine"
+
+    with running(max_consecutive_failures=None, backoff=["1s"]) as (sched, clock):
+        sched.add_agent(Agent("a", job=flaky, schedules={"s": Schedule.interval("5s")}))
+        sched.start()
+        step(sched)
+        step(sched, clock, "5s")
+        assert state(sched).consecutive_failures == 2
+        step(sched, clock, "5s")
+        assert state(sched).consecutive_failures == 0
+        for _ in range(8):
+            step(sched, clock, "5s")
+        assert state(sched).consecutive_failures == 8
+        assert state(sched).status is Status.IDLE
+
+
+def test_deferred_moves_next_run_without_counting_a_failure() -> None:
+    with running() as (sched, _clock):
+        job = Recorder(lambda info: (_ for _ in ()).throw(Deferred("2m", "session busy")))
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
+        sched.start()
+        step(sched)
+        assert state(sched).last_result is RunStatus.DEFERRED
+        assert state(sched).consecutive_failures == 0
+        assert state(sched).next_run_at == T0 + 2 * M
+        assert sched.history("a", "s")[0].error == "session busy"
+
+
+def test_timeout_sets_cancel_event_records_timeout_and_frees_slot_when_thread_ends() -> None:
+    with running() as (sched, clock):
+        saw_cancel = threading.Event()
+        release = threading.Event()
+
+        def stubborn(info):  # type: ignore[no-untyped-def]
+            if info.cancel_event.wait(10):
+                saw_cancel.set()
+            release.wait(10)
+
+        sched.add_agent(
+            Agent("a", job=stubborn, schedules={"s": Schedule.interval("1h", timeout="30s")})
+        )
+        sched.start()
+        sched.run_pending()
+        clock.advance("31s")
+        sched.run_pending()
+        assert saw_cancel.wait(5)
+        assert state(sched).last_result is RunStatus.TIMEOUT
+        assert state(sched).consecutive_failures == 1
+        assert sched.get_running_job_count("a") == 1  # the thread has not returned yet
+        release.set()
+        assert sched.wait_until_idle(5)
+        assert sched.get_running_job_count("a") == 0
+        records = sched.history("a", "s")
+        assert [r.status for r in records] == [RunStatus.TIMEOUT]
+
+
+def test_at_capacity_waits_in_due_order_and_fires_when_a_slot_frees() -> None:
+    gate = threading.Event()
+    order: list[str] = []
+
+    def job(info):  # type: ignore[no-untyped-def]
+        order.append(info.schedule)
+        if info.schedule == "first":
+            gate.wait(10)
+
+    with running() as (sched, clock):
+        sched.add_agent(
+            Agent(
+                "a",
+                job=job,
+                max_concurrent=1,
+                schedules={
+                    "first": Schedule.interval("1h", start_at=T0),
+                    "third": Schedule.interval("1h", start_at=T0 + 2 * S),
+                    "second": Schedule.interval("1h", start_at=T0 + S),
+                },
+            )
+        )
+        sched.start()
+        sched.run_pending()
+        clock.advance("5s")
+        sched.run_pending()
+        statuses = {s.schedule: s.skip_reason for s in sched.get_status().schedules}
+        assert statuses["second"] is SkipReason.AT_CAPACITY
+        assert statuses["first"] is SkipReason.ALREADY_RUNNING
+        assert sched.get_running_job_count("a") == 1
+        gate.set()
+        for _ in range(5):
+            sched.run_pending()
+            sched.wait_until_idle(5)
+        assert order == ["first", "second", "third"]
+
+
+def test_max_total_concurrent_caps_all_agents() -> None:
+    gate = threading.Event()
+    with running(max_total_concurrent=1) as (sched, _clock):
+        job = Recorder(lambda info: gate.wait(10))
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
+        sched.add_agent(Agent("b", job=job, schedules={"s": Schedule.interval("1h")}))
+        sched.start()
+        sched.run_pending()
+        assert sched.get_total_running_job_count() == 1
+        gate.set()
+        step(sched)
+        assert sorted(c.agent for c in job.calls) == ["a", "b"]
+
+
+def test_pause_resume_and_trigger_on_paused_schedule() -> None:
+    with running() as (sched, clock):
+        job = Recorder()
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("5m")}))
+        sched.start()
+        step(sched)
+        sched.pause("a", "s")
+        assert state(sched).status is Status.PAUSED
+        step(sched, clock, "1h")
+        assert len(job.calls) == 1
+        result = sched.trigger("a", "s", wait=True, prompt="now please")
+        assert result.success and result.run_id
+        assert job.calls[-1].trigger_type is TriggerType.MANUAL
+        assert job.calls[-1].prompt == "now please"
+        assert state(sched).status is Status.PAUSED  # a manual run does not unpause
+        sched.resume("a", "s")
+        step(sched)  # overdue while paused: runs once now
+        assert len(job.calls) == 3
+        step(sched)
+        assert len(job.calls) == 3
+
+
+def test_trigger_refuses_running_and_full_agents_unless_bypassed() -> None:
+    gate = threading.Event()
+    with running() as (sched, _clock):
+        job = Recorder(lambda info: gate.wait(10))
+        sched.add_agent(
+            Agent(
+                "a",
+                job=job,
+                max_concurrent=1,
+                schedules={"s": Schedule.manual(), "t": Schedule.manual()},
+            )
+        )
+        sched.start()
+        assert sched.trigger("a", "s").success
+        again = sched.trigger("a", "s")
+        assert (again.success, again.skip_reason) == (False, SkipReason.ALREADY_RUNNING)
+        full = sched.trigger("a", "t")
+        assert (full.success, full.skip_reason) == (False, SkipReason.AT_CAPACITY)
+        assert sched.trigger("a", "t", bypass_concurrency=True).success
+        assert sched.get_running_job_count("a") == 2
+        gate.set()
+        assert sched.wait_until_idle(5)
+        adhoc = sched.trigger("a", wait=True)
+        assert adhoc.success
+        assert sched.history("a", "manual")[0].status is RunStatus.SUCCESS
+
+
+def test_manual_types_never_fire_on_the_timer() -> None:
+    with running() as (sched, clock):
+        job = Recorder()
+        sched.add_agent(
+            Agent("a", job=job, schedules={"w": Schedule.webhook(), "c": Schedule.chat()})
+        )
+        sched.start()
+        step(sched, clock, "1d")
+        assert job.calls == []
+        reasons = {s.schedule: s.skip_reason for s in sched.get_status().schedules}
+        assert reasons == {"w": SkipReason.UNSUPPORTED_TYPE, "c": SkipReason.UNSUPPORTED_TYPE}
+
+
+def test_disabled_in_config_never_fires() -> None:
+    with running() as (sched, clock):
+        job = Recorder()
+        sched.add_agent(
+            Agent("a", job=job, schedules={"s": Schedule.interval("1m", enabled=False)})
+        )
+        sched.start()
+        step(sched, clock, "1h")
+        assert job.calls == []
+
+
+def test_raising_job_does_not_disturb_other_schedules() -> None:
+    with running() as (sched, clock):
+        good = Recorder()
+        sched.add_agent(Agent("bad", job=lambda i: 1 / 0, schedules={"s": Schedule.interval("1m")}))
+        sched.add_agent(Agent("good", job=good, schedules={"s": Schedule.interval("1m")}))
+        sched.start()
+        step(sched)
+        for _ in range(3):
+            step(sched, clock, "1m")
+        assert len(good.calls) == 4
+
+
+def test_restart_recovery_interrupted_and_catch_up_once() -> None:
+    store = MemoryStateStore()
+    clock = FakeClock(T0)
+    job = Recorder()
+    agent = Agent(
+        "a",
+        job=job,
+        schedules={
+            "cron": Schedule.cron("*/5 * * * *"),
+            "was-running": Schedule.interval("1h"),
+        },
+    )
+    with running(store=store, clock=clock) as (sched, _):
+        sched.add_agent(agent)
+        sched.start()
+        step(sched, clock, "5m")
+        step(sched, clock, "5m")
+    assert job.slots().count(T0 + 10 * M) == 1
+    # A process died mid-run, and we were down for an hour.
+    store.update_schedule_state("a", "was-running", status="running", last_run_at=T0 + 10 * M)
+    clock.advance("1h")
+    job.calls.clear()
+    with running(store=store, clock=clock) as (sched, _):
+        sched.add_agent(agent)
+        sched.start()
+        step(sched)
+        assert job.schedules() == ["cron"]  # the missed cron fires exactly once
+        assert job.calls[0].scheduled_for == T0 + 15 * M  # the first missed slot
+        history = sched.history("a", "was-running")
+        assert [r.status for r in history] == [RunStatus.INTERRUPTED, RunStatus.SUCCESS]
+        assert history[0].started_at == T0 + 10 * M
+        assert store.get_schedule_state("a", "was-running").status is Status.IDLE
+        step(sched, clock, "1m")
+        assert job.schedules() == ["cron"]
+
+
+def test_restart_catch_up_skip_and_window_record_missed() -> None:
+    store = MemoryStateStore()
+    clock = FakeClock(T0)
+    job = Recorder()
+    agents = [
+        Agent("a", job=job, schedules={"skip": Schedule.cron("0 * * * *", catch_up="skip")}),
+        Agent("b", job=job, schedules={"old": Schedule.cron("0 * * * *")}),
+    ]
+    with running(store=store, clock=clock, catch_up_window="30m") as (sched, _):
+        for agent in agents:
+            sched.add_agent(agent)
+        sched.start()
+        step(sched)
+    clock.advance("3h")
+    with running(store=store, clock=clock, catch_up_window="30m") as (sched, _):
+        for agent in agents:
+            sched.add_agent(agent)
+        sched.start()
+        step(sched)
+        assert job.calls == []
+        for agent, name in (("a", "skip"), ("b", "old")):
+            records = sched.history(agent, name)
+            assert [r.status for r in records] == [RunStatus.MISSED]
+            assert store.get_schedule_state(agent, name).next_run_at == T0 + 4 * 60 * M
+
+
+def test_set_agents_keeps_persisted_next_run_pause_failures_and_disable() -> None:
+    with running(max_consecutive_failures=2) as (sched, _clock):
+        job = Recorder(lambda info: 1 / 0)
+        agent = Agent(
+            "a",
+            job=job,
+            schedules={"p": Schedule.interval("1h"), "f": Schedule.interval("1h")},
+        )
+        sched.add_agent(agent)
+        sched.start()
+        step(sched)
+        sched.pause("a", "p")
+        before = {n: state(sched, "a", n) for n in ("p", "f")}
+        sched.set_agents([agent])  # re-registering must not reset anything
+        after = {n: state(sched, "a", n) for n in ("p", "f")}
+        assert after == before
+        assert after["p"].status is Status.PAUSED
+        assert after["f"].consecutive_failures == 1
+        assert after["f"].next_run_at == T0 + 60 * M
+
+
+def test_update_schedule_recomputes_next_run_and_rejects_bad_changes() -> None:
+    with running() as (sched, clock):
+        job = Recorder()
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
+        sched.start()
+        step(sched)
+        assert state(sched).next_run_at == T0 + 60 * M
+        sched.update_schedule("a", "s", interval="10m", prompt="new")
+        assert state(sched).next_run_at == T0 + 10 * M
+        step(sched, clock, "10m")
+        assert job.calls[-1].prompt == "new"
+        with pytest.raises(InvalidScheduleError, match="Decimal"):
+            sched.update_schedule("a", "s", interval="1.5h")
+        with pytest.raises(InvalidScheduleError, match="no field 'cron'"):
+            sched.update_schedule("a", "s", cron="* * * * *")
+        with pytest.raises(InvalidScheduleError, match="type of a schedule cannot change"):
+            sched.update_schedule("a", "s", type="cron")
+
+
+def test_min_interval_and_missing_job_are_rejected_with_the_culprit_named() -> None:
+    with running(min_interval="1m") as (sched, _clock):
+        with pytest.raises(InvalidScheduleError, match="shorter than min_interval"):
+            sched.add_agent(Agent("a", job=print, schedules={"s": Schedule.interval("30s")}))
+        with pytest.raises(InvalidScheduleError, match=r"every 0:00:01.*min_interval"):
+            sched.add_agent(Agent("b", job=print, schedules={"s": Schedule.cron("* * * * * *")}))
+        with pytest.raises(InvalidScheduleError, match="c/s: nothing to run") as info:
+            sched.add_agent(Agent("c", schedules={"s": Schedule.interval("1h")}))
+        assert info.value.field == "job"
+        assert sched.get_status().schedules == []
+
+
+def test_on_trigger_is_the_fallback_job_and_scheduler_jitter_applies() -> None:
+    calls = Recorder()
+    with running(on_trigger=calls, jitter_percent=50) as (sched, _clock):
+        sched.add_agent(Agent("a", schedules={"s": Schedule.interval("10m")}))
+        sched.start()
+        step(sched)
+        next_run = state(sched).next_run_at
+        assert next_run is not None
+        assert T0 + 10 * M <= next_run <= T0 + 15 * M
+        assert len(calls.calls) == 1
+
+
+def test_listeners_get_typed_events_and_a_raising_listener_is_ignored() -> None:
+    with running() as (sched, _clock):
+        seen: list[object] = []
+        sched.add_listener(lambda e: (_ for _ in ()).throw(RuntimeError("bad listener")))
+        sched.add_listener(seen.append, JobSucceeded)
+        sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1m")}))
+        sched.start()
+        step(sched)
+        assert len(seen) == 1
+        assert isinstance(seen[0], JobSucceeded)
+        assert seen[0].record.status is RunStatus.SUCCESS
+
+
+def test_clock_jumps_are_detected_and_schedules_re_evaluated(caplog) -> None:  # type: ignore[no-untyped-def]
+    with running() as (sched, clock):
+        job = Recorder()
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("10m")}))
+        sched.start()
+        step(sched)
+        clock.jump_wall_clock(timedelta(hours=-2))  # the wall clock is set back two hours
+        sched.run_pending()
+        assert "wall clock jumped" in caplog.text
+        # elapsed-time semantics: still at most ten minutes away, not two hours ten
+        assert state(sched).next_run_at == clock.now() + 10 * M
+        clock.jump_wall_clock(timedelta(hours=5))
+        step(sched)
+        assert len(job.calls) == 2  # forward jump: overdue fires once, no storm
+
+
+def test_stop_is_idempotent_and_nothing_dispatches_after_it() -> None:
+    with running() as (sched, clock):
+        job = Recorder()
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1m")}))
+        sched.start()
+        sched.start()  # idempotent
+        step(sched)
+        sched.stop()
+        sched.stop()
+        assert sched.status == "stopped"
+        step(sched, clock, "1h")
+        assert len(job.calls) == 1
+        result = sched.trigger("a", "s")
+        assert (result.success, result.skip_reason) == (False, SkipReason.STOPPING)
+
+
+def test_stop_from_inside_a_job_and_from_a_listener_does_not_deadlock() -> None:
+    with running() as (sched, clock):
+        sched.add_agent(
+            Agent("a", job=lambda info: sched.stop(), schedules={"s": Schedule.interval("1m")})
+        )
+        sched.start()
+        sched.run_pending()
+        assert sched.wait_until_idle(5)
+        assert sched.status == "stopped"
+    with running() as (sched, _clock):
+        sched.add_listener(lambda e: sched.stop(), JobSucceeded)
+        sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1m")}))
+        sched.start()
+        step(sched)
+        assert sched.status == "stopped"
+
+
+def test_decorators_register_jobs() -> None:
+    with running() as (sched, clock):
+        calls: list[str] = []
+
+        @sched.every("30s", agent="triage")
+        def heartbeat(info):  # type: ignore[no-untyped-def]
+            calls.append(info.schedule)
+
+        @sched.cron("0 13 * * *", agent="triage", name="lunch")
+        def report(info):  # type: ignore[no-untyped-def]
+            calls.append(info.schedule)
+
+        @sched.once(T0 + M)
+        def migrate(info):  # type: ignore[no-untyped-def]
+            calls.append(info.schedule)
+
+        assert heartbeat.__name__ == "heartbeat"  # the function is returned unchanged
+        sched.start()
+        step(sched)
+        step(sched, clock, "1h")
+        assert sorted(set(calls)) == ["heartbeat", "lunch", "migrate"]
+        with pytest.raises(InvalidScheduleError, match="already exists"):
+            sched.every("1m", agent="triage", name="heartbeat")(print)
+
+
+def test_context_manager_and_status_reporting() -> None:
+    clock = FakeClock(T0)
+    from herdsched import ThreadedScheduler
+
+    with ThreadedScheduler(state_dir=None, clock=clock) as sched:
+        assert sched.is_running() and sched.is_leader
+        assert sched.get_state().status == "running"
+        assert "ThreadedScheduler running" in repr(sched)
+        assert "<table>" in sched._repr_html_()
+    assert sched.status == "stopped"
+    assert sched.get_state().check_count >= 1
