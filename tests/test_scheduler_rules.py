@@ -549,7 +549,7 @@ def test_stop_is_idempotent_and_nothing_dispatches_after_it() -> None:
 
 
 def test_stop_from_inside_a_job_and_from_a_listener_does_not_deadlock() -> None:
-    with running() as (sched, clock):
+    with running() as (sched, _clock):
         sched.add_agent(
             Agent("a", job=lambda info: sched.stop(), schedules={"s": Schedule.interval("1m")})
         )
@@ -595,6 +595,7 @@ def test_context_manager_and_status_reporting() -> None:
     from herdsched import ThreadedScheduler
 
     with ThreadedScheduler(state_dir=None, clock=clock) as sched:
+        sched.run_pending()
         assert sched.is_running() and sched.is_leader
         assert sched.get_state().status == "running"
         assert "ThreadedScheduler running" in repr(sched)
