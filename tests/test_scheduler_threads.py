@@ -1,0 +1,183 @@
+"""Real threads on the real clock: short intervals, generous bounds, no speed assertions."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from herdsched import (
+    Agent,
+    Schedule,
+    SchedulerShutdownError,
+    ThreadedScheduler,
+    TriggerInfo,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def make(**kwargs: object) -> ThreadedScheduler:
+    options: dict[str, object] = {"state_dir": None, "max_sleep": 0.5, "min_interval": 0}
+    options.update(kwargs)
+    return ThreadedScheduler(**options)  # type: ignore[arg-type]
+
+
+def test_the_timer_thread_fires_an_interval_repeatedly() -> None:
+    runs: list[float] = []
+    sched = make()
+    sched.add_agent(
+        Agent(
+            "a",
+            job=lambda info: runs.append(time.monotonic()),
+            schedules={"s": Schedule.interval(0.2)},
+        )
+    )
+    with sched:
+        deadline = time.monotonic() + 10
+        while len(runs) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert len(runs) >= 3
+    gaps = [b - a for a, b in itertools.pairwise(runs)]
+    assert all(gap >= 0.19 for gap in gaps)  # completion-based: never sooner than the interval
+
+
+def test_jobs_of_different_agents_run_in_parallel() -> None:
+    barrier = threading.Barrier(2, timeout=10)
+    results: list[str] = []
+
+    def job(info: TriggerInfo) -> str:
+        barrier.wait()  # only passes when both agents' jobs run at the same time
+        results.append(info.agent)
+        return "met"
+
+    sched = make()
+    for name in ("a", "b"):
+        sched.add_agent(Agent(name, job=job, schedules={"s": Schedule.interval("1h")}))
+    with sched:
+        assert sched.wait_until_idle(15)
+        time.sleep(0.1)
+        assert sched.wait_until_idle(15)
+    assert sorted(results) == ["a", "b"]
+    assert all(r.status == "success" for r in sched.history("a") + sched.history("b"))
+
+
+def test_max_concurrent_holds_and_waiting_schedules_fire_when_a_slot_frees() -> None:
+    lock = threading.Lock()
+    active = 0
+    peak = 0
+    done: list[str] = []
+
+    def job(info: TriggerInfo) -> None:
+        nonlocal active, peak
+        with lock:
+            active += 1
+            peak = max(peak, active)
+        time.sleep(0.2)
+        with lock:
+            active -= 1
+            done.append(info.schedule)
+
+    sched = make()
+    sched.add_agent(
+        Agent(
+            "a",
+            job=job,
+            max_concurrent=2,
+            schedules={f"s{i}": Schedule.interval("1h") for i in range(5)},
+        )
+    )
+    with sched:
+        deadline = time.monotonic() + 15
+        while len(done) < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert sorted(done) == [f"s{i}" for i in range(5)]
+    assert peak == 2
+
+
+def test_nothing_starts_after_stop_returns() -> None:
+    starts: list[float] = []
+    sched = make()
+    sched.add_agent(
+        Agent(
+            "a",
+            job=lambda info: starts.append(time.monotonic()),
+            max_concurrent=4,
+            schedules={f"s{i}": Schedule.interval(0.01) for i in range(4)},
+        )
+    )
+    sched.start()
+    time.sleep(0.3)
+    sched.stop()
+    stopped_at = time.monotonic()
+    count = len(starts)
+    time.sleep(0.3)
+    assert count > 0
+    assert len(starts) == count
+    assert all(start < stopped_at for start in starts)
+
+
+def test_a_hung_job_makes_stop_raise_at_its_timeout() -> None:
+    release = threading.Event()
+    started = threading.Event()
+
+    def hung(info: TriggerInfo) -> None:
+        started.set()
+        release.wait(30)
+
+    sched = make()
+    sched.add_agent(Agent("a", job=hung, schedules={"s": Schedule.interval("1h")}))
+    sched.start()
+    assert started.wait(10)
+    began = time.monotonic()
+    with pytest.raises(SchedulerShutdownError) as info:
+        sched.stop(timeout=0.5)
+    took = time.monotonic() - began
+    release.set()
+    assert info.value.timed_out is True
+    assert info.value.running_job_count == 1
+    assert 0.4 <= took < 5.0
+    assert sched.status == "stopped"
+
+
+def test_stop_without_waiting_leaves_the_job_running_and_records_it_later() -> None:
+    release = threading.Event()
+    started = threading.Event()
+
+    def job(info: TriggerInfo) -> str:
+        started.set()
+        release.wait(30)
+        return "late"
+
+    sched = make()
+    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
+    sched.start()
+    assert started.wait(10)
+    sched.stop(wait_for_jobs=False)
+    assert sched.status == "stopped"
+    release.set()
+    assert sched.wait_until_idle(10)
+    assert sched.history("a", "s")[0].output_summary == "late"
+
+
+def test_a_once_schedule_fires_at_its_time() -> None:
+    fired: list[datetime] = []
+    at = datetime.now(timezone.utc) + timedelta(milliseconds=400)
+    sched = make()
+    sched.add_agent(
+        Agent(
+            "a",
+            job=lambda info: fired.append(datetime.now(timezone.utc)),
+            schedules={"s": Schedule.once(at)},
+        )
+    )
+    with sched:
+        deadline = time.monotonic() + 10
+        while not fired and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+    assert len(fired) == 1
+    assert fired[0] >= at - timedelta(milliseconds=1)
