@@ -132,21 +132,32 @@ def execute_run(run: Run, *, clock: Clock, work_sources: Mapping[str, WorkSource
         return RunOutcome(
             status=RunStatus.SKIPPED, started_at=started, finished_at=clock.now(), no_work=True
         )
-    info = TriggerInfo(
-        agent=run.agent,
-        schedule=run.schedule_name,
-        prompt=_prompt(run, item, clock),
-        trigger_type=run.trigger_type,
-        scheduled_for=run.scheduled_for,
-        fired_at=run.fired_at,
-        run_id=run.run_id,
-        consecutive_failures=run.consecutive_failures,
-        session_id=run.session_id if run.schedule.persist_session else None,
-        work_item=item,
-        cancel_event=run.cancel_event,
-        metadata=dict(run.schedule.metadata),
-    )
-    outcome = _call_job(run, info, started, clock)
+    try:
+        info = TriggerInfo(
+            agent=run.agent,
+            schedule=run.schedule_name,
+            prompt=_prompt(run, item, clock),
+            trigger_type=run.trigger_type,
+            scheduled_for=run.scheduled_for,
+            fired_at=run.fired_at,
+            run_id=run.run_id,
+            consecutive_failures=run.consecutive_failures,
+            session_id=run.session_id if run.schedule.persist_session else None,
+            work_item=item,
+            cancel_event=run.cancel_event,
+            metadata=dict(run.schedule.metadata),
+        )
+        outcome = _call_job(run, info, started, clock)
+    except Exception as exc:  # the claimed item is still reported before the run fails
+        if item is not None and source is not None:
+            failed = RunOutcome(
+                status=RunStatus.FAILED,
+                started_at=started,
+                finished_at=clock.now(),
+                error=_describe(exc),
+            )
+            _report(source, item, failed, run)
+        raise
     if item is not None and source is not None:
         _report(source, item, outcome, run)
     return attrs.evolve(outcome, work_item_id=item.id if item else None)
@@ -184,7 +195,9 @@ def _call_job(run: Run, info: TriggerInfo, started: datetime, clock: Clock) -> R
                 defer_delay=exc.delay,
                 session_cleared=session_cleared,
             )
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit too: a job must never take its slot with it
+            if isinstance(exc, (KeyboardInterrupt, GeneratorExit)):
+                raise
             _log.warning("job of %s/%s failed: %s", run.agent, run.schedule_name, _describe(exc))
             return RunOutcome(
                 status=RunStatus.FAILED,
@@ -204,11 +217,19 @@ def _call_job(run: Run, info: TriggerInfo, started: datetime, clock: Clock) -> R
 
 
 def _report(source: WorkSource, item: WorkItem, outcome: RunOutcome, run: Run) -> None:
-    success = outcome.status is RunStatus.SUCCESS
+    """Tell ``source`` how ``item`` went; a source that raises is logged, never fatal.
+
+    A run the scheduler already recorded as timed out is a failure even when the job returned
+    afterwards (it saw the cancel event and stopped early).
+    """
+    success = outcome.status is RunStatus.SUCCESS and not run.timed_out
+    error = outcome.error or str(outcome.status)
+    if run.timed_out:
+        error = f"timed out after {run.schedule.timeout}"
     report = WorkOutcome(
         success=success,
         summary=(outcome.output or "Job completed")[:500] if success else None,
-        error=None if success else (outcome.error or str(outcome.status)),
+        error=None if success else error,
         run_id=run.run_id,
     )
     try:
