@@ -655,9 +655,8 @@ class ThreadedScheduler:
                     agent,
                     schedule,
                 )
-            run = self._dispatch(
-                entry, TriggerType.MANUAL, None, prompt=prompt, bypass=bypass_concurrency
-            )
+            run = self._prepare_run(entry, TriggerType.MANUAL, None, prompt=prompt)
+            self._launch([run], bypass=bypass_concurrency)
         self._drain_events()
         if not wait:
             return TriggerResult(success=True, run_id=run.run_id)
@@ -873,6 +872,7 @@ class ThreadedScheduler:
             while self._heap and self._heap[0][0] <= now:
                 candidates.append(heapq.heappop(self._heap))
             candidates.sort()
+            started: list[Run] = []
             for item in candidates:
                 _, _, agent, name, version = item
                 entry = self._entries.get((agent, name))
@@ -887,10 +887,13 @@ class ThreadedScheduler:
                     if reason is not None:
                         continue
                     trigger_type = TriggerType(str(entry.schedule.type))
-                    self._dispatch(entry, trigger_type, entry.scheduled_for or entry.due)
+                    started.append(
+                        self._prepare_run(entry, trigger_type, entry.scheduled_for or entry.due)
+                    )
                 except Exception:
                     self.log.exception("could not dispatch %s/%s; will retry", agent, name)
                     self._waiting.append(item)
+            self._launch(started)
 
     def _skip_reason(self, entry: _Entry, now: datetime) -> SkipReason | None:
         agent = self._agents[entry.agent]
@@ -908,16 +911,15 @@ class ThreadedScheduler:
 
     # -------------------------------------------------------------------------- dispatching
 
-    def _dispatch(
+    def _prepare_run(
         self,
         entry: _Entry,
         trigger_type: TriggerType,
         scheduled_for: datetime | None,
         *,
         prompt: str | None = None,
-        bypass: bool = False,
     ) -> Run:
-        """Start a run of ``entry`` on its agent's pool. Caller holds the lock."""
+        """Claim ``entry``'s slot for a run (state ``running``). Caller holds the lock."""
         agent = self._agents[entry.agent]
         job = self._job_for(entry)
         if job is None:
@@ -954,22 +956,34 @@ class ThreadedScheduler:
             entry.state = attrs.evolve(entry.state, status=Status.RUNNING)
             changes["status"] = Status.RUNNING
         self._transition(entry, **changes)
-        if bypass:
-            threading.Thread(
-                target=self._execute, args=(run,), name=f"herdsched-{entry.agent}", daemon=True
-            ).start()
-        else:
-            self._executor(agent).submit(self._execute, run)
-        self._emit(
-            ev.JobSubmitted(
-                at=now,
-                agent=entry.agent,
-                schedule=entry.name,
-                run_id=run.run_id,
-                scheduled_for=scheduled_for,
-            )
-        )
         return run
+
+    def _launch(self, runs: list[Run], *, bypass: bool = False) -> None:
+        """Make the claims durable, then hand the runs to their pools. Caller holds the lock.
+
+        One flush covers every run of the pass, and it comes before any job starts: a process
+        killed right after cannot lose the claim, so no other scheduler runs the slot again
+        (at most once per slot).
+        """
+        if not runs:
+            return
+        self._flush_quietly()
+        for run in runs:
+            if bypass:
+                threading.Thread(
+                    target=self._execute, args=(run,), name=f"herdsched-{run.agent}", daemon=True
+                ).start()
+            else:
+                self._executor(self._agents[run.agent]).submit(self._execute, run)
+            self._emit(
+                ev.JobSubmitted(
+                    at=run.fired_at,
+                    agent=run.agent,
+                    schedule=run.schedule_name,
+                    run_id=run.run_id,
+                    scheduled_for=run.scheduled_for,
+                )
+            )
 
     def _executor(self, agent: Agent) -> ThreadPoolExecutor:
         executor = self._executors.get(agent.name)
@@ -1086,6 +1100,7 @@ class ThreadedScheduler:
             assert outcome.defer_delay is not None
             due = now + outcome.defer_delay
         elif outcome.no_work:
+            entry.last_skip = SkipReason.NO_WORK  # get_status() reports no_work until it runs
             due = self._no_work_due(entry, now, normal)
         else:
             failures += 1
@@ -1101,7 +1116,8 @@ class ThreadedScheduler:
                     f"auto-disabled after {failures} consecutive failures; last error: "
                     f"{outcome.error or outcome.status}"
                 )
-        if run.trigger_type is TriggerType.ONCE and status is Status.IDLE:
+        deferred = outcome.status is RunStatus.DEFERRED  # a deferred once has not run yet
+        if run.trigger_type is TriggerType.ONCE and status is Status.IDLE and not deferred:
             status = Status.COMPLETED
             due = None
         if status in (Status.DISABLED, Status.PAUSED, Status.COMPLETED):
