@@ -1,0 +1,68 @@
+"""The timer thread survives every store error, keeps its in-memory truth and retries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from scheduler_helpers import Recorder, running, step
+
+from herdsched import Agent, Schedule, StateError, StateErrorOccurred, Status
+from herdsched.store import MemoryStateStore
+
+
+class FlakyStore(MemoryStateStore):
+    """A store whose writes fail while ``broken`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.broken = False
+        self.pending: list[tuple[str, str, dict[str, Any]]] = []
+        self.flushes = 0
+
+    def flush(self) -> None:
+        if self.broken:
+            raise StateError("disk full", "/nowhere/state.yaml")
+        self.flushes += 1
+
+    def flush_deadline(self) -> float | None:
+        return 0.0 if self.broken else None
+
+    def update_schedule_state(self, agent: str, schedule: str, **changes: Any):  # type: ignore[no-untyped-def]
+        if self.broken:
+            raise StateError("disk full", "/nowhere/state.yaml")
+        return super().update_schedule_state(agent, schedule, **changes)
+
+
+def test_flush_failures_are_reported_and_retried_while_jobs_keep_running() -> None:
+    store = FlakyStore()
+    with running(store=store) as (sched, clock):
+        errors: list[StateErrorOccurred] = []
+        sched.add_listener(errors.append, StateErrorOccurred)
+        job = Recorder()
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1m")}))
+        sched.start()
+        store.broken = True
+        step(sched)
+        step(sched, clock, "1m")
+        assert len(job.calls) == 2  # the store is down, the fleet is not
+        assert errors and "disk full" in errors[0].error
+        store.broken = False
+        before = store.flushes
+        step(sched, clock, "1m")
+        assert store.flushes > before
+
+
+def test_a_user_intent_write_that_fails_applies_in_memory_and_says_so() -> None:
+    store = FlakyStore()
+    with running(store=store) as (sched, clock):
+        job = Recorder()
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1m")}))
+        sched.start()
+        step(sched)
+        store.broken = True
+        with pytest.raises(StateError, match="not durable yet"):
+            sched.pause("a", "s")
+        step(sched, clock, "5m")
+        assert len(job.calls) == 1  # paused in this process all the same
+        assert sched.get_status().schedules[0].status is Status.PAUSED
