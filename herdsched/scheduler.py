@@ -292,7 +292,12 @@ class ThreadedScheduler:
             self._started_at = self.clock.now()
             self._last_wall, self._last_mono = self._started_at, self.clock.monotonic()
             self._status = "standby"
-            if self._try_lead():
+            try:
+                leading = self._try_lead()
+            except BaseException:
+                self._status = "stopped"
+                raise
+            if leading:
                 self._status = "running"
             else:
                 self._log_standby()
@@ -526,13 +531,14 @@ class ThreadedScheduler:
                 if entry.run is None:
                     due = self._fresh_due(entry, self.clock.now(), recompute=False)
                     self._set_due(entry, due, entry.scheduled_for or due)
-            self._write_intent(
-                entry,
-                status=Status.IDLE,
-                consecutive_failures=0,
-                disabled_reason=None,
-                next_run_at=entry.due,
-            )
+            changes: dict[str, Any] = {
+                "status": Status.IDLE,
+                "consecutive_failures": 0,
+                "disabled_reason": None,
+            }
+            if self._status == "running":
+                changes["next_run_at"] = entry.due
+            self._write_intent(entry, **changes)
             self._emit(
                 ev.ScheduleResumed(at=self.clock.now(), agent=entry.agent, schedule=entry.name)
             )
@@ -679,6 +685,16 @@ class ThreadedScheduler:
         with self._lock:
             return len(self._running)
 
+    def get_agent(self, name: str) -> Agent:
+        """The registered agent called ``name`` (:class:`AgentNotFoundError` when unknown)."""
+        with self._lock:
+            return self._require_agent(name)
+
+    def get_schedule(self, agent: str, name: str) -> Schedule:
+        """The current definition of one schedule (:class:`ScheduleNotFoundError` if none)."""
+        with self._lock:
+            return self._require_entry(agent, name).schedule
+
     def history(self, agent: str, schedule: str | None = None, limit: int = 20) -> list[RunRecord]:
         """Run records newest first (bounded per schedule by ``max_run_history``)."""
         if limit < 1:
@@ -720,7 +736,7 @@ class ThreadedScheduler:
 
     def get_status(self) -> SchedulerStatus:
         """Every schedule's status, next/last run and the reason it is not firing now."""
-        if self._status == "standby":
+        if self._status != "running":  # another process may be the active one
             self._refresh_from_store()
         with self._lock:
             now = self.clock.now()
@@ -1451,7 +1467,8 @@ class ThreadedScheduler:
         parked = due is None and (
             not entry.schedule.enabled or entry.state.status in (Status.PAUSED, Status.DISABLED)
         )  # a paused or disabled schedule keeps its planned time for when it resumes
-        if due != entry.state.next_run_at and not parked:
+        # Only the active scheduler plans: a standby's view must never overwrite the leader's.
+        if due != entry.state.next_run_at and not parked and self._status == "running":
             entry.state = attrs.evolve(entry.state, next_run_at=due)
             self._transition(entry, next_run_at=due)
         if push and due is not None and entry.run is None:
@@ -1464,6 +1481,8 @@ class ThreadedScheduler:
         )
 
     def _persist_description(self, entry: _Entry) -> None:
+        if self._status != "running":
+            return  # the active scheduler writes descriptions; a standby only reads
         description = describe_cadence(entry.schedule)
         schedule_type = str(entry.schedule.type)
         owner = entry.schedule.owner
@@ -1508,9 +1527,11 @@ class ThreadedScheduler:
         """Take the leader lock if it is free (caller holds the lock)."""
         if self._leader is not None and not self._leader.try_acquire():
             return False
+        previous, self._status = self._status, "running"  # recovery plans as the leader
         try:
             self._recover_all()
         except Exception:
+            self._status = previous
             if self._leader is not None:
                 self._leader.release()
             raise
@@ -1536,6 +1557,7 @@ class ThreadedScheduler:
         if changed:
             self._flush_quietly()  # merge our pending transitions first: disk is then the truth
             self._sync_external_changes()
+            self._sync_external_definitions()
         for request in requests:
             try:
                 result = self.trigger(
@@ -1597,6 +1619,41 @@ class ThreadedScheduler:
                     self._set_due(entry, due, entry.scheduled_for or due)
                 else:
                     self._set_due(entry, None, None)
+
+    def _sync_external_definitions(self) -> None:
+        """Pick up schedules another process created, changed or removed in schedules.yaml."""
+        try:
+            stored = self.store.load_definitions()
+        except Exception as exc:
+            self._state_error(exc)
+            return
+        with self._lock:
+            for agent_name in list(self._agents):
+                kept = stored.get(agent_name, {})
+                gone = [
+                    entry.name
+                    for entry in self._entries.values()
+                    if entry.agent == agent_name
+                    and entry.persisted_definition
+                    and entry.name not in kept
+                ]
+                for schedule_name in gone:
+                    self._drop_entry(agent_name, schedule_name, forget_state=False)
+                    self._agents[agent_name] = self._agents[agent_name].without_schedule(
+                        schedule_name
+                    )
+                for schedule_name, schedule in self._definitions_for(agent_name).items():
+                    entry = self._entries.get((agent_name, schedule_name))
+                    if entry is not None and not entry.persisted_definition:
+                        continue  # a code or fleet-file schedule wins over a stored one
+                    if entry is not None and entry.schedule == schedule:
+                        continue
+                    self.log.info(
+                        "definition %s/%s changed in another process", agent_name, schedule_name
+                    )
+                    agent = self._agents[agent_name].with_schedule(schedule_name, schedule)
+                    self._agents[agent_name] = agent
+                    self._install_entry(agent, schedule_name, schedule, persisted=True)
 
     def _detect_clock_jump(self, now: datetime, mono: float) -> None:
         if self._last_wall is not None and self._last_mono is not None:

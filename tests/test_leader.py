@@ -81,3 +81,48 @@ def test_second_scheduler_in_one_process_stands_by_and_takes_over(tmp_path: Path
     finally:
         first.stop()
         second.stop()
+
+
+def test_a_standby_shares_runtime_schedules_and_never_overwrites_the_leaders_plan(
+    tmp_path: Path,
+) -> None:
+    import time
+
+    from herdsched.store.yaml_store import YamlStateStore
+
+    ran: list[str] = []
+
+    def build() -> ThreadedScheduler:
+        sched = ThreadedScheduler(state_dir=tmp_path, max_sleep=0.2, poll_interval=0.1)
+        sched.add_agent(Agent("a", job=lambda info: ran.append(info.schedule)))
+        return sched
+
+    leader, standby = build(), build()
+    leader.start()
+    standby.start()
+    try:
+        assert standby.status == "standby"
+        standby.add_schedule("a", "added-elsewhere", Schedule.interval("1h"), persist=True)
+        deadline = time.monotonic() + 10
+        while "added-elsewhere" not in ran and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ran == ["added-elsewhere"]  # run once, by the leader
+        planned = YamlStateStore(tmp_path).get_schedule_state("a", "added-elsewhere")
+        assert planned.next_run_at is not None
+        standby.stop()  # flushing the standby must not touch the leader's plan
+        after = YamlStateStore(tmp_path).get_schedule_state("a", "added-elsewhere")
+        assert after.next_run_at == planned.next_run_at
+        standby_2 = build()
+        assert "added-elsewhere" in {s.schedule for s in standby_2.get_status().schedules}
+        standby_2.stop()
+        standby.start()
+        standby.remove_schedule("a", "added-elsewhere")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(
+            s.schedule == "added-elsewhere" for s in leader.get_status().schedules
+        ):
+            time.sleep(0.05)
+        assert all(s.schedule != "added-elsewhere" for s in leader.get_status().schedules)
+    finally:
+        standby.stop()
+        leader.stop()
