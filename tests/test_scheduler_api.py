@@ -1,0 +1,125 @@
+"""Fleet management and argument checking of the scheduler's public methods."""
+
+from __future__ import annotations
+
+import pytest
+from scheduler_helpers import Recorder, running, step
+
+from herdsched import (
+    Agent,
+    AgentNotFoundError,
+    InvalidScheduleError,
+    Schedule,
+    ScheduleNotFoundError,
+    ScheduleTriggerError,
+    Status,
+    ThreadedScheduler,
+)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_sleep": 0}, "max_sleep must be positive"),
+        ({"poll_interval": -1}, "poll_interval must be positive or None"),
+        ({"max_consecutive_failures": 0}, "max_consecutive_failures must be a positive"),
+        ({"max_total_concurrent": True}, "max_total_concurrent must be a positive"),
+        ({"jitter_percent": 101}, "jitter_percent must be from 0 to 100"),
+        ({"timezone": "Mars/Olympus"}, "Unknown time zone 'Mars/Olympus'"),
+        ({"catch_up": "sometimes"}, "sometimes"),
+        ({"backoff": []}, "non-empty sequence"),
+    ],
+)
+def test_constructor_rejects_bad_settings_naming_them(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ThreadedScheduler(state_dir=None, **kwargs)
+
+
+def test_unknown_names_raise_typed_errors() -> None:
+    with running() as (sched, _clock):
+        sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.manual()}))
+        sched.start()
+        with pytest.raises(AgentNotFoundError) as agent_error:
+            sched.trigger("nobody")
+        assert agent_error.value.agent == "nobody"
+        with pytest.raises(ScheduleNotFoundError) as schedule_error:
+            sched.pause("a", "nothing")
+        assert (schedule_error.value.agent, schedule_error.value.schedule) == ("a", "nothing")
+        with pytest.raises(AgentNotFoundError):
+            sched.get_running_job_count("nobody")
+        with pytest.raises(InvalidScheduleError, match="already registered"):
+            sched.add_agent(Agent("a", job=Recorder()))
+        with pytest.raises(InvalidScheduleError, match="already exists"):
+            sched.add_schedule("a", "s", Schedule.manual())
+        with pytest.raises(TypeError, match="takes an Agent"):
+            sched.add_agent("a")  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="limit must be at least 1"):
+            sched.history("a", limit=0)
+
+
+def test_trigger_without_any_job_is_refused() -> None:
+    with running(on_trigger=Recorder()) as (sched, _clock):
+        sched.add_agent(Agent("a", schedules={"s": Schedule.manual()}))
+        sched.on_trigger = None
+        sched.start()
+        with pytest.raises(ScheduleTriggerError, match="has no job") as info:
+            sched.trigger("a", "s")
+        assert (info.value.agent, info.value.schedule) == ("a", "s")
+
+
+def test_remove_schedule_agent_and_set_agents() -> None:
+    with running() as (sched, clock):
+        job = Recorder()
+        sched.add_agent(
+            Agent("a", job=job, schedules={"s": Schedule.interval("1m"), "t": Schedule.manual()})
+        )
+        sched.add_agent(Agent("b", job=job, schedules={"s": Schedule.interval("1m")}))
+        sched.start()
+        step(sched)
+        assert sorted(job.schedules()) == ["s", "s"]
+        sched.remove_schedule("a", "s")
+        assert sched.store.get_schedule_state("a", "s").last_run_at is None  # forgotten
+        sched.remove_agent("b")
+        assert [(s.agent, s.schedule) for s in sched.get_status().schedules] == [("a", "t")]
+        step(sched, clock, "5m")
+        assert len(job.calls) == 2
+        sched.set_agents([Agent("c", job=job, schedules={"x": Schedule.interval("1m")})])
+        assert [(s.agent, s.schedule) for s in sched.get_status().schedules] == [("c", "x")]
+        step(sched)
+        assert job.calls[-1].agent == "c"
+        with pytest.raises(AgentNotFoundError):
+            sched.remove_agent("a")
+
+
+def test_update_enabled_false_parks_and_true_resumes_the_plan() -> None:
+    with running() as (sched, clock):
+        job = Recorder()
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1m")}))
+        sched.start()
+        step(sched)
+        sched.update_schedule("a", "s", enabled=False)
+        step(sched, clock, "10m")
+        assert len(job.calls) == 1
+        sched.update_schedule("a", "s", enabled=True)
+        step(sched)
+        assert len(job.calls) == 2
+        assert sched.get_status().schedules[0].status is Status.IDLE
+
+
+def test_pause_and_resume_a_whole_agent() -> None:
+    with running() as (sched, clock):
+        job = Recorder()
+        sched.add_agent(
+            Agent(
+                "a", job=job, schedules={"s": Schedule.interval("1m"), "t": Schedule.interval("1m")}
+            )
+        )
+        sched.start()
+        step(sched)
+        sched.pause("a")
+        assert {s.status for s in sched.get_status().schedules} == {Status.PAUSED}
+        step(sched, clock, "5m")
+        assert len(job.calls) == 2
+        sched.resume("a")
+        step(sched)
+        assert len(job.calls) == 4
