@@ -23,8 +23,23 @@ def fill_prompt_template(prompt: str, values: Mapping[str, str]) -> str:
 def build_schedule_prompt(prompt: str | None, work_item: WorkItem | None = None) -> str:
     """The prompt for one run: the schedule prompt, then the work item's section if any.
 
-    With neither a prompt nor an item the prompt is ``Execute scheduled task.``. ``prompt`` may
-    also be a :class:`~herdsched.models.Schedule` (its ``prompt`` is used).
+    ``prompt`` is a string or a :class:`~herdsched.models.Schedule` (its ``prompt`` is used).
+    With neither a prompt nor an item the result is ``Execute scheduled task.``; with a prompt
+    and an item it is the prompt, a blank line, then the section; with an item and no prompt
+    it starts at the section's heading. The section (herdctl's format)::
+
+        ## Work Item: <title>
+
+        <description>
+
+        - **Source:** <source>
+        - **ID:** <external_id, else id>
+        - **Priority:** <priority>
+        - **Labels:** <label, label>
+        - **URL:** <url>
+
+    The description paragraph and the Source, Priority, Labels and URL lines are left out
+    when the item has no value for them; the ID line is always there.
     """
     text = getattr(prompt, "prompt", prompt)
     if text is not None and not isinstance(text, str):

@@ -18,7 +18,13 @@ _FINISHED = (RunStatus.SUCCESS, RunStatus.FAILED, RunStatus.TIMEOUT)
 
 @attrs.frozen(kw_only=True)
 class RunStats:
-    """Counts by status, success rate over finished runs, durations, last success/failure."""
+    """Counts by status, success rate over finished runs, durations, last success/failure.
+
+    *Finished* runs are those that succeeded, failed or timed out: ``success_rate`` is
+    successes over finished runs, and the durations are theirs (``p95_duration`` by the
+    nearest-rank method). Deferred, skipped, missed and interrupted runs are only counted.
+    Every field is ``None`` (``counts`` empty) when there is nothing to summarise.
+    """
 
     total: int
     counts: dict[str, int]
@@ -30,7 +36,9 @@ class RunStats:
 
 
 def compute_run_stats(records: Iterable[RunRecord], since: datetime | None = None) -> RunStats:
-    """Summarise ``records`` (those started or scheduled at/after ``since`` when given)."""
+    """Summarise ``records`` (those started, or scheduled if they never started, at or after
+    ``since`` when it is given). The scheduler passes the bounded run history, so at most
+    ``max_run_history`` runs per schedule are counted."""
     chosen = [
         r
         for r in records
