@@ -6,7 +6,9 @@ shell, in a process group of its own, writes the prompt to its stdin and describ
 environment variables:
 
 ``HERDSCHED_AGENT``, ``HERDSCHED_SCHEDULE``, ``HERDSCHED_RUN_ID``, ``HERDSCHED_SESSION_ID``
-(empty when there is none), ``HERDSCHED_PROMPT``, ``HERDSCHED_TRIGGER_TYPE``.
+(empty when there is none), ``HERDSCHED_PROMPT``, ``HERDSCHED_TRIGGER_TYPE``. A prompt larger
+than 64 KiB is too big for the environment on most systems: it then arrives on stdin only and
+``HERDSCHED_PROMPT`` is not set.
 
 Its stdout becomes the run's output. A non-zero exit raises :class:`CommandError` whose message
 holds the exit code and the tail of stderr. Threads cannot be killed, but processes can: when
@@ -28,7 +30,7 @@ from pathlib import Path
 from herdsched.errors import SchedulerError
 from herdsched.models import JobResult, TriggerInfo
 
-__all__ = ["CommandError", "CommandJob"]
+__all__ = ["MAX_ENV_PROMPT_BYTES", "CommandError", "CommandJob"]
 
 logger = logging.getLogger("herdsched")
 
@@ -37,6 +39,8 @@ _POLL_SECONDS = 0.1
 #: How much of stderr an error message quotes.
 _TAIL_LINES = 20
 _TAIL_CHARS = 2000
+#: Larger prompts are not put in the environment (Linux refuses strings over 128 KiB there).
+MAX_ENV_PROMPT_BYTES = 64 * 1024
 
 
 class CommandError(SchedulerError):
@@ -137,6 +141,8 @@ class CommandJob:
             HERDSCHED_PROMPT=info.prompt,
             HERDSCHED_TRIGGER_TYPE=str(info.trigger_type),
         )
+        if len(info.prompt.encode("utf-8")) > MAX_ENV_PROMPT_BYTES:
+            del env["HERDSCHED_PROMPT"]  # stdin still carries all of it
         return env
 
     def __call__(self, info: TriggerInfo) -> JobResult:

@@ -135,6 +135,22 @@ _CADENCE_KEYS = {
     ScheduleType.CRON: ("cron", "expression", "timezone"),
     ScheduleType.ONCE: ("at", "timezone"),
 }
+# Optional schedule fields for which null means "not set" (the default).
+_NULLABLE = frozenset(
+    {
+        "timezone",
+        "anchor",
+        "start_at",
+        "prompt",
+        "work_source",
+        "owner",
+        "timeout",
+        "catch_up",
+        "metadata",
+        "job",
+        "command",
+    }
+)
 _ALL_CADENCE_KEYS = ("interval", "anchor", "start_at", "jitter_percent", "cron", "expression", "at")
 
 # --------------------------------------------------------------------------------------------
@@ -616,6 +632,7 @@ def _build_schedule(
     """Validate one schedule mapping, reporting every problem; ``None`` if there was any."""
     before = chk.count
     chk.known_keys(data, path, SCHEDULE_FIELDS, "a schedule")
+    data = {k: v for k, v in data.items() if not (v is None and k in _NULLABLE)}
     kind = _infer_type(chk, data, path)
 
     def at(key: str) -> _PathT:

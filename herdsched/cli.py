@@ -1,0 +1,804 @@
+"""The ``herdsched`` command: run a fleet file, and look at and steer a running fleet.
+
+``run`` and ``validate`` read a fleet file, ``next`` previews a cron expression or an interval;
+every other command works on a state directory (``--state-dir``, default ``.herdsched``) through
+the file-backed store, so it works while another process runs the fleet: a pause written here is
+picked up by the running scheduler within about two seconds, a trigger is queued for it.
+
+Exit codes: 0 success, 1 runtime failure (missing state, unknown agent, jobs that outlived the
+stop timeout), 2 usage or validation error. This module is the only place in herdsched that
+writes to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta, timezone, tzinfo
+from itertools import islice
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from herdsched import __version__
+from herdsched.cadence import iter_cron_triggers, parse_cron_expression, parse_interval
+from herdsched.config import FleetConfig, format_interval, job_reference, load_fleet
+from herdsched.converter import record_to_dict, state_to_dict
+from herdsched.errors import (
+    ConfigError,
+    CronParseError,
+    IntervalParseError,
+    SchedulerError,
+    SchedulerShutdownError,
+)
+from herdsched.models import RunRecord, Schedule, ScheduleState, Status
+from herdsched.timestamps import format_timestamp, parse_timestamp, resolve_timezone
+from herdsched.timestamps import system_timezone as _system_timezone
+
+if TYPE_CHECKING:
+    from herdsched.store.base import StateStore
+
+__all__ = ["DEFAULT_STATE_DIR", "build_parser", "main"]
+
+#: The state directory used when ``--state-dir`` is not given (relative to the current one).
+DEFAULT_STATE_DIR = ".herdsched"
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+logger = logging.getLogger("herdsched.cli")
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+_AD_HOC_SCHEDULE = "manual"  # what the scheduler records an agent-only trigger as
+_CELL_WIDTH = 60
+
+
+class _UsageError(Exception):
+    """Bad command-line input that argparse could not catch (exit code 2)."""
+
+
+class _Failure(Exception):
+    """A runtime failure with a message for the user (exit code 1)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Output helpers
+
+
+def _out(text: str = "") -> None:
+    sys.stdout.write(text + "\n")
+
+
+def _err(text: str) -> None:
+    sys.stderr.write(text + "\n")
+
+
+def _format_time(moment: datetime | None, zone: tzinfo) -> str:
+    """``2026-03-08 03:00:05 +01:00``: local wall time with its offset."""
+    if moment is None:
+        return "-"
+    local = moment.astimezone(zone)
+    offset = local.strftime("%z") or "+0000"
+    return local.strftime("%Y-%m-%d %H:%M:%S ") + f"{offset[:3]}:{offset[3:5]}"
+
+
+def _cell(value: object, width: int = _CELL_WIDTH) -> str:
+    text = "-" if value is None or value == "" else str(value)
+    text = " ".join(text.split())  # one line
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
+    return "\n".join([line(headers), *(line(row) for row in rows)])
+
+
+def _json(data: Any) -> None:
+    _out(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
+def _duration_text(delta: timedelta | None) -> str:
+    if delta is None:
+        return "-"
+    seconds = delta.total_seconds()
+    if seconds < 60:
+        return f"{seconds:.2f}s" if seconds < 10 else f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+# --------------------------------------------------------------------------------------------
+# Argument parsing
+
+
+def _duration_arg(text: str) -> timedelta:
+    try:
+        return parse_interval(text)
+    except IntervalParseError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive_int_arg(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _zone_arg(text: str) -> tzinfo:
+    try:
+        return resolve_timezone(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``herdsched`` command."""
+    parser = argparse.ArgumentParser(
+        prog="herdsched",
+        description="Run a fleet of scheduled agents, and look at and steer a running fleet.",
+        epilog="Exit codes: 0 ok, 1 runtime failure, 2 usage or validation error.",
+    )
+    parser.add_argument("--version", action="version", version=f"herdsched {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    state = argparse.ArgumentParser(add_help=False)
+    state.add_argument(
+        "--state-dir",
+        default=DEFAULT_STATE_DIR,
+        metavar="DIR",
+        help=f"the fleet's state directory (default: {DEFAULT_STATE_DIR})",
+    )
+    display = argparse.ArgumentParser(add_help=False)
+    display.add_argument(
+        "--tz",
+        type=_zone_arg,
+        default=None,
+        metavar="ZONE",
+        help="show times in this IANA zone (default: the local zone)",
+    )
+    as_json = argparse.ArgumentParser(add_help=False)
+    as_json.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+    run = commands.add_parser(
+        "run",
+        help="run a fleet file in the foreground",
+        description="Run a fleet file in the foreground until Ctrl-C, SIGTERM or --duration. "
+        "Logs go to stderr.",
+    )
+    run.add_argument("fleet", metavar="FLEET", help="the fleet file (YAML)")
+    run.add_argument(
+        "--state-dir",
+        default=None,
+        metavar="DIR",
+        help="state directory (default: the fleet file's scheduler.state_dir, else "
+        f"{DEFAULT_STATE_DIR})",
+    )
+    run.add_argument(
+        "--duration",
+        type=_duration_arg,
+        default=None,
+        metavar="D",
+        help='stop after this long, such as "30s" or "1h" (default: run until stopped)',
+    )
+    run.add_argument(
+        "--stop-timeout",
+        type=_duration_arg,
+        default=timedelta(seconds=30),
+        metavar="D",
+        help="how long stopping waits for running jobs (default: 30s)",
+    )
+    run.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log level on stderr (default: INFO)",
+    )
+    run.set_defaults(handler=_cmd_run)
+
+    status = commands.add_parser(
+        "status",
+        parents=[state, display, as_json],
+        help="the scheduler, its leader and every schedule's state",
+    )
+    status.set_defaults(handler=_cmd_status)
+
+    listing = commands.add_parser(
+        "list", parents=[state, display, as_json], help="list the schedules of the fleet"
+    )
+    listing.set_defaults(handler=_cmd_list)
+
+    nxt = commands.add_parser(
+        "next",
+        parents=[as_json],
+        help="preview the next fire times of a cron expression or an interval",
+        description='Preview the next fire times of a cron expression ("0 9 * * 1-5", 6 fields '
+        'with seconds first, "@daily") or of an interval ("5m", "1h30m").',
+    )
+    nxt.add_argument("expression", metavar="EXPR", help="cron expression or interval")
+    nxt.add_argument(
+        "--tz",
+        type=_zone_arg,
+        default=None,
+        metavar="ZONE",
+        help="IANA zone the cron expression runs in, and times are shown in (default: local)",
+    )
+    nxt.add_argument(
+        "-n", type=_positive_int_arg, default=5, metavar="N", help="how many (default: 5)"
+    )
+    nxt.add_argument(
+        "--after",
+        default=None,
+        metavar="TIME",
+        help="start from this ISO-8601 time instead of now (no offset: in --tz)",
+    )
+    nxt.set_defaults(handler=_cmd_next)
+
+    trigger = commands.add_parser(
+        "trigger",
+        parents=[state],
+        help="ask the running scheduler to run a schedule now",
+        description="Queue a run of AGENT/SCHEDULE (or an ad-hoc run of AGENT's job) for the "
+        "active scheduler of the state directory; it runs within a few seconds.",
+    )
+    trigger.add_argument("target", metavar="AGENT[/SCHEDULE]")
+    trigger.add_argument("--prompt", default=None, help="prompt for this run only")
+    trigger.set_defaults(handler=_cmd_trigger)
+
+    for name, handler, text in (
+        ("pause", _cmd_pause, "pause a schedule, or every schedule of an agent"),
+        ("resume", _cmd_resume, "resume a paused or auto-disabled schedule (or a whole agent)"),
+    ):
+        sub = commands.add_parser(name, parents=[state], help=text)
+        sub.add_argument("target", metavar="AGENT[/SCHEDULE]")
+        sub.set_defaults(handler=handler)
+
+    history = commands.add_parser(
+        "history", parents=[state, display, as_json], help="recent runs, newest first"
+    )
+    history.add_argument("target", metavar="AGENT[/SCHEDULE]")
+    history.add_argument(
+        "-n", type=_positive_int_arg, default=20, metavar="N", help="how many (default: 20)"
+    )
+    history.set_defaults(handler=_cmd_history)
+
+    validate = commands.add_parser(
+        "validate",
+        help="check a fleet file and report every problem",
+        description="Check a fleet file; every problem is printed with its file and path. "
+        "Exit code 2 when there is any.",
+    )
+    validate.add_argument("fleet", metavar="FLEET", help="the fleet file (YAML)")
+    validate.set_defaults(handler=_cmd_validate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``herdsched`` command with ``argv`` (default: ``sys.argv[1:]``); the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version and usage errors
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except _UsageError as exc:
+        _err(f"herdsched {args.command}: error: {exc}")
+        return EXIT_USAGE
+    except ConfigError as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    except (_Failure, SchedulerError) as exc:
+        _err(f"herdsched {args.command}: {exc}")
+        return EXIT_FAILURE
+    except BrokenPipeError:  # pragma: no cover - e.g. "herdsched history x | head -1"
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+
+
+# --------------------------------------------------------------------------------------------
+# Commands that read a fleet file
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    fleet = load_fleet(args.fleet)
+    schedules = sum(len(agent.schedules) for agent in fleet.agents)
+    name = f' "{fleet.name}"' if fleet.name else ""
+    _out(f"{args.fleet}: valid fleet{name}: {len(fleet.agents)} agent(s), {schedules} schedule(s)")
+    rows = []
+    for agent in fleet.agents:
+        for sched_name, schedule in agent.schedules.items():
+            rows.append(
+                [
+                    agent.name,
+                    sched_name,
+                    schedule.type.value,
+                    _cadence_text(schedule),
+                    "yes" if schedule.enabled else "no",
+                    _cell(_runs_text(schedule.job or agent.job), 50),
+                ]
+            )
+    if rows:
+        _out(_table(["AGENT", "SCHEDULE", "TYPE", "CADENCE", "ENABLED", "RUNS"], rows))
+    return EXIT_OK
+
+
+def _cadence_text(schedule: Schedule) -> str:
+    from herdsched.cadence import Cron, Interval, Once
+
+    cadence = schedule.cadence
+    if isinstance(cadence, Interval):
+        return f"every {format_interval(cadence.every)}"
+    if isinstance(cadence, Cron):
+        zone = f" ({cadence.timezone})" if cadence.timezone else ""
+        return f"cron {cadence.expression.source}{zone}"
+    if isinstance(cadence, Once):
+        return f"once at {format_timestamp(cadence.at)}"
+    return "on trigger"
+
+
+def _runs_text(job: object) -> str:
+    from herdsched.command import CommandJob
+
+    if job is None:
+        return "-"
+    if isinstance(job, CommandJob):
+        import shlex
+
+        return "command: " + shlex.join(job.argv)
+    return job_reference(job) or repr(job)
+
+
+class _Stopper:
+    """Signal handling for ``run``: the first SIGINT/SIGTERM stops gracefully, a second forces."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.signals = 0
+        self.flush: Callable[[], None] | None = None
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # pragma: no cover - signals can only be handled on the main thread
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.signals += 1
+        name = signal.Signals(signum).name
+        if self.signals == 1:
+            logger.info("%s received: stopping (send it again to quit at once)", name)
+            self.event.set()
+            return
+        logger.warning("%s received again: quitting without waiting for running jobs", name)
+        if self.flush is not None:
+            try:
+                self.flush()
+            except Exception:  # pragma: no cover - best effort before a hard exit
+                logger.exception("could not save state before quitting")
+        os._exit(130)
+
+
+def _setup_logging(level: str) -> logging.Handler:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S")
+    )
+    root = logging.getLogger("herdsched")
+    root.addHandler(handler)
+    root.setLevel(getattr(logging, level))
+    return handler
+
+
+def _log_run(event: Any) -> None:
+    """Listener: one log line per finished run, so a foreground fleet shows what it does."""
+    record: RunRecord = event.record
+    where = f"{record.agent}/{record.schedule}"
+    took = _duration_text(record.duration)
+    if record.status.value == "success":
+        output = (record.output_summary or "").strip().splitlines()
+        detail = f": {_cell(output[0], 100)}" if output else ""
+        logger.info("%s %s in %s%s", where, record.status, took, detail)
+    else:
+        logger.warning("%s %s after %s: %s", where, record.status, took, record.error)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    fleet = load_fleet(args.fleet)
+    handler = _setup_logging(args.log_level)
+    stopper = _Stopper()
+    try:
+        return _run_fleet(fleet, args, stopper)
+    finally:
+        stopper.restore()
+        logging.getLogger("herdsched").removeHandler(handler)
+
+
+def _run_fleet(fleet: FleetConfig, args: argparse.Namespace, stopper: _Stopper) -> int:
+    from herdsched import events
+
+    state_dir = Path(args.state_dir) if args.state_dir else fleet.state_dir
+    state_dir = state_dir or Path(DEFAULT_STATE_DIR)
+    scheduler = fleet.create_scheduler(state_dir=state_dir)
+    scheduler.add_listener(_log_run, events.JobSucceeded, events.JobFailed)
+    stopper.flush = scheduler.store.flush
+    stopper.install()
+    schedules = sum(len(agent.schedules) for agent in fleet.agents)
+    scheduler.start()
+    logger.info(
+        "fleet %s: %d agent(s), %d schedule(s), state in %s; scheduler %s",
+        fleet.name or fleet.path,
+        len(fleet.agents),
+        schedules,
+        state_dir,
+        scheduler.status,
+    )
+    duration: timedelta | None = args.duration
+    deadline = None if duration is None else time.monotonic() + duration.total_seconds()
+    while True:
+        wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
+        if stopper.event.wait(wait):
+            break
+        if deadline is not None and time.monotonic() >= deadline:
+            logger.info("ran for %s: stopping", format_interval(duration or timedelta(0)))
+            break
+        if scheduler.status == "stopped":  # pragma: no cover - stopped from a job
+            break
+    try:
+        scheduler.stop(wait_for_jobs=True, timeout=args.stop_timeout.total_seconds())
+    except SchedulerShutdownError as exc:
+        logger.error("%s", exc)
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------------------------
+# Commands that read the state directory
+
+
+def _open_store(state_dir: str) -> StateStore:
+    path = Path(state_dir)
+    if not path.is_dir():
+        raise _Failure(
+            f"no state directory at {path}: run a fleet first (herdsched run FLEET) or give "
+            "--state-dir"
+        )
+    from herdsched.store.yaml_store import YamlStateStore
+
+    return YamlStateStore(path)
+
+
+def _target(text: str) -> tuple[str, str | None]:
+    agent, sep, schedule = text.partition("/")
+    if not _NAME.match(agent) or (sep and not _NAME.match(schedule)):
+        raise _UsageError(
+            f"{text!r} is not AGENT or AGENT/SCHEDULE (names use letters, digits, '-' and '_')"
+        )
+    return agent, (schedule if sep else None)
+
+
+def _agent_states(store: StateStore, agent: str) -> dict[str, ScheduleState]:
+    states = store.get_agent_schedule_states(agent)
+    if not states:
+        known = sorted(store.get_all_schedule_states())
+        hint = f" (known: {', '.join(known)})" if known else " (the state directory is empty)"
+        raise _Failure(f"agent {agent!r} not found{hint}")
+    return states
+
+
+def _schedule_names(store: StateStore, agent: str, schedule: str | None) -> list[str]:
+    states = _agent_states(store, agent)
+    if schedule is None:
+        return sorted(states)
+    if schedule not in states:
+        raise _Failure(
+            f"schedule {schedule!r} of agent {agent!r} not found (known: "
+            f"{', '.join(sorted(states))})"
+        )
+    return [schedule]
+
+
+def _leader(state_dir: str) -> dict[str, Any] | None:
+    from herdsched.leader import read_leader_info
+
+    return read_leader_info(state_dir)
+
+
+def _leader_text(info: dict[str, Any] | None, zone: tzinfo) -> str:
+    if info is None:
+        return "not running"
+    since = info.get("started_at")
+    when = ""
+    if since:
+        try:
+            when = f", since {_format_time(parse_timestamp(since), zone)}"
+        except ValueError:
+            when = f", since {since}"
+    return f"running (pid {info.get('pid', '?')} on {info.get('host', '?')}{when})"
+
+
+def _zone(args: argparse.Namespace) -> tzinfo:
+    zone: tzinfo | None = getattr(args, "tz", None)
+    return zone if zone is not None else _system_timezone()
+
+
+def _state_rows(
+    store: StateStore,
+) -> list[tuple[str, str, ScheduleState]]:
+    return [
+        (agent, name, state)
+        for agent, states in sorted(store.get_all_schedule_states().items())
+        for name, state in sorted(states.items())
+    ]
+
+
+def _state_json(agent: str, name: str, state: ScheduleState) -> dict[str, Any]:
+    return {"agent": agent, "schedule": name, **state_to_dict(state)}
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    store = _open_store(args.state_dir)
+    try:
+        rows = _state_rows(store)
+        leader = _leader(args.state_dir)
+    finally:
+        store.close()
+    if args.json:
+        _json(
+            {
+                "state_dir": str(args.state_dir),
+                "scheduler": "running" if leader else "not running",
+                "leader": leader,
+                "schedules": [_state_json(a, n, s) for a, n, s in rows],
+            }
+        )
+        return EXIT_OK
+    zone = _zone(args)
+    _out(f"State directory: {args.state_dir}")
+    _out(f"Scheduler:       {_leader_text(leader, zone)}")
+    counts: dict[str, int] = {}
+    for _, _, state in rows:
+        counts[state.status.value] = counts.get(state.status.value, 0) + 1
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none"
+    _out(f"Schedules:       {summary}")
+    if not rows:
+        return EXIT_OK
+    _out()
+    table = [
+        [
+            agent,
+            name,
+            state.type or "-",
+            _cell(state.cadence, 40),
+            state.status.value,
+            _format_time(state.next_run_at, zone),
+            _format_time(state.last_run_at, zone),
+            state.last_result.value if state.last_result else "-",
+            str(state.consecutive_failures),
+            _cell(state.disabled_reason or state.last_error, 50),
+        ]
+        for agent, name, state in rows
+    ]
+    headers = ["AGENT", "SCHEDULE", "TYPE", "CADENCE", "STATUS", "NEXT RUN", "LAST RUN"]
+    _out(_table([*headers, "RESULT", "FAILS", "LAST ERROR"], table))
+    return EXIT_OK
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    store = _open_store(args.state_dir)
+    try:
+        rows = _state_rows(store)
+    finally:
+        store.close()
+    if args.json:
+        _json([_state_json(a, n, s) for a, n, s in rows])
+        return EXIT_OK
+    if not rows:
+        _out(f"no schedules in {args.state_dir}")
+        return EXIT_OK
+    zone = _zone(args)
+    table = [
+        [
+            agent,
+            name,
+            state.type or "-",
+            _cell(state.cadence, 40),
+            state.status.value,
+            state.owner or "-",
+            _format_time(state.next_run_at, zone),
+        ]
+        for agent, name, state in rows
+    ]
+    _out(_table(["AGENT", "SCHEDULE", "TYPE", "CADENCE", "STATUS", "OWNER", "NEXT RUN"], table))
+    return EXIT_OK
+
+
+def _cmd_trigger(args: argparse.Namespace) -> int:
+    agent, schedule = _target(args.target)
+    store = _open_store(args.state_dir)
+    try:
+        if schedule is None:
+            _agent_states(store, agent)
+            name = _AD_HOC_SCHEDULE
+        else:
+            name = _schedule_names(store, agent, schedule)[0]
+        request_id = store.request_trigger(agent, name, prompt=args.prompt)
+    finally:
+        store.close()
+    what = f"{agent}/{schedule}" if schedule else f"agent {agent} (ad hoc)"
+    _out(f"queued a run of {what}: request {request_id}")
+    leader = _leader(args.state_dir)
+    if leader is None:
+        _err(
+            f"note: no scheduler is running for {args.state_dir}; the run starts when one "
+            "starts (herdsched run FLEET)"
+        )
+    return EXIT_OK
+
+
+def _cmd_pause(args: argparse.Namespace) -> int:
+    agent, schedule = _target(args.target)
+    store = _open_store(args.state_dir)
+    try:
+        for name in _schedule_names(store, agent, schedule):
+            state = store.get_schedule_state(agent, name)
+            if state.status in (Status.PAUSED, Status.COMPLETED):
+                _out(f"{agent}/{name}: already {state.status.value}")
+                continue
+            store.update_schedule_state(agent, name, status=Status.PAUSED)
+            _out(f"{agent}/{name}: paused")
+    finally:
+        store.close()
+    return EXIT_OK
+
+
+def _cmd_resume(args: argparse.Namespace) -> int:
+    agent, schedule = _target(args.target)
+    store = _open_store(args.state_dir)
+    try:
+        for name in _schedule_names(store, agent, schedule):
+            state = store.get_schedule_state(agent, name)
+            if state.status not in (Status.PAUSED, Status.DISABLED):
+                _out(f"{agent}/{name}: {state.status.value}, nothing to resume")
+                continue
+            store.update_schedule_state(
+                agent, name, status=Status.IDLE, consecutive_failures=0, disabled_reason=None
+            )
+            _out(f"{agent}/{name}: resumed (was {state.status.value})")
+    finally:
+        store.close()
+    return EXIT_OK
+
+
+def _cmd_history(args: argparse.Namespace) -> int:
+    agent, schedule = _target(args.target)
+    store = _open_store(args.state_dir)
+    try:
+        records = store.get_history(agent, schedule, limit=args.n)
+        if not records:  # say why: a typo in the name, or simply no runs yet
+            if schedule is None or schedule == _AD_HOC_SCHEDULE:
+                _agent_states(store, agent)
+            else:
+                _schedule_names(store, agent, schedule)
+    finally:
+        store.close()
+    if args.json:
+        _json([record_to_dict(r) for r in records])
+        return EXIT_OK
+    if not records:
+        _out(f"no runs of {args.target} yet")
+        return EXIT_OK
+    zone = _zone(args)
+    table = [
+        [
+            _format_time(r.started_at or r.scheduled_for, zone),
+            r.schedule,
+            r.trigger_type.value,
+            r.status.value,
+            _duration_text(r.duration),
+            r.run_id,
+            _cell(r.error if r.error else r.output_summary, 50),
+        ]
+        for r in records
+    ]
+    headers = ["STARTED", "SCHEDULE", "TRIGGER", "STATUS", "DURATION", "RUN ID", "ERROR / OUTPUT"]
+    _out(_table(headers, table))
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------------------------
+# next
+
+
+def _cmd_next(args: argparse.Namespace) -> int:
+    zone: tzinfo = args.tz if args.tz is not None else _system_timezone()
+    after = _after(args.after, zone)
+    text: str = args.expression
+    moments: list[datetime]
+    if text.strip().startswith("@") or len(text.split()) > 1:
+        try:
+            parsed = parse_cron_expression(text)
+        except CronParseError as exc:
+            raise _UsageError(str(exc)) from None
+        moments = list(islice(iter_cron_triggers(parsed, after, zone), args.n))
+        kind = "cron"
+        note = f'cron "{text}" in {_zone_name(zone)}'
+    else:
+        try:
+            every = parse_interval(text)
+        except IntervalParseError as exc:
+            raise _UsageError(
+                f"{exc} (or, if you meant a cron expression, it needs 5 or 6 fields)"
+            ) from None
+        moments = [after + every * k for k in range(args.n)]
+        kind = "interval"
+        note = (
+            f"interval {format_interval(every)}: the first run is due at once, each next one "
+            f"{format_interval(every)} after the previous run completed (runs taken as instant)"
+        )
+    if args.json:
+        _json(
+            {
+                "expression": text,
+                "kind": kind,
+                "timezone": _zone_name(zone),
+                "times": [format_timestamp(m) for m in moments],
+            }
+        )
+        return EXIT_OK
+    _out(note)
+    for moment in moments:
+        local = moment.astimezone(zone)
+        _out(f"{_format_time(moment, zone)}  {local.strftime('%a')}  {format_timestamp(moment)}")
+    return EXIT_OK
+
+
+def _after(text: str | None, zone: tzinfo) -> datetime:
+    if text is None:
+        return datetime.now(timezone.utc)
+    from dateutil import parser as dateutil_parser
+
+    try:
+        parsed = dateutil_parser.isoparse(text.strip())
+    except (ValueError, OverflowError):
+        raise _UsageError(f"--after {text!r} is not an ISO-8601 date-time") from None
+    if parsed.utcoffset() is None:
+        parsed = parsed.replace(tzinfo=zone)
+    return parsed.astimezone(timezone.utc)
+
+
+def _zone_name(zone: tzinfo) -> str:
+    key = getattr(zone, "key", None)
+    return key if isinstance(key, str) else str(datetime.now(zone).tzname() or "local")

@@ -1,0 +1,661 @@
+"""The herdsched command, in-process (``cli.main([...])``) against real state directories."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from herdsched import __version__
+from herdsched.cli import main
+from herdsched.leader import LeaderLock
+from herdsched.models import RunRecord, ScheduleState
+from herdsched.store.yaml_store import YamlStateStore
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Path:
+    """A state directory as a running fleet leaves it: states, descriptions and history."""
+    directory = tmp_path / "state"
+    store = YamlStateStore(directory)
+    store.update_schedule_state(
+        "triage",
+        "check",
+        type="interval",
+        cadence="every 5m",
+        next_run_at=T0 + timedelta(minutes=5),
+        last_run_at=T0,
+        last_finished_at=T0 + timedelta(seconds=2),
+        last_result="success",
+    )
+    store.update_schedule_state(
+        "triage",
+        "report",
+        type="cron",
+        cadence="cron 0 9 * * 1-5",
+        status="disabled",
+        consecutive_failures=5,
+        disabled_reason="5 consecutive failures",
+        last_result="failed",
+        last_error="boom: the API answered 500\nsecond line",
+        owner="alice",
+    )
+    store.update_schedule_state("triage", "once", type="once", status="completed")
+    store.update_schedule_state("ops", "poke", type="manual", cadence="manual")
+    for i in range(3):
+        store.append_run(
+            RunRecord(
+                run_id=f"run-{i}",
+                agent="triage",
+                schedule="check",
+                trigger_type="interval",
+                scheduled_for=T0 + timedelta(minutes=5 * i),
+                started_at=T0 + timedelta(minutes=5 * i),
+                finished_at=T0 + timedelta(minutes=5 * i, seconds=2),
+                status="success",
+                output_summary=f"output {i}",
+            )
+        )
+    store.append_run(
+        RunRecord(
+            run_id="run-f",
+            agent="triage",
+            schedule="report",
+            trigger_type="cron",
+            started_at=T0 + timedelta(hours=1),
+            finished_at=T0 + timedelta(hours=1, minutes=3),
+            status="failed",
+            error="boom",
+        )
+    )
+    store.close()
+    return directory
+
+
+def read_state(directory: Path, agent: str, schedule: str) -> ScheduleState:
+    store = YamlStateStore(directory)
+    try:
+        return store.get_schedule_state(agent, schedule)
+    finally:
+        store.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Basics
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "--version")
+    assert code == 0
+    assert out.strip() == f"herdsched {__version__}"
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys)
+    assert code == 2 and "required" in err
+    code, _, err = run_cli(capsys, "frobnicate")
+    assert code == 2 and "invalid choice" in err
+    code, _, err = run_cli(capsys, "next", "5m", "-n", "0")
+    assert code == 2 and "positive integer" in err
+    code, _, err = run_cli(capsys, "run", "x.yaml", "--duration", "1.5s")
+    assert code == 2 and "Decimal values are not supported" in err
+
+
+def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "--help")
+    assert code == 0
+    for command in ("run", "status", "list", "next", "trigger", "pause", "resume", "history"):
+        assert command in out
+
+
+# --------------------------------------------------------------------------------------------
+# validate
+
+
+def test_validate_demo_fleet(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "validate", str(EXAMPLES / "fleet.yaml"))
+    assert code == 0
+    assert 'valid fleet "demo": 2 agent(s)' in out
+    assert "demo_jobs:report" in out and "command: sh -c" in out
+    assert "every 5s" in out and "cron */5 * * * * *" in out and "on trigger" in out
+
+
+def test_validate_broken_fleet_lists_every_problem(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        textwrap.dedent(
+            """
+            agents:
+              - name: a
+                command: [echo, hi]
+                schedules:
+                  check: {type: interval, interval: 1.5h}
+                  other: {type: cron, cron: "0 25 * * *"}
+              - name: b
+                command: [echo, hi]
+                colour: blue
+            """
+        )
+    )
+    code, out, err = run_cli(capsys, "validate", str(fleet))
+    assert code == 2
+    assert out == ""
+    assert "3 problems" in err
+    assert f"{fleet}: agents[0].schedules.check.interval: Decimal values are not supported" in err
+    assert f"{fleet}: agents[0].schedules.other.cron: " in err and "hour must be 0-23" in err
+    assert f'{fleet}: agents[1].colour: unknown key "colour"' in err
+
+
+def test_validate_fleet_without_schedules(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("agents: [{name: a, command: [echo]}]\n")
+    code, out, _ = run_cli(capsys, "validate", str(fleet))
+    assert code == 0
+    assert "1 agent(s), 0 schedule(s)" in out
+    assert "AGENT" not in out
+
+
+# --------------------------------------------------------------------------------------------
+# next
+
+
+def test_next_cron_on_spring_forward_day(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(
+        capsys,
+        "next",
+        "30 2 * * *",
+        "--tz",
+        "America/New_York",
+        "--after",
+        "2026-03-07T12:00:00",
+        "-n",
+        "3",
+    )
+    assert code == 0
+    lines = out.strip().splitlines()
+    assert lines[0] == 'cron "30 2 * * *" in America/New_York'
+    # 02:30 does not exist on 8 March: the job fires right after the jump, at 03:00 EDT.
+    assert lines[1:] == [
+        "2026-03-08 03:00:00 -04:00  Sun  2026-03-08T07:00:00.000Z",
+        "2026-03-09 02:30:00 -04:00  Mon  2026-03-09T06:30:00.000Z",
+        "2026-03-10 02:30:00 -04:00  Tue  2026-03-10T06:30:00.000Z",
+    ]
+
+
+def test_next_cron_on_fall_back_day_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(
+        capsys,
+        "next",
+        "30 1 * * *",
+        "--tz",
+        "America/New_York",
+        "--after",
+        "2026-10-31T12:00:00-04:00",
+        "-n",
+        "2",
+        "--json",
+    )
+    assert code == 0
+    data = json.loads(out)
+    assert data["kind"] == "cron" and data["timezone"] == "America/New_York"
+    # Fixed-time job: once on the fall-back day (first 01:30, EDT), then 01:30 EST.
+    assert data["times"] == ["2026-11-01T05:30:00.000Z", "2026-11-02T06:30:00.000Z"]
+
+
+def test_next_wildcard_cron_follows_real_time_across_fall_back(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run_cli(
+        capsys,
+        "next",
+        "30 * * * *",
+        "--tz",
+        "America/New_York",
+        "--after",
+        "2026-11-01T00:45:00-04:00",
+        "-n",
+        "3",
+        "--json",
+    )
+    assert code == 0
+    assert json.loads(out)["times"] == [
+        "2026-11-01T05:30:00.000Z",  # 01:30 EDT
+        "2026-11-01T06:30:00.000Z",  # 01:30 EST, the repeated hour
+        "2026-11-01T07:30:00.000Z",  # 02:30 EST
+    ]
+
+
+def test_next_with_seconds_and_shorthand(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(
+        capsys,
+        "next",
+        "*/5 * * * * *",
+        "--tz",
+        "UTC",
+        "--after",
+        "2026-01-01T00:00:00Z",
+        "-n",
+        "2",
+        "--json",
+    )
+    assert code == 0
+    assert json.loads(out)["times"] == ["2026-01-01T00:00:05.000Z", "2026-01-01T00:00:10.000Z"]
+    code, out, _ = run_cli(capsys, "next", "@daily", "--tz", "UTC", "-n", "1", "--json")
+    assert code == 0
+    assert json.loads(out)["times"][0].endswith("T00:00:00.000Z")
+
+
+def test_next_interval(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(
+        capsys, "next", "90m", "--tz", "Europe/Berlin", "--after", "2026-03-29T00:00:00", "-n", "3"
+    )
+    assert code == 0
+    lines = out.strip().splitlines()
+    assert lines[0].startswith("interval 1h30m:")
+    # Elapsed time across the spring-forward jump at 02:00 CET.
+    assert lines[1:] == [
+        "2026-03-29 00:00:00 +01:00  Sun  2026-03-28T23:00:00.000Z",
+        "2026-03-29 01:30:00 +01:00  Sun  2026-03-29T00:30:00.000Z",
+        "2026-03-29 04:00:00 +02:00  Sun  2026-03-29T02:00:00.000Z",
+    ]
+
+
+def test_next_local_zone_default(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "next", "5m", "-n", "2", "--json")
+    assert code == 0
+    data = json.loads(out)
+    first, second = (datetime.fromisoformat(t.replace("Z", "+00:00")) for t in data["times"])
+    assert second - first == timedelta(minutes=5)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["0 25 * * *"], "hour must be 0-23"),
+        (["* * *"], "expected 5 fields, got 3"),
+        (["1.5h"], "Decimal values"),
+        (["5"], "Missing time unit"),
+        (["5m", "--tz", "Mars/Base"], "Unknown time zone"),
+        (["5m", "--after", "yesterday"], "not an ISO-8601"),
+    ],
+)
+def test_next_errors(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    code, out, err = run_cli(capsys, "next", *argv)
+    assert code == 2
+    assert out == ""
+    assert message in err
+
+
+# --------------------------------------------------------------------------------------------
+# Commands on a state directory
+
+
+def test_status_table(capsys: pytest.CaptureFixture[str], state_dir: Path) -> None:
+    code, out, _ = run_cli(capsys, "status", "--state-dir", str(state_dir), "--tz", "Europe/Berlin")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == f"State directory: {state_dir}"
+    assert lines[1] == "Scheduler:       not running"
+    assert lines[2] == "Schedules:       1 completed, 1 disabled, 2 idle"
+    header = lines[4]
+    for column in ("AGENT", "SCHEDULE", "TYPE", "CADENCE", "STATUS", "NEXT RUN", "LAST ERROR"):
+        assert column in header
+    check = next(line for line in lines if line.split()[:2] == ["triage", "check"])
+    assert "every 5m" in check
+    assert "2026-03-01 13:05:00 +01:00" in check  # next run, Berlin time with offset
+    assert "2026-03-01 13:00:00 +01:00" in check  # last run
+    report = next(line for line in lines if line.split()[:2] == ["triage", "report"])
+    assert "disabled" in report and "5 consecutive failures" in report
+    # columns line up: every row starts its STATUS cell at the same offset
+    status_col = header.index("STATUS")
+    assert report[status_col:].startswith("disabled")
+
+
+def test_status_json_and_leader(capsys: pytest.CaptureFixture[str], state_dir: Path) -> None:
+    lock = LeaderLock(state_dir)
+    assert lock.try_acquire()
+    try:
+        code, out, _ = run_cli(capsys, "status", "--state-dir", str(state_dir), "--json")
+        code_table, table, _ = run_cli(capsys, "status", "--state-dir", str(state_dir))
+    finally:
+        lock.release()
+    assert code == 0 and code_table == 0
+    data = json.loads(out)
+    assert data["scheduler"] == "running"
+    assert data["leader"]["pid"] > 0
+    assert f"running (pid {data['leader']['pid']}" in table
+    rows = {(row["agent"], row["schedule"]): row for row in data["schedules"]}
+    assert set(rows) == {
+        ("ops", "poke"),
+        ("triage", "check"),
+        ("triage", "once"),
+        ("triage", "report"),
+    }
+    assert rows["triage", "check"]["next_run_at"] == "2026-03-01T12:05:00.000Z"
+    assert rows["triage", "report"]["disabled_reason"] == "5 consecutive failures"
+    assert rows["triage", "report"]["owner"] == "alice"
+
+
+def test_list(capsys: pytest.CaptureFixture[str], state_dir: Path) -> None:
+    code, out, _ = run_cli(capsys, "list", "--state-dir", str(state_dir), "--tz", "UTC")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == [
+        "AGENT",
+        "SCHEDULE",
+        "TYPE",
+        "CADENCE",
+        "STATUS",
+        "OWNER",
+        "NEXT",
+        "RUN",
+    ]
+    assert [line.split()[:2] for line in lines[1:]] == [
+        ["ops", "poke"],
+        ["triage", "check"],
+        ["triage", "once"],
+        ["triage", "report"],
+    ]
+    assert "alice" in lines[4]
+    code, out, _ = run_cli(capsys, "list", "--state-dir", str(state_dir), "--json")
+    assert code == 0
+    assert [row["schedule"] for row in json.loads(out)] == ["poke", "check", "once", "report"]
+
+
+def test_list_and_status_of_an_empty_state_dir(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (tmp_path / "empty").mkdir()
+    code, out, _ = run_cli(capsys, "list", "--state-dir", str(tmp_path / "empty"))
+    assert code == 0 and "no schedules" in out
+    code, out, _ = run_cli(capsys, "status", "--state-dir", str(tmp_path / "empty"))
+    assert code == 0 and "Schedules:       none" in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status"],
+        ["list"],
+        ["history", "a"],
+        ["pause", "a"],
+        ["resume", "a"],
+        ["trigger", "a"],
+    ],
+)
+def test_missing_state_dir_is_a_runtime_failure(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str]
+) -> None:
+    code, out, err = run_cli(capsys, *argv, "--state-dir", str(tmp_path / "nope"))
+    assert code == 1
+    assert out == ""
+    assert "no state directory" in err and str(tmp_path / "nope") in err
+
+
+def test_default_state_dir_is_in_the_current_directory(
+    capsys: pytest.CaptureFixture[str], state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state_dir.rename(state_dir.parent / ".herdsched")
+    monkeypatch.chdir(state_dir.parent)
+    code, out, _ = run_cli(capsys, "list")
+    assert code == 0 and "triage" in out
+
+
+def test_pause_and_resume_one_schedule(capsys: pytest.CaptureFixture[str], state_dir: Path) -> None:
+    code, out, _ = run_cli(capsys, "pause", "triage/check", "--state-dir", str(state_dir))
+    assert code == 0 and out.strip() == "triage/check: paused"
+    assert read_state(state_dir, "triage", "check").status.value == "paused"
+    code, out, _ = run_cli(capsys, "pause", "triage/check", "--state-dir", str(state_dir))
+    assert code == 0 and out.strip() == "triage/check: already paused"
+    code, out, _ = run_cli(capsys, "resume", "triage/check", "--state-dir", str(state_dir))
+    assert code == 0 and out.strip() == "triage/check: resumed (was paused)"
+    state = read_state(state_dir, "triage", "check")
+    assert state.status.value == "idle"
+    assert state.next_run_at == T0 + timedelta(minutes=5)  # everything else is kept
+
+
+def test_resume_an_auto_disabled_schedule_resets_failures(
+    capsys: pytest.CaptureFixture[str], state_dir: Path
+) -> None:
+    code, out, _ = run_cli(capsys, "resume", "triage/report", "--state-dir", str(state_dir))
+    assert code == 0 and "resumed (was disabled)" in out
+    state = read_state(state_dir, "triage", "report")
+    assert state.status.value == "idle"
+    assert state.consecutive_failures == 0
+    assert state.disabled_reason is None
+
+
+def test_pause_and_resume_a_whole_agent(
+    capsys: pytest.CaptureFixture[str], state_dir: Path
+) -> None:
+    code, out, _ = run_cli(capsys, "pause", "triage", "--state-dir", str(state_dir))
+    assert code == 0
+    assert out.splitlines() == [
+        "triage/check: paused",
+        "triage/once: already completed",  # a completed once stays completed
+        "triage/report: paused",
+    ]
+    assert read_state(state_dir, "triage", "report").status.value == "paused"
+    code, out, _ = run_cli(capsys, "resume", "triage", "--state-dir", str(state_dir))
+    assert code == 0
+    assert out.splitlines() == [
+        "triage/check: resumed (was paused)",
+        "triage/once: completed, nothing to resume",
+        "triage/report: resumed (was paused)",
+    ]
+    assert read_state(state_dir, "triage", "once").status.value == "completed"
+
+
+@pytest.mark.parametrize("command", ["pause", "resume", "trigger", "history"])
+def test_unknown_targets(capsys: pytest.CaptureFixture[str], state_dir: Path, command: str) -> None:
+    code, _, err = run_cli(capsys, command, "nobody", "--state-dir", str(state_dir))
+    assert code == 1 and "agent 'nobody' not found (known: ops, triage)" in err
+    code, _, err = run_cli(capsys, command, "triage/nothing", "--state-dir", str(state_dir))
+    assert code == 1
+    assert "schedule 'nothing' of agent 'triage' not found (known: check, once, report)" in err
+    code, _, err = run_cli(capsys, command, "tri age/x", "--state-dir", str(state_dir))
+    assert code == 2 and "is not AGENT or AGENT/SCHEDULE" in err
+    code, _, err = run_cli(capsys, command, "triage/", "--state-dir", str(state_dir))
+    assert code == 2
+
+
+def test_unknown_agent_in_an_empty_state_dir(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, _, err = run_cli(capsys, "pause", "a", "--state-dir", str(tmp_path))
+    assert code == 1 and "the state directory is empty" in err
+
+
+def test_trigger_queues_a_request(capsys: pytest.CaptureFixture[str], state_dir: Path) -> None:
+    code, out, err = run_cli(
+        capsys, "trigger", "triage/check", "--prompt", "now please", "--state-dir", str(state_dir)
+    )
+    assert code == 0
+    assert out.startswith("queued a run of triage/check: request ")
+    assert "no scheduler is running" in err
+    code, out, err = run_cli(capsys, "trigger", "ops", "--state-dir", str(state_dir))
+    assert code == 0 and "agent ops (ad hoc)" in out
+    store = YamlStateStore(state_dir)
+    try:
+        requests = store.take_trigger_requests()
+    finally:
+        store.close()
+    assert [(r.agent, r.schedule, r.prompt) for r in requests] == [
+        ("triage", "check", "now please"),
+        ("ops", "manual", None),
+    ]
+
+
+def test_trigger_with_a_scheduler_running_says_nothing_on_stderr(
+    capsys: pytest.CaptureFixture[str], state_dir: Path
+) -> None:
+    lock = LeaderLock(state_dir)
+    assert lock.try_acquire()
+    try:
+        code, _, err = run_cli(capsys, "trigger", "triage/check", "--state-dir", str(state_dir))
+    finally:
+        lock.release()
+    assert code == 0 and err == ""
+
+
+def test_history_table(capsys: pytest.CaptureFixture[str], state_dir: Path) -> None:
+    code, out, _ = run_cli(
+        capsys, "history", "triage", "--state-dir", str(state_dir), "--tz", "UTC"
+    )
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split()[:5] == ["STARTED", "SCHEDULE", "TRIGGER", "STATUS", "DURATION"]
+    assert "report" in lines[1] and "failed" in lines[1] and "3m00s" in lines[1]
+    assert "boom" in lines[1]
+    assert [line.split()[7] for line in lines[2:]] == ["run-2", "run-1", "run-0"]
+    assert "2.00s" in lines[2] and "output 2" in lines[2]
+
+
+def test_history_of_one_schedule_json(capsys: pytest.CaptureFixture[str], state_dir: Path) -> None:
+    code, out, _ = run_cli(
+        capsys, "history", "triage/check", "-n", "2", "--json", "--state-dir", str(state_dir)
+    )
+    assert code == 0
+    data = json.loads(out)
+    assert [r["run_id"] for r in data] == ["run-2", "run-1"]
+    assert data[0]["started_at"] == "2026-03-01T12:10:00.000Z"
+
+
+def test_history_empty(capsys: pytest.CaptureFixture[str], state_dir: Path) -> None:
+    code, out, _ = run_cli(capsys, "history", "ops/poke", "--state-dir", str(state_dir))
+    assert code == 0 and out.strip() == "no runs of ops/poke yet"
+    code, out, _ = run_cli(capsys, "history", "ops/manual", "--state-dir", str(state_dir))
+    assert code == 0 and "no runs" in out
+
+
+def test_corrupt_state_is_a_runtime_failure(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (tmp_path / "state.yaml").write_text("agents: [this is: not valid\n")
+    code, _, err = run_cli(capsys, "status", "--state-dir", str(tmp_path))
+    assert code == 1
+    assert "herdsched status:" in err
+
+
+# --------------------------------------------------------------------------------------------
+# run, in-process
+
+
+def _fleet(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+@pytest.mark.slow
+def test_run_for_a_duration_then_read_history(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    fleet = _fleet(
+        tmp_path,
+        """
+        fleet: {name: tiny}
+        agents:
+          - name: a
+            command: [echo, hello]
+            schedules:
+              tick: {type: interval, interval: 1s}
+              fail: {type: interval, interval: 1h, command: [sh, -c, "echo oops >&2; exit 4"]}
+        """,
+    )
+    state = tmp_path / "st"
+    code, _, err = run_cli(capsys, "run", str(fleet), "--state-dir", str(state), "--duration", "1s")
+    assert code == 0
+    assert "fleet tiny: 1 agent(s), 2 schedule(s)" in err
+    assert "a/tick success" in err and "hello" in err
+    assert "a/fail failed" in err and "exited with code 4" in err
+    assert "ran for 1s: stopping" in err
+    code, out, _ = run_cli(capsys, "history", "a/tick", "--state-dir", str(state), "--json")
+    assert code == 0
+    records = json.loads(out)
+    assert records and all(r["status"] == "success" for r in records)
+    assert records[-1]["output_summary"] == "hello\n"
+    code, out, _ = run_cli(capsys, "history", "a/fail", "--state-dir", str(state), "--json")
+    assert json.loads(out)[0]["status"] == "failed"
+
+
+@pytest.mark.slow
+def test_run_uses_the_fleet_state_dir(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    fleet = _fleet(
+        tmp_path,
+        """
+        scheduler: {state_dir: from-fleet}
+        agents:
+          - name: a
+            command: [echo, hi]
+            schedules: {tick: {type: interval, interval: 1h}}
+        """,
+    )
+    code, _, _ = run_cli(capsys, "run", str(fleet), "--duration", "1s")
+    assert code == 0
+    assert (tmp_path / "from-fleet" / "state.yaml").exists()
+
+
+@pytest.mark.slow
+def test_run_reports_jobs_that_outlive_the_stop_timeout(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    fleet = _fleet(
+        tmp_path,
+        """
+        agents:
+          - name: a
+            command: [sleep, "3"]
+            schedules: {long: {type: interval, interval: 1h}}
+        """,
+    )
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        str(fleet),
+        "--state-dir",
+        str(tmp_path / "st"),
+        "--duration",
+        "1s",
+        "--stop-timeout",
+        "1s",
+    )
+    assert code == 1
+    assert "still running" in err
+
+
+def test_run_with_an_invalid_fleet_exits_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    fleet = _fleet(tmp_path, "agents: [{name: a}]\nextra: 1\n")
+    code, _, err = run_cli(capsys, "run", str(fleet))
+    assert code == 2
+    assert f'{fleet}: extra: unknown key "extra"' in err
+
+
+def test_python_dash_m_entry_point(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import runpy
+
+    monkeypatch.setattr("sys.argv", ["herdsched", "--version"])
+    with pytest.raises(SystemExit) as exited:
+        runpy.run_module("herdsched", run_name="__main__")
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"herdsched {__version__}"

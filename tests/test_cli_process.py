@@ -1,0 +1,263 @@
+"""The herdsched command as a real process: the demo fleet, steering a running fleet, signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def herdsched(
+    *argv: str, cwd: Path | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "herdsched", *argv],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def history(state: Path, target: str, *, strict: bool = True) -> list[dict[str, Any]]:
+    result = herdsched("history", target, "-n", "100", "--json", "--state-dir", str(state))
+    if not strict and result.returncode != 0:
+        return []  # the fleet has not written its state yet
+    assert result.returncode == 0, result.stderr
+    records: list[dict[str, Any]] = json.loads(result.stdout)
+    return records
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return condition()
+
+
+@pytest.fixture
+def fleet_process(tmp_path: Path) -> Iterator[Callable[[Path], subprocess.Popen[str]]]:
+    """Start ``herdsched run`` in the background; always stopped at the end of the test."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(fleet: Path, *extra: str) -> subprocess.Popen[str]:
+        log = open(tmp_path / "run.log", "w", encoding="utf-8")  # noqa: SIM115 - closed below
+        process = subprocess.Popen(
+            [sys.executable, "-m", "herdsched", "run", str(fleet), *extra],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            cwd=tmp_path,
+        )
+        log.close()
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=30)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+def test_run_the_demo_fleet_and_read_its_history(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    result = herdsched(
+        "run",
+        str(EXAMPLES / "fleet.yaml"),
+        "--state-dir",
+        str(state),
+        "--duration",
+        "6s",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ""  # run logs to stderr only
+    assert "fleet demo: 2 agent(s), 7 schedule(s)" in result.stderr
+    assert "ran for 6s: stopping" in result.stderr
+
+    heartbeat = history(state, "reporter/heartbeat")
+    assert len(heartbeat) >= 2 and all(r["status"] == "success" for r in heartbeat)
+    assert "Heartbeat: report in." in heartbeat[0]["output_summary"]
+    ticks = history(state, "reporter/five-seconds")
+    assert ticks and all(r["trigger_type"] == "cron" for r in ticks)
+    assert all(r["scheduled_for"].endswith(("0.000Z", "5.000Z")) for r in ticks)
+    shell = history(state, "shell/disk-check")
+    assert shell and shell[0]["output_summary"].startswith("shell/disk-check got: Check the disk.")
+
+    status = herdsched("status", "--json", "--state-dir", str(state))
+    assert status.returncode == 0
+    data = json.loads(status.stdout)
+    assert data["scheduler"] == "not running"
+    by_name = {(s["agent"], s["schedule"]): s for s in data["schedules"]}
+    assert by_name["reporter", "heartbeat"]["type"] == "interval"
+    assert by_name["reporter", "on-demand"]["status"] == "idle"
+
+
+def test_pause_and_trigger_from_a_second_process(
+    tmp_path: Path, fleet_process: Callable[..., subprocess.Popen[str]]
+) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        textwrap.dedent(
+            """
+            agents:
+              - name: a
+                command: [sh, -c, 'echo "ran $HERDSCHED_SCHEDULE: $(cat)"']
+                schedules:
+                  tick: {type: interval, interval: 1s, prompt: tick}
+                  poke: {type: manual, prompt: poked}
+            """
+        )
+    )
+    state = tmp_path / "state"
+    process = fleet_process(fleet, "--state-dir", str(state))
+    assert wait_for(lambda: len(history(state, "a/tick", strict=False)) >= 2), (
+        tmp_path / "run.log"
+    ).read_text()
+
+    paused = herdsched("pause", "a/tick", "--state-dir", str(state))
+    assert paused.returncode == 0 and "a/tick: paused" in paused.stdout
+    time.sleep(2.5)  # the running scheduler sees the pause within about two seconds
+    settled = len(history(state, "a/tick"))
+    time.sleep(2.0)  # at 1 s per run, two more runs would show up if the pause were ignored
+    assert len(history(state, "a/tick")) == settled
+
+    triggered = herdsched("trigger", "a/poke", "--prompt", "by hand", "--state-dir", str(state))
+    assert triggered.returncode == 0, triggered.stderr
+    assert "queued a run of a/poke" in triggered.stdout
+    assert triggered.stderr == ""  # a scheduler is running: no warning
+    assert wait_for(lambda: len(history(state, "a/poke")) == 1)
+    record = history(state, "a/poke")[0]
+    assert record["trigger_type"] == "manual" and record["status"] == "success"
+    assert record["output_summary"] == "ran poke: by hand\n"
+
+    status = herdsched("status", "--state-dir", str(state))
+    assert f"running (pid {process.pid}" in status.stdout
+
+    resumed = herdsched("resume", "a/tick", "--state-dir", str(state))
+    assert resumed.returncode == 0
+    assert wait_for(lambda: len(history(state, "a/tick")) > settled)
+
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=30) == 0
+    log = (tmp_path / "run.log").read_text()
+    assert "SIGINT received: stopping" in log
+    assert "scheduler stopped" in log
+
+
+def test_sigterm_stops_gracefully_and_waits_for_the_running_job(
+    tmp_path: Path, fleet_process: Callable[..., subprocess.Popen[str]]
+) -> None:
+    marker = tmp_path / "finished"
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        textwrap.dedent(
+            f"""
+            agents:
+              - name: a
+                command: [sh, -c, 'echo started; sleep 1; touch {marker}; echo done']
+                schedules: {{slow: {{type: interval, interval: 1h}}}}
+            """
+        )
+    )
+    state = tmp_path / "state"
+    process = fleet_process(fleet, "--state-dir", str(state))
+    log = tmp_path / "run.log"
+    assert wait_for(lambda: "scheduler running" in log.read_text())
+    time.sleep(0.3)  # the job has started (it is due at once)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 0
+    assert marker.exists()  # stop waited for the job instead of killing it
+    assert "SIGTERM received: stopping" in log.read_text()
+    assert history(state, "a/slow")[0]["status"] == "success"
+
+
+def test_second_signal_quits_at_once(
+    tmp_path: Path, fleet_process: Callable[..., subprocess.Popen[str]]
+) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "agents:\n  - name: a\n    command: [sleep, '30']\n"
+        "    schedules: {long: {type: interval, interval: 1h}}\n"
+    )
+    process = fleet_process(fleet, "--state-dir", str(tmp_path / "state"))
+    log = tmp_path / "run.log"
+    assert wait_for(lambda: "scheduler running" in log.read_text())
+    time.sleep(0.3)
+    process.send_signal(signal.SIGINT)
+    assert wait_for(lambda: "SIGINT received: stopping" in log.read_text())
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=20) == 130
+    assert "quitting without waiting" in log.read_text()
+
+
+def test_validate_broken_fleet_as_a_process(tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        textwrap.dedent(
+            """
+            agents:
+              - name: a
+                command: [echo]
+                schedules:
+                  check: {type: interval, interval: 1.5h}
+                  trap: {type: interval, interval: 1:30}
+              - name: b
+                job: "no_such_module_q:f"
+            """
+        )
+    )
+    result = herdsched("validate", str(fleet))
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = [line.strip() for line in result.stderr.splitlines()]
+    assert lines[0] == f"Invalid fleet file {fleet} (3 problems):"
+    assert lines[1] == (
+        f"- {fleet}: agents[0].schedules.check.interval: Decimal values are not supported in "
+        'interval "1.5h"'
+    )
+    assert lines[2].startswith(f"- {fleet}: agents[0].schedules.trap.interval: ")
+    assert "not a duration string" in lines[2]
+    assert lines[3].startswith(f"- {fleet}: agents[1].job: cannot import module")
+
+
+def test_next_on_a_dst_day_as_a_process() -> None:
+    result = herdsched(
+        "next", "0 2 * * *", "--tz", "Europe/Berlin", "--after", "2026-03-28T12:00", "-n", "2"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1:] == [
+        "2026-03-29 03:00:00 +02:00  Sun  2026-03-29T01:00:00.000Z",  # 02:00 is skipped
+        "2026-03-30 02:00:00 +02:00  Mon  2026-03-30T00:00:00.000Z",
+    ]
+
+
+def test_console_script_version() -> None:
+    script = Path(sys.executable).parent / "herdsched"
+    if not script.exists():
+        pytest.skip("console script not installed in this environment")
+    result = subprocess.run(
+        [str(script), "--version"], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert result.returncode == 0
+    assert result.stdout.startswith("herdsched ")
+    assert os.access(script, os.X_OK)

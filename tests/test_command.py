@@ -1,0 +1,250 @@
+"""Command jobs with real subprocesses: stdin prompt, environment, failures, cancellation."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from herdsched.command import MAX_ENV_PROMPT_BYTES, CommandError, CommandJob
+from herdsched.models import JobResult, TriggerInfo, TriggerType
+
+PY = sys.executable
+
+
+def info(prompt: str = "do it", session_id: str | None = None) -> TriggerInfo:
+    return TriggerInfo(
+        agent="triage",
+        schedule="check",
+        prompt=prompt,
+        trigger_type=TriggerType.CRON,
+        scheduled_for=None,
+        fired_at=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        run_id="run-123",
+        session_id=session_id,
+    )
+
+
+pytestmark = pytest.mark.slow
+
+
+def test_prompt_on_stdin_and_stdout_is_the_output() -> None:
+    job = CommandJob([PY, "-c", "import sys; print('got:', sys.stdin.read())"])
+    result = job(info("hello there"))
+    assert isinstance(result, JobResult)
+    assert result.output == "got: hello there\n"
+
+
+def test_environment_describes_the_run(tmp_path: Path) -> None:
+    script = (
+        "import os, json; print(json.dumps({k: v for k, v in os.environ.items() "
+        "if k.startswith('HERDSCHED_') or k == 'EXTRA'}))"
+    )
+    job = CommandJob([PY, "-c", script], env={"EXTRA": "yes"}, cwd=tmp_path)
+    import json
+
+    result = job(info("the prompt", session_id="sess-9"))
+    assert result.output is not None
+    env = json.loads(result.output)
+    assert env == {
+        "HERDSCHED_AGENT": "triage",
+        "HERDSCHED_SCHEDULE": "check",
+        "HERDSCHED_RUN_ID": "run-123",
+        "HERDSCHED_SESSION_ID": "sess-9",
+        "HERDSCHED_PROMPT": "the prompt",
+        "HERDSCHED_TRIGGER_TYPE": "cron",
+        "EXTRA": "yes",
+    }
+    assert job.environment(info())["HERDSCHED_SESSION_ID"] == ""
+
+
+def test_working_directory(tmp_path: Path) -> None:
+    job = CommandJob([PY, "-c", "import os; print(os.getcwd())"], cwd=tmp_path)
+    result = job(info())
+    assert result.output is not None
+    assert Path(result.output.strip()).resolve() == tmp_path.resolve()
+
+
+def test_string_command_is_split_without_a_shell() -> None:
+    job = CommandJob(f"{PY} -c \"import sys; print(sys.argv[1:])\" 'a b' '$HOME'")
+    result = job(info())
+    assert result.output == "['a b', '$HOME']\n"  # no shell: nothing expanded
+
+
+def test_non_zero_exit_reports_code_and_stderr_tail() -> None:
+    script = (
+        "import sys\n"
+        "for i in range(100): print('line', i, file=sys.stderr)\n"
+        "print('partial output')\n"
+        "sys.exit(3)"
+    )
+    job = CommandJob([PY, "-c", script])
+    with pytest.raises(CommandError) as caught:
+        job(info())
+    error = caught.value
+    assert error.returncode == 3
+    assert "exited with code 3" in str(error)
+    assert "line 99" in str(error) and "line 80" in str(error)
+    assert "line 79" not in str(error)  # only the tail
+    assert error.stderr_tail.splitlines()[-1] == "line 99"
+    assert error.stdout == "partial output\n"
+    assert not error.cancelled
+
+
+def test_non_zero_exit_without_stderr() -> None:
+    with pytest.raises(CommandError, match="exited with code 1; no stderr"):
+        CommandJob([PY, "-c", "raise SystemExit(1)"])(info())
+
+
+def test_killed_by_a_signal() -> None:
+    job = CommandJob([PY, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
+    with pytest.raises(CommandError, match="killed by signal 9") as caught:
+        job(info())
+    assert caught.value.returncode == -9
+
+
+def test_missing_program() -> None:
+    with pytest.raises(CommandError, match="could not start") as caught:
+        CommandJob(["/nonexistent/program-xyz"])(info())
+    assert caught.value.returncode is None
+
+
+def test_stderr_on_success_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    job = CommandJob([PY, "-c", "import sys; print('warn', file=sys.stderr); print('ok')"])
+    with caplog.at_level(logging.DEBUG, logger="herdsched"):
+        result = job(info())
+    assert result.output == "ok\n"
+    assert any("warn" in r.getMessage() for r in caplog.records)
+
+
+def test_command_that_ignores_stdin() -> None:
+    big = "x" * 1_000_000  # larger than a pipe buffer: must not deadlock
+    job = CommandJob([PY, "-c", "print('done')"])
+    assert job(info(big)).output == "done\n"
+
+
+def test_huge_prompt_arrives_on_stdin_only() -> None:
+    big = "y" * (MAX_ENV_PROMPT_BYTES + 1)
+    script = "import os, sys; print(len(sys.stdin.read()), 'HERDSCHED_PROMPT' in os.environ)"
+    assert CommandJob([PY, "-c", script])(info(big)).output == f"{len(big)} False\n"
+    small = "z" * MAX_ENV_PROMPT_BYTES
+    assert CommandJob([PY, "-c", script])(info(small)).output == f"{len(small)} True\n"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0): look at its state.
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+            return handle.read().split()[2] != "Z"
+    except OSError:
+        return True
+
+
+def test_cancel_kills_the_whole_process_group(tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    # The command starts a grandchild that would outlive it, then waits.
+    script = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(pidfile)!r}, 'w').write(str(child.pid))\n"
+        "print('started', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    job = CommandJob([PY, "-c", script], kill_grace=2.0)
+    run = info()
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            job(run)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    grandchild = int(pidfile.read_text())
+    assert _alive(grandchild)
+    run.cancel_event.set()
+    thread.join(timeout=20)
+    assert not thread.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], CommandError)
+    error = errors[0]
+    assert error.cancelled
+    assert "cancelled" in str(error)
+    assert error.stdout == "started\n"
+    deadline = time.monotonic() + 10
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not _alive(grandchild)
+
+
+def test_cancel_escalates_to_sigkill(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    script = (
+        "import signal, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        f"open({str(ready)!r}, 'w').write('1')\n"
+        "time.sleep(60)\n"
+    )
+    job = CommandJob([PY, "-c", script], kill_grace=0.2)
+    run = info()
+    errors: list[CommandError] = []
+
+    def target() -> None:
+        try:
+            job(run)
+        except CommandError as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    run.cancel_event.set()
+    thread.join(timeout=20)
+    assert errors and errors[0].cancelled and errors[0].returncode == -9
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "cannot be empty"),
+        ("", "cannot be empty"),
+        ("echo 'open", "No closing quotation"),
+        (["echo", 3], "must be strings"),
+        (42, "list of arguments or a string"),
+    ],
+)
+def test_invalid_commands(argv: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        CommandJob(argv)  # type: ignore[arg-type]
+
+
+def test_invalid_options() -> None:
+    with pytest.raises(ValueError, match="env entries"):
+        CommandJob(["true"], env={"A": 1})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="kill_grace"):
+        CommandJob(["true"], kill_grace=-1)
+
+
+def test_equality_and_repr() -> None:
+    a = CommandJob("echo 'a b'")
+    assert a == CommandJob(["echo", "a b"])
+    assert a != CommandJob(["echo", "a b"], cwd="/tmp")
+    assert a != "echo"
+    assert hash(a) == hash(CommandJob(["echo", "a b"]))
+    assert repr(a) == "CommandJob(\"echo 'a b'\")"
