@@ -411,15 +411,22 @@ class _Stopper:
         os._exit(130)
 
 
-def _setup_logging(level: str) -> logging.Handler:
+def _setup_logging(level: str) -> Callable[[], None]:
+    """Log herdsched's records to stderr; returns the function that undoes it."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S")
     )
     root = logging.getLogger("herdsched")
+    previous = root.level
     root.addHandler(handler)
     root.setLevel(getattr(logging, level))
-    return handler
+
+    def undo() -> None:
+        root.removeHandler(handler)
+        root.setLevel(previous)
+
+    return undo
 
 
 def _log_run(event: Any) -> None:
@@ -437,13 +444,13 @@ def _log_run(event: Any) -> None:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     fleet = load_fleet(args.fleet)
-    handler = _setup_logging(args.log_level)
+    undo_logging = _setup_logging(args.log_level)
     stopper = _Stopper()
     try:
         return _run_fleet(fleet, args, stopper)
     finally:
         stopper.restore()
-        logging.getLogger("herdsched").removeHandler(handler)
+        undo_logging()
 
 
 def _run_fleet(fleet: FleetConfig, args: argparse.Namespace, stopper: _Stopper) -> int:
