@@ -1,0 +1,799 @@
+"""The REST API of a scheduler, implemented once for every web framework.
+
+The handlers take plain data in (method, path, query mapping, JSON body, the caller's owner
+name) and give a status code and a JSON-ready dict back, so the Flask and Django adapters in
+:mod:`herdsched.contrib` are a few lines each and behave identically. Routes, relative to the
+mount point (``/herdsched`` by default)::
+
+    GET     /api/schedule                              list (owner, status, type, q, limit, offset)
+    GET     /api/schedule/<agent>/<schedule>           one schedule
+    PUT     /api/schedule/<agent>/<schedule>           create (201) or replace (200)
+    PATCH   /api/schedule/<agent>/<schedule>           partial update; {"enabled": false} pauses
+    DELETE  /api/schedule/<agent>/<schedule>           remove
+    POST    /api/schedule/<agent>/<schedule>/run       run now (202 with run_id)
+    GET     /api/schedule/<agent>/<schedule>/history   recent runs, newest first
+    GET     /api/status                                the scheduler and its leader
+
+Errors are ``{"error": "...", "details": [{"field": ..., "message": ...}]}`` with 400 (bad
+input, naming the field), 401 (no caller), 403 (not the caller's schedule), 404, 405, 409
+(already running, at capacity, over a limit), 415 (a write without a JSON content type) and
+503 (the state store is unavailable).
+
+A web process that is not the active scheduler (a standby gunicorn worker, or a process whose
+scheduler runs elsewhere) still serves every route: reads come from the shared state store,
+pauses and resumes are durable writes to it, and "run now" is queued there for the active
+scheduler. Nothing ever runs a job inside the request thread.
+
+Ownership: a caller is an owner name, or ``None`` for full access (no authentication
+configured, or an auth callback that returned :data:`ADMIN`). A caller with an owner name sees
+and changes only schedules of that owner; schedules it creates belong to it.
+
+Jobs cannot be set through the API (``job`` and ``command`` are refused): what runs is decided
+by code; the API decides when, and with which prompt.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from herdsched.cadence import Cron, Interval, Once
+from herdsched.converter import record_to_dict
+from herdsched.errors import (
+    AgentNotFoundError,
+    ConfigError,
+    CronParseError,
+    IntervalParseError,
+    InvalidScheduleError,
+    LimitExceededError,
+    ScheduleNotFoundError,
+    ScheduleTriggerError,
+    StateError,
+    UnauthorizedError,
+)
+from herdsched.models import Schedule, ScheduleStatus, ScheduleType, SkipReason, Status
+from herdsched.timestamps import format_timestamp
+
+if TYPE_CHECKING:
+    from herdsched.scheduler import ThreadedScheduler
+
+__all__ = [
+    "ADMIN",
+    "ApiError",
+    "ApiResponse",
+    "RestApi",
+    "schedule_json",
+]
+
+_log = logging.getLogger("herdsched")
+
+#: What an auth callback returns for a caller that may see and change every schedule.
+ADMIN = "*"
+
+#: Fields a client may send in PUT/PATCH (the fleet-file schedule fields, minus what runs).
+WRITABLE_FIELDS = frozenset(
+    {
+        "type",
+        "interval",
+        "cron",
+        "expression",
+        "at",
+        "timezone",
+        "anchor",
+        "start_at",
+        "jitter_percent",
+        "prompt",
+        "enabled",
+        "work_source",
+        "persist_session",
+        "resume_session",
+        "notify",
+        "timeout",
+        "catch_up",
+        "overlap",
+        "owner",
+        "metadata",
+    }
+)
+#: Fields the API reports but that only the scheduler sets.
+READ_ONLY_FIELDS = frozenset(
+    {
+        "status",
+        "next_run_at",
+        "last_run_at",
+        "last_result",
+        "last_error",
+        "consecutive_failures",
+        "running",
+        "skip_reason",
+        "disabled_reason",
+        "cadence",
+    }
+)
+_OPTION_FIELDS = (
+    "prompt",
+    "enabled",
+    "timeout",
+    "catch_up",
+    "overlap",
+    "notify",
+    "work_source",
+    "persist_session",
+    "owner",
+    "metadata",
+)
+_MAX_LIMIT = 50
+#: Schedules shown on the status page, and runs in each schedule's timeline strip.
+PAGE_LIMIT = 500
+TIMELINE_RUNS = 20
+_MAX_HISTORY = 200
+_PROBLEM = re.compile(r"^(?P<field>[A-Za-z_][\w.\[\]-]*): (?P<message>.+)$", re.DOTALL)
+
+
+class ApiResponse(NamedTuple):
+    """A status code and a JSON-ready body (unpacks as ``status, body``)."""
+
+    status: int
+    body: dict[str, Any]
+
+
+class ApiError(Exception):
+    """An error answer: ``status`` code, ``error`` message, ``details`` naming the culprits."""
+
+    def __init__(
+        self, status: int, error: str, details: list[dict[str, Any]] | None = None
+    ) -> None:
+        super().__init__(error)
+        self.status = status
+        self.error = error
+        self.details = details or []
+
+    def response(self) -> ApiResponse:
+        return ApiResponse(self.status, {"error": self.error, "details": self.details})
+
+
+def _detail(field: str | None, message: str) -> dict[str, Any]:
+    return {"field": field, "message": message}
+
+
+def _field_error(field: str, message: str) -> ApiError:
+    return ApiError(400, message, [_detail(field, message)])
+
+
+def _time(moment: datetime | None) -> str | None:
+    return None if moment is None else format_timestamp(moment)
+
+
+def _duration(delta: timedelta) -> str | float:
+    """``"1h30m"`` for whole seconds (the fleet-file form), else a number of seconds."""
+    seconds = delta.total_seconds()
+    if seconds <= 0 or seconds != int(seconds):
+        return seconds
+    from herdsched.config import format_interval
+
+    return format_interval(delta)
+
+
+def _value(value: Any) -> Any:
+    if isinstance(value, timedelta):
+        return _duration(value)
+    if isinstance(value, datetime):
+        return _time(value)
+    if hasattr(value, "value"):  # our str enums
+        return value.value
+    return value
+
+
+def cadence_fields(schedule: Schedule | None) -> dict[str, Any]:
+    """The cadence fields of a schedule in fleet-file form (``interval``/``cron``/``at``...)."""
+    if schedule is None:
+        return {}
+    cadence = schedule.cadence
+    if isinstance(cadence, Interval):
+        return {
+            "interval": _duration(cadence.every),
+            "anchor": _time(cadence.anchor),
+            "start_at": _time(cadence.start_at),
+            "jitter_percent": cadence.jitter_percent,
+        }
+    if isinstance(cadence, Cron):
+        return {"cron": cadence.expression.source, "timezone": cadence.timezone}
+    if isinstance(cadence, Once):
+        return {"at": _time(cadence.at)}
+    return {}
+
+
+def schedule_json(item: ScheduleStatus, schedule: Schedule | None) -> dict[str, Any]:
+    """The JSON of one schedule: its definition's fields and its live state.
+
+    ``enabled`` says whether the timer fires it: false when the definition is disabled or the
+    schedule is paused or auto-disabled (``disabled_reason`` says why).
+    """
+    from herdsched.scheduler import describe_cadence
+
+    enabled = item.enabled and item.status not in (Status.PAUSED, Status.DISABLED)
+    out: dict[str, Any] = {
+        "agent": item.agent,
+        "name": item.schedule,
+        "type": item.type.value,
+        **cadence_fields(schedule),
+        "cadence": describe_cadence(schedule) if schedule is not None else item.type.value,
+        "prompt": schedule.prompt if schedule is not None else None,
+        "enabled": enabled,
+        "status": item.status.value,
+        "next_run_at": _time(item.next_run_at),
+        "last_run_at": _time(item.last_run_at),
+        "last_result": _value(item.last_result),
+        "last_error": item.last_error,
+        "consecutive_failures": item.consecutive_failures,
+        "owner": item.owner,
+        "running": bool(item.running) or item.status is Status.RUNNING,
+        "skip_reason": _value(item.skip_reason),
+        "disabled_reason": item.disabled_reason,
+    }
+    if schedule is not None:
+        for field in ("timeout", "catch_up", "overlap", "notify", "work_source"):
+            out[field] = _value(getattr(schedule, field))
+        out["persist_session"] = schedule.persist_session
+        out["metadata"] = dict(schedule.metadata)
+    return out
+
+
+def _problem_details(problems: list[str]) -> list[dict[str, Any]]:
+    details = []
+    for problem in problems:
+        match = _PROBLEM.match(problem)
+        if match:
+            details.append(_detail(match["field"], match["message"]))
+        else:
+            details.append(_detail(None, problem))
+    return details
+
+
+def _error_for(exc: Exception) -> ApiError:
+    """The HTTP answer for an exception raised by the scheduler or the validation."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, ConfigError):
+        title = str(exc).splitlines()[0].rstrip(":") if str(exc) else "invalid schedule"
+        message = f"{title}: {'; '.join(exc.problems)}" if exc.problems else title
+        return ApiError(400, message, _problem_details(exc.problems))
+    if isinstance(exc, InvalidScheduleError):
+        return ApiError(400, str(exc), [_detail(exc.field, str(exc))])
+    if isinstance(exc, IntervalParseError):
+        return ApiError(400, str(exc), [_detail("interval", str(exc))])
+    if isinstance(exc, CronParseError):
+        return ApiError(400, str(exc), [_detail("cron", str(exc))])
+    if isinstance(exc, (AgentNotFoundError, ScheduleNotFoundError)):
+        return ApiError(404, str(exc))
+    if isinstance(exc, UnauthorizedError):
+        return ApiError(403, str(exc))
+    if isinstance(exc, (LimitExceededError, ScheduleTriggerError)):
+        return ApiError(409, str(exc))
+    if isinstance(exc, StateError):
+        return ApiError(503, f"state store unavailable: {exc}")
+    _log.exception("REST API request failed")
+    return ApiError(500, f"internal error: {type(exc).__name__}: {exc}")
+
+
+class RestApi:
+    """The REST surface of one :class:`~herdsched.scheduler.ThreadedScheduler`.
+
+    ``handle()`` is the whole interface for adapters::
+
+        api = RestApi(scheduler)
+        status, body = api.handle("PATCH", "/api/schedule/triage/check", body={"enabled": False})
+    """
+
+    def __init__(self, scheduler: ThreadedScheduler) -> None:
+        self.scheduler = scheduler
+
+    # ------------------------------------------------------------------------------ routing
+
+    def handle(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: bytes | str | Mapping[str, Any] | None = None,
+        content_type: str | None = None,
+        owner: str | None = None,
+    ) -> ApiResponse:
+        """Answer one request; never raises (errors become JSON error answers).
+
+        ``path`` is relative to the mount point (``/api/...``). ``body`` is the raw request
+        body or an already parsed mapping. ``content_type`` is the request's header as the
+        adapter saw it (``None`` when the call does not come from HTTP): writes from HTTP must
+        send ``application/json``, which browsers cannot do across sites without CORS, so a
+        cookie-authenticated page cannot be driven by another site. ``owner`` is the caller
+        (``None`` or :data:`ADMIN` for full access).
+        """
+        caller = None if owner == ADMIN else owner
+        method = method.upper()
+        try:
+            route, args, allowed = self._route(path)
+            if method not in allowed:
+                raise ApiError(
+                    405,
+                    f"method {method} is not allowed on {path} (allowed: {', '.join(allowed)})",
+                )
+            data = self._body(method, body, content_type)
+            answer: ApiResponse = route(
+                method, *args, query=dict(query or {}), data=data, caller=caller
+            )
+            return answer
+        except Exception as exc:
+            return _error_for(exc).response()
+
+    def status_page(
+        self, *, api_base: str, owner: str | None = None, title: str = "herdsched"
+    ) -> str:
+        """The HTML status page for ``owner`` (every schedule for ``None``/:data:`ADMIN`).
+
+        Shows at most :data:`PAGE_LIMIT` schedules with their last :data:`TIMELINE_RUNS`
+        runs; ``api_base`` is where the page's buttons send their requests.
+        """
+        from herdsched.html import status_page
+
+        caller = None if owner == ADMIN else owner
+        status = self.scheduler.get_status()
+        items = sorted(
+            (s for s in status.schedules if caller is None or s.owner == caller),
+            key=lambda s: (s.agent, s.schedule),
+        )
+        note = ""
+        if len(items) > PAGE_LIMIT:
+            note = f"Showing the first {PAGE_LIMIT} of {len(items)} schedules (see the REST API)."
+            items = items[:PAGE_LIMIT]
+        self._refresh_history()
+        runs = {}
+        for item in items:
+            try:
+                runs[(item.agent, item.schedule)] = self.scheduler.history(
+                    item.agent, item.schedule, limit=TIMELINE_RUNS
+                )
+            except Exception:  # the page still shows the rest
+                _log.exception("could not read the history of %s/%s", item.agent, item.schedule)
+        return status_page(
+            status,
+            [self._json(item) for item in items],
+            runs,
+            api_base=api_base,
+            timezone=self.scheduler.timezone,
+            pid=os.getpid(),
+            title=title,
+            note=note,
+        )
+
+    def allowed_methods(self, path: str) -> tuple[str, ...]:
+        """The methods ``path`` accepts (for an ``Allow`` header); empty when unknown."""
+        try:
+            return self._route(path)[2]
+        except ApiError:
+            return ()
+
+    def _route(self, path: str) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
+        parts = [p for p in path.strip("/").split("/") if p]
+        if parts[:1] == ["api"]:
+            rest = parts[1:]
+            if rest == ["status"]:
+                return self._status, (), ("GET",)
+            if rest == ["schedule"]:
+                return self._list, (), ("GET",)
+            if len(rest) == 3 and rest[0] == "schedule":
+                return self._one, (rest[1], rest[2]), ("GET", "PUT", "PATCH", "DELETE")
+            if len(rest) == 4 and rest[0] == "schedule" and rest[3] == "run":
+                return self._run, (rest[1], rest[2]), ("POST",)
+            if len(rest) == 4 and rest[0] == "schedule" and rest[3] == "history":
+                return self._history, (rest[1], rest[2]), ("GET",)
+        raise ApiError(404, f"no such API route: {path}")
+
+    @staticmethod
+    def _body(
+        method: str, body: bytes | str | Mapping[str, Any] | None, content_type: str | None
+    ) -> dict[str, Any] | None:
+        if isinstance(body, Mapping):
+            return dict(body)
+        if method not in ("POST", "PUT", "PATCH"):
+            return None
+        if content_type is not None:
+            media = content_type.split(";", 1)[0].strip().lower()
+            if media != "application/json" and not media.endswith("+json"):
+                raise ApiError(
+                    415,
+                    f"{method} needs a JSON body with Content-Type: application/json "
+                    f"(got {content_type or 'no content type'!r})",
+                    [_detail("Content-Type", "must be application/json")],
+                )
+        if body is None or (isinstance(body, (bytes, str)) and not body.strip()):
+            return None
+        try:
+            parsed = json.loads(body)
+        except ValueError as exc:
+            raise ApiError(400, f"request body is not valid JSON: {exc}") from exc
+        if not isinstance(parsed, dict):
+            raise ApiError(400, f"request body must be a JSON object, got {type(parsed).__name__}")
+        return parsed
+
+    # ------------------------------------------------------------------------------ helpers
+
+    def _definition(self, agent: str, name: str) -> Schedule:
+        return self.scheduler.get_schedule(agent, name)
+
+    def _item(self, agent: str, name: str) -> ScheduleStatus:
+        items = self.scheduler.get_status().schedules  # a standby re-reads the store first
+        self._definition(agent, name)  # 404 for an unknown agent or schedule
+        for item in items:
+            if item.agent == agent and item.schedule == name:
+                return item
+        raise ScheduleNotFoundError(agent, name)
+
+    def _json(self, item: ScheduleStatus) -> dict[str, Any]:
+        try:
+            schedule: Schedule | None = self._definition(item.agent, item.schedule)
+        except (AgentNotFoundError, ScheduleNotFoundError):
+            schedule = None
+        out = schedule_json(item, schedule)
+        if out["next_run_at"] is None and schedule is not None and not self.scheduler.is_leader:
+            out["next_run_at"] = _time(self._preview_next(item, schedule))
+        return out
+
+    def _preview_next(self, item: ScheduleStatus, schedule: Schedule) -> datetime | None:
+        """The first due time the active scheduler will compute for a schedule it has not
+        planned yet (a schedule just created through a standby process)."""
+        if (
+            schedule.cadence is None
+            or not schedule.enabled
+            or item.status is not Status.IDLE
+            or item.last_run_at is not None
+        ):
+            return None
+        return schedule.cadence.first_due(self.scheduler.clock.now(), self.scheduler.timezone)
+
+    @staticmethod
+    def _check_owner(caller: str | None, owner: str | None, agent: str, name: str) -> None:
+        if caller is not None and owner != caller:
+            raise ApiError(403, f"{agent}/{name} is not owned by {caller!r}")
+
+    def _sync(self) -> None:
+        """Let a scheduler that is not the active one re-read what other processes wrote."""
+        if not self.scheduler.is_leader:
+            self.scheduler.get_status()
+
+    def _refresh_history(self) -> None:
+        if not self.scheduler.is_leader:
+            self.scheduler.store.refresh()
+
+    # ------------------------------------------------------------------------------- routes
+
+    def _status(
+        self, method: str, *, query: dict[str, str], data: Any, caller: str | None
+    ) -> ApiResponse:
+        scheduler = self.scheduler
+        status = scheduler.get_status()
+        state = scheduler.get_state()
+        visible = [s for s in status.schedules if caller is None or s.owner == caller]
+        body = {
+            "status": status.status,
+            "is_leader": scheduler.is_leader,
+            "pid": os.getpid(),
+            "leader": dict(status.leader) if status.leader else None,
+            "active_jobs": status.active_jobs,
+            "schedules": len(visible),
+            "running_schedules": sum(1 for s in visible if s.running or s.status is Status.RUNNING),
+            "started_at": _time(state.started_at),
+            "check_count": state.check_count,
+            "trigger_count": state.trigger_count,
+            "last_check_at": _time(state.last_check_at),
+            "timezone": str(scheduler.timezone),
+            "state_dir": str(scheduler.state_dir) if scheduler.state_dir is not None else None,
+        }
+        return ApiResponse(200, body)
+
+    def _list(
+        self, method: str, *, query: dict[str, str], data: Any, caller: str | None
+    ) -> ApiResponse:
+        known = {"owner", "status", "type", "q", "limit", "offset"}
+        unknown = sorted(set(query) - known)
+        if unknown:
+            raise _field_error(
+                unknown[0],
+                f"unknown query parameter {unknown[0]!r} (known: {', '.join(sorted(known))})",
+            )
+        limit = _int_param(query, "limit", 20, minimum=1)
+        offset = _int_param(query, "offset", 0, minimum=0)
+        owner = query.get("owner") or None
+        if caller is not None:
+            if owner is not None and owner != caller:
+                raise ApiError(403, f"caller {caller!r} cannot list schedules of {owner!r}")
+            owner = caller
+        status = _enum_param(query, "status", Status)
+        kind = _enum_param(query, "type", ScheduleType)
+        page = self.scheduler.search(
+            owner=owner,
+            name_contains=query.get("q") or None,
+            status=status,
+            cadence_type=kind,
+            limit=min(limit, _MAX_LIMIT),
+            offset=offset,
+        )
+        return ApiResponse(
+            200,
+            {
+                "schedules": [self._json(item) for item in page.items],
+                "total": page.total,
+                "offset": page.offset,
+                "limit": page.limit,
+                "remaining": page.remaining,
+                "hint": page.hint,
+            },
+        )
+
+    def _one(
+        self,
+        method: str,
+        agent: str,
+        name: str,
+        *,
+        query: dict[str, str],
+        data: dict[str, Any] | None,
+        caller: str | None,
+    ) -> ApiResponse:
+        if method == "PUT":
+            return self._put(agent, name, data or {}, caller)
+        item = self._item(agent, name)
+        self._check_owner(caller, item.owner, agent, name)
+        if method == "GET":
+            return ApiResponse(200, self._json(item))
+        if method == "PATCH":
+            return self._patch(agent, name, data or {}, caller)
+        self.scheduler.remove_schedule(agent, name, owner=caller)
+        return ApiResponse(200, {"deleted": {"agent": agent, "name": name}})
+
+    def _put(self, agent: str, name: str, data: dict[str, Any], caller: str | None) -> ApiResponse:
+        scheduler = self.scheduler
+        self._sync()
+        scheduler.get_agent(agent)  # 404 before validating the body
+        fields = _checked_fields(agent, name, data)
+        if caller is not None:
+            if fields.get("owner", caller) != caller:
+                raise ApiError(
+                    403, f"caller {caller!r} cannot create schedules owned by {fields['owner']!r}"
+                )
+            fields["owner"] = caller
+        schedule = _build(fields)
+        try:
+            existing: Schedule | None = scheduler.get_schedule(agent, name)
+        except ScheduleNotFoundError:
+            existing = None
+        if existing is None:
+            scheduler.add_schedule(agent, name, schedule, persist=True, owner=schedule.owner)
+            created = True
+        else:
+            self._check_owner(caller, existing.owner, agent, name)
+            schedule = schedule.with_changes(job=existing.job)
+            if existing.type != schedule.type:
+                scheduler.remove_schedule(agent, name, owner=caller)
+                scheduler.add_schedule(agent, name, schedule, persist=True, owner=schedule.owner)
+            else:
+                changes = _changes(existing, schedule)
+                if changes:
+                    scheduler.update_schedule(agent, name, owner=caller, **changes)
+            created = False
+        item = self._item(agent, name)
+        if schedule.enabled and item.status in (Status.PAUSED, Status.DISABLED):
+            scheduler.resume(agent, name, owner=caller)
+            item = self._item(agent, name)
+        return ApiResponse(201 if created else 200, self._json(item))
+
+    def _patch(
+        self, agent: str, name: str, data: dict[str, Any], caller: str | None
+    ) -> ApiResponse:
+        scheduler = self.scheduler
+        self._sync()
+        fields = _checked_fields(agent, name, data)
+        if caller is not None and fields.get("owner", caller) != caller:
+            raise ApiError(403, f"caller {caller!r} cannot give {agent}/{name} to another owner")
+        enabled = fields.pop("enabled", None)
+        existing = scheduler.get_schedule(agent, name)
+        if fields:
+            if "type" in fields and fields["type"] != existing.type.value:
+                raise _field_error(
+                    "type",
+                    f"the type of {agent}/{name} cannot change from {existing.type.value} to "
+                    f"{fields['type']!r}: PUT the whole schedule instead",
+                )
+            merged = _definition_fields(existing)
+            for key, value in fields.items():
+                for alias_group in (("cron", "expression"), ("persist_session", "resume_session")):
+                    if key in alias_group:
+                        for alias in alias_group:
+                            merged.pop(alias, None)
+                if value is None:
+                    merged.pop(key, None)
+                else:
+                    merged[key] = value
+            updated = _build(merged).with_changes(job=existing.job, enabled=existing.enabled)
+            changes = _changes(existing, updated)
+            if changes:
+                scheduler.update_schedule(agent, name, owner=caller, **changes)
+        if enabled is False:
+            scheduler.pause(agent, name, owner=caller)
+        elif enabled is True:
+            if not scheduler.get_schedule(agent, name).enabled:
+                scheduler.update_schedule(agent, name, owner=caller, enabled=True)
+            if self._item(agent, name).status in (Status.PAUSED, Status.DISABLED):
+                scheduler.resume(agent, name, owner=caller)
+        return ApiResponse(200, self._json(self._item(agent, name)))
+
+    def _run(
+        self,
+        method: str,
+        agent: str,
+        name: str,
+        *,
+        query: dict[str, str],
+        data: dict[str, Any] | None,
+        caller: str | None,
+    ) -> ApiResponse:
+        scheduler = self.scheduler
+        item = self._item(agent, name)
+        self._check_owner(caller, item.owner, agent, name)
+        data = data or {}
+        unknown = sorted(set(data) - {"prompt"})
+        if unknown:
+            raise _field_error(unknown[0], f"unknown field {unknown[0]!r} (known: prompt)")
+        prompt = data.get("prompt")
+        if prompt is not None and not isinstance(prompt, str):
+            raise _field_error("prompt", f"prompt must be a string, got {type(prompt).__name__}")
+        if not scheduler.is_leader:
+            self._refuse_busy(agent, name, item)
+        if scheduler.status == "stopped" and scheduler.state_dir is not None:
+            # The active scheduler lives in another process (``manage.py herdsched``,
+            # ``herdsched run``): queue the request where it will find it.
+            run_id = scheduler.store.request_trigger(agent, name, prompt=prompt)
+            return _accepted(agent, name, run_id, queued=True)
+        result = scheduler.trigger(agent, name, prompt=prompt)
+        if not result.success:
+            reason = _value(result.skip_reason)
+            error = result.error or f"{agent}/{name} could not run"
+            raise ApiError(409, error, [_detail("skip_reason", str(reason))] if reason else [])
+        return _accepted(agent, name, result.run_id, queued=scheduler.status == "standby")
+
+    def _refuse_busy(self, agent: str, name: str, item: ScheduleStatus) -> None:
+        """On a process that does not run jobs, refuse what the active one would skip."""
+        if item.status is Status.RUNNING:
+            raise ApiError(
+                409,
+                f"{agent}/{name} is already running",
+                [_detail("skip_reason", SkipReason.ALREADY_RUNNING.value)],
+            )
+        limit = self.scheduler.get_agent(agent).max_concurrent
+        busy = sum(
+            1
+            for other in self.scheduler.get_status().schedules
+            if other.agent == agent and other.status is Status.RUNNING
+        )
+        if busy >= limit:
+            raise ApiError(
+                409,
+                f"agent {agent!r} is at capacity ({busy} of {limit} running)",
+                [_detail("skip_reason", SkipReason.AT_CAPACITY.value)],
+            )
+
+    def _history(
+        self,
+        method: str,
+        agent: str,
+        name: str,
+        *,
+        query: dict[str, str],
+        data: Any,
+        caller: str | None,
+    ) -> ApiResponse:
+        item = self._item(agent, name)
+        self._check_owner(caller, item.owner, agent, name)
+        unknown = sorted(set(query) - {"limit"})
+        if unknown:
+            raise _field_error(unknown[0], f"unknown query parameter {unknown[0]!r} (known: limit)")
+        limit = min(_int_param(query, "limit", 20, minimum=1), _MAX_HISTORY)
+        self._refresh_history()
+        records = self.scheduler.history(agent, name, limit=limit)
+        return ApiResponse(
+            200,
+            {"agent": agent, "name": name, "runs": [record_to_dict(r) for r in records]},
+        )
+
+
+def _accepted(agent: str, name: str, run_id: str | None, *, queued: bool) -> ApiResponse:
+    return ApiResponse(202, {"agent": agent, "name": name, "run_id": run_id, "queued": queued})
+
+
+def _int_param(query: Mapping[str, str], name: str, default: int, *, minimum: int) -> int:
+    raw = query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise _field_error(name, f"{name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise _field_error(name, f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _enum_param(query: Mapping[str, str], name: str, enum_cls: Any) -> Any:
+    raw = query.get(name)
+    if not raw:
+        return None
+    valid = [member.value for member in enum_cls]
+    if raw not in valid:
+        raise _field_error(name, f"{name} must be one of {', '.join(valid)}, got {raw!r}")
+    return enum_cls(raw)
+
+
+def _checked_fields(agent: str, name: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The writable fields of a PUT/PATCH body; refuse what cannot be written, by name."""
+    fields = dict(data)
+    for key, expected in (("agent", agent), ("name", name)):
+        if key in fields:
+            if fields[key] != expected:
+                raise _field_error(
+                    key, f"{key} {fields[key]!r} in the body does not match the URL ({expected!r})"
+                )
+            del fields[key]
+    for key in sorted(fields):
+        if not isinstance(key, str):
+            raise _field_error(str(key), f"field names must be strings, got {key!r}")
+        if key in ("job", "command"):
+            raise _field_error(
+                key,
+                f'"{key}" cannot be set through the API: what runs is defined in code or the '
+                "fleet file",
+            )
+        if key in READ_ONLY_FIELDS:
+            hint = ' (PATCH {"enabled": false} pauses)' if key == "status" else ""
+            raise _field_error(key, f'"{key}" is read-only: the scheduler sets it{hint}')
+        if key not in WRITABLE_FIELDS:
+            raise _field_error(
+                key, f"unknown field {key!r} (writable: {', '.join(sorted(WRITABLE_FIELDS))})"
+            )
+    if "enabled" in fields and not isinstance(fields["enabled"], bool):
+        raise _field_error(
+            "enabled", f"enabled must be true or false, got {json.dumps(fields['enabled'])}"
+        )
+    return fields
+
+
+def _build(fields: Mapping[str, Any]) -> Schedule:
+    from herdsched.config import schedule_from_mapping
+
+    return schedule_from_mapping(fields)
+
+
+def _definition_fields(schedule: Schedule) -> dict[str, Any]:
+    """The fleet-file fields of ``schedule`` without what runs (the base of a PATCH)."""
+    from herdsched.config import schedule_to_mapping
+
+    mapping = schedule_to_mapping(schedule)
+    mapping.pop("job", None)
+    mapping.pop("command", None)
+    return mapping
+
+
+def _changes(old: Schedule, new: Schedule) -> dict[str, Any]:
+    """``update_schedule`` keyword arguments that turn ``old`` into ``new``."""
+    changes: dict[str, Any] = {
+        field: getattr(new, field)
+        for field in _OPTION_FIELDS
+        if getattr(new, field) != getattr(old, field)
+    }
+    if new.cadence != old.cadence:
+        changes["cadence"] = new.cadence
+    return changes

@@ -1,0 +1,278 @@
+"""Running a scheduler inside a web process (shared by the Flask and Django integrations).
+
+A web server with several worker processes runs one scheduler per worker; the leader lock of
+the state directory makes exactly one of them active and the others stand by (they still serve
+the REST API through the shared state store) and take over when the active one dies.
+
+Pre-fork servers load the application in a master process and then ``fork()`` the workers
+(``gunicorn --preload``, uwsgi without ``--lazy-apps``). Threads do not survive ``fork()``, so a
+scheduler started in the master would be a dead copy in every worker, and the master itself
+would run the jobs. :class:`EmbeddedScheduler` handles this: when a process that has not served
+a request yet forks under gunicorn or uwsgi, it stops its scheduler before the fork (waiting for
+running jobs) and every child starts its own; the leader lock then picks one worker.
+
+uwsgi runs Python threads only with ``--enable-threads`` (or ``--threads N``); without it the
+timer thread would never run, so :func:`check_server` raises instead of failing silently.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import logging
+import os
+import sys
+import threading
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from herdsched.errors import SchedulerError
+from herdsched.scheduler import ThreadedScheduler
+
+__all__ = [
+    "SETTINGS_KEYS",
+    "EmbeddedScheduler",
+    "UwsgiThreadsError",
+    "check_server",
+    "import_object",
+    "scheduler_from_settings",
+]
+
+_log = logging.getLogger("herdsched")
+
+#: The settings both integrations read (``HERDSCHED_<KEY>`` in Flask, ``HERDSCHED[KEY]`` in
+#: Django), with what each means.
+SETTINGS_KEYS: Mapping[str, str] = {
+    "STATE_DIR": "state directory shared by every worker (default: the fleet file's, or "
+    "'.herdsched')",
+    "FLEET_FILE": "fleet YAML file with the agents and schedules",
+    "TIMEZONE": "IANA time zone for cron schedules (default: the fleet file's or the system's)",
+    "AUTOSTART": "start the scheduler in this process (default True)",
+    "AUTH": "callable(request) -> owner name, herdsched.api.ADMIN, or None for 401",
+    "SCHEDULER": "a ThreadedScheduler, or its import path ('myapp.jobs:scheduler'), instead "
+    "of STATE_DIR/FLEET_FILE/TIMEZONE",
+}
+_BUILD_KEYS = ("STATE_DIR", "FLEET_FILE", "TIMEZONE")
+
+#: How long a pre-fork master waits for running jobs before handing the scheduler to workers.
+HANDOVER_TIMEOUT = 30.0
+
+
+class UwsgiThreadsError(SchedulerError, RuntimeError):
+    """uwsgi runs without threads, so the scheduler's timer thread could never run."""
+
+
+def _uwsgi() -> Any:
+    """The ``uwsgi`` module when running inside uwsgi, else None."""
+    return sys.modules.get("uwsgi")
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, (bytes, bytearray)):
+        value = value.decode("utf-8", "replace")
+    if isinstance(value, (list, tuple)):
+        return any(_truthy(v) for v in value)
+    if isinstance(value, str):
+        return value.strip().lower() not in ("", "0", "false", "no", "off")
+    return bool(value)
+
+
+def check_server() -> None:
+    """Raise :class:`UwsgiThreadsError` under uwsgi without ``--enable-threads``/``--threads``.
+
+    uwsgi starts with the GIL released to threads only when one of those options is given;
+    without them no Python thread but the request thread ever runs.
+    """
+    uwsgi = _uwsgi()
+    if uwsgi is None:
+        return
+    options = getattr(uwsgi, "opt", {}) or {}
+
+    def option(name: str) -> Any:
+        return options.get(name, options.get(name.encode()))
+
+    threads = option("threads")
+    if _truthy(option("enable-threads")) or (threads is not None and _threads_above_one(threads)):
+        return
+    raise UwsgiThreadsError(
+        "herdsched needs threads but uwsgi runs without them: start uwsgi with "
+        "--enable-threads (or --threads N), or run the scheduler in its own process "
+        "(herdsched run FLEET.yaml, or manage.py herdsched)"
+    )
+
+
+def _threads_above_one(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        value = value[-1] if value else 0
+    if isinstance(value, (bytes, bytearray)):
+        value = value.decode("ascii", "replace")
+    try:
+        return int(value) > 1
+    except (TypeError, ValueError):
+        return False
+
+
+def _in_prefork_master() -> bool:
+    """Whether this process is (or may be) the master of a pre-fork server."""
+    uwsgi = _uwsgi()
+    if uwsgi is not None:
+        worker_id = getattr(uwsgi, "worker_id", None)
+        return worker_id is None or worker_id() == 0
+    return "gunicorn.arbiter" in sys.modules
+
+
+class EmbeddedScheduler:
+    """A scheduler living in a web process: started once, stopped at exit, fork-aware.
+
+    The integrations call :meth:`start` when the app is set up and :meth:`mark_serving` on
+    every request. ``handover_timeout`` bounds how long a pre-fork master waits for its
+    running jobs before the fork.
+    """
+
+    def __init__(
+        self, scheduler: ThreadedScheduler, *, handover_timeout: float = HANDOVER_TIMEOUT
+    ) -> None:
+        self.scheduler = scheduler
+        self.handover_timeout = handover_timeout
+        self.serving = False
+        self.handed_over = False
+        self._started = False
+        _embedded.add(self)
+
+    def start(self) -> None:
+        """Start the scheduler in this process (idempotent); see :func:`check_server`."""
+        check_server()
+        self._started = True
+        self.scheduler.start()
+        _log.info(
+            "herdsched %s in pid %s (%s)",
+            "active" if self.scheduler.is_leader else "standing by",
+            os.getpid(),
+            self.scheduler.state_dir,
+        )
+
+    def mark_serving(self) -> None:
+        """This process serves requests: it is a worker, not a pre-fork master."""
+        self.serving = True
+
+    def stop(self, timeout: float | None = 30.0) -> None:
+        """Stop the scheduler and wait up to ``timeout`` s for running jobs (idempotent)."""
+        self._started = False
+        try:
+            self.scheduler.stop(wait_for_jobs=True, timeout=timeout)
+        except SchedulerError:
+            _log.exception("herdsched did not stop cleanly")
+
+    # -- fork handling ------------------------------------------------------------------
+    def _before_fork(self) -> None:
+        if self.handed_over or not self._started or self.serving:
+            return
+        if not _in_prefork_master():
+            return
+        _log.info(
+            "pid %s forks workers before serving: handing the scheduler over to them",
+            os.getpid(),
+        )
+        self.handed_over = True
+        self.stop(self.handover_timeout)
+
+    def _after_fork_in_child(self) -> None:
+        if not self.handed_over:
+            return
+        self.handed_over = False
+        self.serving = False
+        try:
+            self.start()
+        except Exception:
+            _log.exception("could not start herdsched in worker pid %s", os.getpid())
+
+    def _at_exit(self) -> None:
+        if self._started and self.scheduler.is_running():
+            self.stop(timeout=10.0)
+
+
+_embedded: weakref.WeakSet[EmbeddedScheduler] = weakref.WeakSet()
+_hook_lock = threading.Lock()
+
+
+def _before_fork() -> None:
+    for item in list(_embedded):
+        item._before_fork()
+
+
+def _after_fork_in_child() -> None:
+    for item in list(_embedded):
+        item._after_fork_in_child()
+
+
+def _at_exit() -> None:
+    for item in list(_embedded):
+        item._at_exit()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+atexit.register(_at_exit)
+
+
+def scheduler_from_settings(
+    settings: Mapping[str, Any], *, source: str = "settings"
+) -> ThreadedScheduler:
+    """A scheduler built from integration settings (keys of :data:`SETTINGS_KEYS`).
+
+    ``source`` names where the settings came from in error messages (``"app.config"``,
+    ``"settings.HERDSCHED"``). Unknown keys are refused by name, so a typo cannot silently
+    fall back to a default. With ``FLEET_FILE`` the fleet's agents are registered; otherwise
+    the scheduler starts empty and the application adds agents.
+    """
+    unknown = sorted(set(settings) - set(SETTINGS_KEYS))
+    if unknown:
+        raise SchedulerError(
+            f"unknown herdsched setting(s) {', '.join(unknown)} in {source} "
+            f"(known: {', '.join(SETTINGS_KEYS)})"
+        )
+    given = settings.get("SCHEDULER")
+    if given is not None:
+        clash = [key for key in _BUILD_KEYS if settings.get(key) is not None]
+        if clash:
+            raise SchedulerError(
+                f"{source}: give SCHEDULER or {'/'.join(clash)}, not both (the scheduler "
+                "already has its state directory, fleet and time zone)"
+            )
+        scheduler = import_object(given, what="SCHEDULER") if isinstance(given, str) else given
+        if not isinstance(scheduler, ThreadedScheduler):
+            raise SchedulerError(
+                f"{source}: SCHEDULER must be a ThreadedScheduler or its import path, got "
+                f"{type(scheduler).__name__}"
+            )
+        return scheduler
+    state_dir = settings.get("STATE_DIR")
+    timezone = settings.get("TIMEZONE")
+    fleet_file = settings.get("FLEET_FILE")
+    overrides: dict[str, Any] = {}
+    if timezone is not None:
+        overrides["timezone"] = timezone
+    if fleet_file:
+        from herdsched.config import load_fleet
+
+        fleet = load_fleet(Path(fleet_file))
+        return fleet.create_scheduler(state_dir=Path(state_dir) if state_dir else None, **overrides)
+    return ThreadedScheduler(state_dir=Path(state_dir) if state_dir else ".herdsched", **overrides)
+
+
+def import_object(path: str, *, what: str) -> Any:
+    """The object at ``"package.module:attribute"`` (or ``"package.module.attribute"``)."""
+    module_name, sep, attribute = path.partition(":")
+    if not sep:
+        module_name, _, attribute = path.rpartition(".")
+    if not module_name or not attribute:
+        raise SchedulerError(f'{what} {path!r} is not an import path such as "myapp.jobs:name"')
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as exc:
+        raise SchedulerError(f"{what} {path!r} cannot be imported: {exc}", cause=exc) from exc
+    return target

@@ -1,0 +1,177 @@
+"""Django integration: an installable app with the REST API, the status page and a command.
+
+::
+
+    # settings.py
+    INSTALLED_APPS = [..., "herdsched.contrib.django"]
+    HERDSCHED = {
+        "FLEET_FILE": BASE_DIR / "fleet.yaml",
+        "STATE_DIR": "/var/lib/myproject/herdsched",
+        "AUTH": "herdsched.contrib.django.staff_only",
+    }
+
+    # urls.py
+    urlpatterns = [..., path("herdsched/", include("herdsched.contrib.django.urls"))]
+
+``HERDSCHED`` keys are those of :data:`herdsched.contrib.SETTINGS_KEYS`. The app starts the
+scheduler in :meth:`~herdsched.contrib.django.apps.HerdschedConfig.ready` when the process
+serves requests (a WSGI/ASGI server, or the child of ``runserver``'s autoreloader), never in
+the autoreloader's watcher process nor in other management commands. ``manage.py herdsched``
+runs it in a process of its own instead (set ``"AUTOSTART": False`` for the web processes).
+
+Jobs run on the scheduler's threads: a job using the ORM should be wrapped with
+:func:`with_db_connections` so stale connections are closed like Django does per request.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from herdsched.api import ADMIN, RestApi
+from herdsched.contrib import EmbeddedScheduler, import_object, scheduler_from_settings
+from herdsched.errors import SchedulerError
+from herdsched.models import TriggerInfo
+from herdsched.scheduler import ThreadedScheduler
+
+__all__ = [
+    "autostart_decision",
+    "get_api",
+    "get_embedded",
+    "get_scheduler",
+    "staff_only",
+    "with_db_connections",
+]
+
+_log = logging.getLogger("herdsched")
+_R = TypeVar("_R")
+
+
+class _Process:
+    """This process's scheduler wrapper and API (built lazily, dropped on settings change)."""
+
+    lock = threading.Lock()
+    embedded: EmbeddedScheduler | None = None
+    api: RestApi | None = None
+    started = False
+
+
+_process = _Process()
+
+
+def _settings() -> dict[str, Any]:
+    from django.conf import settings
+
+    value = getattr(settings, "HERDSCHED", None) or {}
+    if not isinstance(value, dict):
+        raise SchedulerError(f"settings.HERDSCHED must be a dict, got {type(value).__name__}")
+    return dict(value)
+
+
+def get_embedded() -> EmbeddedScheduler:
+    """This process's scheduler wrapper, built from ``settings.HERDSCHED`` on first use."""
+    with _process.lock:
+        if _process.embedded is None:
+            settings = _settings()
+            for key in ("AUTOSTART", "AUTH"):
+                settings.pop(key, None)
+            scheduler = scheduler_from_settings(settings, source="settings.HERDSCHED")
+            _process.embedded = EmbeddedScheduler(scheduler)
+            _process.api = RestApi(scheduler)
+        return _process.embedded
+
+
+def get_scheduler() -> ThreadedScheduler:
+    """The scheduler of this Django process (built from ``settings.HERDSCHED`` on first use)."""
+    return get_embedded().scheduler
+
+
+def get_api() -> RestApi:
+    """The REST API handlers bound to :func:`get_scheduler`."""
+    get_embedded()
+    assert _process.api is not None
+    return _process.api
+
+
+def forget() -> None:
+    """Drop the cached scheduler (when ``settings.HERDSCHED`` changes); it is not stopped."""
+    with _process.lock:
+        _process.embedded = None
+        _process.api = None
+
+
+def auth_callable() -> Callable[[Any], str | None] | None:
+    """The ``AUTH`` setting resolved to a callable (``None``: no authentication)."""
+    auth = _settings().get("AUTH")
+    if auth is None:
+        return None
+    if isinstance(auth, str):
+        auth = import_object(auth, what="HERDSCHED['AUTH']")
+    if not callable(auth):
+        raise SchedulerError(f"HERDSCHED['AUTH'] must be callable, got {type(auth).__name__}")
+    return auth  # type: ignore[no-any-return]
+
+
+def start_once() -> bool:
+    """Start this process's scheduler unless it was already started here; returns whether
+    this call started it (``ready()`` can run more than once, as in test runners)."""
+    with _process.lock:
+        if _process.started:
+            return False
+        _process.started = True
+    get_embedded().start()
+    return True
+
+
+def autostart_decision(argv: list[str] | None = None) -> tuple[bool, str]:
+    """Whether this process should start the scheduler, and why not.
+
+    Management commands other than ``runserver`` never start it (``migrate`` must not run
+    jobs), nor does ``runserver``'s autoreloader parent, which only watches files and restarts
+    its child (the child has ``RUN_MAIN=true``).
+    """
+    argv = sys.argv if argv is None else argv
+    if not _settings().get("AUTOSTART", True):
+        return False, "HERDSCHED['AUTOSTART'] is false"
+    program = Path(argv[0]).name if argv else ""
+    is_manage = program in ("manage.py", "django-admin", "django-admin.py") or (
+        program == "__main__.py" and "django" in Path(argv[0]).parts
+    )
+    if not is_manage:
+        return True, ""
+    command = argv[1] if len(argv) > 1 else ""
+    if command != "runserver":
+        return False, f"management command {command or '(none)'!r} does not serve requests"
+    if "--noreload" not in argv and os.environ.get("RUN_MAIN") != "true":
+        return False, "runserver's autoreloader process only watches files"
+    return True, ""
+
+
+def staff_only(request: Any) -> str | None:
+    """An ``AUTH`` callable: full access for active staff users, 401 for everybody else."""
+    user = getattr(request, "user", None)
+    if user is not None and user.is_authenticated and user.is_active and user.is_staff:
+        return ADMIN
+    return None
+
+
+def with_db_connections(job: Callable[[TriggerInfo], _R]) -> Callable[[TriggerInfo], _R]:
+    """Decorator: close stale database connections around a job, as Django does per request."""
+
+    @functools.wraps(job)
+    def run(info: TriggerInfo) -> _R:
+        from django.db import close_old_connections
+
+        close_old_connections()
+        try:
+            return job(info)
+        finally:
+            close_old_connections()
+
+    return run

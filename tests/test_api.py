@@ -1,0 +1,702 @@
+"""The framework-agnostic REST API (herdsched.api): routes, JSON shape, errors, ownership."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo
+from herdsched.api import ADMIN, RestApi, schedule_json
+from herdsched.errors import StateError
+from herdsched.testing import FakeClock
+
+START = datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc)  # a Monday
+LATER = START + timedelta(hours=1)
+
+
+class Jobs:
+    """Records calls; ``gate`` holds jobs of the ``slow`` agent until set."""
+
+    def __init__(self) -> None:
+        self.calls: list[TriggerInfo] = []
+        self.gate = threading.Event()
+        self.started = threading.Event()
+
+    def quick(self, info: TriggerInfo) -> str:
+        self.calls.append(info)
+        return f"done: {info.prompt}"
+
+    def slow(self, info: TriggerInfo) -> str:
+        self.calls.append(info)
+        self.started.set()
+        self.gate.wait(10)
+        return "slow done"
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(START)
+
+
+@pytest.fixture
+def jobs() -> Iterator[Jobs]:
+    jobs = Jobs()
+    yield jobs
+    jobs.gate.set()
+
+
+@pytest.fixture
+def sched(clock: FakeClock, jobs: Jobs) -> Iterator[ThreadedScheduler]:
+    scheduler = ThreadedScheduler(
+        state_dir=None, clock=clock, timezone="UTC", max_schedules_per_owner=3
+    )
+    scheduler.add_agent(
+        Agent(
+            "triage",
+            job=jobs.quick,
+            max_concurrent=2,
+            schedules={
+                "check": Schedule.interval("5m", prompt="Check issues", start_at=LATER),
+                "report": Schedule.cron("0 9 * * 1-5", prompt="Daily report"),
+            },
+        )
+    )
+    scheduler.add_agent(
+        Agent(
+            "builder",
+            job=jobs.slow,
+            schedules={
+                "build": Schedule.interval("1h", prompt="Build", start_at=LATER),
+                "lint": Schedule.interval("1h", prompt="Lint", start_at=LATER),
+            },
+        )
+    )
+    scheduler.start()
+    yield scheduler
+    jobs.gate.set()
+    scheduler.stop(timeout=10)
+
+
+@pytest.fixture
+def api(sched: ThreadedScheduler) -> RestApi:
+    return RestApi(sched)
+
+
+def call(api: RestApi, method: str, path: str, body: Any = None, **kw: Any) -> tuple[int, Any]:
+    """One request as an adapter would make it (raw JSON bytes, a JSON content type)."""
+    raw = json.dumps(body).encode() if body is not None else b""
+    kw.setdefault("content_type", "application/json")
+    status, answer = api.handle(method, path, body=raw, **kw)
+    json.dumps(answer)  # every answer is JSON-serialisable
+    return status, answer
+
+
+def assert_error(answer: dict[str, Any], field: str | None = None, text: str = "") -> None:
+    assert set(answer) == {"error", "details"}
+    assert text in answer["error"]
+    if field is not None:
+        assert field in [d["field"] for d in answer["details"]], answer
+
+
+# ------------------------------------------------------------------------------------- list
+
+
+def test_list_returns_every_schedule_with_paging_fields(api: RestApi) -> None:
+    status, body = call(api, "GET", "/api/schedule")
+    assert status == 200
+    assert body["total"] == 4
+    assert body["remaining"] == 0
+    assert body["hint"] == ""
+    assert [(s["agent"], s["name"]) for s in body["schedules"]] == [
+        ("builder", "build"),
+        ("builder", "lint"),
+        ("triage", "check"),
+        ("triage", "report"),
+    ]
+
+
+def test_schedule_json_has_every_documented_field(api: RestApi) -> None:
+    status, body = call(api, "GET", "/api/schedule/triage/check")
+    assert status == 200
+    required = {
+        "agent",
+        "name",
+        "type",
+        "interval",
+        "prompt",
+        "enabled",
+        "status",
+        "next_run_at",
+        "last_run_at",
+        "last_result",
+        "last_error",
+        "consecutive_failures",
+        "owner",
+    }
+    assert required <= set(body)
+    assert body["agent"] == "triage"
+    assert body["name"] == "check"
+    assert body["type"] == "interval"
+    assert body["interval"] == "5m"
+    assert body["start_at"] == "2026-03-02T09:00:00.000Z"
+    assert body["prompt"] == "Check issues"
+    assert body["enabled"] is True
+    assert body["status"] == "idle"
+    assert body["next_run_at"] == "2026-03-02T09:00:00.000Z"
+    assert body["last_run_at"] is None
+    assert body["consecutive_failures"] == 0
+    assert body["owner"] is None
+
+
+def test_cron_schedule_json_shows_expression_and_zone(api: RestApi) -> None:
+    status, body = call(api, "GET", "/api/schedule/triage/report")
+    assert status == 200
+    assert body["cron"] == "0 9 * * 1-5"
+    assert body["timezone"] is None
+    assert body["next_run_at"] == "2026-03-02T09:00:00.000Z"
+    assert "interval" not in body
+
+
+def test_list_pages_with_remaining_and_hint(api: RestApi) -> None:
+    status, body = call(api, "GET", "/api/schedule", query={"limit": "1", "offset": "1"})
+    assert status == 200
+    assert [s["name"] for s in body["schedules"]] == ["lint"]
+    assert (body["total"], body["offset"], body["limit"], body["remaining"]) == (4, 1, 1, 2)
+    assert "offset=2" in body["hint"]
+
+
+def test_list_caps_limit_at_fifty(api: RestApi) -> None:
+    status, body = call(api, "GET", "/api/schedule", query={"limit": "500"})
+    assert status == 200
+    assert body["limit"] == 50
+
+
+def test_list_filters_by_text_type_status_and_owner(api: RestApi, sched: ThreadedScheduler) -> None:
+    sched.add_schedule("triage", "mine", Schedule.interval("1h", start_at=LATER), owner="ann")
+    sched.pause("builder", "lint")
+    by = {
+        "q": ("rep", ["report"]),
+        "type": ("cron", ["report"]),
+        "status": ("paused", ["lint"]),
+        "owner": ("ann", ["mine"]),
+    }
+    for key, (value, expected) in by.items():
+        status, body = call(api, "GET", "/api/schedule", query={key: value})
+        assert status == 200, body
+        assert [s["name"] for s in body["schedules"]] == expected, key
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ({"limit": "ten"}, "limit"),
+        ({"limit": "0"}, "limit"),
+        ({"offset": "-1"}, "offset"),
+        ({"status": "sleeping"}, "status"),
+        ({"type": "hourly"}, "type"),
+        ({"sort": "name"}, "sort"),
+    ],
+)
+def test_list_rejects_bad_query_naming_the_parameter(
+    api: RestApi, query: dict[str, str], field: str
+) -> None:
+    status, body = call(api, "GET", "/api/schedule", query=query)
+    assert status == 400
+    assert_error(body, field)
+
+
+# -------------------------------------------------------------------------------------- get
+
+
+def test_get_unknown_agent_or_schedule_is_404(api: RestApi) -> None:
+    status, body = call(api, "GET", "/api/schedule/nobody/check")
+    assert status == 404
+    assert_error(body, text="nobody")
+    status, body = call(api, "GET", "/api/schedule/triage/nothing")
+    assert status == 404
+    assert_error(body, text="nothing")
+
+
+def test_unknown_route_is_404_and_wrong_method_405(api: RestApi) -> None:
+    status, body = call(api, "GET", "/api/schedules")
+    assert status == 404
+    assert_error(body, text="/api/schedules")
+    status, body = call(api, "DELETE", "/api/status")
+    assert status == 405
+    assert_error(body, text="GET")
+    assert api.allowed_methods("/api/schedule/a/b") == ("GET", "PUT", "PATCH", "DELETE")
+    assert api.allowed_methods("/nope") == ()
+
+
+# -------------------------------------------------------------------------------------- put
+
+
+def test_put_creates_with_201_and_computed_next_run(api: RestApi, sched: ThreadedScheduler) -> None:
+    status, body = call(
+        api,
+        "PUT",
+        "/api/schedule/triage/weekly",
+        {"type": "cron", "cron": "30 7 * * 1", "timezone": "Europe/Berlin", "prompt": "Plan"},
+    )
+    assert status == 201, body
+    assert body["name"] == "weekly"
+    assert body["cron"] == "30 7 * * 1"
+    assert body["timezone"] == "Europe/Berlin"
+    # next Monday 07:30 Berlin (CET, UTC+1) after Monday 2026-03-02 09:00 Berlin
+    assert body["next_run_at"] == "2026-03-09T06:30:00.000Z"
+    assert sched.get_schedule("triage", "weekly").prompt == "Plan"
+
+
+def test_put_replaces_with_200_and_recomputes_next_run(
+    api: RestApi, sched: ThreadedScheduler
+) -> None:
+    status, body = call(
+        api, "PUT", "/api/schedule/triage/report", {"type": "cron", "cron": "0 12 * * *"}
+    )
+    assert status == 200, body
+    assert body["next_run_at"] == "2026-03-02T12:00:00.000Z"
+    assert body["prompt"] is None  # a full replacement: absent fields go back to defaults
+    assert sched.get_schedule("triage", "report").job is None
+
+
+def test_put_keeps_a_code_defined_job(api: RestApi, sched: ThreadedScheduler) -> None:
+    def own_job(info: TriggerInfo) -> None:
+        return None
+
+    sched.add_schedule("triage", "own", Schedule.interval("1h", start_at=LATER, job=own_job))
+    status, _ = call(api, "PUT", "/api/schedule/triage/own", {"interval": "2h"})
+    assert status == 200
+    assert sched.get_schedule("triage", "own").job is own_job
+
+
+def test_put_can_change_the_type(api: RestApi, sched: ThreadedScheduler) -> None:
+    status, body = call(
+        api, "PUT", "/api/schedule/triage/check", {"type": "once", "at": "2026-04-01T10:00:00Z"}
+    )
+    assert status == 200, body
+    assert body["type"] == "once"
+    assert body["at"] == "2026-04-01T10:00:00.000Z"
+    assert body["next_run_at"] == "2026-04-01T10:00:00.000Z"
+
+
+def test_put_disabled_never_fires_and_reports_disabled(
+    api: RestApi, sched: ThreadedScheduler, clock: FakeClock, jobs: Jobs
+) -> None:
+    status, body = call(
+        api, "PUT", "/api/schedule/triage/off", {"interval": "1m", "enabled": False}
+    )
+    assert status == 201, body
+    assert body["enabled"] is False
+    clock.advance("10m")
+    sched.run_pending()
+    sched.wait_until_idle(5)
+    assert all(info.schedule != "off" for info in jobs.calls)
+
+
+def test_put_enabled_resumes_a_paused_schedule(api: RestApi, sched: ThreadedScheduler) -> None:
+    sched.pause("triage", "check")
+    status, body = call(api, "PUT", "/api/schedule/triage/check", {"interval": "5m"})
+    assert status == 200
+    assert body["status"] == "idle"
+    assert body["enabled"] is True
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "text"),
+    [
+        ({"type": "interval", "interval": "5x"}, "interval", "Invalid time unit"),
+        ({"type": "interval", "interval": "0s"}, "interval", "Zero"),
+        ({"type": "cron", "cron": "0 25 * * *"}, "cron", "hour"),
+        ({"type": "cron", "cron": "0 9 * * *", "timezone": "Mars/Base"}, "timezone", "Mars"),
+        ({"type": "once", "at": "soon"}, "at", "ISO-8601"),
+        ({"type": "interval", "interval": "5m", "cron": "* * * * *"}, "cron", "does not apply"),
+        ({"type": "hourly"}, "type", "hourly"),
+        ({"interval": "5m", "colour": "red"}, "colour", "unknown field"),
+        ({"interval": "5m", "job": "os:system"}, "job", "cannot be set"),
+        ({"interval": "5m", "command": ["rm", "-rf", "/"]}, "command", "cannot be set"),
+        ({"interval": "5m", "status": "idle"}, "status", "read-only"),
+        ({"interval": "5m", "enabled": "yes"}, "enabled", "true or false"),
+        ({"interval": "5m", "name": "other"}, "name", "does not match"),
+        ({"interval": "5m", "agent": "builder"}, "agent", "does not match"),
+        ({"interval": "5m", "notify": "sometimes"}, "notify", "sometimes"),
+    ],
+)
+def test_put_rejects_bad_definitions_naming_the_field(
+    api: RestApi, body: dict[str, Any], field: str, text: str
+) -> None:
+    status, answer = call(api, "PUT", "/api/schedule/triage/new", body)
+    assert status == 400, answer
+    assert_error(answer, field, text)
+
+
+def test_put_accepts_matching_agent_and_name(api: RestApi) -> None:
+    status, body = call(
+        api, "PUT", "/api/schedule/triage/new", {"agent": "triage", "name": "new", "interval": "1h"}
+    )
+    assert status == 201, body
+
+
+def test_put_too_short_interval_names_the_field(clock: FakeClock, jobs: Jobs) -> None:
+    sched = ThreadedScheduler(state_dir=None, clock=clock, min_interval="1m")
+    sched.add_agent(Agent("a", job=jobs.quick))
+    status, body = call(RestApi(sched), "PUT", "/api/schedule/a/fast", {"interval": "10s"})
+    assert status == 400
+    assert_error(body, "interval", "min_interval")
+
+
+def test_put_on_unknown_agent_is_404(api: RestApi) -> None:
+    status, body = call(api, "PUT", "/api/schedule/ghost/new", {"interval": "1h"})
+    assert status == 404
+    assert_error(body, text="ghost")
+
+
+@pytest.mark.parametrize(
+    ("raw", "text"),
+    [(b"{not json", "not valid JSON"), (b"[1, 2]", "JSON object")],
+)
+def test_put_rejects_bodies_that_are_not_json_objects(api: RestApi, raw: bytes, text: str) -> None:
+    status, body = api.handle(
+        "PUT", "/api/schedule/triage/new", body=raw, content_type="application/json"
+    )
+    assert status == 400
+    assert_error(body, text=text)
+
+
+def test_writes_without_json_content_type_are_415(api: RestApi) -> None:
+    status, body = api.handle(
+        "POST", "/api/schedule/triage/check/run", body=b"", content_type="text/plain"
+    )
+    assert status == 415
+    assert_error(body, "Content-Type")
+    # form posts (what another site could make a browser send) are refused the same way
+    status, _ = api.handle(
+        "PATCH",
+        "/api/schedule/triage/check",
+        body=b"enabled=false",
+        content_type="application/x-www-form-urlencoded",
+    )
+    assert status == 415
+
+
+def test_python_callers_may_pass_a_mapping(api: RestApi) -> None:
+    status, body = api.handle("PATCH", "/api/schedule/triage/check", body={"prompt": "New"})
+    assert status == 200
+    assert body["prompt"] == "New"
+
+
+# ------------------------------------------------------------------------------------ patch
+
+
+def test_patch_enabled_false_pauses_and_true_resumes(
+    api: RestApi, sched: ThreadedScheduler
+) -> None:
+    status, body = call(api, "PATCH", "/api/schedule/triage/check", {"enabled": False})
+    assert status == 200
+    assert (body["status"], body["enabled"]) == ("paused", False)
+    assert sched.store.get_schedule_state("triage", "check").status == "paused"
+    status, body = call(api, "PATCH", "/api/schedule/triage/check", {"enabled": True})
+    assert status == 200
+    assert (body["status"], body["enabled"]) == ("idle", True)
+    assert body["next_run_at"] == "2026-03-02T09:00:00.000Z"
+
+
+def test_patch_enabled_true_reenables_a_disabled_definition(
+    api: RestApi, sched: ThreadedScheduler
+) -> None:
+    sched.update_schedule("triage", "check", enabled=False)
+    assert call(api, "GET", "/api/schedule/triage/check")[1]["enabled"] is False
+    status, body = call(api, "PATCH", "/api/schedule/triage/check", {"enabled": True})
+    assert status == 200
+    assert body["enabled"] is True
+    assert sched.get_schedule("triage", "check").enabled is True
+
+
+def test_patch_changes_only_the_given_fields(api: RestApi, sched: ThreadedScheduler) -> None:
+    status, body = call(
+        api, "PATCH", "/api/schedule/triage/check", {"prompt": "Look again", "timeout": "2m"}
+    )
+    assert status == 200, body
+    assert body["prompt"] == "Look again"
+    assert body["timeout"] == "2m"
+    assert body["interval"] == "5m"
+    assert body["start_at"] == "2026-03-02T09:00:00.000Z"
+    schedule = sched.get_schedule("triage", "check")
+    assert schedule.timeout == timedelta(minutes=2)
+
+
+def test_patch_cadence_recomputes_next_run(api: RestApi) -> None:
+    status, body = call(api, "PATCH", "/api/schedule/triage/report", {"cron": "15 10 * * *"})
+    assert status == 200, body
+    assert body["next_run_at"] == "2026-03-02T10:15:00.000Z"
+
+
+def test_patch_null_resets_a_field_to_its_default(api: RestApi) -> None:
+    status, body = call(api, "PATCH", "/api/schedule/triage/check", {"start_at": None})
+    assert status == 200, body
+    assert body["start_at"] is None
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "text"),
+    [
+        ({"type": "cron"}, "type", "cannot change"),
+        ({"interval": "five minutes"}, "interval", "interval"),
+        ({"cron": "0 9 * * *"}, "cron", "does not apply"),
+        ({"enabled": 0}, "enabled", "true or false"),
+        ({"last_error": None}, "last_error", "read-only"),
+    ],
+)
+def test_patch_rejects_bad_changes_naming_the_field(
+    api: RestApi, body: dict[str, Any], field: str, text: str
+) -> None:
+    status, answer = call(api, "PATCH", "/api/schedule/triage/check", body)
+    assert status == 400, answer
+    assert_error(answer, field, text)
+
+
+def test_patch_unknown_schedule_is_404(api: RestApi) -> None:
+    status, _ = call(api, "PATCH", "/api/schedule/triage/ghost", {"enabled": False})
+    assert status == 404
+
+
+# ----------------------------------------------------------------------------------- delete
+
+
+def test_delete_removes_the_schedule(api: RestApi, sched: ThreadedScheduler) -> None:
+    status, body = call(api, "DELETE", "/api/schedule/triage/report")
+    assert status == 200
+    assert body == {"deleted": {"agent": "triage", "name": "report"}}
+    status, _ = call(api, "GET", "/api/schedule/triage/report")
+    assert status == 404
+    status, _ = call(api, "DELETE", "/api/schedule/triage/report")
+    assert status == 404
+
+
+# -------------------------------------------------------------------------------- run, history
+
+
+def test_run_returns_202_and_the_job_runs_off_the_request_thread(
+    api: RestApi, sched: ThreadedScheduler, jobs: Jobs
+) -> None:
+    status, body = call(api, "POST", "/api/schedule/triage/check/run", {"prompt": "Right now"})
+    assert status == 202, body
+    assert body["run_id"]
+    assert body["queued"] is False
+    assert sched.wait_until_idle(5)
+    (info,) = jobs.calls
+    assert info.prompt == "Right now"
+    assert info.trigger_type == "manual"
+    status, history = call(api, "GET", "/api/schedule/triage/check/history")
+    assert status == 200
+    (run,) = history["runs"]
+    assert run["run_id"] == body["run_id"]
+    assert run["status"] == "success"
+    assert run["output_summary"] == "done: Right now"
+
+
+def test_run_while_running_is_409(api: RestApi, sched: ThreadedScheduler, jobs: Jobs) -> None:
+    status, _ = call(api, "POST", "/api/schedule/builder/build/run", {})
+    assert status == 202
+    assert jobs.started.wait(5)
+    status, body = call(api, "POST", "/api/schedule/builder/build/run", {})
+    assert status == 409
+    assert_error(body, "skip_reason", "running")
+    assert body["details"][0]["message"] == "already_running"
+    status, body = call(api, "GET", "/api/schedule/builder/build")
+    assert (body["status"], body["running"]) == ("running", True)
+
+
+def test_run_at_capacity_is_409(api: RestApi, sched: ThreadedScheduler, jobs: Jobs) -> None:
+    assert call(api, "POST", "/api/schedule/builder/build/run")[0] == 202
+    assert jobs.started.wait(5)
+    status, body = call(api, "POST", "/api/schedule/builder/lint/run")
+    assert status == 409
+    assert body["details"][0]["message"] == "at_capacity"
+
+
+def test_run_body_is_validated(api: RestApi) -> None:
+    status, body = call(api, "POST", "/api/schedule/triage/check/run", {"promt": "typo"})
+    assert status == 400
+    assert_error(body, "promt")
+    status, body = call(api, "POST", "/api/schedule/triage/check/run", {"prompt": 5})
+    assert status == 400
+    assert_error(body, "prompt", "string")
+
+
+def test_run_on_a_stopped_memory_scheduler_is_409(clock: FakeClock, jobs: Jobs) -> None:
+    sched = ThreadedScheduler(state_dir=None, clock=clock)
+    sched.add_agent(Agent("a", job=jobs.quick, schedules={"s": Schedule.manual()}))
+    status, body = call(RestApi(sched), "POST", "/api/schedule/a/s/run")
+    assert status == 409
+    assert_error(body, "skip_reason", "stopped")
+
+
+def test_history_limit_is_validated(api: RestApi) -> None:
+    status, body = call(api, "GET", "/api/schedule/triage/check/history", query={"limit": "x"})
+    assert status == 400
+    assert_error(body, "limit")
+    status, body = call(api, "GET", "/api/schedule/triage/check/history", query={"n": "1"})
+    assert status == 400
+    assert_error(body, "n")
+
+
+def test_history_shows_failures_newest_first(
+    api: RestApi, sched: ThreadedScheduler, clock: FakeClock
+) -> None:
+    def flaky(info: TriggerInfo) -> str:
+        if info.prompt == "fail":
+            raise RuntimeError("boom")
+        return "fine"
+
+    sched.add_agent(Agent("flaky", job=flaky, schedules={"s": Schedule.manual()}))
+    for prompt in ("ok", "fail"):
+        assert call(api, "POST", "/api/schedule/flaky/s/run", {"prompt": prompt})[0] == 202
+        assert sched.wait_until_idle(5)
+        clock.advance("1s")
+    status, body = call(api, "GET", "/api/schedule/flaky/s/history", query={"limit": "1"})
+    assert status == 200
+    (run,) = body["runs"]
+    assert run["status"] == "failed"
+    assert "boom" in run["error"]
+    status, body = call(api, "GET", "/api/schedule/flaky/s")
+    assert body["last_result"] == "failed"
+    assert body["consecutive_failures"] == 1
+    assert "boom" in body["last_error"]
+
+
+# ----------------------------------------------------------------------------------- status
+
+
+def test_status_describes_the_scheduler(api: RestApi) -> None:
+    status, body = call(api, "GET", "/api/status")
+    assert status == 200
+    assert body["status"] == "running"
+    assert body["is_leader"] is True
+    assert body["schedules"] == 4
+    assert body["active_jobs"] == 0
+    assert body["started_at"] == "2026-03-02T08:00:00.000Z"
+    assert isinstance(body["pid"], int)
+
+
+# ------------------------------------------------------------------------------- ownership
+
+
+def test_owner_sees_and_changes_only_own_schedules(api: RestApi, sched: ThreadedScheduler) -> None:
+    status, body = call(api, "PUT", "/api/schedule/triage/ann1", {"interval": "1h"}, owner="ann")
+    assert status == 201
+    assert body["owner"] == "ann"
+    call(api, "PUT", "/api/schedule/triage/bob1", {"interval": "1h"}, owner="bob")
+    status, body = call(api, "GET", "/api/schedule", owner="ann")
+    assert [s["name"] for s in body["schedules"]] == ["ann1"]
+    status, body = call(api, "GET", "/api/status", owner="ann")
+    assert body["schedules"] == 1
+    for method, path, payload in [
+        ("GET", "/api/schedule/triage/bob1", None),
+        ("PATCH", "/api/schedule/triage/bob1", {"enabled": False}),
+        ("PUT", "/api/schedule/triage/bob1", {"interval": "2h"}),
+        ("DELETE", "/api/schedule/triage/bob1", None),
+        ("POST", "/api/schedule/triage/bob1/run", {}),
+        ("GET", "/api/schedule/triage/bob1/history", None),
+        ("PATCH", "/api/schedule/triage/check", {"prompt": "mine now"}),
+    ]:
+        status, answer = call(api, method, path, payload, owner="ann")
+        assert status == 403, (method, path, answer)
+        assert_error(answer, text="ann")
+    assert sched.get_schedule("triage", "bob1").owner == "bob"
+    assert sched.get_schedule("triage", "check").prompt == "Check issues"
+
+
+def test_owner_cannot_act_for_another_owner(api: RestApi) -> None:
+    status, _ = call(api, "GET", "/api/schedule", query={"owner": "bob"}, owner="ann")
+    assert status == 403
+    status, _ = call(
+        api, "PUT", "/api/schedule/triage/x", {"interval": "1h", "owner": "bob"}, owner="ann"
+    )
+    assert status == 403
+    call(api, "PUT", "/api/schedule/triage/x", {"interval": "1h"}, owner="ann")
+    status, _ = call(api, "PATCH", "/api/schedule/triage/x", {"owner": "bob"}, owner="ann")
+    assert status == 403
+
+
+def test_owner_may_pause_and_delete_own(api: RestApi, sched: ThreadedScheduler) -> None:
+    call(api, "PUT", "/api/schedule/triage/x", {"interval": "1h"}, owner="ann")
+    status, body = call(api, "PATCH", "/api/schedule/triage/x", {"enabled": False}, owner="ann")
+    assert (status, body["status"]) == (200, "paused")
+    status, _ = call(api, "DELETE", "/api/schedule/triage/x", owner="ann")
+    assert status == 200
+
+
+def test_admin_sees_everything(api: RestApi) -> None:
+    call(api, "PUT", "/api/schedule/triage/x", {"interval": "1h"}, owner="ann")
+    status, body = call(api, "GET", "/api/schedule", owner=ADMIN)
+    assert body["total"] == 5
+    status, body = call(api, "PATCH", "/api/schedule/triage/x", {"prompt": "p"}, owner=ADMIN)
+    assert status == 200
+
+
+def test_per_owner_limit_is_409(api: RestApi) -> None:
+    for i in range(3):
+        assert (
+            call(api, "PUT", f"/api/schedule/triage/s{i}", {"interval": "1h"}, owner="ann")[0]
+            == 201
+        )
+    status, body = call(api, "PUT", "/api/schedule/triage/s3", {"interval": "1h"}, owner="ann")
+    assert status == 409
+    assert_error(body, text="limit 3")
+
+
+# ------------------------------------------------------------------------------ failures
+
+
+def test_store_failure_is_503(
+    api: RestApi, sched: ThreadedScheduler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise StateError("disk on fire", "/x/state.yaml")
+
+    monkeypatch.setattr(sched.store, "get_history", broken)
+    status, body = call(api, "GET", "/api/schedule/triage/check/history")
+    assert status == 503
+    assert_error(body, text="disk on fire")
+
+
+def test_unexpected_error_is_500_and_logged(
+    api: RestApi, sched: ThreadedScheduler, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise ZeroDivisionError("oops")
+
+    monkeypatch.setattr(sched, "search", broken)
+    status, body = call(api, "GET", "/api/schedule")
+    assert status == 500
+    assert_error(body, text="ZeroDivisionError")
+    assert "REST API request failed" in caplog.text
+
+
+def test_schedule_json_of_once_and_manual(sched: ThreadedScheduler) -> None:
+    sched.add_schedule("triage", "once", Schedule.once("2026-05-01T12:00:00Z"))
+    sched.add_schedule("triage", "hand", Schedule.manual(prompt="by hand"))
+    items = {s.schedule: s for s in sched.get_status().schedules}
+    once = schedule_json(items["once"], sched.get_schedule("triage", "once"))
+    assert once["at"] == "2026-05-01T12:00:00.000Z"
+    assert once["cadence"].startswith("once at")
+    hand = schedule_json(items["hand"], sched.get_schedule("triage", "hand"))
+    assert hand["type"] == "manual"
+    assert hand["next_run_at"] is None
+    assert not {"interval", "cron", "at"} & set(hand)
+    bare = schedule_json(items["hand"], None)
+    assert bare["prompt"] is None
+    assert bare["cadence"] == "manual"
+
+
+def test_sub_second_intervals_are_reported_in_seconds(clock: FakeClock, jobs: Jobs) -> None:
+    sched = ThreadedScheduler(state_dir=None, clock=clock, min_interval=0)
+    sched.add_agent(Agent("a", job=jobs.quick, schedules={"s": Schedule.interval(0.5)}))
+    status, body = call(RestApi(sched), "GET", "/api/schedule/a/s")
+    assert status == 200
+    assert body["interval"] == 0.5

@@ -1,0 +1,358 @@
+"""The Flask integration, through Flask's test client: every route and error, config, auth."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+flask = pytest.importorskip("flask")
+
+from flask import Flask, Request, current_app  # noqa: E402
+from flask.testing import FlaskClient  # noqa: E402
+
+from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo  # noqa: E402
+from herdsched.api import ADMIN  # noqa: E402
+from herdsched.contrib.flask import get_scheduler, init_app, with_app_context  # noqa: E402
+from herdsched.errors import ConfigError, SchedulerError  # noqa: E402
+from herdsched.testing import FakeClock  # noqa: E402
+
+START = datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc)
+LATER = START + timedelta(hours=1)
+API = "/herdsched/api"
+
+
+class Jobs:
+    def __init__(self) -> None:
+        self.calls: list[TriggerInfo] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.started = threading.Event()
+
+    def job(self, info: TriggerInfo) -> str:
+        self.calls.append(info)
+        self.started.set()
+        self.gate.wait(10)
+        return "ok"
+
+
+@pytest.fixture
+def jobs() -> Iterator[Jobs]:
+    jobs = Jobs()
+    yield jobs
+    jobs.gate.set()
+
+
+@pytest.fixture
+def sched(jobs: Jobs) -> Iterator[ThreadedScheduler]:
+    scheduler = ThreadedScheduler(state_dir=None, clock=FakeClock(START), timezone="UTC")
+    scheduler.add_agent(
+        Agent(
+            "triage",
+            job=jobs.job,
+            schedules={
+                "check": Schedule.interval("5m", prompt="Check", start_at=LATER),
+                "report": Schedule.cron("0 9 * * *", prompt="Report", owner="ann"),
+            },
+        )
+    )
+    yield scheduler
+    jobs.gate.set()
+    scheduler.stop(timeout=10)
+
+
+@pytest.fixture
+def app(sched: ThreadedScheduler) -> Flask:
+    app = Flask("testapp")
+    init_app(app, sched)
+    return app
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()
+
+
+def error_of(response: Any, status: int, field: str | None = None) -> dict[str, Any]:
+    assert response.status_code == status, response.get_data(as_text=True)
+    assert response.is_json
+    body: dict[str, Any] = response.get_json()
+    assert set(body) == {"error", "details"}
+    if field is not None:
+        assert field in [d["field"] for d in body["details"]], body
+    return body
+
+
+# ---------------------------------------------------------------------------- every route
+
+
+def test_init_app_starts_the_scheduler_and_registers_it(
+    app: Flask, sched: ThreadedScheduler
+) -> None:
+    assert sched.is_running()
+    assert get_scheduler(app) is sched
+    with pytest.raises(RuntimeError, match="already initialised"):
+        init_app(app, sched)
+    with pytest.raises(RuntimeError, match="not initialised"):
+        get_scheduler(Flask("other"))
+
+
+def test_list(client: FlaskClient) -> None:
+    response = client.get(f"{API}/schedule?limit=1")
+    assert response.status_code == 200
+    body = response.get_json()
+    assert [s["name"] for s in body["schedules"]] == ["check"]
+    assert (body["total"], body["remaining"]) == (2, 1)
+    assert "offset=1" in body["hint"]
+    assert client.get(f"{API}/schedule?owner=ann").get_json()["total"] == 1
+    error_of(client.get(f"{API}/schedule?limit=x"), 400, "limit")
+
+
+def test_get_one(client: FlaskClient) -> None:
+    body = client.get(f"{API}/schedule/triage/check").get_json()
+    assert body["interval"] == "5m"
+    assert body["next_run_at"] == "2026-03-02T09:00:00.000Z"
+    error_of(client.get(f"{API}/schedule/triage/nope"), 404)
+    error_of(client.get(f"{API}/schedule/ghost/check"), 404)
+
+
+def test_put_create_replace_and_validation(client: FlaskClient, sched: ThreadedScheduler) -> None:
+    response = client.put(f"{API}/schedule/triage/new", json={"cron": "0 10 * * *"})
+    assert response.status_code == 201
+    assert response.get_json()["next_run_at"] == "2026-03-02T10:00:00.000Z"
+    response = client.put(f"{API}/schedule/triage/new", json={"cron": "0 11 * * *"})
+    assert response.status_code == 200
+    assert response.get_json()["next_run_at"] == "2026-03-02T11:00:00.000Z"
+    body = error_of(client.put(f"{API}/schedule/triage/new", json={"interval": "5"}), 400)
+    assert body["details"][0]["field"] == "interval"
+    assert "Missing time unit" in body["error"]
+    error_of(client.put(f"{API}/schedule/triage/x", json={"job": "os:system"}), 400, "job")
+    error_of(
+        client.put(f"{API}/schedule/triage/x", data="{oops", content_type="application/json"),
+        400,
+    )
+    error_of(client.put(f"{API}/schedule/triage/x", data="interval=5m"), 415, "Content-Type")
+
+
+def test_patch_pause_resume_and_update(client: FlaskClient, sched: ThreadedScheduler) -> None:
+    body = client.patch(f"{API}/schedule/triage/check", json={"enabled": False}).get_json()
+    assert body["status"] == "paused"
+    assert sched.get_status().schedules[0].status == "paused"
+    body = client.patch(f"{API}/schedule/triage/check", json={"enabled": True}).get_json()
+    assert body["status"] == "idle"
+    body = client.patch(f"{API}/schedule/triage/check", json={"interval": "7m"}).get_json()
+    assert body["interval"] == "7m"
+    error_of(client.patch(f"{API}/schedule/triage/check", json={"type": "cron"}), 400, "type")
+    error_of(client.patch(f"{API}/schedule/triage/zzz", json={"enabled": False}), 404)
+
+
+def test_delete(client: FlaskClient) -> None:
+    response = client.delete(f"{API}/schedule/triage/check")
+    assert response.status_code == 200
+    assert response.get_json() == {"deleted": {"agent": "triage", "name": "check"}}
+    error_of(client.delete(f"{API}/schedule/triage/check"), 404)
+
+
+def test_run_history_and_conflict(
+    client: FlaskClient, sched: ThreadedScheduler, jobs: Jobs
+) -> None:
+    jobs.gate.clear()
+    response = client.post(f"{API}/schedule/triage/check/run", json={"prompt": "now"})
+    assert response.status_code == 202
+    run_id = response.get_json()["run_id"]
+    assert jobs.started.wait(5)
+    assert jobs.calls[0].prompt == "now"
+    assert threading.current_thread().name not in ("herdsched-timer",)
+    body = error_of(client.post(f"{API}/schedule/triage/check/run", json={}), 409)
+    assert body["details"][0]["message"] == "already_running"
+    jobs.gate.set()
+    assert sched.wait_until_idle(5)
+    runs = client.get(f"{API}/schedule/triage/check/history").get_json()["runs"]
+    assert [(r["run_id"], r["status"]) for r in runs] == [(run_id, "success")]
+    error_of(client.post(f"{API}/schedule/triage/check/run", json={"x": 1}), 400, "x")
+
+
+def test_status(client: FlaskClient) -> None:
+    body = client.get(f"{API}/status").get_json()
+    assert body["status"] == "running"
+    assert body["is_leader"] is True
+    assert body["schedules"] == 2
+
+
+def test_unknown_route_and_wrong_method(client: FlaskClient) -> None:
+    error_of(client.get(f"{API}/nothing/here"), 404)
+    response = client.post(f"{API}/status", json={})
+    error_of(response, 405)
+    assert response.headers["Allow"] == "GET"
+    response = client.post(f"{API}/schedule/triage/check", json={})
+    assert response.headers["Allow"] == "GET, PUT, PATCH, DELETE"
+
+
+def test_status_page_lists_schedules_with_buttons(
+    client: FlaskClient, sched: ThreadedScheduler
+) -> None:
+    response = client.get("/herdsched/")
+    assert response.status_code == 200
+    assert response.mimetype == "text/html"
+    html = response.get_data(as_text=True)
+    assert "data-key='triage/check'" in html
+    assert "data-action='pause'" in html
+    assert "data-api='/herdsched/api'" in html
+    assert "every 5m" in html
+
+
+# ------------------------------------------------------------------------------------ auth
+
+
+def header_auth(request: Request) -> str | None:
+    token = request.headers.get("X-Owner")
+    if token == "root":
+        return ADMIN
+    return token
+
+
+@pytest.fixture
+def auth_client(sched: ThreadedScheduler) -> FlaskClient:
+    app = Flask("authapp")
+    init_app(app, sched, url_prefix="/ops/", auth=header_auth)
+    return app.test_client()
+
+
+def test_auth_none_is_401(auth_client: FlaskClient) -> None:
+    error_of(auth_client.get("/ops/api/schedule"), 401)
+    response = auth_client.get("/ops/")
+    assert response.status_code == 401
+
+
+def test_auth_owner_sees_own_and_is_refused_others(auth_client: FlaskClient) -> None:
+    body = auth_client.get("/ops/api/schedule", headers={"X-Owner": "ann"}).get_json()
+    assert [s["name"] for s in body["schedules"]] == ["report"]
+    error_of(
+        auth_client.patch(
+            "/ops/api/schedule/triage/check", json={"enabled": False}, headers={"X-Owner": "ann"}
+        ),
+        403,
+    )
+    page = auth_client.get("/ops/", headers={"X-Owner": "ann"}).get_data(as_text=True)
+    assert "triage/report" in page
+    assert "triage/check" not in page
+    assert "data-api='/ops/api'" in page
+
+
+def test_auth_admin_sees_all(auth_client: FlaskClient) -> None:
+    body = auth_client.get("/ops/api/schedule", headers={"X-Owner": "root"}).get_json()
+    assert body["total"] == 2
+
+
+def test_auth_from_config(sched: ThreadedScheduler) -> None:
+    app = Flask("cfgauth")
+    app.config["HERDSCHED_AUTH"] = lambda request: None
+    app.config["HERDSCHED_AUTOSTART"] = False
+    init_app(app, sched)
+    error_of(app.test_client().get(f"{API}/status"), 401)
+    assert not sched.is_running()
+
+
+def test_root_prefix(sched: ThreadedScheduler) -> None:
+    app = Flask("rootapp")
+    init_app(app, sched, url_prefix="")
+    client = app.test_client()
+    assert client.get("/api/status").status_code == 200
+    assert "data-api='/api'" in client.get("/").get_data(as_text=True)
+
+
+# ---------------------------------------------------------------------------------- config
+
+
+def test_config_keys_build_the_scheduler(tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "version: 1\n"
+        "agents:\n"
+        "  - name: triage\n"
+        "    command: ['true']\n"
+        "    schedules:\n"
+        "      check: {type: cron, cron: '0 9 * * *'}\n"
+    )
+    app = Flask("cfg")
+    app.config.update(
+        HERDSCHED_FLEET_FILE=str(fleet),
+        HERDSCHED_STATE_DIR=str(tmp_path / "state"),
+        HERDSCHED_TIMEZONE="Europe/Berlin",
+        HERDSCHED_AUTOSTART=False,
+    )
+    scheduler = init_app(app)
+    assert scheduler.state_dir == tmp_path / "state"
+    assert str(scheduler.timezone) == "Europe/Berlin"
+    assert not scheduler.is_running()
+    body = app.test_client().get(f"{API}/schedule/triage/check").get_json()
+    assert body["cron"] == "0 9 * * *"
+    assert body["status"] == "idle"
+
+
+def test_config_without_fleet_makes_an_empty_scheduler(tmp_path: Path) -> None:
+    app = Flask("empty")
+    app.config.update(HERDSCHED_STATE_DIR=str(tmp_path), HERDSCHED_AUTOSTART=False)
+    scheduler = init_app(app)
+    assert scheduler.get_status().schedules == []
+    assert scheduler.state_dir == tmp_path
+
+
+def test_config_typo_is_an_error_naming_the_key() -> None:
+    app = Flask("typo")
+    app.config["HERDSCHED_STATEDIR"] = "/tmp/x"
+    with pytest.raises(SchedulerError, match="STATEDIR"):
+        init_app(app)
+
+
+def test_config_bad_fleet_is_a_config_error(tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("version: 1\nagents: [{name: a, schedules: {s: {interval: 5}}}]\n")
+    app = Flask("bad")
+    app.config.update(HERDSCHED_FLEET_FILE=str(fleet), HERDSCHED_AUTOSTART=False)
+    with pytest.raises(ConfigError, match="interval"):
+        init_app(app)
+
+
+def test_config_is_ignored_with_a_warning_when_a_scheduler_is_given(
+    sched: ThreadedScheduler, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = Flask("given")
+    app.config.update(HERDSCHED_STATE_DIR="/nowhere", HERDSCHED_AUTOSTART=False)
+    with caplog.at_level(logging.WARNING, logger="herdsched"):
+        init_app(app, sched)
+    assert "HERDSCHED_STATE_DIR ignored" in caplog.text
+
+
+def test_scheduler_setting_takes_an_import_path(tmp_path: Path) -> None:
+    app = Flask("bypath")
+    app.config.update(HERDSCHED_SCHEDULER=f"{__name__}:PATH_SCHEDULER", HERDSCHED_AUTOSTART=False)
+    assert init_app(app) is PATH_SCHEDULER
+
+
+PATH_SCHEDULER = ThreadedScheduler(state_dir=None)
+
+
+# ------------------------------------------------------------------------------ app context
+
+
+def test_with_app_context_gives_jobs_the_app(sched: ThreadedScheduler) -> None:
+    app = Flask("ctx")
+    app.config["GREETING"] = "hello from config"
+    seen: list[str] = []
+
+    @with_app_context(app)
+    def job(info: TriggerInfo) -> str:
+        seen.append(current_app.config["GREETING"])
+        return "ok"
+
+    init_app(app, sched)
+    sched.add_agent(Agent("ctx", job=job, schedules={"s": Schedule.manual()}))
+    assert sched.trigger("ctx", "s", wait=True).success
+    assert seen == ["hello from config"]
+    assert job.__name__ == "job"
