@@ -1,0 +1,390 @@
+"""The Django integration through Django's test client: every route and error, the app's
+start-up rules (autoreloader, management commands), auth, and ``manage.py herdsched``."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+django = pytest.importorskip("django")
+
+from django.conf import settings  # noqa: E402
+
+if not settings.configured:
+    settings.configure(
+        DEBUG=False,
+        SECRET_KEY="herdsched-tests",
+        ALLOWED_HOSTS=["testserver", "127.0.0.1", "localhost"],
+        INSTALLED_APPS=["herdsched.contrib.django"],
+        ROOT_URLCONF=__name__,
+        MIDDLEWARE=[],
+        USE_TZ=True,
+        HERDSCHED={"AUTOSTART": False, "STATE_DIR": None},
+    )
+    django.setup()
+
+from django.apps import apps  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.test import Client, override_settings  # noqa: E402
+from django.urls import include, path  # noqa: E402
+
+from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo  # noqa: E402
+from herdsched.api import ADMIN  # noqa: E402
+from herdsched.contrib import django as integration  # noqa: E402
+from herdsched.errors import SchedulerError  # noqa: E402
+from herdsched.testing import FakeClock  # noqa: E402
+
+urlpatterns = [path("herdsched/", include("herdsched.contrib.django.urls"))]
+
+START = datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc)
+LATER = START + timedelta(hours=1)
+API = "/herdsched/api"
+
+
+class Jobs:
+    def __init__(self) -> None:
+        self.calls: list[TriggerInfo] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.started = threading.Event()
+
+    def job(self, info: TriggerInfo) -> str:
+        self.calls.append(info)
+        self.started.set()
+        self.gate.wait(10)
+        return "ok"
+
+
+def owner_from_header(request: Any) -> str | None:
+    owner: str | None = request.headers.get("X-Owner")
+    return ADMIN if owner == "root" else owner
+
+
+@pytest.fixture
+def jobs() -> Iterator[Jobs]:
+    jobs = Jobs()
+    yield jobs
+    jobs.gate.set()
+
+
+@pytest.fixture
+def sched(jobs: Jobs) -> Iterator[ThreadedScheduler]:
+    scheduler = ThreadedScheduler(state_dir=None, clock=FakeClock(START), timezone="UTC")
+    scheduler.add_agent(
+        Agent(
+            "triage",
+            job=jobs.job,
+            schedules={
+                "check": Schedule.interval("5m", prompt="Check", start_at=LATER),
+                "report": Schedule.cron("0 9 * * *", prompt="Report", owner="ann"),
+            },
+        )
+    )
+    scheduler.start()
+    with override_settings(HERDSCHED={"SCHEDULER": scheduler, "AUTOSTART": False}):
+        yield scheduler
+    jobs.gate.set()
+    scheduler.stop(timeout=10)
+
+
+@pytest.fixture
+def client(sched: ThreadedScheduler) -> Client:
+    return Client()
+
+
+def error_of(response: Any, status: int, field: str | None = None) -> dict[str, Any]:
+    assert response.status_code == status, response.content
+    body: dict[str, Any] = response.json()
+    assert set(body) == {"error", "details"}
+    if field is not None:
+        assert field in [d["field"] for d in body["details"]], body
+    return body
+
+
+def send(client: Client, method: str, url: str, body: Any = None, **extra: Any) -> Any:
+    import json
+
+    data = json.dumps(body) if body is not None else ""
+    return client.generic(method, url, data, content_type="application/json", **extra)
+
+
+# ---------------------------------------------------------------------------- every route
+
+
+def test_list_and_get(client: Client) -> None:
+    body = client.get(f"{API}/schedule", {"limit": "1"}).json()
+    assert [s["name"] for s in body["schedules"]] == ["check"]
+    assert (body["total"], body["remaining"]) == (2, 1)
+    body = client.get(f"{API}/schedule/triage/report").json()
+    assert body["cron"] == "0 9 * * *"
+    assert body["owner"] == "ann"
+    assert body["next_run_at"] == "2026-03-02T09:00:00.000Z"
+    error_of(client.get(f"{API}/schedule", {"status": "asleep"}), 400, "status")
+    error_of(client.get(f"{API}/schedule/triage/missing"), 404)
+
+
+def test_put_patch_delete(client: Client, sched: ThreadedScheduler) -> None:
+    response = send(client, "PUT", f"{API}/schedule/triage/new", {"interval": "10m"})
+    assert response.status_code == 201
+    assert response.json()["interval"] == "10m"
+    response = send(client, "PUT", f"{API}/schedule/triage/new", {"interval": "20m"})
+    assert response.status_code == 200
+    error_of(
+        send(client, "PUT", f"{API}/schedule/triage/new", {"interval": "-5m"}), 400, "interval"
+    )
+    body = send(client, "PATCH", f"{API}/schedule/triage/new", {"enabled": False}).json()
+    assert body["status"] == "paused"
+    body = send(client, "PATCH", f"{API}/schedule/triage/new", {"enabled": True}).json()
+    assert body["status"] == "idle"
+    error_of(send(client, "PATCH", f"{API}/schedule/triage/new", {"cron": "x"}), 400, "cron")
+    assert send(client, "DELETE", f"{API}/schedule/triage/new").status_code == 200
+    error_of(send(client, "DELETE", f"{API}/schedule/triage/new"), 404)
+
+
+def test_run_history_and_conflict(client: Client, sched: ThreadedScheduler, jobs: Jobs) -> None:
+    jobs.gate.clear()
+    response = send(client, "POST", f"{API}/schedule/triage/check/run", {"prompt": "go"})
+    assert response.status_code == 202
+    run_id = response.json()["run_id"]
+    assert jobs.started.wait(5)
+    body = error_of(send(client, "POST", f"{API}/schedule/triage/check/run", {}), 409)
+    assert body["details"][0]["message"] == "already_running"
+    jobs.gate.set()
+    assert sched.wait_until_idle(5)
+    runs = client.get(f"{API}/schedule/triage/check/history").json()["runs"]
+    assert [(r["run_id"], r["status"]) for r in runs] == [(run_id, "success")]
+    assert jobs.calls[0].prompt == "go"
+
+
+def test_status_route_errors_and_csrf_rule(client: Client) -> None:
+    body = client.get(f"{API}/status").json()
+    assert (body["status"], body["is_leader"], body["schedules"]) == ("running", True, 2)
+    error_of(client.get(f"{API}/nothing"), 404)
+    response = send(client, "DELETE", f"{API}/status")
+    error_of(response, 405)
+    assert response["Allow"] == "GET"
+    # a form post, what another site could make a browser send, is refused
+    response = client.post(f"{API}/schedule/triage/check/run", {"prompt": "x"})
+    error_of(response, 415, "Content-Type")
+
+
+def test_status_page(client: Client) -> None:
+    response = client.get("/herdsched/")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/html")
+    html = response.content.decode()
+    assert "data-key='triage/check'" in html
+    assert "data-api='/herdsched/api'" in html
+    assert client.post("/herdsched/").status_code == 405
+
+
+def test_requests_mark_the_process_as_serving(client: Client) -> None:
+    assert not integration.get_embedded().serving
+    client.get(f"{API}/status")
+    assert integration.get_embedded().serving
+
+
+# ------------------------------------------------------------------------------------ auth
+
+
+def test_auth_setting_as_import_path(sched: ThreadedScheduler) -> None:
+    settings_value = {
+        "SCHEDULER": sched,
+        "AUTOSTART": False,
+        "AUTH": f"{__name__}:owner_from_header",
+    }
+    with override_settings(HERDSCHED=settings_value):
+        client = Client()
+        error_of(client.get(f"{API}/schedule"), 401)
+        assert client.get("/herdsched/").status_code == 401
+        body = client.get(f"{API}/schedule", headers={"X-Owner": "ann"}).json()
+        assert [s["name"] for s in body["schedules"]] == ["report"]
+        response = send(
+            client,
+            "PATCH",
+            f"{API}/schedule/triage/check",
+            {"enabled": False},
+            headers={"X-Owner": "ann"},
+        )
+        error_of(response, 403)
+        assert client.get(f"{API}/schedule", headers={"X-Owner": "root"}).json()["total"] == 2
+
+
+def test_auth_setting_must_be_callable(sched: ThreadedScheduler) -> None:
+    value = {"SCHEDULER": sched, "AUTOSTART": False, "AUTH": 42}
+    with override_settings(HERDSCHED=value), pytest.raises(SchedulerError, match="callable"):
+        Client().get(f"{API}/status")
+
+
+def test_staff_only() -> None:
+    class User:
+        def __init__(self, staff: bool, active: bool = True) -> None:
+            self.is_authenticated = True
+            self.is_active = active
+            self.is_staff = staff
+
+    class Request:
+        def __init__(self, user: Any) -> None:
+            self.user = user
+
+    assert integration.staff_only(Request(User(staff=True))) == ADMIN
+    assert integration.staff_only(Request(User(staff=False))) is None
+    assert integration.staff_only(Request(User(staff=True, active=False))) is None
+    assert integration.staff_only(object()) is None
+
+
+# ----------------------------------------------------------------------------- settings
+
+
+def test_settings_build_a_file_backed_scheduler(tmp_path: Path) -> None:
+    with override_settings(HERDSCHED={"STATE_DIR": str(tmp_path), "TIMEZONE": "Asia/Tokyo"}):
+        scheduler = integration.get_scheduler()
+        assert scheduler.state_dir == tmp_path
+        assert str(scheduler.timezone) == "Asia/Tokyo"
+        assert integration.get_scheduler() is scheduler  # one per process
+    with override_settings(HERDSCHED={"STATE_DIR": str(tmp_path / "b")}):
+        assert integration.get_scheduler() is not scheduler  # settings changed
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        ({"STATEDIR": "x"}, "STATEDIR"),
+        (["not", "a", "dict"], "must be a dict"),
+        ({"SCHEDULER": "no.such.module:scheduler"}, "cannot be imported"),
+        ({"SCHEDULER": "nodots"}, "not an import path"),
+        ({"SCHEDULER": f"{__name__}.START"}, "must be a ThreadedScheduler"),
+        ({"SCHEDULER": f"{__name__}:PATH_SCHEDULER", "STATE_DIR": "/x"}, "not both"),
+    ],
+)
+def test_settings_errors_name_the_culprit(value: Any, text: str) -> None:
+    with override_settings(HERDSCHED=value), pytest.raises(SchedulerError, match=text):
+        integration.get_scheduler()
+
+
+def test_scheduler_setting_as_import_path() -> None:
+    with override_settings(HERDSCHED={"SCHEDULER": f"{__name__}:PATH_SCHEDULER"}):
+        assert integration.get_scheduler() is PATH_SCHEDULER
+
+
+PATH_SCHEDULER = ThreadedScheduler(state_dir=None)
+
+
+# ------------------------------------------------------------------------------- start-up
+
+
+@pytest.mark.parametrize(
+    ("argv", "run_main", "expected"),
+    [
+        (["gunicorn", "project.wsgi"], None, True),
+        (["/usr/bin/uwsgi"], None, True),
+        (["manage.py", "runserver"], None, False),  # the autoreloader's watcher
+        (["manage.py", "runserver"], "true", True),  # the autoreloader's serving child
+        (["manage.py", "runserver", "--noreload"], None, True),
+        (["manage.py", "migrate"], None, False),
+        (["manage.py", "herdsched"], None, False),
+        (["django-admin", "shell"], None, False),
+        (["/venv/lib/python3.11/site-packages/django/__main__.py", "check"], None, False),
+        (["manage.py"], None, False),
+    ],
+)
+def test_autostart_decision(
+    argv: list[str], run_main: str | None, expected: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if run_main is None:
+        monkeypatch.delenv("RUN_MAIN", raising=False)
+    else:
+        monkeypatch.setenv("RUN_MAIN", run_main)
+    with override_settings(HERDSCHED={"STATE_DIR": None}):
+        start, reason = integration.autostart_decision(argv)
+    assert start is expected
+    assert bool(reason) is not expected
+
+
+def test_autostart_setting_false_wins() -> None:
+    with override_settings(HERDSCHED={"AUTOSTART": False}):
+        start, reason = integration.autostart_decision(["gunicorn"])
+    assert not start
+    assert "AUTOSTART" in reason
+
+
+def test_ready_starts_the_scheduler_once_per_process(
+    jobs: Jobs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scheduler = ThreadedScheduler(state_dir=None)
+    monkeypatch.setattr(integration._process, "started", False)
+    monkeypatch.setattr("sys.argv", ["gunicorn", "project.wsgi"])
+    try:
+        with override_settings(HERDSCHED={"SCHEDULER": scheduler}):
+            config = apps.get_app_config("herdsched")
+            config.ready()
+            assert scheduler.is_running()
+            scheduler.stop()
+            config.ready()  # a second ready() in the same process starts nothing
+            assert not scheduler.is_running()
+    finally:
+        scheduler.stop()
+
+
+def test_ready_does_not_start_in_management_commands(monkeypatch: pytest.MonkeyPatch) -> None:
+    scheduler = ThreadedScheduler(state_dir=None)
+    monkeypatch.setattr(integration._process, "started", False)
+    monkeypatch.setattr("sys.argv", ["manage.py", "migrate"])
+    with override_settings(HERDSCHED={"SCHEDULER": scheduler}):
+        apps.get_app_config("herdsched").ready()
+    assert not scheduler.is_running()
+    assert integration._process.started is False
+
+
+def test_management_command_runs_until_stopped(tmp_path: Path) -> None:
+    scheduler = ThreadedScheduler(state_dir=tmp_path)
+    out: list[str] = []
+
+    class Out:
+        def write(self, text: str) -> None:
+            out.append(text)
+
+        def flush(self) -> None:
+            pass
+
+    with override_settings(HERDSCHED={"SCHEDULER": scheduler}):
+        thread = threading.Thread(
+            target=call_command, args=("herdsched",), kwargs={"stdout": Out()}, daemon=True
+        )
+        thread.start()
+        deadline = time.monotonic() + 5
+        while not scheduler.is_leader and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert scheduler.is_leader
+        scheduler.stop()
+        thread.join(5)
+    assert not thread.is_alive()
+    assert "0 schedule(s)" in "".join(out)
+    assert "herdsched stopped" in "".join(out)
+
+
+def test_with_db_connections_closes_stale_connections(monkeypatch: pytest.MonkeyPatch) -> None:
+    import django.db
+
+    closed: list[str] = []
+    monkeypatch.setattr(django.db, "close_old_connections", lambda: closed.append("close"))
+
+    @integration.with_db_connections
+    def job(info: TriggerInfo) -> str:
+        closed.append("job")
+        return "done"
+
+    scheduler = ThreadedScheduler(state_dir=None)
+    scheduler.add_agent(Agent("db", job=job, schedules={"s": Schedule.manual()}))
+    scheduler.start()
+    try:
+        assert scheduler.trigger("db", "s", wait=True).success
+    finally:
+        scheduler.stop()
+    assert closed == ["close", "job", "close"]
