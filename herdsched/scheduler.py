@@ -1059,6 +1059,10 @@ class ThreadedScheduler:
             if run.finalized:  # already settled as a timeout
                 return
             run.finalized = True
+            if run.timed_out and outcome.status is not RunStatus.TIMEOUT:
+                # the job saw the cancel event and returned before the timer settled the run
+                error = f"timed out after {run.schedule.timeout}"
+                outcome = attrs.evolve(outcome, status=RunStatus.TIMEOUT, error=error)
             entry = self._entries.get((run.agent, run.schedule_name))
             if entry is None:
                 return

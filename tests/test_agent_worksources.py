@@ -12,7 +12,9 @@ from agent_helpers import START, ListSource, Script, running, step
 from herdsched import (
     Agent,
     InvalidScheduleError,
+    JobFailed,
     JobSkipped,
+    JobSucceeded,
     RunStatus,
     Schedule,
     SkipReason,
@@ -397,3 +399,69 @@ def test_an_item_is_reported_even_when_building_the_prompt_crashes(
         [(_item, outcome)] = source.reports
         assert outcome.success is False
         assert outcome.error == "ValueError: template engine broke"
+
+
+def test_a_run_without_a_source_that_crashes_before_the_job_fails_cleanly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import herdsched.runner
+
+    def broken(prompt: object, work_item: object = None) -> str:
+        raise ValueError("template engine broke")
+
+    monkeypatch.setattr(herdsched.runner, "build_schedule_prompt", broken)
+    job = Script()
+    with running() as (sched, clock):
+        sched.add_agent(Agent("plain", job=job, schedules={"s": Schedule.interval("5m")}))
+        step(sched)
+        assert job.calls == []
+        assert sched.history("plain")[0].status is RunStatus.FAILED
+        monkeypatch.undo()
+        step(sched, clock, "5m")  # the schedule was not lost
+        assert len(job.calls) == 1
+
+
+def test_any_other_return_value_becomes_the_output_text() -> None:
+    with running() as (sched, _clock):
+        sched.add_agent(
+            Agent("plain", job=Script({"answer": 42}), schedules={"s": Schedule.manual()})
+        )
+        assert sched.trigger("plain", "s", wait=True).success
+        assert sched.history("plain")[0].output_summary == "{'answer': 42}"
+
+
+def test_a_job_that_stops_at_once_on_timeout_is_still_recorded_as_a_timeout() -> None:
+    """The worker may settle before the timer thread does: the run is a timeout either way."""
+    worker_settled = threading.Event()
+
+    class HoldTheTimer(logging.Handler):
+        """Holds whoever expires the run right after it set the cancel event."""
+
+        def emit(self, record: logging.LogRecord) -> None:
+            if "timed out after" in record.getMessage():
+                worker_settled.wait(5)
+
+    def quick(info: object) -> str:
+        assert info.cancel_event.wait(10)  # type: ignore[attr-defined]
+        return "stopped early"
+
+    source = ListSource([ISSUE])
+    handler = HoldTheTimer()
+    logger = logging.getLogger("herdsched")
+    logger.addHandler(handler)
+    try:
+        with running(work_sources={"queue": source}) as (sched, clock):
+            sched.add_listener(lambda event: worker_settled.set(), JobSucceeded, JobFailed)
+            sched.add_agent(triage(Script(quick), timeout="30s"))
+            sched.run_pending()
+            clock.advance("31s")
+            step(sched)
+            [record] = sched.history("triage")
+            assert record.status is RunStatus.TIMEOUT
+            assert record.error == "timed out after 0:00:30"
+            [status] = sched.get_status().schedules
+            assert status.consecutive_failures == 1
+            assert status.next_run_at is not None
+            assert [o.success for _, o in source.reports] == [False]
+    finally:
+        logger.removeHandler(handler)
