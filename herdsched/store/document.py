@@ -1,0 +1,285 @@
+"""One YAML file guarded against concurrent writers, crashes and bad content.
+
+:class:`GuardedYamlFile` is the discipline shared by ``state.yaml`` and ``schedules.yaml``:
+
+* reads need no lock (writers replace the file atomically) and are skipped when the file's
+  identity (device, inode, size, mtime_ns) is the one last read or written; on POSIX the
+  descriptor of that version stays open, so its inode number cannot be reused by a later
+  version that happens to have the same size and mtime;
+* writes happen under :attr:`GuardedYamlFile.lock` (the caller takes it, re-reads if the file
+  changed, applies its patch, writes), go through :func:`~herdsched.store.files.atomic_write`,
+  and leave the same bytes in ``<file>.bak``, so the backup is always the last good content;
+* a file that does not parse or validate is never overwritten: its bytes are copied to
+  ``<file>.corrupt-<UTC stamp>``, the backup is restored when it is valid, and a
+  :class:`~herdsched.errors.StateCorruptedError` naming both paths is logged (backup restored)
+  or raised (nothing to restore; raised again on every read until someone fixes the file).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Generic, TypeVar
+
+import attrs
+import yaml
+
+from herdsched.errors import StateCorruptedError, StateError, StateLockTimeoutError
+from herdsched.store.files import (
+    FileIdentity,
+    atomic_write,
+    fsync_dir,
+    identity_of,
+    quarantine_copy,
+    read_file,
+)
+from herdsched.store.locking import FileLock
+
+__all__ = ["DocumentError", "GuardedYamlFile", "describe_error"]
+
+log = logging.getLogger("herdsched")
+
+T = TypeVar("T")
+
+_POSIX = os.name == "posix"
+
+
+class DocumentError(ValueError):
+    """A file parsed as YAML but does not have the expected shape; the message names where."""
+
+
+def describe_error(exc: BaseException) -> str:
+    """A one-line description of why a file or value was rejected."""
+    if isinstance(exc, yaml.YAMLError):
+        return "invalid YAML: " + " ".join(str(exc).split())
+    if isinstance(exc, DocumentError):
+        return str(exc)
+    nested = getattr(exc, "exceptions", None)
+    if nested:  # cattrs' ClassValidationError (an exception group)
+        parts = []
+        for sub in nested:
+            names = [getattr(note, "name", None) for note in getattr(sub, "__notes__", [])]
+            field = next((name for name in names if isinstance(name, str)), None)
+            text = describe_error(sub)
+            parts.append(f"{field}: {text}" if field and field not in text else text)
+        return "; ".join(parts)
+    return str(exc) or type(exc).__name__
+
+
+@attrs.frozen
+class _Bad:
+    data: bytes
+    identity: FileIdentity
+    reason: str
+    cause: BaseException
+
+
+class GuardedYamlFile(Generic[T]):
+    """A YAML file read lock-free and written under a sidecar lock; see the module docstring.
+
+    ``parse`` (given to :meth:`load`) turns the file's bytes into the caller's representation
+    and raises (any exception, ideally :class:`DocumentError`) when the content is not valid;
+    ``kind`` names the file in messages ("state file").
+    """
+
+    def __init__(
+        self, path: Path, *, kind: str, lock_timeout: float, now: Callable[[], datetime]
+    ) -> None:
+        self.path = Path(path)
+        self.lock_path = self.path.with_name(self.path.name + ".lock")
+        self.bak_path = self.path.with_name(self.path.name + ".bak")
+        self.kind = kind
+        self.lock = FileLock(self.lock_path, self.path, lock_timeout)
+        self._now = now
+        self._known = False
+        self._identity: FileIdentity | None = None
+        self._pin: int | None = None
+        self._bad: tuple[FileIdentity, StateCorruptedError] | None = None
+        #: The last corruption handled by restoring the backup (``None`` when there was none).
+        self.last_corruption: StateCorruptedError | None = None
+
+    # -- reading --------------------------------------------------------------------------
+    def current_identity(self) -> FileIdentity | None:
+        try:
+            return identity_of(os.stat(self.path))
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StateError(f"Cannot read {self.path}: {exc}", self.path, cause=exc) from exc
+
+    def changed(self) -> bool:
+        """Whether the file differs from the version last read or written (one ``stat``)."""
+        return not self._known or self.current_identity() != self._identity
+
+    def load(self, parse: Callable[[bytes], T]) -> T | None:
+        """The parsed file (``None`` when it does not exist), recovering from bad content.
+
+        Takes the lock only when the content is bad (to quarantine it safely).
+        """
+        outcome = self._read(parse)
+        if not isinstance(outcome, _Bad):
+            return outcome
+        try:
+            self.lock.acquire()
+        except StateLockTimeoutError:
+            raise
+        except StateError as exc:
+            raise StateCorruptedError(
+                f"{self.path} is not a valid {self.kind} ({outcome.reason}) and could not be "
+                f"quarantined: {exc}",
+                self.path,
+                cause=exc,
+            ) from exc
+        try:
+            return self.load_locked(parse)
+        finally:
+            self.lock.release()
+
+    def load_locked(self, parse: Callable[[bytes], T]) -> T | None:
+        """Like :meth:`load`, for a caller that holds :attr:`lock`."""
+        outcome = self._read(parse)
+        if isinstance(outcome, _Bad):
+            return self._recover(outcome, parse)
+        return outcome
+
+    def _read(self, parse: Callable[[bytes], T]) -> T | _Bad | None:
+        if self._bad is not None:
+            if self.current_identity() == self._bad[0]:
+                raise self._bad[1]
+            self._bad = None
+        try:
+            got = read_file(self.path)
+        except OSError as exc:
+            raise StateError(f"Cannot read {self.path}: {exc}", self.path, cause=exc) from exc
+        if got is None:
+            self._set_pin(None, None)
+            return None
+        data, identity, fd = got
+        try:
+            value = parse(data)
+        except Exception as exc:
+            os.close(fd)
+            return _Bad(data, identity, describe_error(exc), exc)
+        self._set_pin(fd, identity)
+        if not os.path.exists(self.bak_path):
+            # A file written by another tool (or before backups existed): keep a good copy.
+            try:
+                atomic_write(self.bak_path, data)
+            except OSError as exc:
+                log.debug("Could not create the backup %s: %s", self.bak_path, exc)
+        return value
+
+    def _set_pin(self, fd: int | None, identity: FileIdentity | None) -> None:
+        old, self._pin = self._pin, None
+        if old is not None:
+            os.close(old)
+        if fd is not None:
+            if _POSIX:
+                self._pin = fd
+            else:  # pragma: no cover - an open file cannot be replaced on Windows
+                os.close(fd)
+        self._identity = identity
+        self._known = True
+
+    # -- recovery ------------------------------------------------------------------------
+    def _recover(self, bad: _Bad, parse: Callable[[bytes], T]) -> T | None:
+        try:
+            quarantined = quarantine_copy(self.path, bad.data, self._now())
+        except OSError as exc:
+            raise StateCorruptedError(
+                f"{self.path} is not a valid {self.kind} ({bad.reason}) and could not be "
+                f"copied aside: {exc}",
+                self.path,
+                cause=exc,
+            ) from exc
+        backup = self._read_backup(parse)
+        if backup is None:
+            error = StateCorruptedError(
+                f"{self.path} is not a valid {self.kind} ({bad.reason}). Its bytes were copied "
+                f"to {quarantined}; there is no valid backup {self.bak_path} to restore, so the "
+                f"file was left as it is. Repair it (or move it away) by hand.",
+                self.path,
+                quarantined_path=quarantined,
+                restored_from=None,
+                cause=bad.cause,
+            )
+            log.error("%s", error)
+            self._bad = (bad.identity, error)
+            raise error
+        value, data = backup
+        try:
+            fd = atomic_write(self.path, data, keep_open=True)
+        except OSError as exc:
+            raise StateCorruptedError(
+                f"{self.path} is not a valid {self.kind} ({bad.reason}); its bytes were copied "
+                f"to {quarantined}, but restoring {self.bak_path} failed: {exc}",
+                self.path,
+                quarantined_path=quarantined,
+                cause=exc,
+            ) from exc
+        self._pin_written(fd)
+        error = StateCorruptedError(
+            f"{self.path} was not a valid {self.kind} ({bad.reason}). Its bytes were copied to "
+            f"{quarantined} and the last good copy {self.bak_path} was restored; changes made "
+            f"to the file by other programs since herdsched last wrote it are only in the copy.",
+            self.path,
+            quarantined_path=quarantined,
+            restored_from=self.bak_path,
+            cause=bad.cause,
+        )
+        log.error("%s", error)
+        self.last_corruption = error
+        return value
+
+    def _read_backup(self, parse: Callable[[bytes], T]) -> tuple[T, bytes] | None:
+        try:
+            got = read_file(self.bak_path)
+        except OSError as exc:
+            log.error("Cannot read backup %s: %s", self.bak_path, exc)
+            return None
+        if got is None:
+            return None
+        data, _identity, fd = got
+        os.close(fd)
+        try:
+            value = parse(data)
+        except Exception as exc:
+            log.error("Backup %s is not usable either: %s", self.bak_path, describe_error(exc))
+            return None
+        if value is None:  # pragma: no cover - parse functions never return None for content
+            return None
+        return value, data
+
+    # -- writing -------------------------------------------------------------------------
+    def write(self, data: bytes) -> None:
+        """Replace the file with ``data`` (valid content) and refresh the backup.
+
+        The caller holds :attr:`lock` and has re-read the file if it changed.
+        """
+        try:
+            fd = atomic_write(self.path, data, keep_open=True, sync_dir=False)
+        except OSError as exc:
+            raise StateError(f"Cannot write {self.path}: {exc}", self.path, cause=exc) from exc
+        try:
+            self._pin_written(fd)
+            atomic_write(self.bak_path, data, sync_dir=False)
+        except OSError as exc:
+            log.warning("Could not refresh the backup %s: %s", self.bak_path, exc)
+        try:
+            fsync_dir(self.path.parent)
+        except OSError as exc:  # pragma: no cover - the write itself succeeded
+            log.warning("Could not fsync %s: %s", self.path.parent, exc)
+
+    def _pin_written(self, fd: int | None) -> None:
+        if fd is None:  # pragma: no cover - Windows: no pin, identity from the path
+            self._set_pin(None, self.current_identity())
+        else:
+            self._set_pin(fd, identity_of(os.fstat(fd)))
+
+    def close(self) -> None:
+        """Release the pinned descriptor; the next read re-reads the file."""
+        self._set_pin(None, None)
+        self._known = False

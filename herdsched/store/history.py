@@ -1,0 +1,197 @@
+"""Run history: one append-only JSON-lines file per schedule, bounded, readable by anyone.
+
+Layout: ``<state_dir>/history/<agent>/<schedule>.jsonl`` (names percent-encoded so any name is
+a safe file name), one :class:`~herdsched.models.RunRecord` per line, oldest first.
+
+Why this is crash-safe: records are only ever appended, in one ``write`` per batch followed by
+``fsync``, so a crash mid-write can tear at most the last line of a batch; earlier records are
+never rewritten in place. A torn line is skipped on read, and the next append starts on a fresh
+line. When a file holds more than twice ``max_run_history`` records it is compacted to the
+newest ``max_run_history`` by an atomic replace, so readers (the CLI's ``history`` in another
+process, without any lock) see either the old or the new file. Appends and compactions hold
+``<state_dir>/history.lock``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from urllib.parse import quote
+
+from herdsched.converter import record_from_dict, record_to_dict
+from herdsched.errors import StateError
+from herdsched.models import RunRecord
+from herdsched.store.files import atomic_write, fsync_dir
+from herdsched.store.locking import FileLock
+
+__all__ = ["RunHistory", "encode_name"]
+
+log = logging.getLogger("herdsched")
+
+_SUFFIX = ".jsonl"
+_MAX_NAME = 200
+
+
+def encode_name(name: str) -> str:
+    """A file-name-safe, reversible spelling of an agent or schedule name.
+
+    Percent-encoding (``/`` and every other special character), a leading dot encoded so no
+    name is hidden or means "this directory", and very long names shortened with a hash.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"agent and schedule names must be non-empty strings, got {name!r}")
+    encoded = quote(name, safe="")
+    if encoded.startswith("."):
+        encoded = "%2E" + encoded[1:]
+    if len(encoded) > _MAX_NAME:
+        digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+        encoded = f"{encoded[:150]}~{digest}"
+    return encoded
+
+
+class RunHistory:
+    """Bounded per-schedule run history under ``directory`` (see the module docstring)."""
+
+    def __init__(
+        self, directory: Path, *, lock_path: Path, max_run_history: int, lock_timeout: float
+    ) -> None:
+        self.directory = Path(directory)
+        self.max_run_history = max_run_history
+        self.lock = FileLock(lock_path, self.directory, lock_timeout)
+        self._counts: dict[Path, int] = {}
+
+    def path_for(self, agent: str, schedule: str) -> Path:
+        return self.directory / encode_name(agent) / (encode_name(schedule) + _SUFFIX)
+
+    # -- writing -------------------------------------------------------------------------
+    def append(self, records: Sequence[RunRecord]) -> None:
+        """Append ``records`` (in order) durably; compacts files that grew past the bound."""
+        if not records:
+            return
+        batches: dict[Path, list[RunRecord]] = {}
+        for record in records:
+            batches.setdefault(self.path_for(record.agent, record.schedule), []).append(record)
+        with self.lock:
+            dirs: set[Path] = set()
+            try:
+                for path, batch in batches.items():
+                    if not path.parent.is_dir():
+                        path.parent.mkdir(parents=True, exist_ok=True)
+                        dirs.add(path.parent.parent)
+                    if not path.exists():
+                        dirs.add(path.parent)
+                    self._append_file(path, batch)
+                for directory in dirs:
+                    fsync_dir(directory)
+            except OSError as exc:
+                raise StateError(
+                    f"Cannot write run history under {self.directory}: {exc}",
+                    self.directory,
+                    cause=exc,
+                ) from exc
+
+    def _append_file(self, path: Path, batch: Sequence[RunRecord]) -> None:
+        payload = "".join(_encode(record) for record in batch).encode("utf-8")
+        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_BINARY", 0)
+        fd = os.open(path, flags, 0o666)
+        try:
+            size = os.fstat(fd).st_size
+            if size:
+                os.lseek(fd, -1, os.SEEK_END)
+                if os.read(fd, 1) != b"\n":
+                    payload = b"\n" + payload  # a torn line stays a line of its own
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        count = self._counts.get(path)
+        if count is None:
+            count = _count_lines(path)
+        else:
+            count += len(batch)
+        self._counts[path] = count
+        if count > 2 * self.max_run_history:
+            self._compact(path)
+
+    def _compact(self, path: Path) -> None:
+        kept = self._read_file(path)[-self.max_run_history :]
+        atomic_write(path, "".join(_encode(record) for record in kept).encode("utf-8"))
+        self._counts[path] = len(kept)
+
+    def remove(self, agent: str, schedule: str) -> None:
+        """Delete one schedule's history (no error when there is none)."""
+        path = self.path_for(agent, schedule)
+        with self.lock:
+            self._counts.pop(path, None)
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                return
+            except OSError as exc:
+                raise StateError(f"Cannot remove {path}: {exc}", path, cause=exc) from exc
+
+    # -- reading -------------------------------------------------------------------------
+    def read(self, agent: str, schedule: str | None = None) -> list[RunRecord]:
+        """The stored records, oldest first, at most ``max_run_history`` per schedule.
+
+        Needs no lock: files only grow by appends and are replaced atomically.
+        """
+        if schedule is not None:
+            paths: Iterable[Path] = [self.path_for(agent, schedule)]
+        else:
+            agent_dir = self.directory / encode_name(agent)
+            try:
+                paths = sorted(
+                    agent_dir / name for name in os.listdir(agent_dir) if name.endswith(_SUFFIX)
+                )
+            except FileNotFoundError:
+                return []
+            except OSError as exc:
+                raise StateError(f"Cannot read {agent_dir}: {exc}", agent_dir, cause=exc) from exc
+        records: list[RunRecord] = []
+        for path in paths:
+            records.extend(self._read_file(path)[-self.max_run_history :])
+        return records
+
+    def _read_file(self, path: Path) -> list[RunRecord]:
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise StateError(f"Cannot read {path}: {exc}", path, cause=exc) from exc
+        records: list[RunRecord] = []
+        lines = data.split(b"\n")
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(record_from_dict(json.loads(line)))
+            except Exception as exc:
+                torn = number == len(lines)  # no newline after it: an interrupted append
+                log.log(
+                    logging.DEBUG if torn else logging.WARNING,
+                    "Skipping %s line %d of %s: %s",
+                    "torn" if torn else "unreadable",
+                    number,
+                    path,
+                    exc,
+                )
+        return records
+
+
+def _encode(record: RunRecord) -> str:
+    return json.dumps(record_to_dict(record), ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def _count_lines(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0

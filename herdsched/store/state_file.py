@@ -1,0 +1,322 @@
+"""The ``state.yaml`` document: its schema, patching it, and rendering it cheaply.
+
+The file keeps herdctl's shape (ARCHITECTURE.md §4)::
+
+    format_version: 1
+    fleet: {}
+    agents:
+      <agent>:
+        status: idle
+        schedules:
+          <schedule>: {status: idle, last_run_at: "...Z", ...}
+
+A :class:`StateDoc` holds the raw mapping exactly as loaded (keys this version does not know,
+written by other tools, are kept at every level) next to the validated
+:class:`~herdsched.models.ScheduleState` of every schedule. Raw mappings are never mutated:
+:func:`apply_changes` copies only the path it touches, which is what lets
+:class:`StateRenderer` re-render only the entries that changed.
+"""
+
+from __future__ import annotations
+
+import enum
+import typing
+from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+import attrs
+
+from herdsched.converter import state_from_dict, state_to_dict
+from herdsched.models import ScheduleState
+from herdsched.store.document import DocumentError, describe_error
+from herdsched.store.simple_yaml import render_simple_entry
+from herdsched.store.yaml_io import dump_yaml, render_entry, render_key
+from herdsched.timestamps import to_utc
+
+__all__ = [
+    "FORMAT_VERSION",
+    "StateDoc",
+    "StateRenderer",
+    "apply_changes",
+    "empty_state",
+    "parse_state_document",
+    "same_data",
+]
+
+#: The version of the file format written (and the only one read) by this release.
+FORMAT_VERSION = 1
+
+_KNOWN_KEYS = frozenset(field.name for field in attrs.fields(ScheduleState))
+
+#: A change set: (agent, schedule) → fields to merge, or ``None`` to remove the schedule.
+Changes = Mapping[tuple[str, str], "Mapping[str, Any] | None"]
+
+
+@attrs.frozen
+class StateDoc:
+    """One version of ``state.yaml``: the raw mapping and the validated states it holds."""
+
+    raw: dict[str, Any]
+    states: dict[str, dict[str, ScheduleState]]
+
+    def state(self, agent: str, schedule: str) -> ScheduleState | None:
+        return self.states.get(agent, {}).get(schedule)
+
+
+def empty_state() -> StateDoc:
+    """The document of a state directory nobody has written to yet."""
+    return StateDoc({"format_version": FORMAT_VERSION, "fleet": {}, "agents": {}}, {})
+
+
+def same_data(a: Any, b: Any) -> bool:
+    """Equal, with equal types and key order at every level (so both render identically)."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return len(a) == len(b) and all(
+            ka == kb and same_data(va, vb)
+            for (ka, va), (kb, vb) in zip(a.items(), b.items(), strict=True)
+        )
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same_data(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def _field_kinds() -> dict[str, tuple[bool, tuple[type, ...]]]:
+    """field → (is a timestamp, the types a value may have to skip the converter)."""
+    kinds: dict[str, tuple[bool, tuple[type, ...]]] = {}
+    for name, hint in typing.get_type_hints(ScheduleState).items():
+        args = typing.get_args(hint) or (hint,)
+        accepted: list[type] = []
+        for arg in args:
+            if isinstance(arg, type) and issubclass(arg, enum.Enum):
+                accepted.append(str)  # the attrs converter turns the value into the enum
+            elif isinstance(arg, type) and arg not in (bool, float):
+                accepted.append(arg)
+        kinds[name] = (datetime in args, tuple(accepted))
+    return kinds
+
+
+_KINDS = _field_kinds()
+_UTC = timezone.utc
+
+
+def _fast_time(value: Any) -> datetime | None:
+    if type(value) is str and len(value) == 24 and value[-1] == "Z" and value[10] == "T":
+        return datetime(
+            int(value[0:4]),
+            int(value[5:7]),
+            int(value[8:10]),
+            int(value[11:13]),
+            int(value[14:16]),
+            int(value[17:19]),
+            int(value[20:23]) * 1000,
+            tzinfo=_UTC,
+        )
+    if isinstance(value, datetime):
+        return to_utc(value)
+    raise ValueError(value)
+
+
+def fast_state(entry: dict[Any, Any]) -> ScheduleState | None:
+    """The state of an entry whose values already have their natural types, or ``None``.
+
+    Gives the same result as :func:`~herdsched.converter.state_from_dict` for such entries
+    (our own files), several times faster; anything unusual returns ``None`` so the caller
+    uses the converter, which also produces the error message.
+    """
+    values: dict[str, Any] = {}
+    try:
+        for key, value in entry.items():
+            kind = _KINDS.get(key)
+            if kind is None:
+                continue  # unknown keys are kept in the raw entry, not in the state
+            is_time, accepted = kind
+            if value is None:
+                values[key] = None
+            elif is_time:
+                values[key] = _fast_time(value)
+            elif type(value) in accepted:
+                values[key] = value
+            else:
+                return None
+        return ScheduleState(**values)
+    except Exception:
+        return None
+
+
+def _mapping(value: Any, where: str) -> dict[Any, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise DocumentError(f"{where} must be a mapping, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _check_name(name: Any, what: str) -> str:
+    if not isinstance(name, str) or not name:
+        raise DocumentError(f"{what} names must be non-empty strings, got {name!r}")
+    return name
+
+
+def check_format_version(doc: dict[Any, Any], file_kind: str) -> None:
+    """Reject a mapping that is not one of our files, or one written by a newer format."""
+    if "format_version" not in doc and "agents" not in doc:
+        keys = ", ".join(repr(key) for key in list(doc)[:5]) or "none"
+        raise DocumentError(
+            f"not a herdsched {file_kind}: it has neither 'format_version' nor 'agents' "
+            f"(top-level keys: {keys})"
+        )
+    version = doc.get("format_version", FORMAT_VERSION)  # herdctl's files have no version
+    if isinstance(version, bool) or version != FORMAT_VERSION:
+        raise DocumentError(
+            f"unsupported format_version {version!r}: this herdsched reads version "
+            f"{FORMAT_VERSION} (was the file written by a newer release?)"
+        )
+
+
+def parse_state_document(
+    doc: Any, known: Callable[[dict[Any, Any]], ScheduleState | None] | None = None
+) -> StateDoc:
+    """Validate a loaded ``state.yaml``; raises :class:`DocumentError` naming the culprit.
+
+    ``known`` may return the already validated state of an entry mapping (or ``None``), so a
+    reader that recognises unchanged entries does not validate them again.
+    """
+    if doc is None:
+        raise DocumentError("the file is empty")
+    if not isinstance(doc, dict):
+        raise DocumentError(
+            f"expected a mapping with 'format_version' and 'agents' at the top level, "
+            f"got a {type(doc).__name__}"
+        )
+    check_format_version(doc, "state file")
+    _mapping(doc.get("fleet"), "'fleet'")
+    states: dict[str, dict[str, ScheduleState]] = {}
+    for agent, agent_raw in _mapping(doc.get("agents"), "'agents'").items():
+        _check_name(agent, "agent")
+        where = f"agent {agent!r}"
+        agent_map = _mapping(agent_raw, where)
+        parsed: dict[str, ScheduleState] = {}
+        for name, entry in _mapping(agent_map.get("schedules"), f"{where} 'schedules'").items():
+            _check_name(name, f"{where}: schedule")
+            entry_map = _mapping(entry, f"{where}, schedule {name!r}")
+            reused = known(entry_map) if known is not None else None
+            if reused is not None:
+                parsed[name] = reused
+                continue
+            try:
+                parsed[name] = fast_state(entry_map) or state_from_dict(entry_map)
+            except Exception as exc:
+                raise DocumentError(f"{where}, schedule {name!r}: {describe_error(exc)}") from exc
+        states[agent] = parsed
+    return StateDoc(doc, states)
+
+
+def apply_changes(doc: StateDoc, changes: Changes) -> StateDoc:
+    """A new document with ``changes`` shallow-merged in; ``doc`` itself is left untouched.
+
+    Creates agents and schedules as needed, keeps every sibling and every unknown key, and
+    copies only the mappings on the changed paths. Values are validated by
+    :class:`~herdsched.models.ScheduleState` (raises on a bad value, before anything is built).
+    """
+    raw: dict[str, Any] = {"format_version": FORMAT_VERSION}
+    for key, value in doc.raw.items():
+        if key != "format_version":
+            raw[key] = value
+    if not isinstance(raw.get("fleet"), dict):
+        raw["fleet"] = {}
+    agents_raw: dict[str, Any] = dict(raw.get("agents") or {})
+    raw["agents"] = agents_raw
+    states = dict(doc.states)
+    copied: dict[str, dict[str, Any]] = {}
+    for (agent, name), patch in changes.items():
+        schedules_raw = copied.get(agent)
+        if schedules_raw is None:
+            existing = agents_raw.get(agent)
+            agent_raw: dict[str, Any] = (
+                dict(existing) if isinstance(existing, dict) else {"status": "idle"}
+            )
+            schedules_raw = copied[agent] = dict(agent_raw.get("schedules") or {})
+            agent_raw["schedules"] = schedules_raw
+            agents_raw[agent] = agent_raw
+            states[agent] = dict(states.get(agent, {}))
+        if patch is None:
+            schedules_raw.pop(name, None)
+            states[agent].pop(name, None)
+            continue
+        current = states[agent].get(name) or ScheduleState()
+        updated = attrs.evolve(current, **patch) if patch else current
+        entry = state_to_dict(updated)
+        old_entry = schedules_raw.get(name)
+        if isinstance(old_entry, dict):
+            for key, value in old_entry.items():
+                if key not in _KNOWN_KEYS:
+                    entry[key] = value
+        schedules_raw[name] = entry
+        states[agent][name] = updated
+    return StateDoc(raw, states)
+
+
+class StateRenderer:
+    """Renders a state document to YAML, re-rendering only entries that changed.
+
+    Rendering one schedule entry costs as much as a ``yaml.dump`` of it; a fleet of 10,000
+    schedules would spend most of every group commit re-dumping entries nobody touched. The
+    renderer remembers the text of each entry (and of each agent's other keys) and reuses it
+    while the entry is the same object or equal data, and renders simple entries without
+    PyYAML (:mod:`herdsched.store.simple_yaml`). The output is byte-for-byte
+    :func:`~herdsched.store.yaml_io.dump_yaml` of the whole document.
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[str, ...], tuple[Any, str]] = {}
+
+    def render(self, raw: Mapping[str, Any]) -> str:
+        previous = self._cache
+        cache: dict[tuple[str, ...], tuple[Any, str]] = {}
+
+        def piece(path: tuple[str, ...], key: str, value: Any, spaces: int) -> str:
+            hit = previous.get(path)
+            if hit is not None and (hit[0] is value or same_data(hit[0], value)):
+                text = hit[1]
+            else:
+                text = render_simple_entry(key, value, spaces) or render_entry(key, value, spaces)
+            cache[path] = (value, text)
+            return text
+
+        parts: list[str] = []
+        for key, value in raw.items():
+            if key != "agents" or not isinstance(value, dict) or not value:
+                parts.append(dump_yaml({key: value}))
+                continue
+            parts.append("agents:\n")
+            for agent, agent_raw in value.items():
+                head = previous.get(("h", agent)) if isinstance(agent, str) else None
+                head_text = head[1] if head is not None else None
+                if head_text is None and isinstance(agent, str):
+                    head_text = render_key(agent)
+                if head_text is None or not isinstance(agent_raw, dict) or not agent_raw:
+                    parts.append(render_entry(agent, agent_raw, 2))
+                    continue
+                cache[("h", agent)] = (agent, head_text)
+                parts.append(f"  {head_text}:\n")
+                for akey, avalue in agent_raw.items():
+                    if akey == "schedules" and isinstance(avalue, dict) and avalue:
+                        parts.append("    schedules:\n")
+                        for name, entry in avalue.items():
+                            parts.append(piece(("s", agent, name), name, entry, 6))
+                    else:
+                        parts.append(piece(("a", agent, repr(akey)), akey, avalue, 4))
+        self._cache = cache
+        return "".join(parts)
+
+    def entry_texts(self) -> dict[tuple[str, str], tuple[Any, str]]:
+        """(agent, schedule) → (raw entry, its text) as last rendered."""
+        return {(path[1], path[2]): hit for path, hit in self._cache.items() if path[0] == "s"}
+
+    def forget(self) -> None:
+        self._cache = {}

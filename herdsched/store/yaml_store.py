@@ -1,0 +1,508 @@
+"""The file-backed state store: ``state.yaml``, ``schedules.yaml``, run history, trigger requests.
+
+Layout of a state directory (default ``.herdsched``)::
+
+    state.yaml          schedule state (herdctl's shape + format_version)
+    state.yaml.lock     sidecar lock serialising writers of state.yaml
+    state.yaml.bak      the last good content of state.yaml
+    schedules.yaml      definitions created at run time (persist=True), with .lock and .bak
+    history/            <agent>/<schedule>.jsonl run records, guarded by history.lock
+    requests/           one JSON file per pending "run now" request
+
+Reads come from memory and cost one ``stat`` to notice another process's write. User-intent
+writes (:meth:`YamlStateStore.update_schedule_state`, :meth:`~YamlStateStore.remove_schedule_state`,
+definitions, trigger requests) are durable when they return. Run transitions
+(:meth:`~YamlStateStore.record_transition`, :meth:`~YamlStateStore.append_run`) change memory at
+once and reach the disk at the next :meth:`~YamlStateStore.flush`, which the scheduler calls by
+:meth:`~YamlStateStore.flush_deadline` (at most ``commit_delay`` seconds after the first pending
+change) and at ``stop()``. Every write re-reads the file under the lock if another process
+changed it and applies only the changed fields, so nothing written elsewhere is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import typing
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import attrs
+
+from herdsched.clock import Clock, SystemClock
+from herdsched.errors import StateCorruptedError, StateError
+from herdsched.models import RunRecord, ScheduleState
+from herdsched.store.base import USER_INTENT_STATUSES, TriggerRequest
+from herdsched.store.definitions import DefinitionsFile
+from herdsched.store.document import GuardedYamlFile
+from herdsched.store.files import sweep_temp_files
+from herdsched.store.history import RunHistory
+from herdsched.store.requests import TriggerRequestQueue
+from herdsched.store.state_file import (
+    StateDoc,
+    StateRenderer,
+    apply_changes,
+    empty_state,
+)
+from herdsched.store.state_reader import StateReader
+from herdsched.timestamps import parse_timestamp, to_utc
+
+__all__ = ["YamlStateStore"]
+
+log = logging.getLogger("herdsched")
+
+_FIELDS = tuple(field.name for field in attrs.fields(ScheduleState))
+_TIME_FIELDS = frozenset(
+    name
+    for name, hint in typing.get_type_hints(ScheduleState).items()
+    if datetime in typing.get_args(hint) or hint is datetime
+)
+
+Key = tuple[str, str]
+
+
+def _check_name(value: Any, what: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{what} name must be a non-empty string, got {value!r}")
+
+
+def normalise_changes(changes: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate field names and bring timestamps to aware UTC with ms (what a reload returns).
+
+    Timestamps may be given as datetimes (naive = local time) or ISO-8601 strings.
+    """
+    unknown = sorted(set(changes) - set(_FIELDS))
+    if unknown:
+        raise TypeError(
+            f"unknown schedule state field(s) {', '.join(map(repr, unknown))}; "
+            f"known fields: {', '.join(_FIELDS)}"
+        )
+    result: dict[str, Any] = {}
+    for name, value in changes.items():
+        if name in _TIME_FIELDS and value is not None:
+            if isinstance(value, datetime):
+                result[name] = to_utc(value)
+            else:
+                result[name] = parse_timestamp(value, what=name)
+        else:
+            result[name] = value
+    return result
+
+
+class YamlStateStore:
+    """A :class:`~herdsched.store.base.StateStore` kept in a state directory on local disk.
+
+    Args:
+        state_dir: the directory (created on the first write, with its parents).
+        lock_timeout: seconds to wait for a lock held by another thread or process before
+            :class:`~herdsched.errors.StateLockTimeoutError`.
+        commit_delay: the group-commit window: :meth:`flush_deadline` is this many seconds
+            after the first change that is not yet durable.
+        max_run_history: records kept per schedule.
+        clock: supplies ``monotonic()`` for the flush deadline and ``now()`` for stamps
+            (default: the system clock).
+
+    Raises :class:`~herdsched.errors.StateCorruptedError` when ``state.yaml`` is bad and no
+    backup could be restored, and :class:`~herdsched.errors.StateError` when ``state_dir`` is
+    not a directory.
+    """
+
+    def __init__(
+        self,
+        state_dir: str | Path = ".herdsched",
+        *,
+        lock_timeout: float = 10.0,
+        commit_delay: float = 0.5,
+        max_run_history: int = 20,
+        clock: Clock | None = None,
+    ) -> None:
+        for value, what in ((lock_timeout, "lock_timeout"), (commit_delay, "commit_delay")):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"{what} must be a non-negative number of seconds, got {value!r}")
+        if isinstance(max_run_history, bool) or not isinstance(max_run_history, int):
+            raise ValueError(f"max_run_history must be an integer, got {max_run_history!r}")
+        if max_run_history < 1:
+            raise ValueError(f"max_run_history must be at least 1, got {max_run_history!r}")
+        self.state_dir = Path(state_dir)
+        if self.state_dir.exists() and not self.state_dir.is_dir():
+            raise StateError(
+                f"state_dir {self.state_dir} exists but is not a directory", self.state_dir
+            )
+        self.lock_timeout = float(lock_timeout)
+        self.commit_delay = float(commit_delay)
+        self.max_run_history = max_run_history
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        now = self._clock.now
+        self.state_path = self.state_dir / "state.yaml"
+        self._file: GuardedYamlFile[StateDoc] = GuardedYamlFile(
+            self.state_path, kind="state file", lock_timeout=self.lock_timeout, now=now
+        )
+        self._definitions = DefinitionsFile(
+            self.state_dir / "schedules.yaml", lock_timeout=self.lock_timeout, now=now
+        )
+        self._history = RunHistory(
+            self.state_dir / "history",
+            lock_path=self.state_dir / "history.lock",
+            max_run_history=max_run_history,
+            lock_timeout=self.lock_timeout,
+        )
+        self._requests = TriggerRequestQueue(self.state_dir / "requests", now)
+        self._renderer = StateRenderer()
+        self._reader = StateReader(self._renderer)
+        # _io serialises this store's disk work on state.yaml; _mem guards the fields below
+        # and is only ever held briefly (never across I/O), so reads do not wait for a write.
+        self._io = threading.RLock()
+        self._hist_io = threading.Lock()
+        self._mem = threading.Lock()
+        self._disk: StateDoc = empty_state()
+        self._view: dict[str, dict[str, ScheduleState]] = {}
+        self._pending: dict[Key, dict[str, Any]] = {}
+        self._pending_runs: list[RunRecord] = []
+        self._pending_since: float | None = None
+        self._closed = False
+        if self.state_dir.is_dir():
+            for directory in (self.state_dir, self._requests.directory):
+                sweep_temp_files(directory)
+            self._sweep_history()
+        self._sync()
+        self._definitions.refresh()
+
+    # -- plumbing --------------------------------------------------------------------------
+    def _sweep_history(self) -> None:
+        directory = self._history.directory
+        if not directory.is_dir():
+            return
+        sweep_temp_files(directory)
+        for child in directory.iterdir():
+            if child.is_dir():
+                sweep_temp_files(child)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StateError(f"the state store for {self.state_dir} is closed", self.state_dir)
+
+    def _ensure_dir(self) -> None:
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StateError(
+                f"Cannot create the state directory {self.state_dir}: {exc}",
+                self.state_dir,
+                cause=exc,
+            ) from exc
+
+    @property
+    def last_corruption(self) -> StateCorruptedError | None:
+        """The last bad ``state.yaml`` this store quarantined and restored from the backup."""
+        return self._file.last_corruption
+
+    def _sync(self) -> bool:
+        """Reload ``state.yaml`` if another process replaced it; returns whether it did."""
+        if not self._file.changed():
+            return False
+        with self._io:
+            if not self._file.changed():
+                return False
+            self._install(self._file.load(self._reader.parse) or empty_state())
+            return True
+
+    def _install(self, disk: StateDoc) -> None:
+        """Adopt a freshly read version of the file and rebuild the view over it.
+
+        This is where base.py's rule lives: a pending transition's ``status`` is dropped when
+        the stored status changed since our last read and is now a user-intent status.
+        """
+        with self._mem:
+            old = self._disk
+            for (agent, name), patch in self._pending.items():
+                if "status" not in patch:
+                    continue
+                before = old.state(agent, name)
+                after = disk.state(agent, name)
+                before_status = before.status if before is not None else None
+                after_status = after.status if after is not None else None
+                if after_status != before_status and after_status in USER_INTENT_STATUSES:
+                    log.info(
+                        "Keeping %s/%s %s (set by another process) over the pending %s",
+                        agent,
+                        name,
+                        after_status,
+                        patch["status"],
+                    )
+                    del patch["status"]
+            self._disk = disk
+            view = {agent: dict(states) for agent, states in disk.states.items()}
+            for (agent, name), patch in self._pending.items():
+                base = view.get(agent, {}).get(name) or ScheduleState()
+                view.setdefault(agent, {})[name] = attrs.evolve(base, **patch)
+            self._view = view
+
+    def _write(self, changes: Mapping[Key, Mapping[str, Any] | None]) -> None:
+        """Apply pending transitions plus ``changes`` to the freshest file, durably."""
+        self._ensure_dir()
+        with self._io, self._file.lock:
+            if self._file.changed():
+                self._install(self._file.load_locked(self._reader.parse) or empty_state())
+            with self._mem:
+                taken, self._pending = self._pending, {}
+            combined: dict[Key, Mapping[str, Any] | None] = dict(taken)
+            for key, patch in changes.items():
+                earlier = combined.get(key)
+                if patch is not None and earlier is not None:
+                    combined[key] = {**earlier, **patch}
+                else:
+                    combined[key] = patch
+            try:
+                new_disk = apply_changes(self._disk, combined)
+                data = self._renderer.render(new_disk.raw).encode("utf-8")
+                self._file.write(data)
+                self._reader.remember(new_disk)
+            except BaseException:
+                with self._mem:
+                    for key, patch in taken.items():
+                        self._pending[key] = {**patch, **self._pending.get(key, {})}
+                raise
+            with self._mem:
+                self._disk = new_disk
+                for agent, name in set(combined) | set(self._pending):
+                    state = new_disk.state(agent, name)
+                    patch = self._pending.get((agent, name))
+                    if state is None and patch is None:
+                        self._view.get(agent, {}).pop(name, None)
+                        continue
+                    state = state or ScheduleState()
+                    self._view.setdefault(agent, {})[name] = (
+                        attrs.evolve(state, **patch) if patch else state
+                    )
+                for agent in new_disk.states:
+                    self._view.setdefault(agent, {})
+                self._settle()
+
+    def _settle(self) -> None:
+        """Forget the flush deadline once nothing is pending (caller holds ``_mem``)."""
+        if not self._pending and not self._pending_runs:
+            self._pending_since = None
+
+    def _mark_pending(self) -> None:
+        if self._pending_since is None:
+            self._pending_since = self._clock.monotonic()
+
+    # -- schedule state ------------------------------------------------------------------
+    def get_schedule_state(self, agent: str, schedule: str) -> ScheduleState:
+        """The state of one schedule; defaults (idle, no times, 0 failures) when unknown."""
+        self._check_open()
+        self._sync()
+        with self._mem:
+            return self._view.get(agent, {}).get(schedule) or ScheduleState()
+
+    def get_agent_schedule_states(self, agent: str) -> dict[str, ScheduleState]:
+        """Every schedule state of ``agent`` (empty when the agent is unknown)."""
+        self._check_open()
+        self._sync()
+        with self._mem:
+            return dict(self._view.get(agent, {}))
+
+    def get_all_schedule_states(self) -> dict[str, dict[str, ScheduleState]]:
+        """agent → schedule → state for the whole file (re-read if another process wrote)."""
+        self._check_open()
+        self._sync()
+        with self._mem:
+            return {agent: dict(states) for agent, states in self._view.items()}
+
+    def update_schedule_state(self, agent: str, schedule: str, **changes: Any) -> ScheduleState:
+        """Shallow-merge ``changes`` into one schedule's state; durable when it returns.
+
+        Creates the file, agent and schedule as needed and keeps everything else in the file,
+        including keys written by other tools. Pending transitions are written along.
+        """
+        self._check_open()
+        _check_name(agent, "agent")
+        _check_name(schedule, "schedule")
+        patch = normalise_changes(changes)
+        with self._mem:
+            attrs.evolve(self._view.get(agent, {}).get(schedule) or ScheduleState(), **patch)
+        self._write({(agent, schedule): patch})
+        with self._mem:
+            return self._view.get(agent, {}).get(schedule) or ScheduleState()
+
+    def record_transition(self, agent: str, schedule: str, **changes: Any) -> ScheduleState:
+        """Like :meth:`update_schedule_state`, but durable only at the next :meth:`flush`.
+
+        Touches memory only: no I/O, no lock on the file.
+        """
+        self._check_open()
+        _check_name(agent, "agent")
+        _check_name(schedule, "schedule")
+        patch = normalise_changes(changes)
+        with self._mem:
+            current = self._view.get(agent, {}).get(schedule) or ScheduleState()
+            updated = attrs.evolve(current, **patch)
+            self._pending.setdefault((agent, schedule), {}).update(patch)
+            self._view.setdefault(agent, {})[schedule] = updated
+            self._mark_pending()
+        return updated
+
+    def remove_schedule_state(self, agent: str, schedule: str) -> None:
+        """Forget a schedule's state and history (durable when it returns)."""
+        self._check_open()
+        _check_name(agent, "agent")
+        _check_name(schedule, "schedule")
+        with self._mem:
+            self._pending.pop((agent, schedule), None)
+            self._pending_runs = [
+                r for r in self._pending_runs if (r.agent, r.schedule) != (agent, schedule)
+            ]
+            self._settle()
+        self._write({(agent, schedule): None})
+        with self._hist_io:
+            self._history.remove(agent, schedule)
+
+    def flush(self) -> None:
+        """Make every pending transition and run record durable now."""
+        self._check_open()
+        self._flush()
+
+    def _flush(self) -> None:
+        with self._mem:
+            has_states = bool(self._pending)
+        if has_states:
+            self._write({})
+        with self._hist_io:
+            with self._mem:
+                runs, self._pending_runs = self._pending_runs, []
+            try:
+                if runs:
+                    self._ensure_dir()
+                self._history.append(runs)
+            except BaseException:
+                with self._mem:
+                    self._pending_runs = runs + self._pending_runs
+                raise
+        with self._mem:
+            self._settle()
+
+    def flush_deadline(self) -> float | None:
+        """Monotonic time by which :meth:`flush` should run; ``None`` when nothing is pending."""
+        with self._mem:
+            if self._pending_since is None:
+                return None
+            return self._pending_since + self.commit_delay
+
+    def refresh(self) -> bool:
+        """Re-read ``state.yaml`` and ``schedules.yaml`` if another process changed them.
+
+        Returns whether either changed.
+        """
+        self._check_open()
+        state_changed = self._sync()
+        definitions_changed = self._definitions.refresh()
+        return state_changed or definitions_changed
+
+    # -- run history ---------------------------------------------------------------------
+    def append_run(self, record: RunRecord) -> None:
+        """Add a record to its schedule's bounded history (durable at the next flush)."""
+        self._check_open()
+        if not isinstance(record, RunRecord):
+            raise TypeError(f"append_run expects a RunRecord, got {type(record).__name__}")
+        with self._mem:
+            self._pending_runs.append(record)
+            self._mark_pending()
+
+    def get_history(
+        self, agent: str, schedule: str | None = None, limit: int = 20
+    ) -> list[RunRecord]:
+        """Records newest first; all of the agent's schedules when ``schedule`` is None.
+
+        Includes records not yet flushed. At most ``max_run_history`` per schedule.
+        """
+        self._check_open()
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValueError(f"limit must be a non-negative integer, got {limit!r}")
+        with self._hist_io:
+            stored = self._history.read(agent, schedule)
+            with self._mem:
+                pending = [
+                    r
+                    for r in self._pending_runs
+                    if r.agent == agent and (schedule is None or r.schedule == schedule)
+                ]
+        by_schedule: dict[str, dict[str, RunRecord]] = {}
+        for record in stored + pending:  # appended order; a later record of a run wins
+            runs = by_schedule.setdefault(record.schedule, {})
+            runs.pop(record.run_id, None)
+            runs[record.run_id] = record
+        records = [
+            record
+            for runs in by_schedule.values()
+            for record in list(runs.values())[-self.max_run_history :]
+        ]
+        records.sort(key=_newest_first)
+        return records[:limit]
+
+    # -- definitions created at run time -------------------------------------------------
+    def load_definitions(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """agent → schedule name → definition mapping, from ``schedules.yaml``."""
+        self._check_open()
+        return self._definitions.load()
+
+    def save_definition(self, agent: str, schedule: str, definition: Mapping[str, Any]) -> None:
+        """Store one definition; durable when it returns."""
+        self._check_open()
+        self._ensure_dir()
+        self._definitions.save(agent, schedule, definition)
+
+    def delete_definition(self, agent: str, schedule: str) -> None:
+        """Remove one definition (no error when absent); durable when it returns."""
+        self._check_open()
+        self._ensure_dir()
+        self._definitions.delete(agent, schedule)
+
+    # -- cross-process trigger requests --------------------------------------------------
+    def request_trigger(self, agent: str, schedule: str, *, prompt: str | None = None) -> str:
+        """Queue a "run now" for the active scheduler; returns the request id. Durable."""
+        self._check_open()
+        return self._requests.put(agent, schedule, prompt=prompt)
+
+    def take_trigger_requests(self) -> list[TriggerRequest]:
+        """Remove and return every queued request, oldest first."""
+        self._check_open()
+        return self._requests.take()
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def close(self) -> None:
+        """Flush and release resources; the store may not be used afterwards.
+
+        When the flush fails the store stays open (and the error propagates), so nothing
+        pending is silently dropped.
+        """
+        if self._closed:
+            return
+        self._flush()
+        self._closed = True
+        self._file.close()
+        self._definitions.close()
+
+    def __enter__(self) -> YamlStateStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"YamlStateStore({str(self.state_dir)!r})"
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _newest_first(record: RunRecord) -> tuple[float, str]:
+    moment = record.started_at or record.scheduled_for or record.finished_at or _EPOCH
+    return (-moment.timestamp(), record.run_id)

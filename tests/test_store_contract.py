@@ -1,0 +1,146 @@
+"""The StateStore contract, checked against the in-memory and the YAML store alike."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from herdsched.models import RunRecord, RunStatus, ScheduleState, Status
+from herdsched.store import MemoryStateStore, StateStore, YamlStateStore
+
+T0 = datetime(2026, 11, 22, 5, 41, 48, 898000, tzinfo=timezone.utc)
+
+
+@pytest.fixture(params=["memory", "yaml"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore]:
+    if request.param == "memory":
+        made: StateStore = MemoryStateStore(max_run_history=3)
+    else:
+        made = YamlStateStore(tmp_path / "state", max_run_history=3)
+    yield made
+    made.close()
+
+
+def record(run_id: str, schedule: str = "s", minutes: int = 0, agent: str = "a") -> RunRecord:
+    return RunRecord(
+        run_id=run_id,
+        agent=agent,
+        schedule=schedule,
+        trigger_type="interval",
+        started_at=T0 + timedelta(minutes=minutes),
+        finished_at=T0 + timedelta(minutes=minutes, seconds=5),
+        status="success",
+    )
+
+
+def test_is_a_state_store(store: StateStore) -> None:
+    assert isinstance(store, StateStore)
+
+
+def test_defaults_for_unknown_schedule_and_agent(store: StateStore) -> None:
+    assert store.get_schedule_state("nobody", "nothing") == ScheduleState()
+    assert store.get_agent_schedule_states("nobody") == {}
+    assert store.get_all_schedule_states() == {}
+
+
+def test_update_is_a_shallow_merge_keeping_siblings(store: StateStore) -> None:
+    store.update_schedule_state("a", "s", status="running", last_run_at=T0)
+    store.update_schedule_state("a", "t", consecutive_failures=2)
+    merged = store.update_schedule_state("a", "s", status="idle", last_finished_at=T0)
+    assert merged.status is Status.IDLE
+    assert merged.last_run_at == T0
+    assert merged.last_finished_at == T0
+    assert store.get_schedule_state("a", "t").consecutive_failures == 2
+    assert set(store.get_agent_schedule_states("a")) == {"s", "t"}
+    assert store.get_all_schedule_states()["a"]["s"] == merged
+
+
+def test_record_transition_is_visible_at_once(store: StateStore) -> None:
+    updated = store.record_transition("a", "s", status="running", last_run_at=T0)
+    assert updated.status is Status.RUNNING
+    assert store.get_schedule_state("a", "s") == updated
+    store.flush()
+    assert store.flush_deadline() is None
+    assert store.get_schedule_state("a", "s") == updated
+
+
+def test_invalid_values_are_rejected_with_the_field_named(store: StateStore) -> None:
+    with pytest.raises(ValueError, match="status"):
+        store.update_schedule_state("a", "s", status="sleeping")
+    with pytest.raises(ValueError, match="consecutive_failures"):
+        store.record_transition("a", "s", consecutive_failures=-1)
+    assert store.get_schedule_state("a", "s") == ScheduleState()
+
+
+def test_remove_schedule_state_forgets_state_and_history(store: StateStore) -> None:
+    store.update_schedule_state("a", "s", status="paused")
+    store.update_schedule_state("a", "t", status="paused")
+    store.append_run(record("r1"))
+    store.remove_schedule_state("a", "s")
+    assert store.get_schedule_state("a", "s") == ScheduleState()
+    assert store.get_history("a", "s") == []
+    assert store.get_schedule_state("a", "t").status is Status.PAUSED
+
+
+def test_history_is_bounded_and_newest_first(store: StateStore) -> None:
+    for minute in range(5):
+        store.append_run(record(f"r{minute}", minutes=minute))
+    store.append_run(record("other", schedule="u", minutes=10))
+    store.flush()
+    assert [r.run_id for r in store.get_history("a", "s")] == ["r4", "r3", "r2"]
+    assert [r.run_id for r in store.get_history("a")] == ["other", "r4", "r3", "r2"]
+    assert [r.run_id for r in store.get_history("a", limit=2)] == ["other", "r4"]
+    assert store.get_history("b") == []
+
+
+def test_definitions_round_trip(store: StateStore) -> None:
+    definition = {"type": "cron", "cron": "0 3 * * *", "prompt": "nightly", "enabled": True}
+    store.save_definition("a", "nightly", definition)
+    store.save_definition("b", "hourly", {"type": "interval", "interval": "1h"})
+    assert store.load_definitions() == {
+        "a": {"nightly": definition},
+        "b": {"hourly": {"type": "interval", "interval": "1h"}},
+    }
+    store.delete_definition("a", "nightly")
+    store.delete_definition("a", "never-existed")
+    assert "nightly" not in store.load_definitions().get("a", {})
+
+
+def test_definitions_are_copies(store: StateStore) -> None:
+    definition = {"type": "interval", "interval": "5m"}
+    store.save_definition("a", "s", definition)
+    definition["interval"] = "1h"
+    loaded = store.load_definitions()
+    loaded["a"]["s"]["interval"] = "2h"
+    assert store.load_definitions()["a"]["s"]["interval"] == "5m"
+
+
+def test_trigger_requests_oldest_first_and_taken_once(store: StateStore) -> None:
+    first = store.request_trigger("a", "s")
+    second = store.request_trigger("a", "t", prompt="now please")
+    taken = store.take_trigger_requests()
+    assert [r.request_id for r in taken] == [first, second]
+    assert taken[1].prompt == "now please"
+    assert (taken[0].agent, taken[0].schedule) == ("a", "s")
+    assert taken[0].requested_at.tzinfo is not None
+    assert store.take_trigger_requests() == []
+
+
+def test_history_statuses_survive(store: StateStore) -> None:
+    store.append_run(
+        RunRecord(
+            run_id="x",
+            agent="a",
+            schedule="s",
+            trigger_type="manual",
+            status="interrupted",
+            error="process died",
+        )
+    )
+    store.flush()
+    (got,) = store.get_history("a", "s")
+    assert got.status is RunStatus.INTERRUPTED
+    assert got.error == "process died"

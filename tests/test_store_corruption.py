@@ -1,0 +1,203 @@
+"""Bad files are quarantined with their original bytes, never overwritten, never silently reset."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from herdsched.errors import StateCorruptedError
+from herdsched.models import Status
+from herdsched.store import YamlStateStore
+from herdsched.testing import FakeClock
+
+BAD_FILES = {
+    "unparseable": b"agents: {triage: [unclosed\n",
+    "empty": b"",
+    "whitespace": b"   \n\n",
+    "list": b"- a\n- b\n",
+    "scalar": b"just some text\n",
+    "foreign": b"version: 3\nservices:\n  web:\n    image: nginx\n",
+    "future_version": b"format_version: 2\nagents: {}\n",
+    "string_version": b"format_version: '1'\nagents: {}\n",
+    "bad_status": (
+        b"format_version: 1\nagents:\n  a:\n    schedules:\n      s:\n        status: pausd\n"
+    ),
+    "bad_time": (
+        b"format_version: 1\nagents:\n  a:\n    schedules:\n      s:\n"
+        b"        next_run_at: next tuesday\n"
+    ),
+    "negative_failures": (
+        b"format_version: 1\nagents:\n  a:\n    schedules:\n      s:\n"
+        b"        consecutive_failures: -2\n"
+    ),
+    "agents_list": b"format_version: 1\nagents: [a, b]\n",
+    "schedule_list": b"format_version: 1\nagents:\n  a:\n    schedules: [x]\n",
+    "numeric_name": b"format_version: 1\nagents:\n  a:\n    schedules:\n      2024: {}\n",
+    "not_utf8": b"format_version: 1\nagents: {\xff\xfe: 1}\n",
+    "two_documents": b"format_version: 1\nagents: {}\n---\nagents: {}\n",
+    "fleet_scalar": b"format_version: 1\nfleet: 3\nagents: {}\n",
+}
+
+
+def quarantined(directory: Path) -> list[Path]:
+    return sorted(directory.glob("state.yaml.corrupt-*"))
+
+
+def make_good_state(directory: Path) -> bytes:
+    with YamlStateStore(directory) as store:
+        store.update_schedule_state("a", "s", status="paused")
+        store.update_schedule_state("a", "t", consecutive_failures=2)
+    return (directory / "state.yaml").read_bytes()
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_FILES))
+def test_bad_file_without_backup_is_quarantined_and_raised(tmp_path: Path, kind: str) -> None:
+    bad = BAD_FILES[kind]
+    (tmp_path / "state.yaml").write_bytes(bad)
+    with pytest.raises(StateCorruptedError) as info:
+        YamlStateStore(tmp_path, clock=FakeClock())
+    error = info.value
+    (copy,) = quarantined(tmp_path)
+    assert copy.name == "state.yaml.corrupt-20260101T000000000Z"
+    assert copy.read_bytes() == bad
+    assert error.quarantined_path == copy
+    assert error.restored_from is None
+    assert error.path == tmp_path / "state.yaml"
+    assert str(copy) in str(error)
+    assert "state.yaml.bak" in str(error)
+    # never overwritten, never reset
+    assert (tmp_path / "state.yaml").read_bytes() == bad
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_FILES))
+def test_bad_file_with_backup_is_quarantined_and_backup_restored(
+    tmp_path: Path, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    good = make_good_state(tmp_path)
+    bad = BAD_FILES[kind]
+    (tmp_path / "state.yaml").write_bytes(bad)
+    with caplog.at_level(logging.ERROR, logger="herdsched"):
+        store = YamlStateStore(tmp_path)
+    error = store.last_corruption
+    assert error is not None
+    (copy,) = quarantined(tmp_path)
+    assert copy.read_bytes() == bad
+    assert error.quarantined_path == copy
+    assert error.restored_from == tmp_path / "state.yaml.bak"
+    assert str(copy) in str(error) and str(tmp_path / "state.yaml.bak") in str(error)
+    assert any(str(copy) in message for message in caplog.messages)
+    assert (tmp_path / "state.yaml").read_bytes() == good
+    assert store.get_schedule_state("a", "s").status is Status.PAUSED
+    assert store.get_schedule_state("a", "t").consecutive_failures == 2
+    store.close()
+
+
+def test_corruption_appearing_while_running_is_recovered_on_the_next_read(tmp_path: Path) -> None:
+    make_good_state(tmp_path)
+    store = YamlStateStore(tmp_path)
+    assert store.last_corruption is None
+    (tmp_path / "state.yaml").write_text("agents: {a: {schedules: {s: {status: 7}}}}\n")
+    assert store.get_schedule_state("a", "s").status is Status.PAUSED
+    assert store.last_corruption is not None
+    assert "status: 7 is not a valid Status" in str(store.last_corruption)
+    assert len(quarantined(tmp_path)) == 1
+    store.update_schedule_state("a", "s", status="idle")
+    assert store.get_schedule_state("a", "s").status is Status.IDLE
+    store.close()
+
+
+def test_corruption_found_by_a_write_is_recovered_before_writing(tmp_path: Path) -> None:
+    make_good_state(tmp_path)
+    store = YamlStateStore(tmp_path)
+    (tmp_path / "state.yaml").write_text("[not, ours]\n")
+    store.record_transition("a", "u", status="running")
+    store.flush()
+    (copy,) = quarantined(tmp_path)
+    assert copy.read_text() == "[not, ours]\n"
+    with YamlStateStore(tmp_path) as reader:
+        assert reader.get_schedule_state("a", "s").status is Status.PAUSED
+        assert reader.get_schedule_state("a", "u").status is Status.RUNNING
+    store.close()
+
+
+def test_unrecoverable_file_keeps_raising_without_new_copies(tmp_path: Path) -> None:
+    (tmp_path / "state.yaml").write_bytes(b"{broken")
+    with pytest.raises(StateCorruptedError):
+        YamlStateStore(tmp_path)
+    with pytest.raises(StateCorruptedError):
+        YamlStateStore(tmp_path)  # a second process: quarantines its own copy
+    assert len(quarantined(tmp_path)) == 2
+    # once repaired by hand, everything works again
+    (tmp_path / "state.yaml").write_text("format_version: 1\nagents: {}\n")
+    with YamlStateStore(tmp_path) as store:
+        store.update_schedule_state("a", "s", status="paused")
+        assert store.get_schedule_state("a", "s").status is Status.PAUSED
+
+
+def test_one_store_raises_the_same_error_until_the_file_changes(tmp_path: Path) -> None:
+    make_good_state(tmp_path)
+    store = YamlStateStore(tmp_path)
+    (tmp_path / "state.yaml.bak").unlink()
+    (tmp_path / "state.yaml").write_bytes(b"- nope\n")
+    with pytest.raises(StateCorruptedError) as first:
+        store.get_schedule_state("a", "s")
+    with pytest.raises(StateCorruptedError) as second:
+        store.update_schedule_state("a", "s", status="idle")
+    assert second.value is first.value
+    assert len(quarantined(tmp_path)) == 1
+    assert (tmp_path / "state.yaml").read_bytes() == b"- nope\n"
+    (tmp_path / "state.yaml").unlink()
+    assert store.get_schedule_state("a", "s").status is Status.IDLE
+    store.close()
+
+
+def test_invalid_backup_is_not_restored(tmp_path: Path) -> None:
+    make_good_state(tmp_path)
+    (tmp_path / "state.yaml.bak").write_text("format_version: 99\n")
+    (tmp_path / "state.yaml").write_text("- broken\n")
+    with pytest.raises(StateCorruptedError) as info:
+        YamlStateStore(tmp_path)
+    assert info.value.restored_from is None
+    assert (tmp_path / "state.yaml").read_text() == "- broken\n"
+
+
+def test_quarantine_names_do_not_collide(tmp_path: Path) -> None:
+    clock = FakeClock()
+    for _ in range(3):
+        (tmp_path / "state.yaml").write_bytes(b"")
+        with pytest.raises(StateCorruptedError):
+            YamlStateStore(tmp_path, clock=clock)
+    names = [path.name for path in quarantined(tmp_path)]
+    assert names == [
+        "state.yaml.corrupt-20260101T000000000Z",
+        "state.yaml.corrupt-20260101T000000000Z-1",
+        "state.yaml.corrupt-20260101T000000000Z-2",
+    ]
+
+
+def test_error_message_names_the_culprit_entry(tmp_path: Path) -> None:
+    (tmp_path / "state.yaml").write_bytes(BAD_FILES["bad_status"])
+    with pytest.raises(StateCorruptedError, match=r"agent 'a', schedule 's'.*pausd"):
+        YamlStateStore(tmp_path)
+
+
+def test_future_version_message_says_so(tmp_path: Path) -> None:
+    (tmp_path / "state.yaml").write_bytes(BAD_FILES["future_version"])
+    with pytest.raises(StateCorruptedError, match="unsupported format_version 2"):
+        YamlStateStore(tmp_path)
+
+
+def test_bad_schedules_file_is_quarantined_too(tmp_path: Path) -> None:
+    with YamlStateStore(tmp_path) as store:
+        store.save_definition("a", "s", {"type": "interval", "interval": "5m"})
+    (tmp_path / "schedules.yaml").write_text("agents: {a: {schedules: {s: not-a-mapping}}}\n")
+    with YamlStateStore(tmp_path) as store:
+        assert store.load_definitions() == {"a": {"s": {"type": "interval", "interval": "5m"}}}
+    (copy,) = sorted(tmp_path.glob("schedules.yaml.corrupt-*"))
+    assert "not-a-mapping" in copy.read_text()
+    (tmp_path / "schedules.yaml.bak").unlink()
+    (tmp_path / "schedules.yaml").write_text("3\n")
+    with pytest.raises(StateCorruptedError, match=r"schedules\.yaml"):
+        YamlStateStore(tmp_path)

@@ -1,0 +1,291 @@
+"""Definitions, trigger requests, module functions and the file primitives under the store."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from herdsched.errors import StateError, StateLockTimeoutError
+from herdsched.models import ScheduleState, Status
+from herdsched.store import (
+    YamlStateStore,
+    get_agent_schedule_states,
+    get_schedule_state,
+    update_schedule_state,
+)
+from herdsched.store.files import STALE_TEMP_SECONDS, atomic_write, sweep_temp_files, temp_path_for
+from herdsched.store.locking import FileLock
+from herdsched.store.state_file import StateRenderer, apply_changes, empty_state
+from herdsched.store.yaml_io import dump_yaml, load_yaml
+
+T0 = datetime(2026, 11, 22, 5, 41, 48, 898000, tzinfo=timezone.utc)
+
+
+# -- module functions ---------------------------------------------------------------------
+def test_module_functions_follow_herdctl(tmp_path: Path) -> None:
+    state_dir = tmp_path / ".herdsched"
+    assert get_schedule_state(state_dir, "a", "s") == ScheduleState()
+    assert get_agent_schedule_states(state_dir, "a") == {}
+    first = update_schedule_state(state_dir, "a", "s", status="running", last_run_at=T0)
+    assert first.status is Status.RUNNING
+    second = update_schedule_state(state_dir, "a", "s", status="idle", last_finished_at=T0)
+    assert second.last_run_at == T0  # shallow merge
+    update_schedule_state(state_dir, "a", "t", consecutive_failures=1)
+    update_schedule_state(state_dir, "b", "s", status="paused")
+    assert get_schedule_state(state_dir, "a", "s") == second
+    assert set(get_agent_schedule_states(state_dir, "a")) == {"s", "t"}
+    assert get_schedule_state(state_dir, "b", "s").status is Status.PAUSED
+
+
+# -- definitions ----------------------------------------------------------------------------
+def test_definitions_keep_unknown_keys_and_types(tmp_path: Path) -> None:
+    (tmp_path / "schedules.yaml").write_text(
+        "format_version: 1\nwritten_by: other-tool\nagents:\n"
+        "  a:\n    note: keep me\n    schedules:\n      old: {type: manual}\n"
+    )
+    definition = {
+        "type": "once",
+        "at": datetime(2026, 12, 1, 9, tzinfo=timezone.utc),
+        "day": date(2026, 12, 1),
+        "tags": ("x", "y"),
+        "limits": {"max": 3, "ratio": 0.5, "on": False, "none": None},
+    }
+    with YamlStateStore(tmp_path) as store:
+        store.save_definition("a", "new", definition)
+        loaded = store.load_definitions()["a"]["new"]
+    assert loaded["tags"] == ["x", "y"]
+    assert loaded["limits"] == {"max": 3, "ratio": 0.5, "on": False, "none": None}
+    assert loaded["at"] == datetime(2026, 12, 1, 9, tzinfo=timezone.utc)
+    doc = yaml.safe_load((tmp_path / "schedules.yaml").read_text())
+    assert doc["written_by"] == "other-tool"
+    assert doc["agents"]["a"]["note"] == "keep me"
+    assert doc["agents"]["a"]["schedules"]["old"] == {"type": "manual"}
+
+
+def test_deleting_the_last_definition_removes_the_agent_entry(tmp_path: Path) -> None:
+    with YamlStateStore(tmp_path) as store:
+        store.save_definition("a", "s", {"type": "manual"})
+        store.save_definition("b", "s", {"type": "manual"})
+        store.delete_definition("a", "s")
+        assert store.load_definitions() == {"b": {"s": {"type": "manual"}}}
+    doc = yaml.safe_load((tmp_path / "schedules.yaml").read_text())
+    assert "a" not in doc["agents"]
+
+
+def test_definitions_refuse_what_yaml_cannot_store(tmp_path: Path) -> None:
+    with YamlStateStore(tmp_path) as store:
+        with pytest.raises(ValueError, match=r"definition of a/s\.job holds a builtin_function"):
+            store.save_definition("a", "s", {"job": print})
+        with pytest.raises(ValueError, match="keys must be strings"):
+            store.save_definition("a", "s", {1: "x"})  # type: ignore[dict-item]
+        with pytest.raises(ValueError, match="must be a mapping"):
+            store.save_definition("a", "s", ["type", "manual"])  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="schedule must be a non-empty string"):
+            store.save_definition("a", "", {"type": "manual"})
+        assert store.load_definitions() == {}
+    assert not (tmp_path / "schedules.yaml").exists()
+
+
+def test_refresh_notices_definitions_written_elsewhere(tmp_path: Path) -> None:
+    with YamlStateStore(tmp_path) as mine, YamlStateStore(tmp_path) as theirs:
+        assert mine.refresh() is False
+        theirs.save_definition("a", "s", {"type": "manual"})
+        assert mine.refresh() is True
+        assert mine.refresh() is False
+        assert mine.load_definitions() == {"a": {"s": {"type": "manual"}}}
+
+
+# -- trigger requests -------------------------------------------------------------------------
+def test_requests_are_durable_across_processes(tmp_path: Path) -> None:
+    with YamlStateStore(tmp_path) as cli:
+        ids = [cli.request_trigger("a", f"s{index}") for index in range(5)]
+    with YamlStateStore(tmp_path) as scheduler:
+        assert [r.request_id for r in scheduler.take_trigger_requests()] == ids
+    assert list((tmp_path / "requests").iterdir()) == []
+
+
+def test_requests_are_validated(tmp_path: Path) -> None:
+    with YamlStateStore(tmp_path) as store:
+        with pytest.raises(ValueError, match="agent"):
+            store.request_trigger("", "s")
+        with pytest.raises(ValueError, match="prompt"):
+            store.request_trigger("a", "s", prompt=3)  # type: ignore[arg-type]
+
+
+def test_unreadable_request_is_set_aside(tmp_path: Path) -> None:
+    with YamlStateStore(tmp_path) as store:
+        good = store.request_trigger("a", "s")
+        requests = tmp_path / "requests"
+        (requests / "00000000000000000001-bad.json").write_text("{not json")
+        (requests / "00000000000000000002-bad.json").write_text('{"request_id": 5}')
+        (requests / "00000000000000000003-bad.json").write_text("[1]")
+        (requests / "notes.txt").write_text("ignored")
+        assert [r.request_id for r in store.take_trigger_requests()] == [good]
+        assert sorted(path.name for path in requests.iterdir()) == [
+            "00000000000000000001-bad.json.corrupt",
+            "00000000000000000002-bad.json.corrupt",
+            "00000000000000000003-bad.json.corrupt",
+            "notes.txt",
+        ]
+        assert store.take_trigger_requests() == []
+
+
+def test_concurrent_takers_get_each_request_once(tmp_path: Path) -> None:
+    with YamlStateStore(tmp_path) as store:
+        ids = {store.request_trigger("a", "s") for _ in range(60)}
+    stores = [YamlStateStore(tmp_path) for _ in range(4)]
+    results: list[list[str]] = [[] for _ in stores]
+    barrier = threading.Barrier(len(stores))
+
+    def take(index: int) -> None:
+        barrier.wait()
+        results[index].extend(r.request_id for r in stores[index].take_trigger_requests())
+
+    threads = [threading.Thread(target=take, args=(i,)) for i in range(len(stores))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    taken = [request_id for result in results for request_id in result]
+    assert sorted(taken) == sorted(ids)
+    for store in stores:
+        store.close()
+
+
+# -- file primitives --------------------------------------------------------------------------
+def test_sweep_removes_only_temp_files_of_dead_writers(tmp_path: Path) -> None:
+    mine = temp_path_for(tmp_path / "state.yaml")
+    mine.write_text("in progress")
+    dead = tmp_path / ".state.yaml.tmp-999999999-0123abcd"
+    dead.write_text("debris")
+    old = tmp_path / f".state.yaml.tmp-{os.getppid()}-0123abce"
+    old.write_text("debris")
+    long_ago = time.time() - STALE_TEMP_SECONDS - 10
+    os.utime(old, (long_ago, long_ago))
+    unrelated = tmp_path / ".state.yaml.tmp-notapid-0123abcd"
+    unrelated.write_text("not ours")
+    assert sorted(sweep_temp_files(tmp_path)) == sorted([dead, old])
+    assert mine.exists() and unrelated.exists()
+    assert sweep_temp_files(tmp_path / "missing") == []
+
+
+def test_atomic_write_cleans_up_after_a_failure(tmp_path: Path) -> None:
+    target = tmp_path / "sub"
+    target.mkdir()  # replacing a directory by a file fails
+    with pytest.raises(OSError):
+        atomic_write(target, b"data")
+    assert [path.name for path in tmp_path.iterdir()] == ["sub"]
+
+
+def test_lock_times_out_for_a_second_thread(tmp_path: Path) -> None:
+    holder = FileLock(tmp_path / "x.lock", tmp_path / "x", timeout=1.0)
+    waiter = FileLock(tmp_path / "x.lock", tmp_path / "x", timeout=0.05)
+    with holder:
+        outcome: list[BaseException] = []
+
+        def wait() -> None:
+            try:
+                waiter.acquire()
+            except StateLockTimeoutError as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=wait)
+        thread.start()
+        thread.join()
+    (error,) = outcome
+    assert isinstance(error, StateLockTimeoutError)
+    assert error.timeout == 0.05
+    assert "another thread" in str(error)
+    with waiter:  # free again
+        pass
+
+
+def test_lock_in_a_missing_directory_is_a_state_error(tmp_path: Path) -> None:
+    lock = FileLock(tmp_path / "missing" / "x.lock", tmp_path / "missing" / "x", timeout=0.1)
+    with pytest.raises(StateError, match="local filesystem"):
+        lock.acquire()
+    with FileLock(tmp_path / "x.lock", tmp_path / "x", timeout=0.1):
+        pass  # the failed attempt released the in-process lock
+
+
+# -- rendering ----------------------------------------------------------------------------------
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.text(max_size=30),
+    st.datetimes(timezones=st.just(timezone.utc)),
+)
+_values = st.recursive(
+    _scalars,
+    lambda children: st.one_of(
+        st.lists(children, max_size=3), st.dictionaries(st.text(max_size=10), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+_names = st.text(min_size=1, max_size=20)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    entries=st.dictionaries(
+        st.tuples(_names, _names),
+        st.fixed_dictionaries(
+            {"last_error": st.one_of(st.none(), st.text(max_size=60))},
+            optional={"consecutive_failures": st.integers(0, 9)},
+        ),
+        max_size=6,
+    ),
+    extra=st.dictionaries(st.text(max_size=10), _values, max_size=3),
+    agent_extra=_values,
+)
+def test_renderer_output_is_the_plain_dump(
+    entries: dict[tuple[str, str], dict[str, object]], extra: dict[str, object], agent_extra: object
+) -> None:
+    doc = apply_changes(empty_state(), entries)
+    raw = dict(doc.raw)
+    raw.update({key: value for key, value in extra.items() if key not in raw})
+    agents = dict(raw["agents"])
+    for agent in list(agents)[:1]:
+        agents[agent] = {**agents[agent], "extra": agent_extra}
+    raw["agents"] = agents
+    renderer = StateRenderer()
+    text = renderer.render(raw)
+    assert text == dump_yaml(raw)
+    assert load_yaml(text) == load_yaml(dump_yaml(raw))
+    assert renderer.render(raw) == text  # from the cache
+    changed = apply_changes(doc, {key: {"consecutive_failures": 7} for key in list(entries)[:1]})
+    assert renderer.render(changed.raw) == dump_yaml(changed.raw)
+
+
+def test_renderer_handles_keys_that_cannot_be_simple(tmp_path: Path) -> None:
+    long_agent = "x" * 200  # longer than a YAML simple key may be
+    doc = apply_changes(empty_state(), {(long_agent, "s"): {"status": "paused"}})
+    text = StateRenderer().render(doc.raw)
+    assert text == dump_yaml(doc.raw)
+    assert load_yaml(text)["agents"][long_agent]["schedules"]["s"]["status"] == "paused"
+
+
+def test_renderer_reuses_unchanged_entries() -> None:
+    doc = apply_changes(
+        empty_state(), {("a", f"s{i}"): {"next_run_at": T0 + timedelta(i)} for i in range(50)}
+    )
+    renderer = StateRenderer()
+    renderer.render(doc.raw)
+    cached = dict(renderer._cache)
+    changed = apply_changes(doc, {("a", "s3"): {"consecutive_failures": 1}})
+    renderer.render(changed.raw)
+    reused = [key for key, (_, text) in renderer._cache.items() if cached[key][1] is text]
+    assert len(reused) == len(cached) - 1
+    assert ("s", "a", "s3") not in reused
+    renderer.forget()
+    assert renderer._cache == {}

@@ -1,0 +1,172 @@
+"""Run history files: bounded, newest first, crash-tolerant, readable by other processes."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from herdsched.models import RunRecord
+from herdsched.store import YamlStateStore
+from herdsched.store.history import RunHistory, encode_name
+
+T0 = datetime(2026, 11, 22, 5, 0, tzinfo=timezone.utc)
+
+
+def record(run_id: str, minutes: int, schedule: str = "s", agent: str = "a") -> RunRecord:
+    return RunRecord(
+        run_id=run_id,
+        agent=agent,
+        schedule=schedule,
+        trigger_type="interval",
+        scheduled_for=T0 + timedelta(minutes=minutes),
+        started_at=T0 + timedelta(minutes=minutes),
+        finished_at=T0 + timedelta(minutes=minutes, seconds=3),
+        status="success",
+        output_summary=f"run {run_id}",
+    )
+
+
+def history_file(directory: Path, agent: str = "a", schedule: str = "s") -> Path:
+    return directory / "history" / encode_name(agent) / f"{encode_name(schedule)}.jsonl"
+
+
+def test_records_round_trip_through_the_file(tmp_path: Path) -> None:
+    original = record("r1", 1)
+    with YamlStateStore(tmp_path) as store:
+        store.append_run(original)
+    with YamlStateStore(tmp_path) as reader:
+        assert reader.get_history("a", "s") == [original]
+    line = history_file(tmp_path).read_text().splitlines()[0]
+    assert json.loads(line)["started_at"] == "2026-11-22T05:01:00.000Z"
+
+
+def test_file_is_compacted_to_the_bound(tmp_path: Path) -> None:
+    with YamlStateStore(tmp_path, max_run_history=5) as store:
+        for minute in range(23):
+            store.append_run(record(f"r{minute}", minute))
+            store.flush()
+        lines = history_file(tmp_path).read_text().splitlines()
+        assert 5 <= len(lines) <= 10
+        assert [r.run_id for r in store.get_history("a", "s", limit=100)] == [
+            "r22",
+            "r21",
+            "r20",
+            "r19",
+            "r18",
+        ]
+
+
+def test_bound_applies_to_unflushed_records_too(tmp_path: Path) -> None:
+    with YamlStateStore(tmp_path, max_run_history=3) as store:
+        for minute in range(6):
+            store.append_run(record(f"r{minute}", minute))
+        assert [r.run_id for r in store.get_history("a", "s")] == ["r5", "r4", "r3"]
+
+
+def test_newest_first_across_schedules_and_limit(tmp_path: Path) -> None:
+    with YamlStateStore(tmp_path) as store:
+        store.append_run(record("s-late", 30, schedule="s"))
+        store.append_run(record("t-early", 1, schedule="t"))
+        store.append_run(record("t-mid", 10, schedule="t"))
+        store.flush()
+        store.append_run(record("s-pending", 40, schedule="s"))
+        assert [r.run_id for r in store.get_history("a")] == [
+            "s-pending",
+            "s-late",
+            "t-mid",
+            "t-early",
+        ]
+        assert [r.run_id for r in store.get_history("a", limit=1)] == ["s-pending"]
+        assert store.get_history("a", limit=0) == []
+
+
+def test_a_run_recorded_twice_shows_its_latest_record(tmp_path: Path) -> None:
+    with YamlStateStore(tmp_path) as store:
+        store.append_run(
+            RunRecord(run_id="r", agent="a", schedule="s", trigger_type="cron", status="skipped")
+        )
+        store.flush()
+        store.append_run(record("r", 1))
+        (only,) = store.get_history("a", "s")
+        assert only.output_summary == "run r"
+
+
+def test_torn_last_line_is_ignored_and_next_append_is_clean(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with YamlStateStore(tmp_path) as store:
+        store.append_run(record("r1", 1))
+        store.append_run(record("r2", 2))
+    path = history_file(tmp_path)
+    full = path.read_bytes()
+    torn_line = json.dumps({"run_id": "r3", "agent": "a", "schedule": "s"})[:25]
+    path.write_bytes(full + torn_line.encode())  # a crash in the middle of an append
+    with YamlStateStore(tmp_path) as store:
+        assert [r.run_id for r in store.get_history("a", "s")] == ["r2", "r1"]
+        store.append_run(record("r4", 4))
+        store.flush()
+        assert [r.run_id for r in store.get_history("a", "s")] == ["r4", "r2", "r1"]
+    lines = path.read_bytes().split(b"\n")
+    assert lines[2] == torn_line.encode()  # left alone, on a line of its own
+    path.write_bytes(path.read_bytes() + b"garbage\n" + full.splitlines(True)[0])
+    with caplog.at_level(logging.WARNING, logger="herdsched"), YamlStateStore(tmp_path) as store:
+        assert [r.run_id for r in store.get_history("a", "s")] == ["r4", "r2", "r1"]
+    assert any("unreadable line" in message for message in caplog.messages)
+
+
+def test_other_processes_read_the_same_history(tmp_path: Path) -> None:
+    writer = YamlStateStore(tmp_path)
+    writer.append_run(record("r1", 1))
+    writer.flush()
+    reader = RunHistory(
+        tmp_path / "history",
+        lock_path=tmp_path / "history.lock",
+        max_run_history=20,
+        lock_timeout=1.0,
+    )
+    assert [r.run_id for r in reader.read("a")] == ["r1"]
+    assert reader.read("nobody") == []
+    assert reader.read("a", "unknown") == []
+    writer.close()
+
+
+def test_names_are_encoded_safely(tmp_path: Path) -> None:
+    names = ["../escape", ".hidden", "a/b", "spaces and ünïcödé", "x" * 400, "..", "."]
+    with YamlStateStore(tmp_path) as store:
+        for index, name in enumerate(names):
+            store.append_run(record(f"r{index}", index, schedule=name, agent=name))
+        store.flush()
+        for index, name in enumerate(names):
+            assert [r.run_id for r in store.get_history(name, name)] == [f"r{index}"]
+    for path in (tmp_path / "history").rglob("*"):
+        assert path.resolve().is_relative_to((tmp_path / "history").resolve())
+        assert not path.name.startswith(".")
+        assert len(path.name) <= 210
+    with pytest.raises(ValueError, match="non-empty"):
+        encode_name("")
+
+
+def test_remove_deletes_only_that_schedule(tmp_path: Path) -> None:
+    with YamlStateStore(tmp_path) as store:
+        store.append_run(record("s1", 1, schedule="s"))
+        store.append_run(record("t1", 2, schedule="t"))
+        store.flush()
+        store.update_schedule_state("a", "s", status="idle")
+        store.remove_schedule_state("a", "s")
+        store.remove_schedule_state("a", "never")
+        assert [r.run_id for r in store.get_history("a")] == ["t1"]
+    assert not history_file(tmp_path, schedule="s").exists()
+
+
+def test_pending_records_of_a_removed_schedule_are_dropped(tmp_path: Path) -> None:
+    with YamlStateStore(tmp_path) as store:
+        store.append_run(record("s1", 1, schedule="s"))
+        store.record_transition("a", "s", status="running")
+        store.remove_schedule_state("a", "s")
+        assert store.flush_deadline() is None
+        store.flush()
+    assert not history_file(tmp_path).exists()
