@@ -7,9 +7,9 @@ the REST API through the shared state store) and take over when the active one d
 Pre-fork servers load the application in a master process and then ``fork()`` the workers
 (``gunicorn --preload``, uwsgi without ``--lazy-apps``). Threads do not survive ``fork()``, so a
 scheduler started in the master would be a dead copy in every worker, and the master itself
-would run the jobs. :class:`EmbeddedScheduler` handles this: when a process that has not served
-a request yet forks under gunicorn or uwsgi, it stops its scheduler before the fork (waiting for
-running jobs) and every child starts its own; the leader lock then picks one worker.
+would run the jobs. :class:`EmbeddedScheduler` therefore starts the scheduler only once the
+process is known to be a worker, and a process that forks before serving a request hands the
+scheduler to its children; the leader lock then makes exactly one worker active.
 
 uwsgi runs Python threads only with ``--enable-threads`` (or ``--threads N``); without it the
 timer thread would never run, so :func:`check_server` raises instead of failing silently.
@@ -26,7 +26,7 @@ import threading
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from herdsched.errors import SchedulerError
 from herdsched.scheduler import ThreadedScheduler
@@ -58,6 +58,9 @@ _BUILD_KEYS = ("STATE_DIR", "FLEET_FILE", "TIMEZONE")
 
 #: How long a pre-fork master waits for running jobs before handing the scheduler to workers.
 HANDOVER_TIMEOUT = 30.0
+#: Under gunicorn: seconds a process waits to see whether it forks (a master loading the app
+#: with ``--preload``) before it starts its scheduler as a worker without requests.
+PREFORK_GRACE = 1.0
 
 
 class UwsgiThreadsError(SchedulerError, RuntimeError):
@@ -114,37 +117,87 @@ def _threads_above_one(value: Any) -> bool:
         return False
 
 
-def _in_prefork_master() -> bool:
-    """Whether this process is (or may be) the master of a pre-fork server."""
+class _Server(NamedTuple):
+    """What the process knows about the pre-fork server it runs under."""
+
+    prefork: bool  # a pre-fork server (gunicorn, uwsgi) is loaded in this process
+    master: bool | None  # True: the master; False: a worker; None: cannot tell
+
+
+def _server() -> _Server:
     uwsgi = _uwsgi()
     if uwsgi is not None:
         worker_id = getattr(uwsgi, "worker_id", None)
-        return worker_id is None or worker_id() == 0
-    return "gunicorn.arbiter" in sys.modules
+        return _Server(True, None if worker_id is None else worker_id() == 0)
+    # gunicorn's workers are forks of its master: both have gunicorn.arbiter imported and
+    # nothing public tells them apart at import time.
+    return _Server("gunicorn.arbiter" in sys.modules, None)
 
 
 class EmbeddedScheduler:
     """A scheduler living in a web process: started once, stopped at exit, fork-aware.
 
     The integrations call :meth:`start` when the app is set up and :meth:`mark_serving` on
-    every request. ``handover_timeout`` bounds how long a pre-fork master waits for its
-    running jobs before the fork.
+    every request. Under a pre-fork server the start waits until the process is known to be a
+    worker: at once in a uwsgi worker, never in a uwsgi master (its workers start after the
+    fork); under gunicorn, where master and workers look alike, on the first request, right
+    after a ``fork()`` in the child, or ``prefork_grace`` seconds after :meth:`start` if the
+    process has not forked by then (a worker that gets no requests). A process that forks
+    before serving hands the scheduler to its children: it stops its own (waiting up to
+    ``handover_timeout`` s for running jobs) and every child starts one.
     """
 
     def __init__(
-        self, scheduler: ThreadedScheduler, *, handover_timeout: float = HANDOVER_TIMEOUT
+        self,
+        scheduler: ThreadedScheduler,
+        *,
+        handover_timeout: float = HANDOVER_TIMEOUT,
+        prefork_grace: float = PREFORK_GRACE,
     ) -> None:
         self.scheduler = scheduler
         self.handover_timeout = handover_timeout
+        self.prefork_grace = prefork_grace
         self.serving = False
         self.handed_over = False
-        self._started = False
+        self.wanted = False
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
         _embedded.add(self)
 
     def start(self) -> None:
-        """Start the scheduler in this process (idempotent); see :func:`check_server`."""
+        """Ask for the scheduler to run in this process (idempotent).
+
+        Raises :class:`UwsgiThreadsError` under uwsgi without threads.
+        """
         check_server()
-        self._started = True
+        with self._lock:
+            self.wanted = True
+            server = _server()
+            if not server.prefork or server.master is False or self.serving:
+                deferred = None
+            elif server.master:
+                _log.info(
+                    "herdsched waits for the uwsgi workers (pid %s is the master)", os.getpid()
+                )
+                return
+            else:
+                deferred = self.prefork_grace
+            if deferred is not None and self._timer is None:
+                self._timer = threading.Timer(deferred, self._start_now)
+                self._timer.daemon = True
+                self._timer.name = "herdsched-deferred-start"
+                self._timer.start()
+                return
+        if deferred is None:
+            self._start_now()
+
+    def _start_now(self) -> None:
+        with self._lock:
+            if self._timer is not None and self._timer is not threading.current_thread():
+                self._timer.cancel()
+            self._timer = None
+            if not self.wanted or self.handed_over:
+                return
         self.scheduler.start()
         _log.info(
             "herdsched %s in pid %s (%s)",
@@ -154,12 +207,23 @@ class EmbeddedScheduler:
         )
 
     def mark_serving(self) -> None:
-        """This process serves requests: it is a worker, not a pre-fork master."""
+        """This process serves requests: it is a worker, so a deferred start happens now."""
+        if self.serving:
+            return
         self.serving = True
+        if self.wanted and not self.scheduler.is_running() and _server().master is not True:
+            self._start_now()
 
     def stop(self, timeout: float | None = 30.0) -> None:
         """Stop the scheduler and wait up to ``timeout`` s for running jobs (idempotent)."""
-        self._started = False
+        with self._lock:
+            self.wanted = False
+            timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        self._stop_scheduler(timeout)
+
+    def _stop_scheduler(self, timeout: float | None) -> None:
         try:
             self.scheduler.stop(wait_for_jobs=True, timeout=timeout)
         except SchedulerError:
@@ -167,34 +231,37 @@ class EmbeddedScheduler:
 
     # -- fork handling ------------------------------------------------------------------
     def _before_fork(self) -> None:
-        if self.handed_over or not self._started or self.serving:
+        if self.handed_over or not self.wanted or self.serving or not _server().prefork:
             return
-        if not _in_prefork_master():
-            return
-        _log.info(
-            "pid %s forks workers before serving: handing the scheduler over to them",
-            os.getpid(),
-        )
-        self.handed_over = True
-        self.stop(self.handover_timeout)
+        _log.info("pid %s forks before serving a request: its workers run herdsched", os.getpid())
+        with self._lock:
+            self.handed_over = True
+            timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        if self.scheduler.is_running():
+            self._stop_scheduler(self.handover_timeout)
 
     def _after_fork_in_child(self) -> None:
         if not self.handed_over:
             return
+        self._lock = threading.Lock()
+        self._timer = None
         self.handed_over = False
         self.serving = False
         try:
-            self.start()
+            self._start_now()
         except Exception:
             _log.exception("could not start herdsched in worker pid %s", os.getpid())
 
     def _at_exit(self) -> None:
-        if self._started and self.scheduler.is_running():
+        if self.scheduler.is_running():
             self.stop(timeout=10.0)
+        elif self._timer is not None:
+            self._timer.cancel()
 
 
 _embedded: weakref.WeakSet[EmbeddedScheduler] = weakref.WeakSet()
-_hook_lock = threading.Lock()
 
 
 def _before_fork() -> None:

@@ -1,0 +1,419 @@
+"""Web servers with several worker processes: one active scheduler, exactly once per slot.
+
+The slow tests run a real ``gunicorn -w 4`` (with and without ``--preload``) serving
+``tests/apps/gunicorn_app.py`` (a 1 s interval schedule whose job logs each run), check that
+every slot ran exactly once in one worker, kill that worker with SIGKILL and see another
+worker take over. The fast tests cover the pre-fork and uwsgi rules in-process.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from herdsched import ThreadedScheduler
+from herdsched import contrib as embedding
+from herdsched.contrib import EmbeddedScheduler, UwsgiThreadsError, check_server
+from herdsched.leader import read_leader_info
+
+APPS = Path(__file__).parent / "apps"
+WORKERS = 4
+WINDOW = 7.0  # seconds of 1 s interval runs watched before the leader is killed
+
+
+# --------------------------------------------------------------------------- real gunicorn
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def children_of(pid: int) -> set[int]:
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == pid:
+            found.add(int(entry.name))
+    return found
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+        except OSError:
+            value = None
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.loads(response.read())
+
+
+def read_runs(state_dir: Path) -> list[dict[str, Any]]:
+    log = state_dir / "runs.jsonl"
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+
+
+def assert_each_slot_ran_once(runs: list[dict[str, Any]]) -> None:
+    """No slot twice, no run id twice, and no two runs overlapping in time."""
+    assert len({r["run_id"] for r in runs}) == len(runs)
+    slots = [r["slot"] for r in runs]
+    assert None not in slots
+    assert len(set(slots)) == len(slots), f"a slot ran twice: {sorted(slots)}"
+    ordered = sorted(runs, key=lambda r: r["start"])
+    for before, after in itertools.pairwise(ordered):
+        assert after["start"] >= before["end"], f"runs overlap: {before} and {after}"
+
+
+@contextmanager
+def gunicorn(state_dir: Path, *, preload: bool) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    port = free_port()
+    env = dict(os.environ, HERDSCHED_DEMO_STATE_DIR=str(state_dir), PYTHONUNBUFFERED="1")
+    command = [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        "--workers",
+        str(WORKERS),
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--chdir",
+        str(APPS),
+        "--graceful-timeout",
+        "5",
+        *(["--preload"] if preload else []),
+        "gunicorn_app:app",
+    ]
+    log = open(state_dir / "gunicorn.log", "wb")  # noqa: SIM115 - closed in finally
+    process = subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
+    try:
+        yield process, f"http://127.0.0.1:{port}/herdsched"
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=15)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+        finally:
+            with suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=5)
+            log.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads worker pids from /proc")
+@pytest.mark.parametrize("preload", [False, True], ids=["workers-load-app", "preload"])
+def test_gunicorn_four_workers_run_each_slot_once_and_hand_over(
+    tmp_path: Path, preload: bool
+) -> None:
+    pytest.importorskip("gunicorn")
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    with gunicorn(state_dir, preload=preload) as (master, base):
+        try:
+            status = wait_for(lambda: get_json(f"{base}/api/status"), 30, "gunicorn to serve")
+            assert status["status"] in ("running", "standby")
+            workers = wait_for(
+                lambda: len(children_of(master.pid)) >= WORKERS and children_of(master.pid),
+                15,
+                "4 workers",
+            )
+            leader = wait_for(lambda: read_leader_info(state_dir), 15, "an active scheduler")
+            leader_pid = leader["pid"]
+            assert leader_pid in workers, "the active scheduler must be a worker, not the master"
+
+            time.sleep(WINDOW)
+            runs = read_runs(state_dir)
+            assert len(runs) >= WINDOW / 2, runs  # 1 s interval + 0.2 s job: about 6
+            assert {r["pid"] for r in runs} == {leader_pid}  # one worker ran them all
+            assert_each_slot_ran_once(runs)
+
+            # every worker serves the API, whichever answers; the history matches the log
+            answers = [get_json(f"{base}/api/status") for _ in range(12)]
+            for answer in answers:
+                assert answer["status"] == ("running" if answer["pid"] == leader_pid else "standby")
+                assert answer["leader"]["pid"] == leader_pid
+
+            def history_caught_up() -> list[dict[str, Any]] | None:
+                url = f"{base}/api/schedule/clock/tick/history?limit=200"
+                done = [r for r in get_json(url)["runs"] if r["status"] == "success"]
+                logged = {r["run_id"] for r in read_runs(state_dir)}
+                return done if logged <= {r["run_id"] for r in done} else None
+
+            wait_for(history_caught_up, 10, "the history to show every logged run")
+
+            os.kill(leader_pid, signal.SIGKILL)
+            killed_at = time.time()
+            new_leader = wait_for(
+                lambda: (
+                    (info := read_leader_info(state_dir)) and info["pid"] != leader_pid and info
+                ),
+                15,
+                "another worker to take over",
+            )
+            assert new_leader["pid"] != master.pid
+            wait_for(
+                lambda: len([r for r in read_runs(state_dir) if r["start"] > killed_at]) >= 2,
+                15,
+                "runs after the handover",
+            )
+            runs = read_runs(state_dir)
+            after = {r["pid"] for r in runs if r["start"] > killed_at}
+            assert after == {new_leader["pid"]}
+            assert_each_slot_ran_once(runs)
+        except AssertionError:
+            sys.stderr.write((state_dir / "gunicorn.log").read_text(errors="replace")[-4000:])
+            raise
+
+
+# ------------------------------------------------------------------- pre-fork rules, fast
+
+
+@pytest.fixture
+def only(monkeypatch: pytest.MonkeyPatch) -> Callable[[EmbeddedScheduler], None]:
+    """Let the fork/exit hooks see only the given wrapper (not those of other tests)."""
+
+    def use(item: EmbeddedScheduler) -> None:
+        registry: weakref.WeakSet[EmbeddedScheduler] = weakref.WeakSet([item])
+        monkeypatch.setattr(embedding, "_embedded", registry)
+
+    return use
+
+
+def server(monkeypatch: pytest.MonkeyPatch, prefork: bool, master: bool | None) -> None:
+    monkeypatch.setattr(embedding, "_server", lambda: embedding._Server(prefork, master))
+
+
+def test_without_a_prefork_server_the_scheduler_starts_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server(monkeypatch, False, None)
+    sched = ThreadedScheduler(state_dir=None)
+    embedded = EmbeddedScheduler(sched)
+    try:
+        embedded.start()
+        assert sched.is_running()
+    finally:
+        embedded.stop()
+    assert not sched.is_running()
+
+
+def test_under_gunicorn_a_worker_without_requests_starts_after_the_grace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server(monkeypatch, True, None)
+    sched = ThreadedScheduler(state_dir=None)
+    embedded = EmbeddedScheduler(sched, prefork_grace=0.05)
+    try:
+        embedded.start()
+        assert not sched.is_running()  # could still be a master about to fork
+        wait_for(sched.is_running, 5, "the deferred start")
+    finally:
+        embedded.stop()
+
+
+def test_under_gunicorn_the_first_request_starts_it_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server(monkeypatch, True, None)
+    sched = ThreadedScheduler(state_dir=None)
+    embedded = EmbeddedScheduler(sched, prefork_grace=60)
+    try:
+        embedded.start()
+        assert not sched.is_running()
+        embedded.mark_serving()
+        assert sched.is_running()
+        embedded.mark_serving()  # idempotent
+    finally:
+        embedded.stop()
+
+
+def test_stop_cancels_a_deferred_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    server(monkeypatch, True, None)
+    sched = ThreadedScheduler(state_dir=None)
+    embedded = EmbeddedScheduler(sched, prefork_grace=0.05)
+    embedded.start()
+    embedded.stop()
+    time.sleep(0.2)
+    assert not sched.is_running()
+
+
+def test_uwsgi_master_never_starts_and_workers_start_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    worker = {"id": 0}
+    fake = SimpleNamespace(opt={b"enable-threads": True}, worker_id=lambda: worker["id"])
+    monkeypatch.setitem(sys.modules, "uwsgi", fake)
+    sched = ThreadedScheduler(state_dir=None)
+    embedded = EmbeddedScheduler(sched, prefork_grace=0.01)
+    try:
+        embedded.start()
+        embedded.mark_serving()
+        time.sleep(0.1)
+        assert not sched.is_running()  # the uwsgi master waits for its workers
+        worker["id"] = 2
+        embedded.start()
+        assert sched.is_running()
+    finally:
+        embedded.stop()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"enable-threads": b"false"}, {"threads": b"1"}, {"threads": "many"}, {"threads": []}],
+)
+def test_uwsgi_without_threads_fails_loudly(
+    monkeypatch: pytest.MonkeyPatch, options: dict[str, Any]
+) -> None:
+    monkeypatch.setitem(sys.modules, "uwsgi", SimpleNamespace(opt=options, worker_id=lambda: 1))
+    with pytest.raises(UwsgiThreadsError, match="--enable-threads"):
+        check_server()
+    sched = ThreadedScheduler(state_dir=None)
+    with pytest.raises(UwsgiThreadsError):
+        EmbeddedScheduler(sched).start()
+    assert not sched.is_running()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"enable-threads": True},
+        {b"enable-threads": b"1"},
+        {"enable-threads": [b"true"]},
+        {"threads": b"4"},
+        {b"threads": [b"1", b"8"]},
+    ],
+)
+def test_uwsgi_with_threads_is_accepted(
+    monkeypatch: pytest.MonkeyPatch, options: dict[Any, Any]
+) -> None:
+    monkeypatch.setitem(sys.modules, "uwsgi", SimpleNamespace(opt=options))
+    check_server()
+
+
+def test_no_uwsgi_no_check() -> None:
+    assert "uwsgi" not in sys.modules
+    check_server()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_master_that_forks_hands_the_scheduler_to_its_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, only: Callable[[EmbeddedScheduler], None]
+) -> None:
+    server(monkeypatch, True, None)
+    sched = ThreadedScheduler(state_dir=tmp_path, max_sleep=0.5)
+    embedded = EmbeddedScheduler(sched, prefork_grace=60)
+    only(embedded)
+    embedded.start()
+    sched.start()  # as if the grace had passed: the master is active before it forks
+    assert sched.is_leader
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        os.close(read_end)
+        verdict = sched.status.encode()
+        os.write(write_end, verdict)
+        try:
+            sched.stop(timeout=5)
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    verdict = os.read(read_end, 20)
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    assert verdict == b"running"  # the child became the active scheduler
+    assert embedded.handed_over
+    assert not sched.is_running()  # the master gave it up before the fork
+    embedded.mark_serving()
+    assert not sched.is_running()  # and does not take it back
+
+
+def test_a_serving_worker_that_forks_keeps_its_scheduler(
+    monkeypatch: pytest.MonkeyPatch, only: Callable[[EmbeddedScheduler], None]
+) -> None:
+    server(monkeypatch, True, False)
+    sched = ThreadedScheduler(state_dir=None)
+    embedded = EmbeddedScheduler(sched)
+    only(embedded)
+    try:
+        embedded.start()
+        embedded.mark_serving()
+        embedding._before_fork()
+        assert sched.is_running()
+        assert not embedded.handed_over
+        embedding._after_fork_in_child()  # nothing handed over: nothing to start
+        assert sched.is_running()
+    finally:
+        embedded.stop()
+
+
+def test_exit_stops_running_schedulers_and_pending_starts(
+    monkeypatch: pytest.MonkeyPatch, only: Callable[[EmbeddedScheduler], None]
+) -> None:
+    server(monkeypatch, False, None)
+    sched = ThreadedScheduler(state_dir=None)
+    embedded = EmbeddedScheduler(sched)
+    only(embedded)
+    embedded.start()
+    embedding._at_exit()
+    assert not sched.is_running()
+    server(monkeypatch, True, None)
+    embedded = EmbeddedScheduler(sched, prefork_grace=0.05)
+    only(embedded)
+    embedded.start()
+    embedding._at_exit()
+    time.sleep(0.2)
+    assert not sched.is_running()
+
+
+def test_a_failed_start_in_the_child_is_logged(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    sched = ThreadedScheduler(state_dir=None)
+    embedded = EmbeddedScheduler(sched)
+    embedded.wanted = True
+    embedded.handed_over = True
+
+    def broken() -> None:
+        raise RuntimeError("cannot start")
+
+    monkeypatch.setattr(embedded, "_start_now", broken)
+    embedded._after_fork_in_child()
+    assert "could not start herdsched" in caplog.text
+    assert threading.active_count() >= 1
