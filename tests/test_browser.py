@@ -1,0 +1,167 @@
+"""The status page in a real headless Chromium: timeline strip, pause, resume and run buttons.
+
+Needs Debian's ``chromium`` and ``chromium-driver`` (installed by ``.ci/run``). The screenshot of
+the page is kept as ``test-artifacts/status-page.png``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        CHROMIUM is None or CHROMEDRIVER is None,
+        reason="needs Debian's chromium and chromium-driver (apt-get install chromium "
+        "chromium-driver; .ci/run installs them)",
+    ),
+]
+
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1400,700",
+)
+
+
+def flaky(info: TriggerInfo) -> str:
+    if info.prompt == "fail":
+        raise RuntimeError("upstream returned 503")
+    return "all good"
+
+
+@pytest.fixture
+def scheduler(tmp_path: Path) -> Iterator[ThreadedScheduler]:
+    sched = ThreadedScheduler(state_dir=tmp_path / "state", timezone="Europe/Berlin")
+    later = "2099-01-01T00:00:00Z"
+    sched.add_agent(
+        Agent(
+            "triage",
+            job=flaky,
+            schedules={
+                "check": Schedule.interval("5m", prompt="Check issues", start_at=later),
+                "report": Schedule.cron("0 9 * * 1-5", prompt="Daily report"),
+            },
+        )
+    )
+    sched.start()
+    for prompt in ("ok", "fail", "ok", "ok", "fail"):  # recent runs for the timeline
+        sched.trigger("triage", "check", prompt=prompt, wait=True)
+    yield sched
+    sched.stop(timeout=10)
+
+
+@pytest.fixture
+def base_url(scheduler: ThreadedScheduler) -> Iterator[str]:
+    from flask import Flask
+    from werkzeug.serving import make_server
+
+    from herdsched.contrib.flask import init_app
+
+    app = Flask("browser")
+    init_app(app, scheduler)
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/herdsched/"
+    finally:
+        server.shutdown()
+        thread.join(5)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    assert CHROMIUM is not None and CHROMEDRIVER is not None
+    options.binary_location = CHROMIUM
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def test_status_page_pause_resume_run_in_chromium(
+    browser: Any, base_url: str, scheduler: ThreadedScheduler
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(browser, 10)
+    browser.get(base_url)
+    assert browser.title == "herdsched"
+    row = browser.find_element(By.CSS_SELECTOR, "tr[data-key='triage/check']")
+    assert row.find_element(By.CSS_SELECTOR, ".status").text == "idle"
+    # the timeline strip: one coloured cell per recent run, oldest first
+    cells = row.find_elements(By.CSS_SELECTOR, ".timeline .run")
+    outcomes = [c.get_attribute("class").split()[-1] for c in cells]
+    assert outcomes == [f"run-{s}" for s in ("success", "failed", "success", "success", "failed")]
+    colours = {c.value_of_css_property("background-color") for c in cells}
+    assert len(colours) == 2  # success and failure look different
+    assert "upstream returned 503" in cells[-1].get_attribute("title")
+    assert "upstream returned 503" in row.find_element(By.CSS_SELECTOR, ".error").text
+    assert row.find_element(By.CSS_SELECTOR, ".failures").text == "1"
+    ARTIFACTS.mkdir(exist_ok=True)
+
+    row.find_element(By.CSS_SELECTOR, "button[data-action='pause']").click()
+    wait.until(lambda _: row.find_element(By.CSS_SELECTOR, ".status").text == "paused")
+    assert "paused" in browser.find_element(By.ID, "message").text
+    assert scheduler.store.get_schedule_state("triage", "check").status == "paused"
+    resume = row.find_element(By.CSS_SELECTOR, "button[data-action='resume']")
+    assert resume.is_displayed()
+    assert not row.find_element(By.CSS_SELECTOR, "button[data-action='pause']").is_displayed()
+    browser.save_screenshot(str(ARTIFACTS / "status-page.png"))
+
+    browser.refresh()  # the server renders the paused state too
+    row = browser.find_element(By.CSS_SELECTOR, "tr[data-key='triage/check']")
+    assert row.find_element(By.CSS_SELECTOR, ".status").text == "paused"
+    row.find_element(By.CSS_SELECTOR, "button[data-action='resume']").click()
+    wait.until(lambda _: row.find_element(By.CSS_SELECTOR, ".status").text == "idle")
+    assert scheduler.store.get_schedule_state("triage", "check").status == "idle"
+
+    before = len(scheduler.history("triage", "check", limit=50))
+    row.find_element(By.CSS_SELECTOR, "button[data-action='run']").click()
+    wait.until(lambda _: "started" in browser.find_element(By.ID, "message").text)
+    assert scheduler.wait_until_idle(10)
+    assert len(scheduler.history("triage", "check", limit=50)) == before + 1
+    assert (ARTIFACTS / "status-page.png").stat().st_size > 0
+
+
+def test_status_page_shows_api_errors(
+    browser: Any, base_url: str, scheduler: ThreadedScheduler
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(base_url)
+    scheduler.remove_schedule("triage", "report")  # gone after the page was rendered
+    row = browser.find_element(By.CSS_SELECTOR, "tr[data-key='triage/report']")
+    row.find_element(By.CSS_SELECTOR, "button[data-action='pause']").click()
+    message = browser.find_element(By.ID, "message")
+    WebDriverWait(browser, 10).until(lambda _: "not found" in message.text)
+    assert message.get_attribute("class") == "bad"
