@@ -9,9 +9,10 @@ Two kinds of writes, with two durability promises:
   scheduler calls no later than :meth:`StateStore.flush_deadline` and always at ``stop()``.
   This group commit is what lets 10,000 schedules run without rewriting the file per transition.
 
-A transition never overwrites a user-intent status written by another process: when the stored
-``status`` changed under us since we last read it and is now ``paused``, ``disabled`` or
-``completed``, the transition's ``status`` is dropped (its other fields still apply).
+A transition never takes a schedule out of a user-intent status: when the stored ``status`` is
+``paused``, ``disabled`` or ``completed`` (set here or by another process), a transition's
+``status`` other than those is dropped; its other fields still apply. Only
+:meth:`StateStore.update_schedule_state` (resume) leaves those statuses.
 
 Stores never start threads and never know about the scheduler; they only guard their own data
 with locks.
@@ -74,7 +75,11 @@ class StateStore(Protocol):
         """Monotonic time by which :meth:`flush` should run, ``None`` when nothing is pending."""
 
     def refresh(self) -> bool:
-        """Re-read if another process changed the data; returns whether anything changed."""
+        """Re-read if another process changed the data; returns whether anything changed.
+
+        Also true when a change by another process was adopted since the previous call by any
+        other read or write of this store, so a poller never misses one.
+        """
 
     # -- run history ----------------------------------------------------------------------
     def append_run(self, record: RunRecord) -> None:
