@@ -66,3 +66,15 @@ def test_a_user_intent_write_that_fails_applies_in_memory_and_says_so() -> None:
         step(sched, clock, "5m")
         assert len(job.calls) == 1  # paused in this process all the same
         assert sched.get_status().schedules[0].status is Status.PAUSED
+
+
+def test_memory_store_transitions_never_leave_a_user_intent_status() -> None:
+    store = MemoryStateStore()
+    store.update_schedule_state("a", "s", status="paused")
+    store.record_transition("a", "s", status="idle", last_error="x")
+    assert store.get_schedule_state("a", "s").status is Status.PAUSED
+    assert store.get_schedule_state("a", "s").last_error == "x"
+    store.record_transition("a", "s", status="disabled")
+    assert store.get_schedule_state("a", "s").status is Status.DISABLED
+    store.update_schedule_state("a", "s", status="idle")
+    assert store.get_schedule_state("a", "s").status is Status.IDLE

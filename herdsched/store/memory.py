@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from herdsched.models import RunRecord, ScheduleState
-from herdsched.store.base import TriggerRequest
+from herdsched.store.base import USER_INTENT_STATUSES, TriggerRequest
 
 __all__ = ["MemoryStateStore"]
 
@@ -53,7 +53,17 @@ class MemoryStateStore:
             self._states.setdefault(agent, {})[schedule] = updated
             return updated
 
-    record_transition = update_schedule_state
+    def record_transition(self, agent: str, schedule: str, **changes: Any) -> ScheduleState:
+        """Like :meth:`update_schedule_state`, but never leaves a user-intent status."""
+        current = self.get_schedule_state(agent, schedule)
+        status = changes.get("status")
+        if (
+            status is not None
+            and current.status in USER_INTENT_STATUSES
+            and status not in USER_INTENT_STATUSES
+        ):
+            del changes["status"]
+        return self.update_schedule_state(agent, schedule, **changes)
 
     def remove_schedule_state(self, agent: str, schedule: str) -> None:
         with self._lock:
