@@ -1587,6 +1587,7 @@ class ThreadedScheduler:
     def _refresh_from_store(self) -> None:
         try:
             if self.store.refresh():
+                self._sync_external_definitions()  # schedules created or removed elsewhere
                 with self._lock:
                     for entry in self._entries.values():
                         entry.state = self.store.get_schedule_state(entry.agent, entry.name)

@@ -1,0 +1,227 @@
+"""The REST API served by a scheduler that is not the active one (another web worker).
+
+Two schedulers share one state directory, as two gunicorn workers do: ``leader`` holds the
+leader lock, ``standby`` serves requests. Writes through the standby go through the state store
+and the leader acts on them; "run now" is executed by the leader, never by the request thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo
+from herdsched.api import RestApi
+from herdsched.testing import FakeClock
+
+pytestmark = pytest.mark.slow  # real threads and real time (poll interval 0.1 s)
+
+Pair = tuple[ThreadedScheduler, ThreadedScheduler, "Recorder"]
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str | None, str]] = []  # schedule, prompt, thread name
+        self.gate = threading.Event()
+        self.gate.set()
+        self.started = threading.Event()
+
+    def job(self, info: TriggerInfo) -> str:
+        self.calls.append((info.schedule, info.prompt, threading.current_thread().name))
+        self.started.set()
+        self.gate.wait(10)
+        return "ok"
+
+
+def build(state_dir: Path, recorder: Recorder) -> ThreadedScheduler:
+    sched = ThreadedScheduler(
+        state_dir=state_dir, max_sleep=0.3, poll_interval=0.1, commit_delay=0.05
+    )
+    far = "2099-01-01T00:00:00Z"
+    sched.add_agent(
+        Agent(
+            "triage",
+            job=recorder.job,
+            schedules={"check": Schedule.interval("1h", prompt="Check", start_at=far)},
+        )
+    )
+    return sched
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 5.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError("condition not reached in time")
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[Pair]:
+    recorder = Recorder()
+    leader = build(tmp_path, recorder)
+    standby = build(tmp_path, recorder)
+    leader.start()
+    standby.start()
+    try:
+        assert leader.status == "running"
+        assert standby.status == "standby"
+        yield leader, standby, recorder
+    finally:
+        recorder.gate.set()
+        standby.stop(timeout=10)
+        leader.stop(timeout=10)
+
+
+def call(
+    sched: ThreadedScheduler, method: str, path: str, body: Any = None
+) -> tuple[int, dict[str, Any]]:
+    raw = json.dumps(body).encode() if body is not None else b""
+    return RestApi(sched).handle(method, path, body=raw, content_type="application/json")
+
+
+def field_when(
+    sched: ThreadedScheduler, path: str, field: str, expected: Any = None
+) -> dict[str, Any]:
+    """The schedule JSON once ``field`` is set (or equals ``expected``)."""
+
+    def ready() -> dict[str, Any] | None:
+        status, body = call(sched, "GET", path)
+        if status != 200:
+            return None
+        value = body.get(field)
+        return body if (value == expected if expected is not None else value) else None
+
+    result: dict[str, Any] = wait_for(ready)
+    return result
+
+
+def test_standby_reports_that_it_is_not_the_leader(pair: Pair) -> None:
+    _, standby, _ = pair
+    status, body = call(standby, "GET", "/api/status")
+    assert status == 200
+    assert body["status"] == "standby"
+    assert body["is_leader"] is False
+    assert body["leader"]["pid"] == os.getpid()
+
+
+def test_run_now_through_a_standby_is_queued_and_run_by_the_leader(pair: Pair) -> None:
+    leader, standby, recorder = pair
+    status, body = call(standby, "POST", "/api/schedule/triage/check/run", {"prompt": "via"})
+    assert status == 202, body
+    assert body["queued"] is True
+    wait_for(lambda: recorder.calls)
+    leader.wait_until_idle(5)
+    ((schedule, prompt, thread),) = recorder.calls
+    assert (schedule, prompt) == ("check", "via")
+    assert thread.startswith("herdsched-triage")  # a worker of the leader's pool
+    runs = wait_for(lambda: call(standby, "GET", "/api/schedule/triage/check/history")[1]["runs"])
+    assert runs[0]["status"] == "success"
+
+
+def test_run_through_a_standby_while_running_is_409(pair: Pair) -> None:
+    leader, standby, recorder = pair
+    recorder.gate.clear()
+    assert leader.trigger("triage", "check").success
+    assert recorder.started.wait(5)
+    leader.store.flush()  # the run's claim is on disk for the other process
+
+    def refused() -> dict[str, Any] | None:
+        status, body = call(standby, "POST", "/api/schedule/triage/check/run", {})
+        return body if status == 409 else None
+
+    body = wait_for(refused)
+    assert body["details"][0]["message"] == "already_running"
+
+
+def test_pause_through_a_standby_stops_the_leader_firing(pair: Pair) -> None:
+    leader, standby, _ = pair
+    status, body = call(standby, "PATCH", "/api/schedule/triage/check", {"enabled": False})
+    assert status == 200
+    assert body["status"] == "paused"
+    field_when(leader, "/api/schedule/triage/check", "status", "paused")
+    status, body = call(standby, "PATCH", "/api/schedule/triage/check", {"enabled": True})
+    assert body["status"] == "idle"
+    field_when(leader, "/api/schedule/triage/check", "status", "idle")
+
+
+def test_pause_lands_while_the_leader_has_unflushed_transitions(tmp_path: Path) -> None:
+    """The leader's group commit may merge the other process's write before its next poll;
+    the poll must still see the change."""
+    recorder = Recorder()
+    clock = FakeClock(datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc))
+    leader = ThreadedScheduler(state_dir=tmp_path, clock=clock, poll_interval=1.0)
+    leader.add_agent(
+        Agent("triage", job=recorder.job, schedules={"check": Schedule.cron("0 9 * * *")})
+    )
+    standby = build(tmp_path, recorder)
+    leader.start()
+    standby.start()
+    try:
+        leader.store.record_transition("triage", "check", last_error=None)  # pending
+        status, _ = call(standby, "PATCH", "/api/schedule/triage/check", {"enabled": False})
+        assert status == 200
+        leader.store.flush()  # the timer's group commit, before its next poll
+        clock.advance("2s")
+        leader.run_pending()  # polls other processes
+        assert call(leader, "GET", "/api/schedule/triage/check")[1]["status"] == "paused"
+    finally:
+        standby.stop(timeout=10)
+        leader.stop(timeout=10)
+
+
+def test_schedule_created_through_a_standby_is_planned_and_run_by_the_leader(
+    pair: Pair,
+) -> None:
+    leader, standby, recorder = pair
+    status, body = call(
+        standby, "PUT", "/api/schedule/triage/soon", {"interval": "1h", "prompt": "new"}
+    )
+    assert status == 201, body
+    assert body["next_run_at"] is not None  # previewed by the standby
+    wait_for(lambda: recorder.calls)  # an interval with no history is due at once
+    assert recorder.calls[0][:2] == ("soon", "new")
+    leader.wait_until_idle(5)
+    body = field_when(standby, "/api/schedule/triage/soon", "last_result")
+    assert body["last_result"] == "success"
+
+
+def test_schedule_created_through_the_leader_is_served_by_a_standby(pair: Pair) -> None:
+    leader, standby, _ = pair
+    status, _ = call(leader, "PUT", "/api/schedule/triage/later", {"cron": "0 9 * * *"})
+    assert status == 201
+    body = field_when(standby, "/api/schedule/triage/later", "next_run_at")
+    assert body["cron"] == "0 9 * * *"
+    status, _ = call(leader, "DELETE", "/api/schedule/triage/later")
+    assert status == 200
+    wait_for(lambda: call(standby, "GET", "/api/schedule/triage/later")[0] == 404)
+
+
+def test_a_stopped_web_process_queues_runs_for_the_scheduler_process(tmp_path: Path) -> None:
+    recorder = Recorder()
+    runner = build(tmp_path, recorder)  # the scheduler's own process (manage.py herdsched)
+    web = build(tmp_path, recorder)  # a web process that never starts its scheduler
+    runner.start()
+    try:
+        status, body = call(web, "POST", "/api/schedule/triage/check/run", {"prompt": "web"})
+        assert status == 202, body
+        assert body["queued"] is True
+        wait_for(lambda: recorder.calls)
+        assert recorder.calls[0][:2] == ("check", "web")
+        runner.wait_until_idle(5)
+        runner.store.flush()
+        body = field_when(web, "/api/schedule/triage/check", "last_result")
+        assert body["last_result"] == "success"
+        assert call(web, "GET", "/api/status")[1]["status"] == "stopped"
+    finally:
+        runner.stop(timeout=10)
