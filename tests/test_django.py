@@ -22,7 +22,7 @@ if not settings.configured:
         SECRET_KEY="herdsched-tests",
         ALLOWED_HOSTS=["testserver", "127.0.0.1", "localhost"],
         INSTALLED_APPS=["herdsched.contrib.django"],
-        ROOT_URLCONF=__name__,
+        ROOT_URLCONF="apps.django_urls",  # tests/apps/django_urls.py, shown in the docs
         MIDDLEWARE=[],
         USE_TZ=True,
         HERDSCHED={"AUTOSTART": False, "STATE_DIR": None},
@@ -32,15 +32,12 @@ if not settings.configured:
 from django.apps import apps  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.test import Client, override_settings  # noqa: E402
-from django.urls import include, path  # noqa: E402
 
 from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo  # noqa: E402
 from herdsched.api import ADMIN  # noqa: E402
 from herdsched.contrib import django as integration  # noqa: E402
 from herdsched.errors import SchedulerError  # noqa: E402
 from herdsched.testing import FakeClock  # noqa: E402
-
-urlpatterns = [path("herdsched/", include("herdsched.contrib.django.urls"))]
 
 START = datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc)
 LATER = START + timedelta(hours=1)
@@ -388,3 +385,27 @@ def test_with_db_connections_closes_stale_connections(monkeypatch: pytest.Monkey
     finally:
         scheduler.stop()
     assert closed == ["close", "job", "close"]
+
+
+def test_fleet_jobs_get_database_connection_handling(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import django.db
+
+    closed: list[int] = []
+    monkeypatch.setattr(django.db, "close_old_connections", lambda: closed.append(1))
+    fleet = Path(__file__).parent / "apps" / "fleet.yaml"
+    with override_settings(HERDSCHED={"FLEET_FILE": str(fleet), "STATE_DIR": str(tmp_path)}):
+        scheduler = integration.get_scheduler()
+    assert str(scheduler.timezone) == "Europe/Berlin"  # from the fleet file
+    scheduler.start()
+    try:
+        result = scheduler.trigger(  # "refresh" may be running: it is due at once
+            "reports", "daily", prompt="Now.", wait=True, bypass_concurrency=True
+        )
+        assert result.success, result
+    finally:
+        scheduler.stop(timeout=10)
+    (run,) = scheduler.history("reports", "daily")
+    assert run.output_summary == "Now. (no Flask app)"
+    assert len(closed) >= 2  # before and after the run

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -356,3 +357,41 @@ def test_with_app_context_gives_jobs_the_app(sched: ThreadedScheduler) -> None:
     assert sched.trigger("ctx", "s", wait=True).success
     assert seen == ["hello from config"]
     assert job.__name__ == "job"
+
+
+# --------------------------------------------------------------------- the docs' factory
+
+
+def test_docs_factory_example(tmp_path: Path) -> None:
+    from apps.flask_factory import create_app  # tests/apps/flask_factory.py
+
+    app = create_app(HERDSCHED_STATE_DIR=str(tmp_path))
+    scheduler = get_scheduler(app)
+    client = app.test_client()
+    try:
+        assert scheduler.is_leader
+        assert str(scheduler.timezone) == "Europe/Berlin"
+        error_of(client.get(f"{API}/schedule"), 401)
+        ann = {"Authorization": "Bearer user-ann"}
+        admin = {"Authorization": "Bearer admin-token"}
+        assert client.get(f"{API}/schedule", headers=ann).get_json()["total"] == 0
+        listed = client.get(f"{API}/schedule", headers=admin).get_json()["schedules"]
+        assert [s["name"] for s in listed] == ["daily", "refresh"]
+        response = client.put(f"{API}/schedule/reports/mine", json={"interval": "1h"}, headers=ann)
+        assert response.status_code == 201
+        assert response.get_json()["owner"] == "ann"
+        deadline = time.monotonic() + 10
+        while True:  # 409 while "refresh" or "mine" run: both are due at once (no history)
+            response = client.post(
+                f"{API}/schedule/reports/daily/run", json={"prompt": "Now."}, headers=admin
+            )
+            if response.status_code != 409 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert response.status_code == 202
+        assert scheduler.wait_until_idle(10)
+        (run,) = scheduler.history("reports", "daily")  # the run we asked for
+        assert run.status == "success"
+        assert run.output_summary == "Now. (Flask app apps.flask_factory)"  # in app context
+    finally:
+        scheduler.stop(timeout=10)

@@ -7,6 +7,7 @@ daemons, and ``stop()`` from a cell returns promptly (each cell has a timeout).
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -19,34 +20,19 @@ pytest.importorskip("ipykernel")
 
 pytestmark = pytest.mark.slow
 
-SETUP = """\
-import threading, time
-from herdsched import Agent, Schedule, ThreadedScheduler
-
-STATE_DIR = {state_dir!r}
-fired = []
-
-def tick(info):
-    fired.append(time.monotonic())
-    return "tick"
-"""
-
-CONSTRUCTOR = """\
-sched = ThreadedScheduler(state_dir=STATE_DIR, max_sleep=0.5)
-sched.add_agent(Agent("nb", job=tick, schedules={"tick": Schedule.interval("1s")}))
-sched.start()
-globals().setdefault("made", []).append(sched)
-sched.status
-"""
+CELL = (Path(__file__).parent / "apps" / "notebook_cell.py").read_text()  # in the docs too
 
 WATCH = """\
+import gc, json, threading, time
 time.sleep(3.5)
-gaps = [round(b - a, 3) for a, b in zip(fired, fired[1:])]
-timer_threads = [t for t in threading.enumerate() if t.name == "herdsched-timer"]
-print(json.dumps({"runs": len(fired), "gaps": gaps,
-                  "timers": len(timer_threads),
-                  "daemons": all(t.daemon for t in timer_threads),
-                  "statuses": [s.status for s in made]}))
+made = sorted((o for o in gc.get_objects() if isinstance(o, ThreadedScheduler)),
+              key=lambda s: s.status)
+leader = next(s for s in made if s.is_leader)
+runs = [{"slot": r.scheduled_for.isoformat(), "start": r.started_at.timestamp(),
+         "end": r.finished_at.timestamp()} for r in leader.history("nb", "tick", limit=50)]
+timers = [t for t in threading.enumerate() if t.name == "herdsched-timer"]
+print(json.dumps({"runs": runs, "statuses": [s.status for s in made],
+                  "timers": len(timers), "daemons": all(t.daemon for t in timers)}))
 """
 
 STOP = """\
@@ -78,11 +64,9 @@ def test_notebook_reruns_stand_by_render_and_stop(tmp_path: Path) -> None:
 
     notebook = new_notebook(
         cells=[
-            new_code_cell("import json\n" + SETUP.format(state_dir=str(tmp_path / "state"))),
-            new_code_cell(CONSTRUCTOR),
-            new_code_cell(CONSTRUCTOR),  # the same cell run again
+            new_code_cell(CELL),
+            new_code_cell(CELL),  # the same cell run again
             new_code_cell(WATCH),
-            new_code_cell("made[0]"),
             new_code_cell("sched"),
             new_code_cell(STOP),
         ]
@@ -92,28 +76,30 @@ def test_notebook_reruns_stand_by_render_and_stop(tmp_path: Path) -> None:
     )
     client.execute()
     cells = notebook.cells
+    assert (tmp_path / ".herdsched" / "state.yaml").exists()  # the kernel ran in tmp_path
 
-    _, _, first = outputs_of(cells[1])
-    assert first["text/plain"] == "'running'"
-    _, stderr, second = outputs_of(cells[2])
-    assert second["text/plain"] == "'standby'"
+    _, _, first = outputs_of(cells[0])
+    assert "herdsched-status" in first["text/html"]
+    assert "<b>herdsched</b>: running" in first["text/html"]
+    assert "<td>nb</td><td>tick</td>" in first["text/html"]
+    _, stderr, second = outputs_of(cells[1])
+    assert "<b>herdsched</b>: standby" in second["text/html"]
+    assert "leader pid" in second["text/html"]
     assert "standing by" in stderr  # the second scheduler says so
 
-    stdout, _, _ = outputs_of(cells[3])
+    stdout, _, _ = outputs_of(cells[2])
     watched = json.loads(stdout)
     assert watched["statuses"] == ["running", "standby"]
-    assert 2 <= watched["runs"] <= 5  # one scheduler, every ~1 s for 3.5 s
-    assert all(gap >= 0.9 for gap in watched["gaps"]), watched  # never fired twice at once
+    runs = sorted(watched["runs"], key=lambda r: r["start"])
+    assert 2 <= len(runs) <= 5  # one scheduler, every ~1 s for 3.5 s
+    assert len({r["slot"] for r in runs}) == len(runs)  # never a slot twice
+    for before, after in itertools.pairwise(runs):
+        assert after["start"] >= before["end"]
     assert watched["timers"] == 2
     assert watched["daemons"] is True
 
-    _, _, active_view = outputs_of(cells[4])
-    assert "herdsched-status" in active_view["text/html"]
-    assert "running" in active_view["text/html"]
-    assert "<td>nb</td><td>tick</td>" in active_view["text/html"]
-    _, _, standby_view = outputs_of(cells[5])
-    assert "standby" in standby_view["text/html"]
-    assert "leader pid" in standby_view["text/html"]
+    _, _, later = outputs_of(cells[3])
+    assert "<b>herdsched</b>: standby" in later["text/html"]
 
-    stdout, _, _ = outputs_of(cells[6])
+    stdout, _, _ = outputs_of(cells[4])
     assert json.loads(stdout) == ["stopped", "stopped"]

@@ -24,11 +24,14 @@ import os
 import sys
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import attrs
+
 from herdsched.errors import SchedulerError
+from herdsched.models import Agent, JobFunc
 from herdsched.scheduler import ThreadedScheduler
 
 __all__ = [
@@ -38,6 +41,7 @@ __all__ = [
     "check_server",
     "import_object",
     "scheduler_from_settings",
+    "wrap_jobs",
 ]
 
 _log = logging.getLogger("herdsched")
@@ -284,15 +288,29 @@ if hasattr(os, "register_at_fork"):
 atexit.register(_at_exit)
 
 
+def wrap_jobs(agent: Agent, wrap: Callable[[JobFunc], JobFunc]) -> Agent:
+    """``agent`` with ``wrap`` applied to its job and to every schedule's own job."""
+    schedules = {
+        name: schedule.with_changes(job=wrap(schedule.job)) if schedule.job else schedule
+        for name, schedule in agent.schedules.items()
+    }
+    job = wrap(agent.job) if agent.job is not None else None
+    return attrs.evolve(agent, job=job, schedules=schedules)
+
+
 def scheduler_from_settings(
-    settings: Mapping[str, Any], *, source: str = "settings"
+    settings: Mapping[str, Any],
+    *,
+    source: str = "settings",
+    wrap_job: Callable[[JobFunc], JobFunc] | None = None,
 ) -> ThreadedScheduler:
     """A scheduler built from integration settings (keys of :data:`SETTINGS_KEYS`).
 
     ``source`` names where the settings came from in error messages (``"app.config"``,
     ``"settings.HERDSCHED"``). Unknown keys are refused by name, so a typo cannot silently
-    fall back to a default. With ``FLEET_FILE`` the fleet's agents are registered; otherwise
-    the scheduler starts empty and the application adds agents.
+    fall back to a default. With ``FLEET_FILE`` the fleet's agents are registered, their jobs
+    passed through ``wrap_job`` (the integrations give jobs their framework's context);
+    otherwise the scheduler starts empty and the application adds agents.
     """
     unknown = sorted(set(settings) - set(SETTINGS_KEYS))
     if unknown:
@@ -325,6 +343,8 @@ def scheduler_from_settings(
         from herdsched.config import load_fleet
 
         fleet = load_fleet(Path(fleet_file))
+        if wrap_job is not None:
+            fleet = attrs.evolve(fleet, agents=[wrap_jobs(a, wrap_job) for a in fleet.agents])
         return fleet.create_scheduler(state_dir=Path(state_dir) if state_dir else None, **overrides)
     return ThreadedScheduler(state_dir=Path(state_dir) if state_dir else ".herdsched", **overrides)
 

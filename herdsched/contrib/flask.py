@@ -15,8 +15,9 @@ Keys read from ``app.config`` when no scheduler is given: ``HERDSCHED_STATE_DIR`
 true) and ``HERDSCHED_AUTH`` (used when ``auth`` is not given). Under a multi-worker server every
 worker runs a scheduler and the leader lock makes one active (see :mod:`herdsched.contrib`).
 
-Jobs run on the scheduler's threads, outside any request or application context. Wrap a job that
-uses ``current_app``, Flask-SQLAlchemy sessions or similar with :func:`with_app_context`.
+Jobs run on the scheduler's threads, outside any request. The jobs of a fleet file named by
+``HERDSCHED_FLEET_FILE`` run inside ``app.app_context()``; wrap the jobs of a scheduler you build
+yourself with :func:`with_app_context` when they use ``current_app``, Flask-SQLAlchemy and such.
 """
 
 from __future__ import annotations
@@ -84,7 +85,9 @@ def init_app(
     configured_auth = settings.pop("AUTH", None)
     auth = auth if auth is not None else configured_auth
     if scheduler is None:
-        scheduler = scheduler_from_settings(settings, source="app.config")
+        scheduler = scheduler_from_settings(
+            settings, source="app.config", wrap_job=with_app_context(app)
+        )
     elif settings:
         ignored = ", ".join(_CONFIG_PREFIX + key for key in sorted(settings))
         _log.warning("%s ignored: init_app() was given a scheduler", ignored)

@@ -19,8 +19,9 @@ serves requests (a WSGI/ASGI server, or the child of ``runserver``'s autoreloade
 the autoreloader's watcher process nor in other management commands. ``manage.py herdsched``
 runs it in a process of its own instead (set ``"AUTOSTART": False`` for the web processes).
 
-Jobs run on the scheduler's threads: a job using the ORM should be wrapped with
-:func:`with_db_connections` so stale connections are closed like Django does per request.
+Jobs run on the scheduler's threads: the jobs of ``FLEET_FILE`` are wrapped with
+:func:`with_db_connections`, which closes stale database connections around each run as Django
+does around each request; wrap the jobs of a scheduler you build yourself the same way.
 """
 
 from __future__ import annotations
@@ -81,7 +82,9 @@ def get_embedded() -> EmbeddedScheduler:
             settings = _settings()
             for key in ("AUTOSTART", "AUTH"):
                 settings.pop(key, None)
-            scheduler = scheduler_from_settings(settings, source="settings.HERDSCHED")
+            scheduler = scheduler_from_settings(
+                settings, source="settings.HERDSCHED", wrap_job=with_db_connections
+            )
             _process.embedded = EmbeddedScheduler(scheduler)
             _process.api = RestApi(scheduler)
         return _process.embedded
