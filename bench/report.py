@@ -1,0 +1,345 @@
+"""Turns raw results into the printed tables: medians per row, ratios, and the issue's targets.
+
+Every figure in a row is the median over that row's runs. Ratios are herdsched / peer of those
+medians; for times, CPU and memory a ratio below 1 means herdsched is ahead, for throughput a
+ratio above 1 does.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bench.config import SCENARIOS, VARIANTS
+
+__all__ = ["Target", "aggregate", "evaluate_targets", "render", "row_label"]
+
+Results = dict[str, dict[str, list[dict[str, Any]]]]
+Row = dict[str, Any]
+
+#: scenario → columns (field, header, format)
+COLUMNS: dict[str, list[tuple[str, str, str]]] = {
+    "lateness": [
+        ("runs_of_expected", "runs / expected", "text"),
+        ("p50_ms", "p50 ms", "ms"),
+        ("p99_ms", "p99 ms", "ms"),
+        ("max_ms", "max ms", "ms"),
+        ("cpu_s", "CPU s", "s"),
+        ("wakeups", "wakeups", "int"),
+    ],
+    "burst": [
+        ("jobs", "jobs", "int"),
+        ("ran_s", "all ran s", "s"),
+        ("durable_s", "durable s", "s"),
+        ("done_s", "done s", "s"),
+        ("cpu_s", "CPU s", "s"),
+        ("wakeups", "wakeups", "int"),
+    ],
+    "idle": [
+        ("seconds", "window s", "s1"),
+        ("wakeups", "wakeups", "int"),
+        ("wakeups_per_min", "wakeups/min", "f1"),
+        ("cpu_s", "CPU s", "s"),
+        ("cpu_pct", "CPU % of a core", "f3"),
+    ],
+    "cold": [
+        ("persisted", "from disk", "text"),
+        ("register_s", "build s", "s"),
+        ("start_to_first_s", "start() → 1st job s", "s"),
+        ("total_s", "total s", "s"),
+        ("rss_per_schedule_b", "RSS B/schedule", "int"),
+        ("rss_mb", "RSS MB", "f1"),
+    ],
+    "state": [
+        ("processes", "processes", "int"),
+        ("updates_per_s", "durable updates/s", "f1"),
+        ("errors", "errors", "int"),
+        ("state_bytes", "store bytes", "int"),
+    ],
+}
+
+#: scenario → (field, herdsched row, peer row, better when) for the ratio table
+RATIOS: dict[str, list[tuple[str, str, str, str]]] = {
+    "lateness": [
+        ("p99_ms", "herdsched-yaml", "aps-mem", "lower"),
+        ("p99_ms", "herdsched-yaml", "aps-sqlite", "lower"),
+        ("p99_ms", "herdsched-mem", "aps-mem", "lower"),
+        ("p99_ms", "herdsched-mem", "schedule", "lower"),
+        ("p50_ms", "herdsched-yaml", "aps-mem", "lower"),
+        ("p50_ms", "herdsched-mem", "aps-mem", "lower"),
+        ("cpu_s", "herdsched-yaml", "aps-sqlite", "lower"),
+        ("cpu_s", "herdsched-mem", "aps-mem", "lower"),
+    ],
+    "burst": [
+        ("done_s", "herdsched-yaml", "aps-sqlite", "lower"),
+        ("done_s", "herdsched-yaml", "aps-mem", "lower"),
+        ("done_s", "herdsched-mem", "aps-mem", "lower"),
+        ("done_s", "herdsched-mem", "schedule", "lower"),
+    ],
+    "idle": [
+        ("cpu_s", "herdsched-mem", "aps-mem", "lower"),
+        ("cpu_s", "herdsched-mem-nopoll", "aps-mem", "lower"),
+        ("cpu_s", "herdsched-yaml", "aps-sqlite", "lower"),
+        ("cpu_s", "herdsched-yaml-nopoll", "aps-sqlite", "lower"),
+        ("cpu_s", "herdsched-mem-nopoll", "schedule", "lower"),
+        ("wakeups", "herdsched-mem", "aps-mem", "lower"),
+        ("wakeups", "herdsched-mem-nopoll", "aps-mem", "lower"),
+    ],
+    "cold": [
+        ("total_s", "herdsched-yaml", "aps-sqlite", "lower"),
+        ("total_s", "herdsched-mem", "aps-mem", "lower"),
+        ("total_s", "herdsched-mem", "schedule", "lower"),
+        ("rss_per_schedule_b", "herdsched-yaml", "aps-sqlite", "lower"),
+        ("rss_per_schedule_b", "herdsched-mem", "aps-mem", "lower"),
+        ("rss_per_schedule_b", "herdsched-mem", "schedule", "lower"),
+    ],
+    "state": [
+        ("updates_per_s", "herdsched-yaml|1", "aps-sqlite|1", "higher"),
+        ("updates_per_s", "herdsched-yaml|4", "aps-sqlite|4", "higher"),
+    ],
+}
+
+IDLE_CPU_NEAR_ZERO_PCT = 0.1  # "CPU near zero": at most 0.1 % of one core while idle
+
+
+def row_label(key: str) -> str:
+    variant_key, _, processes = key.partition("|")
+    variant = VARIANTS.get(variant_key)
+    label = variant.label if variant else variant_key
+    return f"{label}, {processes} process{'es' if processes != '1' else ''}" if processes else label
+
+
+def _median(values: list[Any]) -> Any:
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    if all(isinstance(v, bool) for v in present):
+        return all(present)
+    if all(isinstance(v, (int, float)) for v in present):
+        return statistics.median(present)
+    return present[0]
+
+
+def aggregate(runs: list[dict[str, Any]]) -> Row:
+    """The median of every figure over the successful runs (plus derived figures)."""
+    good = [r for r in runs if r.get("ok")]
+    row: Row = {"runs_ok": len(good), "runs_total": len(runs)}
+    if not good:
+        row["error"] = next((r.get("error") for r in runs if r.get("error")), "no runs")
+        return row
+    fields = {k for r in good for k in r if k not in ("quantiles_ms", "error")}
+    for name in fields:
+        row[name] = _median([r.get(name) for r in good])
+    if "expected_runs" in row:
+        row["runs_of_expected"] = f"{int(row['runs'])} / {int(row['expected_runs'])}"
+        with_p99 = sorted(good, key=lambda r: r.get("p99_ms") or 0.0)
+        row["quantiles_ms"] = with_p99[len(with_p99) // 2].get("quantiles_ms", [])
+    if "seconds" in row and "cpu_s" in row and row.get("seconds"):
+        row["cpu_pct"] = 100.0 * row["cpu_s"] / row["seconds"]
+        row["wakeups_per_min"] = 60.0 * row["wakeups"] / row["seconds"]
+    if "rss_per_schedule_b" in row:
+        row["persisted"] = "yes" if row.get("state_bytes") is not None else "no (built in code)"
+    return row
+
+
+def _fmt(value: Any, kind: str) -> str:
+    if value is None:
+        return "—"
+    if kind == "text":
+        return str(value)
+    if kind == "int":
+        return f"{round(value):,}"
+    if kind == "ms":
+        return f"{value:,.1f}" if value >= 10 else f"{value:.2f}"
+    if kind == "s":
+        return f"{value:.3f}" if value < 10 else f"{value:,.1f}"
+    if kind == "s1":
+        return f"{value:.1f}"
+    if kind == "f1":
+        return f"{value:,.1f}"
+    if kind == "f3":
+        return f"{value:.3f}"
+    raise ValueError(f"unknown format {kind!r}")
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |"]
+    lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    lines.extend(
+        "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows
+    )
+    return lines
+
+
+def _ratio(herd: Any, peer: Any) -> float | None:
+    if not isinstance(herd, (int, float)) or not isinstance(peer, (int, float)):
+        return None
+    if peer == 0:
+        return None if herd == 0 else math.inf
+    return float(herd) / float(peer)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One of the issue's targets, evaluated on the medians."""
+
+    name: str
+    met: bool | None  # None: a figure is missing
+    detail: str
+
+
+def _get(rows: dict[str, dict[str, Row]], scenario: str, key: str, field: str) -> Any:
+    value = rows.get(scenario, {}).get(key, {}).get(field)
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def evaluate_targets(rows: dict[str, dict[str, Row]]) -> list[Target]:
+    """The targets of the issue (herdsched with its YAML store unless said otherwise)."""
+    targets: list[Target] = []
+
+    def add(name: str, figures: list[Any], test: Callable[..., bool], text: str) -> None:
+        if any(f is None for f in figures):
+            targets.append(Target(name, None, "not measured in this run"))
+        else:
+            targets.append(Target(name, test(*figures), text.format(*figures)))
+
+    add(
+        "lateness p99 (YAML store) <= APScheduler memory p99",
+        [
+            _get(rows, "lateness", "herdsched-yaml", "p99_ms"),
+            _get(rows, "lateness", "aps-mem", "p99_ms"),
+        ],
+        lambda h, p: h <= p,
+        "{0:.1f} ms vs {1:.1f} ms",
+    )
+    add(
+        "burst >= 3x faster than APScheduler + SQLite (both durable)",
+        [
+            _get(rows, "burst", "herdsched-yaml", "done_s"),
+            _get(rows, "burst", "aps-sqlite", "done_s"),
+        ],
+        lambda h, p: p >= 3 * h,
+        "{0:.3f} s vs {1:.3f} s",
+    )
+    add(
+        "burst (YAML store) within 1.5x of APScheduler memory",
+        [_get(rows, "burst", "herdsched-yaml", "done_s"), _get(rows, "burst", "aps-mem", "done_s")],
+        lambda h, p: h <= 1.5 * p,
+        "{0:.3f} s vs {1:.3f} s",
+    )
+    add(
+        "burst (in memory) within 1.5x of APScheduler memory",
+        [_get(rows, "burst", "herdsched-mem", "done_s"), _get(rows, "burst", "aps-mem", "done_s")],
+        lambda h, p: h <= 1.5 * p,
+        "{0:.3f} s vs {1:.3f} s",
+    )
+    for key in ("herdsched-mem-nopoll", "herdsched-yaml-nopoll", "herdsched-mem", "herdsched-yaml"):
+        seconds = _get(rows, "idle", key, "seconds")
+        max_sleep = _get(rows, "idle", key, "max_sleep")
+        wakeups = _get(rows, "idle", key, "wakeups")
+        budget = None if seconds is None or max_sleep is None else math.ceil(seconds / max_sleep)
+        add(
+            f"idle wakeups <= one per max_sleep ({row_label(key)})",
+            [wakeups, budget],
+            lambda w, b: w <= b + 1,
+            "{0:.0f} wakeups, budget {1} (+1 for the window edge)",
+        )
+        add(
+            f"idle CPU near zero, <= {IDLE_CPU_NEAR_ZERO_PCT} % of a core ({row_label(key)})",
+            [_get(rows, "idle", key, "cpu_pct"), _get(rows, "idle", key, "cpu_s")],
+            lambda pct, s: pct <= IDLE_CPU_NEAR_ZERO_PCT,
+            "{0:.3f} % ({1:.3f} CPU s)",
+        )
+    add(
+        "cold start (YAML store, persisted schedules) < 1 s",
+        [_get(rows, "cold", "herdsched-yaml", "total_s")],
+        lambda t: t < 1.0,
+        "{0:.3f} s from constructing the scheduler to the first job",
+    )
+    for key in ("herdsched-yaml", "herdsched-mem"):
+        add(
+            f"memory <= 2 KB per schedule ({row_label(key)})",
+            [_get(rows, "cold", key, "rss_per_schedule_b")],
+            lambda b: b <= 2048,
+            "{0:,.0f} B per schedule (RSS delta)",
+        )
+    return targets
+
+
+def render(results: Results, meta: dict[str, Any]) -> str:
+    """The full text report: one table per scenario, the ratios, the targets."""
+    rows: dict[str, dict[str, Row]] = {
+        scenario: {key: aggregate(runs) for key, runs in by_key.items()}
+        for scenario, by_key in results.items()
+    }
+    out: list[str] = []
+    out.append(f"herdsched benchmark, {meta.get('scale', '?')} scale")
+    if meta.get("source"):
+        out.append(f"  source: {meta['source']}")
+    if meta.get("seconds") is not None:
+        out.append(f"  run time: {meta['seconds']} s, started {meta.get('started', '?')}")
+    for name, value in meta.get("machine", {}).items():
+        out.append(f"  {name}: {value}")
+    if meta.get("skipped"):
+        out.append("  not installed, skipped: " + ", ".join(meta["skipped"]))
+    for scenario, by_key in rows.items():
+        out.append("")
+        out.append(f"## {SCENARIOS[scenario][0]}")
+        out.append("")
+        headers = ["variant", *(h for _, h, _ in COLUMNS[scenario]), "runs"]
+        table: list[list[str]] = []
+        for key, row in by_key.items():
+            runs = f"{row['runs_ok']}/{row['runs_total']}"
+            if "error" in row:
+                failed = "FAILED: " + " ".join(str(row["error"]).split())[-160:]
+                table.append(
+                    [row_label(key), failed] + [""] * (len(COLUMNS[scenario]) - 1) + [runs]
+                )
+                continue
+            cells = [_fmt(row.get(field), kind) for field, _, kind in COLUMNS[scenario]]
+            table.append([row_label(key), *cells, runs])
+        out.extend(_table(headers, table))
+    ratio_rows: list[list[str]] = []
+    for scenario, pairs in RATIOS.items():
+        for field, herd, peer, better in pairs:
+            h = rows.get(scenario, {}).get(herd, {}).get(field)
+            p = rows.get(scenario, {}).get(peer, {}).get(field)
+            ratio = _ratio(h, p)
+            if ratio is None:
+                continue
+            ahead = ratio <= 1 if better == "lower" else ratio >= 1
+            ratio_rows.append(
+                [
+                    SCENARIOS[scenario][0].split(". ", 1)[-1],
+                    field,
+                    row_label(herd),
+                    row_label(peer),
+                    f"{ratio:.2f}x" if math.isfinite(ratio) else "∞ (peer 0)",
+                    "herdsched" if ahead else "peer",
+                ]
+            )
+    if ratio_rows:
+        out.append("")
+        out.append("## Ratios (herdsched / peer, medians)")
+        out.append("")
+        out.extend(
+            _table(["scenario", "figure", "herdsched", "peer", "ratio", "ahead"], ratio_rows)
+        )
+    targets = evaluate_targets(rows)
+    out.append("")
+    out.append("## Targets of the issue")
+    if meta.get("scale") != "full":
+        out.append("(quick scale: scenarios are scaled down; only --full speaks to the targets)")
+    out.append("")
+    verdicts = {True: "met", False: "MISSED", None: "n/a"}
+    out.extend(
+        _table(
+            ["target", "verdict", "figures"],
+            [[t.name, verdicts[t.met], t.detail] for t in targets],
+        )
+    )
+    return "\n".join(out) + "\n"
