@@ -274,22 +274,42 @@ def test_stop_cancels_a_deferred_start(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not sched.is_running()
 
 
-def test_uwsgi_master_never_starts_and_workers_start_at_once(
+def test_uwsgi_master_never_starts_and_its_workers_start_after_the_fork(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     worker = {"id": 0}
-    fake = SimpleNamespace(opt={b"enable-threads": True}, worker_id=lambda: worker["id"])
+    earlier: list[str] = []
+    fake = SimpleNamespace(
+        opt={b"enable-threads": True},
+        worker_id=lambda: worker["id"],
+        post_fork_hook=lambda: earlier.append("app's own hook"),
+    )
     monkeypatch.setitem(sys.modules, "uwsgi", fake)
     sched = ThreadedScheduler(state_dir=None)
     embedded = EmbeddedScheduler(sched, prefork_grace=0.01)
     try:
         embedded.start()
+        embedded.start()  # the hook is installed once
         embedded.mark_serving()
         time.sleep(0.1)
         assert not sched.is_running()  # the uwsgi master waits for its workers
-        worker["id"] = 2
+        worker["id"] = 2  # uwsgi forks a worker and calls its post-fork hook there
+        fake.post_fork_hook()
+        assert sched.is_running()
+        assert earlier == ["app's own hook"]
+    finally:
+        embedded.stop()
+
+
+def test_uwsgi_worker_starts_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = SimpleNamespace(opt={"threads": b"4"}, worker_id=lambda: 1)
+    monkeypatch.setitem(sys.modules, "uwsgi", fake)
+    sched = ThreadedScheduler(state_dir=None)
+    embedded = EmbeddedScheduler(sched)
+    try:
         embedded.start()
         assert sched.is_running()
+        assert not hasattr(fake, "post_fork_hook")
     finally:
         embedded.stop()
 

@@ -180,6 +180,7 @@ class EmbeddedScheduler:
             if not server.prefork or server.master is False or self.serving:
                 deferred = None
             elif server.master:
+                _uwsgi_post_fork(self)
                 _log.info(
                     "herdsched waits for the uwsgi workers (pid %s is the master)", os.getpid()
                 )
@@ -266,6 +267,28 @@ class EmbeddedScheduler:
 
 
 _embedded: weakref.WeakSet[EmbeddedScheduler] = weakref.WeakSet()
+
+
+def _uwsgi_post_fork(embedded: EmbeddedScheduler) -> None:
+    """Start ``embedded`` in every uwsgi worker through uwsgi's ``post_fork_hook``.
+
+    uwsgi forks its workers from C, where Python's own fork hooks may not run; the hook is
+    uwsgi's documented way to run code in each worker (an existing hook still runs first).
+    """
+    uwsgi = _uwsgi()
+    previous = getattr(uwsgi, "post_fork_hook", None)
+    if uwsgi is None or getattr(previous, "herdsched", None) is embedded:
+        return
+
+    def hook() -> None:
+        if previous is not None:
+            previous()
+        embedded.handed_over = False
+        embedded.serving = False
+        embedded._start_now()
+
+    hook.herdsched = embedded  # type: ignore[attr-defined]
+    uwsgi.post_fork_hook = hook
 
 
 def _before_fork() -> None:
