@@ -182,8 +182,6 @@ def _duration(delta: timedelta) -> str | float:
 def _value(value: Any) -> Any:
     if isinstance(value, timedelta):
         return _duration(value)
-    if isinstance(value, datetime):
-        return _time(value)
     if hasattr(value, "value"):  # our str enums
         return value.value
     return value

@@ -12,7 +12,13 @@ import pytest
 
 from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo
 from herdsched.api import ADMIN, RestApi, schedule_json
-from herdsched.errors import StateError
+from herdsched.errors import (
+    ConfigError,
+    CronParseError,
+    IntervalParseError,
+    StateError,
+    UnauthorizedError,
+)
 from herdsched.testing import FakeClock
 
 START = datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc)  # a Monday
@@ -700,3 +706,65 @@ def test_sub_second_intervals_are_reported_in_seconds(clock: FakeClock, jobs: Jo
     status, body = call(RestApi(sched), "GET", "/api/schedule/a/s")
     assert status == 200
     assert body["interval"] == 0.5
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "field"),
+    [
+        (IntervalParseError("Missing time unit", "5"), 400, "interval"),
+        (CronParseError("hour must be 0-23", "0 25 * * *", "hour"), 400, "cron"),
+        (UnauthorizedError("not yours", owner="bob"), 403, None),
+        (ConfigError("Invalid schedule definition", ["no field here"]), 400, None),
+    ],
+)
+def test_scheduler_errors_map_to_http_answers(
+    api: RestApi,
+    sched: ThreadedScheduler,
+    monkeypatch: pytest.MonkeyPatch,
+    error: Exception,
+    status: int,
+    field: str | None,
+) -> None:
+    def raising(*args: Any, **kwargs: Any) -> Any:
+        raise error
+
+    monkeypatch.setattr(sched, "update_schedule", raising)
+    code, body = call(api, "PATCH", "/api/schedule/triage/check", {"prompt": "x"})
+    assert code == status
+    assert_error(body, text=str(error).splitlines()[0].rstrip(":"))
+    if field is not None:
+        assert body["details"][0]["field"] == field
+
+
+def test_field_names_must_be_strings(api: RestApi) -> None:
+    status, body = api.handle("PATCH", "/api/schedule/triage/check", body={1: "x"})
+    assert status == 400
+    assert_error(body, "1", "strings")
+
+
+def test_status_page_lists_visible_schedules(api: RestApi, sched: ThreadedScheduler) -> None:
+    sched.add_schedule("triage", "ann1", Schedule.interval("1h", start_at=LATER), owner="ann")
+    html = api.status_page(api_base="/x/api")
+    assert html.startswith("<!DOCTYPE html>")
+    assert html.count("<tr class=") == 5
+    assert "data-api='/x/api'" in html
+    mine = api.status_page(api_base="/x/api", owner="ann")
+    assert mine.count("<tr class=") == 1
+    assert "data-key='triage/ann1'" in mine
+    assert api.status_page(api_base="/x/api", owner=ADMIN).count("<tr class=") == 5
+
+
+def test_status_page_is_capped_and_survives_history_errors(
+    api: RestApi, sched: ThreadedScheduler, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    monkeypatch.setattr("herdsched.api.PAGE_LIMIT", 2)
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise StateError("history unreadable")
+
+    monkeypatch.setattr(sched, "history", broken)
+    html = api.status_page(api_base="/api")
+    assert html.count("<tr class=") == 2
+    assert "Showing the first 2 of 4 schedules" in html
+    assert "no runs yet" in html
+    assert "could not read the history" in caplog.text

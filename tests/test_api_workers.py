@@ -50,7 +50,10 @@ def build(state_dir: Path, recorder: Recorder) -> ThreadedScheduler:
         Agent(
             "triage",
             job=recorder.job,
-            schedules={"check": Schedule.interval("1h", prompt="Check", start_at=far)},
+            schedules={
+                "check": Schedule.interval("1h", prompt="Check", start_at=far),
+                "other": Schedule.interval("1h", prompt="Other", start_at=far),
+            },
         )
     )
     return sched
@@ -142,6 +145,21 @@ def test_run_through_a_standby_while_running_is_409(pair: Pair) -> None:
 
     body = wait_for(refused)
     assert body["details"][0]["message"] == "already_running"
+
+
+def test_run_through_a_standby_when_the_agent_is_at_capacity_is_409(pair: Pair) -> None:
+    leader, standby, recorder = pair
+    recorder.gate.clear()
+    assert leader.trigger("triage", "check").success  # max_concurrent is 1
+    assert recorder.started.wait(5)
+    leader.store.flush()
+
+    def refused() -> dict[str, Any] | None:
+        status, body = call(standby, "POST", "/api/schedule/triage/other/run", {})
+        return body if status == 409 else None
+
+    body = wait_for(refused)
+    assert body["details"][0]["message"] == "at_capacity"
 
 
 def test_pause_through_a_standby_stops_the_leader_firing(pair: Pair) -> None:
