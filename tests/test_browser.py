@@ -48,6 +48,14 @@ def flaky(info: TriggerInfo) -> str:
     return "all good"
 
 
+@pytest.fixture(autouse=True)
+def no_prefork_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Start schedulers at once, whether or not gunicorn was imported in this process."""
+    from herdsched import contrib
+
+    monkeypatch.setattr(contrib, "_server", lambda: contrib._Server(False, None))
+
+
 @pytest.fixture
 def scheduler(tmp_path: Path) -> Iterator[ThreadedScheduler]:
     sched = ThreadedScheduler(state_dir=tmp_path / "state", timezone="Europe/Berlin")

@@ -63,6 +63,14 @@ def owner_from_header(request: Any) -> str | None:
     return ADMIN if owner == "root" else owner
 
 
+@pytest.fixture(autouse=True)
+def no_prefork_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Start schedulers at once, whether or not gunicorn was imported in this process."""
+    from herdsched import contrib
+
+    monkeypatch.setattr(contrib, "_server", lambda: contrib._Server(False, None))
+
+
 @pytest.fixture
 def jobs() -> Iterator[Jobs]:
     jobs = Jobs()

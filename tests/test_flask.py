@@ -19,7 +19,12 @@ from flask.testing import FlaskClient  # noqa: E402
 
 from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo  # noqa: E402
 from herdsched.api import ADMIN  # noqa: E402
-from herdsched.contrib.flask import get_scheduler, init_app, with_app_context  # noqa: E402
+from herdsched.contrib.flask import (  # noqa: E402
+    get_scheduler,
+    init_app,
+    reloader_watcher,
+    with_app_context,
+)
 from herdsched.errors import ConfigError, SchedulerError  # noqa: E402
 from herdsched.testing import FakeClock  # noqa: E402
 
@@ -40,6 +45,14 @@ class Jobs:
         self.started.set()
         self.gate.wait(10)
         return "ok"
+
+
+@pytest.fixture(autouse=True)
+def no_prefork_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Start schedulers at once, whether or not gunicorn was imported in this process."""
+    from herdsched import contrib
+
+    monkeypatch.setattr(contrib, "_server", lambda: contrib._Server(False, None))
 
 
 @pytest.fixture
@@ -395,3 +408,47 @@ def test_docs_factory_example(tmp_path: Path) -> None:
         assert run.output_summary == "Now. (Flask app apps.flask_factory)"  # in app context
     finally:
         scheduler.stop(timeout=10)
+
+
+# ------------------------------------------------------------------------ flask run --debug
+
+
+@pytest.mark.parametrize(
+    ("env", "argv", "watcher"),
+    [
+        ({"FLASK_RUN_FROM_CLI": "true", "FLASK_DEBUG": "1"}, ["flask", "run"], True),
+        ({"FLASK_RUN_FROM_CLI": "true"}, ["flask", "run", "--reload"], True),
+        (
+            {"FLASK_RUN_FROM_CLI": "true", "FLASK_DEBUG": "1", "WERKZEUG_RUN_MAIN": "true"},
+            ["flask", "run"],
+            False,
+        ),  # the reloader's server child
+        (
+            {"FLASK_RUN_FROM_CLI": "true", "FLASK_DEBUG": "1"},
+            ["flask", "run", "--no-reload"],
+            False,
+        ),
+        ({"FLASK_RUN_FROM_CLI": "true", "FLASK_DEBUG": "0"}, ["flask", "run"], False),
+        ({"FLASK_DEBUG": "1"}, ["gunicorn", "app:app"], False),
+    ],
+)
+def test_reloader_watcher(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], argv: list[str], watcher: bool
+) -> None:
+    for key in ("FLASK_RUN_FROM_CLI", "FLASK_DEBUG", "WERKZEUG_RUN_MAIN"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert reloader_watcher(argv) is watcher
+
+
+def test_no_start_in_the_reloader_watcher(
+    sched: ThreadedScheduler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLASK_RUN_FROM_CLI", "true")
+    monkeypatch.setenv("FLASK_DEBUG", "1")
+    monkeypatch.delenv("WERKZEUG_RUN_MAIN", raising=False)
+    app = Flask("watched")
+    init_app(app, sched)
+    assert not sched.is_running()
+    assert app.test_client().get(f"{API}/status").get_json()["status"] == "stopped"

@@ -13,7 +13,8 @@
 Keys read from ``app.config`` when no scheduler is given: ``HERDSCHED_STATE_DIR``,
 ``HERDSCHED_FLEET_FILE``, ``HERDSCHED_TIMEZONE``; always: ``HERDSCHED_AUTOSTART`` (default
 true) and ``HERDSCHED_AUTH`` (used when ``auth`` is not given). Under a multi-worker server every
-worker runs a scheduler and the leader lock makes one active (see :mod:`herdsched.contrib`).
+worker runs a scheduler and the leader lock makes one active (see :mod:`herdsched.contrib`);
+``flask run --debug`` starts it in the reloader's server process, not in its file watcher.
 
 Jobs run on the scheduler's threads, outside any request. The jobs of a fleet file named by
 ``HERDSCHED_FLEET_FILE`` run inside ``app.app_context()``; wrap the jobs of a scheduler you build
@@ -24,6 +25,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
+import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -35,7 +38,14 @@ from herdsched.contrib import EmbeddedScheduler, scheduler_from_settings
 from herdsched.models import TriggerInfo
 from herdsched.scheduler import ThreadedScheduler
 
-__all__ = ["EXTENSION_KEY", "FlaskHerdsched", "get_scheduler", "init_app", "with_app_context"]
+__all__ = [
+    "EXTENSION_KEY",
+    "FlaskHerdsched",
+    "get_scheduler",
+    "init_app",
+    "reloader_watcher",
+    "with_app_context",
+]
 
 EXTENSION_KEY = "herdsched"
 _CONFIG_PREFIX = "HERDSCHED_"
@@ -102,9 +112,28 @@ def init_app(
     app.register_blueprint(_blueprint(ext), url_prefix=prefix or None)
     app.before_request(ext.embedded.mark_serving)
     app.extensions[EXTENSION_KEY] = ext
-    if autostart:
+    if autostart and not reloader_watcher():
         ext.embedded.start()
+    elif autostart:
+        _log.info("herdsched not started in the reloader's watcher pid %s", os.getpid())
     return scheduler
+
+
+def reloader_watcher(argv: list[str] | None = None) -> bool:
+    """Whether this is the watcher process of ``flask run`` with the reloader.
+
+    That process loads the app, then only watches files and restarts a server child (which has
+    ``WERKZEUG_RUN_MAIN=true``); a scheduler in it would keep running old code and the jobs.
+    """
+    argv = sys.argv if argv is None else argv
+    if os.environ.get("FLASK_RUN_FROM_CLI") != "true":
+        return False
+    if os.environ.get("WERKZEUG_RUN_MAIN") == "true":
+        return False
+    if "--no-reload" in argv:
+        return False
+    debug = os.environ.get("FLASK_DEBUG", "").lower() not in ("", "0", "false", "no")
+    return "--reload" in argv or debug
 
 
 def get_scheduler(app: Flask) -> ThreadedScheduler:
