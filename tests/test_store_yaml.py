@@ -75,6 +75,11 @@ def test_timestamps_given_as_strings_are_parsed(tmp_path: Path) -> None:
         store.update_schedule_state("a", "s", last_run_at="yesterday")
 
 
+def test_timestamps_the_file_cannot_hold_are_refused(tmp_path: Path) -> None:
+    with YamlStateStore(tmp_path) as store, pytest.raises(ValueError, match="before the year 1000"):
+        store.record_transition("a", "s", next_run_at=datetime(999, 12, 31, tzinfo=timezone.utc))
+
+
 def test_unknown_field_names_are_refused(tmp_path: Path) -> None:
     with YamlStateStore(tmp_path) as store, pytest.raises(TypeError, match="'colour'"):
         store.update_schedule_state("a", "s", colour="blue")
@@ -225,10 +230,27 @@ def test_pending_transition_does_not_undo_a_pause_from_another_process(tmp_path:
         assert state.status is Status.PAUSED  # the pause wins
         assert state.last_run_at == T0  # the other fields of the transition still apply
         assert reader.get_schedule_state("a", "keep").status is Status.RUNNING
-    # later transitions, recorded after the pause was seen, apply normally
-    scheduler.record_transition("a", "s", status="idle")
+    # a later run transition never unpauses either (the run ended while paused elsewhere) ...
+    scheduler.record_transition("a", "s", status="idle", last_result="success")
     scheduler.flush()
+    assert scheduler.get_schedule_state("a", "s").status is Status.PAUSED
+    assert scheduler.get_schedule_state("a", "s").last_result == "success"
+    # ... only a user-intent write (resume) does
+    scheduler.update_schedule_state("a", "s", status="idle")
     assert scheduler.get_schedule_state("a", "s").status is Status.IDLE
+    scheduler.close()
+
+
+def test_refresh_reports_a_change_a_write_absorbed_first(tmp_path: Path) -> None:
+    scheduler = YamlStateStore(tmp_path)
+    scheduler.update_schedule_state("a", "s", status="idle")
+    assert scheduler.refresh() is False
+    scheduler.record_transition("a", "s", status="running")
+    with YamlStateStore(tmp_path) as cli:
+        cli.update_schedule_state("a", "s", status="paused")
+    scheduler.flush()  # adopts the pause while writing ...
+    assert scheduler.refresh() is True  # ... and still tells the scheduler about it
+    assert scheduler.refresh() is False
     scheduler.close()
 
 

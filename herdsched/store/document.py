@@ -105,7 +105,7 @@ class GuardedYamlFile(Generic[T]):
     def current_identity(self) -> FileIdentity | None:
         try:
             return identity_of(os.stat(self.path))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
             raise StateError(f"Cannot read {self.path}: {exc}", self.path, cause=exc) from exc

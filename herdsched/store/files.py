@@ -123,7 +123,7 @@ def read_file(path: Path) -> tuple[bytes, FileIdentity, int] | None:
     """
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no such file (or no such directory)
         return None
     try:
         stat = os.fstat(fd)

@@ -83,10 +83,13 @@ def normalise_changes(changes: Mapping[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for name, value in changes.items():
         if name in _TIME_FIELDS and value is not None:
-            if isinstance(value, datetime):
-                result[name] = to_utc(value)
-            else:
-                result[name] = parse_timestamp(value, what=name)
+            moment = (
+                to_utc(value) if isinstance(value, datetime) else parse_timestamp(value, what=name)
+            )
+            if moment.year < 1000:
+                # the file format has four-digit years
+                raise ValueError(f"{name} {moment.isoformat()} is before the year 1000")
+            result[name] = moment
         else:
             result[name] = value
     return result
@@ -162,6 +165,9 @@ class YamlStateStore:
         self._pending: dict[Key, dict[str, Any]] = {}
         self._pending_runs: list[RunRecord] = []
         self._pending_since: float | None = None
+        # Set whenever content written by another process is adopted (by a read or inside a
+        # write), so refresh() reports it even when a write absorbed it first.
+        self._absorbed = False
         self._closed = False
         if self.state_dir.is_dir():
             for directory in (self.state_dir, self._requests.directory):
@@ -169,6 +175,7 @@ class YamlStateStore:
             self._sweep_history()
         self._sync()
         self._definitions.refresh()
+        self._absorbed = False  # the first load is not a change made by someone else
 
     # -- plumbing --------------------------------------------------------------------------
     def _sweep_history(self) -> None:
@@ -234,6 +241,7 @@ class YamlStateStore:
                     )
                     del patch["status"]
             self._disk = disk
+            self._absorbed = True
             view = {agent: dict(states) for agent, states in disk.states.items()}
             for (agent, name), patch in self._pending.items():
                 base = view.get(agent, {}).get(name) or ScheduleState()
@@ -248,6 +256,8 @@ class YamlStateStore:
                 self._install(self._file.load_locked(self._reader.parse) or empty_state())
             with self._mem:
                 taken, self._pending = self._pending, {}
+                for (agent, name), transition in taken.items():
+                    _keep_user_intent(self._disk, agent, name, transition)
             combined: dict[Key, Mapping[str, Any] | None] = dict(taken)
             for key, patch in changes.items():
                 earlier = combined.get(key)
@@ -399,7 +409,9 @@ class YamlStateStore:
         self._check_open()
         state_changed = self._sync()
         definitions_changed = self._definitions.refresh()
-        return state_changed or definitions_changed
+        with self._mem:
+            absorbed, self._absorbed = self._absorbed, False
+        return state_changed or definitions_changed or absorbed
 
     # -- run history ---------------------------------------------------------------------
     def append_run(self, record: RunRecord) -> None:
@@ -506,3 +518,21 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 def _newest_first(record: RunRecord) -> tuple[float, str]:
     moment = record.started_at or record.scheduled_for or record.finished_at or _EPOCH
     return (-moment.timestamp(), record.run_id)
+
+
+def _keep_user_intent(disk: StateDoc, agent: str, name: str, patch: dict[str, Any]) -> None:
+    """Drop a run transition's ``status`` that would move a schedule out of a user-intent status.
+
+    Only people (``update_schedule_state``) take a schedule out of paused, disabled or
+    completed; a run that ends while its schedule was paused elsewhere must not unpause it.
+    """
+    stored = disk.state(agent, name)
+    status = patch.get("status")
+    if (
+        stored is not None
+        and status is not None
+        and stored.status in USER_INTENT_STATUSES
+        and status not in USER_INTENT_STATUSES
+    ):
+        log.info("Keeping %s/%s %s over the pending %s", agent, name, stored.status, status)
+        del patch["status"]

@@ -1,0 +1,209 @@
+"""The fast paths (hand-written YAML for simple entries, incremental reads) give exact results."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from herdsched.converter import state_from_dict
+from herdsched.models import Status
+from herdsched.store import YamlStateStore
+from herdsched.store.simple_yaml import parse_simple_entry, render_simple_entry
+from herdsched.store.state_file import (
+    StateRenderer,
+    apply_changes,
+    empty_state,
+    fast_state,
+    parse_state_document,
+)
+from herdsched.store.state_reader import StateReader
+from herdsched.store.yaml_io import dump_yaml, load_yaml, render_entry
+from herdsched.store.yaml_store import normalise_changes
+
+WORDS = st.text(
+    alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-/:# '\"",
+    min_size=0,
+    max_size=12,
+)
+TIMESTAMPS = st.datetimes(min_value=datetime(1970, 1, 1), max_value=datetime(2999, 12, 31)).map(
+    lambda moment: moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+)
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**20), max_value=10**20),
+    st.floats(allow_nan=False),
+    WORDS,
+    TIMESTAMPS,
+    st.sampled_from(["yes", "No", "null", "~", "true", "0x1F", "1e3", "0123", "-0", "idle"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(key=WORDS, entry=st.dictionaries(WORDS, SCALARS, max_size=6), spaces=st.sampled_from([0, 6]))
+def test_simple_rendering_is_pyyaml_exactly(key: str, entry: dict[str, Any], spaces: int) -> None:
+    text = render_simple_entry(key, entry, spaces)
+    if text is None:
+        return  # not simple: PyYAML renders it
+    assert text == render_entry(key, entry, spaces)
+    assert parse_simple_entry(text, spaces) == (key, entry)
+    assert load_yaml(text) == {key: entry}
+
+
+def test_simple_rendering_declines_what_it_cannot_write_exactly() -> None:
+    assert render_simple_entry("s", {"x": 1.5}, 6) is None
+    assert render_simple_entry("s", {"x": "two words"}, 6) is None
+    assert render_simple_entry("s", {"x": "yes"}, 6) is None
+    assert render_simple_entry("s", {"x": [1]}, 6) is None
+    assert render_simple_entry("s", {1: "x"}, 6) is None
+    assert render_simple_entry("s", "not a mapping", 6) is None
+    assert render_simple_entry("two words", {}, 6) is None
+    assert render_simple_entry("s", {}, 6) == "      s: {}\n"
+    assert render_simple_entry("s", {"x": 10**30}, 6) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "      s:\n        a: 1",  # no final newline
+        "    s:\n        a: 1\n",  # wrong indentation
+        "      s:\n",  # a head without fields
+        "      two words:\n        a: 1\n",
+        "      s:\n        a: two words\n",
+        "      s:\n        a 1\n",
+        "      s:\n        a: 1\n        a: 2\n",
+        "      s:\n      a: 1\n",
+        "      s: []\n",
+        "      s: {}\n      t: {}\n",
+    ],
+)
+def test_simple_parsing_declines_anything_else(text: str) -> None:
+    assert parse_simple_entry(text, 6) is None
+
+
+ENTRY_VALUES = st.fixed_dictionaries(
+    {},
+    optional={
+        "status": st.sampled_from(["idle", "running", "paused", "bogus", 3]),
+        "last_run_at": st.one_of(
+            st.none(),
+            TIMESTAMPS,
+            st.datetimes(timezones=st.just(timezone.utc)),
+            st.just("2026-02-30T00:00:00.000Z"),
+        ),
+        "next_run_at": st.one_of(st.none(), st.just("2026-11-22T05:41:48+01:00")),
+        "last_result": st.sampled_from([None, "success", "failed", "nope"]),
+        "last_error": st.one_of(st.none(), st.text(max_size=5), st.integers()),
+        "consecutive_failures": st.one_of(st.integers(-2, 5), st.booleans(), st.just("3")),
+        "session_id": st.one_of(st.none(), st.text(max_size=5)),
+        "x_unknown": st.integers(),
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(entry=ENTRY_VALUES)
+def test_fast_state_agrees_with_the_converter(entry: dict[str, Any]) -> None:
+    fast = fast_state(entry)
+    try:
+        slow = state_from_dict(entry)
+    except Exception:
+        assert fast is None
+        return
+    assert fast is None or fast == slow
+
+
+CHANGES = st.dictionaries(
+    st.tuples(st.sampled_from(["a", "b", "agent c"]), st.sampled_from(["s", "t", "u v", "w"])),
+    st.one_of(
+        st.none(),
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "status": st.sampled_from(["idle", "running", "paused"]),
+                "consecutive_failures": st.integers(0, 3),
+                "last_error": st.one_of(st.none(), st.text(max_size=20)),
+                "last_run_at": st.datetimes(
+                    min_value=datetime(1000, 1, 1), timezones=st.just(timezone.utc)
+                ),
+            },
+        ),
+    ),
+    max_size=4,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(steps=st.lists(CHANGES, min_size=1, max_size=5))
+def test_incremental_reads_equal_full_parses(steps: list[dict[Any, Any]]) -> None:
+    renderer = StateRenderer()
+    reader = StateReader(StateRenderer())
+    doc = empty_state()
+    for changes in steps:
+        doc = apply_changes(
+            doc,
+            {
+                key: None if patch is None else normalise_changes(patch)
+                for key, patch in changes.items()
+            },
+        )
+        data = renderer.render(doc.raw).encode()
+        parsed = reader.parse(data)
+        full = parse_state_document(yaml.safe_load(data))
+        assert parsed.raw == full.raw
+        assert parsed.states == full.states == doc.states
+
+
+def test_reader_falls_back_for_files_in_another_layout(tmp_path: Path) -> None:
+    with YamlStateStore(tmp_path) as store:
+        store.update_schedule_state("a", "s", status="paused")
+        # another tool rewrites the file with its own layout (4-space indents, flow style)
+        (tmp_path / "state.yaml").write_text(
+            "format_version: 1\nagents:\n    a:\n        schedules:\n"
+            "            s: {status: disabled, consecutive_failures: 2}\n"
+            "            t: {status: idle}\n"
+        )
+        assert store.get_schedule_state("a", "s").status is Status.DISABLED
+        assert store.get_schedule_state("a", "s").consecutive_failures == 2
+        assert set(store.get_agent_schedule_states("a")) == {"s", "t"}
+
+
+def test_reader_handles_entries_that_need_pyyaml(tmp_path: Path) -> None:
+    with YamlStateStore(tmp_path) as mine, YamlStateStore(tmp_path) as theirs:
+        mine.update_schedule_state("a", "s", status="idle")
+        mine.update_schedule_state("a", "t", status="idle")
+        error = "line one\nline \"two\": 'quoted'\n\n  indented"
+        theirs.update_schedule_state("a", "s", last_error=error, session_id="x y")
+        assert mine.get_schedule_state("a", "s").last_error == error
+        assert mine.get_schedule_state("a", "s").session_id == "x y"
+        theirs.update_schedule_state("a", "t", status="paused")
+        assert mine.get_schedule_state("a", "t").status is Status.PAUSED
+        assert mine.get_schedule_state("a", "s").last_error == error
+
+
+def test_reader_rejects_what_the_full_parse_rejects() -> None:
+    reader = StateReader(StateRenderer())
+    good = apply_changes(empty_state(), {("a", "s"): {"status": "paused"}})
+    reader.parse(dump_yaml(good.raw).encode())
+    bad = dump_yaml(good.raw).replace("status: paused", "status: pausd").encode()
+    with pytest.raises(ValueError, match="pausd"):
+        reader.parse(bad)
+    assert reader.parse(dump_yaml(good.raw).encode()).states == good.states
+    # a schedule written twice: YAML keeps the last one, and so does the reader
+    duplicate = dump_yaml(good.raw) + "      s:\n        status: idle\n"
+    assert reader.parse(duplicate.encode()).states["a"]["s"].status is Status.IDLE
+
+
+def test_reader_handles_bytes_that_are_not_utf8() -> None:
+    reader = StateReader(StateRenderer())
+    data = "format_version: 1\nagents:\n  é:\n    schedules: {}\n".encode("latin-1")
+    with pytest.raises(yaml.YAMLError):
+        reader.parse(data)
+    utf16 = "format_version: 1\nagents: {a: {schedules: {s: {}}}}\n".encode("utf-16")
+    assert set(reader.parse(utf16).states["a"]) == {"s"}
