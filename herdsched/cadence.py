@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Protocol
+from zoneinfo import ZoneInfo
 
 import attrs
 from croniter import croniter
@@ -43,7 +44,9 @@ __all__ = [
 
 _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _VALID_UNITS = "s, m, h, d"
-_TOKEN = re.compile(r"(\d+)([a-z]*)")
+_TOKEN = re.compile(r"([0-9]+)([a-z]*)")
+# timedelta cannot hold more than 999999999 days.
+_MAX_SECONDS = timedelta.max.days * 86400 + timedelta.max.seconds
 
 
 def _interval_error(problem: str, raw: object) -> IntervalParseError:
@@ -65,12 +68,12 @@ def parse_interval(text: str) -> timedelta:
         )
     body = text.strip().lower()
     if not body:
-        raise IntervalParseError("Interval cannot be empty", input=raw)
+        raise IntervalParseError(f"Interval cannot be empty (got {raw!r})", input=raw)
     if body.startswith("-"):
         raise _interval_error("Negative intervals are not allowed", raw)
-    if re.search(r"\d[.,]\d|^[.,]\d|\d[.,]$", body):
+    if re.search(r"[0-9][.,]|[.,][0-9]", body):
         raise _interval_error("Decimal values are not supported", raw)
-    if body.isdigit():
+    if re.fullmatch(r"[0-9]+", body):
         raise _interval_error(
             'Missing time unit (expected format "{number}{unit}", units: ' + _VALID_UNITS + ")",
             raw,
@@ -88,6 +91,8 @@ def parse_interval(text: str) -> timedelta:
                 raise _interval_error("Missing numeric value", raw)
             raise _interval_error(f'Invalid character "{bad}"', raw)
         number, unit = match.groups()
+        if not unit and match.end() < len(body):
+            raise _interval_error(f'Invalid character "{body[match.end()]}"', raw)
         if not unit:
             raise _interval_error(
                 'Missing time unit (expected format "{number}{unit}", units: ' + _VALID_UNITS + ")",
@@ -102,10 +107,14 @@ def parse_interval(text: str) -> timedelta:
         if seen and order.index(unit) <= order.index(seen[-1]):
             raise _interval_error("Units must appear once each, largest first (d, h, m, s)", raw)
         seen.append(unit)
+        if len(number.lstrip("0")) > 15:
+            raise _interval_error("Interval is too large (at most 999999999 days)", raw)
         total += int(number) * _UNITS[unit]
         pos = match.end()
     if total == 0:
         raise _interval_error("Zero interval is not allowed", raw)
+    if total > _MAX_SECONDS:
+        raise _interval_error("Interval is too large (at most 999999999 days)", raw)
     return timedelta(seconds=total)
 
 
@@ -114,14 +123,24 @@ def coerce_interval(
 ) -> timedelta:
     """Accept a duration string, a :class:`timedelta` or a number of seconds (Python API)."""
     if isinstance(value, str):
-        return parse_interval(value)
+        try:
+            return parse_interval(value)
+        except IntervalParseError as exc:
+            if what == "interval":
+                raise
+            raise IntervalParseError(f"{what}: {exc.message}", input=value, cause=exc) from exc
     if isinstance(value, bool) or not isinstance(value, (timedelta, int, float)):
         raise IntervalParseError(
             f"{what} must be a duration string, timedelta or seconds, got {value!r}", input=value
         )
-    delta = value if isinstance(value, timedelta) else timedelta(seconds=value)
     if isinstance(value, float) and not math.isfinite(value):
         raise IntervalParseError(f"{what} must be finite, got {value!r}", input=value)
+    try:
+        delta = value if isinstance(value, timedelta) else timedelta(seconds=value)
+    except OverflowError as exc:
+        raise IntervalParseError(
+            f"{what} {value!r} is too large (at most 999999999 days)", input=value, cause=exc
+        ) from exc
     if delta < timedelta(0):
         raise IntervalParseError(f"Negative intervals are not allowed: {what} {value!r}", value)
     if delta == timedelta(0) and not allow_zero:
@@ -166,7 +185,14 @@ def calculate_next_trigger(
     current = _now_or(now)
     if last_completed_at is None:
         return current
-    candidate = to_utc(last_completed_at) + every + _jitter(every, jitter, rng)
+    try:
+        candidate = to_utc(last_completed_at) + every + _jitter(every, jitter, rng)
+    except OverflowError as exc:
+        raise IntervalParseError(
+            f"Interval {interval!r} is too large: the next run would fall after the year 9999",
+            input=interval,
+            cause=exc,
+        ) from exc
     return max(to_utc(candidate), current)
 
 
@@ -208,8 +234,6 @@ _NAMES = {
 # A reference start for validity checks, so a verdict never depends on today's date.
 _REFERENCE = datetime(2000, 1, 1)
 _MAX_YEARS = 8  # covers 29 February across a skipped century leap year
-# How far a DST transition can move the wall clock (generously: Antarctica/Troll moves 2 h).
-_DST_SLACK = timedelta(hours=3)
 
 
 @attrs.frozen
@@ -237,8 +261,8 @@ def _check_field(expression: str, name: str, text: str) -> None:
                 expression,
                 name,
             )
-        base, _, step = part.partition("/")
-        if step and (not step.isdigit() or int(step) == 0):
+        base, slash, step = part.partition("/")
+        if slash and (not step.isascii() or not step.isdigit() or int(step) == 0):
             raise CronParseError(
                 f'Invalid cron expression "{expression}" - {name} step "{step}" must be a '
                 "positive integer",
@@ -247,11 +271,19 @@ def _check_field(expression: str, name: str, text: str) -> None:
             )
         if base in ("*", "?") or base.upper().startswith("H") or "L" in base.upper() or "#" in base:
             continue  # wildcard and croniter extensions: croniter validates those
-        for bound in base.split("-"):
+        bounds = base.split("-")
+        if len(bounds) > 2 or not all(bounds):
+            raise CronParseError(
+                f'Invalid cron expression "{expression}" - {name} value "{base}" is not '
+                f"a number or range ({name} must be {low}-{high})",
+                expression,
+                name,
+            )
+        for bound in bounds:
             value = bound.lower()
             if value in names:
                 continue
-            if not value.isdigit():
+            if not (value.isascii() and value.isdigit()):
                 raise CronParseError(
                     f'Invalid cron expression "{expression}" - {name} value "{bound}" is not '
                     f"a number ({name} must be {low}-{high})",
@@ -264,6 +296,29 @@ def _check_field(expression: str, name: str, text: str) -> None:
                     expression,
                     name,
                 )
+
+
+def _bound_value(name: str, bound: str) -> int | None:
+    text = bound.lower()
+    if text.isascii() and text.isdigit():
+        return int(text)
+    return _NAMES.get(name, {}).get(text)
+
+
+def _collapse_equal_ranges(name: str, text: str) -> str:
+    """Rewrite ``5-5`` (and ``5-5/k``) as ``5``, its meaning in standard cron.
+
+    croniter 7 reads a range whose two ends are equal as the whole cycle, so ``5-5 * * * *``
+    would fire every minute; Vixie cron, cronsim and the crontab manual read it as minute 5.
+    """
+    items = []
+    for part in text.split(","):
+        low, dash, high = part.partition("/")[0].partition("-")
+        value = _bound_value(name, low) if dash else None
+        items.append(
+            str(value) if value is not None and value == _bound_value(name, high) else part
+        )
+    return ",".join(items)
 
 
 def parse_cron_expression(expression: str) -> CronExpression:
@@ -302,6 +357,8 @@ def parse_cron_expression(expression: str) -> CronExpression:
     names = _FIELDS6 if len(parts) == 6 else _FIELDS5
     for name, field in zip(names, parts, strict=True):
         _check_field(expression, name, field)
+    parts = [_collapse_equal_ranges(name, field) for name, field in zip(names, parts, strict=True)]
+    canonical = " ".join(parts)
     has_seconds = len(parts) == 6
     try:
         it = croniter(
@@ -338,15 +395,20 @@ def is_valid_cron_expression(expression: str) -> bool:
     return True
 
 
-def _gap_end(naive: datetime, zone: tzinfo) -> datetime:
-    """The first real instant after the DST gap that swallows the wall time ``naive``."""
-    early = naive.replace(tzinfo=zone, fold=1).astimezone(timezone.utc)
-    late = naive.replace(tzinfo=zone, fold=0).astimezone(timezone.utc)
-    low, high = min(early, late), max(early, late)
+def _wall(instant: datetime, zone: tzinfo) -> datetime:
+    """The naive wall-clock reading of ``instant`` in ``zone``."""
+    return instant.astimezone(zone).replace(tzinfo=None)
+
+
+def _transition(low: datetime, high: datetime, zone: tzinfo) -> datetime:
+    """The first whole second in ``(low, high]`` whose UTC offset in ``zone`` is that of ``high``.
+
+    ``low`` and ``high`` are aware instants with different offsets and one transition between.
+    """
     offset_low = low.astimezone(zone).utcoffset()
+    low = low.replace(microsecond=0)
     while high - low > timedelta(seconds=1):
-        mid = low + (high - low) / 2
-        mid = mid.replace(microsecond=0)
+        mid = (low + (high - low) / 2).replace(microsecond=0)
         if mid.astimezone(zone).utcoffset() == offset_low:
             low = mid
         else:
@@ -354,17 +416,22 @@ def _gap_end(naive: datetime, zone: tzinfo) -> datetime:
     return high
 
 
+def _gap_end(naive: datetime, zone: tzinfo) -> datetime:
+    """The first real instant after the DST gap that swallows the wall time ``naive``."""
+    early = naive.replace(tzinfo=zone, fold=1).astimezone(timezone.utc)
+    late = naive.replace(tzinfo=zone, fold=0).astimezone(timezone.utc)
+    return _transition(min(early, late), max(early, late), zone)
+
+
 def _instants(naive: datetime, zone: tzinfo, fixed_time: bool) -> list[datetime]:
     """The real instants at which a cron match on wall time ``naive`` fires in ``zone``."""
-    first = naive.replace(tzinfo=zone, fold=0)
-    second = naive.replace(tzinfo=zone, fold=1)
-    utc_first = first.astimezone(timezone.utc)
-    utc_second = second.astimezone(timezone.utc)
+    utc_first = naive.replace(tzinfo=zone, fold=0).astimezone(timezone.utc)
+    utc_second = naive.replace(tzinfo=zone, fold=1).astimezone(timezone.utc)
     if utc_first == utc_second:
         return [utc_first]
-    exists = utc_first.astimezone(zone).replace(tzinfo=None) == naive
-    if exists:  # ambiguous: the wall time happens twice (fall back)
-        return [utc_first] if fixed_time else sorted([utc_first, utc_second])
+    if _wall(utc_first, zone) == naive:  # ambiguous: the wall time happens twice (fall back)
+        pair = sorted([utc_first, utc_second])
+        return pair[:1] if fixed_time else pair
     # nonexistent: skipped by a spring-forward jump
     return [_gap_end(naive, zone)] if fixed_time else []
 
@@ -401,26 +468,57 @@ def iter_cron_triggers(
         yield current
 
 
-def _next_instant(parsed: CronExpression, after: datetime, zone: tzinfo) -> datetime:
-    local_start = after.astimezone(zone).replace(tzinfo=None) - _DST_SLACK
+def _matches(parsed: CronExpression, wall_from: datetime) -> Iterator[datetime]:
+    """Naive wall times matching ``parsed`` at or after ``wall_from`` (whole seconds), in order."""
+    start = wall_from.replace(microsecond=0)
+    if start < wall_from:
+        start += timedelta(seconds=1)
     it = croniter(
         parsed.canonical,
-        local_start,
+        start - timedelta(seconds=1),
         ret_type=datetime,
         second_at_beginning=parsed.has_seconds,
         max_years_between_matches=_MAX_YEARS,
     )
-    best: datetime | None = None
-    limit: datetime | None = None
     while True:
-        candidate = it.get_next(datetime)
-        if limit is not None and candidate > limit:
-            assert best is not None
-            return best
-        for instant in _instants(candidate, zone, parsed.fixed_time):
-            if instant > after and (best is None or instant < best):
-                best = instant
-                limit = candidate + _DST_SLACK
+        yield it.get_next(datetime)
+
+
+def _next_instant(parsed: CronExpression, after: datetime, zone: tzinfo) -> datetime:
+    """The first fire time strictly after the aware instant ``after``.
+
+    Wall-clock matches are visited in wall order; each maps to zero, one or two real instants
+    (:func:`_instants`). Wall order equals real order except in a repeated (fall-back) hour, so
+    one case needs care: when ``after`` lies in the *first* pass of a repeated hour, real time
+    runs through the rest of the first pass and then starts the repeat from its beginning.
+    """
+    wall = _wall(after, zone)
+    pending = _matches(parsed, wall + timedelta(microseconds=1))
+    first_pass_end: datetime | None = None
+    repeat_start = wall
+    if not parsed.fixed_time:
+        second = wall.replace(tzinfo=zone, fold=1).astimezone(timezone.utc)
+        if second > after:  # ``wall`` happens again later: ``after`` is in the first pass
+            jump = _transition(after, second, zone)
+            first_pass_end = wall + (jump - after)
+            repeat_start = _wall(jump, zone)
+    while True:
+        candidate = next(pending)
+        if first_pass_end is not None and candidate >= first_pass_end:
+            pending = _matches(parsed, repeat_start)
+            first_pass_end = None
+            continue
+        instants = [i for i in _instants(candidate, zone, parsed.fixed_time) if i > after]
+        if instants:
+            return min(instants)
+        if (
+            not parsed.fixed_time
+            and _wall(candidate.replace(tzinfo=zone).astimezone(timezone.utc), zone) != candidate
+        ):
+            # A wall time swallowed by a spring-forward gap: resume at the end of the gap.
+            resume = _wall(_gap_end(candidate, zone), zone)
+            if resume > candidate:
+                pending = _matches(parsed, resume)
 
 
 # --------------------------------------------------------------------------------------------
@@ -452,10 +550,12 @@ def _to_interval(value: timedelta | float | str) -> timedelta:
     return coerce_interval(value)
 
 
-def _opt_utc(value: object) -> datetime | None:
-    if value is None:
-        return None
-    return parse_timestamp(value, what="time")
+def _opt_anchor(value: object) -> datetime | None:
+    return None if value is None else parse_timestamp(value, what="interval anchor")
+
+
+def _opt_start_at(value: object) -> datetime | None:
+    return None if value is None else parse_timestamp(value, what="interval start_at")
 
 
 @attrs.frozen
@@ -463,8 +563,8 @@ class Interval:
     """Every ``every``, measured from completion; optional grid ``anchor`` and ``start_at``."""
 
     every: timedelta = attrs.field(converter=_to_interval)
-    anchor: datetime | None = attrs.field(default=None, converter=_opt_utc)
-    start_at: datetime | None = attrs.field(default=None, converter=_opt_utc)
+    anchor: datetime | None = attrs.field(default=None, converter=_opt_anchor)
+    start_at: datetime | None = attrs.field(default=None, converter=_opt_start_at)
     jitter_percent: float = attrs.field(default=0.0, converter=_check_jitter)
 
     @property
@@ -508,9 +608,13 @@ def _to_cron(value: str | CronExpression) -> CronExpression:
     return value if isinstance(value, CronExpression) else parse_cron_expression(value)
 
 
-def _to_zone_name(value: str | None) -> str | None:
+def _to_zone_name(value: str | tzinfo | None) -> str | None:
     if value is None:
         return None
+    if isinstance(value, ZoneInfo) and value.key:
+        return value.key
+    if not isinstance(value, str):
+        raise ValueError(f"time zone must be an IANA name such as 'Europe/Berlin', got {value!r}")
     resolve_timezone(value)  # raises on unknown zones
     return value.strip()
 

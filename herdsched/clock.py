@@ -12,6 +12,8 @@ import time
 from datetime import datetime, timezone
 from typing import Protocol, runtime_checkable
 
+from herdsched.timestamps import truncate_ms
+
 __all__ = ["Clock", "SystemClock"]
 
 
@@ -33,10 +35,14 @@ class Clock(Protocol):
 
 
 class SystemClock:
-    """The real clock: :func:`datetime.now` in UTC and :func:`time.monotonic`."""
+    """The real clock: :func:`datetime.now` in UTC and :func:`time.monotonic`.
+
+    ``now()`` has millisecond precision, the precision of the state file, so an instant kept in
+    memory equals the one read back from disk.
+    """
 
     def now(self) -> datetime:
-        return datetime.now(timezone.utc)
+        return truncate_ms(datetime.now(timezone.utc))
 
     def monotonic(self) -> float:
         return time.monotonic()

@@ -213,6 +213,15 @@ def _check_cadence(instance: Schedule, attribute: attrs.Attribute[Any], value: C
         )
 
 
+def _is_bool(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, bool):
+        raise InvalidScheduleError(
+            f"{attribute.name} must be true or false, got {value!r}",
+            field=attribute.name,
+            value=value,
+        )
+
+
 def _check_callable(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and not callable(value):
         raise InvalidScheduleError(
@@ -242,13 +251,13 @@ class Schedule:
     type: ScheduleType = attrs.field(converter=_to_schedule_type)
     cadence: CadenceT = attrs.field(default=None, validator=_check_cadence)
     prompt: str | None = attrs.field(default=None, validator=_opt_str("prompt"))
-    enabled: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    enabled: bool = attrs.field(default=True, validator=_is_bool)
     timeout: timedelta | None = attrs.field(default=None, converter=_opt_timeout)
     catch_up: CatchUp | None = attrs.field(default=None, converter=_to_catch_up)
     overlap: Overlap = attrs.field(default=Overlap.SKIP, converter=_to_overlap)
     notify: NotifyPolicy = attrs.field(default=NotifyPolicy.NEVER, converter=_to_notify)
     work_source: str | None = attrs.field(default=None, validator=_opt_str("work_source"))
-    persist_session: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    persist_session: bool = attrs.field(default=False, validator=_is_bool)
     owner: str | None = attrs.field(default=None, validator=_opt_str("owner"))
     job: JobFunc | None = attrs.field(default=None, validator=_check_callable, eq=False)
     metadata: Mapping[str, Any] = attrs.field(factory=dict, converter=dict)

@@ -68,7 +68,9 @@ class FakeClock:
                     f"FakeClock.set({target.isoformat()}) would go backwards from "
                     f"{self._now.isoformat()}; use jump_wall_clock() to simulate a clock step"
                 )
-        self.advance(target - self._now)
+            self._monotonic += (target - self._now).total_seconds()
+            self._now = target
+            self._cond.notify_all()
 
     def jump_wall_clock(self, delta: timedelta | float) -> None:
         """Step only the wall clock (as NTP or a user changing the time would); monotonic stays."""

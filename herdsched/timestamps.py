@@ -76,7 +76,8 @@ def resolve_timezone(name: str | tzinfo | None) -> tzinfo:
         raise ValueError(f"time zone must be an IANA name such as 'Europe/Berlin', got {name!r}")
     try:
         return ZoneInfo(name.strip())
-    except (ZoneInfoNotFoundError, ValueError) as exc:
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+        # OSError: a directory of the zone database such as "America" is not a zone.
         raise ValueError(
             f"Unknown time zone {name!r}: use an IANA name such as 'Europe/Berlin' or 'UTC'"
         ) from exc
