@@ -98,6 +98,14 @@ def assert_each_slot_ran_once(runs: list[dict[str, Any]]) -> None:
         assert after["start"] >= before["end"], f"runs overlap: {before} and {after}"
 
 
+def _no_control_socket() -> list[str]:
+    """gunicorn >= 24 opens a control socket in the home directory unless told not to."""
+    from gunicorn import config
+
+    names = {setting.name for setting in config.KNOWN_SETTINGS}
+    return ["--no-control-socket"] if "control_socket_disable" in names else []
+
+
 @contextmanager
 def gunicorn(state_dir: Path, *, preload: bool) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     port = free_port()
@@ -115,6 +123,7 @@ def gunicorn(state_dir: Path, *, preload: bool) -> Iterator[tuple[subprocess.Pop
         "--graceful-timeout",
         "5",
         *(["--preload"] if preload else []),
+        *_no_control_socket(),
         "gunicorn_app:app",
     ]
     log = open(state_dir / "gunicorn.log", "wb")  # noqa: SIM115 - closed in finally
