@@ -565,20 +565,30 @@ class RestApi:
                     403, f"caller {caller!r} cannot create schedules owned by {fields['owner']!r}"
                 )
             fields["owner"] = caller
-        schedule = _build(fields)
         try:
             existing: Schedule | None = scheduler.get_schedule(agent, name)
         except ScheduleNotFoundError:
             existing = None
+        if existing is not None:
+            self._check_owner(caller, existing.owner, agent, name)
+            _keep_owner(agent, name, fields, existing)
+        schedule = _build(fields)
         if existing is None:
             scheduler.add_schedule(agent, name, schedule, persist=True, owner=schedule.owner)
             created = True
         else:
-            self._check_owner(caller, existing.owner, agent, name)
             schedule = schedule.with_changes(job=existing.job)
             if existing.type != schedule.type:
                 scheduler.remove_schedule(agent, name, owner=caller)
-                scheduler.add_schedule(agent, name, schedule, persist=True, owner=schedule.owner)
+                try:
+                    scheduler.add_schedule(
+                        agent, name, schedule, persist=True, owner=schedule.owner
+                    )
+                except Exception:  # put the old definition back (its run state is gone)
+                    scheduler.add_schedule(
+                        agent, name, existing, persist=True, owner=existing.owner
+                    )
+                    raise
             else:
                 changes = _changes(existing, schedule)
                 if changes:
@@ -600,6 +610,7 @@ class RestApi:
             raise ApiError(403, f"caller {caller!r} cannot give {agent}/{name} to another owner")
         enabled = fields.pop("enabled", None)
         existing = scheduler.get_schedule(agent, name)
+        _keep_owner(agent, name, fields, existing)
         if fields:
             if "type" in fields and fields["type"] != existing.type.value:
                 raise _field_error(
@@ -767,6 +778,19 @@ def _checked_fields(agent: str, name: str, data: Mapping[str, Any]) -> dict[str,
             "enabled", f"enabled must be true or false, got {json.dumps(fields['enabled'])}"
         )
     return fields
+
+
+def _keep_owner(agent: str, name: str, fields: dict[str, Any], existing: Schedule) -> None:
+    """An existing schedule keeps its owner: absent means unchanged, another one is refused."""
+    owner = fields.setdefault("owner", existing.owner)
+    if owner != existing.owner:
+        raise _field_error(
+            "owner",
+            f"the owner of {agent}/{name} cannot change from {existing.owner!r} to {owner!r}: "
+            "delete the schedule and create it again",
+        )
+    if owner is None:
+        del fields["owner"]
 
 
 def _build(fields: Mapping[str, Any]) -> Schedule:

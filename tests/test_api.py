@@ -768,3 +768,29 @@ def test_status_page_is_capped_and_survives_history_errors(
     assert "Showing the first 2 of 4 schedules" in html
     assert "no runs yet" in html
     assert "could not read the history" in caplog.text
+
+
+def test_owner_of_an_existing_schedule_cannot_change(api: RestApi) -> None:
+    assert call(api, "PUT", "/api/schedule/triage/x", {"interval": "1h"}, owner="ann")[0] == 201
+    status, body = call(api, "PATCH", "/api/schedule/triage/x", {"owner": "bob"})
+    assert status == 400
+    assert_error(body, "owner", "cannot change")
+    status, body = call(api, "PUT", "/api/schedule/triage/x", {"interval": "2h", "owner": "bob"})
+    assert status == 400
+    assert_error(body, "owner")
+    status, body = call(api, "PUT", "/api/schedule/triage/x", {"interval": "2h"})  # admin
+    assert status == 200
+    assert body["owner"] == "ann"  # absent means unchanged
+    assert body["interval"] == "2h"
+
+
+def test_failed_type_change_keeps_the_old_definition(
+    api: RestApi, sched: ThreadedScheduler
+) -> None:
+    status, body = call(
+        api, "PUT", "/api/schedule/triage/check", {"type": "once", "at": "2020-01-01T00:00:00Z"}
+    )
+    assert status == 400
+    assert_error(body, "at", "passed")
+    assert sched.get_schedule("triage", "check").type == "interval"
+    assert call(api, "GET", "/api/schedule/triage/check")[1]["interval"] == "5m"
