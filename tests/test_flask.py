@@ -218,6 +218,8 @@ def test_status_page_lists_schedules_with_buttons(
     assert "data-action='pause'" in html
     assert "data-api='/herdsched/api'" in html
     assert "every 5m" in html
+    mounted = client.get("/herdsched/", base_url="http://localhost/shop").get_data(as_text=True)
+    assert "data-api='/shop/herdsched/api'" in mounted  # under a WSGI mount point
 
 
 # ------------------------------------------------------------------------------------ auth

@@ -162,7 +162,8 @@ def _blueprint(ext: FlaskHerdsched) -> Blueprint:
         allowed, owner = _caller(ext)
         if not allowed:
             return Response("authentication required", status=401, mimetype="text/plain")
-        html = ext.api.status_page(api_base=f"{ext.url_prefix}/api", owner=owner)
+        api_base = f"{request.script_root}{ext.url_prefix}/api"  # also when mounted deeper
+        html = ext.api.status_page(api_base=api_base, owner=owner)
         return Response(html, mimetype="text/html")
 
     def api(subpath: str) -> Response:
