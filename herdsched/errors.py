@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "AgentNotFoundError",
@@ -43,6 +44,23 @@ class SchedulerError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Subclasses take extra required arguments, which Exception's default pickling (it
+        # replays ``self.args``) would drop; rebuild from the attributes instead, so errors
+        # survive multiprocessing queues and process pools.
+        return (_rebuild_error, (type(self), self.message, self.__dict__.copy()))
+
+
+def _rebuild_error(
+    cls: type[SchedulerError], message: str, state: dict[str, Any]
+) -> SchedulerError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    error.__dict__.update(state)
+    if isinstance(error.cause, BaseException):
+        error.__cause__ = error.cause
+    return error
 
 
 class IntervalParseError(SchedulerError, ValueError):

@@ -6,6 +6,7 @@ precision of the state file, so what is kept in memory equals what a reload retu
 
 from __future__ import annotations
 
+import os
 from datetime import date, datetime, timezone, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -85,8 +86,6 @@ def resolve_timezone(name: str | tzinfo | None) -> tzinfo:
 
 def system_timezone() -> tzinfo:
     """The process's local zone, as an IANA zone when it can be named, else dateutil's tzlocal."""
-    import os
-
     env = os.environ.get("TZ", "").lstrip(":")
     if env:
         try:

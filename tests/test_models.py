@@ -1,0 +1,392 @@
+"""Models validate at construction (errors name the field); the converter round-trips them."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+import yaml
+
+from herdsched import (
+    Agent,
+    CronParseError,
+    IntervalParseError,
+    InvalidScheduleError,
+    JobResult,
+    RunRecord,
+    RunStatus,
+    Schedule,
+    ScheduleState,
+    ScheduleType,
+    SkipReason,
+    Status,
+    TriggerInfo,
+    TriggerResult,
+    TriggerType,
+)
+from herdsched.cadence import Cron, Interval, Once
+from herdsched.converter import (
+    converter,
+    record_from_dict,
+    record_to_dict,
+    state_from_dict,
+    state_to_dict,
+)
+from herdsched.models import CatchUp, NotifyPolicy, Overlap
+
+UTC = timezone.utc
+T0 = datetime(2026, 11, 22, 5, 41, 48, 898000, tzinfo=UTC)
+
+
+def job(info: TriggerInfo) -> str:
+    return "done"
+
+
+def _field_error(build: Callable[[], Any]) -> InvalidScheduleError:
+    with pytest.raises(InvalidScheduleError) as info:
+        build()
+    return info.value
+
+
+# --------------------------------------------------------------------------------------------
+# Schedule factories
+
+
+def test_interval_factory() -> None:
+    schedule = Schedule.interval("5m", prompt="Check for ready issues.")
+    assert schedule.type is ScheduleType.INTERVAL
+    assert isinstance(schedule.cadence, Interval)
+    assert schedule.cadence.every == timedelta(minutes=5)
+    assert schedule.prompt == "Check for ready issues."
+    assert schedule.enabled is True
+    assert schedule.fires_on_timer is True
+    # defaults
+    assert schedule.overlap is Overlap.SKIP
+    assert schedule.notify is NotifyPolicy.NEVER
+    assert schedule.catch_up is None
+    assert schedule.timeout is None
+
+
+def test_interval_factory_options() -> None:
+    schedule = Schedule.interval(
+        timedelta(minutes=15),
+        anchor="2026-01-01T00:00:00Z",
+        start_at="2026-02-01T00:00:00Z",
+        jitter_percent=10,
+        timeout="10m",
+        catch_up="skip",
+        overlap="buffer_one",
+        notify="conditional",
+        enabled=False,
+        job=job,
+        metadata={"team": "ops"},
+    )
+    assert isinstance(schedule.cadence, Interval)
+    assert schedule.cadence.anchor == datetime(2026, 1, 1, tzinfo=UTC)
+    assert schedule.cadence.start_at == datetime(2026, 2, 1, tzinfo=UTC)
+    assert schedule.cadence.jitter_percent == 10.0
+    assert schedule.timeout == timedelta(minutes=10)
+    assert schedule.catch_up is CatchUp.SKIP
+    assert schedule.overlap is Overlap.BUFFER_ONE
+    assert schedule.notify is NotifyPolicy.CONDITIONAL
+    assert schedule.enabled is False
+    assert schedule.job is job
+    assert schedule.metadata == {"team": "ops"}
+
+
+def test_cron_factory() -> None:
+    schedule = Schedule.cron("0 9 * * 1-5", timezone="Europe/Berlin", prompt="Daily report.")
+    assert schedule.type is ScheduleType.CRON
+    assert isinstance(schedule.cadence, Cron)
+    assert schedule.cadence.expression.canonical == "0 9 * * 1-5"
+    assert schedule.cadence.timezone == "Europe/Berlin"
+
+
+def test_once_factory() -> None:
+    schedule = Schedule.once("2026-12-01T09:00:00Z", prompt="Run the migration.")
+    assert schedule.type is ScheduleType.ONCE
+    assert isinstance(schedule.cadence, Once)
+    assert schedule.cadence.at == datetime(2026, 12, 1, 9, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("factory", "kind"),
+    [
+        (Schedule.manual, ScheduleType.MANUAL),
+        (Schedule.webhook, ScheduleType.WEBHOOK),
+        (Schedule.chat, ScheduleType.CHAT),
+    ],
+)
+def test_trigger_only_factories(factory: Callable[..., Schedule], kind: ScheduleType) -> None:
+    schedule = factory(prompt="Answer.")
+    assert schedule.type is kind
+    assert schedule.cadence is None
+    assert schedule.fires_on_timer is False
+
+
+def test_with_changes_revalidates() -> None:
+    schedule = Schedule.interval("5m")
+    changed = schedule.with_changes(prompt="new", enabled=False)
+    assert (changed.prompt, changed.enabled) == ("new", False)
+    assert schedule.prompt is None  # frozen: the original is untouched
+    assert _field_error(lambda: schedule.with_changes(overlap="sometimes")).field == "overlap"
+
+
+# --------------------------------------------------------------------------------------------
+# Schedule validation: each error names its field
+
+
+@pytest.mark.parametrize(
+    ("build", "field", "phrase"),
+    [
+        (lambda: Schedule(type="hourly"), "type", "type must be one of interval, cron, once"),
+        (lambda: Schedule.interval("5m", overlap="sometimes"), "overlap", "skip, buffer_one"),
+        (lambda: Schedule.interval("5m", notify="loud"), "notify", "always, conditional, never"),
+        (lambda: Schedule.interval("5m", catch_up="all"), "catch_up", "once, skip"),
+        (lambda: Schedule.interval("5m", prompt=5), "prompt", "prompt must be a string"),
+        (lambda: Schedule.interval("5m", owner=["a"]), "owner", "owner must be a string"),
+        (lambda: Schedule.interval("5m", job="nope"), "job", "job must be callable"),
+        (lambda: Schedule.interval("5m", enabled="yes"), "enabled", "must be true or false"),
+        (lambda: Schedule.interval("5m", persist_session=1), "persist_session", "true or false"),
+        (lambda: Schedule.interval("5x"), "interval", 'Invalid time unit "x"'),
+        (lambda: Schedule.interval("5m", anchor="soon"), "interval", "interval anchor 'soon'"),
+        (lambda: Schedule.interval("5m", jitter_percent=300), "interval", "jitter_percent"),
+        (lambda: Schedule.cron("0 9 * * *", timezone="Mars/Base"), "timezone", "'Mars/Base'"),
+        (lambda: Schedule.once("not a date"), "at", "'not a date'"),
+        # cadence and type must agree
+        (lambda: Schedule(type="interval"), "cadence", "needs a Interval cadence"),
+        (lambda: Schedule(type="cron", cadence=Interval("5m")), "cadence", "Cron cadence"),
+        (lambda: Schedule(type="once", cadence=Cron("@daily")), "cadence", "Once cadence"),
+        (lambda: Schedule(type="manual", cadence=Interval("5m")), "type", "takes no cadence"),
+        (lambda: Schedule(type="webhook", cadence=Once(T0)), "type", "takes no cadence"),
+    ],
+)
+def test_schedule_validation(build: Callable[[], Any], field: str, phrase: str) -> None:
+    error = _field_error(build)
+    assert error.field == field
+    assert phrase in str(error)
+
+
+def test_schedule_cadence_errors_keep_their_own_class() -> None:
+    with pytest.raises(CronParseError) as cron:
+        Schedule.cron("0 25 * * *")
+    assert cron.value.field == "hour"
+    with pytest.raises(IntervalParseError, match="timeout"):
+        Schedule.interval("5m", timeout="0m")
+
+
+# --------------------------------------------------------------------------------------------
+# Agent
+
+
+def test_agent() -> None:
+    nightly = Schedule.cron("0 3 * * *")
+    agent = Agent("triage", max_concurrent=2, job=job, schedules={"nightly": nightly})
+    assert (agent.name, agent.max_concurrent, agent.job) == ("triage", 2, job)
+    assert dict(agent.schedules) == {"nightly": nightly}
+    with_more = agent.with_schedule("manual", Schedule.manual())
+    assert set(with_more.schedules) == {"nightly", "manual"}
+    assert set(agent.schedules) == {"nightly"}
+    assert set(with_more.without_schedule("nightly").schedules) == {"manual"}
+    assert Agent("a_b-1").max_concurrent == 1
+
+
+@pytest.mark.parametrize("name", ["bad name", "-x", "_x", "", "a/b", "ä", 5, None])
+def test_agent_names(name: object) -> None:
+    error = _field_error(lambda: Agent(name))  # type: ignore[arg-type]
+    assert error.field == "name"
+    assert repr(name) in str(error)
+
+
+@pytest.mark.parametrize("name", ["bad name", "", "a.b"])
+def test_schedule_names(name: str) -> None:
+    error = _field_error(lambda: Agent("a", schedules={name: Schedule.manual()}))
+    assert error.field == "name"
+    assert "schedule name" in str(error)
+
+
+@pytest.mark.parametrize("value", [0, -1, True, "2", 1.5, None])
+def test_agent_max_concurrent(value: object) -> None:
+    error = _field_error(lambda: Agent("a", max_concurrent=value))  # type: ignore[arg-type]
+    assert error.field == "max_concurrent"
+    assert "positive integer" in str(error)
+
+
+def test_agent_job_and_schedules_are_checked() -> None:
+    assert _field_error(lambda: Agent("a", job=42)).field == "job"  # type: ignore[arg-type]
+    error = _field_error(lambda: Agent("a", schedules={"s": "5m"}))  # type: ignore[dict-item]
+    assert error.field == "schedules.s"
+    assert "must be a Schedule" in str(error)
+
+
+# --------------------------------------------------------------------------------------------
+# State and records
+
+
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [
+        (lambda: ScheduleState(status="sleeping"), "status"),
+        (lambda: ScheduleState(last_result="great"), "last_result"),
+        (lambda: ScheduleState(last_run_at=datetime(2026, 1, 1)), "last_run_at"),
+        (lambda: ScheduleState(next_run_at="2026-01-01T00:00:00Z"), "next_run_at"),
+        (lambda: ScheduleState(consecutive_failures=-1), "consecutive_failures"),
+        (lambda: ScheduleState(consecutive_failures=True), "consecutive_failures"),
+        (lambda: ScheduleState(last_error=5), "last_error"),
+        (
+            lambda: RunRecord(
+                run_id="r", agent="a", schedule="s", trigger_type="daily", status="success"
+            ),
+            "trigger_type",
+        ),
+        (
+            lambda: RunRecord(
+                run_id="r", agent="a", schedule="s", trigger_type="cron", status="great"
+            ),
+            "status",
+        ),
+    ],
+)
+def test_state_and_record_validation(build: Callable[[], Any], field: str) -> None:
+    assert _field_error(build).field == field
+
+
+def test_schedule_state_defaults() -> None:
+    state = ScheduleState()
+    assert state.status is Status.IDLE
+    assert (state.last_run_at, state.last_finished_at, state.next_run_at) == (None, None, None)
+    assert state.consecutive_failures == 0
+    assert state.last_result is None
+
+
+def test_run_record_summary_and_duration() -> None:
+    record = RunRecord(
+        run_id="r1",
+        agent="a",
+        schedule="s",
+        trigger_type="interval",
+        status="success",
+        started_at=T0,
+        finished_at=T0 + timedelta(seconds=90),
+        output_summary="x" * 1000,
+    )
+    assert record.output_summary == "x" * 500
+    assert record.duration == timedelta(seconds=90)
+    assert (
+        RunRecord(
+            run_id="r2", agent="a", schedule="s", trigger_type="manual", status="interrupted"
+        ).duration
+        is None
+    )
+
+
+def test_trigger_info_job_result_trigger_result() -> None:
+    info = TriggerInfo(
+        agent="a",
+        schedule="s",
+        prompt="p",
+        trigger_type=TriggerType.CRON,
+        scheduled_for=T0,
+        fired_at=T0,
+        run_id="r1",
+    )
+    assert info.cancelled is False
+    info.cancel_event.set()
+    assert info.cancelled is True
+    assert isinstance(info.cancel_event, threading.Event)
+    assert JobResult() == JobResult(output=None, session_id=None, notify=None, cost=None)
+    skipped = TriggerResult(False, skipped=True, skip_reason=SkipReason.AT_CAPACITY)
+    assert (skipped.success, skipped.skip_reason) == (False, SkipReason.AT_CAPACITY)
+
+
+def test_enums_print_as_their_values() -> None:
+    assert str(Status.PAUSED) == "paused"
+    assert f"{RunStatus.TIMEOUT}" == "timeout"
+    assert Status("completed") is Status.COMPLETED
+
+
+# --------------------------------------------------------------------------------------------
+# Converter round trips
+
+
+def test_schedule_state_round_trip() -> None:
+    state = ScheduleState(
+        status="idle",
+        last_run_at=T0,
+        last_finished_at=T0 + timedelta(seconds=1, milliseconds=222),
+        next_run_at=T0 + timedelta(minutes=5),
+        last_result="success",
+        consecutive_failures=0,
+    )
+    data = state_to_dict(state)
+    assert data["last_run_at"] == "2026-11-22T05:41:48.898Z"
+    assert data["last_finished_at"] == "2026-11-22T05:41:50.120Z"
+    assert data["next_run_at"] == "2026-11-22T05:46:48.898Z"
+    assert data["status"] == "idle" and type(data["status"]) is str
+    assert data["last_result"] == "success" and type(data["last_result"]) is str
+    # the documented keys are always written, optional ones only when set
+    assert {"last_error", "session_id"} <= set(data)
+    assert "disabled_reason" not in data
+    assert state_from_dict(data) == state
+
+
+def test_schedule_state_timestamps_are_quoted_in_yaml() -> None:
+    text = yaml.safe_dump(state_to_dict(ScheduleState(next_run_at=T0)))
+    line = next(line for line in text.splitlines() if line.startswith("next_run_at:"))
+    assert line in (
+        "next_run_at: '2026-11-22T05:41:48.898Z'",
+        'next_run_at: "2026-11-22T05:41:48.898Z"',
+    )
+    # YAML reads it back as a string, which the converter turns into the same instant
+    reloaded = yaml.safe_load(text)
+    assert reloaded["next_run_at"] == "2026-11-22T05:41:48.898Z"
+    assert state_from_dict(reloaded).next_run_at == T0
+
+
+def test_schedule_state_from_herdctl_shapes() -> None:
+    data = {
+        "status": "running",
+        "last_run_at": "2026-11-22T06:41:48.898+01:00",  # any offset: re-zoned to UTC
+        "next_run_at": yaml.safe_load("t: 2026-11-22T05:46:48.898Z")["t"],  # YAML timestamp
+        "last_error": None,
+        "some_future_key": "kept by the store, ignored here",
+    }
+    state = state_from_dict(data)
+    assert state.status is Status.RUNNING
+    assert state.last_run_at == T0
+    assert state.next_run_at == T0 + timedelta(minutes=5)
+
+
+def test_run_record_round_trip() -> None:
+    record = RunRecord(
+        run_id="r1",
+        agent="triage",
+        schedule="check-issues",
+        trigger_type="interval",
+        scheduled_for=T0,
+        started_at=T0 + timedelta(milliseconds=5),
+        finished_at=T0 + timedelta(seconds=2),
+        status="failed",
+        error="boom",
+        output_summary="partial output",
+        notified=True,
+        session_id="sess-1",
+        work_item_id="issue-42",
+        cost=0.25,
+        turns=3,
+    )
+    data = record_to_dict(record)
+    assert data["scheduled_for"] == "2026-11-22T05:41:48.898Z"
+    assert data["started_at"] == "2026-11-22T05:41:48.903Z"
+    assert data["finished_at"] == "2026-11-22T05:41:50.898Z"
+    assert data["trigger_type"] == "interval" and data["status"] == "failed"
+    assert record_from_dict(yaml.safe_load(yaml.safe_dump(data))) == record
+    assert record_from_dict({**data, "unknown": 1}) == record
+
+
+def test_converter_durations_are_seconds() -> None:
+    assert converter.unstructure(timedelta(minutes=2)) == 120.0
+    assert converter.structure(90, timedelta) == timedelta(seconds=90)

@@ -1,0 +1,240 @@
+"""Timestamps on disk and in memory: ISO-8601 UTC with milliseconds; time zone names."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import date, datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
+
+import pytest
+import yaml
+from dateutil import tz as dateutil_tz
+
+from herdsched import timestamps
+from herdsched.timestamps import (
+    format_timestamp,
+    parse_timestamp,
+    resolve_timezone,
+    system_timezone,
+    to_utc,
+    truncate_ms,
+)
+
+UTC = timezone.utc
+STAMP = datetime(2026, 11, 22, 5, 41, 48, 898000, tzinfo=UTC)
+
+
+@pytest.fixture
+def local_kolkata(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Make the process's local time Asia/Kolkata (+05:30), so "local" differs from UTC."""
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+# --------------------------------------------------------------------------------------------
+# format
+
+
+def test_format_is_iso_utc_with_milliseconds_and_z() -> None:
+    assert format_timestamp(STAMP) == "2026-11-22T05:41:48.898Z"
+
+
+def test_format_pads_milliseconds() -> None:
+    assert format_timestamp(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)) == "2026-01-02T03:04:05.000Z"
+    assert format_timestamp(datetime(2026, 1, 2, 3, 4, 5, 7000, tzinfo=UTC)).endswith(".007Z")
+
+
+def test_format_truncates_microseconds() -> None:
+    assert format_timestamp(STAMP.replace(microsecond=898999)) == "2026-11-22T05:41:48.898Z"
+
+
+def test_format_rezones_offsets_to_utc() -> None:
+    berlin = datetime(2026, 11, 22, 6, 41, 48, 898000, tzinfo=ZoneInfo("Europe/Berlin"))
+    assert format_timestamp(berlin) == "2026-11-22T05:41:48.898Z"
+    minus = datetime(2026, 11, 22, 0, 41, 48, 898000, tzinfo=timezone(timedelta(hours=-5)))
+    assert format_timestamp(minus) == "2026-11-22T05:41:48.898Z"
+
+
+def test_format_reads_naive_as_local(local_kolkata: None) -> None:
+    assert format_timestamp(datetime(2026, 11, 22, 11, 11, 48, 898000)) == (
+        "2026-11-22T05:41:48.898Z"
+    )
+
+
+def test_format_rejects_non_datetimes() -> None:
+    with pytest.raises(TypeError, match="expected a datetime"):
+        format_timestamp("2026-11-22")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="date"):
+        format_timestamp(date(2026, 11, 22))  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------------------------
+# parse
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2026-11-22T05:41:48.898Z",
+        "2026-11-22T05:41:48.898+00:00",
+        "2026-11-22T06:41:48.898+01:00",
+        "2026-11-22T00:41:48.898-05:00",
+        "2026-11-22T11:11:48.898+05:30",
+        "2026-11-22T05:41:48.898",  # naive strings are UTC (what the state file holds)
+        "  2026-11-22T05:41:48.898Z  ",
+        "2026-11-22T05:41:48.898123Z",  # sub-millisecond digits are dropped
+    ],
+)
+def test_parse_iso_strings(text: str) -> None:
+    parsed = parse_timestamp(text)
+    assert parsed == STAMP
+    assert parsed.tzinfo == UTC
+
+
+def test_parse_other_iso_shapes() -> None:
+    assert parse_timestamp("2026-11-22") == datetime(2026, 11, 22, tzinfo=UTC)
+    assert parse_timestamp("2026-11-22T05:41Z") == datetime(2026, 11, 22, 5, 41, tzinfo=UTC)
+    assert parse_timestamp("20261122T054148Z") == datetime(2026, 11, 22, 5, 41, 48, tzinfo=UTC)
+
+
+def test_parse_naive_string_is_utc_even_with_a_local_zone(local_kolkata: None) -> None:
+    assert parse_timestamp("2026-11-22T05:41:48.898") == STAMP
+
+
+def test_parse_yaml_timestamps() -> None:
+    data = yaml.safe_load(
+        "quoted: '2026-11-22T05:41:48.898Z'\n"
+        "zulu: 2026-11-22T05:41:48.898Z\n"
+        "offset: 2026-11-22 06:41:48.898 +01:00\n"
+        "day: 2026-11-22\n"
+    )
+    assert isinstance(data["zulu"], datetime)
+    assert isinstance(data["day"], date)
+    assert parse_timestamp(data["quoted"]) == STAMP
+    assert parse_timestamp(data["zulu"]) == STAMP
+    assert parse_timestamp(data["offset"]) == STAMP
+    assert parse_timestamp(data["day"]) == datetime(2026, 11, 22, tzinfo=UTC)
+
+
+def test_parse_aware_datetime() -> None:
+    berlin = datetime(2026, 11, 22, 6, 41, 48, 898000, tzinfo=ZoneInfo("Europe/Berlin"))
+    result = parse_timestamp(berlin)
+    assert result == STAMP
+    assert result.tzinfo == UTC
+
+
+def test_parse_naive_datetime_is_local(local_kolkata: None) -> None:
+    assert parse_timestamp(datetime(2026, 11, 22, 11, 11, 48, 898000)) == STAMP
+
+
+def test_parse_date_is_utc_midnight() -> None:
+    assert parse_timestamp(date(2026, 11, 22)) == datetime(2026, 11, 22, tzinfo=UTC)
+
+
+def test_round_trip() -> None:
+    for moment in (STAMP, datetime(1999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC)):
+        assert parse_timestamp(format_timestamp(moment)) == moment
+
+
+@pytest.mark.parametrize(
+    ("value", "phrase"),
+    [
+        ("", "cannot be empty"),
+        ("   ", "cannot be empty"),
+        ("yesterday", "'yesterday' is not an ISO-8601 date-time"),
+        ("2026-13-01", "is not an ISO-8601 date-time"),
+        ("2026-11-22T25:00Z", "is not an ISO-8601 date-time"),
+        (5, "must be an ISO-8601 string or a datetime, got 5"),
+        (None, "must be an ISO-8601 string or a datetime, got None"),
+        (1.5, "got 1.5"),
+    ],
+)
+def test_parse_errors_name_the_input(value: object, phrase: str) -> None:
+    with pytest.raises(ValueError, match="next_run_at") as info:
+        parse_timestamp(value, what="next_run_at")
+    assert phrase in str(info.value)
+
+
+# --------------------------------------------------------------------------------------------
+# to_utc and truncate_ms
+
+
+def test_truncate_ms() -> None:
+    assert truncate_ms(STAMP.replace(microsecond=898765)) == STAMP
+    assert truncate_ms(STAMP) == STAMP
+
+
+def test_to_utc() -> None:
+    assert to_utc(STAMP.astimezone(ZoneInfo("Asia/Tokyo"))) == STAMP
+    assert to_utc(STAMP.astimezone(ZoneInfo("Asia/Tokyo"))).tzinfo == UTC
+    with pytest.raises(TypeError, match="got str"):
+        to_utc("2026-11-22")  # type: ignore[arg-type]
+
+
+def test_to_utc_reads_naive_as_local(local_kolkata: None) -> None:
+    assert to_utc(datetime(2026, 11, 22, 11, 11, 48, 898000)) == STAMP
+
+
+# --------------------------------------------------------------------------------------------
+# resolve_timezone
+
+
+def test_resolve_names() -> None:
+    assert resolve_timezone("Europe/Berlin") == ZoneInfo("Europe/Berlin")
+    assert resolve_timezone(" UTC ") == ZoneInfo("UTC")
+    assert resolve_timezone("Australia/Lord_Howe") == ZoneInfo("Australia/Lord_Howe")
+
+
+def test_resolve_passes_tzinfo_through() -> None:
+    zone = ZoneInfo("Asia/Tokyo")
+    assert resolve_timezone(zone) is zone
+    assert resolve_timezone(UTC) is UTC
+
+
+def test_resolve_none_is_the_system_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "America/Sao_Paulo")
+    assert resolve_timezone(None) == ZoneInfo("America/Sao_Paulo")
+
+
+@pytest.mark.parametrize(
+    "name", ["Mars/Base", "America", "europe/berlin", "../../etc/passwd", "Europe/Berlin\x00"]
+)
+def test_resolve_unknown_names(name: str) -> None:
+    with pytest.raises(ValueError, match="Unknown time zone") as info:
+        resolve_timezone(name)
+    assert repr(name.strip()) in str(info.value) or repr(name) in str(info.value)
+    assert "IANA" in str(info.value)
+
+
+@pytest.mark.parametrize("value", ["", "   ", 5, ["UTC"]])
+def test_resolve_rejects_non_names(value: object) -> None:
+    with pytest.raises(ValueError, match="IANA name") as info:
+        resolve_timezone(value)  # type: ignore[arg-type]
+    assert repr(value) in str(info.value)
+
+
+# --------------------------------------------------------------------------------------------
+# system_timezone
+
+
+def test_system_zone_from_tz_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", ":Europe/Dublin")
+    assert system_timezone() == ZoneInfo("Europe/Dublin")
+
+
+def test_system_zone_from_etc_localtime(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "Not/AZone")
+    monkeypatch.setattr(
+        timestamps.os.path, "realpath", lambda path: "/usr/share/zoneinfo/Asia/Tokyo"
+    )
+    assert system_timezone() == ZoneInfo("Asia/Tokyo")
+
+
+def test_system_zone_falls_back_to_tzlocal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TZ", raising=False)
+    monkeypatch.setattr(timestamps.os.path, "realpath", lambda path: "/etc/some-local-file")
+    assert isinstance(system_timezone(), dateutil_tz.tzlocal)
