@@ -268,6 +268,20 @@ def test_refresh_sees_the_pause_before_the_flush(tmp_path: Path) -> None:
         assert reader.get_schedule_state("a", "s").status is Status.DISABLED
 
 
+def test_removal_by_another_process_beats_a_pending_transition(tmp_path: Path) -> None:
+    scheduler = YamlStateStore(tmp_path)
+    scheduler.update_schedule_state("a", "s", status="idle")
+    scheduler.record_transition("a", "s", status="running")
+    scheduler.record_transition("a", "new", status="running")  # never on disk: kept
+    with YamlStateStore(tmp_path) as cli:
+        cli.remove_schedule_state("a", "s")
+    scheduler.flush()
+    assert scheduler.flush_deadline() is None
+    with YamlStateStore(tmp_path) as reader:
+        assert set(reader.get_agent_schedule_states("a")) == {"new"}
+    scheduler.close()
+
+
 def test_transition_overrides_a_status_that_is_not_user_intent(tmp_path: Path) -> None:
     scheduler = YamlStateStore(tmp_path)
     scheduler.update_schedule_state("a", "s", status="paused")

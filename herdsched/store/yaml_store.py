@@ -220,15 +220,22 @@ class YamlStateStore:
         """Adopt a freshly read version of the file and rebuild the view over it.
 
         This is where base.py's rule lives: a pending transition's ``status`` is dropped when
-        the stored status changed since our last read and is now a user-intent status.
+        the stored status changed since our last read and is now a user-intent status. A
+        schedule removed by another process since our last read loses its pending changes too
+        (the removal wins).
         """
         with self._mem:
             old = self._disk
-            for (agent, name), patch in self._pending.items():
-                if "status" not in patch:
-                    continue
+            for (agent, name), patch in list(self._pending.items()):
                 before = old.state(agent, name)
                 after = disk.state(agent, name)
+                if before is not None and after is None:
+                    # removed by another process since we read it: the removal wins
+                    log.info("Dropping pending changes of %s/%s: removed elsewhere", agent, name)
+                    del self._pending[(agent, name)]
+                    continue
+                if "status" not in patch:
+                    continue
                 before_status = before.status if before is not None else None
                 after_status = after.status if after is not None else None
                 if after_status != before_status and after_status in USER_INTENT_STATUSES:
