@@ -446,3 +446,17 @@ def test_a_failed_start_in_the_child_is_logged(
     embedded._after_fork_in_child()
     assert "could not start herdsched" in caplog.text
     assert threading.active_count() >= 1
+
+
+def test_server_detection(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "uwsgi", raising=False)
+    monkeypatch.delitem(sys.modules, "gunicorn.arbiter", raising=False)
+    assert embedding._server() == (False, None)
+    monkeypatch.setitem(sys.modules, "gunicorn.arbiter", SimpleNamespace())
+    assert embedding._server() == (True, None)  # master or worker: cannot tell
+    monkeypatch.setitem(sys.modules, "uwsgi", SimpleNamespace(worker_id=lambda: 0))
+    assert embedding._server() == (True, True)
+    monkeypatch.setitem(sys.modules, "uwsgi", SimpleNamespace(worker_id=lambda: 3))
+    assert embedding._server() == (True, False)
+    monkeypatch.setitem(sys.modules, "uwsgi", SimpleNamespace())
+    assert embedding._server() == (True, None)
