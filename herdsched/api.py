@@ -43,6 +43,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from herdsched.cadence import Cron, Interval, Once
+from herdsched.config import SCHEDULE_FIELDS
 from herdsched.converter import record_to_dict
 from herdsched.errors import (
     AgentNotFoundError,
@@ -76,30 +77,7 @@ _log = logging.getLogger("herdsched")
 ADMIN = "*"
 
 #: Fields a client may send in PUT/PATCH (the fleet-file schedule fields, minus what runs).
-WRITABLE_FIELDS = frozenset(
-    {
-        "type",
-        "interval",
-        "cron",
-        "expression",
-        "at",
-        "timezone",
-        "anchor",
-        "start_at",
-        "jitter_percent",
-        "prompt",
-        "enabled",
-        "work_source",
-        "persist_session",
-        "resume_session",
-        "notify",
-        "timeout",
-        "catch_up",
-        "overlap",
-        "owner",
-        "metadata",
-    }
-)
+WRITABLE_FIELDS = frozenset(SCHEDULE_FIELDS) - {"job", "command"}
 #: Fields the API reports but that only the scheduler sets.
 READ_ONLY_FIELDS = frozenset(
     {
