@@ -78,7 +78,7 @@ def parse_interval(text: str) -> timedelta:
             'Missing time unit (expected format "{number}{unit}", units: ' + _VALID_UNITS + ")",
             raw,
         )
-    if body[0].isalpha():
+    if "a" <= body[0] <= "z":
         raise _interval_error("Missing numeric value", raw)
     total = 0
     pos = 0
@@ -86,10 +86,7 @@ def parse_interval(text: str) -> timedelta:
     while pos < len(body):
         match = _TOKEN.match(body, pos)
         if match is None:
-            bad = body[pos]
-            if bad.isalpha():
-                raise _interval_error("Missing numeric value", raw)
-            raise _interval_error(f'Invalid character "{bad}"', raw)
+            raise _interval_error(f'Invalid character "{body[pos]}"', raw)
         number, unit = match.groups()
         if not unit and match.end() < len(body):
             raise _interval_error(f'Invalid character "{body[match.end()]}"', raw)
@@ -269,7 +266,14 @@ def _check_field(expression: str, name: str, text: str) -> None:
                 expression,
                 name,
             )
-        if base in ("*", "?") or base.upper().startswith("H") or "L" in base.upper() or "#" in base:
+        if base.upper().startswith("H"):
+            raise CronParseError(
+                f'Invalid cron expression "{expression}" - {name} uses a hashed value '
+                f'"{part}", which is not supported ({name} must be {low}-{high})',
+                expression,
+                name,
+            )
+        if base in ("*", "?") or "L" in base.upper() or "#" in base:
             continue  # wildcard and croniter extensions: croniter validates those
         bounds = base.split("-")
         if len(bounds) > 2 or not all(bounds):
@@ -516,9 +520,7 @@ def _next_instant(parsed: CronExpression, after: datetime, zone: tzinfo) -> date
             and _wall(candidate.replace(tzinfo=zone).astimezone(timezone.utc), zone) != candidate
         ):
             # A wall time swallowed by a spring-forward gap: resume at the end of the gap.
-            resume = _wall(_gap_end(candidate, zone), zone)
-            if resume > candidate:
-                pending = _matches(parsed, resume)
+            pending = _matches(parsed, _wall(_gap_end(candidate, zone), zone))
 
 
 # --------------------------------------------------------------------------------------------

@@ -309,6 +309,13 @@ def test_non_string_input(value: object) -> None:
     assert is_valid_cron_expression(value) is False  # type: ignore[arg-type]
 
 
+def test_hashed_values_are_rejected_by_name() -> None:
+    with pytest.raises(CronParseError) as info:
+        parse_cron_expression("0 H(0-5) * * *")
+    assert info.value.field == "hour"
+    assert 'hashed value "H(0-5)"' in str(info.value)
+
+
 @pytest.mark.parametrize("expression", ["H * * * *", "0 0 LW * *", "0 0 * * 5L", "0 0 15W * *"])
 def test_croniter_rejections_become_cron_parse_errors(expression: str) -> None:
     with pytest.raises(CronParseError) as info:

@@ -108,6 +108,8 @@ def test_parse_interval_herdctl_milliseconds() -> None:
         ("+5m", 'Invalid character "+"'),
         # digits other than ASCII 0-9 are not numbers here
         ("\uff15m", "Invalid character"),
+        ("1h\u00e9", 'Invalid character "\u00e9"'),
+        ("\u00e95m", 'Invalid character "\u00e9"'),
         ("1000000000d", "too large"),
         ("9" * 40 + "s", "too large"),
     ],

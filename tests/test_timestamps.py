@@ -234,7 +234,8 @@ def test_system_zone_from_etc_localtime(monkeypatch: pytest.MonkeyPatch) -> None
     assert system_timezone() == ZoneInfo("Asia/Tokyo")
 
 
-def test_system_zone_falls_back_to_tzlocal(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("link", ["/etc/some-local-file", "/usr/share/zoneinfo/Not/AZone"])
+def test_system_zone_falls_back_to_tzlocal(monkeypatch: pytest.MonkeyPatch, link: str) -> None:
     monkeypatch.delenv("TZ", raising=False)
-    monkeypatch.setattr(timestamps.os.path, "realpath", lambda path: "/etc/some-local-file")
+    monkeypatch.setattr(timestamps.os.path, "realpath", lambda path: link)
     assert isinstance(system_timezone(), dateutil_tz.tzlocal)

@@ -1,0 +1,81 @@
+"""Every ```python block in the listed documentation pages runs.
+
+Blocks of one page run in order in one namespace, like cells of a notebook, so a later block may
+use names an earlier one defined. A block right after a line ``<!-- no-test -->`` is skipped
+(for fragments that need a network, a web server or a real fleet). Add a page to ``PAGES`` once
+its examples are self-contained.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+PAGES = ["scheduling.md"]
+
+_FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w+-]*)\s*$")
+_SKIP_MARK = "<!-- no-test -->"
+
+
+def python_blocks(text: str) -> list[tuple[int, str]]:
+    """``(line number, code)`` of each ```python block, in order; skipped blocks left out."""
+    blocks: list[tuple[int, str]] = []
+    lines = text.splitlines()
+    index = 0
+    while index < len(lines):
+        opening = _FENCE.match(lines[index])
+        if not opening or not opening["lang"]:
+            index += 1
+            continue
+        start = index
+        indent = len(opening["indent"])
+        index += 1
+        body: list[str] = []
+        while index < len(lines) and not re.match(r"^ *```\s*$", lines[index]):
+            body.append(lines[index][indent:])
+            index += 1
+        index += 1  # the closing fence
+        skipped = start > 0 and lines[start - 1].strip() == _SKIP_MARK
+        if opening["lang"] == "python" and not skipped:
+            blocks.append((start + 1, "\n".join(body) + "\n"))
+    return blocks
+
+
+def test_block_extraction() -> None:
+    text = "\n".join(
+        [
+            "# Title",
+            "```python",
+            "x = 1",
+            "```",
+            "```yaml",
+            "a: 1",
+            "```",
+            "<!-- no-test -->",
+            "```python",
+            "raise SystemExit",
+            "```",
+            "1. a list item",
+            "    ```python",
+            "    y = x + 1",
+            "    ```",
+        ]
+    )
+    assert python_blocks(text) == [(2, "x = 1\n"), (13, "y = x + 1\n")]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_examples_run(page: str) -> None:
+    path = DOCS / page
+    blocks = python_blocks(path.read_text(encoding="utf-8"))
+    assert blocks, f"{page} has no python examples"
+    namespace: dict[str, object] = {"__name__": f"docs_{path.stem}"}
+    for line, code in blocks:
+        compiled = compile(code, f"{path}:{line}", "exec")
+        try:
+            exec(compiled, namespace)
+        except Exception as exc:  # pragma: no cover - the failure report
+            pytest.fail(f"example at {page}:{line} failed: {type(exc).__name__}: {exc}")
