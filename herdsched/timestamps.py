@@ -40,7 +40,8 @@ def to_utc(moment: datetime) -> datetime:
 def format_timestamp(moment: datetime) -> str:
     """``2026-11-22T05:41:48.898Z``: ISO-8601 UTC with milliseconds, as stored on disk."""
     utc = to_utc(moment)
-    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+    # isoformat() zero-pads every field (strftime("%Y") does not below year 1000 on glibc)
+    return utc.replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
 
 
 def parse_timestamp(value: object, *, what: str = "timestamp") -> datetime:

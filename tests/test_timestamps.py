@@ -239,3 +239,13 @@ def test_system_zone_falls_back_to_tzlocal(monkeypatch: pytest.MonkeyPatch, link
     monkeypatch.delenv("TZ", raising=False)
     monkeypatch.setattr(timestamps.os.path, "realpath", lambda path: link)
     assert isinstance(system_timezone(), dateutil_tz.tzlocal)
+
+
+def test_years_below_1000_are_zero_padded_and_round_trip() -> None:
+    from datetime import datetime, timezone
+
+    from herdsched.timestamps import format_timestamp, parse_timestamp
+
+    early = datetime(999, 1, 2, 3, 4, 5, 678000, tzinfo=timezone.utc)
+    assert format_timestamp(early) == "0999-01-02T03:04:05.678Z"
+    assert parse_timestamp(format_timestamp(early)) == early
