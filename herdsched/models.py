@@ -17,6 +17,7 @@ import attrs
 
 from herdsched.cadence import Cron, Interval, Once, coerce_interval
 from herdsched.errors import InvalidScheduleError
+from herdsched.timestamps import to_utc
 
 __all__ = [
     "Agent",
@@ -164,6 +165,14 @@ def _to_trigger_type(value: Any) -> TriggerType:
     return _coerce_enum(TriggerType, "trigger_type", value)  # type: ignore[no-any-return]
 
 
+def _ms_time(value: Any) -> Any:
+    """Aware datetimes are cut to whole milliseconds (UTC), the precision of the state file,
+    so a record read back equals the record written."""
+    if isinstance(value, datetime) and value.utcoffset() is not None:
+        return to_utc(value)
+    return value
+
+
 def _aware_time(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     """Validator: ``None`` or an aware datetime (structure strings through the converter)."""
     if value is None:
@@ -207,7 +216,9 @@ def _check_cadence(instance: Schedule, attribute: attrs.Attribute[Any], value: C
             )
     elif not isinstance(value, expected):
         raise InvalidScheduleError(
-            f"a {instance.type} schedule needs a {expected.__name__} cadence, got {value!r}",
+            f"{instance.type} schedules need an {expected.__name__} cadence, got {value!r}"
+            if expected is Interval or expected is Once
+            else f"{instance.type} schedules need a {expected.__name__} cadence, got {value!r}",
             field="cadence",
             value=value,
         )
@@ -280,7 +291,12 @@ class Schedule:
         except (TypeError, ValueError) as exc:
             if isinstance(exc, InvalidScheduleError):
                 raise
-            raise InvalidScheduleError(str(exc), field="interval", value=every, cause=exc) from exc
+            text = str(exc)
+            field = next(
+                (name for name in ("anchor", "start_at", "jitter_percent") if name[:6] in text),
+                "interval",
+            )
+            raise InvalidScheduleError(text, field=field, value=every, cause=exc) from exc
         return cls(type=ScheduleType.INTERVAL, cadence=cadence, **options)
 
     @classmethod
@@ -410,16 +426,16 @@ class ScheduleState:
     """The persisted state of one schedule (one entry of ``state.yaml``)."""
 
     status: Status = attrs.field(default=Status.IDLE, converter=_to_status)
-    last_run_at: datetime | None = attrs.field(default=None, validator=_aware_time)
-    last_finished_at: datetime | None = attrs.field(default=None, validator=_aware_time)
-    next_run_at: datetime | None = attrs.field(default=None, validator=_aware_time)
+    last_run_at: datetime | None = attrs.field(default=None, converter=_ms_time, validator=_aware_time)
+    last_finished_at: datetime | None = attrs.field(default=None, converter=_ms_time, validator=_aware_time)
+    next_run_at: datetime | None = attrs.field(default=None, converter=_ms_time, validator=_aware_time)
     last_result: RunStatus | None = attrs.field(default=None, converter=_to_opt_run_status)
     last_error: str | None = attrs.field(default=None, validator=_opt_str("last_error"))
     consecutive_failures: int = attrs.field(default=0, validator=_nonneg_int)
     session_id: str | None = attrs.field(default=None, validator=_opt_str("session_id"))
     disabled_reason: str | None = attrs.field(default=None, validator=_opt_str("disabled_reason"))
-    last_slot_at: datetime | None = attrs.field(default=None, validator=_aware_time)
-    trigger_requested_at: datetime | None = attrs.field(default=None, validator=_aware_time)
+    last_slot_at: datetime | None = attrs.field(default=None, converter=_ms_time, validator=_aware_time)
+    trigger_requested_at: datetime | None = attrs.field(default=None, converter=_ms_time, validator=_aware_time)
     # Descriptive copies of the definition, so other processes (CLI, web workers) can show what a
     # schedule is without loading the fleet file.
     type: str | None = attrs.field(default=None, validator=_opt_str("type"))
@@ -435,9 +451,9 @@ class RunRecord:
     agent: str
     schedule: str
     trigger_type: TriggerType = attrs.field(converter=_to_trigger_type)
-    scheduled_for: datetime | None = attrs.field(default=None, validator=_aware_time)
-    started_at: datetime | None = attrs.field(default=None, validator=_aware_time)
-    finished_at: datetime | None = attrs.field(default=None, validator=_aware_time)
+    scheduled_for: datetime | None = attrs.field(default=None, converter=_ms_time, validator=_aware_time)
+    started_at: datetime | None = attrs.field(default=None, converter=_ms_time, validator=_aware_time)
+    finished_at: datetime | None = attrs.field(default=None, converter=_ms_time, validator=_aware_time)
     status: RunStatus = attrs.field(converter=_to_run_status)
     error: str | None = None
     output_summary: str | None = attrs.field(default=None, converter=_summary)

@@ -41,6 +41,7 @@ class FakeClock:
         )
         self._monotonic = 1000.0
         self._cond = threading.Condition()
+        self._waiters = 0
 
     def now(self) -> datetime:
         with self._cond:
@@ -82,9 +83,29 @@ class FakeClock:
     def wait(self, event: threading.Event, timeout: float | None) -> bool:
         with self._cond:
             deadline = None if timeout is None else self._monotonic + max(0.0, timeout)
-            while not event.is_set() and (deadline is None or self._monotonic < deadline):
-                self._cond.wait(_POLL_SECONDS)
+            self._waiters += 1
+            self._cond.notify_all()
+            try:
+                while not event.is_set() and (deadline is None or self._monotonic < deadline):
+                    self._cond.wait(_POLL_SECONDS)
+            finally:
+                self._waiters -= 1
             return event.is_set()
+
+    @property
+    def waiters(self) -> int:
+        """How many threads are blocked in :meth:`wait` right now."""
+        with self._cond:
+            return self._waiters
+
+    def wait_for_waiters(self, count: int = 1, timeout: float = 5.0) -> bool:
+        """Block (real seconds) until ``count`` threads wait on this clock.
+
+        Advance time only after the thread under test waits, or its deadline is computed from
+        the already-advanced time.
+        """
+        with self._cond:
+            return self._cond.wait_for(lambda: self._waiters >= count, timeout)
 
     def __repr__(self) -> str:
         return f"FakeClock({self._now.isoformat()})"

@@ -243,3 +243,29 @@ def test_several_waiters_wake_in_deadline_order() -> None:
     assert not waiters[30].finished(within=0.05)
     clock.advance("15s")
     assert waiters[20].finished() and waiters[30].finished()
+
+
+def test_wait_for_waiters_lets_a_test_advance_only_once_the_thread_waits() -> None:
+    import threading
+
+    from herdsched.testing import FakeClock
+
+    clock = FakeClock()
+    assert clock.waiters == 0
+    assert clock.wait_for_waiters(1, timeout=0.05) is False
+    woke = threading.Event()
+
+    def waiter() -> None:
+        clock.wait(threading.Event(), timeout=60)
+        woke.set()
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    assert clock.wait_for_waiters(1)
+    assert clock.waiters == 1
+    clock.advance(59)
+    assert not woke.wait(0.05)
+    clock.advance(1)
+    thread.join(5)
+    assert woke.is_set()
+    assert clock.waiters == 0

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-PAGES = ["scheduling.md"]
+PAGES = ["scheduling.md", "testing.md", "scheduler.md", "getting-started.md", "state.md"]
 
 _FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w+-]*)\s*$")
 _SKIP_MARK = "<!-- no-test -->"

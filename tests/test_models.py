@@ -152,12 +152,13 @@ def test_with_changes_revalidates() -> None:
         (lambda: Schedule.interval("5m", enabled="yes"), "enabled", "must be true or false"),
         (lambda: Schedule.interval("5m", persist_session=1), "persist_session", "true or false"),
         (lambda: Schedule.interval("5x"), "interval", 'Invalid time unit "x"'),
-        (lambda: Schedule.interval("5m", anchor="soon"), "interval", "interval anchor 'soon'"),
-        (lambda: Schedule.interval("5m", jitter_percent=300), "interval", "jitter_percent"),
+        (lambda: Schedule.interval("5m", anchor="soon"), "anchor", "interval anchor 'soon'"),
+        (lambda: Schedule.interval("5m", start_at="x"), "start_at", "interval start_at 'x'"),
+        (lambda: Schedule.interval("5m", jitter_percent=300), "jitter_percent", "jitter_percent"),
         (lambda: Schedule.cron("0 9 * * *", timezone="Mars/Base"), "timezone", "'Mars/Base'"),
         (lambda: Schedule.once("not a date"), "at", "'not a date'"),
         # cadence and type must agree
-        (lambda: Schedule(type="interval"), "cadence", "needs a Interval cadence"),
+        (lambda: Schedule(type="interval"), "cadence", "need an Interval cadence"),
         (lambda: Schedule(type="cron", cadence=Interval("5m")), "cadence", "Cron cadence"),
         (lambda: Schedule(type="once", cadence=Cron("@daily")), "cadence", "Once cadence"),
         (lambda: Schedule(type="manual", cadence=Interval("5m")), "type", "takes no cadence"),
@@ -390,3 +391,19 @@ def test_run_record_round_trip() -> None:
 def test_converter_durations_are_seconds() -> None:
     assert converter.unstructure(timedelta(minutes=2)) == 120.0
     assert converter.structure(90, timedelta) == timedelta(seconds=90)
+
+
+def test_record_times_are_cut_to_milliseconds_so_a_reload_is_equal() -> None:
+    from herdsched.converter import record_from_dict, record_to_dict
+
+    precise = T0.replace(microsecond=123456)
+    record = RunRecord(
+        run_id="r",
+        agent="a",
+        schedule="s",
+        trigger_type="cron",
+        status="success",
+        started_at=precise,
+    )
+    assert record.started_at == T0.replace(microsecond=123000)
+    assert record_from_dict(record_to_dict(record)) == record
