@@ -426,16 +426,26 @@ class ScheduleState:
     """The persisted state of one schedule (one entry of ``state.yaml``)."""
 
     status: Status = attrs.field(default=Status.IDLE, converter=_to_status)
-    last_run_at: datetime | None = attrs.field(default=None, converter=_ms_time, validator=_aware_time)
-    last_finished_at: datetime | None = attrs.field(default=None, converter=_ms_time, validator=_aware_time)
-    next_run_at: datetime | None = attrs.field(default=None, converter=_ms_time, validator=_aware_time)
+    last_run_at: datetime | None = attrs.field(
+        default=None, converter=_ms_time, validator=_aware_time
+    )
+    last_finished_at: datetime | None = attrs.field(
+        default=None, converter=_ms_time, validator=_aware_time
+    )
+    next_run_at: datetime | None = attrs.field(
+        default=None, converter=_ms_time, validator=_aware_time
+    )
     last_result: RunStatus | None = attrs.field(default=None, converter=_to_opt_run_status)
     last_error: str | None = attrs.field(default=None, validator=_opt_str("last_error"))
     consecutive_failures: int = attrs.field(default=0, validator=_nonneg_int)
     session_id: str | None = attrs.field(default=None, validator=_opt_str("session_id"))
     disabled_reason: str | None = attrs.field(default=None, validator=_opt_str("disabled_reason"))
-    last_slot_at: datetime | None = attrs.field(default=None, converter=_ms_time, validator=_aware_time)
-    trigger_requested_at: datetime | None = attrs.field(default=None, converter=_ms_time, validator=_aware_time)
+    last_slot_at: datetime | None = attrs.field(
+        default=None, converter=_ms_time, validator=_aware_time
+    )
+    trigger_requested_at: datetime | None = attrs.field(
+        default=None, converter=_ms_time, validator=_aware_time
+    )
     # Descriptive copies of the definition, so other processes (CLI, web workers) can show what a
     # schedule is without loading the fleet file.
     type: str | None = attrs.field(default=None, validator=_opt_str("type"))
@@ -451,9 +461,15 @@ class RunRecord:
     agent: str
     schedule: str
     trigger_type: TriggerType = attrs.field(converter=_to_trigger_type)
-    scheduled_for: datetime | None = attrs.field(default=None, converter=_ms_time, validator=_aware_time)
-    started_at: datetime | None = attrs.field(default=None, converter=_ms_time, validator=_aware_time)
-    finished_at: datetime | None = attrs.field(default=None, converter=_ms_time, validator=_aware_time)
+    scheduled_for: datetime | None = attrs.field(
+        default=None, converter=_ms_time, validator=_aware_time
+    )
+    started_at: datetime | None = attrs.field(
+        default=None, converter=_ms_time, validator=_aware_time
+    )
+    finished_at: datetime | None = attrs.field(
+        default=None, converter=_ms_time, validator=_aware_time
+    )
     status: RunStatus = attrs.field(converter=_to_run_status)
     error: str | None = None
     output_summary: str | None = attrs.field(default=None, converter=_summary)
