@@ -8,6 +8,7 @@ evaluated on the wall clock of an IANA time zone with DST handled explicitly (se
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import re
@@ -325,13 +326,26 @@ def _collapse_equal_ranges(name: str, text: str) -> str:
     return ",".join(items)
 
 
-def parse_cron_expression(expression: str) -> CronExpression:
+def parse_cron_expression(expression: object) -> CronExpression:
     """Validate a cron expression and return its canonical form.
 
     Accepts 5 fields (``minute hour day-of-month month day-of-week``), 6 fields with **seconds
     first**, and the shorthands ``@yearly @annually @monthly @weekly @daily @midnight @hourly``
     (any case). Impossible dates such as ``0 0 31 2 *`` are rejected.
     """
+    if isinstance(expression, str):
+        return _parse_cron_cached(expression)
+    return _parse_cron(expression)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_cron_cached(expression: str) -> CronExpression:
+    # A fleet repeats a handful of expressions thousands of times: parse each text once.
+    return _parse_cron(expression)
+
+
+def _parse_cron(expression: object) -> CronExpression:
+    """Uncached :func:`parse_cron_expression`."""
     if not isinstance(expression, str):
         raise CronParseError(
             f'Invalid cron expression {expression!r} - must be a string such as "0 9 * * 1-5" '
@@ -489,6 +503,24 @@ def _matches(parsed: CronExpression, wall_from: datetime) -> Iterator[datetime]:
 
 
 def _next_instant(parsed: CronExpression, after: datetime, zone: tzinfo) -> datetime:
+    """:func:`_next_instant_uncached`, cached when the zone can be a cache key.
+
+    Schedules sharing an expression ask the same question at the same slot, and a fleet of
+    thousands shares a handful of expressions.
+    """
+    try:
+        hash(zone)
+    except TypeError:
+        return _next_instant_uncached(parsed, after, zone)
+    return _next_instant_cached(parsed, after, zone)
+
+
+@functools.lru_cache(maxsize=8192)
+def _next_instant_cached(parsed: CronExpression, after: datetime, zone: tzinfo) -> datetime:
+    return _next_instant_uncached(parsed, after, zone)
+
+
+def _next_instant_uncached(parsed: CronExpression, after: datetime, zone: tzinfo) -> datetime:
     """The first fire time strictly after the aware instant ``after``.
 
     Wall-clock matches are visited in wall order; each maps to zero, one or two real instants

@@ -23,7 +23,7 @@ from herdsched.store.state_file import (
     parse_state_document,
 )
 from herdsched.store.state_reader import StateReader
-from herdsched.store.yaml_io import dump_yaml, load_yaml, render_entry
+from herdsched.store.yaml_io import dump_yaml, indent, load_yaml, render_entry
 from herdsched.store.yaml_store import normalise_changes
 
 WORDS = st.text(
@@ -58,8 +58,7 @@ def test_simple_rendering_is_pyyaml_exactly(key: str, entry: dict[str, Any], spa
 
 def test_simple_rendering_declines_what_it_cannot_write_exactly() -> None:
     assert render_simple_entry("s", {"x": 1.5}, 6) is None
-    assert render_simple_entry("s", {"x": "two words"}, 6) is None
-    assert render_simple_entry("s", {"x": "yes"}, 6) is None
+    assert render_simple_entry("s", {"x": "two\nlines"}, 6) is None
     assert render_simple_entry("s", {"x": [1]}, 6) is None
     assert render_simple_entry("s", {1: "x"}, 6) is None
     assert render_simple_entry("s", "not a mapping", 6) is None
@@ -75,7 +74,8 @@ def test_simple_rendering_declines_what_it_cannot_write_exactly() -> None:
         "    s:\n        a: 1\n",  # wrong indentation
         "      s:\n",  # a head without fields
         "      two words:\n        a: 1\n",
-        "      s:\n        a: two words\n",
+        "      s:\n        a: [1, 2]\n",
+        "      s:\n        a: 'unterminated\n",
         "      s:\n        a 1\n",
         "      s:\n        a: 1\n        a: 2\n",
         "      s:\n      a: 1\n",
@@ -85,6 +85,16 @@ def test_simple_rendering_declines_what_it_cannot_write_exactly() -> None:
 )
 def test_simple_parsing_declines_anything_else(text: str) -> None:
     assert parse_simple_entry(text, 6) is None
+
+
+@pytest.mark.parametrize(
+    "value", ["two words", "yes", "every 5m", "cron 0 9 * * 1-5 (Europe/Berlin)", "a: b", "#x"]
+)
+def test_one_line_strings_with_spaces_or_yaml_meaning_take_the_fast_path(value: str) -> None:
+    text = render_simple_entry("s", {"x": value}, 6)
+    assert text is not None
+    assert text == indent(dump_yaml({"s": {"x": value}}), 6)
+    assert parse_simple_entry(text, 6) == ("s", {"x": value})
 
 
 ENTRY_VALUES = st.fixed_dictionaries(

@@ -1,7 +1,9 @@
 """Exact YAML for the common case: a flat entry of simple scalars, without going through PyYAML.
 
 Almost every schedule entry in ``state.yaml`` is a mapping of a few keys to ``null``, booleans,
-integers, single words (``idle``, ``success``) and our quoted timestamps. For those, rendering
+integers, single words (``idle``, ``success``), our quoted timestamps and a few repeated one-line
+texts (``every 5m``, error messages; each distinct text is dumped by PyYAML once and cached). For
+those, rendering
 and parsing by hand is an order of magnitude faster than PyYAML's Python-level representer and
 constructor, which dominate the cost of a 10,000-schedule file.
 
@@ -54,7 +56,38 @@ def _scalar(value: Any) -> str | None:
             return f'"{value}"'
         if _plain_word(value):
             return str(value)
+        return _dumped_line(value)
     return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _dumped_line(value: str) -> str | None:
+    """How PyYAML writes the string ``value`` as a one-line mapping value, or ``None``.
+
+    Covers the few repeated strings with spaces (``every 5m``, ``cron 0 9 * * 1-5``): each
+    distinct text costs one real dump, every later use is a cache hit.
+    """
+    from herdsched.store.yaml_io import dump_yaml
+
+    text = dump_yaml({"k": value})
+    if not text.startswith("k: ") or text.count("\n") != 1:
+        return None
+    return text[3:-1]
+
+
+@functools.lru_cache(maxsize=4096)
+def _loaded_line(text: str) -> Any:
+    """The string a one-line value written by :func:`_dumped_line` reads back as."""
+    from herdsched.store.yaml_io import load_yaml
+
+    try:
+        loaded = load_yaml(f"k: {text}\n")
+    except yaml.YAMLError:
+        return _MISSING
+    if not isinstance(loaded, dict) or type(loaded.get("k")) is not str:
+        return _MISSING
+    value: str = loaded["k"]
+    return value if _dumped_line(value) == text else _MISSING
 
 
 def render_simple_entry(key: Any, value: Any, spaces: int) -> str | None:
@@ -92,7 +125,7 @@ def _parse_scalar(text: str) -> Any:
         return match.group(1)
     if _plain_word(text):
         return text
-    return _MISSING
+    return _loaded_line(text)
 
 
 def parse_simple_entry(chunk: str, spaces: int) -> tuple[str, dict[str, Any]] | None:
