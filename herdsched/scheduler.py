@@ -10,6 +10,7 @@ exception is caught, logged with its agent and schedule, and the pass is retried
 from __future__ import annotations
 
 import atexit
+import collections
 import heapq
 import itertools
 import logging
@@ -223,7 +224,9 @@ class ThreadedScheduler:
         self._agents: dict[str, Agent] = {}
         self._entries: dict[tuple[str, str], _Entry] = {}
         self._heap: list[tuple[datetime, int, str, str, int]] = []
-        self._waiting: list[tuple[datetime, int, str, str, int]] = []
+        # Due schedules whose agent is full, per agent, in due order.
+        self._waiting: dict[str, collections.deque[tuple[datetime, int, str, str, int]]] = {}
+        self._agent_counts: collections.Counter[str] = collections.Counter()
         self._seq = itertools.count()
         self._executors: dict[str, ThreadPoolExecutor] = {}
         self._running: dict[str, Run] = {}
@@ -880,35 +883,46 @@ class ThreadedScheduler:
             heapq.heappop(self._heap)
 
     def _fire_due(self, now: datetime) -> None:
+        """Dispatch what is due, agent by agent, in due order, as far as capacity allows.
+
+        A schedule whose agent is full waits in that agent's queue; the first one that meets a
+        full agent ends the agent's turn, so a pass costs what it dispatches, not what waits.
+        """
         with self._lock:
             if self._status != "running":
                 return
-            candidates = self._waiting
-            self._waiting = []
             while self._heap and self._heap[0][0] <= now:
-                candidates.append(heapq.heappop(self._heap))
-            candidates.sort()
+                item = heapq.heappop(self._heap)
+                self._waiting.setdefault(item[2], collections.deque()).append(item)
+            agents = list(self._waiting)
+            if self.max_total_concurrent is not None:  # share the global slots in due order
+                agents.sort(key=lambda name: self._waiting[name][0])
             started: list[Run] = []
-            for item in candidates:
-                _, _, agent, name, version = item
-                entry = self._entries.get((agent, name))
-                if entry is None or entry.version != version or entry.due is None:
-                    continue
-                try:
+            for agent in agents:
+                queue = self._waiting[agent]
+                while queue:
+                    _, _, _, name, version = queue[0]
+                    entry = self._entries.get((agent, name))
+                    if entry is None or entry.version != version or entry.due is None:
+                        queue.popleft()
+                        continue
                     reason = self._skip_reason(entry, now)
                     entry.last_skip = reason
                     if reason is SkipReason.AT_CAPACITY:
-                        self._waiting.append(item)
-                        continue
+                        break
+                    queue.popleft()
                     if reason is not None:
                         continue
-                    trigger_type = TriggerType(str(entry.schedule.type))
-                    started.append(
-                        self._prepare_run(entry, trigger_type, entry.scheduled_for or entry.due)
-                    )
-                except Exception:
-                    self.log.exception("could not dispatch %s/%s; will retry", agent, name)
-                    self._waiting.append(item)
+                    try:
+                        trigger_type = TriggerType(str(entry.schedule.type))
+                        started.append(
+                            self._prepare_run(entry, trigger_type, entry.scheduled_for or entry.due)
+                        )
+                    except Exception:
+                        self.log.exception("could not dispatch %s/%s; retrying in 1 s", agent, name)
+                        self._set_due(entry, now + timedelta(seconds=1), entry.scheduled_for)
+                if not queue:
+                    del self._waiting[agent]
             self._launch(started)
 
     def _skip_reason(self, entry: _Entry, now: datetime) -> SkipReason | None:
@@ -965,6 +979,7 @@ class ThreadedScheduler:
             entry.version += 1  # off the heap while it runs
             entry.due = None
         self._running[run.run_id] = run
+        self._agent_counts[run.agent] += 1
         self._trigger_count += 1
         entry.state = attrs.evolve(entry.state, last_run_at=now)
         changes: dict[str, Any] = {"last_run_at": now, "last_slot_at": scheduled_for}
@@ -1043,7 +1058,8 @@ class ThreadedScheduler:
 
     def _release(self, run: Run) -> None:
         """Free the run's slot (caller holds the lock) and put its schedule back on the heap."""
-        self._running.pop(run.run_id, None)
+        if self._running.pop(run.run_id, None) is not None:
+            self._agent_counts[run.agent] -= 1
         entry = self._entries.get((run.agent, run.schedule_name))
         if entry is not None and entry.run is run:
             entry.run = None
@@ -1926,7 +1942,7 @@ class ThreadedScheduler:
         return entry.schedule.job or self._agents[entry.agent].job or self.on_trigger
 
     def _agent_running(self, agent: str) -> int:
-        return sum(1 for run in self._running.values() if run.agent == agent)
+        return self._agent_counts[agent]
 
     def _at_capacity(self, agent: Agent) -> bool:
         if self._agent_running(agent.name) >= agent.max_concurrent:
