@@ -10,7 +10,7 @@ import enum
 import re
 import threading
 from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar, Union
 
 import attrs
@@ -122,7 +122,7 @@ class NotifyPolicy(_StrEnum):
 
 
 def _coerce_enum(cls: type[_E], field: str, value: Any) -> Any:
-    if value is None or isinstance(value, cls):
+    if value is None or type(value) is cls:
         return value
     try:
         return cls(value)
@@ -168,6 +168,10 @@ def _to_trigger_type(value: Any) -> TriggerType:
 def _ms_time(value: Any) -> Any:
     """Aware datetimes are cut to whole milliseconds (UTC), the precision of the state file,
     so a record read back equals the record written."""
+    if value is None or (
+        type(value) is datetime and value.tzinfo is timezone.utc and value.microsecond % 1000 == 0
+    ):
+        return value  # the common case, already normal: keep state transitions cheap
     if isinstance(value, datetime) and value.utcoffset() is not None:
         return to_utc(value)
     return value
@@ -175,7 +179,7 @@ def _ms_time(value: Any) -> Any:
 
 def _aware_time(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     """Validator: ``None`` or an aware datetime (structure strings through the converter)."""
-    if value is None:
+    if value is None or (type(value) is datetime and value.tzinfo is timezone.utc):
         return
     if not isinstance(value, datetime) or value.utcoffset() is None:
         raise InvalidScheduleError(

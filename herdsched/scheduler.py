@@ -1164,29 +1164,20 @@ class ThreadedScheduler:
                 session_id = None
             if outcome.result.session_id is not None:
                 session_id = outcome.result.session_id
-        last_result = outcome.status
-        entry.state = attrs.evolve(
-            state,
-            status=status,
-            last_finished_at=now,
-            last_result=last_result,
-            last_error=outcome.error if outcome.status is not RunStatus.SUCCESS else None,
-            consecutive_failures=failures,
-            session_id=session_id,
-            disabled_reason=disabled_reason if disabled_reason else state.disabled_reason,
-        )
-        self._set_due(entry, due, slot if due == normal else due, push=False)
-        self._transition(
-            entry,
-            status=status,
-            last_finished_at=now,
-            last_result=last_result,
-            last_error=entry.state.last_error,
-            consecutive_failures=failures,
-            session_id=session_id,
-            disabled_reason=entry.state.disabled_reason,
-            next_run_at=due,
-        )
+        changes: dict[str, Any] = {
+            "status": status,
+            "last_finished_at": now,
+            "last_result": outcome.status,
+            "last_error": outcome.error if outcome.status is not RunStatus.SUCCESS else None,
+            "consecutive_failures": failures,
+            "session_id": session_id,
+            "disabled_reason": disabled_reason or state.disabled_reason,
+        }
+        if due is not None or status not in (Status.PAUSED, Status.DISABLED):
+            changes["next_run_at"] = due  # a paused or disabled schedule keeps its plan
+        self._set_due(entry, due, slot if due == normal else due, push=False, persist=False)
+        entry.state = attrs.evolve(state, **changes)
+        self._transition(entry, **changes)
         record = RunRecord(
             run_id=run.run_id,
             agent=run.agent,
@@ -1480,6 +1471,7 @@ class ThreadedScheduler:
         scheduled_for: datetime | None,
         *,
         push: bool = True,
+        persist: bool = True,
     ) -> None:
         entry.version += 1
         entry.due = due
@@ -1488,7 +1480,7 @@ class ThreadedScheduler:
             not entry.schedule.enabled or entry.state.status in (Status.PAUSED, Status.DISABLED)
         )  # a paused or disabled schedule keeps its planned time for when it resumes
         # Only the active scheduler plans: a standby's view must never overwrite the leader's.
-        if due != entry.state.next_run_at and not parked and self._status == "running":
+        if persist and due != entry.state.next_run_at and not parked and self._status == "running":
             entry.state = attrs.evolve(entry.state, next_run_at=due)
             self._transition(entry, next_run_at=due)
         if push and due is not None and entry.run is None:

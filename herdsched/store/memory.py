@@ -47,23 +47,29 @@ class MemoryStateStore:
             return {agent: dict(states) for agent, states in self._states.items()}
 
     def update_schedule_state(self, agent: str, schedule: str, **changes: Any) -> ScheduleState:
-        with self._lock:
-            current = self._states.get(agent, {}).get(schedule, ScheduleState())
-            updated = attrs.evolve(current, **changes)
-            self._states.setdefault(agent, {})[schedule] = updated
-            return updated
+        return self._apply(agent, schedule, changes, transition=False)
 
     def record_transition(self, agent: str, schedule: str, **changes: Any) -> ScheduleState:
         """Like :meth:`update_schedule_state`, but never leaves a user-intent status."""
-        current = self.get_schedule_state(agent, schedule)
-        status = changes.get("status")
-        if (
-            status is not None
-            and current.status in USER_INTENT_STATUSES
-            and status not in USER_INTENT_STATUSES
-        ):
-            del changes["status"]
-        return self.update_schedule_state(agent, schedule, **changes)
+        return self._apply(agent, schedule, changes, transition=True)
+
+    def _apply(
+        self, agent: str, schedule: str, changes: dict[str, Any], *, transition: bool
+    ) -> ScheduleState:
+        with self._lock:
+            states = self._states.setdefault(agent, {})
+            current = states.get(schedule) or ScheduleState()
+            status = changes.get("status")
+            if (
+                transition
+                and status is not None
+                and current.status in USER_INTENT_STATUSES
+                and status not in USER_INTENT_STATUSES
+            ):
+                del changes["status"]
+            updated = attrs.evolve(current, **changes)
+            states[schedule] = updated
+            return updated
 
     def remove_schedule_state(self, agent: str, schedule: str) -> None:
         with self._lock:
