@@ -720,7 +720,7 @@ class ThreadedScheduler:
         """Call ``callback(event)`` for events of ``event_types`` (all events when none given)."""
         types: tuple[type[ev.Event], ...] = event_types or (ev.Event,)
         with self._lock:
-            self._listeners.append((callback, types))
+            self._listeners = [*self._listeners, (callback, types)]
 
     def remove_listener(self, callback: Callable[..., None]) -> None:
         with self._lock:
@@ -981,11 +981,10 @@ class ThreadedScheduler:
         self._running[run.run_id] = run
         self._agent_counts[run.agent] += 1
         self._trigger_count += 1
-        entry.state = attrs.evolve(entry.state, last_run_at=now)
         changes: dict[str, Any] = {"last_run_at": now, "last_slot_at": scheduled_for}
         if entry.state.status is Status.IDLE:
-            entry.state = attrs.evolve(entry.state, status=Status.RUNNING)
             changes["status"] = Status.RUNNING
+        entry.state = attrs.evolve(entry.state, **changes)
         self._transition(entry, **changes)
         return run
 
@@ -1993,6 +1992,9 @@ class ThreadedScheduler:
         Events raised under the lock wait in a queue and go out when the lock is released, so
         a listener may call any method, ``stop()`` included, without deadlocking.
         """
+        listeners = self._listeners  # replaced, never mutated: safe to read without the lock
+        if not any(isinstance(event, types) for _, types in listeners):
+            return  # nobody listens for this kind: skip the queue entirely
         with self._lock:
             self._pending_events.append(event)
         self._drain_events()
