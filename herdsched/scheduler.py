@@ -71,7 +71,7 @@ from herdsched.policy import (
 )
 from herdsched.runner import Run, RunOutcome, execute_run, new_run_id
 from herdsched.stats import RunStats, compute_run_stats
-from herdsched.store.base import StateStore
+from herdsched.store.base import RunClaim, StateStore
 from herdsched.store.memory import MemoryStateStore
 from herdsched.timestamps import resolve_timezone, to_utc
 from herdsched.worksource import WorkSource
@@ -991,13 +991,22 @@ class ThreadedScheduler:
     def _launch(self, runs: list[Run], *, bypass: bool = False) -> None:
         """Make the claims durable, then hand the runs to their pools. Caller holds the lock.
 
-        One flush covers every run of the pass, and it comes before any job starts: a process
-        killed right after cannot lose the claim, so no other scheduler runs the slot again
-        (at most once per slot).
+        One durable claim record covers every run of the pass (an fsync'd append, see
+        :meth:`StateStore.claim_runs`), and it comes before any job starts: a process killed right
+        after cannot lose the claim, so no other scheduler runs the slot again (at most once per
+        slot). The full transitions follow with the next group commit.
         """
         if not runs:
             return
-        self._flush_quietly()
+        claims = [
+            RunClaim(run.agent, run.schedule_name, run.run_id, run.fired_at, run.scheduled_for)
+            for run in runs
+        ]
+        try:
+            self.store.claim_runs(claims)
+        except Exception as exc:  # keep the in-memory truth; make it durable the slow way
+            self._state_error(exc)
+            self._flush_quietly()
         for run in runs:
             if bypass:
                 threading.Thread(
@@ -1527,12 +1536,37 @@ class ThreadedScheduler:
         """Restart recovery when this scheduler becomes the active one."""
         self.store.refresh()
         now = self.clock.now()
+        claimed = self._unfinished_claims()
         for entry in list(self._entries.values()):
             if entry.run is not None:
                 continue
             entry.state = self.store.get_schedule_state(entry.agent, entry.name)
+            claim = claimed.get(entry.key)
+            if claim is not None and entry.state.status is Status.IDLE:
+                # its job may have started before the process died: treat it as running
+                entry.state = attrs.evolve(
+                    entry.state,
+                    status=Status.RUNNING,
+                    last_run_at=claim.run_at,
+                    last_slot_at=claim.slot,
+                )
             entry.due = None
             self._plan_from_state(entry, now, recovering=True)
+
+    def _unfinished_claims(self) -> dict[tuple[str, str], RunClaim]:
+        """Durable claims whose run never reached the state file as finished."""
+        try:
+            claims = self.store.load_claims()
+        except Exception as exc:
+            self._state_error(exc)
+            return {}
+        latest: dict[tuple[str, str], RunClaim] = {}
+        for claim in claims:
+            state = self.store.get_schedule_state(claim.agent, claim.schedule)
+            finished = state.last_finished_at is not None and state.last_finished_at >= claim.run_at
+            if not finished:
+                latest[(claim.agent, claim.schedule)] = claim
+        return latest
 
     def _try_lead(self) -> bool:
         """Take the leader lock if it is free (caller holds the lock)."""

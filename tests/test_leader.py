@@ -107,7 +107,12 @@ def test_a_standby_shares_runtime_schedules_and_never_overwrites_the_leaders_pla
         while "added-elsewhere" not in ran and time.monotonic() < deadline:
             time.sleep(0.05)
         assert ran == ["added-elsewhere"]  # run once, by the leader
-        planned = YamlStateStore(tmp_path).get_schedule_state("a", "added-elsewhere")
+        deadline = time.monotonic() + 10  # run transitions reach the file with the group commit
+        while time.monotonic() < deadline:
+            planned = YamlStateStore(tmp_path).get_schedule_state("a", "added-elsewhere")
+            if planned.next_run_at is not None:
+                break
+            time.sleep(0.05)
         assert planned.next_run_at is not None
         standby.stop()  # flushing the standby must not touch the leader's plan
         after = YamlStateStore(tmp_path).get_schedule_state("a", "added-elsewhere")

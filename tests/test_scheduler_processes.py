@@ -157,3 +157,30 @@ def test_run_forever_stops_gracefully_on_sigterm(
     assert read_leader_info(tmp_path) is None
     store = YamlStateStore(tmp_path)
     assert store.get_schedule_state("a", "s").status is Status.IDLE
+
+
+def test_a_claim_only_in_the_journal_still_prevents_a_second_run_after_kill_9(
+    tmp_path: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    log = tmp_path / "runs.log"
+    victim = spawn(tmp_path, log, "hang-unflushed")
+    procs.append(victim)
+    assert wait_for(lambda: len(runs(log)) == 1)  # the job started
+    store = YamlStateStore(tmp_path)
+    assert store.get_schedule_state("a", "s").status is not Status.RUNNING  # not in state.yaml
+    assert [c.schedule for c in store.load_claims()] == ["s"]  # but durably claimed
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait(10)
+    ran: list[str] = []
+    sched = ThreadedScheduler(state_dir=tmp_path, max_sleep=0.5)
+    sched.add_agent(
+        Agent("a", job=lambda info: ran.append("again"), schedules={"s": Schedule.interval("1h")})
+    )
+    sched.start()
+    try:
+        time.sleep(0.5)
+        assert ran == []
+        assert [r.status for r in sched.history("a", "s")] == [RunStatus.INTERRUPTED]
+    finally:
+        sched.stop()
+    assert YamlStateStore(tmp_path).load_claims() == []  # the flush at stop covered it

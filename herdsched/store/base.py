@@ -20,7 +20,7 @@ with locks.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
@@ -28,7 +28,7 @@ import attrs
 
 from herdsched.models import RunRecord, ScheduleState
 
-__all__ = ["USER_INTENT_STATUSES", "StateStore", "TriggerRequest"]
+__all__ = ["USER_INTENT_STATUSES", "RunClaim", "StateStore", "TriggerRequest"]
 
 #: Statuses set by people (or auto-disable) that a pending run transition must not undo.
 USER_INTENT_STATUSES = frozenset({"paused", "disabled", "completed"})
@@ -43,6 +43,17 @@ class TriggerRequest:
     schedule: str
     requested_at: datetime
     prompt: str | None = None
+
+
+@attrs.frozen
+class RunClaim:
+    """A run about to start: what must be durable before its job runs (at most once per slot)."""
+
+    agent: str
+    schedule: str
+    run_id: str
+    run_at: datetime
+    slot: datetime | None = None
 
 
 @runtime_checkable
@@ -80,6 +91,12 @@ class StateStore(Protocol):
         Also true when a change by another process was adopted since the previous call by any
         other read or write of this store, so a poller never misses one.
         """
+
+    def claim_runs(self, claims: Sequence[RunClaim]) -> None:
+        """Make ``claims`` durable now, cheaply (their transitions follow with the next flush)."""
+
+    def load_claims(self) -> list[RunClaim]:
+        """Durable claims not yet covered by a flush (read by restart recovery)."""
 
     # -- run history ----------------------------------------------------------------------
     def append_run(self, record: RunRecord) -> None:

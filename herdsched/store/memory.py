@@ -9,14 +9,14 @@ from __future__ import annotations
 import threading
 import uuid
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
 import attrs
 
 from herdsched.models import RunRecord, ScheduleState
-from herdsched.store.base import USER_INTENT_STATUSES, TriggerRequest
+from herdsched.store.base import USER_INTENT_STATUSES, RunClaim, TriggerRequest
 
 __all__ = ["MemoryStateStore"]
 
@@ -75,6 +75,12 @@ class MemoryStateStore:
         with self._lock:
             self._states.get(agent, {}).pop(schedule, None)
             self._history.pop((agent, schedule), None)
+
+    def claim_runs(self, claims: Sequence[RunClaim]) -> None:
+        """Nothing outlives the process: claims need no journal."""
+
+    def load_claims(self) -> list[RunClaim]:
+        return []
 
     def flush(self) -> None:
         """Nothing is ever pending in memory."""

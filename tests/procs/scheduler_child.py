@@ -28,13 +28,19 @@ def main() -> None:
             os.write(fd, line)
         finally:
             os.close(fd)
-        if mode == "hang":
+        if mode in ("hang", "hang-unflushed"):
             time.sleep(3600)
         return "ran"
 
     schedule = Schedule.cron("* * * * * *") if mode == "tick" else Schedule.interval("1h")
+    # hang-unflushed: the group commit never comes, only the claim journal knows of the run
+    commit_delay = 3600.0 if mode == "hang-unflushed" else 0.1
     sched = ThreadedScheduler(
-        state_dir=state_dir, max_sleep=0.5, min_interval=0, poll_interval=0.2, commit_delay=0.1
+        state_dir=state_dir,
+        max_sleep=0.5,
+        min_interval=0,
+        poll_interval=0.2,
+        commit_delay=commit_delay,
     )
     sched.add_agent(Agent("a", job=record, schedules={"s": schedule}))
     sched.run_forever()
