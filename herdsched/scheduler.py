@@ -175,6 +175,7 @@ class ThreadedScheduler:
         commit_delay: float = 0.5,
         lock_timeout: float = 10.0,
     ) -> None:
+        self.store_lock_timeout = lock_timeout
         if max_sleep <= 0:
             raise ValueError(f"max_sleep must be positive, got {max_sleep!r}")
         if poll_interval is not None and poll_interval <= 0:
@@ -243,6 +244,10 @@ class ThreadedScheduler:
         self._next_poll = 0.0
         self._next_leader_try = 0.0
         self._store_retry_at: float | None = None
+        # Group commits run on their own thread so a slow disk never delays dispatching.
+        self._flush_wanted = threading.Event()
+        self._flush_in_flight = False
+        self._flusher: threading.Thread | None = None
         _schedulers.add(self)
         for agent in agents:
             self.add_agent(agent)
@@ -309,6 +314,11 @@ class ThreadedScheduler:
                 target=self._timer_loop, name="herdsched-timer", daemon=True
             )
             self._thread.start()
+            self._flush_in_flight = False
+            self._flusher = threading.Thread(
+                target=self._flush_loop, name="herdsched-flusher", daemon=True
+            )
+            self._flusher.start()
             status = self._status
         self._emit(ev.SchedulerStarted(at=self.clock.now(), status=status))
 
@@ -335,6 +345,10 @@ class ThreadedScheduler:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5.0)
+        flusher, self._flusher = self._flusher, None
+        self._flush_wanted.set()  # the flusher sees the status and exits
+        if flusher is not None and flusher is not threading.current_thread():
+            flusher.join(timeout=max(5.0, self.store_lock_timeout))
         self._flush_quietly()
         with self._lock:
             executors, self._executors = self._executors, {}
@@ -806,9 +820,10 @@ class ThreadedScheduler:
     def run_pending(self) -> None:
         """One timer pass on the calling thread: fire what is due (for FakeClock tests).
 
-        Jobs still run on the worker pools; use :meth:`wait_until_idle` to wait for them.
+        Jobs still run on the worker pools; use :meth:`wait_until_idle` to wait for them. A
+        group commit that is due happens on the calling thread too, so tests see it at once.
         """
-        self._pass()
+        self._pass(background_flush=False)
 
     def _timer_loop(self) -> None:
         while True:
@@ -818,13 +833,13 @@ class ThreadedScheduler:
             self._wake.clear()
             timeout = self.max_sleep
             try:
-                timeout = self._pass()
+                timeout = self._pass(background_flush=True)
             except Exception:  # the timer thread never dies
                 self.log.exception("timer pass failed; retrying")
                 timeout = min(self.max_sleep, _STORE_RETRY)
             self.clock.wait(self._wake, timeout)
 
-    def _pass(self) -> float:
+    def _pass(self, *, background_flush: bool) -> float:
         """Fire what is due now; returns how long the timer may sleep (seconds)."""
         now = self.clock.now()
         mono = self.clock.monotonic()
@@ -843,7 +858,7 @@ class ThreadedScheduler:
         self._expire_timeouts(now, mono)
         self._fire_due(now)
         self._drain_events()
-        self._flush_if_due(mono)
+        self._flush_if_due(mono, background=background_flush)
         return self._sleep_for(self.clock.now(), self.clock.monotonic())
 
     def _standby_pass(self, mono: float) -> float:
@@ -868,7 +883,7 @@ class ThreadedScheduler:
             if deadlines:
                 candidates.append(min(deadlines) - mono)
         flush_at = self._store_retry_at or self.store.flush_deadline()
-        if flush_at is not None:
+        if flush_at is not None and not self._flush_in_flight:
             candidates.append(flush_at - mono)
         if self.poll_interval is not None:
             candidates.append(self._next_poll - mono)
@@ -1759,16 +1774,40 @@ class ThreadedScheduler:
             self._state_error(exc)
             return None
 
-    def _flush_if_due(self, mono: float) -> None:
+    def _flush_if_due(self, mono: float, *, background: bool) -> None:
+        if self._flush_in_flight:
+            return
         deadline = self._store_retry_at or self.store.flush_deadline()
         if deadline is None or mono < deadline:
             return
+        flusher = self._flusher
+        if background and flusher is not None and flusher.is_alive():
+            self._flush_in_flight = True
+            self._flush_wanted.set()
+            return
+        self._group_commit()
+
+    def _group_commit(self) -> None:
         try:
             self.store.flush()
             self._store_retry_at = None
         except Exception as exc:
-            self._store_retry_at = mono + _STORE_RETRY
+            self._store_retry_at = self.clock.monotonic() + _STORE_RETRY
             self._state_error(exc)
+
+    def _flush_loop(self) -> None:
+        """The flusher thread: one group commit each time the timer asks for one."""
+        while True:
+            self._flush_wanted.wait()
+            self._flush_wanted.clear()
+            if self._status not in ("running", "standby"):
+                self._flush_in_flight = False
+                return
+            try:
+                self._group_commit()
+            finally:
+                self._flush_in_flight = False
+                self._wake.set()  # the timer plans the next commit
 
     def _flush_quietly(self) -> None:
         try:

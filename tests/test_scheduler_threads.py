@@ -181,3 +181,25 @@ def test_a_once_schedule_fires_at_its_time() -> None:
         time.sleep(0.3)
     assert len(fired) == 1
     assert fired[0] >= at - timedelta(milliseconds=1)
+
+
+def test_group_commits_happen_off_the_timer_thread(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from herdsched.store.yaml_store import YamlStateStore
+
+    flush_threads: list[str] = []
+
+    class SlowStore(YamlStateStore):
+        def flush(self) -> None:
+            flush_threads.append(threading.current_thread().name)
+            super().flush()
+
+    store = SlowStore(tmp_path, commit_delay=0.05)
+    sched = make(store=store, state_dir=tmp_path)
+    sched.add_agent(Agent("a", job=lambda info: None, schedules={"s": Schedule.interval(0.1)}))
+    with sched:
+        deadline = time.monotonic() + 10
+        while "herdsched-flusher" not in flush_threads and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert "herdsched-flusher" in flush_threads
+    assert "herdsched-timer" not in flush_threads
+    assert YamlStateStore(tmp_path).get_schedule_state("a", "s").last_result == "success"

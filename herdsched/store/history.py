@@ -57,9 +57,18 @@ class RunHistory:
     """Bounded per-schedule run history under ``directory`` (see the module docstring)."""
 
     def __init__(
-        self, directory: Path, *, lock_path: Path, max_run_history: int, lock_timeout: float
+        self,
+        directory: Path,
+        *,
+        lock_path: Path,
+        max_run_history: int,
+        lock_timeout: float,
+        sync: bool = False,
     ) -> None:
         self.directory = Path(directory)
+        # fsync every appended file? A burst touches thousands of files, one fsync each; without
+        # it a killed process still loses nothing (the OS has the bytes), only a power loss can.
+        self.sync = sync
         self.max_run_history = max_run_history
         self.lock = FileLock(lock_path, self.directory, lock_timeout)
         self._counts: dict[Path, int] = {}
@@ -85,7 +94,7 @@ class RunHistory:
                     if not path.exists():
                         dirs.add(path.parent)
                     self._append_file(path, batch)
-                for directory in dirs:
+                for directory in dirs if self.sync else ():
                     fsync_dir(directory)
             except OSError as exc:
                 raise StateError(
@@ -107,7 +116,8 @@ class RunHistory:
             view = memoryview(payload)
             while view:
                 view = view[os.write(fd, view) :]
-            os.fsync(fd)
+            if self.sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
         count = self._counts.get(path)

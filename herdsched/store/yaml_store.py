@@ -122,6 +122,7 @@ class YamlStateStore:
         commit_delay: float = 0.5,
         max_run_history: int = 20,
         clock: Clock | None = None,
+        sync_history: bool = False,
     ) -> None:
         for value, what in ((lock_timeout, "lock_timeout"), (commit_delay, "commit_delay")):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
@@ -152,6 +153,7 @@ class YamlStateStore:
             lock_path=self.state_dir / "history.lock",
             max_run_history=max_run_history,
             lock_timeout=self.lock_timeout,
+            sync=sync_history,
         )
         self._requests = TriggerRequestQueue(self.state_dir / "requests", now)
         self._claims = ClaimJournal(self.state_dir / "claims.log")
