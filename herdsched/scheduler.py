@@ -58,6 +58,7 @@ from herdsched.models import (
     Status,
     TriggerResult,
     TriggerType,
+    evolve,
 )
 from herdsched.notify import Notification, notification_message
 from herdsched.policy import (
@@ -523,7 +524,7 @@ class ThreadedScheduler:
             with self._lock:
                 entry.version += 1
                 entry.due = None
-                entry.state = attrs.evolve(entry.state, status=Status.PAUSED)
+                entry.state = evolve(entry.state, status=Status.PAUSED)
             self._write_intent(entry, status=Status.PAUSED)
             self._emit(
                 ev.SchedulePaused(at=self.clock.now(), agent=entry.agent, schedule=entry.name)
@@ -539,7 +540,7 @@ class ThreadedScheduler:
             with self._lock:
                 if entry.state.status is Status.COMPLETED:
                     continue
-                entry.state = attrs.evolve(
+                entry.state = evolve(
                     entry.state,
                     status=Status.IDLE,
                     consecutive_failures=0,
@@ -999,7 +1000,7 @@ class ThreadedScheduler:
         changes: dict[str, Any] = {"last_run_at": now, "last_slot_at": scheduled_for}
         if entry.state.status is Status.IDLE:
             changes["status"] = Status.RUNNING
-        entry.state = attrs.evolve(entry.state, **changes)
+        entry.state = evolve(entry.state, **changes)
         self._transition(entry, **changes)
         return run
 
@@ -1101,7 +1102,7 @@ class ThreadedScheduler:
             if run.timed_out and outcome.status is not RunStatus.TIMEOUT:
                 # the job saw the cancel event and returned before the timer settled the run
                 error = f"timed out after {run.schedule.timeout}"
-                outcome = attrs.evolve(outcome, status=RunStatus.TIMEOUT, error=error)
+                outcome = evolve(outcome, status=RunStatus.TIMEOUT, error=error)
             entry = self._entries.get((run.agent, run.schedule_name))
             if entry is None:
                 return
@@ -1125,7 +1126,7 @@ class ThreadedScheduler:
                 ),
                 what="notifier",
             )
-            record = attrs.evolve(record, notified=delivered)
+            record = evolve(record, notified=delivered)
         if record is not None and not outcome.no_work:
             self._append_run(record)
         self._emit_outcome(run, outcome, record)
@@ -1199,7 +1200,7 @@ class ThreadedScheduler:
         if due is not None or status not in (Status.PAUSED, Status.DISABLED):
             changes["next_run_at"] = due  # a paused or disabled schedule keeps its plan
         self._set_due(entry, due, slot if due == normal else due, push=False, persist=False)
-        entry.state = attrs.evolve(state, **changes)
+        entry.state = evolve(state, **changes)
         self._transition(entry, **changes)
         record = RunRecord(
             run_id=run.run_id,
@@ -1402,7 +1403,7 @@ class ThreadedScheduler:
         if plan.missed is not None:
             self._record_missed(entry, plan.missed)
             if isinstance(cadence, Once):
-                entry.state = attrs.evolve(entry.state, status=Status.COMPLETED)
+                entry.state = evolve(entry.state, status=Status.COMPLETED)
                 self._transition(entry, status=Status.COMPLETED, next_run_at=None)
                 self._set_due(entry, None, None)
                 return
@@ -1440,7 +1441,7 @@ class ThreadedScheduler:
                 rng=self._rng,
             )
         status = Status.COMPLETED if isinstance(cadence, Once) else Status.IDLE
-        entry.state = attrs.evolve(
+        entry.state = evolve(
             state,
             status=status,
             last_result=RunStatus.INTERRUPTED,
@@ -1504,7 +1505,7 @@ class ThreadedScheduler:
         )  # a paused or disabled schedule keeps its planned time for when it resumes
         # Only the active scheduler plans: a standby's view must never overwrite the leader's.
         if persist and due != entry.state.next_run_at and not parked and self._status == "running":
-            entry.state = attrs.evolve(entry.state, next_run_at=due)
+            entry.state = evolve(entry.state, next_run_at=due)
             self._transition(entry, next_run_at=due)
         if push and due is not None and entry.run is None:
             self._push(entry)
@@ -1523,7 +1524,7 @@ class ThreadedScheduler:
         owner = entry.schedule.owner
         state = entry.state
         if (state.cadence, state.type, state.owner) != (description, schedule_type, owner):
-            entry.state = attrs.evolve(state, cadence=description, type=schedule_type, owner=owner)
+            entry.state = evolve(state, cadence=description, type=schedule_type, owner=owner)
             self._transition(entry, cadence=description, type=schedule_type, owner=owner)
 
     def _drop_entry(self, agent: str, name: str, *, forget_state: bool) -> None:
@@ -1559,7 +1560,7 @@ class ThreadedScheduler:
             claim = claimed.get(entry.key)
             if claim is not None and entry.state.status is Status.IDLE:
                 # its job may have started before the process died: treat it as running
-                entry.state = attrs.evolve(
+                entry.state = evolve(
                     entry.state,
                     status=Status.RUNNING,
                     last_run_at=claim.run_at,
@@ -1667,7 +1668,7 @@ class ThreadedScheduler:
                     entry.state.status,
                     stored.status,
                 )
-                entry.state = attrs.evolve(
+                entry.state = evolve(
                     entry.state,
                     status=stored.status,
                     consecutive_failures=stored.consecutive_failures,

@@ -407,3 +407,20 @@ def test_record_times_are_cut_to_milliseconds_so_a_reload_is_equal() -> None:
     )
     assert record.started_at == T0.replace(microsecond=123000)
     assert record_from_dict(record_to_dict(record)) == record
+
+
+def test_evolve_converts_and_validates_only_what_changes() -> None:
+    from herdsched.models import ScheduleState, evolve
+
+    base = ScheduleState(consecutive_failures=2)
+    changed = evolve(base, status="running", next_run_at=T0.replace(microsecond=123456))
+    assert changed == ScheduleState(
+        status=Status.RUNNING, consecutive_failures=2, next_run_at=T0.replace(microsecond=123000)
+    )
+    assert base.status is Status.IDLE  # the original is untouched
+    with pytest.raises(InvalidScheduleError, match="consecutive_failures"):
+        evolve(base, consecutive_failures=-1)
+    with pytest.raises(InvalidScheduleError, match="status must be one of"):
+        evolve(base, status="sleeping")
+    with pytest.raises(TypeError, match="no field 'bogus'"):
+        evolve(base, bogus=1)

@@ -13,9 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-import attrs
-
-from herdsched.models import RunRecord, ScheduleState
+from herdsched.models import RunRecord, ScheduleState, evolve
 from herdsched.store.base import USER_INTENT_STATUSES, RunClaim, TriggerRequest
 
 __all__ = ["MemoryStateStore"]
@@ -67,7 +65,7 @@ class MemoryStateStore:
                 and status not in USER_INTENT_STATUSES
             ):
                 del changes["status"]
-            updated = attrs.evolve(current, **changes)
+            updated = evolve(current, **changes)
             states[schedule] = updated
             return updated
 

@@ -34,7 +34,7 @@ import attrs
 
 from herdsched.clock import Clock, SystemClock
 from herdsched.errors import StateCorruptedError, StateError
-from herdsched.models import RunRecord, ScheduleState
+from herdsched.models import RunRecord, ScheduleState, evolve
 from herdsched.store.base import USER_INTENT_STATUSES, RunClaim, TriggerRequest
 from herdsched.store.claims import ClaimJournal
 from herdsched.store.definitions import DefinitionsFile
@@ -256,7 +256,7 @@ class YamlStateStore:
             view = {agent: dict(states) for agent, states in disk.states.items()}
             for (agent, name), patch in self._pending.items():
                 base = view.get(agent, {}).get(name) or ScheduleState()
-                view.setdefault(agent, {})[name] = attrs.evolve(base, **patch)
+                view.setdefault(agent, {})[name] = evolve(base, **patch)
             self._view = view
 
     def _write(self, changes: Mapping[Key, Mapping[str, Any] | None]) -> None:
@@ -299,7 +299,7 @@ class YamlStateStore:
                         continue
                     state = state or ScheduleState()
                     self._view.setdefault(agent, {})[name] = (
-                        attrs.evolve(state, **patch) if patch else state
+                        evolve(state, **patch) if patch else state
                     )
                 for agent in new_disk.states:
                     self._view.setdefault(agent, {})
@@ -347,7 +347,7 @@ class YamlStateStore:
         _check_name(schedule, "schedule")
         patch = normalise_changes(changes)
         with self._mem:
-            attrs.evolve(self._view.get(agent, {}).get(schedule) or ScheduleState(), **patch)
+            evolve(self._view.get(agent, {}).get(schedule) or ScheduleState(), **patch)
         self._write({(agent, schedule): patch})
         with self._mem:
             return self._view.get(agent, {}).get(schedule) or ScheduleState()
@@ -363,7 +363,7 @@ class YamlStateStore:
         patch = normalise_changes(changes)
         with self._mem:
             current = self._view.get(agent, {}).get(schedule) or ScheduleState()
-            updated = attrs.evolve(current, **patch)
+            updated = evolve(current, **patch)
             self._pending.setdefault((agent, schedule), {}).update(patch)
             self._view.setdefault(agent, {})[schedule] = updated
             self._mark_pending()
