@@ -28,12 +28,17 @@ class Notification:
 
 
 def notification_message(
-    policy: NotifyPolicy, status: RunStatus, output: str | None, flag: bool | None
+    policy: NotifyPolicy,
+    status: RunStatus,
+    output: str | None,
+    flag: bool | None,
+    error: str | None = None,
 ) -> str | None:
     """The message to deliver for a finished run, or None when the policy says not to.
 
     ``always``: every finished run. ``conditional``: output starting with ``[NOTIFY]`` (the
-    marker is stripped) or a job that set ``JobResult.notify=True``. ``never``: nothing.
+    marker is stripped) or a job that set ``JobResult.notify=True``. ``never``: nothing. A run
+    without output is described by its error (``run failed: ValueError: ...``) or its status.
     """
     text = output or ""
     marked = text.lstrip().startswith(NOTIFY_MARKER)
@@ -42,5 +47,7 @@ def notification_message(
     if policy is NotifyPolicy.NEVER:
         return None
     if policy is NotifyPolicy.ALWAYS or marked or flag is True:
-        return text if text else f"run {status}"
+        if text:
+            return text
+        return f"run {status}: {error}" if error else f"run {status}"
     return None

@@ -1110,7 +1110,11 @@ class ThreadedScheduler:
         message = None
         if outcome.status in (RunStatus.SUCCESS, RunStatus.FAILED, RunStatus.TIMEOUT):
             message = notification_message(
-                run.schedule.notify, outcome.status, outcome.output, outcome.result.notify
+                run.schedule.notify,
+                outcome.status,
+                outcome.output,
+                outcome.result.notify,
+                outcome.error,
             )
         if message is not None and self.notifier is not None:
             delivered = self._safely(

@@ -33,7 +33,7 @@ def test_always_notifies_every_finished_run() -> None:
     notes, history = run_once("always", "3 new issues", RuntimeError("boom"), None)
     assert [(n.status, n.message, n.error) for n in notes] == [
         (RunStatus.SUCCESS, "3 new issues", None),
-        (RunStatus.FAILED, "run failed", "RuntimeError: boom"),
+        (RunStatus.FAILED, "run failed: RuntimeError: boom", "RuntimeError: boom"),
         (RunStatus.SUCCESS, "run success", None),
     ]
     assert [r.notified for r in history] == [True, True, True]
