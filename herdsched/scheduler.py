@@ -571,9 +571,7 @@ class ThreadedScheduler:
         **options: Any,
     ) -> Callable[[_F], _F]:
         """Decorator: run the function every ``interval`` (measured from completion)."""
-        return self._decorator(
-            lambda: Schedule.interval(interval, **_cadence_opts(options)), agent, name, options
-        )
+        return self._register_as_job(Schedule.interval(interval, **options), agent, name)
 
     def cron(
         self,
@@ -584,9 +582,7 @@ class ThreadedScheduler:
         **options: Any,
     ) -> Callable[[_F], _F]:
         """Decorator: run the function on a cron expression."""
-        return self._decorator(
-            lambda: Schedule.cron(expression, **_cadence_opts(options)), agent, name, options
-        )
+        return self._register_as_job(Schedule.cron(expression, **options), agent, name)
 
     def once(
         self,
@@ -597,36 +593,21 @@ class ThreadedScheduler:
         **options: Any,
     ) -> Callable[[_F], _F]:
         """Decorator: run the function once at ``at``."""
-        return self._decorator(
-            lambda: Schedule.once(at, **_cadence_opts(options)), agent, name, options
-        )
+        return self._register_as_job(Schedule.once(at, **options), agent, name)
 
-    def _decorator(
-        self,
-        build: Callable[[], Schedule],
-        agent: str | None,
-        name: str | None,
-        options: dict[str, Any],
+    def _register_as_job(
+        self, schedule: Schedule, agent: str | None, name: str | None
     ) -> Callable[[_F], _F]:
+        """The decorator body: the function becomes the schedule's job (agent made if new)."""
+
         def register(func: _F) -> _F:
-            schedule = build().with_changes(job=func)
             schedule_name = name or func.__name__
             agent_name = agent or schedule_name
+            with_job = schedule.with_changes(job=func)
             with self._lock:
-                current = self._agents.get(agent_name)
-                if current is None:
-                    self._install_agent(Agent(agent_name, schedules={schedule_name: schedule}))
-                else:
-                    if schedule_name in current.schedules:
-                        raise InvalidScheduleError(
-                            f"schedule {schedule_name!r} already exists on agent {agent_name!r}",
-                            field="name",
-                            value=schedule_name,
-                        )
-                    updated = current.with_schedule(schedule_name, schedule)
-                    self._agents[agent_name] = updated
-                    self._install_entry(updated, schedule_name, schedule, persisted=False)
-            self._changed()
+                if agent_name not in self._agents:
+                    self._install_agent(Agent(agent_name))
+            self.add_schedule(agent_name, schedule_name, with_job)
             return func
 
         return register
@@ -2104,10 +2085,6 @@ _CADENCE_FIELDS: dict[type, set[str]] = {
     Cron: {"cron", "timezone"},
     Once: {"at"},
 }
-
-
-def _cadence_opts(options: dict[str, Any]) -> dict[str, Any]:
-    return dict(options)
 
 
 def _skipped(reason: SkipReason, error: str) -> TriggerResult:
