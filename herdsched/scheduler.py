@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import attrs
 
@@ -81,6 +81,8 @@ __all__ = ["ThreadedScheduler"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _E = TypeVar("_E", bound=ev.Event)
+#: How often an active scheduler with a state directory looks for other processes' changes.
+DEFAULT_POLL_INTERVAL = 1.0
 _CLOCK_JUMP_TOLERANCE = 2.0  # seconds of disagreement between wall and monotonic progress
 _STORE_RETRY = 1.0  # seconds before a failed store flush is retried
 _MAX_SEARCH_LIMIT = 50
@@ -172,15 +174,14 @@ class ThreadedScheduler:
         clock: Clock | None = None,
         logger: logging.Logger | None = None,
         store: StateStore | None = None,
-        poll_interval: float | None = 1.0,
+        poll_interval: float | Literal["auto"] | None = "auto",
         commit_delay: float = 0.5,
         lock_timeout: float = 10.0,
     ) -> None:
         self.store_lock_timeout = lock_timeout
         if max_sleep <= 0:
             raise ValueError(f"max_sleep must be positive, got {max_sleep!r}")
-        if poll_interval is not None and poll_interval <= 0:
-            raise ValueError(f"poll_interval must be positive or None, got {poll_interval!r}")
+        self.poll_interval = _resolve_poll_interval(poll_interval, state_dir, store)
         for name, value in (
             ("max_consecutive_failures", max_consecutive_failures),
             ("max_total_concurrent", max_total_concurrent),
@@ -211,7 +212,6 @@ class ThreadedScheduler:
         self.work_sources: dict[str, WorkSource] = dict(work_sources or {})
         self.notifier = notifier
         self.on_trigger = on_trigger
-        self.poll_interval = poll_interval
         self.state_dir = Path(state_dir) if state_dir is not None else None
         self.store: StateStore = store or self._make_store(
             max_run_history, commit_delay, lock_timeout
@@ -2085,6 +2085,19 @@ _CADENCE_FIELDS: dict[type, set[str]] = {
     Cron: {"cron", "timezone"},
     Once: {"at"},
 }
+
+
+def _resolve_poll_interval(
+    value: float | str | None, state_dir: str | Path | None, store: StateStore | None
+) -> float | None:
+    """``"auto"``: poll only when other processes can write (a state directory or a store)."""
+    if value == "auto":
+        return None if state_dir is None and store is None else DEFAULT_POLL_INTERVAL
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    raise ValueError(f"poll_interval must be positive, None or 'auto', got {value!r}")
 
 
 def _skipped(reason: SkipReason, error: str) -> TriggerResult:

@@ -21,7 +21,8 @@ from herdsched import (
     ("kwargs", "message"),
     [
         ({"max_sleep": 0}, "max_sleep must be positive"),
-        ({"poll_interval": -1}, "poll_interval must be positive or None"),
+        ({"poll_interval": -1}, "poll_interval must be positive, None or .auto."),
+        ({"poll_interval": "often"}, "poll_interval must be positive"),
         ({"max_consecutive_failures": 0}, "max_consecutive_failures must be a positive"),
         ({"max_total_concurrent": True}, "max_total_concurrent must be a positive"),
         ({"jitter_percent": 101}, "jitter_percent must be from 0 to 100"),
@@ -123,3 +124,10 @@ def test_pause_and_resume_a_whole_agent() -> None:
         sched.resume("a")
         step(sched)
         assert len(job.calls) == 4
+
+
+def test_poll_interval_auto_polls_only_when_other_processes_can_write(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    assert ThreadedScheduler(state_dir=None).poll_interval is None
+    assert ThreadedScheduler(state_dir=tmp_path).poll_interval == 1.0
+    assert ThreadedScheduler(state_dir=tmp_path, poll_interval=None).poll_interval is None
+    assert ThreadedScheduler(state_dir=None, poll_interval=2).poll_interval == 2.0
