@@ -134,7 +134,7 @@ def aggregate(runs: list[dict[str, Any]]) -> Row:
     for name in fields:
         row[name] = _median([r.get(name) for r in good])
     if "expected_runs" in row:
-        row["runs_of_expected"] = f"{int(row['runs'])} / {int(row['expected_runs'])}"
+        row["runs_of_expected"] = f"{int(row['runs']):,} / {int(row['expected_runs']):,}"
         with_p99 = sorted(good, key=lambda r: r.get("p99_ms") or 0.0)
         row["quantiles_ms"] = with_p99[len(with_p99) // 2].get("quantiles_ms", [])
     if "seconds" in row and "cpu_s" in row and row.get("seconds"):

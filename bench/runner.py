@@ -157,6 +157,8 @@ class Runner:
     def _note(self, scenario: str, key: str, result: dict[str, Any]) -> None:
         error = " ".join(str(result.get("error", "?")).split())
         status = "ok" if result.get("ok") else f"FAILED ({error[-300:]})"
+        if result.get("setup_overran"):
+            status += " (setup overran the burst's due time; the figure includes setup)"
         self.progress(f"  {scenario:<8} {key:<24} {status}")
 
     def close(self) -> None:
