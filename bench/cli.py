@@ -107,7 +107,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--repeat", type=int, help="runs of burst, cold start and state updates")
     parser.add_argument(
-        "--repeat-long", type=int, default=1, help="runs of the long scenarios (lateness, idle)"
+        "--repeat-long", type=int, help="runs of the long scenarios (lateness, idle cost)"
     )
     parser.add_argument(
         "--plot",
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.repeat is not None and args.repeat < 1:
         _parser().error("--repeat must be at least 1")
-    if args.repeat_long < 1:
+    if args.repeat_long is not None and args.repeat_long < 1:
         _parser().error("--repeat-long must be at least 1")
     if args.from_json:
         data: dict[str, Any] = json.loads(Path(args.from_json).read_text(encoding="utf-8"))

@@ -136,6 +136,7 @@ class Scale:
 
     name: str
     repeat: int  # runs of the short scenarios (burst, cold start, state updates)
+    repeat_long: int  # runs of the long scenarios (lateness, idle cost)
     workers: int  # worker threads per scheduler (APScheduler's default pool size)
     lateness_schedules: int
     lateness_interval: float
@@ -162,6 +163,7 @@ class Scale:
 QUICK = Scale(
     name="quick",
     repeat=1,
+    repeat_long=1,
     workers=10,
     lateness_schedules=50,
     lateness_interval=1.0,
@@ -185,6 +187,7 @@ QUICK = Scale(
 FULL = Scale(
     name="full",
     repeat=3,
+    repeat_long=3,
     workers=10,
     lateness_schedules=1000,
     lateness_interval=1.0,

@@ -106,13 +106,13 @@ class Runner:
         workdir: Path | None = None,
         variants: Iterable[str] | None = None,
         repeat: int | None = None,
-        repeat_long: int = 1,
+        repeat_long: int | None = None,
         keep: bool = False,
         progress: Callable[[str], None] | None = None,
     ) -> None:
         self.scale = scale
         self.repeat = repeat if repeat is not None else scale.repeat
-        self.repeat_long = repeat_long
+        self.repeat_long = repeat_long if repeat_long is not None else scale.repeat_long
         self.only_variants = set(variants) if variants else None
         self.keep = keep
         self._own_workdir = workdir is None
