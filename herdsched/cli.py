@@ -676,34 +676,50 @@ def _cmd_trigger(args: argparse.Namespace) -> int:
 
 
 def _cmd_pause(args: argparse.Namespace) -> int:
-    agent, schedule = _target(args.target)
-    store = _open_store(args.state_dir)
-    try:
-        for name in _schedule_names(store, agent, schedule):
-            state = store.get_schedule_state(agent, name)
-            if state.status in (Status.PAUSED, Status.COMPLETED):
-                _out(f"{agent}/{name}: already {state.status.value}")
-                continue
-            store.update_schedule_state(agent, name, status=Status.PAUSED)
-            _out(f"{agent}/{name}: paused")
-    finally:
-        store.close()
-    return EXIT_OK
+    return _set_status(
+        args,
+        skip=lambda state: (
+            f"already {state.status.value}"
+            if state.status in (Status.PAUSED, Status.COMPLETED)
+            else None
+        ),
+        changes={"status": Status.PAUSED},
+        done=lambda state: "paused",
+    )
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
+    return _set_status(
+        args,
+        skip=lambda state: (
+            None
+            if state.status in (Status.PAUSED, Status.DISABLED)
+            else f"{state.status.value}, nothing to resume"
+        ),
+        changes={"status": Status.IDLE, "consecutive_failures": 0, "disabled_reason": None},
+        done=lambda state: f"resumed (was {state.status.value})",
+    )
+
+
+def _set_status(
+    args: argparse.Namespace,
+    *,
+    skip: Callable[[ScheduleState], str | None],
+    changes: dict[str, Any],
+    done: Callable[[ScheduleState], str],
+) -> int:
+    """Pause or resume: a durable user-intent write per targeted schedule, with a line each."""
     agent, schedule = _target(args.target)
     store = _open_store(args.state_dir)
     try:
         for name in _schedule_names(store, agent, schedule):
             state = store.get_schedule_state(agent, name)
-            if state.status not in (Status.PAUSED, Status.DISABLED):
-                _out(f"{agent}/{name}: {state.status.value}, nothing to resume")
+            reason = skip(state)
+            if reason is not None:
+                _out(f"{agent}/{name}: {reason}")
                 continue
-            store.update_schedule_state(
-                agent, name, status=Status.IDLE, consecutive_failures=0, disabled_reason=None
-            )
-            _out(f"{agent}/{name}: resumed (was {state.status.value})")
+            store.update_schedule_state(agent, name, **changes)
+            _out(f"{agent}/{name}: {done(state)}")
     finally:
         store.close()
     return EXIT_OK

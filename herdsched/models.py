@@ -449,9 +449,6 @@ class ScheduleState:
     last_slot_at: datetime | None = attrs.field(
         default=None, converter=_ms_time, validator=_aware_time
     )
-    trigger_requested_at: datetime | None = attrs.field(
-        default=None, converter=_ms_time, validator=_aware_time
-    )
     # Descriptive copies of the definition, so other processes (CLI, web workers) can show what a
     # schedule is without loading the fleet file.
     type: str | None = attrs.field(default=None, validator=_opt_str("type"))
