@@ -7,8 +7,8 @@ The runner knows nothing about heaps, capacity or the state file: it turns a :cl
 from __future__ import annotations
 
 import logging
+import os
 import threading
-import uuid
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -29,12 +29,18 @@ _ERROR_LIMIT = 2000
 
 
 def new_run_id() -> str:
-    return uuid.uuid4().hex[:16]
+    """16 random hex digits: unique across processes and restarts, and cheap to make."""
+    return os.urandom(8).hex()
 
 
 @attrs.define(eq=False)
 class Run:
-    """A run in flight: what to execute and the handles to watch or cancel it."""
+    """A run in flight: what to execute and the handles to watch or cancel it.
+
+    The cancel and done events are made only when needed (the worker makes the cancel event
+    when the job starts; :meth:`done_event` when someone waits), so dispatching a run builds no
+    locks on the timer thread.
+    """
 
     run_id: str
     agent: str
@@ -49,13 +55,35 @@ class Run:
     consecutive_failures: int
     session_id: str | None
     last_run_at: datetime | None
-    cancel_event: threading.Event = attrs.field(factory=threading.Event)
     deadline: float | None = None  # monotonic
     timed_out: bool = False
+    cancelled: bool = False
     finalized: bool = False
     thread_id: int | None = None
-    done: threading.Event = attrs.field(factory=threading.Event)
     outcome: RunOutcome | None = None
+    cancel_event: threading.Event | None = None
+    done: threading.Event | None = None
+
+    def cancel(self) -> None:
+        """Ask the job to stop (timeout); safe before the job has started."""
+        self.cancelled = True
+        event = self.cancel_event
+        if event is not None:
+            event.set()
+
+    def make_cancel_event(self) -> threading.Event:
+        """The event the job watches, set already when :meth:`cancel` came first."""
+        event = threading.Event()
+        self.cancel_event = event
+        if self.cancelled:  # cancel() ran before the event existed
+            event.set()
+        return event
+
+    def done_event(self) -> threading.Event:
+        """An event set when the run has settled (make it before the run can finish)."""
+        if self.done is None:
+            self.done = threading.Event()
+        return self.done
 
 
 @attrs.frozen(kw_only=True)
@@ -144,7 +172,7 @@ def execute_run(run: Run, *, clock: Clock, work_sources: Mapping[str, WorkSource
             consecutive_failures=run.consecutive_failures,
             session_id=run.session_id if run.schedule.persist_session else None,
             work_item=item,
-            cancel_event=run.cancel_event,
+            cancel_event=run.make_cancel_event(),
             metadata=dict(run.schedule.metadata),
         )
         outcome = _call_job(run, info, started, clock)
@@ -160,7 +188,7 @@ def execute_run(run: Run, *, clock: Clock, work_sources: Mapping[str, WorkSource
         raise
     if item is not None and source is not None:
         _report(source, item, outcome, run)
-    return attrs.evolve(outcome, work_item_id=item.id if item else None)
+    return outcome if item is None else attrs.evolve(outcome, work_item_id=item.id)
 
 
 def _call_job(run: Run, info: TriggerInfo, started: datetime, clock: Clock) -> RunOutcome:

@@ -2,9 +2,10 @@
 
 The timer thread keeps every schedule's next due time in a heap and sleeps on an event for
 ``min(time until the next due time, max_sleep)``; anything that changes the plan (a new schedule,
-a pause, a finished job, ``stop()``) sets the event. Jobs never run on the timer thread: each agent
-has a bounded :class:`~concurrent.futures.ThreadPoolExecutor`. The timer thread never dies: every
-exception is caught, logged with its agent and schedule, and the pass is retried.
+a pause, ``stop()``, a finished job whose schedule is now due sooner or whose agent has schedules
+waiting for the slot) sets the event. Jobs never run on the timer thread: each agent has a bounded
+:class:`~herdsched.workers.WorkerPool`. The timer thread never dies: every exception is caught,
+logged with its agent and schedule, and the pass is retried.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import signal
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -75,6 +75,7 @@ from herdsched.stats import RunStats, compute_run_stats
 from herdsched.store.base import RunClaim, StateStore
 from herdsched.store.memory import MemoryStateStore
 from herdsched.timestamps import resolve_timezone, to_utc
+from herdsched.workers import WorkerPool
 from herdsched.worksource import WorkSource
 
 __all__ = ["ThreadedScheduler"]
@@ -230,7 +231,7 @@ class ThreadedScheduler:
         self._waiting: dict[str, collections.deque[tuple[datetime, int, str, str, int]]] = {}
         self._agent_counts: collections.Counter[str] = collections.Counter()
         self._seq = itertools.count()
-        self._executors: dict[str, ThreadPoolExecutor] = {}
+        self._pools: dict[str, WorkerPool] = {}
         self._running: dict[str, Run] = {}
         self._listeners: list[tuple[Callable[[Any], None], tuple[type[ev.Event], ...]]] = []
         self._pending_events: list[ev.Event] = []
@@ -247,6 +248,8 @@ class ThreadedScheduler:
         self._store_retry_at: float | None = None
         # Group commits run on their own thread so a slow disk never delays dispatching.
         self._flush_wanted = threading.Event()
+        # When the sleeping timer wakes up next (wall, monotonic); None while it is awake.
+        self._planned_wake: tuple[datetime, float] | None = None
         self._flush_in_flight = False
         self._flusher: threading.Thread | None = None
         _schedulers.add(self)
@@ -352,13 +355,13 @@ class ThreadedScheduler:
             flusher.join(timeout=max(5.0, self.store_lock_timeout))
         self._flush_quietly()
         with self._lock:
-            executors, self._executors = self._executors, {}
+            pools, self._pools = self._pools, {}
             self._heap.clear()
             self._waiting.clear()
             self._status = "stopped"
             self._thread = None
-        for executor in executors.values():
-            executor.shutdown(wait=False)
+        for pool in pools.values():
+            pool.shutdown()
         if self._leader is not None:
             self._leader.release()
         self._emit(
@@ -660,12 +663,17 @@ class ThreadedScheduler:
                     agent,
                     schedule,
                 )
-            run = self._prepare_run(entry, TriggerType.MANUAL, None, prompt=prompt)
+            now = self.clock.now()
+            run = self._prepare_run(
+                entry, TriggerType.MANUAL, None, now, self.clock.monotonic(), prompt=prompt
+            )
+            done = run.done_event() if wait else None
             self._launch([run], bypass=bypass_concurrency)
         self._drain_events()
         if not wait:
             return TriggerResult(success=True, run_id=run.run_id)
-        run.done.wait()
+        assert done is not None
+        done.wait()
         outcome = run.outcome
         ok = outcome is not None and outcome.status is RunStatus.SUCCESS and not run.timed_out
         error = None if ok else (outcome.error if outcome else "run did not finish")
@@ -812,6 +820,7 @@ class ThreadedScheduler:
             with self._lock:
                 if self._status not in ("running", "standby"):
                     return
+                self._planned_wake = None  # awake: whatever changes now, the pass sees
             self._wake.clear()
             timeout = self.max_sleep
             try:
@@ -819,6 +828,12 @@ class ThreadedScheduler:
             except Exception:  # the timer thread never dies
                 self.log.exception("timer pass failed; retrying")
                 timeout = min(self.max_sleep, _STORE_RETRY)
+            with self._lock:
+                if self._planned_wake is None:  # the pass ended before planning
+                    self._planned_wake = (
+                        self.clock.now() + timedelta(seconds=timeout),
+                        self.clock.monotonic() + timeout,
+                    )
             self.clock.wait(self._wake, timeout)
 
     def _pass(self, *, background_flush: bool) -> float:
@@ -838,7 +853,7 @@ class ThreadedScheduler:
             self._next_poll = mono + self.poll_interval
             self._poll_other_processes()
         self._expire_timeouts(now, mono)
-        self._fire_due(now)
+        self._fire_due(now, mono)
         self._drain_events()
         self._flush_if_due(mono, background=background_flush)
         return self._sleep_for(self.clock.now(), self.clock.monotonic())
@@ -856,6 +871,11 @@ class ThreadedScheduler:
         return retry
 
     def _sleep_for(self, now: datetime, mono: float) -> float:
+        """How long the timer may sleep; also what it then waits for (:attr:`_planned_wake`).
+
+        Everything is read under the lock that finishing runs take, so a run that finishes
+        after this either was counted here or compares itself with the plan made here.
+        """
         with self._lock:
             candidates = [self.max_sleep]
             self._drop_stale_heap_top()
@@ -864,12 +884,14 @@ class ThreadedScheduler:
             deadlines = [run.deadline for run in self._running.values() if run.deadline]
             if deadlines:
                 candidates.append(min(deadlines) - mono)
-        flush_at = self._store_retry_at or self.store.flush_deadline()
-        if flush_at is not None and not self._flush_in_flight:
-            candidates.append(flush_at - mono)
-        if self.poll_interval is not None:
-            candidates.append(self._next_poll - mono)
-        return max(0.0, min(candidates))
+            flush_at = self._store_retry_at or self.store.flush_deadline()
+            if flush_at is not None and not self._flush_in_flight:
+                candidates.append(flush_at - mono)
+            if self.poll_interval is not None:
+                candidates.append(self._next_poll - mono)
+            timeout = max(0.0, min(candidates))
+            self._planned_wake = (now + timedelta(seconds=timeout), mono + timeout)
+        return timeout
 
     def _drop_stale_heap_top(self) -> None:
         while self._heap:
@@ -879,7 +901,7 @@ class ThreadedScheduler:
                 return
             heapq.heappop(self._heap)
 
-    def _fire_due(self, now: datetime) -> None:
+    def _fire_due(self, now: datetime, mono: float) -> None:
         """Dispatch what is due, agent by agent, in due order, as far as capacity allows.
 
         A schedule whose agent is full waits in that agent's queue; the first one that meets a
@@ -911,10 +933,9 @@ class ThreadedScheduler:
                     if reason is not None:
                         continue
                     try:
-                        trigger_type = TriggerType(str(entry.schedule.type))
-                        started.append(
-                            self._prepare_run(entry, trigger_type, entry.scheduled_for or entry.due)
-                        )
+                        trigger_type = _TIMER_TRIGGERS[entry.schedule.type]
+                        slot = entry.scheduled_for or entry.due
+                        started.append(self._prepare_run(entry, trigger_type, slot, now, mono))
                     except Exception:
                         self.log.exception("could not dispatch %s/%s; retrying in 1 s", agent, name)
                         self._set_due(entry, now + timedelta(seconds=1), entry.scheduled_for)
@@ -943,17 +964,21 @@ class ThreadedScheduler:
         entry: _Entry,
         trigger_type: TriggerType,
         scheduled_for: datetime | None,
+        now: datetime,
+        mono: float,
         *,
         prompt: str | None = None,
     ) -> Run:
-        """Claim ``entry``'s slot for a run (state ``running``). Caller holds the lock."""
+        """Claim ``entry``'s slot for a run (state ``running``) fired at ``now``/``mono``.
+
+        Caller holds the lock.
+        """
         agent = self._agents[entry.agent]
         job = self._job_for(entry)
         if job is None:
             raise ScheduleTriggerError(
                 f"{entry.agent}/{entry.name} has no job to run", entry.agent, entry.name
             )
-        now = self.clock.now()
         timeout = entry.schedule.timeout
         run = Run(
             run_id=new_run_id(),
@@ -969,7 +994,7 @@ class ThreadedScheduler:
             consecutive_failures=entry.state.consecutive_failures,
             session_id=entry.state.session_id,
             last_run_at=entry.state.last_run_at,
-            deadline=self.clock.monotonic() + timeout.total_seconds() if timeout else None,
+            deadline=mono + timeout.total_seconds() if timeout else None,
         )
         entry.run = run
         if trigger_type is not TriggerType.MANUAL:
@@ -1010,7 +1035,7 @@ class ThreadedScheduler:
                     target=self._execute, args=(run,), name=f"herdsched-{run.agent}", daemon=True
                 ).start()
             else:
-                self._executor(self._agents[run.agent]).submit(self._execute, run)
+                self._pool(self._agents[run.agent]).submit(self._execute, run)
             self._emit(
                 ev.JobSubmitted(
                     at=run.fired_at,
@@ -1021,25 +1046,27 @@ class ThreadedScheduler:
                 )
             )
 
-    def _executor(self, agent: Agent) -> ThreadPoolExecutor:
-        executor = self._executors.get(agent.name)
-        if executor is None or executor._max_workers != agent.max_concurrent:
-            if executor is not None:
-                executor.shutdown(wait=False)
-            executor = ThreadPoolExecutor(
-                max_workers=agent.max_concurrent, thread_name_prefix=f"herdsched-{agent.name}"
-            )
-            self._executors[agent.name] = executor
-        return executor
+    def _pool(self, agent: Agent) -> WorkerPool:
+        pool = self._pools.get(agent.name)
+        if pool is None or pool.size != agent.max_concurrent:
+            if pool is not None:
+                pool.shutdown()
+            pool = WorkerPool(agent.max_concurrent, f"herdsched-{agent.name}")
+            self._pools[agent.name] = pool
+        return pool
 
     def _execute(self, run: Run) -> None:
         """Worker thread: run the job, then settle the outcome."""
         run.thread_id = threading.get_ident()
-        self._emit(
-            ev.JobStarted(
-                at=self.clock.now(), agent=run.agent, schedule=run.schedule_name, run_id=run.run_id
+        if self._listens(ev.JobStarted):
+            self._emit(
+                ev.JobStarted(
+                    at=self.clock.now(),
+                    agent=run.agent,
+                    schedule=run.schedule_name,
+                    run_id=run.run_id,
+                )
             )
-        )
         try:
             outcome = execute_run(run, clock=self.clock, work_sources=self.work_sources)
         except Exception as exc:  # a bug in a work source or prompt: never lose the slot
@@ -1058,8 +1085,31 @@ class ThreadedScheduler:
         finally:
             with self._lock:
                 self._release(run)
-            run.done.set()
-            self._changed()
+                wake = self._timer_must_replan(run)
+            if run.done is not None:
+                run.done.set()
+            self._drain_events()
+            if wake:
+                self._wake.set()
+
+    def _timer_must_replan(self, run: Run) -> bool:
+        """Whether a finished run changed what the sleeping timer waits for (caller holds the lock).
+
+        Waking the timer after every run costs a pass each; it is needed only when a schedule
+        waits for the freed capacity, when the run's schedule is now due before the planned
+        wake-up, or when its state needs a group commit sooner than that.
+        """
+        planned = self._planned_wake
+        if planned is None:  # the timer is mid-pass and will plan after this
+            return False
+        wall, mono = planned
+        if self._waiting or self._status != "running":
+            return True
+        entry = self._entries.get((run.agent, run.schedule_name))
+        if entry is not None and entry.due is not None and entry.due < wall:
+            return True
+        flush_at = self.store.flush_deadline()
+        return flush_at is not None and flush_at < mono and not self._flush_in_flight
 
     def _release(self, run: Run) -> None:
         """Free the run's slot (caller holds the lock) and put its schedule back on the heap."""
@@ -1288,7 +1338,7 @@ class ThreadedScheduler:
             for run in self._running.values():
                 if run.deadline is not None and mono >= run.deadline and not run.timed_out:
                     run.timed_out = True
-                    run.cancel_event.set()
+                    run.cancel()
                     expired.append(run)
         for run in expired:
             assert run.schedule.timeout is not None
@@ -1324,9 +1374,9 @@ class ThreadedScheduler:
                 self._agents[agent.name] = old
             raise
         if old is not None and old.max_concurrent != agent.max_concurrent:
-            executor = self._executors.pop(agent.name, None)
-            if executor is not None:
-                executor.shutdown(wait=False)
+            pool = self._pools.pop(agent.name, None)
+            if pool is not None:
+                pool.shutdown()
         definitions = self._definitions_for(agent.name)
         for name, schedule in agent.schedules.items():
             self._install_entry(agent, name, schedule, persisted=False)
@@ -2045,6 +2095,10 @@ class ThreadedScheduler:
         self._drain_events()
         self._wake.set()
 
+    def _listens(self, kind: type[ev.Event]) -> bool:
+        """Whether any listener wants events of ``kind`` (so hot paths skip building them)."""
+        return any(issubclass(kind, types) for _, types in self._listeners)
+
     def _emit(self, event: ev.Event) -> None:
         """Deliver ``event`` to listeners, never while this thread holds the scheduler lock.
 
@@ -2079,6 +2133,13 @@ class ThreadedScheduler:
             return False
         return True
 
+
+#: the trigger type of a run the timer fires, by schedule type
+_TIMER_TRIGGERS = {
+    ScheduleType.INTERVAL: TriggerType.INTERVAL,
+    ScheduleType.CRON: TriggerType.CRON,
+    ScheduleType.ONCE: TriggerType.ONCE,
+}
 
 _CADENCE_FIELDS: dict[type, set[str]] = {
     Interval: {"interval", "anchor", "start_at", "jitter_percent"},

@@ -179,7 +179,8 @@ def test_a_deferred_once_schedule_still_runs_later() -> None:
 def test_deferred_through_trigger_wait_reports_not_successful() -> None:
     job = Script(Deferred("1m", "session busy"))
     with running() as (sched, _clock):
-        sched.add_agent(chat_agent(job))
+        # not due yet, so the timer cannot start the run first and make the trigger a skip
+        sched.add_agent(chat_agent(job, start_at=START + timedelta(hours=1)))
         result = sched.trigger("chat", "loop", wait=True)
         assert not result.success
         assert result.error == "session busy"

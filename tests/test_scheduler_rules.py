@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -19,6 +21,7 @@ from herdsched import (
     ScheduleDisabled,
     SkipReason,
     Status,
+    ThreadedScheduler,
     TriggerType,
 )
 from herdsched.store import MemoryStateStore
@@ -602,3 +605,57 @@ def test_context_manager_and_status_reporting() -> None:
         assert "<table>" in sched._repr_html_()
     assert sched.status == "stopped"
     assert sched.get_state().check_count >= 1
+
+
+def _wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        threading.Event().wait(0.005)
+    return True
+
+
+def test_finished_runs_leave_the_timer_asleep_when_nothing_changed_for_it() -> None:
+    clock = FakeClock(T0)
+    gates = {f"s{i}": threading.Event() for i in range(10)}
+    job = Recorder(lambda info: gates[info.schedule].wait(10))
+    schedules = {name: Schedule.interval("1h") for name in gates}
+    sched = ThreadedScheduler(state_dir=None, clock=clock, max_sleep=60)
+    sched.add_agent(Agent("a", job=job, max_concurrent=10, schedules=schedules))
+    with sched:
+        assert _wait_until(lambda: len(job.calls) == 10)
+        assert clock.wait_for_waiters()
+        checks = sched.get_state().check_count
+        for left, gate in enumerate(gates.values(), 1):  # the runs finish one by one
+            gate.set()
+            assert _wait_until(lambda n=10 - left: sched.get_total_running_job_count() == n)
+            threading.Event().wait(0.02)  # time enough for a woken timer to make its pass
+        # their next runs are an hour away, past the timer's wake-up: no pass was needed
+        assert sched.get_state().check_count == checks
+
+
+def test_a_finished_run_wakes_the_timer_for_a_schedule_waiting_on_capacity() -> None:
+    clock = FakeClock(T0)
+    job = Recorder()
+    schedules = {f"s{i}": Schedule.interval("1h") for i in range(3)}
+    sched = ThreadedScheduler(state_dir=None, clock=clock, max_sleep=60)
+    sched.add_agent(Agent("a", job=job, max_concurrent=1, schedules=schedules))
+    with sched:
+        # no time passes: only the finished runs can start the waiting ones
+        assert _wait_until(lambda: len(job.calls) == 3)
+    assert sorted(job.schedules()) == ["s0", "s1", "s2"]
+
+
+def test_a_finished_run_wakes_the_timer_when_its_next_run_is_sooner() -> None:
+    clock = FakeClock(T0)
+    job = Recorder()
+    sched = ThreadedScheduler(state_dir=None, clock=clock, max_sleep=60, min_interval=0)
+    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("30s")}))
+    with sched:
+        assert _wait_until(lambda: len(job.calls) == 1)
+        assert sched.wait_until_idle(10)
+        assert clock.wait_for_waiters()
+        clock.advance("30s")  # before the 60 s the timer slept for when the run began
+        assert _wait_until(lambda: len(job.calls) == 2)
+    assert job.slots() == [T0, T0 + timedelta(seconds=30)]

@@ -96,6 +96,19 @@ def test_history_is_bounded_and_newest_first(store: StateStore) -> None:
     assert store.get_history("b") == []
 
 
+@pytest.mark.parametrize("flushed", [False, True])
+def test_runs_started_in_the_same_millisecond_stay_newest_first(
+    store: StateStore, flushed: bool
+) -> None:
+    # fast jobs start within one millisecond of each other; the run ids (random in real runs)
+    # must not reorder them
+    for run_id in ("a", "c", "b"):
+        store.append_run(record(run_id))
+    if flushed:
+        store.flush()
+    assert [r.run_id for r in store.get_history("a", "s")] == ["b", "c", "a"]
+
+
 def test_definitions_round_trip(store: StateStore) -> None:
     definition = {"type": "cron", "cron": "0 3 * * *", "prompt": "nightly", "enabled": True}
     store.save_definition("a", "nightly", definition)

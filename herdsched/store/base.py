@@ -21,17 +21,40 @@ with locks.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
 from herdsched.models import RunRecord, ScheduleState
 
-__all__ = ["USER_INTENT_STATUSES", "RunClaim", "StateStore", "TriggerRequest"]
+__all__ = [
+    "USER_INTENT_STATUSES",
+    "RunClaim",
+    "StateStore",
+    "TriggerRequest",
+    "newest_first",
+]
 
 #: Statuses set by people (or auto-disable) that a pending run transition must not undo.
 USER_INTENT_STATUSES = frozenset({"paused", "disabled", "completed"})
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _moment(record: RunRecord) -> datetime:
+    return record.started_at or record.scheduled_for or record.finished_at or _EPOCH
+
+
+def newest_first(appended: Sequence[RunRecord]) -> list[RunRecord]:
+    """``appended`` (oldest first, as written) sorted newest first by when each run started.
+
+    Runs that started in the same millisecond keep their written order, the later one first:
+    timestamps alone cannot tell them apart, and random run ids must not decide.
+    """
+    records = list(reversed(appended))
+    records.sort(key=_moment, reverse=True)  # stable: equal moments keep newest-written first
+    return records
 
 
 @attrs.frozen

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from herdsched.models import RunRecord, ScheduleState, evolve
-from herdsched.store.base import USER_INTENT_STATUSES, RunClaim, TriggerRequest
+from herdsched.store.base import USER_INTENT_STATUSES, RunClaim, TriggerRequest, newest_first
 
 __all__ = ["MemoryStateStore"]
 
@@ -103,10 +103,9 @@ class MemoryStateStore:
                 record
                 for (owner, name), history in self._history.items()
                 if owner == agent and (schedule is None or name == schedule)
-                for record in history
+                for record in reversed(history)  # oldest first, as appended
             ]
-        records.sort(key=_newest_first)
-        return records[:limit]
+        return newest_first(records)[:limit]
 
     def load_definitions(self) -> dict[str, dict[str, dict[str, Any]]]:
         with self._lock:
@@ -137,11 +136,3 @@ class MemoryStateStore:
 
     def close(self) -> None:
         """Nothing to release."""
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-def _newest_first(record: RunRecord) -> tuple[float, str]:
-    moment = record.started_at or record.scheduled_for or record.finished_at or _EPOCH
-    return (-moment.timestamp(), record.run_id)

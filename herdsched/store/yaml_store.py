@@ -25,7 +25,7 @@ import logging
 import threading
 import typing
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -35,7 +35,7 @@ import attrs
 from herdsched.clock import Clock, SystemClock
 from herdsched.errors import StateCorruptedError, StateError
 from herdsched.models import RunRecord, ScheduleState, evolve
-from herdsched.store.base import USER_INTENT_STATUSES, RunClaim, TriggerRequest
+from herdsched.store.base import USER_INTENT_STATUSES, RunClaim, TriggerRequest, newest_first
 from herdsched.store.claims import ClaimJournal
 from herdsched.store.definitions import DefinitionsFile
 from herdsched.store.document import GuardedYamlFile
@@ -478,8 +478,7 @@ class YamlStateStore:
             for runs in by_schedule.values()
             for record in list(runs.values())[-self.max_run_history :]
         ]
-        records.sort(key=_newest_first)
-        return records[:limit]
+        return newest_first(records)[:limit]
 
     # -- definitions created at run time -------------------------------------------------
     def load_definitions(self) -> dict[str, dict[str, dict[str, Any]]]:
@@ -537,14 +536,6 @@ class YamlStateStore:
 
     def __repr__(self) -> str:
         return f"YamlStateStore({str(self.state_dir)!r})"
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-def _newest_first(record: RunRecord) -> tuple[float, str]:
-    moment = record.started_at or record.scheduled_for or record.finished_at or _EPOCH
-    return (-moment.timestamp(), record.run_id)
 
 
 def _keep_user_intent(disk: StateDoc, agent: str, name: str, patch: dict[str, Any]) -> None:
