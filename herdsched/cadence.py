@@ -633,9 +633,15 @@ class Interval:
     ) -> datetime | None:
         if self.anchor is not None:
             return self._grid_after(max(finished_at, now), strictly=True)
-        return calculate_next_trigger(
-            finished_at, self.every, self.jitter_percent, now=now, rng=rng
-        )
+        if finished_at.tzinfo is not timezone.utc or now.tzinfo is not timezone.utc:
+            finished_at, now = to_utc(finished_at), to_utc(now)  # add real time, not wall time
+        try:  # the fields are checked already: skip calculate_next_trigger's re-validation
+            due = finished_at + self.every + _jitter(self.every, self.jitter_percent, rng)
+        except OverflowError:  # let the public function word the error
+            return calculate_next_trigger(
+                finished_at, self.every, self.jitter_percent, now=now, rng=rng
+            )
+        return due if due > now else now
 
 
 def _to_cron(value: str | CronExpression) -> CronExpression:

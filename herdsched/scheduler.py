@@ -904,44 +904,60 @@ class ThreadedScheduler:
     def _fire_due(self, now: datetime, mono: float) -> None:
         """Dispatch what is due, agent by agent, in due order, as far as capacity allows.
 
+        Runs go out in chunks of :data:`_DISPATCH_CHUNK`: each chunk is claimed durably and
+        handed to the pools before the next is prepared, so with a thousand schedules due at
+        one instant the first jobs start at once rather than after the whole batch, and
+        finishing runs can settle between chunks instead of waiting for the lock.
+        """
+        while True:
+            with self._lock:
+                if self._status != "running":
+                    return
+                runs = self._take_due_runs(now, mono, _DISPATCH_CHUNK)
+            self._launch(runs)
+            if len(runs) < _DISPATCH_CHUNK:
+                return
+
+    def _take_due_runs(self, now: datetime, mono: float, limit: int) -> list[Run]:
+        """Up to ``limit`` runs of due schedules, claimed in memory (caller holds the lock).
+
         A schedule whose agent is full waits in that agent's queue; the first one that meets a
         full agent ends the agent's turn, so a pass costs what it dispatches, not what waits.
         """
-        with self._lock:
-            if self._status != "running":
-                return
-            while self._heap and self._heap[0][0] <= now:
-                item = heapq.heappop(self._heap)
-                self._waiting.setdefault(item[2], collections.deque()).append(item)
-            agents = list(self._waiting)
-            if self.max_total_concurrent is not None:  # share the global slots in due order
-                agents.sort(key=lambda name: self._waiting[name][0])
-            started: list[Run] = []
-            for agent in agents:
-                queue = self._waiting[agent]
-                while queue:
-                    _, _, _, name, version = queue[0]
-                    entry = self._entries.get((agent, name))
-                    if entry is None or entry.version != version or entry.due is None:
-                        queue.popleft()
-                        continue
-                    reason = self._skip_reason(entry, now)
-                    entry.last_skip = reason
-                    if reason is SkipReason.AT_CAPACITY:
-                        break
+        while self._heap and self._heap[0][0] <= now:
+            item = heapq.heappop(self._heap)
+            self._waiting.setdefault(item[2], collections.deque()).append(item)
+        agents = list(self._waiting)
+        if self.max_total_concurrent is not None:  # share the global slots in due order
+            agents.sort(key=lambda name: self._waiting[name][0])
+        started: list[Run] = []
+        for agent in agents:
+            queue = self._waiting[agent]
+            while queue and len(started) < limit:
+                _, _, _, name, version = queue[0]
+                entry = self._entries.get((agent, name))
+                if entry is None or entry.version != version or entry.due is None:
                     queue.popleft()
-                    if reason is not None:
-                        continue
-                    try:
-                        trigger_type = _TIMER_TRIGGERS[entry.schedule.type]
-                        slot = entry.scheduled_for or entry.due
-                        started.append(self._prepare_run(entry, trigger_type, slot, now, mono))
-                    except Exception:
-                        self.log.exception("could not dispatch %s/%s; retrying in 1 s", agent, name)
-                        self._set_due(entry, now + timedelta(seconds=1), entry.scheduled_for)
-                if not queue:
-                    del self._waiting[agent]
-            self._launch(started)
+                    continue
+                reason = self._skip_reason(entry, now)
+                entry.last_skip = reason
+                if reason is SkipReason.AT_CAPACITY:
+                    break
+                queue.popleft()
+                if reason is not None:
+                    continue
+                try:
+                    trigger_type = _TIMER_TRIGGERS[entry.schedule.type]
+                    slot = entry.scheduled_for or entry.due
+                    started.append(self._prepare_run(entry, trigger_type, slot, now, mono))
+                except Exception:
+                    self.log.exception("could not dispatch %s/%s; retrying in 1 s", agent, name)
+                    self._set_due(entry, now + timedelta(seconds=1), entry.scheduled_for)
+            if not queue:
+                del self._waiting[agent]
+            if len(started) >= limit:
+                break
+        return started
 
     def _skip_reason(self, entry: _Entry, now: datetime) -> SkipReason | None:
         agent = self._agents[entry.agent]
@@ -1011,12 +1027,14 @@ class ThreadedScheduler:
         return run
 
     def _launch(self, runs: list[Run], *, bypass: bool = False) -> None:
-        """Make the claims durable, then hand the runs to their pools. Caller holds the lock.
+        """Make the claims durable, then hand the runs to their pools.
 
-        One durable claim record covers every run of the pass (an fsync'd append, see
+        One durable claim record covers every run of the chunk (an fsync'd append, see
         :meth:`StateStore.claim_runs`), and it comes before any job starts: a process killed right
         after cannot lose the claim, so no other scheduler runs the slot again (at most once per
-        slot). The full transitions follow with the next group commit.
+        slot). The full transitions follow with the next group commit. The timer calls this
+        without the lock, so finishing runs settle while the disk syncs; the runs are already
+        marked running in memory, so nothing else can dispatch them meanwhile.
         """
         if not runs:
             return
@@ -1029,13 +1047,21 @@ class ThreadedScheduler:
         except Exception as exc:  # keep the in-memory truth; make it durable the slow way
             self._state_error(exc)
             self._flush_quietly()
+        with self._lock:
+            for run in runs:
+                agent = self._agents.get(run.agent)  # None: removed while the claim synced
+                if bypass or agent is None:
+                    threading.Thread(
+                        target=self._execute,
+                        args=(run,),
+                        name=f"herdsched-{run.agent}",
+                        daemon=True,
+                    ).start()
+                else:
+                    self._pool(agent).submit(self._execute, run)
+        if not self._listens(ev.JobSubmitted):
+            return
         for run in runs:
-            if bypass:
-                threading.Thread(
-                    target=self._execute, args=(run,), name=f"herdsched-{run.agent}", daemon=True
-                ).start()
-            else:
-                self._pool(self._agents[run.agent]).submit(self._execute, run)
             self._emit(
                 ev.JobSubmitted(
                     at=run.fired_at,
@@ -2133,6 +2159,9 @@ class ThreadedScheduler:
             return False
         return True
 
+
+#: runs the timer prepares, claims and hands out at a time (see ``_fire_due``)
+_DISPATCH_CHUNK = 64
 
 #: the trigger type of a run the timer fires, by schedule type
 _TIMER_TRIGGERS = {
