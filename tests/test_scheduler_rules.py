@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from scheduler_helpers import T0, Recorder, running, step
@@ -659,3 +660,32 @@ def test_a_finished_run_wakes_the_timer_when_its_next_run_is_sooner() -> None:
         clock.advance("30s")  # before the 60 s the timer slept for when the run began
         assert _wait_until(lambda: len(job.calls) == 2)
     assert job.slots() == [T0, T0 + timedelta(seconds=30)]
+
+
+class _ChunkWatchingStore(MemoryStateStore):
+    """Records each durable claim; the second waits until a job of the first has started."""
+
+    def __init__(self, first_job_started: threading.Event) -> None:
+        super().__init__()
+        self.chunks: list[int] = []
+        self.first_job_started = first_job_started
+        self.started_before_second_claim = False
+
+    def claim_runs(self, claims: Any) -> None:
+        self.chunks.append(len(claims))
+        if len(self.chunks) == 2:
+            self.started_before_second_claim = self.first_job_started.wait(10)
+
+
+def test_a_large_due_batch_goes_out_in_claimed_chunks_that_start_at_once() -> None:
+    started = threading.Event()
+    store = _ChunkWatchingStore(started)
+    job = Recorder(lambda info: started.set())
+    schedules = {f"s{i:03}": Schedule.interval("1h") for i in range(150)}
+    with running(store=store) as (sched, _clock):
+        sched.add_agent(Agent("a", job=job, max_concurrent=150, schedules=schedules))
+        sched.start()
+        step(sched)
+    assert store.chunks == [64, 64, 22]  # every run claimed durably, a chunk at a time
+    assert store.started_before_second_claim  # jobs ran while the rest was being prepared
+    assert len(job.calls) == 150
