@@ -30,6 +30,8 @@ def truncate_ms(moment: datetime) -> datetime:
 
 def to_utc(moment: datetime) -> datetime:
     """An aware UTC datetime, ms precision; a naive input means the process's local time."""
+    if type(moment) is datetime and moment.tzinfo is timezone.utc:  # the usual case, cheaply
+        return moment if moment.microsecond % 1000 == 0 else truncate_ms(moment)
     if not isinstance(moment, datetime):
         raise TypeError(f"expected a datetime, got {type(moment).__name__}: {moment!r}")
     if moment.tzinfo is None or moment.utcoffset() is None:
@@ -39,9 +41,9 @@ def to_utc(moment: datetime) -> datetime:
 
 def format_timestamp(moment: datetime) -> str:
     """``2026-11-22T05:41:48.898Z``: ISO-8601 UTC with milliseconds, as stored on disk."""
-    utc = to_utc(moment)
-    # isoformat() zero-pads every field (strftime("%Y") does not below year 1000 on glibc)
-    return utc.replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
+    # isoformat() zero-pads every field (strftime("%Y") does not below year 1000 on glibc) and
+    # cuts (never rounds) to milliseconds; on a UTC datetime it ends in "+00:00"
+    return to_utc(moment).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 def parse_timestamp(value: object, *, what: str = "timestamp") -> datetime:

@@ -71,31 +71,32 @@ class RunHistory:
         self.sync = sync
         self.max_run_history = max_run_history
         self.lock = FileLock(lock_path, self.directory, lock_timeout)
-        self._counts: dict[Path, int] = {}
+        self._counts: dict[str, int] = {}  # path → lines, for files this process appended to
+        self._paths: dict[tuple[str, str], str] = {}
 
     def path_for(self, agent: str, schedule: str) -> Path:
         return self.directory / encode_name(agent) / (encode_name(schedule) + _SUFFIX)
+
+    def _file_for(self, agent: str, schedule: str) -> str:
+        """:meth:`path_for` as a string, remembered: a busy fleet appends to the same files."""
+        key = (agent, schedule)
+        path = self._paths.get(key)
+        if path is None:
+            path = self._paths[key] = str(self.path_for(agent, schedule))
+        return path
 
     # -- writing -------------------------------------------------------------------------
     def append(self, records: Sequence[RunRecord]) -> None:
         """Append ``records`` (in order) durably; compacts files that grew past the bound."""
         if not records:
             return
-        batches: dict[Path, list[RunRecord]] = {}
+        batches: dict[str, list[RunRecord]] = {}
         for record in records:
-            batches.setdefault(self.path_for(record.agent, record.schedule), []).append(record)
+            batches.setdefault(self._file_for(record.agent, record.schedule), []).append(record)
         with self.lock:
-            dirs: set[Path] = set()
             try:
                 for path, batch in batches.items():
-                    if not path.parent.is_dir():
-                        path.parent.mkdir(parents=True, exist_ok=True)
-                        dirs.add(path.parent.parent)
-                    if not path.exists():
-                        dirs.add(path.parent)
                     self._append_file(path, batch)
-                for directory in dirs if self.sync else ():
-                    fsync_dir(directory)
             except OSError as exc:
                 raise StateError(
                     f"Cannot write run history under {self.directory}: {exc}",
@@ -103,12 +104,28 @@ class RunHistory:
                     cause=exc,
                 ) from exc
 
-    def _append_file(self, path: Path, batch: Sequence[RunRecord]) -> None:
-        payload = "".join(_encode(record) for record in batch).encode("utf-8")
-        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_BINARY", 0)
-        fd = os.open(path, flags, 0o666)
+    def _open(self, path: str) -> tuple[int, bool]:
+        """An append descriptor for ``path`` and whether the file is new (directories made)."""
+        flags = os.O_RDWR | os.O_APPEND | getattr(os, "O_BINARY", 0)
         try:
-            size = os.fstat(fd).st_size
+            return os.open(path, flags), False
+        except FileNotFoundError:
+            pass
+        parent = os.path.dirname(path)
+        if not os.path.isdir(parent):
+            os.makedirs(parent, exist_ok=True)
+            if self.sync:
+                fsync_dir(Path(parent).parent)
+        fd = os.open(path, flags | os.O_CREAT, 0o666)
+        if self.sync:
+            fsync_dir(Path(parent))
+        return fd, True
+
+    def _append_file(self, path: str, batch: Sequence[RunRecord]) -> None:
+        payload = "".join(_encode(record) for record in batch).encode("utf-8")
+        fd, new = self._open(path)
+        try:
+            size = 0 if new else os.fstat(fd).st_size
             if size:
                 os.lseek(fd, -1, os.SEEK_END)
                 if os.read(fd, 1) != b"\n":
@@ -121,24 +138,24 @@ class RunHistory:
         finally:
             os.close(fd)
         count = self._counts.get(path)
-        if count is None:
-            count = _count_lines(path)
+        if count is None:  # first append here by this process: count what was there
+            count = _count_lines(Path(path)) if size else len(batch)
         else:
             count += len(batch)
         self._counts[path] = count
         if count > 2 * self.max_run_history:
-            self._compact(path)
+            self._compact(Path(path))
 
     def _compact(self, path: Path) -> None:
         kept = self._read_file(path)[-self.max_run_history :]
         atomic_write(path, "".join(_encode(record) for record in kept).encode("utf-8"))
-        self._counts[path] = len(kept)
+        self._counts[str(path)] = len(kept)
 
     def remove(self, agent: str, schedule: str) -> None:
         """Delete one schedule's history (no error when there is none)."""
         path = self.path_for(agent, schedule)
         with self.lock:
-            self._counts.pop(path, None)
+            self._counts.pop(str(path), None)
             try:
                 path.unlink()
             except FileNotFoundError:
