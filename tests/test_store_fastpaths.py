@@ -217,3 +217,30 @@ def test_reader_handles_bytes_that_are_not_utf8() -> None:
         reader.parse(data)
     utf16 = "format_version: 1\nagents: {a: {schedules: {s: {}}}}\n".encode("utf-16")
     assert set(reader.parse(utf16).states["a"]) == {"s"}
+
+
+def test_a_read_file_keeps_one_copy_of_each_entry_text_and_of_repeated_words() -> None:
+    # 10,000 schedules must fit in a few KB each: the reader's memory of each entry is the
+    # renderer's text (not a second copy split from the file), and field names and statuses
+    # read from different entries are the same string objects
+    renderer = StateRenderer()
+    writer = StateRenderer()
+    moment = datetime(2026, 1, 5, 9, tzinfo=timezone.utc)
+    doc = empty_state()
+    for name in ("a", "b", "c"):
+        doc = apply_changes(
+            doc,
+            {("fleet", name): normalise_changes({"status": "idle", "next_run_at": moment})},
+        )
+    text = writer.render(doc.raw)
+    reader = StateReader(renderer)
+    parsed = reader.parse(text.encode())
+    kept = reader._chunks
+    rendered = [entry_text for _, entry_text in renderer.entry_texts().values()]
+    assert len(kept) == 3
+    assert all(any(key is entry_text for entry_text in rendered) for key in kept)
+    entries = [parsed.raw["agents"]["fleet"]["schedules"][name] for name in ("a", "b", "c")]
+    statuses = [entry["status"] for entry in entries]
+    assert statuses[0] is statuses[1] is statuses[2]
+    keys = [next(k for k in entry if k == "next_run_at") for entry in entries]
+    assert keys[0] is keys[1] is keys[2]

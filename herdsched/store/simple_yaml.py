@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 from typing import Any
 
 import yaml
@@ -29,6 +30,9 @@ _INT = re.compile(r"0|-?[1-9][0-9]{0,17}")
 _RESOLVER: Any = yaml.resolver.Resolver()
 _STR_TAG = "tag:yaml.org,2002:str"
 _MISSING = object()
+#: values up to this length are interned when read: a fleet's entries repeat the same statuses,
+#: cadence descriptions and often the same timestamps, and each copy would cost ~70 bytes
+_INTERN_MAX = 32
 
 
 @functools.lru_cache(maxsize=4096)
@@ -159,5 +163,7 @@ def parse_simple_entry(chunk: str, spaces: int) -> tuple[str, dict[str, Any]] | 
         value = _parse_scalar(text)
         if value is _MISSING:
             return None
-        mapping[field] = value
+        if type(value) is str and len(value) <= _INTERN_MAX:
+            value = sys.intern(value)  # statuses, types, cadences: one copy for the fleet
+        mapping[sys.intern(field)] = value  # field names repeat in every entry
     return key, mapping

@@ -153,7 +153,14 @@ class StateReader:
         result = parse_state_document(doc, known=lambda entry: states.get(id(entry)))
         if self._renderer.render(result.raw) != text:
             return None
-        self._chunks = chunks
+        # Key the memory by the renderer's text of each entry, equal to the chunk split from
+        # the file but already kept by the renderer: one copy of every entry's text, not two.
+        shared: dict[str, _Chunk] = {}
+        for _, entry_text in self._renderer.entry_texts().values():
+            hit = chunks.get(entry_text)
+            if hit is not None:
+                shared[entry_text] = hit
+        self._chunks = shared
         return result
 
     def remember(self, doc: StateDoc) -> None:
