@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
 
+import pytest
+
+import herdsched.store.claims as claims_module
 from herdsched.store.base import RunClaim
 from herdsched.store.claims import ClaimJournal
 from herdsched.store.yaml_store import YamlStateStore
@@ -48,3 +53,69 @@ def test_a_flush_of_state_yaml_clears_the_claims_it_covers(tmp_path: Path) -> No
     assert store.load_claims() == []
     assert YamlStateStore(tmp_path).get_schedule_state("a", "s").last_slot_at == T0
     store.close()
+
+
+class _SlowFirstSync:
+    """os.fsync that holds the first call until released, and counts every call."""
+
+    def __init__(self) -> None:
+        self.real = os.fsync
+        self.calls = 0
+        self.first_entered = threading.Event()
+        self.release_first = threading.Event()
+
+    def __call__(self, fd: int) -> None:
+        self.calls += 1
+        if self.calls == 1:
+            self.first_entered.set()
+            assert self.release_first.wait(10)
+        self.real(fd)
+
+
+def test_concurrent_appends_share_one_sync_and_each_returns_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = ClaimJournal(tmp_path / "claims.log")
+    journal.append([claim("first")])  # the file exists: later syncs are the appends' own
+    sync = _SlowFirstSync()
+    monkeypatch.setattr(claims_module.os, "fsync", sync)
+    errors: list[BaseException] = []
+
+    def append(name: str) -> None:
+        try:
+            journal.append([claim(name)])
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    leader = threading.Thread(target=append, args=("lead",))
+    leader.start()
+    assert sync.first_entered.wait(10)  # the first append is syncing...
+    followers = [threading.Thread(target=append, args=(f"f{i}",)) for i in range(8)]
+    for thread in followers:
+        thread.start()
+    while len(journal._queue) < 8:  # ...while eight more queue up behind it
+        threading.Event().wait(0.001)
+    sync.release_first.set()
+    for thread in [leader, *followers]:
+        thread.join(10)
+    assert errors == []
+    assert sync.calls == 2  # the eight queued appends went out with one sync
+    names = sorted(c.schedule for c in journal.read())
+    assert names == sorted(["first", "lead", *(f"f{i}" for i in range(8))])
+
+
+def test_a_failed_sync_fails_every_append_of_its_batch_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = ClaimJournal(tmp_path / "claims.log")
+    journal.append([claim("first")])
+
+    def broken(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(claims_module.os, "fsync", broken)
+    with pytest.raises(OSError, match="Input/output error"):
+        journal.append([claim("lost")])
+    monkeypatch.undo()
+    journal.append([claim("later")])  # the journal works again once the disk does
+    assert [c.schedule for c in journal.read()][-1] == "later"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,47 +27,83 @@ log = logging.getLogger("herdsched")
 
 
 class ClaimJournal:
-    """``claims.log`` in the state directory (JSON lines, append-only, fsync'd)."""
+    """``claims.log`` in the state directory (JSON lines, append-only, fsync'd).
+
+    Appends from several threads share their fsyncs (group commit): while one thread writes
+    and syncs, the others queue their lines, and the next writer syncs them all at once. Every
+    caller still returns only once its own claims are durable. Appends and the rewrite in
+    :meth:`drop_through` exclude each other, so no append can land in a file being replaced.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._file_lock = threading.Lock()  # the file itself: appends, size, rewrites
+        self._cond = threading.Condition()  # the group-commit queue below
+        self._queue: list[bytes] = []
+        self._queued = 0  # tickets handed out
+        self._durable = 0  # tickets whose lines are synced (or failed)
+        self._writing = False
+        self._failed: dict[int, BaseException] = {}  # ticket → why its batch failed
 
     def append(self, claims: Sequence[RunClaim]) -> None:
-        """Durably record ``claims`` (one write and one fsync for the whole batch)."""
+        """Durably record ``claims``: returns once they are written and synced."""
         if not claims:
             return
-        data = "".join(
-            json.dumps(
-                {
-                    "agent": claim.agent,
-                    "schedule": claim.schedule,
-                    "run_id": claim.run_id,
-                    "run_at": format_timestamp(claim.run_at),
-                    "slot": format_timestamp(claim.slot) if claim.slot else None,
-                },
-                separators=(",", ":"),
-            )
-            + "\n"
-            for claim in claims
-        ).encode("utf-8")
-        created = not self.path.exists()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        data = "".join(_encode(claim) for claim in claims).encode("utf-8")
+        with self._cond:
+            self._queue.append(data)
+            self._queued += 1
+            ticket = self._queued
+            while self._durable < ticket:
+                if self._writing:
+                    self._cond.wait()
+                    continue
+                self._write_queued()
+            error = self._failed.pop(ticket, None)
+        if error is not None:
+            raise error
+
+    def _write_queued(self) -> None:
+        """Write and sync everything queued (caller holds the condition; released meanwhile)."""
+        batch, self._queue = self._queue, []
+        first, last = self._durable + 1, self._queued
+        self._writing = True
+        self._cond.release()
+        error: BaseException | None = None
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
+            self._write(b"".join(batch))
+        except BaseException as exc:
+            error = exc
         finally:
-            os.close(fd)
-        if created:
-            fsync_dir(self.path.parent)
+            self._cond.acquire()
+            self._writing = False
+            self._durable = last
+            if error is not None:
+                for ticket in range(first, last + 1):
+                    self._failed[ticket] = error
+            self._cond.notify_all()
+
+    def _write(self, data: bytes) -> None:
+        with self._file_lock:
+            created = not self.path.exists()
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if created:
+                fsync_dir(self.path.parent)
 
     def size(self) -> int:
         """The journal's length in bytes (0 when absent)."""
-        try:
-            return self.path.stat().st_size
-        except FileNotFoundError:
-            return 0
+        with self._file_lock:
+            try:
+                return self.path.stat().st_size
+            except FileNotFoundError:
+                return 0
 
     def read(self) -> list[RunClaim]:
         """Every complete claim, oldest first; torn or foreign lines are skipped with a warning."""
@@ -97,14 +134,26 @@ class ClaimJournal:
         """Forget the first ``offset`` bytes (claims now recorded in ``state.yaml``)."""
         if offset <= 0:
             return
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return
-        rest = data[offset:]
-        if rest:
-            atomic_write(self.path, rest)
-        else:
-            with open(self.path, "r+b") as handle:
-                handle.truncate(0)
-                os.fsync(handle.fileno())
+        with self._file_lock:
+            try:
+                data = self.path.read_bytes()
+            except FileNotFoundError:
+                return
+            rest = data[offset:]
+            if rest:
+                atomic_write(self.path, rest)
+            else:
+                with open(self.path, "r+b") as handle:
+                    handle.truncate(0)
+                    os.fsync(handle.fileno())
+
+
+def _encode(claim: RunClaim) -> str:
+    record = {
+        "agent": claim.agent,
+        "schedule": claim.schedule,
+        "run_id": claim.run_id,
+        "run_at": format_timestamp(claim.run_at),
+        "slot": format_timestamp(claim.slot) if claim.slot else None,
+    }
+    return json.dumps(record, separators=(",", ":")) + "\n"
