@@ -180,6 +180,7 @@ class ThreadedScheduler:
         lock_timeout: float = 10.0,
     ) -> None:
         self.store_lock_timeout = lock_timeout
+        self.commit_delay = commit_delay
         if max_sleep <= 0:
             raise ValueError(f"max_sleep must be positive, got {max_sleep!r}")
         self.poll_interval = _resolve_poll_interval(poll_interval, state_dir, store)
@@ -855,7 +856,7 @@ class ThreadedScheduler:
         self._expire_timeouts(now, mono)
         self._fire_due(now, mono)
         self._drain_events()
-        self._flush_if_due(mono, background=background_flush)
+        self._flush_if_due(now, mono, background=background_flush)
         return self._sleep_for(self.clock.now(), self.clock.monotonic())
 
     def _standby_pass(self, mono: float) -> float:
@@ -1135,7 +1136,10 @@ class ThreadedScheduler:
         if entry is not None and entry.due is not None and entry.due < wall:
             return True
         flush_at = self.store.flush_deadline()
-        return flush_at is not None and flush_at < mono and not self._flush_in_flight
+        if flush_at is None or self._flush_in_flight:
+            return False
+        # due before the planned wake-up, or the last run ended: a quiet gap may start now
+        return flush_at < mono or not (self._running or self._waiting)
 
     def _release(self, run: Run) -> None:
         """Free the run's slot (caller holds the lock) and put its schedule back on the heap."""
@@ -1836,11 +1840,20 @@ class ThreadedScheduler:
             self._state_error(exc)
             return None
 
-    def _flush_if_due(self, mono: float, *, background: bool) -> None:
+    def _flush_if_due(self, now: datetime, mono: float, *, background: bool) -> None:
+        """Start a group commit when one is due, or early while the scheduler is quiet.
+
+        ``commit_delay`` bounds how long a transition waits to be durable while runs keep
+        coming. Once nothing runs or waits and the next run is at least ``commit_delay`` away,
+        there is nothing to batch with: the commit happens now, in the gap, instead of landing
+        on the next due instant and competing with its dispatching.
+        """
         if self._flush_in_flight:
             return
         deadline = self._store_retry_at or self.store.flush_deadline()
-        if deadline is None or mono < deadline:
+        if deadline is None:
+            return
+        if mono < deadline and not (self._store_retry_at is None and self._quiet_until(now)):
             return
         flusher = self._flusher
         if background and flusher is not None and flusher.is_alive():
@@ -1848,6 +1861,16 @@ class ThreadedScheduler:
             self._flush_wanted.set()
             return
         self._group_commit()
+
+    def _quiet_until(self, now: datetime) -> bool:
+        """Nothing runs or waits, and no run is due within ``commit_delay``."""
+        with self._lock:
+            if self._running or self._waiting:
+                return False
+            self._drop_stale_heap_top()
+            if not self._heap:
+                return True
+            return (self._heap[0][0] - now).total_seconds() >= self.commit_delay
 
     def _group_commit(self) -> None:
         try:

@@ -689,3 +689,32 @@ def test_a_large_due_batch_goes_out_in_claimed_chunks_that_start_at_once() -> No
     assert store.chunks == [64, 64, 22]  # every run claimed durably, a chunk at a time
     assert store.started_before_second_claim  # jobs ran while the rest was being prepared
     assert len(job.calls) == 150
+
+
+def test_the_group_commit_comes_early_once_the_scheduler_is_quiet(tmp_path: Any) -> None:
+    from herdsched.store import YamlStateStore
+
+    clock = FakeClock(T0)
+    sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, commit_delay=0.5)
+    sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1h")}))
+    with sched:
+        step(sched)
+        # nothing runs and the next run is an hour away: no reason to wait out commit_delay
+        assert sched.store.flush_deadline() is None
+        reader = YamlStateStore(tmp_path)
+        state = reader.get_schedule_state("a", "s")
+        reader.close()
+    assert state.last_result is RunStatus.SUCCESS
+    assert state.next_run_at == T0 + timedelta(hours=1)
+
+
+def test_the_group_commit_waits_for_a_run_due_within_commit_delay(tmp_path: Any) -> None:
+    clock = FakeClock(T0)
+    soon = T0 + timedelta(seconds=0.2)
+    sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, commit_delay=0.5)
+    schedules = {"s": Schedule.interval("1h"), "t": Schedule.interval("1h", start_at=soon)}
+    sched.add_agent(Agent("a", job=Recorder(), schedules=schedules))
+    with sched:
+        step(sched)
+        # "t" runs in 0.2 s: its transitions can share the commit that is due in 0.5 s
+        assert sched.store.flush_deadline() is not None
