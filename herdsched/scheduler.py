@@ -72,7 +72,7 @@ from herdsched.policy import (
 )
 from herdsched.runner import Run, RunOutcome, execute_run, new_run_id
 from herdsched.stats import RunStats, compute_run_stats
-from herdsched.store.base import RunClaim, StateStore
+from herdsched.store.base import AdoptsTransitions, RunClaim, StateStore
 from herdsched.store.memory import MemoryStateStore
 from herdsched.timestamps import resolve_timezone, to_utc
 from herdsched.workers import WorkerPool
@@ -217,6 +217,9 @@ class ThreadedScheduler:
         self.state_dir = Path(state_dir) if state_dir is not None else None
         self.store: StateStore = store or self._make_store(
             max_run_history, commit_delay, lock_timeout
+        )
+        self._adopt = (
+            self.store.adopt_transition if isinstance(self.store, AdoptsTransitions) else None
         )
         self._leader = (
             LeaderLock(self.state_dir) if leader_lock and self.state_dir is not None else None
@@ -1023,8 +1026,7 @@ class ThreadedScheduler:
         changes: dict[str, Any] = {"last_run_at": now, "last_slot_at": scheduled_for}
         if entry.state.status is Status.IDLE:
             changes["status"] = Status.RUNNING
-        entry.state = evolve(entry.state, **changes)
-        self._transition(entry, **changes)
+        self._change_state(entry, **changes)
         return run
 
     def _launch(self, runs: list[Run], *, bypass: bool = False) -> None:
@@ -1265,8 +1267,7 @@ class ThreadedScheduler:
         if due is not None or status not in (Status.PAUSED, Status.DISABLED):
             changes["next_run_at"] = due  # a paused or disabled schedule keeps its plan
         self._set_due(entry, due, slot if due == normal else due, push=False, persist=False)
-        entry.state = evolve(state, **changes)
-        self._transition(entry, **changes)
+        self._change_state(entry, **changes)
         record = RunRecord(
             run_id=run.run_id,
             agent=run.agent,
@@ -1506,15 +1507,7 @@ class ThreadedScheduler:
                 rng=self._rng,
             )
         status = Status.COMPLETED if isinstance(cadence, Once) else Status.IDLE
-        entry.state = evolve(
-            state,
-            status=status,
-            last_result=RunStatus.INTERRUPTED,
-            last_finished_at=now,
-            last_error=record.error,
-            next_run_at=due,
-        )
-        self._transition(
+        self._change_state(
             entry,
             status=status,
             last_result=RunStatus.INTERRUPTED,
@@ -1570,8 +1563,7 @@ class ThreadedScheduler:
         )  # a paused or disabled schedule keeps its planned time for when it resumes
         # Only the active scheduler plans: a standby's view must never overwrite the leader's.
         if persist and due != entry.state.next_run_at and not parked and self._status == "running":
-            entry.state = evolve(entry.state, next_run_at=due)
-            self._transition(entry, next_run_at=due)
+            self._change_state(entry, next_run_at=due)
         if push and due is not None and entry.run is None:
             self._push(entry)
 
@@ -1589,8 +1581,7 @@ class ThreadedScheduler:
         owner = entry.schedule.owner
         state = entry.state
         if (state.cadence, state.type, state.owner) != (description, schedule_type, owner):
-            entry.state = evolve(state, cadence=description, type=schedule_type, owner=owner)
-            self._transition(entry, cadence=description, type=schedule_type, owner=owner)
+            self._change_state(entry, cadence=description, type=schedule_type, owner=owner)
 
     def _drop_entry(self, agent: str, name: str, *, forget_state: bool) -> None:
         entry = self._entries.pop((agent, name), None)
@@ -1812,6 +1803,23 @@ class ThreadedScheduler:
                 self._set_due_with_catch_up(entry, entry.due, now)
 
     # ------------------------------------------------------------------------------- store
+
+    def _change_state(self, entry: _Entry, **changes: Any) -> None:
+        """Apply a run-time transition to ``entry``'s state, and record it in the store.
+
+        With a store that adopts transitions, the scheduler and the store share each state
+        object: one copy per transition instead of two. A store that fell back to its own copy
+        (its state was not the scheduler's object) gets shared again when the two agree.
+        """
+        before = entry.state
+        after = evolve(before, **changes)
+        entry.state = after
+        if self._adopt is None:
+            self._transition(entry, **changes)
+            return
+        stored = self._store_call(self._adopt, entry.agent, entry.name, before, after, changes)
+        if stored is not None and stored is not after and stored == after:
+            entry.state = stored
 
     def _transition(self, entry: _Entry, **changes: Any) -> None:
         self._store_call(self.store.record_transition, entry.agent, entry.name, **changes)

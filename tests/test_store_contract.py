@@ -157,3 +157,48 @@ def test_history_statuses_survive(store: StateStore) -> None:
     (got,) = store.get_history("a", "s")
     assert got.status is RunStatus.INTERRUPTED
     assert got.error == "process died"
+
+
+def test_adopt_transition_keeps_the_callers_state_object(store: StateStore) -> None:
+    from herdsched.models import evolve
+    from herdsched.store.base import AdoptsTransitions
+
+    assert isinstance(store, AdoptsTransitions)
+    store.record_transition("a", "s", status="idle")
+    before = store.get_schedule_state("a", "s")
+    after = evolve(before, status=Status.RUNNING, last_run_at=T0)
+    kept = store.adopt_transition("a", "s", before, after, {"status": "running", "last_run_at": T0})
+    assert kept is after
+    assert store.get_schedule_state("a", "s") is after
+    store.flush()
+    assert store.get_schedule_state("a", "s") == after  # and it is what was written
+
+
+def test_adopt_transition_of_a_stale_state_records_the_change_like_record_transition(
+    store: StateStore,
+) -> None:
+    from herdsched.models import evolve
+    from herdsched.store.base import AdoptsTransitions
+
+    assert isinstance(store, AdoptsTransitions)
+    store.record_transition("a", "s", status="idle")
+    stale = store.get_schedule_state("a", "s")
+    store.update_schedule_state("a", "s", consecutive_failures=3)  # changed behind the caller
+    after = evolve(stale, last_run_at=T0)
+    kept = store.adopt_transition("a", "s", stale, after, {"last_run_at": T0})
+    assert kept is not after
+    assert kept.consecutive_failures == 3 and kept.last_run_at == T0
+    assert store.get_schedule_state("a", "s") == kept
+
+
+def test_adopt_transition_never_leaves_a_pause(store: StateStore) -> None:
+    from herdsched.models import evolve
+    from herdsched.store.base import AdoptsTransitions
+
+    assert isinstance(store, AdoptsTransitions)
+    store.update_schedule_state("a", "s", status="paused")
+    before = store.get_schedule_state("a", "s")
+    after = evolve(before, status=Status.IDLE, last_finished_at=T0)
+    store.adopt_transition("a", "s", before, after, {"status": Status.IDLE, "last_finished_at": T0})
+    store.flush()
+    assert store.get_schedule_state("a", "s").status is Status.PAUSED

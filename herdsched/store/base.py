@@ -30,6 +30,7 @@ from herdsched.models import RunRecord, ScheduleState
 
 __all__ = [
     "USER_INTENT_STATUSES",
+    "AdoptsTransitions",
     "RunClaim",
     "StateStore",
     "TriggerRequest",
@@ -150,3 +151,28 @@ class StateStore(Protocol):
     # -- lifecycle ------------------------------------------------------------------------
     def close(self) -> None:
         """Flush and release resources; the store may not be used afterwards."""
+
+
+@runtime_checkable
+class AdoptsTransitions(Protocol):
+    """Optional for a :class:`StateStore`: take a transition its caller has already applied.
+
+    The scheduler keeps its own copy of every schedule's state and changes it first; a store that
+    offers this can then keep that very object instead of copying and checking the state again,
+    which is most of what recording a transition costs on a busy fleet.
+    """
+
+    def adopt_transition(
+        self,
+        agent: str,
+        schedule: str,
+        before: ScheduleState,
+        after: ScheduleState,
+        changes: Mapping[str, Any],
+    ) -> ScheduleState:
+        """Same effect as ``record_transition(agent, schedule, **changes)``; returns what is stored.
+
+        ``after`` is ``before`` with ``changes`` applied (checked and converted). When the store's
+        current state for the schedule *is* ``before`` (the same object), it stores ``after``
+        itself; otherwise it falls back to :meth:`StateStore.record_transition`.
+        """

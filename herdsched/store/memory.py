@@ -57,17 +57,27 @@ class MemoryStateStore:
         with self._lock:
             states = self._states.setdefault(agent, {})
             current = states.get(schedule) or ScheduleState()
-            status = changes.get("status")
-            if (
-                transition
-                and status is not None
-                and current.status in USER_INTENT_STATUSES
-                and status not in USER_INTENT_STATUSES
-            ):
+            if transition and _leaves_user_intent(current, changes):
                 del changes["status"]
             updated = evolve(current, **changes)
             states[schedule] = updated
             return updated
+
+    def adopt_transition(
+        self,
+        agent: str,
+        schedule: str,
+        before: ScheduleState,
+        after: ScheduleState,
+        changes: Mapping[str, Any],
+    ) -> ScheduleState:
+        """:meth:`record_transition` for a change already applied (see ``AdoptsTransitions``)."""
+        with self._lock:
+            states = self._states.setdefault(agent, {})
+            if states.get(schedule) is before and not _leaves_user_intent(before, changes):
+                states[schedule] = after
+                return after
+        return self.record_transition(agent, schedule, **changes)
 
     def remove_schedule_state(self, agent: str, schedule: str) -> None:
         with self._lock:
@@ -136,3 +146,13 @@ class MemoryStateStore:
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+def _leaves_user_intent(before: ScheduleState, changes: Mapping[str, Any]) -> bool:
+    """Would ``changes`` take ``before`` out of a user-intent status (no transition may)?"""
+    status = changes.get("status")
+    return (
+        status is not None
+        and before.status in USER_INTENT_STATUSES
+        and status not in USER_INTENT_STATUSES
+    )

@@ -298,9 +298,10 @@ class YamlStateStore:
                         self._view.get(agent, {}).pop(name, None)
                         continue
                     state = state or ScheduleState()
-                    self._view.setdefault(agent, {})[name] = (
-                        evolve(state, **patch) if patch else state
-                    )
+                    fresh = evolve(state, **patch) if patch else state
+                    states = self._view.setdefault(agent, {})
+                    if states.get(name) != fresh:  # an equal state stays the same object, so
+                        states[name] = fresh  # the scheduler's next transition is adopted
                 for agent in new_disk.states:
                     self._view.setdefault(agent, {})
                 self._settle()
@@ -368,6 +369,34 @@ class YamlStateStore:
             self._view.setdefault(agent, {})[schedule] = updated
             self._mark_pending()
         return updated
+
+    def adopt_transition(
+        self,
+        agent: str,
+        schedule: str,
+        before: ScheduleState,
+        after: ScheduleState,
+        changes: Mapping[str, Any],
+    ) -> ScheduleState:
+        """:meth:`record_transition` for a change already applied (see ``AdoptsTransitions``).
+
+        The pending patch takes ``after``'s values, which its checks have converted already.
+        """
+        patch = {name: getattr(after, name) for name in changes}
+        if any(
+            name in _TIME_FIELDS and value is not None and value.year < 1000
+            for name, value in patch.items()
+        ):
+            return self.record_transition(agent, schedule, **changes)  # it says what is wrong
+        with self._mem:
+            if self._closed or self._view.get(agent, {}).get(schedule) is not before:
+                adopted = False
+            else:
+                self._pending.setdefault((agent, schedule), {}).update(patch)
+                self._view[agent][schedule] = after
+                self._mark_pending()
+                adopted = True
+        return after if adopted else self.record_transition(agent, schedule, **changes)
 
     def remove_schedule_state(self, agent: str, schedule: str) -> None:
         """Forget a schedule's state and history (durable when it returns)."""
