@@ -1347,6 +1347,8 @@ class ThreadedScheduler:
         )
 
     def _emit_outcome(self, run: Run, outcome: RunOutcome, record: RunRecord) -> None:
+        if not self._listeners:
+            return
         at = outcome.finished_at
         if outcome.no_work:
             self._emit(

@@ -119,3 +119,29 @@ def test_a_failed_sync_fails_every_append_of_its_batch_only(
     monkeypatch.undo()
     journal.append([claim("later")])  # the journal works again once the disk does
     assert [c.schedule for c in journal.read()][-1] == "later"
+
+
+@pytest.mark.parametrize("name", ["s", 'we"ird\\ name', "ünïcode", "tab\tand\nnewline"])
+def test_claim_lines_are_plain_json_whatever_the_names(tmp_path: Path, name: str) -> None:
+    import json
+
+    journal = ClaimJournal(tmp_path / "claims.log")
+    journal.append([RunClaim(name, name, "r1", T0, T0), RunClaim("a", name, "r2", T0, None)])
+    lines = journal.path.read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line) for line in lines] == [
+        {
+            "agent": name,
+            "schedule": name,
+            "run_id": "r1",
+            "run_at": "2026-11-22T05:41:48.898Z",
+            "slot": "2026-11-22T05:41:48.898Z",
+        },
+        {
+            "agent": "a",
+            "schedule": name,
+            "run_id": "r2",
+            "run_at": "2026-11-22T05:41:48.898Z",
+            "slot": None,
+        },
+    ]
+    assert [c.schedule for c in journal.read()] == [name, name]
