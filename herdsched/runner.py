@@ -7,7 +7,7 @@ The runner knows nothing about heaps, capacity or the state file: it turns a :cl
 from __future__ import annotations
 
 import logging
-import os
+import random
 import threading
 from collections.abc import Mapping
 from datetime import datetime, timedelta
@@ -29,8 +29,12 @@ _ERROR_LIMIT = 2000
 
 
 def new_run_id() -> str:
-    """16 random hex digits: unique across processes and restarts, and cheap to make."""
-    return os.urandom(8).hex()
+    """16 random hex digits: unique across processes and restarts, and cheap to make.
+
+    :mod:`random` is seeded from the OS and re-seeded in every forked child, so two workers
+    forked from one preloaded parent do not repeat each other's ids.
+    """
+    return f"{random.getrandbits(64):016x}"
 
 
 @attrs.define(eq=False)

@@ -460,7 +460,11 @@ class YamlStateStore:
     def claim_runs(self, claims: Sequence[RunClaim]) -> None:
         """Append ``claims`` to ``claims.log`` durably (one fsync), far cheaper than a flush."""
         self._check_open()
-        if claims:
+        if not claims:
+            return
+        try:
+            self._claims.append(claims)
+        except FileNotFoundError:  # the directory is made on first need, not checked per call
             self._ensure_dir()
             self._claims.append(claims)
 
