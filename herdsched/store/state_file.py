@@ -273,20 +273,22 @@ class StateRenderer:
     """
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[str, ...], tuple[Any, str]] = {}
+        self._cache: dict[tuple[str, ...], tuple[Any, str]] = {}  # agent heads and other keys
+        # agent → schedule → (raw entry, its text): nested, so 10,000 entries need no key tuples
+        self._entries: dict[str, dict[str, tuple[Any, str]]] = {}
 
     def render(self, raw: Mapping[str, Any]) -> str:
-        previous = self._cache
+        previous, previous_entries = self._cache, self._entries
         cache: dict[tuple[str, ...], tuple[Any, str]] = {}
+        entries: dict[str, dict[str, tuple[Any, str]]] = {}
 
-        def piece(path: tuple[str, ...], key: str, value: Any, spaces: int) -> str:
-            hit = previous.get(path)
+        def piece(
+            hit: tuple[Any, str] | None, key: str, value: Any, spaces: int
+        ) -> tuple[Any, str]:
             if hit is not None and (hit[0] is value or same_data(hit[0], value)):
-                text = hit[1]
-            else:
-                text = render_simple_entry(key, value, spaces) or render_entry(key, value, spaces)
-            cache[path] = (value, text)
-            return text
+                return hit if hit[0] is value else (value, hit[1])
+            text = render_simple_entry(key, value, spaces) or render_entry(key, value, spaces)
+            return (value, text)
 
         parts: list[str] = []
         for key, value in raw.items():
@@ -307,16 +309,27 @@ class StateRenderer:
                 for akey, avalue in agent_raw.items():
                     if akey == "schedules" and isinstance(avalue, dict) and avalue:
                         parts.append("    schedules:\n")
+                        known = previous_entries.get(agent, {})
+                        rendered = entries.setdefault(agent, {})
                         for name, entry in avalue.items():
-                            parts.append(piece(("s", agent, name), name, entry, 6))
+                            hit = piece(known.get(name), name, entry, 6)
+                            rendered[name] = hit
+                            parts.append(hit[1])
                     else:
-                        parts.append(piece(("a", agent, repr(akey)), akey, avalue, 4))
-        self._cache = cache
+                        path = ("a", agent, repr(akey))
+                        hit = piece(previous.get(path), akey, avalue, 4)
+                        cache[path] = hit
+                        parts.append(hit[1])
+        self._cache, self._entries = cache, entries
         return "".join(parts)
 
     def entry_texts(self) -> dict[tuple[str, str], tuple[Any, str]]:
         """(agent, schedule) → (raw entry, its text) as last rendered."""
-        return {(path[1], path[2]): hit for path, hit in self._cache.items() if path[0] == "s"}
+        return {
+            (agent, name): hit
+            for agent, entries in self._entries.items()
+            for name, hit in entries.items()
+        }
 
     def forget(self) -> None:
-        self._cache = {}
+        self._cache, self._entries = {}, {}
