@@ -1366,12 +1366,16 @@ class ThreadedScheduler:
             )
 
     def _expire_timeouts(self, now: datetime, mono: float) -> None:
+        """Record runs past their timeout as timed out, then set their cancel events.
+
+        In that order, so a job that wakes up on the cancel event already finds its run
+        recorded (state, history, events); its slot frees when the job returns.
+        """
         expired: list[Run] = []
         with self._lock:
             for run in self._running.values():
                 if run.deadline is not None and mono >= run.deadline and not run.timed_out:
                     run.timed_out = True
-                    run.cancel()
                     expired.append(run)
         for run in expired:
             assert run.schedule.timeout is not None
@@ -1389,7 +1393,10 @@ class ThreadedScheduler:
                 error=f"timed out after {run.schedule.timeout}",
             )
             run.outcome = outcome
-            self._settle(run, outcome)
+            try:
+                self._settle(run, outcome)
+            finally:
+                run.cancel()
 
     # ------------------------------------------------------------------- registration/recovery
 
