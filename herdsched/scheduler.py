@@ -888,6 +888,8 @@ class ThreadedScheduler:
             deadlines = [run.deadline for run in self._running.values() if run.deadline]
             if deadlines:
                 candidates.append(min(deadlines) - mono)
+            if any(self._has_room(agent) for agent in self._waiting):
+                candidates.append(0.0)  # a slot freed while this pass was past dispatching
             flush_at = self._store_retry_at or self.store.flush_deadline()
             if flush_at is not None and not self._flush_in_flight:
                 candidates.append(flush_at - mono)
@@ -1128,12 +1130,14 @@ class ThreadedScheduler:
         waits for the freed capacity, when the run's schedule is now due before the planned
         wake-up, or when its state needs a group commit sooner than that.
         """
+        if self._status != "running":
+            return True
+        if self._waiting and (self.max_total_concurrent is not None or run.agent in self._waiting):
+            return True  # a waiting schedule can take the slot (even mid-pass: it may be too late)
         planned = self._planned_wake
-        if planned is None:  # the timer is mid-pass and will plan after this
+        if planned is None:  # the timer is mid-pass and plans from the heap after this
             return False
         wall, mono = planned
-        if self._waiting or self._status != "running":
-            return True
         entry = self._entries.get((run.agent, run.schedule_name))
         if entry is not None and entry.due is not None and entry.due < wall:
             return True
@@ -1142,6 +1146,11 @@ class ThreadedScheduler:
             return False
         # due before the planned wake-up, or the last run ended: a quiet gap may start now
         return flush_at < mono or not (self._running or self._waiting)
+
+    def _has_room(self, agent: str) -> bool:
+        """Whether ``agent`` could start a waiting schedule now (caller holds the lock)."""
+        agent_obj = self._agents.get(agent)
+        return agent_obj is not None and not self._at_capacity(agent_obj)
 
     def _release(self, run: Run) -> None:
         """Free the run's slot (caller holds the lock) and put its schedule back on the heap."""

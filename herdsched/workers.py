@@ -58,7 +58,8 @@ class WorkerPool:
                 )
                 self._threads.append(thread)
                 thread.start()
-        self._tasks.put((func, arg))
+            # under the lock: a concurrent shutdown() queues its stop signals after this call
+            self._tasks.put((func, arg))
 
     def shutdown(self) -> None:
         """Let every thread finish its current call and what is queued, then exit; no waiting."""

@@ -16,6 +16,7 @@ from herdsched import (
     Deferred,
     InvalidScheduleError,
     JobMissed,
+    JobSubmitted,
     JobSucceeded,
     RunStatus,
     Schedule,
@@ -756,3 +757,26 @@ def test_a_timed_out_job_is_cancelled_only_once_its_timeout_is_recorded() -> Non
         release.set()
         assert sched.wait_until_idle(5)
     assert store.cancel_came_first is False
+
+
+def test_a_slot_freed_while_the_timer_finishes_its_pass_still_goes_to_the_waiting_schedule() -> (
+    None
+):
+    clock = FakeClock(T0)
+    job = Recorder()
+    sched = ThreadedScheduler(state_dir=None, clock=clock, max_sleep=60)
+    schedules = {"s0": Schedule.interval("1h"), "s1": Schedule.interval("1h")}
+    sched.add_agent(Agent("a", job=job, max_concurrent=1, schedules=schedules))
+    first = threading.Event()
+
+    def hold_the_pass(event: Any) -> None:
+        # runs on the timer thread, inside its pass: let the first job finish meanwhile
+        if not first.is_set():
+            first.set()
+            _wait_until(lambda: len(job.calls) == 1 and sched.get_total_running_job_count() == 0)
+
+    sched.add_listener(hold_the_pass, JobSubmitted)
+    with sched:
+        # no time passes; only the freed slot can start "s1"
+        assert _wait_until(lambda: len(job.calls) == 2, timeout=5)
+    assert sorted(job.schedules()) == ["s0", "s1"]

@@ -93,3 +93,30 @@ def test_shutdown_finishes_queued_calls_then_refuses_more() -> None:
 def test_bad_size_is_refused(size: object) -> None:
     with pytest.raises(ValueError, match="positive integer size"):
         WorkerPool(size, "x")  # type: ignore[arg-type]
+
+
+def test_every_call_accepted_while_shutting_down_still_runs() -> None:
+    # a submit racing a shutdown must either be refused or run, never be queued behind the
+    # threads' stop signals and forgotten (the run would stay "running" for ever)
+    for _ in range(100):
+        pool = WorkerPool(2, "herdsched-race")
+        ran = threading.Semaphore(0)
+        accepted = 0
+        start = threading.Barrier(2)
+
+        def stop(pool: WorkerPool = pool, start: threading.Barrier = start) -> None:
+            start.wait(5)
+            pool.shutdown()
+
+        stopper = threading.Thread(target=stop)
+        stopper.start()
+        start.wait(5)
+        for _ in range(20):
+            try:
+                pool.submit(lambda _, ran=ran: ran.release(), None)
+            except RuntimeError:
+                break
+            accepted += 1
+        stopper.join(5)
+        for _ in range(accepted):
+            assert ran.acquire(timeout=5), f"an accepted call never ran ({accepted} accepted)"
