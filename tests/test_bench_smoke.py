@@ -157,3 +157,14 @@ def test_quick_run_completes_every_scenario(tmp_path: Path) -> None:
             assert "FAILED" not in line
     assert "Ratios (herdsched / peer, medians)" in sections
     assert "Targets of the issue" in sections
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc (Linux)")
+def test_cpu_split_reports_each_threads_share() -> None:
+    from bench.cpu_split import measure
+
+    result = measure(True, schedules=20, seconds=1.0, warmup=1.2)
+    assert result["runs"] >= 20  # every schedule ran at least once in the window
+    shares = result["threads_us_per_run"]
+    assert {"timer user", "workers user", "flusher user"} <= set(shares)
+    assert result["p99_ms"] >= result["p50_ms"] >= 0
