@@ -1119,7 +1119,8 @@ class ThreadedScheduler:
                 wake = self._timer_must_replan(run)
             if run.done is not None:
                 run.done.set()
-            self._drain_events()
+            if self._pending_events:
+                self._drain_events()
             if wake:
                 self._wake.set()
 
