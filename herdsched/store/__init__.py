@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from herdsched.store.base import USER_INTENT_STATUSES, StateStore, TriggerRequest
+from herdsched.store.base import (
+    USER_INTENT_STATUSES,
+    AdoptsTransitions,
+    StateStore,
+    TriggerRequest,
+)
 from herdsched.store.functions import (
     get_agent_schedule_states,
     get_schedule_state,
@@ -13,6 +18,7 @@ from herdsched.store.yaml_store import YamlStateStore
 
 __all__ = [
     "USER_INTENT_STATUSES",
+    "AdoptsTransitions",
     "MemoryStateStore",
     "StateStore",
     "TriggerRequest",
