@@ -641,6 +641,8 @@ class Interval:
             return calculate_next_trigger(
                 finished_at, self.every, self.jitter_percent, now=now, rng=rng
             )
+        if due.microsecond % 1000:  # jitter: keep the state file's millisecond precision
+            due = to_utc(due)
         return due if due > now else now
 
 

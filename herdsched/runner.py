@@ -7,6 +7,7 @@ The runner knows nothing about heaps, capacity or the state file: it turns a :cl
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 from collections.abc import Mapping
@@ -28,13 +29,15 @@ _log = logging.getLogger("herdsched")
 _ERROR_LIMIT = 2000
 
 
-def new_run_id() -> str:
-    """16 random hex digits: unique across processes and restarts, and cheap to make.
+#: run ids come from a generator of their own: a job calling ``random.seed()`` must not make
+#: them repeat (they key the running runs, the claims and the history)
+_ids = random.Random()
+os.register_at_fork(after_in_child=_ids.seed)  # forked workers must not repeat the parent's
 
-    :mod:`random` is seeded from the OS and re-seeded in every forked child, so two workers
-    forked from one preloaded parent do not repeat each other's ids.
-    """
-    return f"{random.getrandbits(64):016x}"
+
+def new_run_id() -> str:
+    """16 random hex digits: unique across processes and restarts, and cheap to make."""
+    return f"{_ids.getrandbits(64):016x}"
 
 
 @attrs.define(eq=False)

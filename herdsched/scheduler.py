@@ -860,7 +860,8 @@ class ThreadedScheduler:
         self._fire_due(now, mono)
         self._drain_events()
         self._flush_if_due(now, mono, background=background_flush)
-        return self._sleep_for(self.clock.now(), self.clock.monotonic())
+        # only the timer thread's own plan decides whether finishing runs must wake it
+        return self._sleep_for(self.clock.now(), self.clock.monotonic(), plan=background_flush)
 
     def _standby_pass(self, mono: float) -> float:
         retry = min(self.max_sleep, 5.0)
@@ -874,7 +875,7 @@ class ThreadedScheduler:
                     return 0.0
         return retry
 
-    def _sleep_for(self, now: datetime, mono: float) -> float:
+    def _sleep_for(self, now: datetime, mono: float, *, plan: bool = True) -> float:
         """How long the timer may sleep; also what it then waits for (:attr:`_planned_wake`).
 
         Everything is read under the lock that finishing runs take, so a run that finishes
@@ -896,7 +897,8 @@ class ThreadedScheduler:
             if self.poll_interval is not None:
                 candidates.append(self._next_poll - mono)
             timeout = max(0.0, min(candidates))
-            self._planned_wake = (now + timedelta(seconds=timeout), mono + timeout)
+            if plan:
+                self._planned_wake = (now + timedelta(seconds=timeout), mono + timeout)
         return timeout
 
     def _drop_stale_heap_top(self) -> None:
@@ -1055,7 +1057,8 @@ class ThreadedScheduler:
         with self._lock:
             for run in runs:
                 agent = self._agents.get(run.agent)  # None: removed while the claim synced
-                if bypass or agent is None:
+                # stop(wait_for_jobs=False) may have retired the pools while the claim synced
+                if bypass or agent is None or self._status == "stopped":
                     threading.Thread(
                         target=self._execute,
                         args=(run,),
@@ -1166,8 +1169,13 @@ class ThreadedScheduler:
 
     # ----------------------------------------------------------------------------- outcomes
 
-    def _settle(self, run: Run, outcome: RunOutcome) -> None:
-        """Turn a finished run into state, history, events and a notification."""
+    def _settle(
+        self, run: Run, outcome: RunOutcome, *, on_recorded: Callable[[], None] | None = None
+    ) -> None:
+        """Turn a finished run into state, history, events and a notification.
+
+        ``on_recorded`` runs once the state transition is made, before the notifier.
+        """
         with self._lock:
             if run.finalized:  # already settled as a timeout
                 return
@@ -1180,6 +1188,8 @@ class ThreadedScheduler:
             if entry is None:
                 return
             record, disabled = self._apply_outcome(entry, run, outcome)
+        if on_recorded is not None:
+            on_recorded()
         message = None
         if outcome.status in (RunStatus.SUCCESS, RunStatus.FAILED, RunStatus.TIMEOUT):
             message = notification_message(
@@ -1378,8 +1388,9 @@ class ThreadedScheduler:
     def _expire_timeouts(self, now: datetime, mono: float) -> None:
         """Record runs past their timeout as timed out, then set their cancel events.
 
-        In that order, so a job that wakes up on the cancel event already finds its run
-        recorded (state, history, events); its slot frees when the job returns.
+        In that order, so a job that wakes up on the cancel event already finds the timeout in
+        its schedule's state; the notifier, history and listeners follow, and a slow notifier
+        does not delay the cancel. The slot frees when the job returns.
         """
         expired: list[Run] = []
         with self._lock:
@@ -1404,9 +1415,9 @@ class ThreadedScheduler:
             )
             run.outcome = outcome
             try:
-                self._settle(run, outcome)
+                self._settle(run, outcome, on_recorded=run.cancel)
             finally:
-                run.cancel()
+                run.cancel()  # also when settling failed; setting it twice is harmless
 
     # ------------------------------------------------------------------- registration/recovery
 

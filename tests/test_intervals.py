@@ -479,3 +479,17 @@ def test_anchor_grid_is_elapsed_time_across_dst() -> None:
     result = cadence.next_due(slot=finished, finished_at=finished, now=finished, zone=berlin)
     # one real hour after 00:00 CET is 01:00Z = 03:00 CEST (02:00 does not exist that night)
     assert result == datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
+
+
+def test_interval_next_due_with_jitter_keeps_millisecond_precision() -> None:
+    # the state file keeps milliseconds; a due time kept in memory must equal the one reloaded
+    cadence = Interval(timedelta(minutes=10), jitter_percent=50)
+    finished = datetime(2026, 1, 5, 9, 0, 0, 123000, tzinfo=timezone.utc)
+    rng = random.Random(7)
+    for _ in range(50):
+        due = cadence.next_due(
+            slot=finished, finished_at=finished, now=finished, zone=timezone.utc, rng=rng
+        )
+        assert due is not None
+        assert due.microsecond % 1000 == 0
+        assert finished + timedelta(minutes=10) <= due <= finished + timedelta(minutes=15)

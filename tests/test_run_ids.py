@@ -30,3 +30,12 @@ def test_a_forked_child_does_not_repeat_the_parents_next_ids() -> None:
     parent = [new_run_id() for _ in range(5)]
     assert len(child) == 5
     assert not set(child) & set(parent)
+
+
+def test_a_job_seeding_random_does_not_make_run_ids_repeat() -> None:
+    import random
+
+    random.seed(1234)
+    first = new_run_id()
+    random.seed(1234)
+    assert new_run_id() != first

@@ -780,3 +780,52 @@ def test_a_slot_freed_while_the_timer_finishes_its_pass_still_goes_to_the_waitin
         # no time passes; only the freed slot can start "s1"
         assert _wait_until(lambda: len(job.calls) == 2, timeout=5)
     assert sorted(job.schedules()) == ["s0", "s1"]
+
+
+def test_a_slow_notifier_does_not_delay_the_cancel_of_a_timed_out_job() -> None:
+    saw_cancel, release = threading.Event(), threading.Event()
+    notified_after_cancel: list[bool] = []
+
+    def notifier(note: Any) -> None:  # a webhook that takes its time
+        notified_after_cancel.append(saw_cancel.wait(2))
+
+    def stubborn(info: Any) -> None:
+        if info.cancel_event.wait(10):
+            saw_cancel.set()
+        release.wait(10)
+
+    with running(notifier=notifier) as (sched, clock):
+        schedules = {"s": Schedule.interval("1h", timeout="30s", notify="always")}
+        sched.add_agent(Agent("a", job=stubborn, schedules=schedules))
+        sched.start()
+        sched.run_pending()
+        clock.advance("31s")
+        sched.run_pending()
+        release.set()
+        assert sched.wait_until_idle(5)
+    assert notified_after_cancel == [True]  # the job was cancelled while the notifier ran
+
+
+def test_run_pending_leaves_the_timer_threads_plan_alone() -> None:
+    with running() as (sched, _clock):
+        sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1h")}))
+        sched.start()
+        planned = (T0 + timedelta(hours=2), 123.0)
+        with sched._lock:
+            sched._planned_wake = planned
+        sched.run_pending()  # a test's pass must not stand in for the sleeping timer's plan
+        assert sched._planned_wake == planned
+
+
+def test_runs_launched_after_stop_do_not_start_a_new_worker_pool() -> None:
+    job = Recorder()
+    with running() as (sched, _clock):
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.manual()}))
+        sched.start()
+        entry = sched._entries[("a", "s")]
+        with sched._lock:
+            run = sched._prepare_run(entry, TriggerType.MANUAL, None, T0, 0.0)
+        sched.stop(wait_for_jobs=False)  # retires the pools while the claim is "syncing"
+        sched._launch([run])
+        assert _wait_until(lambda: len(job.calls) == 1)
+        assert sched._pools == {}

@@ -145,3 +145,18 @@ def test_claim_lines_are_plain_json_whatever_the_names(tmp_path: Path, name: str
         },
     ]
     assert [c.schedule for c in journal.read()] == [name, name]
+
+
+def test_a_store_that_never_claimed_leaves_the_claims_alone(tmp_path: Path) -> None:
+    # the CLI or a web worker writing state.yaml must not drop the active scheduler's claims:
+    # their transitions live only in the scheduler's memory until its next group commit
+    scheduler = YamlStateStore(tmp_path)
+    cli = YamlStateStore(tmp_path)
+    scheduler.claim_runs([claim("s")])
+    cli.update_schedule_state("a", "t", status="paused")
+    assert [c.schedule for c in scheduler.load_claims()] == ["s"]
+    scheduler.record_transition("a", "s", status="running", last_run_at=T0)
+    scheduler.flush()  # the claimer's own commit covers it
+    assert scheduler.load_claims() == []
+    scheduler.close()
+    cli.close()

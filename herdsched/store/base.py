@@ -120,7 +120,11 @@ class StateStore(Protocol):
         """Make ``claims`` durable now, cheaply (their transitions follow with the next flush)."""
 
     def load_claims(self) -> list[RunClaim]:
-        """Durable claims not yet covered by a flush (read by restart recovery)."""
+        """Durable claims not yet covered by a flush (read by restart recovery).
+
+        The caller takes them over: its transitions for them go out with this store's flushes,
+        which then drop them. A store that neither claimed nor loaded claims never drops any.
+        """
 
     # -- run history ----------------------------------------------------------------------
     def append_run(self, record: RunRecord) -> None:

@@ -45,6 +45,10 @@ class ClaimJournal:
         self._durable = 0  # tickets whose lines are synced (or failed)
         self._writing = False
         self._failed: dict[int, BaseException] = {}  # ticket → why its batch failed
+        # Only the store of the active scheduler, which made the claims or took them over for
+        # restart recovery, may drop them: another process writing state.yaml (the CLI, a web
+        # worker) has not got their transitions to write.
+        self.owned = False
 
     def append(self, claims: Sequence[RunClaim]) -> None:
         """Durably record ``claims``: returns once they are written and synced."""
@@ -97,6 +101,7 @@ class ClaimJournal:
                 os.close(fd)
             if created:
                 fsync_dir(self.path.parent)
+            self.owned = True
 
     def size(self) -> int:
         """The journal's length in bytes (0 when absent)."""

@@ -265,8 +265,9 @@ class YamlStateStore:
         with self._io, self._file.lock:
             if self._file.changed():
                 self._install(self._file.load_locked(self._reader.parse) or empty_state())
-            # Read first, take second: every claim up to here has its transition pending.
-            claimed_through = self._claims.size()
+            # Read first, take second: every claim up to here has its transition pending in
+            # the store that owns the claims; any other store drops nothing.
+            claimed_through = self._claims.size() if self._claims.owned else 0
             with self._mem:
                 taken, self._pending = self._pending, {}
                 for (agent, name), transition in taken.items():
@@ -469,9 +470,15 @@ class YamlStateStore:
             self._claims.append(claims)
 
     def load_claims(self) -> list[RunClaim]:
-        """Claims made durable since the last write of ``state.yaml``."""
+        """Claims made durable since the last write of ``state.yaml``.
+
+        Restart recovery reads them when it takes over; from then on this store's group commits
+        drop them once written, as they drop the claims it makes itself.
+        """
         self._check_open()
-        return self._claims.read()
+        claims = self._claims.read()
+        self._claims.owned = True
+        return claims
 
     # -- run history ---------------------------------------------------------------------
     def append_run(self, record: RunRecord) -> None:
