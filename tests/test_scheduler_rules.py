@@ -807,9 +807,11 @@ def test_a_slow_notifier_does_not_delay_the_cancel_of_a_timed_out_job() -> None:
 
 
 def test_run_pending_leaves_the_timer_threads_plan_alone() -> None:
-    with running() as (sched, _clock):
-        sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1h")}))
+    with running() as (sched, clock):
+        # nothing is due, so nothing finishes and wakes the timer thread during the test
+        sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.manual()}))
         sched.start()
+        assert clock.wait_for_waiters()  # the timer thread has planned and sleeps
         planned = (T0 + timedelta(hours=2), 123.0)
         with sched._lock:
             sched._planned_wake = planned
