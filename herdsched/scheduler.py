@@ -817,7 +817,7 @@ class ThreadedScheduler:
         Jobs still run on the worker pools; use :meth:`wait_until_idle` to wait for them. A
         group commit that is due happens on the calling thread too, so tests see it at once.
         """
-        self._pass(background_flush=False)
+        self._pass(timer_thread=False)
 
     def _timer_loop(self) -> None:
         while True:
@@ -828,7 +828,7 @@ class ThreadedScheduler:
             self._wake.clear()
             timeout = self.max_sleep
             try:
-                timeout = self._pass(background_flush=True)
+                timeout = self._pass(timer_thread=True)
             except Exception:  # the timer thread never dies
                 self.log.exception("timer pass failed; retrying")
                 timeout = min(self.max_sleep, _STORE_RETRY)
@@ -840,8 +840,12 @@ class ThreadedScheduler:
                     )
             self.clock.wait(self._wake, timeout)
 
-    def _pass(self, *, background_flush: bool) -> float:
-        """Fire what is due now; returns how long the timer may sleep (seconds)."""
+    def _pass(self, *, timer_thread: bool) -> float:
+        """Fire what is due now; returns how long the timer may sleep (seconds).
+
+        On the timer thread a due group commit goes to the flusher thread and the pass records
+        the plan that finishing runs compare against; ``run_pending()`` does neither.
+        """
         now = self.clock.now()
         mono = self.clock.monotonic()
         with self._lock:
@@ -859,9 +863,8 @@ class ThreadedScheduler:
         self._expire_timeouts(now, mono)
         self._fire_due(now, mono)
         self._drain_events()
-        self._flush_if_due(now, mono, background=background_flush)
-        # only the timer thread's own plan decides whether finishing runs must wake it
-        return self._sleep_for(self.clock.now(), self.clock.monotonic(), plan=background_flush)
+        self._flush_if_due(now, mono, background=timer_thread)
+        return self._sleep_for(self.clock.now(), self.clock.monotonic(), plan=timer_thread)
 
     def _standby_pass(self, mono: float) -> float:
         retry = min(self.max_sleep, 5.0)

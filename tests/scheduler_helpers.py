@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -55,3 +56,16 @@ def running(**kwargs: Any) -> Iterator[tuple[ThreadedScheduler, FakeClock]]:
         yield sched, clock
     finally:
         sched.stop(timeout=5)
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 10.0, step: float = 0.005) -> bool:
+    """Poll ``predicate`` (real seconds) until it is true or ``timeout`` passes; its last answer.
+
+    For what real threads and processes do on their own time; fake time needs no polling.
+    """
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return bool(predicate())
+        threading.Event().wait(step)
+    return True

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from scheduler_helpers import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -43,12 +44,7 @@ def history(state: Path, target: str, *, strict: bool = True) -> list[dict[str, 
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return condition()
+    return wait_until(condition, timeout, step=0.1)
 
 
 @pytest.fixture

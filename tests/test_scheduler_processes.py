@@ -8,11 +8,12 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from scheduler_helpers import wait_until
 
 from herdsched import Agent, RunStatus, Schedule, Status, ThreadedScheduler
 from herdsched.leader import read_leader_info
@@ -42,13 +43,8 @@ def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
             proc.stderr.close()
 
 
-def wait_for(condition, timeout: float = 15.0) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
+def wait_for(condition: Callable[[], object], timeout: float = 15.0) -> bool:
+    return wait_until(condition, timeout, step=0.05)
 
 
 def runs(log: Path) -> list[tuple[int, str]]:

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from scheduler_helpers import T0, Recorder, running, step
+from scheduler_helpers import T0, Recorder, running, step, wait_until
 
 from herdsched import (
     Agent,
@@ -609,15 +607,6 @@ def test_context_manager_and_status_reporting() -> None:
     assert sched.get_state().check_count >= 1
 
 
-def _wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        threading.Event().wait(0.005)
-    return True
-
-
 def test_finished_runs_leave_the_timer_asleep_when_nothing_changed_for_it() -> None:
     clock = FakeClock(T0)
     gates = {f"s{i}": threading.Event() for i in range(10)}
@@ -626,12 +615,12 @@ def test_finished_runs_leave_the_timer_asleep_when_nothing_changed_for_it() -> N
     sched = ThreadedScheduler(state_dir=None, clock=clock, max_sleep=60)
     sched.add_agent(Agent("a", job=job, max_concurrent=10, schedules=schedules))
     with sched:
-        assert _wait_until(lambda: len(job.calls) == 10)
+        assert wait_until(lambda: len(job.calls) == 10)
         assert clock.wait_for_waiters()
         checks = sched.get_state().check_count
         for left, gate in enumerate(gates.values(), 1):  # the runs finish one by one
             gate.set()
-            assert _wait_until(lambda n=10 - left: sched.get_total_running_job_count() == n)
+            assert wait_until(lambda n=10 - left: sched.get_total_running_job_count() == n)
             threading.Event().wait(0.02)  # time enough for a woken timer to make its pass
         # their next runs are an hour away, past the timer's wake-up: no pass was needed
         assert sched.get_state().check_count == checks
@@ -645,7 +634,7 @@ def test_a_finished_run_wakes_the_timer_for_a_schedule_waiting_on_capacity() -> 
     sched.add_agent(Agent("a", job=job, max_concurrent=1, schedules=schedules))
     with sched:
         # no time passes: only the finished runs can start the waiting ones
-        assert _wait_until(lambda: len(job.calls) == 3)
+        assert wait_until(lambda: len(job.calls) == 3)
     assert sorted(job.schedules()) == ["s0", "s1", "s2"]
 
 
@@ -655,11 +644,11 @@ def test_a_finished_run_wakes_the_timer_when_its_next_run_is_sooner() -> None:
     sched = ThreadedScheduler(state_dir=None, clock=clock, max_sleep=60, min_interval=0)
     sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("30s")}))
     with sched:
-        assert _wait_until(lambda: len(job.calls) == 1)
+        assert wait_until(lambda: len(job.calls) == 1)
         assert sched.wait_until_idle(10)
         assert clock.wait_for_waiters()
         clock.advance("30s")  # before the 60 s the timer slept for when the run began
-        assert _wait_until(lambda: len(job.calls) == 2)
+        assert wait_until(lambda: len(job.calls) == 2)
     assert job.slots() == [T0, T0 + timedelta(seconds=30)]
 
 
@@ -773,12 +762,12 @@ def test_a_slot_freed_while_the_timer_finishes_its_pass_still_goes_to_the_waitin
         # runs on the timer thread, inside its pass: let the first job finish meanwhile
         if not first.is_set():
             first.set()
-            _wait_until(lambda: len(job.calls) == 1 and sched.get_total_running_job_count() == 0)
+            wait_until(lambda: len(job.calls) == 1 and sched.get_total_running_job_count() == 0)
 
     sched.add_listener(hold_the_pass, JobSubmitted)
     with sched:
         # no time passes; only the freed slot can start "s1"
-        assert _wait_until(lambda: len(job.calls) == 2, timeout=5)
+        assert wait_until(lambda: len(job.calls) == 2, timeout=5)
     assert sorted(job.schedules()) == ["s0", "s1"]
 
 
@@ -829,5 +818,5 @@ def test_runs_launched_after_stop_do_not_start_a_new_worker_pool() -> None:
             run = sched._prepare_run(entry, TriggerType.MANUAL, None, T0, 0.0)
         sched.stop(wait_for_jobs=False)  # retires the pools while the claim is "syncing"
         sched._launch([run])
-        assert _wait_until(lambda: len(job.calls) == 1)
+        assert wait_until(lambda: len(job.calls) == 1)
         assert sched._pools == {}

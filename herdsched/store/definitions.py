@@ -53,14 +53,7 @@ def _mapping(value: Any, where: str) -> dict[Any, Any]:
 
 def parse_definitions(doc: Any) -> DefinitionsDoc:
     """Validate a loaded ``schedules.yaml``; raises :class:`DocumentError` naming the culprit."""
-    if doc is None:
-        raise DocumentError("the file is empty")
-    if not isinstance(doc, dict):
-        raise DocumentError(
-            f"expected a mapping with 'format_version' and 'agents' at the top level, "
-            f"got a {type(doc).__name__}"
-        )
-    check_format_version(doc, "schedules file")
+    doc = check_format_version(doc, "schedules file")
     definitions: Definitions = {}
     for agent, agent_raw in _mapping(doc.get("agents"), "'agents'").items():
         if not isinstance(agent, str) or not agent:

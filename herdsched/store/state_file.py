@@ -162,8 +162,19 @@ def _check_name(name: Any, what: str) -> str:
     return name
 
 
-def check_format_version(doc: dict[Any, Any], file_kind: str) -> None:
-    """Reject a mapping that is not one of our files, or one written by a newer format."""
+def check_format_version(doc: Any, file_kind: str) -> dict[Any, Any]:
+    """``doc`` if it is one of our files in our format; otherwise a :class:`DocumentError`.
+
+    Rejects an empty file, a top level that is not a mapping, a mapping that is not one of our
+    files, and one written by a newer format.
+    """
+    if doc is None:
+        raise DocumentError("the file is empty")
+    if not isinstance(doc, dict):
+        raise DocumentError(
+            f"expected a mapping with 'format_version' and 'agents' at the top level, "
+            f"got a {type(doc).__name__}"
+        )
     if "format_version" not in doc and "agents" not in doc:
         keys = ", ".join(repr(key) for key in list(doc)[:5]) or "none"
         raise DocumentError(
@@ -176,6 +187,7 @@ def check_format_version(doc: dict[Any, Any], file_kind: str) -> None:
             f"unsupported format_version {version!r}: this herdsched reads version "
             f"{FORMAT_VERSION} (was the file written by a newer release?)"
         )
+    return doc
 
 
 def parse_state_document(
@@ -186,14 +198,7 @@ def parse_state_document(
     ``known`` may return the already validated state of an entry mapping (or ``None``), so a
     reader that recognises unchanged entries does not validate them again.
     """
-    if doc is None:
-        raise DocumentError("the file is empty")
-    if not isinstance(doc, dict):
-        raise DocumentError(
-            f"expected a mapping with 'format_version' and 'agents' at the top level, "
-            f"got a {type(doc).__name__}"
-        )
-    check_format_version(doc, "state file")
+    doc = check_format_version(doc, "state file")
     _mapping(doc.get("fleet"), "'fleet'")
     states: dict[str, dict[str, ScheduleState]] = {}
     for agent, agent_raw in _mapping(doc.get("agents"), "'agents'").items():
