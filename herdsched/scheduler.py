@@ -239,6 +239,8 @@ class ThreadedScheduler:
         self._running: dict[str, Run] = {}
         self._listeners: list[tuple[Callable[[Any], None], tuple[type[ev.Event], ...]]] = []
         self._pending_events: list[ev.Event] = []
+        self._listened: dict[type[ev.Event], bool] = {}  # event kind → anyone listens
+        self._idle_waiters = 0  # threads in wait_until_idle() or stop(): finishing runs notify
         self._status = "stopped"
         self._thread: threading.Thread | None = None
         self._started_at: datetime | None = None
@@ -722,17 +724,23 @@ class ThreadedScheduler:
     def wait_until_idle(self, timeout: float | None = None) -> bool:
         """Block until no job runs and none waits for capacity (``timeout`` in real seconds)."""
         with self._idle:
-            return self._idle.wait_for(lambda: not self._running and not self._waiting, timeout)
+            self._idle_waiters += 1
+            try:
+                return self._idle.wait_for(lambda: not self._running and not self._waiting, timeout)
+            finally:
+                self._idle_waiters -= 1
 
     def add_listener(self, callback: Callable[[_E], None], *event_types: type[_E]) -> None:
         """Call ``callback(event)`` for events of ``event_types`` (all events when none given)."""
         types: tuple[type[ev.Event], ...] = event_types or (ev.Event,)
         with self._lock:
             self._listeners = [*self._listeners, (callback, types)]
+            self._listened = {}
 
     def remove_listener(self, callback: Callable[..., None]) -> None:
         with self._lock:
             self._listeners = [(cb, t) for cb, t in self._listeners if cb is not callback]
+            self._listened = {}
 
     # ---------------------------------------------------------------------------- reporting
 
@@ -1168,7 +1176,8 @@ class ThreadedScheduler:
             entry.run = None
             if entry.due is not None:
                 self._push(entry)
-        self._idle.notify_all()
+        if self._idle_waiters:
+            self._idle.notify_all()
 
     # ----------------------------------------------------------------------------- outcomes
 
@@ -2172,7 +2181,11 @@ class ThreadedScheduler:
             )
 
         with self._idle:
-            self._idle.wait_for(lambda: others() == 0, timeout)
+            self._idle_waiters += 1
+            try:
+                self._idle.wait_for(lambda: others() == 0, timeout)
+            finally:
+                self._idle_waiters -= 1
             return others()
 
     def _count_other_runs(self) -> int:
@@ -2187,7 +2200,11 @@ class ThreadedScheduler:
 
     def _listens(self, kind: type[ev.Event]) -> bool:
         """Whether any listener wants events of ``kind`` (so hot paths skip building them)."""
-        return any(issubclass(kind, types) for _, types in self._listeners)
+        listened = self._listened  # replaced, never mutated, like the listener list
+        known = listened.get(kind)
+        if known is None:
+            known = listened[kind] = any(issubclass(kind, types) for _, types in self._listeners)
+        return known
 
     def _emit(self, event: ev.Event) -> None:
         """Deliver ``event`` to listeners, never while this thread holds the scheduler lock.
@@ -2195,9 +2212,13 @@ class ThreadedScheduler:
         Events raised under the lock wait in a queue and go out when the lock is released, so
         a listener may call any method, ``stop()`` included, without deadlocking.
         """
-        listeners = self._listeners  # replaced, never mutated: safe to read without the lock
-        if not any(isinstance(event, types) for _, types in listeners):
+        if not self._listens(type(event)):
             return  # nobody listens for this kind: skip the queue entirely
+        if not self._pending_events and not self._lock._is_owned():  # type: ignore[attr-defined]
+            # nothing queued before it and free to call out: no queue round trip (a worker's
+            # outcome events); events of different threads were never ordered among themselves
+            self._deliver(event)
+            return
         with self._lock:
             self._pending_events.append(event)
         self._drain_events()
@@ -2210,10 +2231,12 @@ class ThreadedScheduler:
                 if not self._pending_events:
                     return
                 event = self._pending_events.pop(0)
-                listeners = list(self._listeners)
-            for callback, types in listeners:
-                if isinstance(event, types):
-                    self._safely(callback, event, what="listener")
+            self._deliver(event)
+
+    def _deliver(self, event: ev.Event) -> None:
+        for callback, types in self._listeners:  # replaced, never mutated: no copy needed
+            if isinstance(event, types):
+                self._safely(callback, event, what="listener")
 
     def _safely(self, func: Callable[[Any], Any], arg: Any, *, what: str) -> bool:
         try:

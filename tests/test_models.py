@@ -424,3 +424,25 @@ def test_evolve_converts_and_validates_only_what_changes() -> None:
         evolve(base, status="sleeping")
     with pytest.raises(TypeError, match="no field 'bogus'"):
         evolve(base, bogus=1)
+
+
+def test_evolve_checks_each_set_of_changed_fields_on_its_own() -> None:
+    from herdsched.models import ScheduleState, evolve
+
+    base = ScheduleState(consecutive_failures=2, cadence="every 1m")
+    # the same fields in another order, and a subset: each combination converts its own values
+    one = evolve(base, next_run_at=T0.replace(microsecond=5999), status="paused")
+    two = evolve(base, status="paused", next_run_at=T0.replace(microsecond=5999))
+    assert (
+        one
+        == two
+        == ScheduleState(
+            status=Status.PAUSED,
+            consecutive_failures=2,
+            cadence="every 1m",
+            next_run_at=T0.replace(microsecond=5000),
+        )
+    )
+    assert evolve(base) == base and evolve(base) is not base
+    with pytest.raises(InvalidScheduleError, match="last_run_at must be an aware datetime"):
+        evolve(base, status="idle", last_run_at="yesterday")

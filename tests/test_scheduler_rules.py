@@ -14,6 +14,7 @@ from herdsched import (
     Deferred,
     InvalidScheduleError,
     JobMissed,
+    JobStarted,
     JobSubmitted,
     JobSucceeded,
     RunStatus,
@@ -517,6 +518,21 @@ def test_listeners_get_typed_events_and_a_raising_listener_is_ignored() -> None:
         assert len(seen) == 1
         assert isinstance(seen[0], JobSucceeded)
         assert seen[0].record.status is RunStatus.SUCCESS
+
+
+def test_a_listener_added_or_removed_later_changes_which_events_are_built() -> None:
+    with running() as (sched, clock):
+        sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1m")}))
+        sched.start()
+        step(sched)  # a run with nobody listening: the scheduler notes that it needs no events
+        seen: list[object] = []
+        listener = seen.append  # one bound method: remove_listener matches it by identity
+        sched.add_listener(listener, JobStarted, JobSucceeded)
+        step(sched, clock, "1m")
+        assert [type(event) for event in seen] == [JobStarted, JobSucceeded]
+        sched.remove_listener(listener)
+        step(sched, clock, "1m")
+        assert len(seen) == 2
 
 
 def test_clock_jumps_are_detected_and_schedules_re_evaluated(caplog) -> None:  # type: ignore[no-untyped-def]
