@@ -383,12 +383,12 @@ class YamlStateStore:
 
         The pending patch takes ``after``'s values, which its checks have converted already.
         """
-        patch = {name: getattr(after, name) for name in changes}
-        if any(
-            name in _TIME_FIELDS and value is not None and value.year < 1000
-            for name, value in patch.items()
-        ):
-            return self.record_transition(agent, schedule, **changes)  # it says what is wrong
+        patch: dict[str, Any] = {}
+        for name in changes:
+            value = getattr(after, name)
+            if value is not None and name in _TIME_FIELDS and value.year < 1000:
+                return self.record_transition(agent, schedule, **changes)  # it says what is wrong
+            patch[name] = value
         with self._mem:
             if self._closed or self._view.get(agent, {}).get(schedule) is not before:
                 adopted = False
