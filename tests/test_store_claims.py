@@ -13,6 +13,7 @@ import herdsched.store.claims as claims_module
 from herdsched.store.base import RunClaim
 from herdsched.store.claims import ClaimJournal
 from herdsched.store.yaml_store import YamlStateStore
+from herdsched.timestamps import format_timestamp
 
 T0 = datetime(2026, 11, 22, 5, 41, 48, 898000, tzinfo=timezone.utc)
 
@@ -145,6 +146,36 @@ def test_claim_lines_are_plain_json_whatever_the_names(tmp_path: Path, name: str
         },
     ]
     assert [c.schedule for c in journal.read()] == [name, name]
+
+
+def test_one_batch_formats_each_instant_and_odd_run_ids_exactly(tmp_path: Path) -> None:
+    import json
+    from datetime import timedelta
+
+    journal = ClaimJournal(tmp_path / "claims.log")
+    later = T0 + timedelta(seconds=1)
+    batch = [
+        RunClaim("a", "s1", "0123abcd", T0, T0),
+        RunClaim("a", "s2", 'id "quoted"', T0, later),  # a run id a caller chose, not hex
+        RunClaim("a", "s3", "ïd", later, later),
+        RunClaim("a", "s4", "x", later, None),
+    ]
+    journal.append(batch)
+    lines = journal.path.read_text(encoding="utf-8").splitlines()
+    assert lines == [
+        json.dumps(
+            {
+                "agent": c.agent,
+                "schedule": c.schedule,
+                "run_id": c.run_id,
+                "run_at": format_timestamp(c.run_at),
+                "slot": format_timestamp(c.slot) if c.slot else None,
+            },
+            separators=(",", ":"),
+        )
+        for c in batch
+    ]
+    assert journal.read() == batch
 
 
 def test_a_store_that_never_claimed_leaves_the_claims_alone(tmp_path: Path) -> None:

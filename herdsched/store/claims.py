@@ -16,6 +16,7 @@ import logging
 import os
 import threading
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 
 from herdsched.store.base import RunClaim
@@ -54,7 +55,7 @@ class ClaimJournal:
         """Durably record ``claims``: returns once they are written and synced."""
         if not claims:
             return
-        data = "".join(_encode(claim) for claim in claims).encode("utf-8")
+        data = _encode_all(claims).encode("utf-8")
         with self._cond:
             self._queue.append(data)
             self._queued += 1
@@ -160,10 +161,27 @@ def _line_head(agent: str, schedule: str) -> str:
     return f'{{"agent":{json.dumps(agent)},"schedule":{json.dumps(schedule)},"run_id":'
 
 
-def _encode(claim: RunClaim) -> str:
-    """One JSON line; the same text ``json.dumps`` gives, built from cached pieces."""
-    slot = f'"{format_timestamp(claim.slot)}"' if claim.slot else "null"
-    return (
-        f"{_line_head(claim.agent, claim.schedule)}{json.dumps(claim.run_id)},"
-        f'"run_at":"{format_timestamp(claim.run_at)}","slot":{slot}}}\n'
-    )
+def _encode_all(claims: Sequence[RunClaim]) -> str:
+    """One JSON line per claim; the same text ``json.dumps`` gives, built from cached pieces.
+
+    The claims of one timer pass share their ``run_at`` and often their slot, so each distinct
+    instant is formatted once per batch; run ids made by the scheduler (hex digits) need no
+    escaping.
+    """
+    stamps: dict[datetime, str] = {}
+    lines: list[str] = []
+    for claim in claims:
+        run_at = stamps.get(claim.run_at)
+        if run_at is None:
+            run_at = stamps[claim.run_at] = f'"{format_timestamp(claim.run_at)}"'
+        slot = "null"
+        if claim.slot:
+            slot = stamps.get(claim.slot) or ""
+            if not slot:
+                slot = stamps[claim.slot] = f'"{format_timestamp(claim.slot)}"'
+        run_id = claim.run_id
+        quoted = f'"{run_id}"' if run_id.isascii() and run_id.isalnum() else json.dumps(run_id)
+        lines.append(
+            f'{_line_head(claim.agent, claim.schedule)}{quoted},"run_at":{run_at},"slot":{slot}}}\n'
+        )
+    return "".join(lines)
