@@ -43,9 +43,10 @@ def new_run_id() -> str:
 class CancelEvent(threading.Event):
     """The :class:`threading.Event` a job receives as ``TriggerInfo.cancel_event``.
 
-    It behaves exactly like its base class but builds its condition and lock only when first
-    set or waited on: most jobs finish without looking at it (or only call :meth:`is_set`), and
-    those two allocations were a tenth of what running a short job cost the scheduler.
+    It behaves like its base class (and, like it, cannot be pickled) but builds its condition
+    and lock only when first set or waited on: most jobs finish without looking at it (or only
+    call :meth:`is_set`), and those two allocations were a tenth of what running a short job
+    cost the scheduler.
     """
 
     def __init__(self) -> None:  # no super().__init__(): the condition comes on demand
@@ -57,6 +58,10 @@ class CancelEvent(threading.Event):
         if cond is None:  # two threads may race here: setdefault keeps one condition
             cond = self.__dict__.setdefault("_lazy_cond", threading.Condition(threading.Lock()))
         return cond
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # a copy in another process would never be set: refuse, as a used Event's lock does
+        raise TypeError(f"cannot pickle {type(self).__name__!r} object")
 
 
 @attrs.define(eq=False)

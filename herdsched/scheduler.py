@@ -2203,7 +2203,7 @@ class ThreadedScheduler:
         listened = self._listened  # replaced, never mutated, like the listener list
         known = listened.get(kind)
         if known is None:
-            known = listened[kind] = any(issubclass(kind, types) for _, types in self._listeners)
+            known = listened[kind] = any(_may_match(kind, types) for _, types in self._listeners)
         return known
 
     def _emit(self, event: ev.Event) -> None:
@@ -2262,6 +2262,18 @@ _CADENCE_FIELDS: dict[type, set[str]] = {
     Cron: {"cron", "timezone"},
     Once: {"at"},
 }
+
+
+def _may_match(kind: type[ev.Event], types: tuple[type[Any], ...]) -> bool:
+    """Whether events of ``kind`` may be instances of ``types`` (a listener's filter).
+
+    A filter that cannot answer ``issubclass`` (a runtime-checkable protocol with data members)
+    may still match instances: delivery decides with ``isinstance``.
+    """
+    try:
+        return issubclass(kind, types)
+    except TypeError:
+        return True
 
 
 def _resolve_poll_interval(

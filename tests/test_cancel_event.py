@@ -56,3 +56,16 @@ def test_concurrent_first_use_shares_one_condition() -> None:
     for thread in threads:
         thread.join(10)
     assert len(seen) == 8 and all(cond is seen[0] for cond in seen)
+
+
+def test_it_cannot_be_pickled_or_deep_copied_even_unused() -> None:
+    import copy
+    import pickle
+
+    import pytest
+
+    event = CancelEvent()  # never set nor waited on: no lock inside yet
+    with pytest.raises(TypeError, match="cannot pickle"):
+        pickle.dumps(event)
+    with pytest.raises(TypeError, match="cannot pickle"):
+        copy.deepcopy(event)

@@ -535,6 +535,23 @@ def test_a_listener_added_or_removed_later_changes_which_events_are_built() -> N
         assert len(seen) == 2
 
 
+def test_a_listener_filtering_by_a_protocol_with_data_members_gets_its_events() -> None:
+    from typing import Protocol, runtime_checkable
+
+    @runtime_checkable
+    class HasAgent(Protocol):  # issubclass() refuses protocols with data members
+        agent: str
+
+    with running() as (sched, _clock):
+        seen: list[object] = []
+        sched.add_listener(seen.append, HasAgent)  # type: ignore[type-abstract]
+        sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1m")}))
+        sched.start()
+        step(sched)
+        assert {type(event) for event in seen} >= {JobStarted, JobSucceeded}
+        assert all(event.agent == "a" for event in seen)  # type: ignore[attr-defined]
+
+
 def test_clock_jumps_are_detected_and_schedules_re_evaluated(caplog) -> None:  # type: ignore[no-untyped-def]
     with running() as (sched, clock):
         job = Recorder()
