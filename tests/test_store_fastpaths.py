@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -220,9 +221,9 @@ def test_reader_handles_bytes_that_are_not_utf8() -> None:
 
 
 def test_a_read_file_keeps_one_copy_of_each_entry_text_and_of_repeated_words() -> None:
-    # 10,000 schedules must fit in a few KB each: the reader's memory of each entry is the
-    # renderer's text (not a second copy split from the file), and field names and statuses
-    # read from different entries are the same string objects
+    # 10,000 schedules must fit in a few KB each: the reader's memory of each entry and the
+    # renderer's cached text are one string (the chunk split from the file), and field names
+    # and statuses read from different entries are the same string objects
     renderer = StateRenderer()
     writer = StateRenderer()
     moment = datetime(2026, 1, 5, 9, tzinfo=timezone.utc)
@@ -244,3 +245,73 @@ def test_a_read_file_keeps_one_copy_of_each_entry_text_and_of_repeated_words() -
     assert statuses[0] is statuses[1] is statuses[2]
     keys = [next(k for k in entry if k == "next_run_at") for entry in entries]
     assert keys[0] is keys[1] is keys[2]
+
+
+def _three_schedules() -> str:
+    doc = apply_changes(
+        empty_state(),
+        {
+            ("a", "s"): {"status": "paused"},
+            ("a", "t"): {"consecutive_failures": 2},
+            ("b", "u"): {"status": "idle"},
+        },
+    )
+    return dump_yaml(doc.raw)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        # a hand edit that quotes a value: the entry parses, but renders without the quotes
+        lambda text: text.replace("status: paused", "status: 'paused'"),
+        # a number written another way: same value, different text
+        lambda text: text.replace("consecutive_failures: 2", "consecutive_failures: 0x2"),
+        # outside the entries: a comment at the end, a differently written version
+        lambda text: text + "# a comment\n",
+        lambda text: text.replace("format_version: 1", "format_version: 0x1"),
+    ],
+    ids=["quoted-value", "hex-number", "trailing-comment", "hex-version"],
+)
+def test_reader_takes_the_full_parse_when_a_piece_does_not_render_back(
+    edit: Callable[[str], str],
+) -> None:
+    good = _three_schedules()
+    text = edit(good)
+    assert text != good
+    reader = StateReader(StateRenderer())
+    parsed = reader.parse(text.encode())
+    full = parse_state_document(yaml.safe_load(text))
+    assert parsed.raw == full.raw
+    assert parsed.states == full.states
+    assert reader._chunks == {}  # nothing remembered: the file did not have our layout
+    # the same document in our layout takes the incremental path again
+    assert reader.parse(good.encode()).states == full.states
+    assert len(reader._chunks) == 3
+
+
+def test_reader_keeps_slices_of_the_file_not_rendered_copies() -> None:
+    text = _three_schedules()
+    renderer = StateRenderer()
+    reader = StateReader(renderer)
+    parsed = reader.parse(text.encode())
+    texts = renderer.entry_texts()
+    assert set(texts) == {("a", "s"), ("a", "t"), ("b", "u")}
+    assert "".join(renderer.parts(parsed.raw)) == text
+    for (agent, name), (entry, entry_text) in texts.items():
+        assert entry is parsed.raw["agents"][agent]["schedules"][name]
+        assert entry_text == render_entry(name, entry, 6)
+        assert any(key is entry_text for key in reader._chunks)
+
+
+def test_renderer_parts_join_to_the_dump_and_commit_the_cache_at_the_end() -> None:
+    doc = apply_changes(empty_state(), {("a", f"s{i}"): {"status": "paused"} for i in range(3)})
+    renderer = StateRenderer()
+    parts = renderer.parts(doc.raw)
+    first = [next(parts) for _ in range(3)]
+    assert renderer.entry_texts() == {}  # not yet: a caller may still stop here
+    rest = list(parts)
+    assert "".join(first + rest) == dump_yaml(doc.raw) == renderer.render(doc.raw)
+    assert len(renderer.entry_texts()) == 3
+    assert [text for _, text in renderer.entry_texts().values()] == [
+        render_entry(f"s{i}", doc.raw["agents"]["a"]["schedules"][f"s{i}"], 6) for i in range(3)
+    ]

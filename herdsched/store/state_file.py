@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import enum
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -191,12 +191,13 @@ def check_format_version(doc: Any, file_kind: str) -> dict[Any, Any]:
 
 
 def parse_state_document(
-    doc: Any, known: Callable[[dict[Any, Any]], ScheduleState | None] | None = None
+    doc: Any, known: Callable[[str, str, dict[Any, Any]], ScheduleState | None] | None = None
 ) -> StateDoc:
     """Validate a loaded ``state.yaml``; raises :class:`DocumentError` naming the culprit.
 
-    ``known`` may return the already validated state of an entry mapping (or ``None``), so a
-    reader that recognises unchanged entries does not validate them again.
+    ``known(agent, schedule, entry)`` may return the already validated state of an entry
+    mapping (or ``None``), so a reader that recognises unchanged entries does not validate
+    them again.
     """
     doc = check_format_version(doc, "state file")
     _mapping(doc.get("fleet"), "'fleet'")
@@ -209,7 +210,7 @@ def parse_state_document(
         for name, entry in _mapping(agent_map.get("schedules"), f"{where} 'schedules'").items():
             _check_name(name, f"{where}: schedule")
             entry_map = _mapping(entry, f"{where}, schedule {name!r}")
-            reused = known(entry_map) if known is not None else None
+            reused = known(agent, name, entry_map) if known is not None else None
             if reused is not None:
                 parsed[name] = reused
                 continue
@@ -283,6 +284,16 @@ class StateRenderer:
         self._entries: dict[str, dict[str, tuple[Any, str]]] = {}
 
     def render(self, raw: Mapping[str, Any]) -> str:
+        """The YAML text of ``raw``: :meth:`parts` joined."""
+        return "".join(self.parts(raw))
+
+    def parts(self, raw: Mapping[str, Any]) -> Iterator[str]:
+        """The YAML text of ``raw`` in pieces (one per entry, agent head, top-level key).
+
+        Lets a writer stream a large document to disk, and a reader compare it with a file,
+        without building the whole text as one string. The caches are replaced once the last
+        piece has been produced; a caller that stops early leaves them as they were.
+        """
         previous, previous_entries = self._cache, self._entries
         cache: dict[tuple[str, ...], tuple[Any, str]] = {}
         entries: dict[str, dict[str, tuple[Any, str]]] = {}
@@ -295,38 +306,44 @@ class StateRenderer:
             text = render_simple_entry(key, value, spaces) or render_entry(key, value, spaces)
             return (value, text)
 
-        parts: list[str] = []
         for key, value in raw.items():
             if key != "agents" or not isinstance(value, dict) or not value:
-                parts.append(dump_yaml({key: value}))
+                yield dump_yaml({key: value})
                 continue
-            parts.append("agents:\n")
+            yield "agents:\n"
             for agent, agent_raw in value.items():
                 head = previous.get(("h", agent)) if isinstance(agent, str) else None
                 head_text = head[1] if head is not None else None
                 if head_text is None and isinstance(agent, str):
                     head_text = render_key(agent)
                 if head_text is None or not isinstance(agent_raw, dict) or not agent_raw:
-                    parts.append(render_entry(agent, agent_raw, 2))
+                    yield render_entry(agent, agent_raw, 2)
                     continue
                 cache[("h", agent)] = (agent, head_text)
-                parts.append(f"  {head_text}:\n")
+                yield f"  {head_text}:\n"
                 for akey, avalue in agent_raw.items():
                     if akey == "schedules" and isinstance(avalue, dict) and avalue:
-                        parts.append("    schedules:\n")
+                        yield "    schedules:\n"
                         known = previous_entries.get(agent, {})
                         rendered = entries.setdefault(agent, {})
                         for name, entry in avalue.items():
                             hit = piece(known.get(name), name, entry, 6)
                             rendered[name] = hit
-                            parts.append(hit[1])
+                            yield hit[1]
                     else:
                         path = ("a", agent, repr(akey))
                         hit = piece(previous.get(path), akey, avalue, 4)
                         cache[path] = hit
-                        parts.append(hit[1])
+                        yield hit[1]
         self._cache, self._entries = cache, entries
-        return "".join(parts)
+
+    def adopt(self, entries: dict[str, dict[str, tuple[Any, str]]]) -> None:
+        """Take agent → schedule → (raw entry, its text) as the known entry texts.
+
+        For a reader that has checked each text is exactly what rendering the entry at six
+        spaces gives: the file's own strings become the cache, instead of equal new copies.
+        """
+        self._entries = entries
 
     def entry_texts(self) -> dict[tuple[str, str], tuple[Any, str]]:
         """(agent, schedule) → (raw entry, its text) as last rendered."""
@@ -335,6 +352,13 @@ class StateRenderer:
             for agent, entries in self._entries.items()
             for name, hit in entries.items()
         }
+
+    def each_entry_text(self) -> Iterator[tuple[str, str, Any, str]]:
+        """(agent, schedule, raw entry, its text) as last rendered, one at a time (no
+        10,000-key mapping built just to be walked once)."""
+        for agent, entries in self._entries.items():
+            for name, (entry, text) in entries.items():
+                yield agent, name, entry, text
 
     def forget(self) -> None:
         self._cache, self._entries = {}, {}
