@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterator
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -21,7 +22,16 @@ from herdsched.store import (
     get_schedule_state,
     update_schedule_state,
 )
-from herdsched.store.files import STALE_TEMP_SECONDS, atomic_write, sweep_temp_files, temp_path_for
+from herdsched.store import files as files_module
+from herdsched.store.files import (
+    PIECE_SIZE,
+    STALE_TEMP_SECONDS,
+    atomic_write,
+    encode_pieces,
+    read_pieces,
+    sweep_temp_files,
+    temp_path_for,
+)
 from herdsched.store.locking import FileLock
 from herdsched.store.state_file import StateRenderer, apply_changes, empty_state
 from herdsched.store.yaml_io import dump_yaml, load_yaml
@@ -183,6 +193,99 @@ def test_atomic_write_cleans_up_after_a_failure(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         atomic_write(target, b"data")
     assert [path.name for path in tmp_path.iterdir()] == ["sub"]
+
+
+def test_atomic_write_of_pieces_writes_them_all_before_the_fsync_and_the_rename(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "file"
+    target.write_bytes(b"old")
+    events: list[str] = []
+
+    def pieces() -> Iterator[bytes]:
+        for piece in (b"one ", b"", b"two ", b"three"):
+            assert target.read_bytes() == b"old"  # nothing visible before the rename
+            events.append(f"piece {piece!r}")
+            yield piece
+
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        events.append("fsync")
+        real_fsync(fd)
+
+    def replace(src: str | Path, dst: str | Path) -> None:
+        events.append("replace")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(files_module.os, "fsync", fsync)
+    monkeypatch.setattr(files_module.os, "replace", replace)
+    fd = atomic_write(target, pieces(), keep_open=True)
+    assert target.read_bytes() == b"one two three"
+    # the pieces, the file's fsync, the rename, then the directory's fsync
+    assert events == [
+        "piece b'one '",
+        "piece b''",
+        "piece b'two '",
+        "piece b'three'",
+        "fsync",
+        "replace",
+        "fsync",
+    ]
+    assert fd is not None
+    try:
+        assert b"".join(read_pieces(fd, 4)) == b"one two three"  # the kept descriptor reads
+    finally:
+        os.close(fd)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["file"]
+
+
+def test_atomic_write_keeps_the_old_file_when_a_piece_fails(tmp_path: Path) -> None:
+    target = tmp_path / "file"
+    target.write_bytes(b"old")
+
+    def pieces() -> Iterator[bytes]:
+        yield b"new "
+        raise ValueError("cannot render")
+
+    with pytest.raises(ValueError, match="cannot render"):
+        atomic_write(target, pieces())
+    assert target.read_bytes() == b"old"
+    assert [path.name for path in tmp_path.iterdir()] == ["file"]  # no temp file left
+
+
+def test_encode_pieces_gives_the_utf8_text_in_bounded_pieces() -> None:
+    parts = [f"{index} é€ {'x' * (index % 50)}\n" for index in range(2000)]
+    pieces = list(encode_pieces(parts, size=1000))
+    assert b"".join(pieces) == "".join(parts).encode("utf-8")
+    assert len(pieces) > 10
+    assert all(len(piece.decode("utf-8")) < 1000 + 60 for piece in pieces)
+    assert list(encode_pieces([])) == []
+
+
+def test_a_large_state_file_is_written_in_small_pieces_and_is_the_plain_dump(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sizes: list[int] = []
+    real_write = os.write
+
+    def write(fd: int, data: bytes | memoryview) -> int:
+        sizes.append(len(data))
+        return real_write(fd, data)
+
+    moment = datetime(2026, 1, 5, 9, tzinfo=timezone.utc)
+    with YamlStateStore(tmp_path) as store:
+        for index in range(800):
+            store.record_transition("fleet", f"s{index}", status="idle", next_run_at=moment)
+        monkeypatch.setattr(files_module.os, "write", write)
+        store.flush()
+        raw = store._disk.raw
+    data = (tmp_path / "state.yaml").read_bytes()
+    assert len(data) > 3 * PIECE_SIZE
+    assert data == dump_yaml(raw).encode("utf-8")
+    assert (tmp_path / "state.yaml.bak").read_bytes() == data
+    assert sum(sizes) == 2 * len(data)  # the file and its backup
+    assert max(sizes) < 2 * PIECE_SIZE
 
 
 def test_lock_times_out_for_a_second_thread(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -35,6 +35,7 @@ from herdsched.store.files import (
     identity_of,
     quarantine_copy,
     read_file,
+    read_pieces,
 )
 from herdsched.store.locking import FileLock
 
@@ -254,10 +255,11 @@ class GuardedYamlFile(Generic[T]):
         return value, data
 
     # -- writing -------------------------------------------------------------------------
-    def write(self, data: bytes) -> None:
-        """Replace the file with ``data`` (valid content) and refresh the backup.
+    def write(self, data: bytes | Iterable[bytes]) -> None:
+        """Replace the file with ``data`` (valid content, or its pieces) and refresh the backup.
 
-        The caller holds :attr:`lock` and has re-read the file if it changed.
+        The caller holds :attr:`lock` and has re-read the file if it changed. Given pieces, the
+        backup is copied from the file just written, piece by piece.
         """
         try:
             fd = atomic_write(self.path, data, keep_open=True, sync_dir=False)
@@ -265,13 +267,27 @@ class GuardedYamlFile(Generic[T]):
             raise StateError(f"Cannot write {self.path}: {exc}", self.path, cause=exc) from exc
         try:
             self._pin_written(fd)
-            atomic_write(self.bak_path, data, sync_dir=False)
+            if isinstance(data, bytes):
+                atomic_write(self.bak_path, data, sync_dir=False)
+            else:
+                self._copy_to_backup()
         except OSError as exc:
             log.warning("Could not refresh the backup %s: %s", self.bak_path, exc)
         try:
             fsync_dir(self.path.parent)
         except OSError as exc:  # pragma: no cover - the write itself succeeded
             log.warning("Could not fsync %s: %s", self.path.parent, exc)
+
+    def _copy_to_backup(self) -> None:
+        """Copy the pinned version of the file (the one just written) to the backup."""
+        if self._pin is not None:
+            atomic_write(self.bak_path, read_pieces(self._pin), sync_dir=False)
+            return
+        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))  # pragma: no cover
+        try:  # pragma: no cover - Windows keeps no pin
+            atomic_write(self.bak_path, read_pieces(fd), sync_dir=False)
+        finally:  # pragma: no cover
+            os.close(fd)
 
     def _pin_written(self, fd: int | None) -> None:
         if fd is None:  # pragma: no cover - Windows: no pin, identity from the path

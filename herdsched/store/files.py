@@ -6,6 +6,11 @@ the same directory, are flushed and fsynced, the temp file replaces the target w
 itself survives a power cut. A reader therefore sees either the old or the new content, never a
 mix, and a writer killed at any instant leaves at most a temp file behind, which
 :func:`sweep_temp_files` removes once its process is gone.
+
+Large files are written and copied in pieces of :data:`PIECE_SIZE` bytes (:func:`encode_pieces`,
+:func:`read_pieces`) rather than as one buffer: glibc serves a buffer above 128 KiB with its own
+``mmap``, and freeing it raises the size below which later buffers come from the heap, where a
+3 MB state file's transient text would stay resident for the life of the process.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import os
 import re
 import secrets
 import time
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
@@ -24,10 +30,12 @@ from typing import NamedTuple
 __all__ = [
     "FileIdentity",
     "atomic_write",
+    "encode_pieces",
     "fsync_dir",
     "identity_of",
     "quarantine_copy",
     "read_file",
+    "read_pieces",
     "sweep_temp_files",
     "temp_path_for",
 ]
@@ -38,6 +46,9 @@ _POSIX = os.name == "posix"
 
 #: ``.<target name>.tmp-<pid>-<8 hex digits>``: the name of every temp file we create.
 _TEMP_RE = re.compile(r"^\.(?P<target>.+)\.tmp-(?P<pid>\d+)-[0-9a-f]{8}$")
+
+#: Bytes per write when a file is written in pieces: well below glibc's 128 KiB mmap threshold.
+PIECE_SIZE = 65536
 
 #: A temp file older than this is debris even when its pid looks alive (the pid was reused).
 STALE_TEMP_SECONDS = 3600.0
@@ -76,18 +87,19 @@ def fsync_dir(directory: Path) -> None:
 
 
 def atomic_write(
-    path: Path, data: bytes, *, keep_open: bool = False, sync_dir: bool = True
+    path: Path, data: bytes | Iterable[bytes], *, keep_open: bool = False, sync_dir: bool = True
 ) -> int | None:
     """Replace ``path`` with ``data`` atomically and durably.
 
-    With ``keep_open`` the written file's descriptor is returned still open (read-only use:
-    the caller keeps it to pin the inode, see :class:`~herdsched.store.document.GuardedYamlFile`);
-    otherwise ``None``. The new file keeps the permission bits of the file it replaces.
-    Pass ``sync_dir=False`` when several files are replaced in a row and the caller fsyncs the
-    directory once at the end.
+    ``data`` is the content, or an iterable of its pieces (written in order, so a large file
+    never has to be one buffer in memory). With ``keep_open`` the written file's descriptor is
+    returned still open (readable; the caller keeps it to pin the inode, see
+    :class:`~herdsched.store.document.GuardedYamlFile`); otherwise ``None``. The new file keeps
+    the permission bits of the file it replaces. Pass ``sync_dir=False`` when several files are
+    replaced in a row and the caller fsyncs the directory once at the end.
     """
     tmp = temp_path_for(path)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
         try:
             mode = os.stat(path).st_mode & 0o7777
@@ -96,10 +108,11 @@ def atomic_write(
         else:
             if _POSIX:
                 os.fchmod(fd, mode)
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
+        for piece in (data,) if isinstance(data, bytes) else data:
+            view = memoryview(piece)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
         os.fsync(fd)
         if not (keep_open and _POSIX):
             os.close(fd)
@@ -114,6 +127,30 @@ def atomic_write(
     if sync_dir:
         fsync_dir(path.parent)
     return fd if fd >= 0 else None
+
+
+def encode_pieces(parts: Iterable[str], size: int = PIECE_SIZE) -> Iterator[bytes]:
+    """The UTF-8 bytes of ``"".join(parts)``, in pieces of about ``size`` bytes."""
+    group: list[str] = []
+    length = 0
+    for part in parts:
+        group.append(part)
+        length += len(part)
+        if length >= size:
+            yield "".join(group).encode("utf-8")
+            group, length = [], 0
+    if group:
+        yield "".join(group).encode("utf-8")
+
+
+def read_pieces(fd: int, size: int = PIECE_SIZE) -> Iterator[bytes]:
+    """The content of the open file ``fd`` from its start, ``size`` bytes at a time."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    while True:
+        piece = os.read(fd, size)
+        if not piece:
+            return
+        yield piece
 
 
 def read_file(path: Path) -> tuple[bytes, FileIdentity, int] | None:
