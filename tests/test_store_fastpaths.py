@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -15,6 +17,7 @@ from hypothesis import strategies as st
 from herdsched.converter import state_from_dict
 from herdsched.models import Status
 from herdsched.store import YamlStateStore
+from herdsched.store import files as files_module
 from herdsched.store.simple_yaml import parse_simple_entry, render_simple_entry
 from herdsched.store.state_file import (
     StateRenderer,
@@ -23,7 +26,7 @@ from herdsched.store.state_file import (
     fast_state,
     parse_state_document,
 )
-from herdsched.store.state_reader import StateReader
+from herdsched.store.state_reader import StateReader, _original, _same_text, _split
 from herdsched.store.yaml_io import dump_yaml, indent, load_yaml, render_entry
 from herdsched.store.yaml_store import normalise_changes
 
@@ -315,3 +318,89 @@ def test_renderer_parts_join_to_the_dump_and_commit_the_cache_at_the_end() -> No
     assert [text for _, text in renderer.entry_texts().values()] == [
         render_entry(f"s{i}", doc.raw["agents"]["a"]["schedules"][f"s{i}"], 6) for i in range(3)
     ]
+
+
+LINES = st.lists(
+    st.sampled_from(
+        [
+            "agents:\n",
+            "fleet: {}\n",
+            "  a:\n",
+            "    schedules:\n",
+            "    status: idle\n",
+            "      s:\n",
+            "      t: {}\n",
+            "        status: idle\n",
+            "          deeper\n",
+            "      \n",
+            "\n",
+            "x",
+            "é€\n",
+        ]
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines=LINES, cuts=st.lists(st.integers(0, 400), max_size=8))
+def test_split_is_lossless_and_the_same_whatever_the_pieces(
+    lines: list[str], cuts: list[int]
+) -> None:
+    text = "".join(lines)
+    bounds = sorted({0, len(text), *(cut for cut in cuts if cut < len(text))})
+    pieces = [text[start:end] for start, end in itertools.pairwise(bounds)]
+    whole = _split([text])
+    assert _split(pieces) == whole
+    assert "".join(_original(*whole)) == text
+
+
+def test_split_cuts_entries_into_chunks() -> None:
+    text = _three_schedules()
+    items, groups = _split([text[i : i + 7] for i in range(0, len(text), 7)])
+    assert [len(group) for group in groups] == [2, 1]
+    assert groups[0][0].startswith("      s:\n") and groups[0][1].startswith("      t:\n")
+    assert 0 in items and 1 in items and "    schedules:\n" not in items
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "same"),
+    [
+        (["ab", "c"], ["a", "bc"], True),
+        (["abc"], ["abc", ""], True),
+        (["", "abc"], ["abc"], True),
+        (["ab", "c"], ["ab"], False),
+        (["ab"], ["ab", "c"], False),
+        (["ab", "d"], ["a", "bc"], False),
+        ([], [""], True),
+    ],
+)
+def test_same_text_compares_the_joined_pieces(
+    first: list[str], second: list[str], same: bool
+) -> None:
+    assert _same_text(first, second) is same
+    assert _same_text(second, first) is same
+
+
+def test_a_state_file_is_read_in_pieces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    moment = datetime(2026, 1, 5, 9, tzinfo=timezone.utc)
+    with YamlStateStore(tmp_path) as store:
+        for index in range(800):
+            store.record_transition("fleet", f"s{index}", status="idle", next_run_at=moment)
+        store.flush()
+    size = (tmp_path / "state.yaml").stat().st_size
+    assert size > 3 * files_module.PIECE_SIZE
+    reads: list[int] = []
+    real_read = os.read
+
+    def read(fd: int, length: int) -> bytes:
+        reads.append(length)
+        return real_read(fd, length)
+
+    monkeypatch.setattr(files_module.os, "read", read)
+    with YamlStateStore(tmp_path) as store:
+        states = store.get_agent_schedule_states("fleet")
+    assert len(states) == 800 and states["s799"].next_run_at == moment
+    assert reads and max(reads) <= files_module.PIECE_SIZE
+    assert len(reads) > 3  # several pieces, read once: the incremental path needed no more
+    assert len(reads) <= size // files_module.PIECE_SIZE + 2

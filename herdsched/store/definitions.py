@@ -25,6 +25,7 @@ from typing import Any
 import attrs
 
 from herdsched.store.document import DocumentError, GuardedYamlFile
+from herdsched.store.files import FileContent
 from herdsched.store.state_file import FORMAT_VERSION, check_format_version
 from herdsched.store.yaml_io import dump_yaml, load_yaml
 
@@ -69,8 +70,8 @@ def parse_definitions(doc: Any) -> DefinitionsDoc:
     return DefinitionsDoc(doc, definitions)
 
 
-def _parse_bytes(data: bytes) -> DefinitionsDoc:
-    return parse_definitions(load_yaml(data))
+def _parse_content(content: FileContent) -> DefinitionsDoc:
+    return parse_definitions(load_yaml(content.read()))
 
 
 def plain_data(value: Any, where: str) -> Any:
@@ -107,7 +108,7 @@ class DefinitionsFile:
         with self._io:
             if not self.file.changed():
                 return False
-            self._doc = self.file.load(_parse_bytes) or _empty()
+            self._doc = self.file.load(_parse_content) or _empty()
             return True
 
     def load(self) -> Definitions:
@@ -132,7 +133,7 @@ class DefinitionsFile:
     def _modify(self, agent: str, schedule: str, definition: dict[str, Any] | None) -> None:
         with self._io, self.file.lock:
             if self.file.changed():
-                self._doc = self.file.load_locked(_parse_bytes) or _empty()
+                self._doc = self.file.load_locked(_parse_content) or _empty()
             doc = self._doc
             if definition is None and schedule not in doc.definitions.get(agent, {}):
                 return

@@ -29,6 +29,7 @@ import yaml
 
 from herdsched.errors import StateCorruptedError, StateError, StateLockTimeoutError
 from herdsched.store.files import (
+    FileContent,
     FileIdentity,
     atomic_write,
     fsync_dir,
@@ -81,8 +82,10 @@ class _Bad:
 class GuardedYamlFile(Generic[T]):
     """A YAML file read lock-free and written under a sidecar lock; see the module docstring.
 
-    ``parse`` (given to :meth:`load`) turns the file's bytes into the caller's representation
-    and raises (any exception, ideally :class:`DocumentError`) when the content is not valid;
+    ``parse`` (given to :meth:`load`) turns the file's content (a
+    :class:`~herdsched.store.files.FileContent`, read whole or in pieces) into the caller's
+    representation and raises (any exception, ideally :class:`DocumentError`) when the content
+    is not valid; an ``OSError`` while reading it is a read error, not bad content.
     ``kind`` names the file in messages ("state file").
     """
 
@@ -115,7 +118,7 @@ class GuardedYamlFile(Generic[T]):
         """Whether the file differs from the version last read or written (one ``stat``)."""
         return not self._known or self.current_identity() != self._identity
 
-    def load(self, parse: Callable[[bytes], T]) -> T | None:
+    def load(self, parse: Callable[[FileContent], T]) -> T | None:
         """The parsed file (``None`` when it does not exist), recovering from bad content.
 
         Takes the lock only when the content is bad (to quarantine it safely).
@@ -139,14 +142,14 @@ class GuardedYamlFile(Generic[T]):
         finally:
             self.lock.release()
 
-    def load_locked(self, parse: Callable[[bytes], T]) -> T | None:
+    def load_locked(self, parse: Callable[[FileContent], T]) -> T | None:
         """Like :meth:`load`, for a caller that holds :attr:`lock`."""
         outcome = self._read(parse)
         if isinstance(outcome, _Bad):
             return self._recover(outcome, parse)
         return outcome
 
-    def _read(self, parse: Callable[[bytes], T]) -> T | _Bad | None:
+    def _read(self, parse: Callable[[FileContent], T]) -> T | _Bad | None:
         if self._bad is not None:
             if self.current_identity() == self._bad[0]:
                 raise self._bad[1]
@@ -158,19 +161,31 @@ class GuardedYamlFile(Generic[T]):
         if got is None:
             self._set_pin(None, None)
             return None
-        data, identity, fd = got
+        content, identity, fd = got
+        bad: _Bad | None = None
         try:
-            value = parse(data)
-        except Exception as exc:
+            try:
+                value = parse(content)  # reads the content, in pieces if it likes
+            except OSError:
+                raise
+            except Exception as exc:
+                bad = _Bad(content.read(), identity, describe_error(exc), exc)
+        except OSError as exc:
             os.close(fd)
-            return _Bad(data, identity, describe_error(exc), exc)
-        self._set_pin(fd, identity)
+            raise StateError(f"Cannot read {self.path}: {exc}", self.path, cause=exc) from exc
+        except BaseException:
+            os.close(fd)
+            raise
+        if bad is not None:
+            os.close(fd)
+            return bad
         if not os.path.exists(self.bak_path):
             # A file written by another tool (or before backups existed): keep a good copy.
             try:
-                atomic_write(self.bak_path, data)
+                atomic_write(self.bak_path, content)
             except OSError as exc:
                 log.debug("Could not create the backup %s: %s", self.bak_path, exc)
+        self._set_pin(fd, identity)  # after the copy: content reads through the descriptor
         return value
 
     def _set_pin(self, fd: int | None, identity: FileIdentity | None) -> None:
@@ -186,7 +201,7 @@ class GuardedYamlFile(Generic[T]):
         self._known = True
 
     # -- recovery ------------------------------------------------------------------------
-    def _recover(self, bad: _Bad, parse: Callable[[bytes], T]) -> T | None:
+    def _recover(self, bad: _Bad, parse: Callable[[FileContent], T]) -> T | None:
         try:
             quarantined = quarantine_copy(self.path, bad.data, self._now())
         except OSError as exc:
@@ -235,7 +250,7 @@ class GuardedYamlFile(Generic[T]):
         self.last_corruption = error
         return value
 
-    def _read_backup(self, parse: Callable[[bytes], T]) -> tuple[T, bytes] | None:
+    def _read_backup(self, parse: Callable[[FileContent], T]) -> tuple[T, bytes] | None:
         try:
             got = read_file(self.bak_path)
         except OSError as exc:
@@ -243,13 +258,20 @@ class GuardedYamlFile(Generic[T]):
             return None
         if got is None:
             return None
-        data, _identity, fd = got
-        os.close(fd)
+        content, _identity, fd = got
         try:
-            value = parse(data)
-        except Exception as exc:
-            log.error("Backup %s is not usable either: %s", self.bak_path, describe_error(exc))
-            return None
+            try:
+                data = content.read()
+            except OSError as exc:
+                log.error("Cannot read backup %s: %s", self.bak_path, exc)
+                return None
+            try:
+                value = parse(content)
+            except Exception as exc:
+                log.error("Backup %s is not usable either: %s", self.bak_path, describe_error(exc))
+                return None
+        finally:
+            os.close(fd)
         if value is None:  # pragma: no cover - parse functions never return None for content
             return None
         return value, data

@@ -7,10 +7,11 @@ itself survives a power cut. A reader therefore sees either the old or the new c
 mix, and a writer killed at any instant leaves at most a temp file behind, which
 :func:`sweep_temp_files` removes once its process is gone.
 
-Large files are written and copied in pieces of :data:`PIECE_SIZE` bytes (:func:`encode_pieces`,
-:func:`read_pieces`) rather than as one buffer: glibc serves a buffer above 128 KiB with its own
-``mmap``, and freeing it raises the size below which later buffers come from the heap, where a
-3 MB state file's transient text would stay resident for the life of the process.
+Large files are read, written and copied in pieces of :data:`PIECE_SIZE` bytes
+(:class:`FileContent`, :func:`encode_pieces`, :func:`read_pieces`) rather than as one buffer:
+glibc serves a buffer above 128 KiB with its own ``mmap``, and freeing it raises the size below
+which later buffers come from the heap, where a 3 MB state file's transient text would stay
+resident for the life of the process.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 __all__ = [
+    "FileContent",
     "FileIdentity",
     "atomic_write",
     "encode_pieces",
@@ -153,10 +155,30 @@ def read_pieces(fd: int, size: int = PIECE_SIZE) -> Iterator[bytes]:
         yield piece
 
 
-def read_file(path: Path) -> tuple[bytes, FileIdentity, int] | None:
+class FileContent:
+    """The content of an open file, read from its start in pieces each time it is iterated.
+
+    Lets a parser stream a large file instead of holding it as one buffer; the pieces come
+    from the descriptor :func:`read_file` opened (the version it identified), which must stay
+    open while the content is used.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def __iter__(self) -> Iterator[bytes]:
+        return read_pieces(self._fd)
+
+    def read(self) -> bytes:
+        """All of it, as one buffer (for small files and rare paths)."""
+        return b"".join(self)
+
+
+def read_file(path: Path) -> tuple[FileContent, FileIdentity, int] | None:
     """``(content, identity, open descriptor)`` of ``path``, or ``None`` when it does not exist.
 
-    The descriptor is left open so the caller can pin the inode it read (close it when done).
+    The descriptor is left open so the caller can pin the inode it read (close it when done);
+    ``content`` reads through it.
     """
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
@@ -164,16 +186,10 @@ def read_file(path: Path) -> tuple[bytes, FileIdentity, int] | None:
         return None
     try:
         stat = os.fstat(fd)
-        chunks: list[bytes] = []
-        while True:
-            chunk = os.read(fd, max(stat.st_size, 65536))
-            if not chunk:
-                break
-            chunks.append(chunk)
     except BaseException:
         os.close(fd)
         raise
-    return b"".join(chunks), identity_of(stat), fd
+    return FileContent(fd), identity_of(stat), fd
 
 
 def quarantine_copy(path: Path, data: bytes, moment: datetime) -> Path:

@@ -13,19 +13,24 @@ inverse for plain data), otherwise the file is parsed in full. Hand-edited or fo
 files therefore always take the full path. The check is done piece by piece: every newly parsed
 chunk must be exactly the text its entry renders to (remembered chunks passed that test when
 they were first seen), those texts are handed to the renderer as its cache, and the rendered
-document is compared with the file one piece at a time.
+document is compared with the file's text (as split) one piece at a time.
 
 Memory matters as much as speed here (a few KB per schedule, 10,000 schedules): the file is
-cut into one string per entry chunk, with no string per line and no second full-size text,
-and those chunk strings are the ones the renderer and the reader keep afterwards.
+read and decoded in pieces of 64 KB and cut into one string per entry chunk as it streams by,
+with no string per line and never a full-size buffer or text (whose release would leave the
+process holding megabytes it no longer uses), and those chunk strings are the ones the
+renderer and the reader keep afterwards.
 """
 
 from __future__ import annotations
 
+import codecs
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from herdsched.converter import state_from_dict
 from herdsched.models import ScheduleState
+from herdsched.store.files import FileContent
 from herdsched.store.simple_yaml import parse_simple_entry, render_simple_entry
 from herdsched.store.state_file import (
     StateDoc,
@@ -45,44 +50,127 @@ _AGENTS = "agents:\n"
 _Chunk = tuple[str, dict[str, Any], ScheduleState]
 
 
-def _split(text: str) -> tuple[str, list[list[str]]]:
-    """The text without its schedule entries (each block replaced by its index), and the
-    entry chunks of each block.
+def _split(pieces: Iterable[str]) -> tuple[list[str | int], list[list[str]]]:
+    """The text given in ``pieces``, cut into skeleton lines and blocks of schedule entries.
 
-    Scans line ends with :meth:`str.find` and slices each chunk once: no string per line.
+    Returns the skeleton lines with the index of each block in place of its ``schedules:``
+    line and entries, and the entry chunks of each block. Nothing is lost: the lines, with
+    each index replaced by ``schedules:`` and its chunks, join to the text. Scans line ends
+    with :meth:`str.find` and slices each chunk once (no string per line), carrying only the
+    unfinished line or chunk from one piece to the next.
     """
-    skeleton: list[str] = []
+    items: list[str | int] = []
     groups: list[list[str]] = []
     in_agents = False
-    pos, end = 0, len(text)
-    while pos < end:
-        stop = text.find("\n", pos) + 1 or end
-        if text[pos] not in " \n":
-            in_agents = stop - pos == len(_AGENTS) and text.startswith(_AGENTS, pos)
-        if (
-            in_agents
-            and stop - pos == len(_SCHEDULES)
-            and text.startswith(_SCHEDULES, pos)
-            and text.startswith(_ENTRY, stop)
-            and text[stop + 6 : stop + 7] != " "
-        ):
-            group: list[str] = []
-            start = pos = stop
-            while pos < end:
-                if text.startswith(_ENTRY, pos):
-                    if text[pos + 6 : pos + 7] != " " and pos > start:
-                        group.append(text[start:pos])
-                        start = pos
-                elif text[pos] != "\n":
-                    break
-                pos = text.find("\n", pos) + 1 or end
-            group.append(text[start:pos])
-            skeleton.append(f"    schedules: {len(groups)}\n")
-            groups.append(group)
+    group: list[str] | None = None
+
+    def scan(text: str, final: bool) -> int:
+        """Consume what ``text`` completes; returns where the unfinished rest starts."""
+        nonlocal in_agents, group
+        pos, end = 0, len(text)
+
+        def line_end(at: int) -> int:  # -1: the line goes on in the next piece
+            found = text.find("\n", at)
+            return found + 1 if found >= 0 else (end if final else -1)
+
+        while pos < end:
+            if group is not None:
+                start = pos  # the head line of an entry
+                while pos < end:
+                    stop = line_end(pos)
+                    if stop < 0:
+                        return start
+                    if text.startswith(_ENTRY, pos):
+                        if text[pos + 6 : pos + 7] != " " and pos > start:
+                            group.append(text[start:pos])
+                            start = pos
+                    elif text[pos] != "\n":
+                        break
+                    pos = stop
+                if pos >= end and not final:
+                    return start
+                group.append(text[start:pos])
+                group = None
+                continue
+            stop = line_end(pos)
+            if stop < 0:
+                return pos
+            if text[pos] not in " \n":
+                in_agents = stop - pos == len(_AGENTS) and text.startswith(_AGENTS, pos)
+            if (
+                in_agents
+                and stop - pos == len(_SCHEDULES)
+                and text.startswith(_SCHEDULES, pos)
+                and (stop < end or not final)
+            ):
+                if stop == end or line_end(stop) < 0:
+                    return pos  # whether entries follow is in the next piece
+                if text.startswith(_ENTRY, stop) and text[stop + 6 : stop + 7] != " ":
+                    items.append(len(groups))
+                    group = []
+                    groups.append(group)
+                    pos = stop
+                    continue
+            items.append(text[pos:stop])
+            pos = stop
+        return end
+
+    carry = ""
+    for piece in pieces:
+        text = carry + piece if carry else piece
+        carry = text[scan(text, False) :]
+    if carry or group is not None:
+        scan(carry, True)
+    return items, groups
+
+
+def _original(items: list[str | int], groups: list[list[str]]) -> Iterator[str]:
+    """The pieces of the text :func:`_split` cut, in order."""
+    for item in items:
+        if isinstance(item, int):
+            yield _SCHEDULES
+            yield from groups[item]
+        else:
+            yield item
+
+
+def _same_text(first: Iterable[str], second: Iterable[str]) -> bool:
+    """Whether two sequences of strings join to the same text, without joining them."""
+    left, right = iter(first), iter(second)
+    a = b = ""
+    i = j = 0
+    while True:
+        if i == len(a):
+            following = next(left, None)
+            if following is None:
+                return j == len(b) and all(not rest for rest in right)
+            a, i = following, 0
             continue
-        skeleton.append(text[pos:stop])
-        pos = stop
-    return "".join(skeleton), groups
+        if j == len(b):
+            following = next(right, None)
+            if following is None:
+                return False
+            b, j = following, 0
+            continue
+        if i == 0 and j == 0 and len(a) == len(b):
+            if a is not b and a != b:  # the common case: the same piece on both sides
+                return False
+            i = j = len(a)
+            continue
+        size = min(len(a) - i, len(b) - j)
+        if not a.startswith(b[j : j + size], i):
+            return False
+        i += size
+        j += size
+
+
+def _decoded(pieces: Iterable[bytes]) -> Iterator[str]:
+    """UTF-8 text of consecutive byte pieces (a character may straddle two); raises
+    :class:`UnicodeDecodeError`."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    for piece in pieces:
+        yield decoder.decode(piece)
+    yield decoder.decode(b"", final=True)
 
 
 def _dedent(chunk: str) -> str:
@@ -116,25 +204,27 @@ class StateReader:
         self._renderer = renderer
         self._chunks: dict[str, _Chunk] = {}
 
-    def parse(self, data: bytes) -> StateDoc:
-        """Validate and return the document; raises like ``parse_state_document``."""
+    def parse(self, data: bytes | FileContent) -> StateDoc:
+        """Validate and return the document; raises like ``parse_state_document``.
+
+        A :class:`~herdsched.store.files.FileContent` is read in pieces, so a large file is
+        never one buffer in memory (it is read again, whole, only for a full parse).
+        """
+        pieces: Iterable[bytes] = (data,) if isinstance(data, bytes) else data
         try:
-            text: str | None = data.decode("utf-8")
-        except UnicodeDecodeError:
-            text = None
-        if text is not None:
-            try:
-                doc = self._parse_incremental(text)
-            except Exception:
-                doc = None
-            if doc is not None:
-                return doc
-        doc = parse_state_document(load_yaml(data))
+            doc = self._parse_incremental(_decoded(pieces))
+        except OSError:
+            raise
+        except Exception:
+            doc = None
+        if doc is not None:
+            return doc
+        doc = parse_state_document(load_yaml(data if isinstance(data, bytes) else data.read()))
         self._chunks = {}
         return doc
 
-    def _parse_incremental(self, text: str) -> StateDoc | None:
-        skeleton, groups = _split(text)
+    def _parse_incremental(self, pieces: Iterable[str]) -> StateDoc | None:
+        items, groups = _split(pieces)
         chunks: dict[str, _Chunk] = {}
         # per block: schedule name → (raw entry, its chunk), the renderer's cache to be
         blocks: list[dict[str, tuple[dict[str, Any], str]]] = []
@@ -150,6 +240,9 @@ class StateReader:
                     return None
                 block[name] = (entry, chunk)
             blocks.append(block)
+        skeleton = "".join(
+            f"    schedules: {item}\n" if isinstance(item, int) else item for item in items
+        )
         doc = load_yaml(skeleton)
         if not isinstance(doc, dict) or not isinstance(doc.get("agents"), dict):
             return None
@@ -174,14 +267,10 @@ class StateReader:
 
         result = parse_state_document(doc, known=known)
         # Every chunk is its entry's exact text, so the file's strings can be the renderer's
-        # cache; rendering then checks the rest of the document (and the order) piece by piece.
+        # cache; rendering then checks the rest of the document (and the order) piece by piece
+        # against the file's text as split.
         self._renderer.adopt(assigned)
-        pos = 0
-        for part in self._renderer.parts(result.raw):
-            if not text.startswith(part, pos):
-                return None
-            pos += len(part)
-        if pos != len(text):
+        if not _same_text(self._renderer.parts(result.raw), _original(items, groups)):
             return None
         self._chunks = chunks
         return result
