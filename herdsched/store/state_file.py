@@ -347,11 +347,7 @@ class StateRenderer:
 
     def entry_texts(self) -> dict[tuple[str, str], tuple[Any, str]]:
         """(agent, schedule) → (raw entry, its text) as last rendered."""
-        return {
-            (agent, name): hit
-            for agent, entries in self._entries.items()
-            for name, hit in entries.items()
-        }
+        return {(agent, name): (entry, text) for agent, name, entry, text in self.each_entry_text()}
 
     def each_entry_text(self) -> Iterator[tuple[str, str, Any, str]]:
         """(agent, schedule, raw entry, its text) as last rendered, one at a time (no
