@@ -724,11 +724,7 @@ class ThreadedScheduler:
     def wait_until_idle(self, timeout: float | None = None) -> bool:
         """Block until no job runs and none waits for capacity (``timeout`` in real seconds)."""
         with self._idle:
-            self._idle_waiters += 1
-            try:
-                return self._idle.wait_for(lambda: not self._running and not self._waiting, timeout)
-            finally:
-                self._idle_waiters -= 1
+            return self._wait_idle(lambda: not self._running and not self._waiting, timeout)
 
     def add_listener(self, callback: Callable[[_E], None], *event_types: type[_E]) -> None:
         """Call ``callback(event)`` for events of ``event_types`` (all events when none given)."""
@@ -2181,12 +2177,17 @@ class ThreadedScheduler:
             )
 
         with self._idle:
-            self._idle_waiters += 1
-            try:
-                self._idle.wait_for(lambda: others() == 0, timeout)
-            finally:
-                self._idle_waiters -= 1
+            self._wait_idle(lambda: others() == 0, timeout)
             return others()
+
+    def _wait_idle(self, predicate: Callable[[], bool], timeout: float | None) -> bool:
+        """``self._idle.wait_for``, counted so finishing runs notify only while someone waits
+        (caller holds the lock)."""
+        self._idle_waiters += 1
+        try:
+            return self._idle.wait_for(predicate, timeout)
+        finally:
+            self._idle_waiters -= 1
 
     def _count_other_runs(self) -> int:
         me = threading.get_ident()

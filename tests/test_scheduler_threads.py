@@ -203,3 +203,22 @@ def test_group_commits_happen_off_the_timer_thread(tmp_path) -> None:  # type: i
     assert "herdsched-flusher" in flush_threads
     assert "herdsched-timer" not in flush_threads
     assert YamlStateStore(tmp_path).get_schedule_state("a", "s").last_result == "success"
+
+
+def test_wait_until_idle_wakes_when_the_last_run_finishes_not_at_its_timeout() -> None:
+    release = threading.Event()
+    started = threading.Event()
+
+    def job(info: TriggerInfo) -> None:
+        started.set()
+        release.wait(30)
+
+    sched = make()
+    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
+    with sched:
+        assert started.wait(10)
+        threading.Timer(0.2, release.set).start()
+        began = time.monotonic()
+        assert sched.wait_until_idle(timeout=60)
+        # woken by the finishing run (a missed notify would sleep the whole 60 s)
+        assert time.monotonic() - began < 30
