@@ -959,6 +959,10 @@ class ThreadedScheduler:
                 if reason is SkipReason.AT_CAPACITY:
                     break
                 queue.popleft()
+                if reason is SkipReason.NOT_DUE:
+                    # queued by a pass that read the clock after this one did: back to the heap
+                    self._push(entry)
+                    continue
                 if reason is not None:
                     continue
                 try:

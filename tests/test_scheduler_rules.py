@@ -76,6 +76,34 @@ def test_interval_with_start_at_and_anchor_grid() -> None:
         assert state(sched, "a", "grid").next_run_at == T0 + 38 * M
 
 
+def test_a_pass_with_an_older_now_keeps_what_a_later_pass_queued() -> None:
+    """A ``run_pending()`` racing the timer thread: the pass that read the clock first must not
+    drop a schedule the other pass queued as due at its own, later, instant."""
+    with running() as (sched, clock):
+        job = Recorder()
+        sched.add_agent(
+            Agent(
+                "a",
+                job=job,
+                schedules={
+                    "first": Schedule.interval("1h", start_at=T0 + 10 * M),
+                    "second": Schedule.interval("1h", start_at=T0 + 20 * M),
+                },
+            )
+        )
+        sched.start()
+        step(sched)
+        mono = clock.monotonic()
+        with sched._lock:  # the later pass queues both; the earlier pass then dispatches
+            assert sched._take_due_runs(T0 + 20 * M, mono, 0) == []
+            runs = sched._take_due_runs(T0 + 15 * M, mono, 64)
+        assert [run.schedule_name for run in runs] == ["first"]
+        sched._launch(runs)
+        assert wait_until(lambda: job.schedules() == ["first"])
+        step(sched, clock, "20m")
+        assert job.schedules() == ["first", "second"]
+
+
 def test_cron_fires_on_each_slot_with_its_slot_time() -> None:
     with running() as (sched, clock):
         job = Recorder()
