@@ -191,3 +191,94 @@ def test_a_store_that_never_claimed_leaves_the_claims_alone(tmp_path: Path) -> N
     assert scheduler.load_claims() == []
     scheduler.close()
     cli.close()
+
+
+def ready(name: str) -> RunClaim:
+    return RunClaim("a", name, f"run-{name}", T0, T0, ready=True)
+
+
+def test_a_ready_claim_counts_only_once_its_run_started(tmp_path: Path) -> None:
+    journal = ClaimJournal(tmp_path / "claims.log")
+    journal.append([claim("now"), ready("waits"), ready("starts")])
+    journal.mark_started("run-starts")
+    journal.mark_started("run-unknown")  # not a ready claim: nothing is written
+    assert journal.read() == [claim("now"), ready("starts")]
+    lines = journal.path.read_text().splitlines()
+    assert len(lines) == 4 and lines[-1] == '{"started":"run-starts"}'
+
+
+def test_a_ready_claim_from_another_boot_counts_as_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = ClaimJournal(tmp_path / "claims.log")
+    journal.append([ready("waits")])
+    monkeypatch.setattr(claims_module, "boot_id", lambda: "another-boot")
+    assert journal.read() == [ready("waits")]
+
+
+def test_without_a_boot_id_a_ready_claim_is_an_ordinary_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(claims_module, "boot_id", lambda: None)
+    journal = ClaimJournal(tmp_path / "claims.log")
+    journal.append([ready("waits")])
+    assert '"ready"' not in journal.path.read_text()
+    assert journal.read() == [claim("waits")]
+    assert journal.droppable() == journal.size()  # nothing held back for it
+
+
+def test_boot_id_reads_the_kernel_file_or_says_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    claims_module.boot_id.cache_clear()
+    try:
+        if os.path.exists(claims_module._BOOT_ID_PATH):
+            assert claims_module.boot_id() == Path(claims_module._BOOT_ID_PATH).read_text().strip()
+        claims_module.boot_id.cache_clear()
+        monkeypatch.setattr(claims_module, "_BOOT_ID_PATH", "/nonexistent/boot_id")
+        assert claims_module.boot_id() is None
+    finally:
+        claims_module.boot_id.cache_clear()
+
+
+def test_a_drop_stops_at_the_first_unstarted_ready_claim(tmp_path: Path) -> None:
+    journal = ClaimJournal(tmp_path / "claims.log")
+    journal.append([claim("early")])
+    first_ready_at = journal.size()
+    journal.append([ready("r1"), ready("r2")])
+    journal.append([claim("late")])
+    assert journal.droppable() == first_ready_at
+    journal.drop_through(journal.droppable())
+    assert journal.read() == [claim("late")]  # r1 and r2 have not started
+    assert journal.path.read_text().count('"ready"') == 2
+    assert journal.droppable() == 0  # r1 waits at the start of the rewritten file
+    journal.mark_started("run-r1")  # marks go to the rewritten file
+    assert journal.read() == [ready("r1"), claim("late")]
+    r1_line = journal.path.read_text().splitlines()[0]
+    assert journal.droppable() == len(r1_line) + 1  # up to r2, which still waits
+    journal.drop_through(journal.droppable())
+    assert journal.path.read_text().splitlines()[0].startswith('{"agent":"a","schedule":"r2"')
+    journal.release(["run-r2"])
+    assert journal.droppable() == journal.size()
+    assert journal.read() == [claim("late")]
+    journal.drop_through(journal.droppable())
+    assert journal.read() == [] and journal.size() == 0
+    journal.close()
+
+
+def test_a_flush_keeps_the_claims_of_runs_not_started_yet(tmp_path: Path) -> None:
+    store = YamlStateStore(tmp_path)
+    store.record_transition("a", "now", status="running", last_run_at=T0)
+    store.claim_runs([claim("now"), ready("waits")])
+    store.flush()
+    assert store.load_claims() == []  # the waiting run never started
+    assert ready("waits").run_id in (tmp_path / "claims.log").read_text()
+    store.record_transition("a", "waits", status="running", last_run_at=T0)
+    store.mark_started("run-waits")
+    assert YamlStateStore(tmp_path).load_claims() == [ready("waits")]
+    store.flush()
+    assert (tmp_path / "claims.log").read_text() == ""
+    store.claim_runs([ready("gone")])
+    store.release_claims(["run-gone"])  # paused before it started: void, and droppable
+    store.record_transition("a", "waits", status="idle", last_finished_at=T0)
+    store.flush()
+    assert (tmp_path / "claims.log").read_text() == ""
+    store.close()

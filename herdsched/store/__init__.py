@@ -6,6 +6,7 @@ from herdsched.store.base import (
     USER_INTENT_STATUSES,
     AdoptsTransitions,
     StateStore,
+    TracksClaimStarts,
     TriggerRequest,
 )
 from herdsched.store.functions import (
@@ -21,6 +22,7 @@ __all__ = [
     "AdoptsTransitions",
     "MemoryStateStore",
     "StateStore",
+    "TracksClaimStarts",
     "TriggerRequest",
     "YamlStateStore",
     "get_agent_schedule_states",

@@ -33,6 +33,7 @@ __all__ = [
     "AdoptsTransitions",
     "RunClaim",
     "StateStore",
+    "TracksClaimStarts",
     "TriggerRequest",
     "newest_first",
 ]
@@ -71,13 +72,19 @@ class TriggerRequest:
 
 @attrs.frozen
 class RunClaim:
-    """A run about to start: what must be durable before its job runs (at most once per slot)."""
+    """A run about to start: what must be durable before its job runs (at most once per slot).
+
+    ``ready`` marks a claim made ahead, for a run that waits for a free slot: its job has not
+    started when the claim becomes durable. A store that tracks starts (:class:`TracksClaimStarts`)
+    lets restart recovery ignore such a claim when the process died before the job started.
+    """
 
     agent: str
     schedule: str
     run_id: str
     run_at: datetime
     slot: datetime | None = None
+    ready: bool = False
 
 
 @runtime_checkable
@@ -180,3 +187,24 @@ class AdoptsTransitions(Protocol):
         current state for the schedule *is* ``before`` (the same object), it stores ``after``
         itself; otherwise it falls back to :meth:`StateStore.record_transition`.
         """
+
+
+@runtime_checkable
+class TracksClaimStarts(Protocol):
+    """Optional for a :class:`StateStore`: tell claims made ahead from runs that started.
+
+    A scheduler claims the runs that wait for a slot in advance, so that starting them needs no
+    disk sync. With a store that offers this, recovery after a crash ignores a ``ready`` claim
+    whose job never started (the schedule catches up as if it had only waited); without it, every
+    unfinished claim is recorded as an interrupted run.
+    """
+
+    def mark_started(self, run_id: str) -> None:
+        """Record, before the job runs, that the ``ready`` claim ``run_id`` has started.
+
+        Cheap (no sync): it must survive the process being killed, not the machine crashing;
+        a claim made before a reboot counts as started whatever its marks say.
+        """
+
+    def release_claims(self, run_ids: Sequence[str]) -> None:
+        """Forget ``ready`` claims whose runs will never start (paused, removed, stopped)."""

@@ -6,6 +6,14 @@ that costs tens of milliseconds on a large fleet; appending a line to ``claims.l
 it costs a fraction of one. The claims' full transitions reach ``state.yaml`` with the next group
 commit, which then drops the journal lines it covers. A torn last line (a crash mid-append) is
 ignored: that claim never became durable, so its job never started.
+
+A claim made ahead (``ready``, for a run waiting for a free slot) carries the machine's boot id,
+and its run appends an unsynced ``{"started": run_id}`` line just before the job runs. A process
+killed in between leaves that line in the page cache, so on the same boot a ready claim without
+it is known never to have started, and recovery ignores it. After a reboot the unsynced line may
+be lost, so a ready claim from an earlier boot counts as started (at most once, whatever happens).
+Group commits never drop a ready claim whose run has not started: its transition is not pending
+yet.
 """
 
 from __future__ import annotations
@@ -23,9 +31,22 @@ from herdsched.store.base import RunClaim
 from herdsched.store.files import atomic_write, fsync_dir
 from herdsched.timestamps import format_timestamp, parse_timestamp
 
-__all__ = ["ClaimJournal"]
+__all__ = ["ClaimJournal", "boot_id"]
 
 log = logging.getLogger("herdsched")
+
+_BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+
+@functools.lru_cache(maxsize=1)
+def boot_id() -> str | None:
+    """This boot of the machine (Linux), or None where the system does not tell."""
+    try:
+        with open(_BOOT_ID_PATH, encoding="ascii") as handle:
+            value = handle.read().strip()
+    except OSError:
+        return None
+    return value or None
 
 
 class ClaimJournal:
@@ -41,7 +62,8 @@ class ClaimJournal:
         self.path = path
         self._file_lock = threading.Lock()  # the file itself: appends, size, rewrites
         self._cond = threading.Condition()  # the group-commit queue below
-        self._queue: list[bytes] = []
+        # (lines, each ready claim's run id and offset in them)
+        self._queue: list[tuple[bytes, list[tuple[str, int]]]] = []
         self._queued = 0  # tickets handed out
         self._durable = 0  # tickets whose lines are synced (or failed)
         self._writing = False
@@ -50,14 +72,26 @@ class ClaimJournal:
         # restart recovery, may drop them: another process writing state.yaml (the CLI, a web
         # worker) has not got their transitions to write.
         self.owned = False
+        # ready claims whose run has not started → offset of their batch in the file
+        self._unstarted: dict[str, int] = {}
+        self._mark_fd: int | None = None  # kept open: a start mark is one write, no open/close
 
     def append(self, claims: Sequence[RunClaim]) -> None:
         """Durably record ``claims``: returns once they are written and synced."""
         if not claims:
             return
-        data = _encode_all(claims).encode("utf-8")
+        boot = boot_id()
+        lines = _encode_all(claims, boot)
+        ready: list[tuple[str, int]] = []  # (run id, offset of its line in data)
+        if boot and any(claim.ready for claim in claims):
+            at = 0
+            for claim, line in zip(claims, lines):
+                if claim.ready:
+                    ready.append((claim.run_id, at))
+                at += len(line.encode("utf-8"))
+        data = "".join(lines).encode("utf-8")
         with self._cond:
-            self._queue.append(data)
+            self._queue.append((data, ready))
             self._queued += 1
             ticket = self._queued
             while self._durable < ticket:
@@ -77,7 +111,7 @@ class ClaimJournal:
         self._cond.release()
         error: BaseException | None = None
         try:
-            self._write(b"".join(batch))
+            self._write(batch)
         except BaseException as exc:
             error = exc
         finally:
@@ -89,12 +123,19 @@ class ClaimJournal:
                     self._failed[ticket] = error
             self._cond.notify_all()
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, batch: list[tuple[bytes, list[tuple[str, int]]]]) -> None:
         with self._file_lock:
             created = not self.path.exists()
+            if created:
+                self._close_mark_fd()  # the file it wrote to is gone
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
-                view = memoryview(data)
+                offset = os.fstat(fd).st_size  # the only writer: appends land here
+                for data, ready in batch:
+                    for run_id, at in ready:
+                        self._unstarted[run_id] = offset + at
+                    offset += len(data)
+                view = memoryview(b"".join(data for data, _ in batch))
                 while view:
                     view = view[os.write(fd, view) :]
                 os.fsync(fd)
@@ -103,6 +144,40 @@ class ClaimJournal:
             if created:
                 fsync_dir(self.path.parent)
             self.owned = True
+
+    def mark_started(self, run_id: str) -> None:
+        """Append the start mark of a ready claim, unsynced (see the module docstring)."""
+        with self._file_lock:
+            if self._unstarted.pop(run_id, None) is None:
+                return  # not a ready claim of this journal: it counts as started anyway
+            if self._mark_fd is None:
+                self._mark_fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            os.write(self._mark_fd, f'{{"started":{_quote(run_id)}}}\n'.encode())
+
+    def release(self, run_ids: Sequence[str]) -> None:
+        """Forget ready claims whose runs will never start: group commits may drop them."""
+        with self._file_lock:
+            for run_id in run_ids:
+                self._unstarted.pop(run_id, None)
+
+    def droppable(self) -> int:
+        """How many leading bytes a group commit may drop: up to the first unstarted claim."""
+        with self._file_lock:
+            try:
+                size = self.path.stat().st_size
+            except FileNotFoundError:
+                size = 0
+            return min(size, *self._unstarted.values()) if self._unstarted else size
+
+    def close(self) -> None:
+        """Close the file kept open for start marks (the journal can still be used)."""
+        with self._file_lock:
+            self._close_mark_fd()
+
+    def _close_mark_fd(self) -> None:
+        fd, self._mark_fd = self._mark_fd, None
+        if fd is not None:
+            os.close(fd)
 
     def size(self) -> int:
         """The journal's length in bytes (0 when absent)."""
@@ -113,29 +188,47 @@ class ClaimJournal:
                 return 0
 
     def read(self) -> list[RunClaim]:
-        """Every complete claim, oldest first; torn or foreign lines are skipped with a warning."""
+        """Every complete claim whose job may have started, oldest first.
+
+        A ready claim of this boot without its start mark is left out: its job never started.
+        Torn or foreign lines are skipped with a warning.
+        """
         try:
             text = self.path.read_bytes().decode("utf-8", errors="replace")
         except FileNotFoundError:
             return []
-        claims: list[RunClaim] = []
+        claims: list[tuple[RunClaim, object]] = []
+        started: set[str] = set()
         for number, line in enumerate(text.split("\n"), start=1):
             if not line.strip():
                 continue
             try:
                 raw = json.loads(line)
+                if isinstance(raw, dict) and isinstance(raw.get("started"), str):
+                    started.add(raw["started"])
+                    continue
+                ready = raw.get("ready")
                 claims.append(
-                    RunClaim(
-                        agent=raw["agent"],
-                        schedule=raw["schedule"],
-                        run_id=raw["run_id"],
-                        run_at=parse_timestamp(raw["run_at"]),
-                        slot=parse_timestamp(raw["slot"]) if raw.get("slot") else None,
+                    (
+                        RunClaim(
+                            agent=raw["agent"],
+                            schedule=raw["schedule"],
+                            run_id=raw["run_id"],
+                            run_at=parse_timestamp(raw["run_at"]),
+                            slot=parse_timestamp(raw["slot"]) if raw.get("slot") else None,
+                            ready=ready is not None,
+                        ),
+                        ready,
                     )
                 )
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, AttributeError):
                 log.warning("%s line %d is not a complete claim; ignored", self.path, number)
-        return claims
+        boot = boot_id()
+        return [
+            claim
+            for claim, ready in claims
+            if not (ready is not None and ready == boot and claim.run_id not in started)
+        ]
 
     def drop_through(self, offset: int) -> None:
         """Forget the first ``offset`` bytes (claims now recorded in ``state.yaml``)."""
@@ -147,8 +240,11 @@ class ClaimJournal:
             except FileNotFoundError:
                 return
             rest = data[offset:]
+            for run_id, at in self._unstarted.items():  # never past one: see droppable()
+                self._unstarted[run_id] = max(0, at - offset)
             if rest:
                 atomic_write(self.path, rest)
+                self._close_mark_fd()  # it points at the replaced file
             else:
                 with open(self.path, "r+b") as handle:
                     handle.truncate(0)
@@ -161,13 +257,20 @@ def _line_head(agent: str, schedule: str) -> str:
     return f'{{"agent":{json.dumps(agent)},"schedule":{json.dumps(schedule)},"run_id":'
 
 
-def _encode_all(claims: Sequence[RunClaim]) -> str:
+def _quote(run_id: str) -> str:
+    """A run id as a JSON string (ids made by the scheduler are hex: no escaping needed)."""
+    return f'"{run_id}"' if run_id.isascii() and run_id.isalnum() else json.dumps(run_id)
+
+
+def _encode_all(claims: Sequence[RunClaim], boot: str | None = None) -> list[str]:
     """One JSON line per claim; the same text ``json.dumps`` gives, built from cached pieces.
 
     The claims of one timer pass share their ``run_at`` and often their slot, so each distinct
     instant is formatted once per batch; run ids made by the scheduler (hex digits) need no
-    escaping.
+    escaping. A ready claim carries ``boot`` (without a boot id it is written as an ordinary
+    claim, which recovery treats as started).
     """
+    ready_tail = f',"ready":{json.dumps(boot)}}}\n' if boot else "}\n"
     stamps: dict[datetime, str] = {}
     lines: list[str] = []
     for claim in claims:
@@ -179,9 +282,9 @@ def _encode_all(claims: Sequence[RunClaim]) -> str:
             slot = stamps.get(claim.slot) or ""
             if not slot:
                 slot = stamps[claim.slot] = f'"{format_timestamp(claim.slot)}"'
-        run_id = claim.run_id
-        quoted = f'"{run_id}"' if run_id.isascii() and run_id.isalnum() else json.dumps(run_id)
+        tail = ready_tail if claim.ready else "}\n"
         lines.append(
-            f'{_line_head(claim.agent, claim.schedule)}{quoted},"run_at":{run_at},"slot":{slot}}}\n'
+            f'{_line_head(claim.agent, claim.schedule)}{_quote(claim.run_id)},"run_at":{run_at},'
+            f'"slot":{slot}{tail}'
         )
-    return "".join(lines)
+    return lines

@@ -90,6 +90,12 @@ class MemoryStateStore:
     def load_claims(self) -> list[RunClaim]:
         return []
 
+    def mark_started(self, run_id: str) -> None:
+        """Nothing to record: no claim outlives the process."""
+
+    def release_claims(self, run_ids: Sequence[str]) -> None:
+        """Nothing to forget: no claim outlives the process."""
+
     def flush(self) -> None:
         """Nothing is ever pending in memory."""
 

@@ -267,7 +267,7 @@ class YamlStateStore:
                 self._install(self._file.load_locked(self._reader.parse) or empty_state())
             # Read first, take second: every claim up to here has its transition pending in
             # the store that owns the claims; any other store drops nothing.
-            claimed_through = self._claims.size() if self._claims.owned else 0
+            claimed_through = self._claims.droppable() if self._claims.owned else 0
             with self._mem:
                 taken, self._pending = self._pending, {}
                 for (agent, name), transition in taken.items():
@@ -469,8 +469,17 @@ class YamlStateStore:
             self._ensure_dir()
             self._claims.append(claims)
 
+    def mark_started(self, run_id: str) -> None:
+        """The ready claim ``run_id`` starts now (see :class:`~herdsched.store.base.TracksClaimStarts`)."""
+        self._claims.mark_started(run_id)
+
+    def release_claims(self, run_ids: Sequence[str]) -> None:
+        """Ready claims whose runs will never start: later flushes may drop them."""
+        self._claims.release(run_ids)
+
     def load_claims(self) -> list[RunClaim]:
-        """Claims made durable since the last write of ``state.yaml``.
+        """Claims made durable since the last write of ``state.yaml``, but for ready claims
+        whose job never started.
 
         Restart recovery reads them when it takes over; from then on this store's group commits
         drop them once written, as they drop the claims it makes itself.
@@ -562,6 +571,7 @@ class YamlStateStore:
         self._closed = True
         self._file.close()
         self._definitions.close()
+        self._claims.close()
 
     def __enter__(self) -> YamlStateStore:
         return self
