@@ -87,6 +87,10 @@ class Run:
     session_id: str | None
     last_run_at: datetime | None
     deadline: float | None = None  # monotonic
+    # False while the run waits in its agent's ready queue (claimed ahead, job not started)
+    started: bool = True
+    # the schedule's due time and slot before it was dispatched, restored if the run never starts
+    replan: tuple[datetime | None, datetime | None] | None = None
     timed_out: bool = False
     cancelled: bool = False
     finalized: bool = False

@@ -18,6 +18,7 @@ import logging
 import random
 import signal
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, tzinfo
@@ -72,7 +73,7 @@ from herdsched.policy import (
 )
 from herdsched.runner import Run, RunOutcome, execute_run, new_run_id
 from herdsched.stats import RunStats, compute_run_stats
-from herdsched.store.base import AdoptsTransitions, RunClaim, StateStore
+from herdsched.store.base import AdoptsTransitions, RunClaim, StateStore, TracksClaimStarts
 from herdsched.store.memory import MemoryStateStore
 from herdsched.timestamps import resolve_timezone, to_utc
 from herdsched.workers import WorkerPool
@@ -221,6 +222,9 @@ class ThreadedScheduler:
         self._adopt = (
             self.store.adopt_transition if isinstance(self.store, AdoptsTransitions) else None
         )
+        # Runs are claimed ahead of a free slot only with a store that can tell, after a crash,
+        # a claim whose job started from one that only waited.
+        self._starts = self.store if isinstance(self.store, TracksClaimStarts) else None
         self._leader = (
             LeaderLock(self.state_dir) if leader_lock and self.state_dir is not None else None
         )
@@ -237,6 +241,14 @@ class ThreadedScheduler:
         self._seq = itertools.count()
         self._pools: dict[str, WorkerPool] = {}
         self._running: dict[str, Run] = {}
+        # Dispatched runs waiting for a worker, per agent, claimed ahead (see _fire_due).
+        self._ready: dict[str, collections.deque[Run]] = {}
+        self._admitted: collections.Counter[str] = collections.Counter()  # dispatched, not started
+        self._admitted_total = 0
+        self._loops: collections.Counter[str] = collections.Counter()  # threads draining _ready
+        self._pops: collections.Counter[str] = collections.Counter()  # progress, for the watcher
+        self._watching: set[str] = set()  # agents whose ready queue a watcher looks after
+        self._released_claims: list[str] = []  # claims made ahead whose runs never started
         self._listeners: list[tuple[Callable[[Any], None], tuple[type[ev.Event], ...]]] = []
         self._pending_events: list[ev.Event] = []
         self._listened: dict[type[ev.Event], bool] = {}  # event kind → anyone listens
@@ -344,6 +356,7 @@ class ThreadedScheduler:
             if self._status in ("stopped", "stopping"):
                 return
             self._status = "stopping"
+            self._drop_ready()  # dispatched runs that have not started never will
             self._changed()
         timed_out = False
         remaining = 0
@@ -660,7 +673,8 @@ class ThreadedScheduler:
                 else self._ad_hoc_entry(agent_obj)
             )
             if entry.run is not None:
-                return _skipped(SkipReason.ALREADY_RUNNING, f"{agent}/{entry.name} is running")
+                doing = "is running" if entry.run.started else "is about to run"
+                return _skipped(SkipReason.ALREADY_RUNNING, f"{agent}/{entry.name} {doing}")
             if not bypass_concurrency and self._at_capacity(agent_obj):
                 return _skipped(SkipReason.AT_CAPACITY, f"agent {agent!r} is at capacity")
             if self._job_for(entry) is None:
@@ -724,7 +738,9 @@ class ThreadedScheduler:
     def wait_until_idle(self, timeout: float | None = None) -> bool:
         """Block until no job runs and none waits for capacity (``timeout`` in real seconds)."""
         with self._idle:
-            return self._wait_idle(lambda: not self._running and not self._waiting, timeout)
+            return self._wait_idle(
+                lambda: not (self._running or self._waiting or self._admitted_total), timeout
+            )
 
     def add_listener(self, callback: Callable[[_E], None], *event_types: type[_E]) -> None:
         """Call ``callback(event)`` for events of ``event_types`` (all events when none given)."""
@@ -896,7 +912,7 @@ class ThreadedScheduler:
             deadlines = [run.deadline for run in self._running.values() if run.deadline]
             if deadlines:
                 candidates.append(min(deadlines) - mono)
-            if any(self._has_room(agent) for agent in self._waiting):
+            if any(self._wants_dispatch(agent) for agent in self._waiting):
                 candidates.append(0.0)  # a slot freed while this pass was past dispatching
             flush_at = self._store_retry_at or self.store.flush_deadline()
             if flush_at is not None and not self._flush_in_flight:
@@ -919,19 +935,27 @@ class ThreadedScheduler:
     def _fire_due(self, now: datetime, mono: float) -> None:
         """Dispatch what is due, agent by agent, in due order, as far as capacity allows.
 
-        Runs go out in chunks of :data:`_DISPATCH_CHUNK`: each chunk is claimed durably and
-        handed to the pools before the next is prepared, so with a thousand schedules due at
-        one instant the first jobs start at once rather than after the whole batch, and
-        finishing runs can settle between chunks instead of waiting for the lock.
+        Runs go out in chunks: each chunk is claimed durably and handed to its agent's ready
+        queue before the next is prepared, so with a thousand schedules due at one instant the
+        first jobs start at once rather than after the whole batch, and finishing runs can
+        settle between chunks instead of waiting for the lock.
+
+        An agent's runs are dispatched up to :data:`_LOOKAHEAD` beyond its free slots (with a
+        store that tracks claim starts and no ``max_total_concurrent``): they are claimed in the
+        same fsync and wait in the ready queue, where each worker that finishes a run takes the
+        next one at once. A burst then costs one timer pass and one fsync per dozens of runs
+        instead of one per freed slot.
         """
+        limit = _FIRST_CHUNK
         while True:
             with self._lock:
                 if self._status != "running":
                     return
-                runs = self._take_due_runs(now, mono, _DISPATCH_CHUNK)
-            self._launch(runs)
-            if len(runs) < _DISPATCH_CHUNK:
+                runs = self._take_due_runs(now, mono, limit)
+            self._launch(runs, queued=True)
+            if len(runs) < limit:
                 return
+            limit = _DISPATCH_CHUNK
 
     def _take_due_runs(self, now: datetime, mono: float, limit: int) -> list[Run]:
         """Up to ``limit`` runs of due schedules, claimed in memory (caller holds the lock).
@@ -954,7 +978,7 @@ class ThreadedScheduler:
                 if entry is None or entry.version != version or entry.due is None:
                     queue.popleft()
                     continue
-                reason = self._skip_reason(entry, now)
+                reason = self._skip_reason(entry, now, admitting=True)
                 entry.last_skip = reason
                 if reason is SkipReason.AT_CAPACITY:
                     break
@@ -968,7 +992,13 @@ class ThreadedScheduler:
                 try:
                     trigger_type = _TIMER_TRIGGERS[entry.schedule.type]
                     slot = entry.scheduled_for or entry.due
-                    started.append(self._prepare_run(entry, trigger_type, slot, now, mono))
+                    # a free slot goes to a run now, unless dispatched runs already wait for it
+                    start = not self._admitted[agent] and not self._at_capacity(
+                        self._agents[agent]
+                    )
+                    started.append(
+                        self._prepare_run(entry, trigger_type, slot, now, mono, start=start)
+                    )
                 except Exception:
                     self.log.exception("could not dispatch %s/%s; retrying in 1 s", agent, name)
                     self._set_due(entry, now + timedelta(seconds=1), entry.scheduled_for)
@@ -978,19 +1008,36 @@ class ThreadedScheduler:
                 break
         return started
 
-    def _skip_reason(self, entry: _Entry, now: datetime) -> SkipReason | None:
+    def _skip_reason(
+        self, entry: _Entry, now: datetime, *, admitting: bool = False
+    ) -> SkipReason | None:
+        """Why ``entry`` does not fire now; ``admitting``: counting the runs dispatched but not
+        started yet against capacity plus the lookahead (the timer's question)."""
         agent = self._agents[entry.agent]
+        running = self._agent_counts[entry.agent]
+        total = len(self._running)
+        limit = agent.max_concurrent
+        if admitting:
+            running += self._admitted[entry.agent]
+            total += self._admitted_total
+            limit += self._lookahead()
         return pre_dispatch_skip_reason(
             enabled=entry.schedule.enabled,
             status=entry.state.status,
             fires_on_timer=entry.schedule.fires_on_timer,
             running=entry.run is not None,
-            agent_running=self._agent_running(entry.agent),
-            max_concurrent=agent.max_concurrent,
-            total_running=len(self._running),
+            agent_running=running,
+            max_concurrent=limit,
+            total_running=total,
             max_total_concurrent=self.max_total_concurrent,
             due=entry.due is not None and entry.due <= now,
         )
+
+    def _lookahead(self) -> int:
+        """How many runs an agent may have dispatched beyond its free slots."""
+        if self._starts is None or self.max_total_concurrent is not None:
+            return 0  # global slots are shared in due order, so none is taken in advance
+        return _LOOKAHEAD
 
     # -------------------------------------------------------------------------- dispatching
 
@@ -1003,10 +1050,12 @@ class ThreadedScheduler:
         mono: float,
         *,
         prompt: str | None = None,
+        start: bool = True,
     ) -> Run:
-        """Claim ``entry``'s slot for a run (state ``running``) fired at ``now``/``mono``.
+        """Claim ``entry``'s slot for a run fired at ``now``/``mono``; caller holds the lock.
 
-        Caller holds the lock.
+        ``start``: the run starts now (state ``running``); otherwise it is only dispatched, and
+        starts when a worker takes it from the agent's ready queue (:meth:`_take_ready`).
         """
         agent = self._agents[entry.agent]
         job = self._job_for(entry)
@@ -1014,7 +1063,6 @@ class ThreadedScheduler:
             raise ScheduleTriggerError(
                 f"{entry.agent}/{entry.name} has no job to run", entry.agent, entry.name
             )
-        timeout = entry.schedule.timeout
         run = Run(
             run_id=new_run_id(),
             agent=entry.agent,
@@ -1029,35 +1077,60 @@ class ThreadedScheduler:
             consecutive_failures=entry.state.consecutive_failures,
             session_id=entry.state.session_id,
             last_run_at=entry.state.last_run_at,
-            deadline=mono + timeout.total_seconds() if timeout else None,
         )
         entry.run = run
         if trigger_type is not TriggerType.MANUAL:
+            run.replan = (entry.due, entry.scheduled_for)
             entry.version += 1  # off the heap while it runs
             entry.due = None
+        self._trigger_count += 1
+        if start:
+            self._start(run, entry, mono)
+        else:
+            run.started = False
+            self._admitted[run.agent] += 1
+            self._admitted_total += 1
+        return run
+
+    def _start(self, run: Run, entry: _Entry, mono: float) -> None:
+        """The run takes a slot and its schedule turns ``running`` (caller holds the lock)."""
+        run.started = True
+        timeout = run.schedule.timeout
+        if timeout:
+            run.deadline = mono + timeout.total_seconds()
         self._running[run.run_id] = run
         self._agent_counts[run.agent] += 1
-        self._trigger_count += 1
-        changes: dict[str, Any] = {"last_run_at": now, "last_slot_at": scheduled_for}
+        changes: dict[str, Any] = {"last_run_at": run.fired_at, "last_slot_at": run.scheduled_for}
         if entry.state.status is Status.IDLE:
             changes["status"] = Status.RUNNING
         self._change_state(entry, **changes)
-        return run
 
-    def _launch(self, runs: list[Run], *, bypass: bool = False) -> None:
-        """Make the claims durable, then hand the runs to their pools.
+    def _launch(self, runs: list[Run], *, bypass: bool = False, queued: bool = False) -> None:
+        """Make the claims durable, then hand the runs to their pools or ready queues.
 
         One durable claim record covers every run of the chunk (an fsync'd append, see
         :meth:`StateStore.claim_runs`), and it comes before any job starts: a process killed right
         after cannot lose the claim, so no other scheduler runs the slot again (at most once per
         slot). The full transitions follow with the next group commit. The timer calls this
         without the lock, so finishing runs settle while the disk syncs; the runs are already
-        marked running in memory, so nothing else can dispatch them meanwhile.
+        dispatched in memory, so nothing else can dispatch them meanwhile.
+
+        The timer's runs (``queued``) join their agent's ready queue; those dispatched ahead of
+        a free slot are claimed as ``ready``, so that recovery can tell whether their job ever
+        started. A manual trigger's run goes straight to a worker.
         """
         if not runs:
             return
+        ahead = self._starts is not None
         claims = [
-            RunClaim(run.agent, run.schedule_name, run.run_id, run.fired_at, run.scheduled_for)
+            RunClaim(
+                run.agent,
+                run.schedule_name,
+                run.run_id,
+                run.fired_at,
+                run.scheduled_for,
+                ready=ahead and not run.started,
+            )
             for run in runs
         ]
         try:
@@ -1066,10 +1139,19 @@ class ThreadedScheduler:
             self._state_error(exc)
             self._flush_quietly()
         with self._lock:
+            touched: set[str] = set()
             for run in runs:
                 agent = self._agents.get(run.agent)  # None: removed while the claim synced
+                if not run.started and (agent is None or self._status != "running"):
+                    self._admitted[run.agent] -= 1
+                    self._admitted_total -= 1
+                    self._unready(run)
+                    continue
+                if not run.started or (queued and agent is not None and self._status != "stopped"):
+                    self._ready.setdefault(run.agent, collections.deque()).append(run)
+                    touched.add(run.agent)
                 # stop(wait_for_jobs=False) may have retired the pools while the claim synced
-                if bypass or agent is None or self._status == "stopped":
+                elif bypass or agent is None or self._status == "stopped":
                     threading.Thread(
                         target=self._execute,
                         args=(run,),
@@ -1078,6 +1160,8 @@ class ThreadedScheduler:
                     ).start()
                 else:
                     self._pool(agent).submit(self._execute, run)
+            for name in touched:
+                self._ensure_drain(name)
         if not self._listens(ev.JobSubmitted):
             return
         for run in runs:
@@ -1090,6 +1174,157 @@ class ThreadedScheduler:
                     scheduled_for=run.scheduled_for,
                 )
             )
+
+    # ------------------------------------------------------------------------- ready queues
+
+    def _ensure_drain(self, name: str) -> None:
+        """Make sure the agent's ready queue is being worked off (caller holds the lock).
+
+        One worker drains the queue, taking run after run on its own thread, which is how a
+        burst of short jobs runs fastest: more threads would only take turns at the GIL. A
+        watcher adds workers, up to ``max_concurrent``, as soon as the queue has not moved for
+        :data:`_STALL_AFTER`: when the running jobs take their time, the waiting ones start
+        beside them.
+        """
+        ready = self._ready.get(name)
+        agent = self._agents.get(name)
+        if not ready or agent is None:
+            return
+        if self._loops[name] == 0:
+            self._loops[name] += 1
+            self._pool(agent).submit(self._drain, name)
+        if name not in self._watching and self._loops[name] < agent.max_concurrent:
+            self._watching.add(name)
+            self._pool(agent).submit(self._watch, name)
+
+    def _drain(self, name: str) -> None:
+        """Worker: run the agent's ready runs one after another until none may start."""
+        while True:
+            with self._lock:
+                taken = self._take_ready(name)
+            if taken is None:
+                return
+            run, claimed_ahead = taken
+            if claimed_ahead and self._starts is not None:
+                self._store_call(self._starts.mark_started, run.run_id)
+            self._execute(run)
+
+    def _take_ready(self, name: str) -> tuple[Run, bool] | None:
+        """The agent's next ready run, started, and whether it was dispatched ahead (caller
+        holds the lock).
+
+        A run dispatched into a free slot started then; one dispatched ahead starts now if a
+        slot is free and its schedule still wants it. None when the queue is empty or the agent
+        is at capacity: the worker then stops draining (a finishing run restarts it, see
+        :meth:`_release`).
+        """
+        ready = self._ready.get(name)
+        agent = self._agents.get(name)
+        while ready:
+            run = ready[0]
+            if run.started:
+                ready.popleft()
+                self._pops[name] += 1
+                return run, False
+            if agent is None or self._status != "running":
+                self._drop_ready(name)
+                continue
+            if self._at_capacity(agent):
+                break
+            ready.popleft()
+            self._admitted[name] -= 1
+            self._admitted_total -= 1
+            self._pops[name] += 1
+            entry = self._entries.get((run.agent, run.schedule_name))
+            if entry is None or entry.run is not run or not self._may_start(entry, run):
+                self._unready(run)
+                continue
+            self._start(run, entry, self.clock.monotonic())
+            return run, True
+        if not ready:
+            self._ready.pop(name, None)
+        self._loops[name] -= 1
+        return None
+
+    def _may_start(self, entry: _Entry, run: Run) -> bool:
+        """Whether a dispatched run may still start: its schedule was neither paused,
+        disabled nor changed while it waited."""
+        return (
+            entry.schedule is run.schedule
+            and entry.schedule.enabled
+            and entry.state.status in (Status.IDLE, Status.RUNNING)
+        )
+
+    def _watch(self, name: str) -> None:
+        """Worker: add workers to the agent's ready queue when it stops moving.
+
+        Polls every :data:`_STALL_AFTER` (real time: it paces threads, not schedules) while the
+        queue holds runs; ends when it is empty, when every slot has a worker, or after it has
+        started the workers a stall called for (the next stall gets a new watcher).
+        """
+        with self._lock:
+            seen = self._pops[name]
+        while True:
+            time.sleep(_STALL_AFTER)
+            with self._lock:
+                ready = self._ready.get(name)
+                agent = self._agents.get(name)
+                if (
+                    not ready
+                    or agent is None
+                    or self._status != "running"
+                    or self._loops[name] >= agent.max_concurrent
+                ):
+                    self._watching.discard(name)
+                    return
+                if self._pops[name] != seen:
+                    seen = self._pops[name]
+                    continue
+                # a worker that finds nothing it may start leaves again
+                added = min(len(ready), agent.max_concurrent - self._loops[name])
+                self._watching.discard(name)
+                self._loops[name] += added
+                pool = self._pool(agent)
+                for _ in range(added - 1):
+                    pool.submit(self._drain, name)
+            self._drain(name)  # this thread becomes one of them
+            return
+
+    def _unready(self, run: Run) -> None:
+        """A dispatched run that will not start: its schedule is planned again as if it had
+        only waited, and its claim is void (caller holds the lock; counters are the caller's)."""
+        self._released_claims.append(run.run_id)
+        entry = self._entries.get((run.agent, run.schedule_name))
+        if entry is None or entry.run is not run:
+            return
+        entry.run = None
+        if entry.due is None and run.replan is not None:  # nothing replanned it meanwhile
+            entry.due, entry.scheduled_for = run.replan
+            entry.version += 1
+        if entry.due is not None and self._status == "running" and self._schedulable(entry):
+            self._push(entry)
+
+    def _drop_ready(self, name: str | None = None) -> None:
+        """Take back the runs dispatched ahead that have not started (caller holds the lock);
+        runs that started at dispatch stay queued and run."""
+        for agent in [name] if name is not None else list(self._ready):
+            ready = self._ready.get(agent)
+            if not ready:
+                continue
+            keep = collections.deque(run for run in ready if run.started)
+            for run in ready:
+                if not run.started:
+                    self._admitted[agent] -= 1
+                    self._admitted_total -= 1
+                    self._unready(run)
+            self._ready[agent] = keep
+
+    def _release_claims(self) -> None:
+        """Tell the store which claims made ahead will never start, before it flushes."""
+        with self._lock:
+            released, self._released_claims = self._released_claims, []
+        if released and self._starts is not None:
+            self._store_call(self._starts.release_claims, released)
 
     def _pool(self, agent: Agent) -> WorkerPool:
         pool = self._pools.get(agent.name)
@@ -1147,7 +1382,9 @@ class ThreadedScheduler:
         """
         if self._status != "running":
             return True
-        if self._waiting and (self.max_total_concurrent is not None or run.agent in self._waiting):
+        if self._waiting and (
+            self.max_total_concurrent is not None or self._wants_dispatch(run.agent)
+        ):
             return True  # a waiting schedule can take the slot (even mid-pass: it may be too late)
         planned = self._planned_wake
         if planned is None:  # the timer is mid-pass and plans from the heap after this
@@ -1160,12 +1397,23 @@ class ThreadedScheduler:
         if flush_at is None or self._flush_in_flight:
             return False
         # due before the planned wake-up, or the last run ended: a quiet gap may start now
-        return flush_at < mono or not (self._running or self._waiting)
+        return flush_at < mono or not (self._running or self._waiting or self._admitted_total)
 
-    def _has_room(self, agent: str) -> bool:
-        """Whether ``agent`` could start a waiting schedule now (caller holds the lock)."""
+    def _wants_dispatch(self, agent: str) -> bool:
+        """Whether the timer should dispatch ``agent``'s waiting schedules now (caller holds the
+        lock): a slot is free and, with a lookahead, the ready queue is running low."""
         agent_obj = self._agents.get(agent)
-        return agent_obj is not None and not self._at_capacity(agent_obj)
+        if agent_obj is None or agent not in self._waiting:
+            return False
+        ahead = self._lookahead()
+        if ahead:
+            return (
+                self._agent_counts[agent] + self._admitted[agent] < agent_obj.max_concurrent + ahead
+                and self._admitted[agent] <= ahead // 2
+            )
+        return not self._at_capacity(agent_obj) and (
+            self._agent_counts[agent] + self._admitted[agent] < agent_obj.max_concurrent
+        )
 
     def _release(self, run: Run) -> None:
         """Free the run's slot (caller holds the lock) and put its schedule back on the heap."""
@@ -1176,6 +1424,8 @@ class ThreadedScheduler:
             entry.run = None
             if entry.due is not None:
                 self._push(entry)
+        if self._loops[run.agent] == 0 and self._ready.get(run.agent):
+            self._ensure_drain(run.agent)  # its workers stopped while the agent was full
         if self._idle_waiters:
             self._idle.notify_all()
 
@@ -1915,7 +2165,7 @@ class ThreadedScheduler:
     def _quiet_until(self, now: datetime) -> bool:
         """Nothing runs or waits, and no run is due within ``commit_delay``."""
         with self._lock:
-            if self._running or self._waiting:
+            if self._running or self._waiting or self._admitted_total:
                 return False
             self._drop_stale_heap_top()
             if not self._heap:
@@ -1923,6 +2173,7 @@ class ThreadedScheduler:
             return (self._heap[0][0] - now).total_seconds() >= self.commit_delay
 
     def _group_commit(self) -> None:
+        self._release_claims()
         try:
             self.store.flush()
             self._store_retry_at = None
@@ -1945,6 +2196,7 @@ class ThreadedScheduler:
                 self._wake.set()  # the timer plans the next commit
 
     def _flush_quietly(self) -> None:
+        self._release_claims()
         try:
             self.store.flush()
         except Exception as exc:
@@ -2153,6 +2405,8 @@ class ThreadedScheduler:
     def _schedule_status(self, entry: _Entry, now: datetime) -> ScheduleStatus:
         state = entry.state
         reason = self._skip_reason(entry, now) if entry.agent in self._agents else None
+        if entry.run is not None and not entry.run.started:
+            reason = SkipReason.AT_CAPACITY  # dispatched, waiting for a free slot
         if reason is SkipReason.NOT_DUE and entry.last_skip is SkipReason.NO_WORK:
             reason = SkipReason.NO_WORK
         return ScheduleStatus(
@@ -2166,7 +2420,7 @@ class ThreadedScheduler:
             last_result=state.last_result,
             last_error=state.last_error,
             consecutive_failures=state.consecutive_failures,
-            running=1 if entry.run is not None else 0,
+            running=1 if entry.run is not None and entry.run.started else 0,
             skip_reason=reason,
             owner=entry.schedule.owner,
             disabled_reason=state.disabled_reason,
@@ -2254,6 +2508,12 @@ class ThreadedScheduler:
 
 #: runs the timer prepares, claims and hands out at a time (see ``_fire_due``)
 _DISPATCH_CHUNK = 64
+#: The first chunk of a pass is small, so the first jobs of a burst start without delay.
+_FIRST_CHUNK = 16
+#: Runs an agent may have dispatched beyond its free slots (claimed ahead, see _fire_due).
+_LOOKAHEAD = 128
+#: How long (real seconds) a ready queue may stand still before more workers join in.
+_STALL_AFTER = 0.002
 
 #: the trigger type of a run the timer fires, by schedule type
 _TIMER_TRIGGERS = {

@@ -85,7 +85,7 @@ class ClaimJournal:
         ready: list[tuple[str, int]] = []  # (run id, offset of its line in data)
         if boot and any(claim.ready for claim in claims):
             at = 0
-            for claim, line in zip(claims, lines):
+            for claim, line in zip(claims, lines, strict=True):
                 if claim.ready:
                     ready.append((claim.run_id, at))
                 at += len(line.encode("utf-8"))

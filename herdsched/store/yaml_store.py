@@ -470,7 +470,7 @@ class YamlStateStore:
             self._claims.append(claims)
 
     def mark_started(self, run_id: str) -> None:
-        """The ready claim ``run_id`` starts now (see :class:`~herdsched.store.base.TracksClaimStarts`)."""
+        """The ready claim ``run_id`` starts now (see ``TracksClaimStarts``)."""
         self._claims.mark_started(run_id)
 
     def release_claims(self, run_ids: Sequence[str]) -> None:
