@@ -246,7 +246,8 @@ class ThreadedScheduler:
         self._admitted: collections.Counter[str] = collections.Counter()  # dispatched, not started
         self._admitted_total = 0
         self._loops: collections.Counter[str] = collections.Counter()  # threads draining _ready
-        self._pops: collections.Counter[str] = collections.Counter()  # progress, for the watcher
+        self._busy: collections.Counter[str] = collections.Counter()  # of those, inside a job
+        self._last_take: dict[str, float] = {}  # when one of them last took a run (monotonic)
         self._watching: set[str] = set()  # agents whose ready queue a watcher looks after
         self._released_claims: list[str] = []  # claims made ahead whose runs never started
         self._listeners: list[tuple[Callable[[Any], None], tuple[type[ev.Event], ...]]] = []
@@ -883,6 +884,8 @@ class ThreadedScheduler:
         self._expire_timeouts(now, mono)
         self._fire_due(now, mono)
         self._drain_events()
+        if self._released_claims:
+            self._release_claims()
         self._flush_if_due(now, mono, background=timer_thread)
         return self._sleep_for(self.clock.now(), self.clock.monotonic(), plan=timer_thread)
 
@@ -993,9 +996,7 @@ class ThreadedScheduler:
                     trigger_type = _TIMER_TRIGGERS[entry.schedule.type]
                     slot = entry.scheduled_for or entry.due
                     # a free slot goes to a run now, unless dispatched runs already wait for it
-                    start = not self._admitted[agent] and not self._at_capacity(
-                        self._agents[agent]
-                    )
+                    start = not self._admitted[agent] and not self._at_capacity(self._agents[agent])
                     started.append(
                         self._prepare_run(entry, trigger_type, slot, now, mono, start=start)
                     )
@@ -1199,9 +1200,16 @@ class ThreadedScheduler:
 
     def _drain(self, name: str) -> None:
         """Worker: run the agent's ready runs one after another until none may start."""
+        busy = False
         while True:
             with self._lock:
+                if busy:
+                    self._busy[name] -= 1
                 taken = self._take_ready(name)
+                busy = taken is not None
+                if busy:
+                    self._busy[name] += 1
+                    self._last_take[name] = time.monotonic()
             if taken is None:
                 return
             run, claimed_ahead = taken
@@ -1224,7 +1232,6 @@ class ThreadedScheduler:
             run = ready[0]
             if run.started:
                 ready.popleft()
-                self._pops[name] += 1
                 return run, False
             if agent is None or self._status != "running":
                 self._drop_ready(name)
@@ -1234,7 +1241,6 @@ class ThreadedScheduler:
             ready.popleft()
             self._admitted[name] -= 1
             self._admitted_total -= 1
-            self._pops[name] += 1
             entry = self._entries.get((run.agent, run.schedule_name))
             if entry is None or entry.run is not run or not self._may_start(entry, run):
                 self._unready(run)
@@ -1258,12 +1264,11 @@ class ThreadedScheduler:
     def _watch(self, name: str) -> None:
         """Worker: add workers to the agent's ready queue when it stops moving.
 
-        Polls every :data:`_STALL_AFTER` (real time: it paces threads, not schedules) while the
-        queue holds runs; ends when it is empty, when every slot has a worker, or after it has
-        started the workers a stall called for (the next stall gets a new watcher).
+        The queue has stalled when every worker draining it is inside a job and the latest of
+        those jobs began :data:`_STALL_AFTER` ago (real time: it paces threads, not schedules).
+        Polls at that period while the queue holds runs; ends when it is empty, when every slot
+        has a worker, or after starting the workers a stall called for.
         """
-        with self._lock:
-            seen = self._pops[name]
         while True:
             time.sleep(_STALL_AFTER)
             with self._lock:
@@ -1277,9 +1282,11 @@ class ThreadedScheduler:
                 ):
                     self._watching.discard(name)
                     return
-                if self._pops[name] != seen:
-                    seen = self._pops[name]
-                    continue
+                if (
+                    self._busy[name] < self._loops[name]
+                    or time.monotonic() - self._last_take.get(name, 0.0) < _STALL_AFTER
+                ):
+                    continue  # a worker is free, or its job has only just begun
                 # a worker that finds nothing it may start leaves again
                 added = min(len(ready), agent.max_concurrent - self._loops[name])
                 self._watching.discard(name)
@@ -1293,7 +1300,8 @@ class ThreadedScheduler:
     def _unready(self, run: Run) -> None:
         """A dispatched run that will not start: its schedule is planned again as if it had
         only waited, and its claim is void (caller holds the lock; counters are the caller's)."""
-        self._released_claims.append(run.run_id)
+        if self._starts is not None:
+            self._released_claims.append(run.run_id)
         entry = self._entries.get((run.agent, run.schedule_name))
         if entry is None or entry.run is not run:
             return
@@ -2513,7 +2521,7 @@ _FIRST_CHUNK = 16
 #: Runs an agent may have dispatched beyond its free slots (claimed ahead, see _fire_due).
 _LOOKAHEAD = 128
 #: How long (real seconds) a ready queue may stand still before more workers join in.
-_STALL_AFTER = 0.002
+_STALL_AFTER = 0.005
 
 #: the trigger type of a run the timer fires, by schedule type
 _TIMER_TRIGGERS = {

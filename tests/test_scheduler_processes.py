@@ -180,3 +180,42 @@ def test_a_claim_only_in_the_journal_still_prevents_a_second_run_after_kill_9(
     finally:
         sched.stop()
     assert YamlStateStore(tmp_path).load_claims() == []  # the flush at stop covered it
+
+
+def test_runs_claimed_ahead_that_never_started_run_after_kill_9(
+    tmp_path: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    log = tmp_path / "runs.log"
+    victim = spawn(tmp_path, log, "hang-queue")
+    procs.append(victim)
+    journal = tmp_path / "claims.log"
+
+    def queued_claims() -> int:
+        return journal.read_text().count('"ready"') if journal.exists() else 0
+
+    assert wait_for(lambda: len(runs(log)) == 1 and queued_claims() == 2)
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait(10)
+    assert [c.schedule for c in YamlStateStore(tmp_path).load_claims()] == ["s"]
+    ran: list[str] = []
+    sched = ThreadedScheduler(state_dir=tmp_path, max_sleep=0.5)
+    every = Schedule.interval("1h")
+    sched.add_agent(
+        Agent(
+            "a",
+            job=lambda info: ran.append(info.schedule),
+            max_concurrent=1,
+            schedules={"s": every, "t": every, "u": every},
+        )
+    )
+    sched.start()
+    try:
+        assert wait_for(lambda: sorted(ran) == ["t", "u"], timeout=10)
+        time.sleep(0.3)
+        assert sorted(ran) == ["t", "u"]  # s started before the kill: it is not run again
+        assert [r.status for r in sched.history("a", "s")] == [RunStatus.INTERRUPTED]
+        for name in ("t", "u"):
+            assert [r.status for r in sched.history("a", name)] == [RunStatus.SUCCESS]
+    finally:
+        sched.stop()
+    assert [pid for pid, _ in runs(log)] == [victim.pid]

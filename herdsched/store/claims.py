@@ -61,6 +61,9 @@ class ClaimJournal:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._file_lock = threading.Lock()  # the file itself: appends, size, rewrites
+        # Start marks, the ready claims' offsets and the mark file descriptor; held only briefly,
+        # never across a sync of an append, so a run starting never waits for the disk.
+        self._marks_lock = threading.Lock()
         self._cond = threading.Condition()  # the group-commit queue below
         # (lines, each ready claim's run id and offset in them)
         self._queue: list[tuple[bytes, list[tuple[str, int]]]] = []
@@ -126,18 +129,19 @@ class ClaimJournal:
     def _write(self, batch: list[tuple[bytes, list[tuple[str, int]]]]) -> None:
         with self._file_lock:
             created = not self.path.exists()
-            if created:
-                self._close_mark_fd()  # the file it wrote to is gone
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
-                offset = os.fstat(fd).st_size  # the only writer: appends land here
-                for data, ready in batch:
-                    for run_id, at in ready:
-                        self._unstarted[run_id] = offset + at
-                    offset += len(data)
-                view = memoryview(b"".join(data for data, _ in batch))
-                while view:
-                    view = view[os.write(fd, view) :]
+                with self._marks_lock:  # no mark may land between the size and the write
+                    if created:
+                        self._close_mark_fd()  # the file it wrote to is gone
+                    offset = os.fstat(fd).st_size
+                    for data, ready in batch:
+                        for run_id, at in ready:
+                            self._unstarted[run_id] = offset + at
+                        offset += len(data)
+                    view = memoryview(b"".join(data for data, _ in batch))
+                    while view:
+                        view = view[os.write(fd, view) :]
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -147,7 +151,7 @@ class ClaimJournal:
 
     def mark_started(self, run_id: str) -> None:
         """Append the start mark of a ready claim, unsynced (see the module docstring)."""
-        with self._file_lock:
+        with self._marks_lock:
             if self._unstarted.pop(run_id, None) is None:
                 return  # not a ready claim of this journal: it counts as started anyway
             if self._mark_fd is None:
@@ -156,13 +160,13 @@ class ClaimJournal:
 
     def release(self, run_ids: Sequence[str]) -> None:
         """Forget ready claims whose runs will never start: group commits may drop them."""
-        with self._file_lock:
+        with self._marks_lock:
             for run_id in run_ids:
                 self._unstarted.pop(run_id, None)
 
     def droppable(self) -> int:
         """How many leading bytes a group commit may drop: up to the first unstarted claim."""
-        with self._file_lock:
+        with self._file_lock, self._marks_lock:
             try:
                 size = self.path.stat().st_size
             except FileNotFoundError:
@@ -171,7 +175,7 @@ class ClaimJournal:
 
     def close(self) -> None:
         """Close the file kept open for start marks (the journal can still be used)."""
-        with self._file_lock:
+        with self._marks_lock:
             self._close_mark_fd()
 
     def _close_mark_fd(self) -> None:
@@ -234,7 +238,7 @@ class ClaimJournal:
         """Forget the first ``offset`` bytes (claims now recorded in ``state.yaml``)."""
         if offset <= 0:
             return
-        with self._file_lock:
+        with self._file_lock, self._marks_lock:
             try:
                 data = self.path.read_bytes()
             except FileNotFoundError:

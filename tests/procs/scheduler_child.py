@@ -4,7 +4,8 @@ Usage: scheduler_child.py STATE_DIR LOG_FILE MODE
 
 Each run appends ``pid slot`` to LOG_FILE (O_APPEND, one write per line) so the parent can check
 that no slot ran twice across processes. MODE ``tick`` runs a 1-second cron; ``hang`` runs a job
-that never returns (to be killed mid-run).
+that never returns (to be killed mid-run); ``hang-queue`` gives one slot to three schedules due
+together, so the first hangs while the other two wait, claimed ahead, in the ready queue.
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ def main() -> None:
             os.write(fd, line)
         finally:
             os.close(fd)
-        if mode in ("hang", "hang-unflushed"):
+        if mode in ("hang", "hang-unflushed", "hang-queue"):
             time.sleep(3600)
         return "ran"
 
     schedule = Schedule.cron("* * * * * *") if mode == "tick" else Schedule.interval("1h")
     # hang-unflushed: the group commit never comes, only the claim journal knows of the run
-    commit_delay = 3600.0 if mode == "hang-unflushed" else 0.1
+    commit_delay = 3600.0 if mode in ("hang-unflushed", "hang-queue") else 0.1
     sched = ThreadedScheduler(
         state_dir=state_dir,
         max_sleep=0.5,
@@ -42,7 +43,10 @@ def main() -> None:
         poll_interval=0.2,
         commit_delay=commit_delay,
     )
-    sched.add_agent(Agent("a", job=record, schedules={"s": schedule}))
+    names = ("s", "t", "u") if mode == "hang-queue" else ("s",)
+    slots = 1 if mode == "hang-queue" else 10
+    schedules = dict.fromkeys(names, schedule)
+    sched.add_agent(Agent("a", job=record, max_concurrent=slots, schedules=schedules))
     sched.run_forever()
 
 
