@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import herdsched.store.claims as claims_module
+import herdsched.store.start_marks as start_marks
 from herdsched.store.base import RunClaim
 from herdsched.store.claims import ClaimJournal
 from herdsched.store.yaml_store import YamlStateStore
@@ -201,10 +202,41 @@ def test_a_ready_claim_counts_only_once_its_run_started(tmp_path: Path) -> None:
     journal = ClaimJournal(tmp_path / "claims.log")
     journal.append([claim("now"), ready("waits"), ready("starts")])
     journal.mark_started("run-starts")
-    journal.mark_started("run-unknown")  # not a ready claim: nothing is written
+    journal.mark_started("run-unknown")  # not a ready claim of this journal: nothing to set
     assert journal.read() == [claim("now"), ready("starts")]
-    lines = journal.path.read_text().splitlines()
-    assert len(lines) == 4 and lines[-1] == '{"started":"run-starts"}'
+    assert len(journal.path.read_text().splitlines()) == 3  # marks live outside the journal
+    assert ClaimJournal(journal.path).read() == [claim("now"), ready("starts")]  # any reader
+    marks = journal._marks
+    assert marks is not None and marks.path.exists()
+    if Path("/dev/shm").is_dir():
+        assert marks.path.parent == Path("/dev/shm")  # memory: gone at reboot, as marks should be
+    journal.close()
+    assert not marks.path.exists()
+    assert journal.read() == [claim("now"), ready("waits"), ready("starts")]  # the safe side
+
+
+def test_marks_are_reused_only_once_the_journal_is_empty_and_dead_owners_are_swept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dead = ClaimJournal(tmp_path / "claims.log")
+    dead.append([ready("old")])
+    dead_marks = dead._marks
+    assert dead_marks is not None
+    journal = ClaimJournal(tmp_path / "claims.log")  # the next owner, after a crash
+    assert journal.read() == []  # "old" never started
+    monkeypatch.setattr(start_marks, "MARKS_SIZE", 3)
+    journal.append([ready("a1"), ready("a2")])
+    journal.append([ready("a3"), ready("a4")])  # one byte left for two: ordinary claims
+    assert journal.path.read_text().count('"mark":') == 3  # old, a1 and a2
+    assert journal.read() == [claim("a3"), claim("a4")]
+    for name in ("a1", "a2"):
+        journal.mark_started(f"run-{name}")
+    journal.drop_through(journal.droppable())
+    assert journal.size() == 0 and dead_marks.path.exists() is False
+    journal.append([ready("b1")])
+    assert '"mark":0' in journal.path.read_text()  # byte 0 again, cleared
+    assert journal.read() == []
+    journal.close()
 
 
 def test_a_ready_claim_from_another_boot_counts_as_started(

@@ -7,13 +7,13 @@ it costs a fraction of one. The claims' full transitions reach ``state.yaml`` wi
 commit, which then drops the journal lines it covers. A torn last line (a crash mid-append) is
 ignored: that claim never became durable, so its job never started.
 
-A claim made ahead (``ready``, for a run waiting for a free slot) carries the machine's boot id,
-and its run appends an unsynced ``{"started": run_id}`` line just before the job runs. A process
-killed in between leaves that line in the page cache, so on the same boot a ready claim without
-it is known never to have started, and recovery ignores it. After a reboot the unsynced line may
-be lost, so a ready claim from an earlier boot counts as started (at most once, whatever happens).
-Group commits never drop a ready claim whose run has not started: its transition is not pending
-yet.
+A claim made ahead (``ready``, for a run waiting for a free slot) carries the machine's boot id
+and a byte of a memory-mapped marks file (see :mod:`herdsched.store.start_marks`) that its run
+sets just before the job runs. A process killed in between leaves the byte in memory, so on the
+same boot a ready claim whose byte is unset is known never to have started, and recovery ignores
+it. After a reboot the marks are gone, so a ready claim from an earlier boot counts as started
+(at most once, whatever happens). Group commits never drop a ready claim whose run has not
+started: its transition is not pending yet.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from pathlib import Path
 
 from herdsched.store.base import RunClaim
 from herdsched.store.files import atomic_write, fsync_dir
+from herdsched.store.start_marks import StartMarks, read_marks
 from herdsched.timestamps import format_timestamp, parse_timestamp
 
 __all__ = ["ClaimJournal", "boot_id"]
@@ -61,12 +62,12 @@ class ClaimJournal:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._file_lock = threading.Lock()  # the file itself: appends, size, rewrites
-        # Start marks, the ready claims' offsets and the mark file descriptor; held only briefly,
-        # never across a sync of an append, so a run starting never waits for the disk.
+        # The start marks and the ready claims' offsets; held only briefly, never across a sync
+        # of an append, so a run starting never waits for the disk.
         self._marks_lock = threading.Lock()
         self._cond = threading.Condition()  # the group-commit queue below
-        # (lines, each ready claim's run id and offset in them)
-        self._queue: list[tuple[bytes, list[tuple[str, int]]]] = []
+        # (lines, each ready claim's run id, offset in them and mark byte)
+        self._queue: list[tuple[bytes, list[tuple[str, int, int]]]] = []
         self._queued = 0  # tickets handed out
         self._durable = 0  # tickets whose lines are synced (or failed)
         self._writing = False
@@ -75,22 +76,27 @@ class ClaimJournal:
         # restart recovery, may drop them: another process writing state.yaml (the CLI, a web
         # worker) has not got their transitions to write.
         self.owned = False
-        # ready claims whose run has not started → offset of their batch in the file
-        self._unstarted: dict[str, int] = {}
-        self._mark_fd: int | None = None  # kept open: a start mark is one write, no open/close
+        # ready claims whose run has not started → (offset of their line, their mark byte)
+        self._unstarted: dict[str, tuple[int, int]] = {}
+        self._marks: StartMarks | None = None  # made with the first ready claim
+        self._swept = False  # marks files of dead processes removed
 
     def append(self, claims: Sequence[RunClaim]) -> None:
         """Durably record ``claims``: returns once they are written and synced."""
         if not claims:
             return
-        boot = boot_id()
-        lines = _encode_all(claims, boot)
-        ready: list[tuple[str, int]] = []  # (run id, offset of its line in data)
-        if boot and any(claim.ready for claim in claims):
-            at = 0
+        ahead = sum(1 for claim in claims if claim.ready)
+        first = self._allocate_marks(ahead) if ahead else None
+        marks = self._marks
+        generation = marks.generation if first is not None and marks is not None else None
+        lines = _encode_all(claims, boot_id(), generation, first or 0)
+        ready: list[tuple[str, int, int]] = []  # (run id, offset of its line in data, mark)
+        if generation is not None and first is not None:
+            at, mark = 0, first
             for claim, line in zip(claims, lines, strict=True):
                 if claim.ready:
-                    ready.append((claim.run_id, at))
+                    ready.append((claim.run_id, at, mark))
+                    mark += 1
                 at += len(line.encode("utf-8"))
         data = "".join(lines).encode("utf-8")
         with self._cond:
@@ -126,18 +132,30 @@ class ClaimJournal:
                     self._failed[ticket] = error
             self._cond.notify_all()
 
-    def _write(self, batch: list[tuple[bytes, list[tuple[str, int]]]]) -> None:
+    def _allocate_marks(self, count: int) -> int | None:
+        """The first of ``count`` mark bytes for ready claims; None: write them as ordinary
+        claims (no boot id, no marks file, or the marks used up until the journal empties)."""
+        if boot_id() is None:
+            return None
+        with self._marks_lock:
+            if self._marks is None:
+                try:
+                    self._marks = StartMarks(self.path)
+                except OSError as exc:
+                    log.warning("no start marks for %s: %s", self.path, exc)
+                    return None
+            return self._marks.allocate(count)
+
+    def _write(self, batch: list[tuple[bytes, list[tuple[str, int, int]]]]) -> None:
         with self._file_lock:
             created = not self.path.exists()
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
-                with self._marks_lock:  # no mark may land between the size and the write
-                    if created:
-                        self._close_mark_fd()  # the file it wrote to is gone
+                with self._marks_lock:  # a drop's offsets see this write whole or not at all
                     offset = os.fstat(fd).st_size
                     for data, ready in batch:
-                        for run_id, at in ready:
-                            self._unstarted[run_id] = offset + at
+                        for run_id, at, mark in ready:
+                            self._unstarted[run_id] = (offset + at, mark)
                         offset += len(data)
                     view = memoryview(b"".join(data for data, _ in batch))
                     while view:
@@ -150,13 +168,12 @@ class ClaimJournal:
             self.owned = True
 
     def mark_started(self, run_id: str) -> None:
-        """Append the start mark of a ready claim, unsynced (see the module docstring)."""
+        """Set the start mark of a ready claim (a store to shared memory: no system call)."""
         with self._marks_lock:
-            if self._unstarted.pop(run_id, None) is None:
-                return  # not a ready claim of this journal: it counts as started anyway
-            if self._mark_fd is None:
-                self._mark_fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            os.write(self._mark_fd, f'{{"started":{_quote(run_id)}}}\n'.encode())
+            known = self._unstarted.pop(run_id, None)
+            if known is not None and self._marks is not None:
+                self._marks.set(known[1])
+            # otherwise not a ready claim of this journal: it counts as started anyway
 
     def release(self, run_ids: Sequence[str]) -> None:
         """Forget ready claims whose runs will never start: group commits may drop them."""
@@ -171,17 +188,16 @@ class ClaimJournal:
                 size = self.path.stat().st_size
             except FileNotFoundError:
                 size = 0
-            return min(size, *self._unstarted.values()) if self._unstarted else size
+            if not self._unstarted:
+                return size
+            return min(size, *(offset for offset, _ in self._unstarted.values()))
 
     def close(self) -> None:
-        """Close the file kept open for start marks (the journal can still be used)."""
+        """Delete this instance's marks file (the journal can still be used without marks)."""
         with self._marks_lock:
-            self._close_mark_fd()
-
-    def _close_mark_fd(self) -> None:
-        fd, self._mark_fd = self._mark_fd, None
-        if fd is not None:
-            os.close(fd)
+            marks, self._marks = self._marks, None
+        if marks is not None:
+            marks.close()
 
     def size(self) -> int:
         """The journal's length in bytes (0 when absent)."""
@@ -201,38 +217,34 @@ class ClaimJournal:
             text = self.path.read_bytes().decode("utf-8", errors="replace")
         except FileNotFoundError:
             return []
-        claims: list[tuple[RunClaim, object]] = []
-        started: set[str] = set()
+        claims: list[RunClaim] = []
+        boot = boot_id()
+        marks: dict[str, bytes | None] = {}
         for number, line in enumerate(text.split("\n"), start=1):
             if not line.strip():
                 continue
             try:
                 raw = json.loads(line)
-                if isinstance(raw, dict) and isinstance(raw.get("started"), str):
-                    started.add(raw["started"])
-                    continue
-                ready = raw.get("ready")
-                claims.append(
-                    (
-                        RunClaim(
-                            agent=raw["agent"],
-                            schedule=raw["schedule"],
-                            run_id=raw["run_id"],
-                            run_at=parse_timestamp(raw["run_at"]),
-                            slot=parse_timestamp(raw["slot"]) if raw.get("slot") else None,
-                            ready=ready is not None,
-                        ),
-                        ready,
-                    )
+                claim = RunClaim(
+                    agent=raw["agent"],
+                    schedule=raw["schedule"],
+                    run_id=raw["run_id"],
+                    run_at=parse_timestamp(raw["run_at"]),
+                    slot=parse_timestamp(raw["slot"]) if raw.get("slot") else None,
+                    ready="ready" in raw,
                 )
+                if claim.ready and raw["ready"] == boot:
+                    generation, mark = str(raw["marks"]), int(raw["mark"])
+                    if generation not in marks:
+                        marks[generation] = read_marks(self.path, generation)
+                    found = marks[generation]
+                    if found is not None and 0 <= mark < len(found) and not found[mark]:
+                        continue  # claimed ahead, never started: as if it had only waited
             except (ValueError, KeyError, TypeError, AttributeError):
                 log.warning("%s line %d is not a complete claim; ignored", self.path, number)
-        boot = boot_id()
-        return [
-            claim
-            for claim, ready in claims
-            if not (ready is not None and ready == boot and claim.run_id not in started)
-        ]
+                continue
+            claims.append(claim)
+        return claims
 
     def drop_through(self, offset: int) -> None:
         """Forget the first ``offset`` bytes (claims now recorded in ``state.yaml``)."""
@@ -244,15 +256,19 @@ class ClaimJournal:
             except FileNotFoundError:
                 return
             rest = data[offset:]
-            for run_id, at in self._unstarted.items():  # never past one: see droppable()
-                self._unstarted[run_id] = max(0, at - offset)
+            for run_id, (at, mark) in self._unstarted.items():  # never past one: droppable()
+                self._unstarted[run_id] = (max(0, at - offset), mark)
             if rest:
                 atomic_write(self.path, rest)
-                self._close_mark_fd()  # it points at the replaced file
-            else:
-                with open(self.path, "r+b") as handle:
-                    handle.truncate(0)
-                    os.fsync(handle.fileno())
+                return
+            with open(self.path, "r+b") as handle:
+                handle.truncate(0)
+                os.fsync(handle.fileno())
+            if self._marks is not None and not self._unstarted:
+                self._marks.reset()  # no claim refers to a mark any more
+                if not self._swept:  # this journal owns the claims: dead owners' marks can go
+                    self._marks.remove_others()
+                    self._swept = True
 
 
 @functools.lru_cache(maxsize=65536)
@@ -266,15 +282,22 @@ def _quote(run_id: str) -> str:
     return f'"{run_id}"' if run_id.isascii() and run_id.isalnum() else json.dumps(run_id)
 
 
-def _encode_all(claims: Sequence[RunClaim], boot: str | None = None) -> list[str]:
+def _encode_all(
+    claims: Sequence[RunClaim],
+    boot: str | None = None,
+    generation: str | None = None,
+    first_mark: int = 0,
+) -> list[str]:
     """One JSON line per claim; the same text ``json.dumps`` gives, built from cached pieces.
 
     The claims of one timer pass share their ``run_at`` and often their slot, so each distinct
     instant is formatted once per batch; run ids made by the scheduler (hex digits) need no
-    escaping. A ready claim carries ``boot`` (without a boot id it is written as an ordinary
-    claim, which recovery treats as started).
+    escaping. A ready claim carries ``boot``, the marks ``generation`` and its mark byte, counted
+    from ``first_mark``; without a generation it is written as an ordinary claim, which recovery
+    treats as started.
     """
-    ready_tail = f',"ready":{json.dumps(boot)}}}\n' if boot else "}\n"
+    ahead = f',"ready":{json.dumps(boot)},"marks":"{generation}","mark":' if generation else ""
+    mark = first_mark
     stamps: dict[datetime, str] = {}
     lines: list[str] = []
     for claim in claims:
@@ -286,7 +309,10 @@ def _encode_all(claims: Sequence[RunClaim], boot: str | None = None) -> list[str
             slot = stamps.get(claim.slot) or ""
             if not slot:
                 slot = stamps[claim.slot] = f'"{format_timestamp(claim.slot)}"'
-        tail = ready_tail if claim.ready else "}\n"
+        tail = "}\n"
+        if claim.ready and ahead:
+            tail = f"{ahead}{mark}}}\n"
+            mark += 1
         lines.append(
             f'{_line_head(claim.agent, claim.schedule)}{_quote(claim.run_id)},"run_at":{run_at},'
             f'"slot":{slot}{tail}'
