@@ -250,6 +250,7 @@ class ThreadedScheduler:
         self._last_take: dict[str, float] = {}  # when one of them last took a run (monotonic)
         self._watching: set[str] = set()  # agents whose ready queue a watcher looks after
         self._released_claims: list[str] = []  # claims made ahead whose runs never started
+        self._no_lookahead_until = 0.0  # monotonic; set when a claim could not be made durable
         self._listeners: list[tuple[Callable[[Any], None], tuple[type[ev.Event], ...]]] = []
         self._pending_events: list[ev.Event] = []
         self._listened: dict[type[ev.Event], bool] = {}  # event kind → anyone listens
@@ -358,6 +359,8 @@ class ThreadedScheduler:
                 return
             self._status = "stopping"
             self._drop_ready()  # dispatched runs that have not started never will
+            for name in list(self._ready):
+                self._ensure_drain(name)  # those that started at dispatch still run
             self._changed()
         timed_out = False
         remaining = 0
@@ -521,6 +524,7 @@ class ThreadedScheduler:
                 self._save_definition(agent, name, schedule)
             self._agents[agent] = self._agents[agent].with_schedule(name, schedule)
             entry.schedule = schedule
+            self._take_back(entry)  # it runs with the new definition
             if cadence_changed or "enabled" in changes:
                 now = self.clock.now()
                 due = self._fresh_due(entry, now, recompute=cadence_changed)
@@ -548,6 +552,7 @@ class ThreadedScheduler:
                 entry.version += 1
                 entry.due = None
                 entry.state = evolve(entry.state, status=Status.PAUSED)
+                self._take_back(entry)
             self._write_intent(entry, status=Status.PAUSED)
             self._emit(
                 ev.SchedulePaused(at=self.clock.now(), agent=entry.agent, schedule=entry.name)
@@ -1038,6 +1043,8 @@ class ThreadedScheduler:
         """How many runs an agent may have dispatched beyond its free slots."""
         if self._starts is None or self.max_total_concurrent is not None:
             return 0  # global slots are shared in due order, so none is taken in advance
+        if self._no_lookahead_until and self.clock.monotonic() < self._no_lookahead_until:
+            return 0  # a claim failed lately: claim only what starts at once
         return _LOOKAHEAD
 
     # -------------------------------------------------------------------------- dispatching
@@ -1134,16 +1141,20 @@ class ThreadedScheduler:
             )
             for run in runs
         ]
+        claimed = True
         try:
             self.store.claim_runs(claims)
         except Exception as exc:  # keep the in-memory truth; make it durable the slow way
+            claimed = False
             self._state_error(exc)
-            self._flush_quietly()
+            self._flush_quietly()  # covers the runs that started; the others are taken back
         with self._lock:
+            if not claimed:
+                self._no_lookahead_until = self.clock.monotonic() + _STORE_RETRY
             touched: set[str] = set()
             for run in runs:
                 agent = self._agents.get(run.agent)  # None: removed while the claim synced
-                if not run.started and (agent is None or self._status != "running"):
+                if not run.started and (not claimed or agent is None or self._status != "running"):
                     self._admitted[run.agent] -= 1
                     self._admitted_total -= 1
                     self._unready(run)
@@ -1213,9 +1224,12 @@ class ThreadedScheduler:
             if taken is None:
                 return
             run, claimed_ahead = taken
-            if claimed_ahead and self._starts is not None:
-                self._store_call(self._starts.mark_started, run.run_id)
-            self._execute(run)
+            try:
+                if claimed_ahead and self._starts is not None:
+                    self._store_call(self._starts.mark_started, run.run_id)
+                self._execute(run)
+            except Exception:  # the queue must keep moving whatever happened to this run
+                self.log.exception("worker of agent %r failed after a run", name)
 
     def _take_ready(self, name: str) -> tuple[Run, bool] | None:
         """The agent's next ready run, started, and whether it was dispatched ahead (caller
@@ -1237,7 +1251,13 @@ class ThreadedScheduler:
                 self._drop_ready(name)
                 continue
             if self._at_capacity(agent):
-                break
+                # a run started at dispatch holds its slot already; two passes can queue it
+                # behind one dispatched ahead
+                holder = next((queued for queued in ready if queued.started), None)
+                if holder is None:
+                    break
+                ready.remove(holder)
+                return holder, False
             ready.popleft()
             self._admitted[name] -= 1
             self._admitted_total -= 1
@@ -1256,7 +1276,7 @@ class ThreadedScheduler:
         """Whether a dispatched run may still start: its schedule was neither paused,
         disabled nor changed while it waited."""
         return (
-            entry.schedule is run.schedule
+            (entry.schedule is run.schedule or entry.schedule == run.schedule)
             and entry.schedule.enabled
             and entry.state.status in (Status.IDLE, Status.RUNNING)
         )
@@ -1302,15 +1322,36 @@ class ThreadedScheduler:
         only waited, and its claim is void (caller holds the lock; counters are the caller's)."""
         if self._starts is not None:
             self._released_claims.append(run.run_id)
+        if self._idle_waiters:
+            self._idle.notify_all()  # it may have been the last thing to wait for
         entry = self._entries.get((run.agent, run.schedule_name))
         if entry is None or entry.run is not run:
             return
         entry.run = None
+        if not self._schedulable(entry):
+            entry.due = entry.scheduled_for = None  # paused or disabled: planned on resume
+            entry.version += 1
+            return
         if entry.due is None and run.replan is not None:  # nothing replanned it meanwhile
             entry.due, entry.scheduled_for = run.replan
             entry.version += 1
-        if entry.due is not None and self._status == "running" and self._schedulable(entry):
+        if entry.due is not None and self._status == "running":
             self._push(entry)
+            self._wake.set()  # due again, most likely at once
+
+    def _take_back(self, entry: _Entry) -> None:
+        """Take back ``entry``'s run if it waits in a ready queue (caller holds the lock): a
+        paused, changed or removed schedule must not start from there."""
+        run = entry.run
+        if run is None or run.started:
+            return
+        ready = self._ready.get(run.agent)
+        if ready is None or run not in ready:
+            return  # its claim is still syncing: the launch or the worker decides
+        ready.remove(run)
+        self._admitted[run.agent] -= 1
+        self._admitted_total -= 1
+        self._unready(run)
 
     def _drop_ready(self, name: str | None = None) -> None:
         """Take back the runs dispatched ahead that have not started (caller holds the lock);
@@ -1319,13 +1360,14 @@ class ThreadedScheduler:
             ready = self._ready.get(agent)
             if not ready:
                 continue
-            keep = collections.deque(run for run in ready if run.started)
-            for run in ready:
-                if not run.started:
-                    self._admitted[agent] -= 1
-                    self._admitted_total -= 1
-                    self._unready(run)
-            self._ready[agent] = keep
+            waiting = [run for run in ready if not run.started]
+            kept = [run for run in ready if run.started]
+            ready.clear()
+            ready.extend(kept)  # in place: a worker may hold this very queue
+            for run in waiting:
+                self._admitted[agent] -= 1
+                self._admitted_total -= 1
+                self._unready(run)
 
     def _release_claims(self) -> None:
         """Tell the store which claims made ahead will never start, before it flushes."""
@@ -1716,6 +1758,7 @@ class ThreadedScheduler:
                 updated = self._agents[agent.name].with_schedule(name, schedule)
                 self._agents[agent.name] = updated
                 self._install_entry(updated, name, schedule, persisted=True)
+        self._ensure_drain(agent.name)  # more slots: runs waiting in its queue may start now
 
     def _install_entry(
         self, agent: Agent, name: str, schedule: Schedule, *, persisted: bool
@@ -1725,6 +1768,9 @@ class ThreadedScheduler:
         now = self.clock.now()
         if existing is not None:
             cadence_changed = existing.schedule.cadence != schedule.cadence
+            if existing.schedule != schedule:
+                existing.schedule = schedule
+                self._take_back(existing)
             existing.schedule = schedule
             existing.persisted_definition = existing.persisted_definition or persisted
             if existing.run is None and self._status == "running":
@@ -1884,9 +1930,11 @@ class ThreadedScheduler:
             self._change_state(entry, cadence=description, type=schedule_type, owner=owner)
 
     def _drop_entry(self, agent: str, name: str, *, forget_state: bool) -> None:
-        entry = self._entries.pop((agent, name), None)
+        entry = self._entries.get((agent, name))
         if entry is None:
             return
+        self._take_back(entry)
+        del self._entries[(agent, name)]
         entry.version += 1
         entry.due = None
         if forget_state:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from scheduler_helpers import T0, running, wait_until
+from scheduler_helpers import T0, Recorder, running, wait_until
 
 from herdsched import Agent, Schedule, SkipReason, Status, ThreadedScheduler
 from herdsched.store import MemoryStateStore, YamlStateStore
@@ -216,3 +217,138 @@ def test_a_waiting_run_starts_beside_a_long_job_in_real_time() -> None:
         assert wait_until(lambda: len(finished) == 2, timeout=10)
     assert time.monotonic() - began < 10
     assert sorted(finished) == ["x", "y"]
+
+
+# -- found by review: each failed before its fix ---------------------------------------------
+
+
+def test_removing_an_agent_whose_runs_wait_leaves_the_scheduler_usable() -> None:
+    gate = Gate()
+    with running() as (sched, _clock):
+        sched.add_agent(three_due(gate))
+        sched.start()
+        sched.run_pending()
+        assert wait_until(lambda: gate.order == ["first"])
+        sched.remove_agent("a")
+        gate.release.set()
+        assert sched.wait_until_idle(10)
+        assert gate.order == ["first"]
+        sched.add_agent(three_due(Recorder()))  # the lock is free, the timer still plans
+    assert sched.status == "stopped"
+
+
+def test_runs_dispatched_ahead_never_start_without_a_durable_claim() -> None:
+    class FirstClaimFails(MemoryStateStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.durable: set[str] = set()
+            self.failed = False
+
+        def claim_runs(self, claims: Any) -> None:
+            if not self.failed:
+                self.failed = True
+                raise OSError("disk hiccup")
+            self.durable.update(claim.run_id for claim in claims)
+
+    store = FirstClaimFails()
+    unclaimed: list[str] = []
+
+    def job(info: Any) -> None:
+        if info.schedule != "first" and info.run_id not in store.durable:
+            unclaimed.append(info.schedule)
+
+    with running(store=store) as (sched, clock):
+        sched.add_agent(three_due(job))
+        sched.start()
+        for _ in range(4):
+            clock.advance(6)  # past the retry pause that follows a failed claim
+            sched.run_pending()
+            assert sched.wait_until_idle(10)
+        ran = [record.schedule for record in sched.history("a")]
+    assert sorted(ran) == ["first", "second", "third"]
+    assert unclaimed == []  # "first" started at dispatch, as before, when its claim failed
+
+
+def test_wait_until_idle_wakes_when_the_last_waiting_run_is_taken_back() -> None:
+    gate = Gate()
+    due = Schedule.interval("1h", start_at=T0)
+    agent = Agent("a", job=gate, max_concurrent=1, schedules={"first": due, "second": due})
+    with running() as (sched, _clock):
+        execute = sched._execute
+
+        def slow_after(run: Any) -> None:  # the worker dwells before it looks at the queue
+            execute(run)
+            time.sleep(0.3)
+
+        sched._execute = slow_after  # type: ignore[method-assign]
+        sched.add_agent(agent)
+        sched.start()
+        sched.run_pending()
+        assert wait_until(lambda: gate.order == ["first"])
+        sched.pause("a", "second")
+        gate.release.set()
+        began = time.monotonic()
+        assert sched.wait_until_idle(5)
+        assert time.monotonic() - began < 4  # woken, not timed out
+        assert gate.order == ["first"]
+
+
+def test_a_run_taken_back_because_its_schedule_changed_starts_without_waiting_for_max_sleep() -> (
+    None
+):
+    gate = Gate()
+    sched = ThreadedScheduler(state_dir=None, max_sleep=30)
+    due = Schedule.interval("1h")
+    sched.add_agent(Agent("a", job=gate, max_concurrent=1, schedules={"first": due, "second": due}))
+    with sched:
+        assert wait_until(lambda: gate.order == ["first"])
+        time.sleep(0.2)  # the timer has planned its sleep: up to max_sleep
+        sched.update_schedule("a", "second", prompt="changed")
+        time.sleep(0.2)
+        gate.release.set()
+        assert wait_until(lambda: gate.order == ["first", "second"], timeout=10)
+
+
+def test_more_slots_start_the_runs_waiting_in_the_queue() -> None:
+    gate = Gate()
+    with running() as (sched, _clock):
+        agent = three_due(gate)
+        sched.add_agent(agent)
+        sched.start()
+        sched.run_pending()
+        assert wait_until(lambda: gate.order == ["first"])
+        sched.set_agents([Agent("a", job=gate, max_concurrent=3, schedules=agent.schedules)])
+        started = wait_until(lambda: sorted(gate.order) == ["first", "second", "third"], 5)
+        gate.release.set()
+        assert started  # while "first" still ran
+        assert sched.wait_until_idle(10)
+
+
+def test_a_run_started_at_dispatch_is_not_stuck_behind_one_claimed_ahead() -> None:
+    class SlowPlainClaim(MemoryStateStore):
+        def claim_runs(self, claims: Any) -> None:
+            if not any(claim.ready for claim in claims):
+                time.sleep(0.3)  # the first pass's claim syncs slowly
+
+    ran: list[str] = []
+    with running(store=SlowPlainClaim()) as (sched, clock):
+        sched.add_agent(
+            Agent(
+                "a",
+                job=lambda info: ran.append(info.schedule),
+                max_concurrent=1,
+                schedules={
+                    "x": Schedule.interval("1h", start_at=T0),
+                    "y": Schedule.interval("1h", start_at=T0 + timedelta(minutes=1)),
+                },
+            )
+        )
+        sched.start()
+        first_pass = threading.Thread(target=sched.run_pending)
+        first_pass.start()  # x starts at dispatch; its claim takes 0.3 s
+        time.sleep(0.1)
+        clock.advance(60)
+        sched.run_pending()  # y is claimed ahead and queued before x
+        first_pass.join()
+        assert sched.wait_until_idle(10)
+    assert ran == ["x", "y"]

@@ -229,7 +229,7 @@ def test_marks_are_reused_only_once_the_journal_is_empty_and_dead_owners_are_swe
     journal.append([ready("a3"), ready("a4")])  # one byte left for two: ordinary claims
     assert journal.path.read_text().count('"mark":') == 3  # old, a1 and a2
     assert journal.read() == [claim("a3"), claim("a4")]
-    for name in ("a1", "a2"):
+    for name in ("a1", "a2", "a3", "a4"):
         journal.mark_started(f"run-{name}")
     journal.drop_through(journal.droppable())
     assert journal.size() == 0 and dead_marks.path.exists() is False
@@ -256,7 +256,9 @@ def test_without_a_boot_id_a_ready_claim_is_an_ordinary_one(
     journal.append([ready("waits")])
     assert '"ready"' not in journal.path.read_text()
     assert journal.read() == [claim("waits")]
-    assert journal.droppable() == journal.size()  # nothing held back for it
+    assert journal.droppable() == 0  # a flush must not drop it before its run starts
+    journal.mark_started("run-waits")
+    assert journal.droppable() == journal.size()
 
 
 def test_boot_id_reads_the_kernel_file_or_says_none(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -313,4 +315,17 @@ def test_a_flush_keeps_the_claims_of_runs_not_started_yet(tmp_path: Path) -> Non
     store.record_transition("a", "waits", status="idle", last_finished_at=T0)
     store.flush()
     assert (tmp_path / "claims.log").read_text() == ""
+    store.close()
+
+
+def test_without_a_boot_id_a_flush_still_keeps_claims_of_runs_not_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(claims_module, "boot_id", lambda: None)
+    store = YamlStateStore(tmp_path)
+    store.record_transition("a", "other", status="idle")
+    store.claim_runs([ready("waits")])
+    store.flush()  # its run has not started: no transition pending, the claim must stay
+    assert '"run-waits"' in (tmp_path / "claims.log").read_text()
+    assert store.load_claims() == [claim("waits")]  # unmarked: counts as started
     store.close()

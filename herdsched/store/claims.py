@@ -90,13 +90,16 @@ class ClaimJournal:
         marks = self._marks
         generation = marks.generation if first is not None and marks is not None else None
         lines = _encode_all(claims, boot_id(), generation, first or 0)
-        ready: list[tuple[str, int, int]] = []  # (run id, offset of its line in data, mark)
-        if generation is not None and first is not None:
-            at, mark = 0, first
+        # (run id, offset of its line in data, its mark or -1): unmarked ready claims count as
+        # started on recovery, but a group commit must not drop them before their run starts
+        ready: list[tuple[str, int, int]] = []
+        if ahead:
+            at, mark = 0, (first if generation is not None else None)
             for claim, line in zip(claims, lines, strict=True):
                 if claim.ready:
-                    ready.append((claim.run_id, at, mark))
-                    mark += 1
+                    ready.append((claim.run_id, at, -1 if mark is None else mark))
+                    if mark is not None:
+                        mark += 1
                 at += len(line.encode("utf-8"))
         data = "".join(lines).encode("utf-8")
         with self._cond:
@@ -171,7 +174,7 @@ class ClaimJournal:
         """Set the start mark of a ready claim (a store to shared memory: no system call)."""
         with self._marks_lock:
             known = self._unstarted.pop(run_id, None)
-            if known is not None and self._marks is not None:
+            if known is not None and known[1] >= 0 and self._marks is not None:
                 self._marks.set(known[1])
             # otherwise not a ready claim of this journal: it counts as started anyway
 
