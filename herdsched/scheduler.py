@@ -1194,9 +1194,9 @@ class ThreadedScheduler:
 
         One worker drains the queue, taking run after run on its own thread, which is how a
         burst of short jobs runs fastest: more threads would only take turns at the GIL. A
-        watcher adds workers, up to ``max_concurrent``, as soon as the queue has not moved for
-        :data:`_STALL_AFTER`: when the running jobs take their time, the waiting ones start
-        beside them.
+        watcher adds workers, up to ``max_concurrent``, as soon as every worker draining the
+        queue has been inside its job for :data:`_STALL_AFTER`: when the running jobs take their
+        time, the waiting ones start beside them.
         """
         ready = self._ready.get(name)
         agent = self._agents.get(name)
