@@ -1152,12 +1152,14 @@ class ThreadedScheduler:
             if not claimed:
                 self._no_lookahead_until = self.clock.monotonic() + _STORE_RETRY
             touched: set[str] = set()
+            taken_back: set[str] = set()
             for run in runs:
                 agent = self._agents.get(run.agent)  # None: removed while the claim synced
                 if not run.started and (not claimed or agent is None or self._status != "running"):
                     self._admitted[run.agent] -= 1
                     self._admitted_total -= 1
                     self._unready(run)
+                    taken_back.add(run.run_id)
                     continue
                 if not run.started or (queued and agent is not None and self._status != "stopped"):
                     self._ready.setdefault(run.agent, collections.deque()).append(run)
@@ -1177,6 +1179,8 @@ class ThreadedScheduler:
         if not self._listens(ev.JobSubmitted):
             return
         for run in runs:
+            if run.run_id in taken_back:
+                continue
             self._emit(
                 ev.JobSubmitted(
                     at=run.fired_at,

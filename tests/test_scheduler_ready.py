@@ -10,7 +10,7 @@ from typing import Any
 
 from scheduler_helpers import T0, Recorder, running, wait_until
 
-from herdsched import Agent, Schedule, SkipReason, Status, ThreadedScheduler
+from herdsched import Agent, JobSubmitted, Schedule, SkipReason, Status, ThreadedScheduler
 from herdsched.store import MemoryStateStore, YamlStateStore
 from herdsched.testing import FakeClock
 
@@ -257,16 +257,19 @@ def test_runs_dispatched_ahead_never_start_without_a_durable_claim() -> None:
         if info.schedule != "first" and info.run_id not in store.durable:
             unclaimed.append(info.schedule)
 
+    submitted: list[str] = []
     with running(store=store) as (sched, clock):
+        sched.add_listener(lambda event: submitted.append(event.run_id), JobSubmitted)
         sched.add_agent(three_due(job))
         sched.start()
         for _ in range(4):
             clock.advance(6)  # past the retry pause that follows a failed claim
             sched.run_pending()
             assert sched.wait_until_idle(10)
-        ran = [record.schedule for record in sched.history("a")]
-    assert sorted(ran) == ["first", "second", "third"]
+        records = sched.history("a")
+    assert sorted(record.schedule for record in records) == ["first", "second", "third"]
     assert unclaimed == []  # "first" started at dispatch, as before, when its claim failed
+    assert sorted(submitted) == sorted(record.run_id for record in records)  # none taken back
 
 
 def test_wait_until_idle_wakes_when_the_last_waiting_run_is_taken_back() -> None:
