@@ -355,3 +355,20 @@ def test_a_run_started_at_dispatch_is_not_stuck_behind_one_claimed_ahead() -> No
         first_pass.join()
         assert sched.wait_until_idle(10)
     assert ran == ["x", "y"]
+
+
+def test_a_scheduler_that_stops_leaves_no_start_marks_behind(tmp_path: Path) -> None:
+    from herdsched.store.start_marks import _prefix, marks_directory
+
+    clock = FakeClock(T0)
+    sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
+    job = Recorder()
+    sched.add_agent(three_due(job))
+    sched.start()
+    for _ in range(3):
+        sched.run_pending()
+        assert sched.wait_until_idle(10)
+    assert sorted(job.schedules()) == ["first", "second", "third"]
+    sched.stop()
+    journal = tmp_path / "claims.log"
+    assert list(marks_directory(tmp_path).glob(f"{_prefix(journal)}*")) == []

@@ -215,7 +215,7 @@ def test_a_ready_claim_counts_only_once_its_run_started(tmp_path: Path) -> None:
     assert journal.read() == [claim("now"), ready("waits"), ready("starts")]  # the safe side
 
 
-def test_marks_are_reused_only_once_the_journal_is_empty_and_dead_owners_are_swept(
+def test_an_empty_journal_deletes_its_marks_and_those_of_dead_owners(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dead = ClaimJournal(tmp_path / "claims.log")
@@ -231,10 +231,14 @@ def test_marks_are_reused_only_once_the_journal_is_empty_and_dead_owners_are_swe
     assert journal.read() == [claim("a3"), claim("a4")]
     for name in ("a1", "a2", "a3", "a4"):
         journal.mark_started(f"run-{name}")
+    used = journal._marks
+    assert used is not None
     journal.drop_through(journal.droppable())
     assert journal.size() == 0 and dead_marks.path.exists() is False
+    assert not used.path.exists()  # an empty journal leaves no marks file behind
     journal.append([ready("b1")])
-    assert '"mark":0' in journal.path.read_text()  # byte 0 again, cleared
+    assert '"mark":0' in journal.path.read_text()  # a new generation, from byte 0
+    assert journal._marks is not None and journal._marks.generation != used.generation
     assert journal.read() == []
     journal.close()
 

@@ -268,10 +268,11 @@ class ClaimJournal:
                 handle.truncate(0)
                 os.fsync(handle.fileno())
             if self._marks is not None and not self._unstarted:
-                self._marks.reset()  # no claim refers to a mark any more
                 if not self._swept:  # this journal owns the claims: dead owners' marks can go
                     self._marks.remove_others()
                     self._swept = True
+                self._marks.close()  # no claim refers to a mark any more: nothing left behind
+                self._marks = None
 
 
 @functools.lru_cache(maxsize=65536)

@@ -7,9 +7,10 @@ earlier boot counts as started anyway. So the mark is a byte in a memory-mapped 
 in ``/dev/shm`` (memory, gone at reboot): setting it is a store to memory, with no system call,
 no disk work and no release of the GIL, which matters on the path of every run.
 
-Each journal instance has its own marks file (its *generation*); a ready claim names the
-generation and the byte it got. Bytes are handed out in order and reset only when the journal
-has no claim left, so a byte never belongs to two claims that could both be read back.
+Each journal instance has its own marks files, one *generation* at a time; a ready claim names
+the generation and the byte it got. Bytes are handed out in order, and a generation is deleted
+once the journal has no claim left (the next ready claim starts a new one), so a byte never
+belongs to two claims that could both be read back and no file outlives a quiet journal.
 """
 
 from __future__ import annotations
@@ -74,12 +75,6 @@ class StartMarks:
         """Mark the claim holding byte ``index`` as started."""
         if self._map is not None:
             self._map[index] = 1
-
-    def reset(self) -> None:
-        """Start again from byte 0 (no claim refers to any byte any more)."""
-        if self._map is not None and self._next:
-            self._map[: self._next] = bytes(self._next)
-            self._next = 0
 
     def close(self) -> None:
         """Unmap and delete the file (its claims then count as started: the safe side)."""
