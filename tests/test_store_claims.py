@@ -333,3 +333,17 @@ def test_without_a_boot_id_a_flush_still_keeps_claims_of_runs_not_started(
     assert '"run-waits"' in (tmp_path / "claims.log").read_text()
     assert store.load_claims() == [claim("waits")]  # unmarked: counts as started
     store.close()
+
+
+def test_the_next_owner_sweeps_dead_marks_even_if_it_never_claims_ahead(tmp_path: Path) -> None:
+    dead = ClaimJournal(tmp_path / "claims.log")
+    dead.append([ready("old")])
+    assert dead._marks is not None
+    left = dead._marks.path
+    store = YamlStateStore(tmp_path)  # the next active scheduler's store
+    assert store.load_claims() == []  # takes the claims over; "old" never started
+    store.record_transition("a", "s", status="idle")
+    store.flush()
+    assert (tmp_path / "claims.log").read_text() == ""
+    assert not left.exists()
+    store.close()

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from herdsched.store.base import RunClaim
 from herdsched.store.files import atomic_write, fsync_dir
-from herdsched.store.start_marks import StartMarks, read_marks
+from herdsched.store.start_marks import StartMarks, read_marks, remove_marks
 from herdsched.timestamps import format_timestamp, parse_timestamp
 
 __all__ = ["ClaimJournal", "boot_id"]
@@ -267,10 +267,12 @@ class ClaimJournal:
             with open(self.path, "r+b") as handle:
                 handle.truncate(0)
                 os.fsync(handle.fileno())
-            if self._marks is not None and not self._unstarted:
-                if not self._swept:  # this journal owns the claims: dead owners' marks can go
-                    self._marks.remove_others()
-                    self._swept = True
+            if self._unstarted:
+                return
+            if not self._swept and self.owned:  # no claim of a dead owner is left either
+                remove_marks(self.path, keep=self._marks.path if self._marks else None)
+                self._swept = True
+            if self._marks is not None:
                 self._marks.close()  # no claim refers to a mark any more: nothing left behind
                 self._marks = None
 

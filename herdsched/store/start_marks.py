@@ -23,7 +23,7 @@ import os
 import uuid
 from pathlib import Path
 
-__all__ = ["MARKS_SIZE", "StartMarks", "marks_directory", "read_marks"]
+__all__ = ["MARKS_SIZE", "StartMarks", "marks_directory", "read_marks", "remove_marks"]
 
 log = logging.getLogger("herdsched")
 
@@ -84,13 +84,13 @@ class StartMarks:
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
 
-    def remove_others(self) -> None:
-        """Delete the marks files of earlier instances of this journal (dead processes)."""
-        directory = marks_directory(self.journal.parent)
-        for other in directory.glob(f"{_prefix(self.journal)}*.marks"):
-            if other != self.path:
-                with contextlib.suppress(FileNotFoundError):
-                    other.unlink()
+
+def remove_marks(journal: Path, keep: Path | None = None) -> None:
+    """Delete the marks files of ``journal`` but ``keep`` (left by dead processes)."""
+    for other in marks_directory(journal.parent).glob(f"{_prefix(journal)}*.marks"):
+        if other != keep:
+            with contextlib.suppress(FileNotFoundError):
+                other.unlink()
 
 
 def read_marks(journal: Path, generation: str) -> bytes | None:
