@@ -347,3 +347,18 @@ def test_the_next_owner_sweeps_dead_marks_even_if_it_never_claims_ahead(tmp_path
     assert (tmp_path / "claims.log").read_text() == ""
     assert not left.exists()
     store.close()
+
+
+def test_a_start_mark_never_lands_in_a_later_marks_file(tmp_path: Path) -> None:
+    journal = ClaimJournal(tmp_path / "claims.log")
+    journal.append([ready("a")])  # byte 0 of the first marks file
+    first = journal._marks
+    assert first is not None
+    first.close()  # as when the journal emptied while "a" was being written
+    journal._marks = None
+    journal.append([ready("b")])  # byte 0 of a new marks file
+    journal.mark_started("run-a")
+    assert journal.read() == [ready("a")]  # its file is gone: counts as started, the safe side
+    journal.mark_started("run-b")
+    assert journal.read() == [ready("a"), ready("b")]
+    journal.close()

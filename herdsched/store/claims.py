@@ -36,6 +36,9 @@ __all__ = ["ClaimJournal", "boot_id"]
 
 log = logging.getLogger("herdsched")
 
+#: A ready claim's start mark: its marks file and byte, or None (unmarked: counts as started).
+_Mark = tuple[StartMarks | None, int] | None
+
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
 
@@ -66,8 +69,8 @@ class ClaimJournal:
         # of an append, so a run starting never waits for the disk.
         self._marks_lock = threading.Lock()
         self._cond = threading.Condition()  # the group-commit queue below
-        # (lines, each ready claim's run id, offset in them and mark byte)
-        self._queue: list[tuple[bytes, list[tuple[str, int, int]]]] = []
+        # (lines, each ready claim's run id, offset in them and mark)
+        self._queue: list[tuple[bytes, list[tuple[str, int, _Mark]]]] = []
         self._queued = 0  # tickets handed out
         self._durable = 0  # tickets whose lines are synced (or failed)
         self._writing = False
@@ -76,8 +79,8 @@ class ClaimJournal:
         # restart recovery, may drop them: another process writing state.yaml (the CLI, a web
         # worker) has not got their transitions to write.
         self.owned = False
-        # ready claims whose run has not started → (offset of their line, their mark byte)
-        self._unstarted: dict[str, tuple[int, int]] = {}
+        # ready claims whose run has not started → (offset of their line, their mark)
+        self._unstarted: dict[str, tuple[int, _Mark]] = {}
         self._marks: StartMarks | None = None  # made with the first ready claim
         self._swept = False  # marks files of dead processes removed
 
@@ -90,16 +93,17 @@ class ClaimJournal:
         marks = self._marks
         generation = marks.generation if first is not None and marks is not None else None
         lines = _encode_all(claims, boot_id(), generation, first or 0)
-        # (run id, offset of its line in data, its mark or -1): unmarked ready claims count as
+        # (run id, offset of its line in data, its mark): unmarked ready claims count as
         # started on recovery, but a group commit must not drop them before their run starts
-        ready: list[tuple[str, int, int]] = []
+        ready: list[tuple[str, int, _Mark]] = []
         if ahead:
-            at, mark = 0, (first if generation is not None else None)
+            at, index = 0, (first if generation is not None else None)
             for claim, line in zip(claims, lines, strict=True):
                 if claim.ready:
-                    ready.append((claim.run_id, at, -1 if mark is None else mark))
-                    if mark is not None:
-                        mark += 1
+                    # the mark names its file: a later generation never gets this claim's byte
+                    ready.append((claim.run_id, at, (marks, index) if index is not None else None))
+                    if index is not None:
+                        index += 1
                 at += len(line.encode("utf-8"))
         data = "".join(lines).encode("utf-8")
         with self._cond:
@@ -149,7 +153,7 @@ class ClaimJournal:
                     return None
             return self._marks.allocate(count)
 
-    def _write(self, batch: list[tuple[bytes, list[tuple[str, int, int]]]]) -> None:
+    def _write(self, batch: list[tuple[bytes, list[tuple[str, int, _Mark]]]]) -> None:
         with self._file_lock:
             created = not self.path.exists()
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -174,9 +178,10 @@ class ClaimJournal:
         """Set the start mark of a ready claim (a store to shared memory: no system call)."""
         with self._marks_lock:
             known = self._unstarted.pop(run_id, None)
-            if known is not None and known[1] >= 0 and self._marks is not None:
-                self._marks.set(known[1])
-            # otherwise not a ready claim of this journal: it counts as started anyway
+            mark = known[1] if known is not None else None
+            if mark is not None and mark[0] is not None:
+                mark[0].set(mark[1])  # a no-op once its file is gone: the claim counts as started
+            # otherwise not a marked ready claim of this journal: it counts as started anyway
 
     def release(self, run_ids: Sequence[str]) -> None:
         """Forget ready claims whose runs will never start: group commits may drop them."""
