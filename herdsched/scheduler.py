@@ -1096,8 +1096,7 @@ class ThreadedScheduler:
             self._start(run, entry, mono)
         else:
             run.started = False
-            self._admitted[run.agent] += 1
-            self._admitted_total += 1
+            self._count_admitted(run.agent, 1)
         return run
 
     def _start(self, run: Run, entry: _Entry, mono: float) -> None:
@@ -1156,8 +1155,7 @@ class ThreadedScheduler:
             for run in runs:
                 agent = self._agents.get(run.agent)  # None: removed while the claim synced
                 if not run.started and (not claimed or agent is None or self._status != "running"):
-                    self._admitted[run.agent] -= 1
-                    self._admitted_total -= 1
+                    self._count_admitted(run.agent, -1)
                     self._unready(run)
                     taken_back.add(run.run_id)
                     continue
@@ -1192,6 +1190,11 @@ class ThreadedScheduler:
             )
 
     # ------------------------------------------------------------------------- ready queues
+
+    def _count_admitted(self, agent: str, delta: int) -> None:
+        """Count runs dispatched but not started, per agent and in all (caller holds the lock)."""
+        self._admitted[agent] += delta
+        self._admitted_total += delta
 
     def _ensure_drain(self, name: str) -> None:
         """Make sure the agent's ready queue is being worked off (caller holds the lock).
@@ -1263,8 +1266,7 @@ class ThreadedScheduler:
                 ready.remove(holder)
                 return holder, False
             ready.popleft()
-            self._admitted[name] -= 1
-            self._admitted_total -= 1
+            self._count_admitted(name, -1)
             entry = self._entries.get((run.agent, run.schedule_name))
             if entry is None or entry.run is not run or not self._may_start(entry, run):
                 self._unready(run)
@@ -1353,8 +1355,7 @@ class ThreadedScheduler:
         if ready is None or run not in ready:
             return  # its claim is still syncing: the launch or the worker decides
         ready.remove(run)
-        self._admitted[run.agent] -= 1
-        self._admitted_total -= 1
+        self._count_admitted(run.agent, -1)
         self._unready(run)
 
     def _drop_ready(self, name: str | None = None) -> None:
@@ -1369,8 +1370,7 @@ class ThreadedScheduler:
             ready.clear()
             ready.extend(kept)  # in place: a worker may hold this very queue
             for run in waiting:
-                self._admitted[agent] -= 1
-                self._admitted_total -= 1
+                self._count_admitted(agent, -1)
                 self._unready(run)
 
     def _release_claims(self) -> None:
@@ -1460,14 +1460,11 @@ class ThreadedScheduler:
         if agent_obj is None or agent not in self._waiting:
             return False
         ahead = self._lookahead()
+        if self._agent_counts[agent] + self._admitted[agent] >= agent_obj.max_concurrent + ahead:
+            return False
         if ahead:
-            return (
-                self._agent_counts[agent] + self._admitted[agent] < agent_obj.max_concurrent + ahead
-                and self._admitted[agent] <= ahead // 2
-            )
-        return not self._at_capacity(agent_obj) and (
-            self._agent_counts[agent] + self._admitted[agent] < agent_obj.max_concurrent
-        )
+            return self._admitted[agent] <= ahead // 2  # refill before the queue runs dry
+        return not self._at_capacity(agent_obj)
 
     def _release(self, run: Run) -> None:
         """Free the run's slot (caller holds the lock) and put its schedule back on the heap."""

@@ -46,6 +46,14 @@ def three_due(job: Any, slots: int = 1) -> Agent:
     )
 
 
+def first_holds_the_slot(sched: ThreadedScheduler, job: Any, gate: Gate) -> None:
+    """Register the three schedules, dispatch them, and wait until "first" runs (and blocks)."""
+    sched.add_agent(three_due(job))
+    sched.start()
+    sched.run_pending()
+    assert wait_until(lambda: gate.order == ["first"])
+
+
 def statuses(sched: ThreadedScheduler) -> dict[str, tuple[SkipReason | None, int]]:
     return {s.schedule: (s.skip_reason, s.running) for s in sched.get_status().schedules}
 
@@ -53,10 +61,7 @@ def statuses(sched: ThreadedScheduler) -> dict[str, tuple[SkipReason | None, int
 def test_runs_beyond_the_free_slots_wait_ready_and_start_in_due_order() -> None:
     gate = Gate()
     with running() as (sched, _clock):
-        sched.add_agent(three_due(gate))
-        sched.start()
-        sched.run_pending()
-        assert wait_until(lambda: gate.order == ["first"])
+        first_holds_the_slot(sched, gate, gate)
         assert sched.get_running_job_count("a") == 1
         assert statuses(sched) == {
             "first": (SkipReason.ALREADY_RUNNING, 1),
@@ -75,10 +80,7 @@ def test_runs_beyond_the_free_slots_wait_ready_and_start_in_due_order() -> None:
 def test_a_schedule_paused_while_its_run_waits_does_not_run_until_resumed() -> None:
     gate = Gate()
     with running() as (sched, _clock):
-        sched.add_agent(three_due(gate))
-        sched.start()
-        sched.run_pending()
-        assert wait_until(lambda: gate.order == ["first"])
+        first_holds_the_slot(sched, gate, gate)
         sched.pause("a", "second")
         sched.remove_schedule("a", "third")
         gate.release.set()
@@ -101,10 +103,7 @@ def test_a_schedule_changed_while_its_run_waits_runs_its_new_definition() -> Non
         gate(info)
 
     with running() as (sched, _clock):
-        sched.add_agent(three_due(job))
-        sched.start()
-        sched.run_pending()
-        assert wait_until(lambda: gate.order == ["first"])
+        first_holds_the_slot(sched, job, gate)
         sched.update_schedule("a", "second", prompt="new words")
         gate.release.set()
         assert sched.wait_until_idle(10)
@@ -118,10 +117,7 @@ def test_stop_takes_back_the_runs_that_had_not_started(tmp_path: Path) -> None:
     gate = Gate()
     clock = FakeClock(T0)
     sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
-    sched.add_agent(three_due(gate))
-    sched.start()
-    sched.run_pending()
-    assert wait_until(lambda: gate.order == ["first"])
+    first_holds_the_slot(sched, gate, gate)
     threading.Timer(0.2, gate.release.set).start()
     sched.stop(timeout=10)
     assert gate.order == ["first"]
@@ -156,10 +152,7 @@ def test_a_store_without_start_tracking_gets_no_runs_ahead() -> None:
     store = PlainStore()
     gate = Gate()
     with running(store=store) as (sched, _clock):
-        sched.add_agent(three_due(gate))
-        sched.start()
-        sched.run_pending()
-        assert wait_until(lambda: gate.order == ["first"])
+        first_holds_the_slot(sched, gate, gate)
         assert [c.schedule for c in store.claims] == ["first"]
         assert not any(c.ready for c in store.claims)
         gate.release.set()
@@ -225,10 +218,7 @@ def test_a_waiting_run_starts_beside_a_long_job_in_real_time() -> None:
 def test_removing_an_agent_whose_runs_wait_leaves_the_scheduler_usable() -> None:
     gate = Gate()
     with running() as (sched, _clock):
-        sched.add_agent(three_due(gate))
-        sched.start()
-        sched.run_pending()
-        assert wait_until(lambda: gate.order == ["first"])
+        first_holds_the_slot(sched, gate, gate)
         sched.remove_agent("a")
         gate.release.set()
         assert sched.wait_until_idle(10)
