@@ -362,3 +362,19 @@ def test_a_start_mark_never_lands_in_a_later_marks_file(tmp_path: Path) -> None:
     journal.mark_started("run-b")
     assert journal.read() == [ready("a"), ready("b")]
     journal.close()
+
+
+@pytest.mark.parametrize(
+    "garbled",
+    ['"mark":"0"', '"mark":-1', '"mark":99999999', '"mark":true', '"marks":7'],
+)
+def test_a_ready_claim_with_a_garbled_mark_counts_as_started(tmp_path: Path, garbled: str) -> None:
+    journal = ClaimJournal(tmp_path / "claims.log")
+    journal.append([ready("waits")])
+    text = journal.path.read_text()
+    field = garbled.split(":", maxsplit=1)[0]
+    start = text.index(field)
+    end = text.index(",", start) if field == '"marks"' else text.index("}", start)
+    journal.path.write_text(text[:start] + garbled + text[end:])
+    assert journal.read() == [ready("waits")]  # not silently dropped: no slot runs twice
+    journal.close()

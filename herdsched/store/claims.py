@@ -241,13 +241,8 @@ class ClaimJournal:
                     slot=parse_timestamp(raw["slot"]) if raw.get("slot") else None,
                     ready="ready" in raw,
                 )
-                if claim.ready and raw["ready"] == boot:
-                    generation, mark = str(raw["marks"]), int(raw["mark"])
-                    if generation not in marks:
-                        marks[generation] = read_marks(self.path, generation)
-                    found = marks[generation]
-                    if found is not None and 0 <= mark < len(found) and not found[mark]:
-                        continue  # claimed ahead, never started: as if it had only waited
+                if claim.ready and raw["ready"] == boot and _never_started(raw, marks, self.path):
+                    continue  # claimed ahead, never started: as if it had only waited
             except (ValueError, KeyError, TypeError, AttributeError):
                 log.warning("%s line %d is not a complete claim; ignored", self.path, number)
                 continue
@@ -286,6 +281,21 @@ class ClaimJournal:
 def _line_head(agent: str, schedule: str) -> str:
     """The start of a claim line for one schedule (names JSON-escaped once, not per claim)."""
     return f'{{"agent":{json.dumps(agent)},"schedule":{json.dumps(schedule)},"run_id":'
+
+
+def _never_started(raw: dict[str, object], marks: dict[str, bytes | None], journal: Path) -> bool:
+    """Whether a ready claim of this boot is known never to have started: its mark is unset.
+
+    Anything unclear (no marks file, a mark it does not hold, a garbled field) counts as started,
+    the side on which no slot runs twice. ``marks`` caches each generation's file.
+    """
+    generation, mark = raw.get("marks"), raw.get("mark")
+    if not isinstance(generation, str) or not isinstance(mark, int) or isinstance(mark, bool):
+        return False
+    if generation not in marks:
+        marks[generation] = read_marks(journal, generation)
+    found = marks[generation]
+    return found is not None and 0 <= mark < len(found) and not found[mark]
 
 
 def _quote(run_id: str) -> str:
