@@ -89,6 +89,9 @@ class Run:
     deadline: float | None = None  # monotonic
     # False while the run waits in its agent's ready queue (claimed ahead, job not started)
     started: bool = True
+    # monotonic time the run started while its schedule's state does not say so yet; None once
+    # the ``running`` transition is recorded, or the run settled (see ThreadedScheduler._start)
+    unrecorded_since: float | None = None
     # the schedule's due time and slot before it was dispatched, restored if the run never starts
     replan: tuple[datetime | None, datetime | None] | None = None
     timed_out: bool = False

@@ -922,7 +922,7 @@ class ThreadedScheduler:
                 candidates.append(min(deadlines) - mono)
             if any(self._wants_dispatch(agent) for agent in self._waiting):
                 candidates.append(0.0)  # a slot freed while this pass was past dispatching
-            flush_at = self._store_retry_at or self.store.flush_deadline()
+            flush_at = self._commit_deadline()
             if flush_at is not None and not self._flush_in_flight:
                 candidates.append(flush_at - mono)
             if self.poll_interval is not None:
@@ -1100,17 +1100,55 @@ class ThreadedScheduler:
         return run
 
     def _start(self, run: Run, entry: _Entry, mono: float) -> None:
-        """The run takes a slot and its schedule turns ``running`` (caller holds the lock)."""
+        """The run takes a slot (caller holds the lock).
+
+        Its schedule's ``running`` transition is recorded lazily: most runs of a busy fleet
+        finish before the next group commit, and their finishing transition carries the same
+        fields, so a separate one would only double the state work per run. A run still going
+        at the next group commit, which comes within ``commit_delay``, is recorded then
+        (:meth:`_record_starts`); :meth:`get_status` shows it running at once.
+        """
         run.started = True
         timeout = run.schedule.timeout
         if timeout:
             run.deadline = mono + timeout.total_seconds()
         self._running[run.run_id] = run
         self._agent_counts[run.agent] += 1
+        run.unrecorded_since = mono
+        planned = self._planned_wake
+        if planned is not None and planned[1] > mono + self.commit_delay:
+            self._wake.set()  # the sleeping timer must commit this start in time
+
+    def _start_changes(self, entry: _Entry, run: Run) -> dict[str, Any]:
+        """The state fields a started run sets: when it ran, its slot, and ``running``."""
         changes: dict[str, Any] = {"last_run_at": run.fired_at, "last_slot_at": run.scheduled_for}
         if entry.state.status is Status.IDLE:
             changes["status"] = Status.RUNNING
-        self._change_state(entry, **changes)
+        return changes
+
+    def _record_starts(self) -> None:
+        """Record the ``running`` transition of every run still going that lacks it."""
+        with self._lock:
+            for run in self._running.values():
+                if run.unrecorded_since is None:
+                    continue
+                run.unrecorded_since = None
+                entry = self._entries.get((run.agent, run.schedule_name))
+                if entry is not None and entry.run is run:
+                    self._change_state(entry, **self._start_changes(entry, run))
+
+    def _record_deadline(self) -> float | None:
+        """When the oldest unrecorded start must be committed (monotonic; caller holds the
+        lock)."""
+        oldest = min(
+            (
+                run.unrecorded_since
+                for run in self._running.values()
+                if run.unrecorded_since is not None
+            ),
+            default=None,
+        )
+        return None if oldest is None else oldest + self.commit_delay
 
     def _launch(self, runs: list[Run], *, bypass: bool = False, queued: bool = False) -> None:
         """Make the claims durable, then hand the runs to their pools or ready queues.
@@ -1493,6 +1531,7 @@ class ThreadedScheduler:
             if run.finalized:  # already settled as a timeout
                 return
             run.finalized = True
+            run.unrecorded_since = None  # the finishing transition records the start too
             if run.timed_out and outcome.status is not RunStatus.TIMEOUT:
                 # the job saw the cancel event and returned before the timer settled the run
                 error = f"timed out after {run.schedule.timeout}"
@@ -1590,6 +1629,8 @@ class ThreadedScheduler:
                 session_id = outcome.result.session_id
         changes: dict[str, Any] = {
             "status": status,
+            "last_run_at": run.fired_at,
+            "last_slot_at": run.scheduled_for,
             "last_finished_at": now,
             "last_result": outcome.status,
             "last_error": outcome.error if outcome.status is not RunStatus.SUCCESS else None,
@@ -2207,7 +2248,8 @@ class ThreadedScheduler:
         """
         if self._flush_in_flight:
             return
-        deadline = self._store_retry_at or self.store.flush_deadline()
+        with self._lock:
+            deadline = self._commit_deadline()
         if deadline is None:
             return
         if mono < deadline and not (self._store_retry_at is None and self._quiet_until(now)):
@@ -2218,6 +2260,17 @@ class ThreadedScheduler:
             self._flush_wanted.set()
             return
         self._group_commit()
+
+    def _commit_deadline(self) -> float | None:
+        """When the next group commit is due (monotonic; caller holds the lock): a retry after
+        a failed one, else the store's deadline or an unrecorded start's, whichever is first."""
+        if self._store_retry_at:
+            return self._store_retry_at
+        store_at = self.store.flush_deadline()
+        record_at = self._record_deadline()
+        if store_at is None or record_at is None:
+            return store_at if record_at is None else record_at
+        return min(store_at, record_at)
 
     def _quiet_until(self, now: datetime) -> bool:
         """Nothing runs or waits, and no run is due within ``commit_delay``."""
@@ -2231,6 +2284,7 @@ class ThreadedScheduler:
 
     def _group_commit(self) -> None:
         self._release_claims()
+        self._record_starts()
         try:
             self.store.flush()
             self._store_retry_at = None
@@ -2254,6 +2308,7 @@ class ThreadedScheduler:
 
     def _flush_quietly(self) -> None:
         self._release_claims()
+        self._record_starts()
         try:
             self.store.flush()
         except Exception as exc:
@@ -2461,6 +2516,9 @@ class ThreadedScheduler:
 
     def _schedule_status(self, entry: _Entry, now: datetime) -> ScheduleStatus:
         state = entry.state
+        run = entry.run
+        if run is not None and run.unrecorded_since is not None:
+            state = evolve(state, **self._start_changes(entry, run))  # see _start
         reason = self._skip_reason(entry, now) if entry.agent in self._agents else None
         if entry.run is not None and not entry.run.started:
             reason = SkipReason.AT_CAPACITY  # dispatched, waiting for a free slot
