@@ -124,6 +124,9 @@ class Run:
         return self.done
 
 
+_NO_RESULT = JobResult()  # frozen: every job returning None shares it
+
+
 @attrs.frozen(kw_only=True)
 class RunOutcome:
     """How a run ended, as the scheduler needs it to update state and history."""
@@ -133,7 +136,7 @@ class RunOutcome:
     finished_at: datetime
     output: str | None = None
     error: str | None = None
-    result: JobResult = attrs.field(factory=JobResult)
+    result: JobResult = _NO_RESULT
     defer_delay: timedelta | None = None
     session_cleared: bool = False
     work_item_id: str | None = None
@@ -142,7 +145,7 @@ class RunOutcome:
 
 def _as_job_result(value: Any) -> JobResult:
     if value is None:
-        return JobResult()
+        return _NO_RESULT
     if isinstance(value, JobResult):
         return value
     if isinstance(value, str):

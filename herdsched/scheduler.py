@@ -946,12 +946,14 @@ class ThreadedScheduler:
         Runs go out in chunks: each chunk is claimed durably and handed to its agent's ready
         queue before the next is prepared, so with a thousand schedules due at one instant the
         first jobs start at once rather than after the whole batch, and finishing runs can
-        settle between chunks instead of waiting for the lock.
+        settle between chunks instead of waiting for the lock. Chunks double from
+        :data:`_FIRST_CHUNK` up to :data:`_DISPATCH_CHUNK`: the claim of each next chunk syncs
+        while the workers run the previous one, which takes longer the larger it is.
 
         An agent's runs are dispatched up to :data:`_LOOKAHEAD` beyond its free slots (with a
         store that tracks claim starts and no ``max_total_concurrent``): they are claimed in the
         same fsync and wait in the ready queue, where each worker that finishes a run takes the
-        next one at once. A burst then costs one timer pass and one fsync per dozens of runs
+        next one at once. A burst then costs one timer pass and one fsync per hundreds of runs
         instead of one per freed slot.
         """
         limit = _FIRST_CHUNK
@@ -963,7 +965,7 @@ class ThreadedScheduler:
             self._launch(runs, queued=True)
             if len(runs) < limit:
                 return
-            limit = _DISPATCH_CHUNK
+            limit = min(limit * 2, _DISPATCH_CHUNK)
 
     def _take_due_runs(self, now: datetime, mono: float, limit: int) -> list[Run]:
         """Up to ``limit`` runs of due schedules, claimed in memory (caller holds the lock).
@@ -1543,7 +1545,7 @@ class ThreadedScheduler:
         if on_recorded is not None:
             on_recorded()
         message = None
-        if outcome.status in (RunStatus.SUCCESS, RunStatus.FAILED, RunStatus.TIMEOUT):
+        if self.notifier is not None and outcome.status in _NOTIFIED:
             message = notification_message(
                 run.schedule.notify,
                 outcome.status,
@@ -1551,7 +1553,7 @@ class ThreadedScheduler:
                 outcome.result.notify,
                 outcome.error,
             )
-        if message is not None and self.notifier is not None:
+        if message is not None and self.notifier is not None:  # (for mypy)
             delivered = self._safely(
                 self.notifier,
                 Notification(
@@ -2621,16 +2623,20 @@ class ThreadedScheduler:
         return True
 
 
-#: runs the timer prepares, claims and hands out at a time (see ``_fire_due``)
-_DISPATCH_CHUNK = 64
-#: The first chunk of a pass is small, so the first jobs of a burst start without delay.
+#: The most runs the timer prepares, claims and hands out at a time (see ``_fire_due``). A
+#: claim's fsync takes milliseconds on many disks: chunks this large keep it off the path of a
+#: burst, as the workers run the previous chunk meanwhile.
+_DISPATCH_CHUNK = 256
+#: The first chunk of a pass is small, so the first jobs of a burst start without delay; each
+#: next one doubles, up to _DISPATCH_CHUNK.
 _FIRST_CHUNK = 16
 #: Runs an agent may have dispatched beyond its free slots (claimed ahead, see _fire_due).
-_LOOKAHEAD = 128
+_LOOKAHEAD = 512
 #: How long (real seconds) a ready queue may stand still before more workers join in.
 _STALL_AFTER = 0.005
 
 #: the trigger type of a run the timer fires, by schedule type
+_NOTIFIED = frozenset({RunStatus.SUCCESS, RunStatus.FAILED, RunStatus.TIMEOUT})
 _TIMER_TRIGGERS = {
     ScheduleType.INTERVAL: TriggerType.INTERVAL,
     ScheduleType.CRON: TriggerType.CRON,
