@@ -1118,8 +1118,11 @@ class ThreadedScheduler:
         self._agent_counts[run.agent] += 1
         run.unrecorded_since = mono
         planned = self._planned_wake
-        if planned is not None and planned[1] > mono + self.commit_delay:
-            self._wake.set()  # the sleeping timer must commit this start in time
+        # the sleeping timer must commit this start in time; a commit in flight wakes it when
+        # done, and it then plans for this start
+        late = planned is not None and planned[1] > mono + self.commit_delay
+        if late and not self._flush_in_flight:
+            self._wake.set()
 
     def _start_changes(self, entry: _Entry, run: Run) -> dict[str, Any]:
         """The state fields a started run sets: when it ran, its slot, and ``running``."""

@@ -19,6 +19,11 @@ from herdsched.timestamps import format_timestamp
 T0 = datetime(2026, 11, 22, 5, 41, 48, 898000, tzinfo=timezone.utc)
 
 
+def shown(agent: str, schedule: str, run_at: datetime) -> bool:
+    """The state about to be written shows every run (see ClaimJournal.droppable)."""
+    return True
+
+
 def claim(name: str, slot: datetime | None = T0) -> RunClaim:
     return RunClaim("a", name, f"run-{name}", T0, slot)
 
@@ -233,7 +238,7 @@ def test_an_empty_journal_deletes_its_marks_and_those_of_dead_owners(
         journal.mark_started(f"run-{name}")
     used = journal._marks
     assert used is not None
-    journal.drop_through(journal.droppable())
+    journal.drop_through(journal.droppable(shown))
     assert journal.size() == 0 and dead_marks.path.exists() is False
     assert not used.path.exists()  # an empty journal leaves no marks file behind
     journal.append([ready("b1")])
@@ -260,9 +265,9 @@ def test_without_a_boot_id_a_ready_claim_is_an_ordinary_one(
     journal.append([ready("waits")])
     assert '"ready"' not in journal.path.read_text()
     assert journal.read() == [claim("waits")]
-    assert journal.droppable() == 0  # a flush must not drop it before its run starts
+    assert journal.droppable(shown) == 0  # a flush must not drop it before its run starts
     journal.mark_started("run-waits")
-    assert journal.droppable() == journal.size()
+    assert journal.droppable(shown) == journal.size()
 
 
 def test_boot_id_reads_the_kernel_file_or_says_none(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -283,21 +288,21 @@ def test_a_drop_stops_at_the_first_unstarted_ready_claim(tmp_path: Path) -> None
     first_ready_at = journal.size()
     journal.append([ready("r1"), ready("r2")])
     journal.append([claim("late")])
-    assert journal.droppable() == first_ready_at
-    journal.drop_through(journal.droppable())
+    assert journal.droppable(shown) == first_ready_at
+    journal.drop_through(journal.droppable(shown))
     assert journal.read() == [claim("late")]  # r1 and r2 have not started
     assert journal.path.read_text().count('"ready"') == 2
-    assert journal.droppable() == 0  # r1 waits at the start of the rewritten file
+    assert journal.droppable(shown) == 0  # r1 waits at the start of the rewritten file
     journal.mark_started("run-r1")  # marks go to the rewritten file
     assert journal.read() == [ready("r1"), claim("late")]
     r1_line = journal.path.read_text().splitlines()[0]
-    assert journal.droppable() == len(r1_line) + 1  # up to r2, which still waits
-    journal.drop_through(journal.droppable())
+    assert journal.droppable(shown) == len(r1_line) + 1  # up to r2, which still waits
+    journal.drop_through(journal.droppable(shown))
     assert journal.path.read_text().splitlines()[0].startswith('{"agent":"a","schedule":"r2"')
     journal.release(["run-r2"])
-    assert journal.droppable() == journal.size()
+    assert journal.droppable(shown) == journal.size()
     assert journal.read() == [claim("late")]
-    journal.drop_through(journal.droppable())
+    journal.drop_through(journal.droppable(shown))
     assert journal.read() == [] and journal.size() == 0
     journal.close()
 
@@ -378,3 +383,42 @@ def test_a_ready_claim_with_a_garbled_mark_counts_as_started(tmp_path: Path, gar
     journal.path.write_text(text[:start] + garbled + text[end:])
     assert journal.read() == [ready("waits")]  # not silently dropped: no slot runs twice
     journal.close()
+
+
+def test_a_drop_stops_at_the_first_claim_whose_run_the_state_does_not_show(
+    tmp_path: Path,
+) -> None:
+    journal = ClaimJournal(tmp_path / "claims.log")
+    journal.append([claim("done")])
+    first = journal.size()
+    journal.append([claim("going"), claim("later")])
+    recorded = {"done"}
+
+    def known(agent: str, schedule: str, run_at: datetime) -> bool:
+        return schedule in recorded and run_at == T0
+
+    assert journal.droppable(known) == first  # "going" started, its start is not recorded
+    journal.drop_through(journal.droppable(known))
+    assert journal.read() == [claim("going"), claim("later")]
+    assert journal.droppable(known) == 0
+    recorded.add("going")
+    going_line = journal.path.read_text().splitlines()[0]
+    assert journal.droppable(known) == len(going_line) + 1  # offsets follow the rewrite
+    journal.release(["run-later"])  # taken back before it started: droppable
+    assert journal.droppable(known) == journal.size()
+    journal.drop_through(journal.droppable(known))
+    assert journal.size() == 0
+    journal.close()
+
+
+def test_a_flush_keeps_the_claim_of_a_run_whose_start_is_not_recorded(tmp_path: Path) -> None:
+    store = YamlStateStore(tmp_path)
+    store.record_transition("a", "going", status="idle")
+    store.claim_runs([claim("going")])
+    store.record_transition("a", "other", status="paused")
+    store.flush()  # a write for another reason: "going" is known only by its claim
+    assert store.load_claims() == [claim("going")]
+    store.record_transition("a", "going", last_run_at=T0, last_finished_at=T0)
+    store.flush()
+    assert store.load_claims() == []
+    store.close()

@@ -23,14 +23,14 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 
 from herdsched.store.base import RunClaim
 from herdsched.store.files import atomic_write, fsync_dir
 from herdsched.store.start_marks import StartMarks, read_marks, remove_marks
-from herdsched.timestamps import format_timestamp, parse_timestamp
+from herdsched.timestamps import format_timestamp, parse_timestamp, to_utc
 
 __all__ = ["ClaimJournal", "boot_id"]
 
@@ -38,6 +38,10 @@ log = logging.getLogger("herdsched")
 
 #: A ready claim's start mark: its marks file and byte, or None (unmarked: counts as started).
 _Mark = tuple[StartMarks | None, int] | None
+#: A claim this journal appended: (run id, offset of its line, agent, schedule, run_at in UTC ms).
+_Held = tuple[str, int, str, str, datetime]
+#: Whether the state about to be written shows a claim's run (agent, schedule, run_at).
+Covered = Callable[[str, str, datetime], bool]
 
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
@@ -69,8 +73,8 @@ class ClaimJournal:
         # of an append, so a run starting never waits for the disk.
         self._marks_lock = threading.Lock()
         self._cond = threading.Condition()  # the group-commit queue below
-        # (lines, each ready claim's run id, offset in them and mark)
-        self._queue: list[tuple[bytes, list[tuple[str, int, _Mark]]]] = []
+        # (lines, each ready claim's run id, offset in them and mark, every claim's _Held)
+        self._queue: list[tuple[bytes, list[tuple[str, int, _Mark]], list[_Held]]] = []
         self._queued = 0  # tickets handed out
         self._durable = 0  # tickets whose lines are synced (or failed)
         self._writing = False
@@ -81,6 +85,9 @@ class ClaimJournal:
         self.owned = False
         # ready claims whose run has not started → (offset of their line, their mark)
         self._unstarted: dict[str, tuple[int, _Mark]] = {}
+        # every claim appended here and not dropped yet, in file order: run id → (offset, agent,
+        # schedule, run_at); a group commit drops a claim only once the state shows its run
+        self._held: dict[str, tuple[int, str, str, datetime]] = {}
         self._marks: StartMarks | None = None  # made with the first ready claim
         self._swept = False  # marks files of dead processes removed
 
@@ -96,18 +103,22 @@ class ClaimJournal:
         # (run id, offset of its line in data, its mark): unmarked ready claims count as
         # started on recovery, but a group commit must not drop them before their run starts
         ready: list[tuple[str, int, _Mark]] = []
-        if ahead:
-            at, index = 0, (first if generation is not None else None)
-            for claim, line in zip(claims, lines, strict=True):
-                if claim.ready:
-                    # the mark names its file: a later generation never gets this claim's byte
-                    ready.append((claim.run_id, at, (marks, index) if index is not None else None))
-                    if index is not None:
-                        index += 1
-                at += len(line.encode("utf-8"))
-        data = "".join(lines).encode("utf-8")
+        held: list[_Held] = []
+        encoded: list[bytes] = []
+        at, index = 0, (first if generation is not None else None)
+        for claim, line in zip(claims, lines, strict=True):
+            if claim.ready:
+                # the mark names its file: a later generation never gets this claim's byte
+                ready.append((claim.run_id, at, (marks, index) if index is not None else None))
+                if index is not None:
+                    index += 1
+            held.append((claim.run_id, at, claim.agent, claim.schedule, to_utc(claim.run_at)))
+            chunk = line.encode("utf-8")
+            encoded.append(chunk)
+            at += len(chunk)
+        data = b"".join(encoded)
         with self._cond:
-            self._queue.append((data, ready))
+            self._queue.append((data, ready, held))
             self._queued += 1
             ticket = self._queued
             while self._durable < ticket:
@@ -153,18 +164,20 @@ class ClaimJournal:
                     return None
             return self._marks.allocate(count)
 
-    def _write(self, batch: list[tuple[bytes, list[tuple[str, int, _Mark]]]]) -> None:
+    def _write(self, batch: list[tuple[bytes, list[tuple[str, int, _Mark]], list[_Held]]]) -> None:
         with self._file_lock:
             created = not self.path.exists()
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
                 with self._marks_lock:  # a drop's offsets see this write whole or not at all
                     offset = os.fstat(fd).st_size
-                    for data, ready in batch:
+                    for data, ready, held in batch:
                         for run_id, at, mark in ready:
                             self._unstarted[run_id] = (offset + at, mark)
+                        for run_id, at, agent, schedule, run_at in held:
+                            self._held[run_id] = (offset + at, agent, schedule, run_at)
                         offset += len(data)
-                    view = memoryview(b"".join(data for data, _ in batch))
+                    view = memoryview(b"".join(data for data, _, _ in batch))
                     while view:
                         view = view[os.write(fd, view) :]
                 os.fsync(fd)
@@ -184,21 +197,36 @@ class ClaimJournal:
             # otherwise not a marked ready claim of this journal: it counts as started anyway
 
     def release(self, run_ids: Sequence[str]) -> None:
-        """Forget ready claims whose runs will never start: group commits may drop them."""
+        """Forget claims whose runs will never start: group commits may drop them."""
         with self._marks_lock:
             for run_id in run_ids:
                 self._unstarted.pop(run_id, None)
+                self._held.pop(run_id, None)
 
-    def droppable(self) -> int:
-        """How many leading bytes a group commit may drop: up to the first unstarted claim."""
+    def droppable(self, covered: Covered) -> int:
+        """How many leading bytes a group commit may drop: up to the first claim of this
+        journal that the state being written does not show (``covered``), or whose run has not
+        started.
+
+        A claim protects its slot until the state carries the run: a start the scheduler has
+        not handed to the store yet (it does so lazily, see ``ThreadedScheduler._start``) must
+        not lose its claim to a write that happens meanwhile, or a crash would leave no trace
+        of a job that ran. Claims read from an earlier process's journal are not held here:
+        restart recovery has recorded them.
+        """
         with self._file_lock, self._marks_lock:
             try:
-                size = self.path.stat().st_size
+                limit = self.path.stat().st_size
             except FileNotFoundError:
-                size = 0
-            if not self._unstarted:
-                return size
-            return min(size, *(offset for offset, _ in self._unstarted.values()))
+                limit = 0
+            if self._unstarted:
+                limit = min(limit, *(offset for offset, _ in self._unstarted.values()))
+            for offset, agent, schedule, run_at in self._held.values():  # in file order
+                if offset >= limit:
+                    break
+                if not covered(agent, schedule, run_at):
+                    return offset
+            return limit
 
     def close(self) -> None:
         """Delete this instance's marks file (the journal can still be used without marks)."""
@@ -261,6 +289,11 @@ class ClaimJournal:
             rest = data[offset:]
             for run_id, (at, mark) in self._unstarted.items():  # never past one: droppable()
                 self._unstarted[run_id] = (max(0, at - offset), mark)
+            self._held = {
+                run_id: (at - offset, agent, schedule, run_at)
+                for run_id, (at, agent, schedule, run_at) in self._held.items()
+                if at >= offset
+            }
             if rest:
                 atomic_write(self.path, rest)
                 return

@@ -259,15 +259,24 @@ class YamlStateStore:
                 view.setdefault(agent, {})[name] = evolve(base, **patch)
             self._view = view
 
+    def _shows_run(self, agent: str, schedule: str, run_at: datetime) -> bool:
+        """Whether this store's state shows the run of a claim made at ``run_at``: its start or
+        its end is recorded (``last_run_at``), or the schedule is gone."""
+        with self._mem:
+            state = self._view.get(agent, {}).get(schedule)
+        if state is None:
+            return True
+        return state.last_run_at is not None and state.last_run_at >= run_at
+
     def _write(self, changes: Mapping[Key, Mapping[str, Any] | None]) -> None:
         """Apply pending transitions plus ``changes`` to the freshest file, durably."""
         self._ensure_dir()
         with self._io, self._file.lock:
             if self._file.changed():
                 self._install(self._file.load_locked(self._reader.parse) or empty_state())
-            # Read first, take second: every claim up to here has its transition pending in
-            # the store that owns the claims; any other store drops nothing.
-            claimed_through = self._claims.droppable() if self._claims.owned else 0
+            # Read first, take second: a claim is dropped only when the state this write takes
+            # already shows its run (pending or on disk); any store but the owner's drops nothing.
+            claimed_through = self._claims.droppable(self._shows_run) if self._claims.owned else 0
             with self._mem:
                 taken, self._pending = self._pending, {}
                 for (agent, name), transition in taken.items():

@@ -1,0 +1,273 @@
+"""A start not yet handed to the store (see ``ThreadedScheduler._start``) keeps its slot safe:
+its claim stays in ``claims.log`` through any write of ``state.yaml`` until the state shows the
+run, so a crash at any moment leaves the run recoverable as interrupted."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scheduler_helpers import T0, wait_until
+
+from herdsched import Agent, RunStatus, Schedule, Status, ThreadedScheduler
+from herdsched.store import YamlStateStore
+from herdsched.testing import FakeClock
+
+
+class Blocker:
+    """A job that blocks until released and says when it began."""
+
+    def __init__(self) -> None:
+        self.began = threading.Event()
+        self.release = threading.Event()
+        self.calls = 0
+
+    def __call__(self, info: Any) -> None:
+        self.calls += 1
+        self.began.set()
+        assert self.release.wait(10)
+
+
+def crash_copy(live: Path, crash: Path) -> Path:
+    """What a kill -9 right now would leave on disk (the leader lock is not copied)."""
+    shutil.copytree(live, crash, ignore=shutil.ignore_patterns("*.lock", "leader*"))
+    return crash
+
+
+def recover(crash: Path, clock: FakeClock) -> tuple[list[RunStatus], int]:
+    """Start a fresh scheduler on the crashed directory: history of a/s, and how often s ran."""
+    ran: list[str] = []
+    sched = ThreadedScheduler(state_dir=crash, clock=clock, commit_delay=0.5)
+    sched.add_agent(Agent("a", job=lambda info: ran.append(info.schedule), schedules=_schedules()))
+    with sched:
+        sched.run_pending()
+        sched.wait_until_idle(10)
+        history = [r.status for r in sched.history("a", "s")]
+    return history, ran.count("s")
+
+
+def _schedules() -> dict[str, Schedule]:
+    return {
+        "s": Schedule.interval("1h"),
+        "other": Schedule.interval("1h", start_at=T0 + timedelta(minutes=30)),
+    }
+
+
+def started_scheduler(live: Path, job: Blocker, clock: FakeClock) -> ThreadedScheduler:
+    sched = ThreadedScheduler(state_dir=live, clock=clock, commit_delay=0.5)
+    sched.add_agent(
+        Agent(
+            "a",
+            job=lambda info: job(info) if info.schedule == "s" else None,
+            schedules=_schedules(),
+        )
+    )
+    sched.start()
+    sched.run_pending()  # s is due at T0: claimed in claims.log, its job starts
+    assert job.began.wait(10)
+    return sched
+
+
+def on_disk_trace(crash: Path) -> tuple[Status, list[str]]:
+    reader = YamlStateStore(crash)
+    try:
+        return reader.get_schedule_state("a", "s").status, [
+            c.schedule for c in reader.load_claims()
+        ]
+    finally:
+        reader.close()
+
+
+def test_pausing_another_schedule_must_not_erase_every_trace_of_a_running_job(
+    tmp_path: Path,
+) -> None:
+    """A user-intent write (pause of *another* schedule) while s's start is not in state.yaml
+    keeps s's claim: after a crash s is interrupted, not run again."""
+    job, clock = Blocker(), FakeClock(T0)
+    sched = started_scheduler(tmp_path / "live", job, clock)
+    try:
+        sched.pause("a", "other")  # durable when it returns; writes state.yaml
+        crash = crash_copy(tmp_path / "live", tmp_path / "crash")
+    finally:
+        job.release.set()
+        sched.stop()
+    status, claims = on_disk_trace(crash)
+    assert status is Status.RUNNING or "s" in claims, (status, claims)
+    clock.advance(60)
+    history, reruns = recover(crash, clock)
+    assert history == [RunStatus.INTERRUPTED]
+    assert reruns == 0  # at most once per slot
+
+
+def test_removing_another_schedule_must_not_erase_every_trace_of_a_running_job(
+    tmp_path: Path,
+) -> None:
+    job, clock = Blocker(), FakeClock(T0)
+    sched = started_scheduler(tmp_path / "live", job, clock)
+    try:
+        sched.remove_schedule("a", "other")  # remove_schedule_state rewrites state.yaml
+        crash = crash_copy(tmp_path / "live", tmp_path / "crash")
+    finally:
+        job.release.set()
+        sched.stop()
+    status, claims = on_disk_trace(crash)
+    assert status is Status.RUNNING or "s" in claims, (status, claims)
+
+
+def test_cli_second_signal_flush_keeps_a_running_job_recoverable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``herdsched run``: a second SIGINT calls ``scheduler.store.flush`` and ``os._exit``,
+    with no running transition handed to the store for s."""
+    import signal
+
+    from herdsched import cli
+
+    job, clock = Blocker(), FakeClock(T0)
+    sched = started_scheduler(tmp_path / "live", job, clock)
+    stopper = cli._Stopper()
+    stopper.flush = sched.store.flush
+
+    class Exited(Exception):
+        pass
+
+    def fake_exit(code: int) -> None:
+        raise Exited(code)
+
+    monkeypatch.setattr(cli.os, "_exit", fake_exit)
+    try:
+        stopper._handle(signal.SIGINT, None)
+        with pytest.raises(Exited):
+            stopper._handle(signal.SIGINT, None)  # "quitting without waiting for running jobs"
+        crash = crash_copy(tmp_path / "live", tmp_path / "crash")
+    finally:
+        job.release.set()
+        sched.stop()
+    status, claims = on_disk_trace(crash)
+    assert status is Status.RUNNING or "s" in claims, (status, claims)
+    clock.advance(60)
+    history, reruns = recover(crash, clock)
+    assert (history, reruns) == ([RunStatus.INTERRUPTED], 0)
+
+
+def test_a_run_started_while_a_group_commit_writes_keeps_its_claim(tmp_path: Path) -> None:
+    """A run that starts after the group commit recorded the starts, before it reads how much
+    of claims.log it may drop (a trigger here; the timer or a ready-queue worker while the
+    flusher thread commits, in production), keeps its claim. The hook widens the window."""
+    u_job, t_job, clock = Blocker(), Blocker(), FakeClock(T0)
+    sched = ThreadedScheduler(state_dir=tmp_path / "live", clock=clock, commit_delay=0.5)
+    sched.add_agent(
+        Agent(
+            "a",
+            job=lambda info: (t_job if info.schedule == "t" else u_job)(info),
+            max_concurrent=2,
+            schedules={"u": Schedule.manual(), "t": Schedule.manual()},
+        )
+    )
+    journal = sched.store._claims  # type: ignore[attr-defined]
+    original, drop = journal.droppable, journal.drop_through
+    hooked: list[bool] = []
+    dropped = threading.Event()
+
+    def drop_through(offset: int) -> None:
+        drop(offset)
+        if hooked:
+            dropped.set()
+
+    def droppable(covered: Any) -> int:
+        if not hooked:
+            hooked.append(sched.trigger("a", "t").success)  # starts after _record_starts
+            assert t_job.began.wait(10)
+        return original(covered)
+
+    try:
+        with sched:
+            sched.run_pending()  # nothing due: the quiet commit of the install transitions
+            assert wait_until(lambda: sched.store.flush_deadline() is None)
+            assert wait_until(lambda: not sched._flush_in_flight)  # type: ignore[attr-defined]
+            assert sched.trigger("a", "u").success
+            assert u_job.began.wait(10)
+            journal.droppable = droppable
+            journal.drop_through = drop_through
+            clock.advance(0.5)
+            sched.run_pending()  # the group commit is due (here or on the flusher thread)
+            assert dropped.wait(10)
+            assert hooked == [True]
+            crash = crash_copy(tmp_path / "live", tmp_path / "crash")
+            t_job.release.set()
+            u_job.release.set()
+    finally:
+        t_job.release.set()
+        u_job.release.set()
+    reader = YamlStateStore(crash)
+    try:
+        status = reader.get_schedule_state("a", "t").status
+        claims = [c.schedule for c in reader.load_claims()]
+    finally:
+        reader.close()
+    assert status is Status.RUNNING or "t" in claims, (status, claims)
+
+
+def test_runs_starting_while_a_commit_is_in_flight_do_not_wake_the_timer_in_vain(
+    tmp_path: Path,
+) -> None:
+    """A start wakes a timer that would commit it too late; while a group commit is in flight
+    the flusher wakes the timer when done, so starts meanwhile must not (a pass that can neither
+    commit nor plan for them)."""
+    clock = FakeClock(T0)
+    jobs = {f"m{i}": Blocker() for i in range(6)}
+    sched = ThreadedScheduler(
+        state_dir=tmp_path, clock=clock, commit_delay=0.5, max_sleep=60, poll_interval=None
+    )
+    sched.add_agent(
+        Agent(
+            "a",
+            job=lambda info: jobs[info.schedule](info),
+            max_concurrent=10,
+            schedules={name: Schedule.manual() for name in jobs},
+        )
+    )
+    store_flush = sched.store.flush
+    entered, gate = threading.Event(), threading.Event()
+
+    def slow_flush() -> None:
+        if not sched.get_total_running_job_count():
+            return store_flush()
+        entered.set()
+        assert gate.wait(10)  # a slow disk: the commit stays in flight
+        return store_flush()
+
+    sched.store.flush = slow_flush  # type: ignore[method-assign]
+
+    def asleep() -> bool:
+        planned = sched._planned_wake  # type: ignore[attr-defined]
+        return planned is not None and clock.waiters >= 1
+
+    try:
+        with sched:
+            assert wait_until(asleep)
+            assert sched.trigger("a", "m0").success
+            assert jobs["m0"].began.wait(10)
+            assert wait_until(asleep)
+            clock.advance(0.5)  # the commit of m0's start is due: it goes to the flusher
+            assert entered.wait(10)
+            assert wait_until(asleep)
+            before = sched.get_state().check_count
+            for name in ("m1", "m2", "m3", "m4", "m5"):
+                assert sched.trigger("a", name).success
+                assert jobs[name].began.wait(10)
+                threading.Event().wait(0.05)  # starts a little apart, as workers make them
+                assert wait_until(asleep)
+            extra = sched.get_state().check_count - before
+            gate.set()
+            for job in jobs.values():
+                job.release.set()
+    finally:
+        gate.set()
+        for job in jobs.values():
+            job.release.set()
+    assert extra == 0, f"{extra} timer passes while the commit was in flight"
