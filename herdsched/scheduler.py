@@ -1137,10 +1137,16 @@ class ThreadedScheduler:
             for run in self._running.values():
                 if run.unrecorded_since is None:
                     continue
-                run.unrecorded_since = None
                 entry = self._entries.get((run.agent, run.schedule_name))
                 if entry is not None and entry.run is run:
-                    self._change_state(entry, **self._start_changes(entry, run))
+                    self._record_start(entry, run)
+
+    def _record_start(self, entry: _Entry, run: Run) -> None:
+        """Hand ``run``'s ``running`` transition to the store if it has not been (caller holds
+        the lock)."""
+        if run.unrecorded_since is not None:
+            run.unrecorded_since = None
+            self._change_state(entry, **self._start_changes(entry, run))
 
     def _record_deadline(self) -> float | None:
         """When the oldest unrecorded start must be committed (monotonic; caller holds the
@@ -1536,7 +1542,6 @@ class ThreadedScheduler:
             if run.finalized:  # already settled as a timeout
                 return
             run.finalized = True
-            run.unrecorded_since = None  # the finishing transition records the start too
             if run.timed_out and outcome.status is not RunStatus.TIMEOUT:
                 # the job saw the cancel event and returned before the timer settled the run
                 error = f"timed out after {run.schedule.timeout}"
@@ -1544,7 +1549,12 @@ class ThreadedScheduler:
             entry = self._entries.get((run.agent, run.schedule_name))
             if entry is None:
                 return
-            record, disabled = self._apply_outcome(entry, run, outcome)
+            try:
+                record, disabled = self._apply_outcome(entry, run, outcome)
+            except BaseException:
+                self._record_start(entry, run)  # at least the start: its claim then may go
+                raise
+            run.unrecorded_since = None  # the finishing transition recorded the start too
         if on_recorded is not None:
             on_recorded()
         message = None
@@ -1981,6 +1991,11 @@ class ThreadedScheduler:
         if entry is None:
             return
         self._take_back(entry)
+        run = entry.run
+        if run is not None and not forget_state:
+            # its state stays but its settling will not find the entry: record the start now,
+            # or the state would never show the run and its claim would stay in the journal
+            self._record_start(entry, run)
         del self._entries[(agent, name)]
         entry.version += 1
         entry.due = None

@@ -4,6 +4,8 @@ run, so a crash at any moment leaves the run recoverable as interrupted."""
 
 from __future__ import annotations
 
+import errno
+import os
 import shutil
 import threading
 from datetime import timedelta
@@ -271,3 +273,180 @@ def test_runs_starting_while_a_commit_is_in_flight_do_not_wake_the_timer_in_vain
         for job in jobs.values():
             job.release.set()
     assert extra == 0, f"{extra} timer passes while the commit was in flight"
+
+
+def claim_lines(path: Path) -> list[str]:
+    log = path / "claims.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def on_disk(crash: Path, schedule: str) -> tuple[Status, list[str]]:
+    reader = YamlStateStore(crash)
+    try:
+        return reader.get_schedule_state("a", schedule).status, [
+            c.schedule for c in reader.load_claims()
+        ]
+    finally:
+        reader.close()
+
+
+def test_a_hot_reload_dropping_a_running_schedule_does_not_hold_claims_forever(
+    tmp_path: Path,
+) -> None:
+    """set_agents() drops s (its state stays) while its run's start is not handed to the store:
+    the start is recorded then, so s's claim, and every later one, can go."""
+    clock, job = FakeClock(T0), Blocker()
+
+    def work(info: Any) -> None:
+        if info.schedule == "s":
+            job(info)
+
+    schedules = {"s": Schedule.manual(), "t": Schedule.manual()}
+    sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, commit_delay=0.5)
+    sched.add_agent(Agent("a", job=work, max_concurrent=2, schedules=schedules))
+    try:
+        with sched:
+            sched.run_pending()  # nothing due: the quiet commit of the install transitions
+            assert wait_until(lambda: sched.store.flush_deadline() is None)
+            assert wait_until(lambda: not sched._flush_in_flight)  # type: ignore[attr-defined]
+            assert sched.trigger("a", "s").success
+            assert job.began.wait(10)
+            # hot reload within commit_delay of the start: s is no longer defined
+            kept = {"t": Schedule.manual()}
+            sched.set_agents([Agent("a", job=work, max_concurrent=2, schedules=kept)])
+            job.release.set()
+            assert wait_until(lambda: sched.get_total_running_job_count() == 0)
+            for _ in range(20):
+                clock.advance(1)
+                assert sched.trigger("a", "t", wait=True).success
+                clock.advance(1)
+                sched.run_pending()  # the group commit
+                assert wait_until(lambda: sched.store.flush_deadline() is None)
+            lines = claim_lines(tmp_path)
+    finally:
+        job.release.set()
+    # every run finished and was committed long ago
+    assert lines == [], f"{len(lines)} claims kept, first: {lines[:1]}"
+
+
+def test_a_run_whose_settling_failed_does_not_hold_claims_forever(tmp_path: Path) -> None:
+    """When the finishing transition cannot be made (here: a deferral too far for datetime
+    arithmetic), the start is still recorded, so the run's claim can go."""
+    from herdsched.errors import Deferred
+
+    clock = FakeClock(T0)
+    sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, commit_delay=0.5)
+
+    def work(info: Any) -> Any:
+        if info.schedule == "s":
+            raise Deferred(timedelta(days=3_000_000))  # now + delay: OverflowError
+        return None
+
+    sched.add_agent(
+        Agent("a", job=work, schedules={"s": Schedule.manual(), "t": Schedule.manual()})
+    )
+    with sched:
+        sched.run_pending()  # nothing due: the quiet commit of the install transitions
+        assert wait_until(lambda: sched.store.flush_deadline() is None)
+        assert wait_until(lambda: not sched._flush_in_flight)  # type: ignore[attr-defined]
+        sched.trigger("a", "s", wait=True)
+        for _ in range(10):
+            clock.advance(1)
+            assert sched.trigger("a", "t", wait=True).success
+            clock.advance(1)
+            sched.run_pending()
+            assert wait_until(lambda: sched.store.flush_deadline() is None)
+        lines = claim_lines(tmp_path)
+    assert lines == [], f"{len(lines)} claims kept"
+
+
+def test_a_failed_claim_does_not_let_a_later_runs_claim_be_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A timer pass starts f and g in free slots and their one append fails (ENOSPC once); they
+    run on, recorded the slow way. A manual run u starts later; a pause of another schedule
+    writes state.yaml while u's start is not handed to the store: u's claim stays."""
+    clock = FakeClock(T0)
+    jobs = {"f": Blocker(), "g": Blocker(), "u": Blocker()}
+    sched = ThreadedScheduler(state_dir=tmp_path / "live", clock=clock, commit_delay=0.5)
+    sched.add_agent(
+        Agent(
+            "a",
+            job=lambda info: jobs[info.schedule](info) if info.schedule in jobs else None,
+            max_concurrent=5,
+            schedules={
+                "f": Schedule.interval("1h"),
+                "g": Schedule.interval("1h"),
+                "u": Schedule.manual(),
+                "other": Schedule.manual(),
+            },
+        )
+    )
+    real_write = os.write
+    failing = [False]
+
+    def write(fd: int, data: Any) -> int:
+        if failing[0]:
+            failing[0] = False
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr("herdsched.store.claims.os.write", write)
+    try:
+        with sched:
+            failing[0] = True
+            sched.run_pending()  # f and g are due: one append, which fails; they run anyway
+            assert jobs["f"].began.wait(10) and jobs["g"].began.wait(10)
+            assert not failing[0]
+            clock.advance(0.1)
+            assert sched.trigger("a", "u").success
+            assert jobs["u"].began.wait(10)
+            sched.pause("a", "other")  # a write while u's start is unrecorded
+            crash = crash_copy(tmp_path / "live", tmp_path / "crash")
+            for job in jobs.values():
+                job.release.set()
+    finally:
+        for job in jobs.values():
+            job.release.set()
+    status, claims = on_disk(crash, "u")
+    assert status is Status.RUNNING or "u" in claims, (status, claims)
+
+
+def test_a_clock_stepped_back_keeps_a_running_jobs_claim(tmp_path: Path) -> None:
+    """After the wall clock steps back, a new run starts before the previous one did: its
+    claim must not count as shown by the previous run's ``last_run_at``."""
+    clock, job = FakeClock(T0), Blocker()
+    calls = [0]
+
+    def work(info: Any) -> None:
+        if info.schedule == "s":
+            calls[0] += 1
+            if calls[0] == 2:
+                job(info)
+
+    sched = ThreadedScheduler(state_dir=tmp_path / "live", clock=clock, commit_delay=0.5)
+    sched.add_agent(
+        Agent(
+            "a",
+            job=work,
+            max_concurrent=2,
+            schedules={"s": Schedule.manual(), "other": Schedule.manual()},
+        )
+    )
+    try:
+        with sched:
+            sched.run_pending()
+            assert sched.trigger("a", "s", wait=True).success  # last_run_at = T0
+            clock.advance(1)
+            sched.run_pending()
+            assert wait_until(lambda: sched.store.flush_deadline() is None)
+            clock.jump_wall_clock(timedelta(minutes=-5))  # NTP steps the clock back
+            assert sched.trigger("a", "s").success
+            assert job.began.wait(10)
+            sched.pause("a", "other")
+            crash = crash_copy(tmp_path / "live", tmp_path / "crash")
+            job.release.set()
+    finally:
+        job.release.set()
+    status, claims = on_disk(crash, "s")
+    assert status is Status.RUNNING or "s" in claims, (status, claims)

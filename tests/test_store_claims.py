@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
+from scheduler_helpers import wait_until
 
 import herdsched.store.claims as claims_module
 import herdsched.store.start_marks as start_marks
+from herdsched import Status
 from herdsched.store.base import RunClaim
 from herdsched.store.claims import ClaimJournal
 from herdsched.store.yaml_store import YamlStateStore
@@ -19,7 +24,7 @@ from herdsched.timestamps import format_timestamp
 T0 = datetime(2026, 11, 22, 5, 41, 48, 898000, tzinfo=timezone.utc)
 
 
-def shown(agent: str, schedule: str, run_at: datetime) -> bool:
+def shown(agent: str, schedule: str, run_at: datetime, latest: bool) -> bool:
     """The state about to be written shows every run (see ClaimJournal.droppable)."""
     return True
 
@@ -394,7 +399,7 @@ def test_a_drop_stops_at_the_first_claim_whose_run_the_state_does_not_show(
     journal.append([claim("going"), claim("later")])
     recorded = {"done"}
 
-    def known(agent: str, schedule: str, run_at: datetime) -> bool:
+    def known(agent: str, schedule: str, run_at: datetime, latest: bool) -> bool:
         return schedule in recorded and run_at == T0
 
     assert journal.droppable(known) == first  # "going" started, its start is not recorded
@@ -422,3 +427,84 @@ def test_a_flush_keeps_the_claim_of_a_run_whose_start_is_not_recorded(tmp_path: 
     store.flush()
     assert store.load_claims() == []
     store.close()
+
+
+def held(name: str, at: datetime = T0) -> RunClaim:
+    return RunClaim("a", name, f"run-{name}", at, at)
+
+
+def crash_copy(live: Path, crash: Path) -> Path:
+    """What a kill -9 right now would leave on disk."""
+    shutil.copytree(live, crash, ignore=shutil.ignore_patterns("*.lock"))
+    return crash
+
+
+def test_a_failed_append_leaves_nothing_that_lets_a_later_claim_be_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claims whose append failed (ENOSPC) are not tracked: their offsets would point past
+    the end of the file and hide the next claim, whose run the state does not show yet."""
+    journal = ClaimJournal(tmp_path / "claims.log")
+    real_write = os.write
+    failing = [True]
+
+    def write(fd: int, data: Any) -> int:
+        if failing[0]:
+            failing[0] = False
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr("herdsched.store.claims.os.write", write)
+    # two runs that started at dispatch: their claim failed, they run on (the scheduler's
+    # _flush_quietly records them, so the state shows them)
+    with pytest.raises(OSError):
+        journal.append([held("f1"), held("f2")])
+    journal.append([held("nw")])  # a run started later (its start is not recorded yet)
+
+    def covered(agent: str, schedule: str, run_at: datetime, latest: bool) -> bool:
+        return schedule != "nw"
+
+    assert journal.droppable(covered) == 0, "the claim of 'nw' would be dropped"
+    journal.close()
+
+
+def test_removing_a_schedule_during_a_write_does_not_lose_a_covered_start(tmp_path: Path) -> None:
+    """A removal on another thread while a write is past its look at the claims (which saw
+    s's pending start) must not take s's pending transition from under it: the write would
+    record s's old state and drop its claim. The hook widens the window."""
+    store = YamlStateStore(tmp_path / "live")
+    store.update_schedule_state("a", "s", status="idle")
+    store.claim_runs([held("s")])  # s's run starts
+    store.record_transition("a", "s", status="running", last_run_at=T0)  # _record_starts
+    journal = store._claims  # type: ignore[attr-defined]
+    original = journal.droppable
+    remover: list[threading.Thread] = []
+
+    def droppable(covered: Any) -> int:
+        through = original(covered)
+        if remover:
+            return through
+        t = threading.Thread(target=store.remove_schedule_state, args=("a", "s"))
+        remover.append(t)
+        t.start()
+        wait_until(lambda: ("a", "s") not in store._pending, timeout=0.5)  # type: ignore[attr-defined]
+        return through
+
+    journal.droppable = droppable
+    drop = journal.drop_through
+    crashes: list[Path] = []
+
+    def drop_through(offset: int) -> None:
+        drop(offset)
+        if not crashes:
+            crashes.append(crash_copy(tmp_path / "live", tmp_path / "crash"))
+
+    journal.drop_through = drop_through
+    store.flush()  # the group commit
+    remover[0].join(10)
+    store.close()
+    reader = YamlStateStore(crashes[0])
+    status = reader.get_schedule_state("a", "s").status
+    claims = [c.schedule for c in reader.load_claims()]
+    reader.close()
+    assert status is Status.RUNNING or "s" in claims, (status, claims)

@@ -40,8 +40,9 @@ log = logging.getLogger("herdsched")
 _Mark = tuple[StartMarks | None, int] | None
 #: A claim this journal appended: (run id, offset of its line, agent, schedule, run_at in UTC ms).
 _Held = tuple[str, int, str, str, datetime]
-#: Whether the state about to be written shows a claim's run (agent, schedule, run_at).
-Covered = Callable[[str, str, datetime], bool]
+#: Whether the state about to be written shows a claim's run: (agent, schedule, run_at, and
+#: whether it is the latest claim of that schedule held here).
+Covered = Callable[[str, str, datetime, bool], bool]
 
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
@@ -169,22 +170,24 @@ class ClaimJournal:
             created = not self.path.exists()
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
-                with self._marks_lock:  # a drop's offsets see this write whole or not at all
-                    offset = os.fstat(fd).st_size
-                    for data, ready, held in batch:
-                        for run_id, at, mark in ready:
-                            self._unstarted[run_id] = (offset + at, mark)
-                        for run_id, at, agent, schedule, run_at in held:
-                            self._held[run_id] = (offset + at, agent, schedule, run_at)
-                        offset += len(data)
-                    view = memoryview(b"".join(data for data, _, _ in batch))
-                    while view:
-                        view = view[os.write(fd, view) :]
+                offset = os.fstat(fd).st_size
+                view = memoryview(b"".join(data for data, _, _ in batch))
+                while view:
+                    view = view[os.write(fd, view) :]
                 os.fsync(fd)
             finally:
                 os.close(fd)
             if created:
                 fsync_dir(self.path.parent)
+            # only claims made durable are tracked (a failed write's runs are taken back or
+            # recorded by the scheduler); drops also hold the file lock, so they see all or none
+            with self._marks_lock:
+                for data, ready, held in batch:
+                    for run_id, at, mark in ready:
+                        self._unstarted[run_id] = (offset + at, mark)
+                    for run_id, at, agent, schedule, run_at in held:
+                        self._held[run_id] = (offset + at, agent, schedule, run_at)
+                    offset += len(data)
             self.owned = True
 
     def mark_started(self, run_id: str) -> None:
@@ -221,10 +224,13 @@ class ClaimJournal:
                 limit = 0
             if self._unstarted:
                 limit = min(limit, *(offset for offset, _ in self._unstarted.values()))
+            latest = {
+                (agent, schedule): offset for offset, agent, schedule, _ in self._held.values()
+            }
             for offset, agent, schedule, run_at in self._held.values():  # in file order
                 if offset >= limit:
                     break
-                if not covered(agent, schedule, run_at):
+                if not covered(agent, schedule, run_at, latest[(agent, schedule)] == offset):
                     return offset
             return limit
 

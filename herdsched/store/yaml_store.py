@@ -259,14 +259,21 @@ class YamlStateStore:
                 view.setdefault(agent, {})[name] = evolve(base, **patch)
             self._view = view
 
-    def _shows_run(self, agent: str, schedule: str, run_at: datetime) -> bool:
+    def _shows_run(self, agent: str, schedule: str, run_at: datetime, latest: bool) -> bool:
         """Whether this store's state shows the run of a claim made at ``run_at``: its start or
-        its end is recorded (``last_run_at``), or the schedule is gone."""
+        its end is recorded, or the schedule is gone.
+
+        The schedule's latest claim is shown when ``last_run_at`` is that very time (not merely
+        later: after the wall clock stepped back, a new run starts before the last one did); an
+        earlier claim is shown by any recorded run, since a schedule's runs follow each other.
+        """
         with self._mem:
             state = self._view.get(agent, {}).get(schedule)
         if state is None:
             return True
-        return state.last_run_at is not None and state.last_run_at >= run_at
+        if state.last_run_at is None:
+            return False
+        return state.last_run_at == run_at if latest else True
 
     def _write(self, changes: Mapping[Key, Mapping[str, Any] | None]) -> None:
         """Apply pending transitions plus ``changes`` to the freshest file, durably."""
@@ -413,13 +420,14 @@ class YamlStateStore:
         self._check_open()
         _check_name(agent, "agent")
         _check_name(schedule, "schedule")
-        with self._mem:
-            self._pending.pop((agent, schedule), None)
-            self._pending_runs = [
-                r for r in self._pending_runs if (r.agent, r.schedule) != (agent, schedule)
-            ]
-            self._settle()
-        self._write({(agent, schedule): None})
+        with self._io:  # not between a write's look at the claims and its taking of pending
+            with self._mem:
+                self._pending.pop((agent, schedule), None)
+                self._pending_runs = [
+                    r for r in self._pending_runs if (r.agent, r.schedule) != (agent, schedule)
+                ]
+                self._settle()
+            self._write({(agent, schedule): None})
         with self._hist_io:
             self._history.remove(agent, schedule)
 
