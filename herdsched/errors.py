@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "MAX_DEFER",
     "AgentNotFoundError",
     "ConfigError",
     "CronParseError",
@@ -207,6 +208,10 @@ class ConfigError(SchedulerError):
         self.problems = list(problems)
 
 
+#: The longest a job may defer its run (:class:`Deferred`): a century.
+MAX_DEFER = timedelta(days=36_525)
+
+
 class Deferred(Exception):
     """Raised by a job to say "not now, try again in ``delay``" (for example: session busy).
 
@@ -217,6 +222,11 @@ class Deferred(Exception):
         from herdsched.cadence import coerce_interval
 
         self.delay = coerce_interval(delay, what="Deferred delay")
+        if self.delay > MAX_DEFER:  # a due time past the calendar could never be planned
+            raise IntervalParseError(
+                f"Deferred delay {delay!r} is too long (at most {MAX_DEFER.days} days)",
+                input=delay,
+            )
         self.reason = reason
         super().__init__(reason or f"deferred for {self.delay}")
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from agent_helpers import START, Script, running, step
 
 from herdsched import (
     Agent,
     Deferred,
+    IntervalParseError,
     JobResult,
     RunStatus,
     Schedule,
@@ -125,6 +127,23 @@ def test_a_failed_run_keeps_the_stored_session() -> None:
 
 
 # ------------------------------------------------------------------------------- Deferred
+
+
+def test_a_deferral_past_a_century_fails_the_run_with_a_clear_error() -> None:
+    with pytest.raises(IntervalParseError, match=r"Deferred delay .* too long"):
+        Deferred(timedelta(days=3_000_000))
+
+    def too_far(info: object) -> None:
+        raise Deferred(timedelta(days=3_000_000))  # raises the error above instead
+
+    with running() as (sched, _clock):
+        sched.add_agent(chat_agent(Script(too_far)))
+        step(sched)
+        [record] = sched.history("chat")
+        assert record.status is RunStatus.FAILED
+        assert "Deferred delay" in (record.error or "")
+        [status] = sched.get_status().schedules
+        assert status.next_run_at is not None  # planned as after any failure
 
 
 def test_deferred_reschedules_after_the_delay_and_is_not_a_failure() -> None:
