@@ -2653,8 +2653,9 @@ _LOOKAHEAD = 512
 #: How long (real seconds) a ready queue may stand still before more workers join in.
 _STALL_AFTER = 0.005
 
-#: the trigger type of a run the timer fires, by schedule type
+#: the outcomes a notifier may hear of (deferred and skipped runs are never notified)
 _NOTIFIED = frozenset({RunStatus.SUCCESS, RunStatus.FAILED, RunStatus.TIMEOUT})
+#: the trigger type of a run the timer fires, by schedule type
 _TIMER_TRIGGERS = {
     ScheduleType.INTERVAL: TriggerType.INTERVAL,
     ScheduleType.CRON: TriggerType.CRON,
