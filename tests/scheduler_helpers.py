@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
-from herdsched import ThreadedScheduler, TriggerInfo
+import pytest
+
+from herdsched import Status, ThreadedScheduler, TriggerInfo
+from herdsched.store import YamlStateStore
 from herdsched.testing import FakeClock
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)  # a Monday
@@ -69,3 +76,48 @@ def wait_until(predicate: Callable[[], object], timeout: float = 10.0, step: flo
             return bool(predicate())
         threading.Event().wait(step)
     return True
+
+
+class Blocker:
+    """A job that blocks until released (ignoring its cancel event) and says when it began."""
+
+    def __init__(self) -> None:
+        self.began = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, info: object) -> None:
+        self.began.set()
+        assert self.release.wait(10)
+
+
+def crash_copy(live: Path, crash: Path) -> Path:
+    """What a kill -9 right now would leave on disk (locks are not copied)."""
+    shutil.copytree(live, crash, ignore=shutil.ignore_patterns("*.lock", "leader*"))
+    return crash
+
+
+def trace_on_disk(state_dir: Path, schedule: str) -> tuple[Status, list[str]]:
+    """What a restart would find of a/``schedule``: its status and the schedules of the
+    claims in ``claims.log`` that count as started."""
+    reader = YamlStateStore(state_dir)
+    try:
+        claims = [claim.schedule for claim in reader.load_claims()]
+        return reader.get_schedule_state("a", schedule).status, claims
+    finally:
+        reader.close()
+
+
+def fail_next_claim_write(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Make the claim journal's next ``os.write`` fail (ENOSPC) while the returned flag is
+    true; the flag turns false once it has failed."""
+    real_write = os.write
+    failing = [False]
+
+    def write(fd: int, data: Any) -> int:
+        if failing[0]:
+            failing[0] = False
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr("herdsched.store.claims.os.write", write)
+    return failing

@@ -4,40 +4,24 @@ run, so a crash at any moment leaves the run recoverable as interrupted."""
 
 from __future__ import annotations
 
-import errno
-import os
-import shutil
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from scheduler_helpers import T0, wait_until
+from scheduler_helpers import (
+    T0,
+    Blocker,
+    crash_copy,
+    fail_next_claim_write,
+    trace_on_disk,
+    wait_until,
+)
 
 from herdsched import Agent, RunStatus, Schedule, Status, ThreadedScheduler
-from herdsched.store import YamlStateStore
 from herdsched.testing import FakeClock
-
-
-class Blocker:
-    """A job that blocks until released and says when it began."""
-
-    def __init__(self) -> None:
-        self.began = threading.Event()
-        self.release = threading.Event()
-        self.calls = 0
-
-    def __call__(self, info: Any) -> None:
-        self.calls += 1
-        self.began.set()
-        assert self.release.wait(10)
-
-
-def crash_copy(live: Path, crash: Path) -> Path:
-    """What a kill -9 right now would leave on disk (the leader lock is not copied)."""
-    shutil.copytree(live, crash, ignore=shutil.ignore_patterns("*.lock", "leader*"))
-    return crash
 
 
 def recover(crash: Path, clock: FakeClock) -> tuple[list[RunStatus], int]:
@@ -74,14 +58,19 @@ def started_scheduler(live: Path, job: Blocker, clock: FakeClock) -> ThreadedSch
     return sched
 
 
-def on_disk_trace(crash: Path) -> tuple[Status, list[str]]:
-    reader = YamlStateStore(crash)
+def crash_while_s_runs(
+    tmp_path: Path, clock: FakeClock, action: Callable[[ThreadedScheduler], object]
+) -> Path:
+    """Start s's run, do ``action`` while its start is not handed to the store, and return
+    what a kill -9 right then would leave on disk."""
+    job = Blocker()
+    sched = started_scheduler(tmp_path / "live", job, clock)
     try:
-        return reader.get_schedule_state("a", "s").status, [
-            c.schedule for c in reader.load_claims()
-        ]
+        action(sched)
+        return crash_copy(tmp_path / "live", tmp_path / "crash")
     finally:
-        reader.close()
+        job.release.set()
+        sched.stop()
 
 
 def test_pausing_another_schedule_must_not_erase_every_trace_of_a_running_job(
@@ -89,15 +78,10 @@ def test_pausing_another_schedule_must_not_erase_every_trace_of_a_running_job(
 ) -> None:
     """A user-intent write (pause of *another* schedule) while s's start is not in state.yaml
     keeps s's claim: after a crash s is interrupted, not run again."""
-    job, clock = Blocker(), FakeClock(T0)
-    sched = started_scheduler(tmp_path / "live", job, clock)
-    try:
-        sched.pause("a", "other")  # durable when it returns; writes state.yaml
-        crash = crash_copy(tmp_path / "live", tmp_path / "crash")
-    finally:
-        job.release.set()
-        sched.stop()
-    status, claims = on_disk_trace(crash)
+    clock = FakeClock(T0)
+    # a pause is durable when it returns: it writes state.yaml
+    crash = crash_while_s_runs(tmp_path, clock, lambda sched: sched.pause("a", "other"))
+    status, claims = trace_on_disk(crash, "s")
     assert status is Status.RUNNING or "s" in claims, (status, claims)
     clock.advance(60)
     history, reruns = recover(crash, clock)
@@ -108,15 +92,11 @@ def test_pausing_another_schedule_must_not_erase_every_trace_of_a_running_job(
 def test_removing_another_schedule_must_not_erase_every_trace_of_a_running_job(
     tmp_path: Path,
 ) -> None:
-    job, clock = Blocker(), FakeClock(T0)
-    sched = started_scheduler(tmp_path / "live", job, clock)
-    try:
+    def remove(sched: ThreadedScheduler) -> None:
         sched.remove_schedule("a", "other")  # remove_schedule_state rewrites state.yaml
-        crash = crash_copy(tmp_path / "live", tmp_path / "crash")
-    finally:
-        job.release.set()
-        sched.stop()
-    status, claims = on_disk_trace(crash)
+
+    crash = crash_while_s_runs(tmp_path, FakeClock(T0), remove)
+    status, claims = trace_on_disk(crash, "s")
     assert status is Status.RUNNING or "s" in claims, (status, claims)
 
 
@@ -129,11 +109,6 @@ def test_cli_second_signal_flush_keeps_a_running_job_recoverable(
 
     from herdsched import cli
 
-    job, clock = Blocker(), FakeClock(T0)
-    sched = started_scheduler(tmp_path / "live", job, clock)
-    stopper = cli._Stopper()
-    stopper.flush = sched.store.flush
-
     class Exited(Exception):
         pass
 
@@ -141,15 +116,17 @@ def test_cli_second_signal_flush_keeps_a_running_job_recoverable(
         raise Exited(code)
 
     monkeypatch.setattr(cli.os, "_exit", fake_exit)
-    try:
+
+    def interrupt_twice(sched: ThreadedScheduler) -> None:
+        stopper = cli._Stopper()
+        stopper.flush = sched.store.flush
         stopper._handle(signal.SIGINT, None)
         with pytest.raises(Exited):
             stopper._handle(signal.SIGINT, None)  # "quitting without waiting for running jobs"
-        crash = crash_copy(tmp_path / "live", tmp_path / "crash")
-    finally:
-        job.release.set()
-        sched.stop()
-    status, claims = on_disk_trace(crash)
+
+    clock = FakeClock(T0)
+    crash = crash_while_s_runs(tmp_path, clock, interrupt_twice)
+    status, claims = trace_on_disk(crash, "s")
     assert status is Status.RUNNING or "s" in claims, (status, claims)
     clock.advance(60)
     history, reruns = recover(crash, clock)
@@ -205,12 +182,7 @@ def test_a_run_started_while_a_group_commit_writes_keeps_its_claim(tmp_path: Pat
     finally:
         t_job.release.set()
         u_job.release.set()
-    reader = YamlStateStore(crash)
-    try:
-        status = reader.get_schedule_state("a", "t").status
-        claims = [c.schedule for c in reader.load_claims()]
-    finally:
-        reader.close()
+    status, claims = trace_on_disk(crash, "t")
     assert status is Status.RUNNING or "t" in claims, (status, claims)
 
 
@@ -278,16 +250,6 @@ def test_runs_starting_while_a_commit_is_in_flight_do_not_wake_the_timer_in_vain
 def claim_lines(path: Path) -> list[str]:
     log = path / "claims.log"
     return log.read_text().splitlines() if log.exists() else []
-
-
-def on_disk(crash: Path, schedule: str) -> tuple[Status, list[str]]:
-    reader = YamlStateStore(crash)
-    try:
-        return reader.get_schedule_state("a", schedule).status, [
-            c.schedule for c in reader.load_claims()
-        ]
-    finally:
-        reader.close()
 
 
 def test_a_hot_reload_dropping_a_running_schedule_does_not_hold_claims_forever(
@@ -382,16 +344,7 @@ def test_a_failed_claim_does_not_let_a_later_runs_claim_be_dropped(
             },
         )
     )
-    real_write = os.write
-    failing = [False]
-
-    def write(fd: int, data: Any) -> int:
-        if failing[0]:
-            failing[0] = False
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real_write(fd, data)
-
-    monkeypatch.setattr("herdsched.store.claims.os.write", write)
+    failing = fail_next_claim_write(monkeypatch)
     try:
         with sched:
             failing[0] = True
@@ -408,7 +361,7 @@ def test_a_failed_claim_does_not_let_a_later_runs_claim_be_dropped(
     finally:
         for job in jobs.values():
             job.release.set()
-    status, claims = on_disk(crash, "u")
+    status, claims = trace_on_disk(crash, "u")
     assert status is Status.RUNNING or "u" in claims, (status, claims)
 
 
@@ -448,5 +401,5 @@ def test_a_clock_stepped_back_keeps_a_running_jobs_claim(tmp_path: Path) -> None
             job.release.set()
     finally:
         job.release.set()
-    status, claims = on_disk(crash, "s")
+    status, claims = trace_on_disk(crash, "s")
     assert status is Status.RUNNING or "s" in claims, (status, claims)

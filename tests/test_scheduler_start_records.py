@@ -3,29 +3,15 @@ with the next group commit for the store and its file (see ``ThreadedScheduler._
 
 from __future__ import annotations
 
-import threading
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
 
-from scheduler_helpers import T0, step, wait_until
+from scheduler_helpers import T0, Blocker, step, wait_until
 
 from herdsched import Agent, RunStatus, Schedule, Status, ThreadedScheduler
 from herdsched.models import ScheduleState
 from herdsched.store import YamlStateStore
 from herdsched.testing import FakeClock
-
-
-class Blocker:
-    """A job that blocks until released (ignoring its cancel event) and says when it began."""
-
-    def __init__(self) -> None:
-        self.began = threading.Event()
-        self.release = threading.Event()
-
-    def __call__(self, info: Any) -> None:
-        self.began.set()
-        assert self.release.wait(10)
 
 
 def on_disk(state_dir: Path, schedule: str = "s") -> ScheduleState:
@@ -37,16 +23,25 @@ def on_disk(state_dir: Path, schedule: str = "s") -> ScheduleState:
         reader.close()
 
 
+def s_blocks(
+    tmp_path: Path, every: Schedule | None = None
+) -> tuple[ThreadedScheduler, FakeClock, Blocker]:
+    """A started YAML-store scheduler on a FakeClock at T0 whose schedule s (due at once) is
+    running its blocking job; the caller stops it."""
+    clock, job = FakeClock(T0), Blocker()
+    sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, commit_delay=0.5)
+    sched.add_agent(Agent("a", job=job, schedules={"s": every or Schedule.interval("1h")}))
+    sched.start()
+    sched.run_pending()
+    assert job.began.wait(10)
+    return sched, clock, job
+
+
 def test_a_running_job_shows_running_at_once_and_on_disk_from_the_next_group_commit(
     tmp_path: Path,
 ) -> None:
-    job = Blocker()
-    clock = FakeClock(T0)
-    sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, commit_delay=0.5)
-    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
+    sched, clock, job = s_blocks(tmp_path)
     with sched:
-        sched.run_pending()
-        assert job.began.wait(10)
         (status,) = sched.get_status().schedules
         assert (status.status, status.running, status.last_run_at) == (Status.RUNNING, 1, T0)
         assert on_disk(tmp_path).status is Status.IDLE  # not committed yet
@@ -94,14 +89,8 @@ def test_the_sleeping_timer_wakes_to_commit_a_long_run_within_commit_delay(
 
 
 def test_a_run_settled_as_timed_out_is_not_recorded_running_afterwards(tmp_path: Path) -> None:
-    job = Blocker()
-    clock = FakeClock(T0)
-    sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, commit_delay=0.5)
-    every = Schedule.interval("1h", timeout="1s")
-    sched.add_agent(Agent("a", job=job, schedules={"s": every}))
+    sched, clock, job = s_blocks(tmp_path, Schedule.interval("1h", timeout="1s"))
     with sched:
-        sched.run_pending()
-        assert job.began.wait(10)
         clock.advance(2)
         sched.run_pending()  # the timeout settles the run; the job itself goes on
         clock.advance(1)
@@ -115,13 +104,7 @@ def test_a_run_settled_as_timed_out_is_not_recorded_running_afterwards(tmp_path:
 def test_stopping_without_waiting_leaves_a_running_job_recorded_as_running(
     tmp_path: Path,
 ) -> None:
-    job = Blocker()
-    clock = FakeClock(T0)
-    sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, commit_delay=0.5)
-    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
-    sched.start()
-    sched.run_pending()
-    assert job.began.wait(10)
+    sched, _clock, job = s_blocks(tmp_path)
     sched.stop(wait_for_jobs=False)
     state = on_disk(tmp_path)
     job.release.set()

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import errno
 import os
-import shutil
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
-from scheduler_helpers import wait_until
+from scheduler_helpers import crash_copy, fail_next_claim_write, trace_on_disk, wait_until
 
 import herdsched.store.claims as claims_module
 import herdsched.store.start_marks as start_marks
@@ -433,28 +431,13 @@ def held(name: str, at: datetime = T0) -> RunClaim:
     return RunClaim("a", name, f"run-{name}", at, at)
 
 
-def crash_copy(live: Path, crash: Path) -> Path:
-    """What a kill -9 right now would leave on disk."""
-    shutil.copytree(live, crash, ignore=shutil.ignore_patterns("*.lock"))
-    return crash
-
-
 def test_a_failed_append_leaves_nothing_that_lets_a_later_claim_be_dropped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Claims whose append failed (ENOSPC) are not tracked: their offsets would point past
     the end of the file and hide the next claim, whose run the state does not show yet."""
     journal = ClaimJournal(tmp_path / "claims.log")
-    real_write = os.write
-    failing = [True]
-
-    def write(fd: int, data: Any) -> int:
-        if failing[0]:
-            failing[0] = False
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real_write(fd, data)
-
-    monkeypatch.setattr("herdsched.store.claims.os.write", write)
+    fail_next_claim_write(monkeypatch)[0] = True
     # two runs that started at dispatch: their claim failed, they run on (the scheduler's
     # _flush_quietly records them, so the state shows them)
     with pytest.raises(OSError):
@@ -503,8 +486,5 @@ def test_removing_a_schedule_during_a_write_does_not_lose_a_covered_start(tmp_pa
     store.flush()  # the group commit
     remover[0].join(10)
     store.close()
-    reader = YamlStateStore(crashes[0])
-    status = reader.get_schedule_state("a", "s").status
-    claims = [c.schedule for c in reader.load_claims()]
-    reader.close()
+    status, claims = trace_on_disk(crashes[0], "s")
     assert status is Status.RUNNING or "s" in claims, (status, claims)
