@@ -97,6 +97,10 @@ class Run:
     timed_out: bool = False
     cancelled: bool = False
     finalized: bool = False
+    # monotonic time by which the outcome of a run held back is settled: its job returned and
+    # its slot is free, while its worker starts the runs waiting behind it (see
+    # ThreadedScheduler._drain); None while the job runs or once it settles unheld
+    settle_by: float | None = None
     thread_id: int | None = None
     outcome: RunOutcome | None = None
     cancel_event: threading.Event | None = None

@@ -231,16 +231,23 @@ class ThreadedScheduler:
         self._rng = random.Random()
         self._lock = threading.RLock()
         self._idle = threading.Condition(self._lock)
+        # notified when runs join a ready queue or the timer ends a dispatching pass
+        self._refilled = threading.Condition(self._lock)
+        self._dispatching = False  # the timer is handing out a burst in chunks (see _fire_due)
+        self._refill_waiters = 0
         self._wake = threading.Event()
         self._agents: dict[str, Agent] = {}
         self._entries: dict[tuple[str, str], _Entry] = {}
         self._heap: list[tuple[datetime, int, str, str, int]] = []
         # Due schedules whose agent is full, per agent, in due order.
         self._waiting: dict[str, collections.deque[tuple[datetime, int, str, str, int]]] = {}
-        self._agent_counts: collections.Counter[str] = collections.Counter()
+        self._agent_counts: collections.Counter[str] = collections.Counter()  # jobs in slots
+        self._jobs_running = 0  # their total
         self._seq = itertools.count()
         self._pools: dict[str, WorkerPool] = {}
-        self._running: dict[str, Run] = {}
+        self._running: dict[str, Run] = {}  # started and not settled yet
+        # of those, runs held back whose job returned (their slots are free), finishing order
+        self._unsettled: collections.deque[tuple[Run, RunOutcome]] = collections.deque()
         # Dispatched runs waiting for a worker, per agent, claimed ahead (see _fire_due).
         self._ready: dict[str, collections.deque[Run]] = {}
         self._admitted: collections.Counter[str] = collections.Counter()  # dispatched, not started
@@ -711,12 +718,12 @@ class ThreadedScheduler:
         """Jobs of ``agent`` running now."""
         with self._lock:
             self._require_agent(agent)
-            return sum(1 for run in self._running.values() if run.agent == agent)
+            return self._agent_counts[agent]
 
     def get_total_running_job_count(self) -> int:
         """Jobs of every agent running now."""
         with self._lock:
-            return len(self._running)
+            return self._jobs_running
 
     def get_agent(self, name: str) -> Agent:
         """The registered agent called ``name`` (:class:`AgentNotFoundError` when unknown)."""
@@ -781,7 +788,7 @@ class ThreadedScheduler:
             leader = self._leader.holder() if self._leader is not None else None
             return SchedulerStatus(
                 running=self.is_running(),
-                active_jobs=len(self._running),
+                active_jobs=self._jobs_running,
                 schedules=items,
                 status=self._status,
                 leader=leader,
@@ -832,7 +839,7 @@ class ThreadedScheduler:
     def __repr__(self) -> str:
         return (
             f"<ThreadedScheduler {self._status} agents={len(self._agents)} "
-            f"schedules={len(self._entries)} running={len(self._running)}>"
+            f"schedules={len(self._entries)} running={self._jobs_running}>"
         )
 
     # ----------------------------------------------------------------------------- the timer
@@ -887,6 +894,7 @@ class ThreadedScheduler:
             self._next_poll = mono + self.poll_interval
             self._poll_other_processes()
         self._expire_timeouts(now, mono)
+        self._settle_due(mono)
         self._fire_due(now, mono)
         self._drain_events()
         if self._released_claims:
@@ -920,6 +928,8 @@ class ThreadedScheduler:
             deadlines = [run.deadline for run in self._running.values() if run.deadline]
             if deadlines:
                 candidates.append(min(deadlines) - mono)
+            if self._unsettled:
+                candidates.append((self._unsettled[0][0].settle_by or mono) - mono)
             if any(self._wants_dispatch(agent) for agent in self._waiting):
                 candidates.append(0.0)  # a slot freed while this pass was past dispatching
             flush_at = self._commit_deadline()
@@ -957,15 +967,22 @@ class ThreadedScheduler:
         instead of one per freed slot.
         """
         limit = _FIRST_CHUNK
-        while True:
-            with self._lock:
-                if self._status != "running":
+        try:
+            while True:
+                with self._lock:
+                    if self._status != "running":
+                        return
+                    runs = self._take_due_runs(now, mono, limit)
+                    self._dispatching = bool(runs)  # workers wait for these, not settle
+                self._launch(runs, queued=True)
+                if len(runs) < limit:
                     return
-                runs = self._take_due_runs(now, mono, limit)
-            self._launch(runs, queued=True)
-            if len(runs) < limit:
-                return
-            limit = min(limit * 2, _DISPATCH_CHUNK)
+                limit = min(limit * 2, _DISPATCH_CHUNK)
+        finally:
+            if self._dispatching:
+                with self._lock:
+                    self._dispatching = False
+                    self._refilled.notify_all()
 
     def _take_due_runs(self, now: datetime, mono: float, limit: int) -> list[Run]:
         """Up to ``limit`` runs of due schedules, claimed in memory (caller holds the lock).
@@ -1023,7 +1040,7 @@ class ThreadedScheduler:
         started yet against capacity plus the lookahead (the timer's question)."""
         agent = self._agents[entry.agent]
         running = self._agent_counts[entry.agent]
-        total = len(self._running)
+        total = self._jobs_running
         limit = agent.max_concurrent
         if admitting:
             running += self._admitted[entry.agent]
@@ -1116,6 +1133,7 @@ class ThreadedScheduler:
             run.deadline = mono + timeout.total_seconds()
         self._running[run.run_id] = run
         self._agent_counts[run.agent] += 1
+        self._jobs_running += 1
         run.unrecorded_since = mono
         planned = self._planned_wake
         # the sleeping timer must commit this start in time; a commit in flight wakes it when
@@ -1223,6 +1241,8 @@ class ThreadedScheduler:
                     self._pool(agent).submit(self._execute, run)
             for name in touched:
                 self._ensure_drain(name)
+            if touched and self._refill_waiters:
+                self._refilled.notify_all()
         if not self._listens(ev.JobSubmitted):
             return
         for run in runs:
@@ -1266,26 +1286,91 @@ class ThreadedScheduler:
             self._pool(agent).submit(self._watch, name)
 
     def _drain(self, name: str) -> None:
-        """Worker: run the agent's ready runs one after another until none may start."""
-        busy = False
-        while True:
-            with self._lock:
-                if busy:
-                    self._busy[name] -= 1
-                taken = self._take_ready(name)
-                busy = taken is not None
-                if busy:
-                    self._busy[name] += 1
-                    self._last_take[name] = time.monotonic()
-            if taken is None:
-                return
-            run, claimed_ahead = taken
-            try:
+        """Worker: run the agent's ready runs one after another until none may start.
+
+        Starting a waiting run comes before settling a finished one. When more runs wait in
+        the queue as a job returns, its run is held back (:meth:`_hold`): its slot frees at
+        once and its outcome (state, history, events) settles once the queue is empty, or at
+        the latest :data:`_SETTLE_WITHIN` after the job returned. In a burst of short jobs
+        settling is most of a run's cost, so the last of a thousand jobs starts after the
+        others' jobs rather than after their settling too.
+        """
+        try:
+            while True:
+                self._settle_held(name)
+                with self._lock:
+                    taken = self._take_ready(name)
+                    if taken is not None:
+                        self._busy[name] += 1
+                        self._last_take[name] = time.monotonic()
+                if taken is None:
+                    return
+                run, claimed_ahead = taken
                 if claimed_ahead and self._starts is not None:
                     self._store_call(self._starts.mark_started, run.run_id)
-                self._execute(run)
-            except Exception:  # the queue must keep moving whatever happened to this run
-                self.log.exception("worker of agent %r failed after a run", name)
+                outcome = self._run_job(run)
+                with self._lock:
+                    self._busy[name] -= 1
+                    # held also behind runs held already, so outcomes settle in finishing order
+                    more = self._dispatching or bool(self._ready.get(name) or self._unsettled)
+                    held = more and self._hold(run, outcome)
+                if not held:
+                    self._finish(run, outcome)
+        finally:
+            self._settle_held(None)
+
+    def _settle_held(self, name: str | None) -> None:
+        """Settle held runs: those due (see :meth:`_hold`), then, while agent ``name``'s ready
+        queue is empty once the timer's burst is handed out, the others one by one (runs may
+        join the queue meanwhile). ``name`` None: settle them all."""
+        self._settle_due(self.clock.monotonic())
+        unsettled = self._unsettled
+        if not unsettled or (name is not None and self._ready.get(name)):
+            return
+        if name is not None:
+            self._await_refill(name, unsettled[0][0].settle_by)
+        while unsettled and (name is None or not self._ready.get(name)):
+            if not self._settle_oldest(None):
+                return
+
+    def _settle_due(self, mono: float) -> None:
+        """Settle the held runs due to settle by ``mono``, oldest first."""
+        while self._unsettled and self._settle_oldest(mono):
+            pass
+
+    def _settle_oldest(self, due_by: float | None) -> bool:
+        """Settle the oldest held run, if any and (with ``due_by``) due by then."""
+        with self._lock:
+            unsettled = self._unsettled
+            if not unsettled:
+                return False
+            run, outcome = unsettled[0]
+            if due_by is not None and run.settle_by is not None and run.settle_by > due_by:
+                return False
+            unsettled.popleft()
+        self._finish(run, outcome)
+        return True
+
+    def _await_refill(self, name: str, settle_by: float | None) -> None:
+        """Wait while the timer hands out a burst and the agent's ready queue is empty, until
+        runs join it, or until ``settle_by`` (the oldest held run's, see :meth:`_hold`).
+
+        The worker's settling would only take turns at the GIL with the timer's claiming of
+        the next chunk, so the next jobs would start later; settling waits for a lull.
+        """
+        if settle_by is None:
+            return
+        until = time.monotonic() + settle_by - self.clock.monotonic()  # real time paces threads
+        with self._lock:
+            while self._dispatching and not self._ready.get(name):
+                remaining = until - time.monotonic()
+                if remaining <= 0:
+                    return
+                self._refill_waiters += 1
+                try:
+                    self._refilled.wait(remaining)
+                finally:
+                    self._refill_waiters -= 1
 
     def _take_ready(self, name: str) -> tuple[Run, bool] | None:
         """The agent's next ready run, started, and whether it was dispatched ahead (caller
@@ -1440,6 +1525,10 @@ class ThreadedScheduler:
 
     def _execute(self, run: Run) -> None:
         """Worker thread: run the job, then settle the outcome."""
+        self._finish(run, self._run_job(run))
+
+    def _run_job(self, run: Run) -> RunOutcome:
+        """Worker thread: announce the run and call its job; a crash becomes a failed outcome."""
         run.thread_id = threading.get_ident()
         if self._listens(ev.JobStarted):
             self._emit(
@@ -1452,13 +1541,19 @@ class ThreadedScheduler:
             )
         try:
             outcome = execute_run(run, clock=self.clock, work_sources=self.work_sources)
-        except Exception as exc:  # a bug in a work source or prompt: never lose the slot
+        # a bug in a work source or prompt, or a job raising KeyboardInterrupt: the run still
+        # settles and frees its slot, and the worker goes on
+        except BaseException as exc:
             self.log.exception("run %s of %s/%s crashed", run.run_id, run.agent, run.schedule_name)
             now = self.clock.now()
             outcome = RunOutcome(
                 status=RunStatus.FAILED, started_at=now, finished_at=now, error=repr(exc)
             )
         run.outcome = outcome
+        return outcome
+
+    def _finish(self, run: Run, outcome: RunOutcome) -> None:
+        """Settle a run whose job returned, then release it and tell whoever waits for it."""
         try:
             self._settle(run, outcome)
         except Exception:
@@ -1475,6 +1570,31 @@ class ThreadedScheduler:
                 self._drain_events()
             if wake:
                 self._wake.set()
+
+    def _hold(self, run: Run, outcome: RunOutcome) -> bool:
+        """Hold back a run whose job returned, so the runs waiting behind it start first (caller
+        holds the lock): its slot frees now, its outcome settles within :data:`_SETTLE_WITHIN`.
+
+        The timer settles what a worker still holds by then, so a long job started after
+        short ones never keeps their outcomes waiting. False: settle it now (it timed out, or
+        it is no longer running).
+        """
+        if run.finalized or self._running.get(run.run_id) is not run:
+            return False
+        mono = self.clock.monotonic()
+        run.settle_by = mono + _SETTLE_WITHIN
+        run.deadline = None  # it finished in time, whenever it settles
+        self._agent_counts[run.agent] -= 1
+        self._jobs_running -= 1
+        self._unsettled.append((run, outcome))
+        planned = self._planned_wake
+        if (len(self._unsettled) == 1 and planned is not None and planned[1] > run.settle_by) or (
+            self._status == "running"
+            and self._waiting
+            and (self.max_total_concurrent is not None or self._wants_dispatch(run.agent))
+        ):
+            self._wake.set()  # to settle it in time, or to fill its slot
+        return True
 
     def _timer_must_replan(self, run: Run) -> bool:
         """Whether a finished run changed what the sleeping timer waits for (caller holds the lock).
@@ -1517,8 +1637,9 @@ class ThreadedScheduler:
 
     def _release(self, run: Run) -> None:
         """Free the run's slot (caller holds the lock) and put its schedule back on the heap."""
-        if self._running.pop(run.run_id, None) is not None:
-            self._agent_counts[run.agent] -= 1
+        if self._running.pop(run.run_id, None) is not None and run.settle_by is None:
+            self._agent_counts[run.agent] -= 1  # a held run freed its slot already
+            self._jobs_running -= 1
         entry = self._entries.get((run.agent, run.schedule_name))
         if entry is not None and entry.run is run:
             entry.run = None
@@ -2530,15 +2651,19 @@ class ThreadedScheduler:
     def _at_capacity(self, agent: Agent) -> bool:
         if self._agent_running(agent.name) >= agent.max_concurrent:
             return True
-        return self.max_total_concurrent is not None and len(self._running) >= (
-            self.max_total_concurrent
+        return (
+            self.max_total_concurrent is not None
+            and self._jobs_running >= self.max_total_concurrent
         )
 
     def _schedule_status(self, entry: _Entry, now: datetime) -> ScheduleStatus:
         state = entry.state
         run = entry.run
         if run is not None and run.unrecorded_since is not None:
-            state = evolve(state, **self._start_changes(entry, run))  # see _start
+            changes = self._start_changes(entry, run)  # see _start
+            if run.settle_by is not None:
+                changes.pop("status", None)  # its job returned: no longer running
+            state = evolve(state, **changes)
         reason = self._skip_reason(entry, now) if entry.agent in self._agents else None
         if entry.run is not None and not entry.run.started:
             reason = SkipReason.AT_CAPACITY  # dispatched, waiting for a free slot
@@ -2555,7 +2680,7 @@ class ThreadedScheduler:
             last_result=state.last_result,
             last_error=state.last_error,
             consecutive_failures=state.consecutive_failures,
-            running=1 if entry.run is not None and entry.run.started else 0,
+            running=1 if run is not None and run.started and run.settle_by is None else 0,
             skip_reason=reason,
             owner=entry.schedule.owner,
             disabled_reason=state.disabled_reason,
@@ -2652,6 +2777,9 @@ _FIRST_CHUNK = 16
 _LOOKAHEAD = 512
 #: How long (real seconds) a ready queue may stand still before more workers join in.
 _STALL_AFTER = 0.005
+#: How long (real seconds) a draining worker may hold finished runs back while it starts the
+#: runs waiting behind them, before it settles them (see _drain).
+_SETTLE_WITHIN = 0.1
 
 #: the outcomes a notifier may hear of (deferred and skipped runs are never notified)
 _NOTIFIED = frozenset({RunStatus.SUCCESS, RunStatus.FAILED, RunStatus.TIMEOUT})
