@@ -488,3 +488,53 @@ def test_removing_a_schedule_during_a_write_does_not_lose_a_covered_start(tmp_pa
     store.close()
     status, claims = trace_on_disk(crashes[0], "s")
     assert status is Status.RUNNING or "s" in claims, (status, claims)
+
+
+def _descriptors_on(path: Path) -> int:
+    """How many of this process's open descriptors name ``path`` (Linux)."""
+    fd_dir = Path("/proc/self/fd")
+    count = 0
+    for entry in fd_dir.iterdir():
+        try:
+            if os.readlink(entry) == str(path):
+                count += 1
+        except OSError:  # closed meanwhile (the listing's own descriptor)
+            continue
+    return count
+
+
+@pytest.mark.skipif(
+    not Path("/proc/self/fd").is_dir() or not claims_module._KEEP_OPEN,
+    reason="needs Linux's /proc/self/fd and a kept append descriptor",
+)
+def test_appends_keep_one_descriptor_and_an_emptied_journal_holds_none(tmp_path: Path) -> None:
+    journal = ClaimJournal(tmp_path / "claims.log")
+    journal.append([claim("s")])
+    journal.append([claim("t")])
+    assert _descriptors_on(journal.path) == 1  # kept between appends, not one per append
+    journal.drop_through(journal.size())
+    assert _descriptors_on(journal.path) == 0
+    journal.append([claim("u")])
+    journal.close()
+    assert _descriptors_on(journal.path) == 0
+    assert journal.read() == [claim("u")]
+
+
+def test_an_append_after_another_instance_replaced_the_file_lands_in_the_new_one(
+    tmp_path: Path,
+) -> None:
+    """A kept descriptor must not write into a journal another process has replaced: the
+    claim would be durable only in an unlinked file."""
+    path = tmp_path / "claims.log"
+    mine, other = ClaimJournal(path), ClaimJournal(path)
+    mine.append([claim("s")])
+    covered = mine.size()
+    other.append([claim("t")])
+    other.drop_through(covered)  # rewrites claims.log as a new file holding "t"
+    mine.append([claim("u")])
+    assert ClaimJournal(path).read() == [claim("t"), claim("u")]
+    (tmp_path / "claims.log").unlink()  # removed altogether: the next append creates it
+    mine.append([claim("v")])
+    assert ClaimJournal(path).read() == [claim("v")]
+    mine.close()
+    other.close()

@@ -45,6 +45,9 @@ _Held = tuple[str, int, str, str, datetime]
 Covered = Callable[[str, str, datetime, bool], bool]
 
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+#: Keep the append descriptor open between appends. Not on Windows, where an open file cannot
+#: be replaced by another process's rewrite.
+_KEEP_OPEN = os.name == "posix"
 
 
 @functools.lru_cache(maxsize=1)
@@ -90,6 +93,8 @@ class ClaimJournal:
         # schedule, run_at); a group commit drops a claim only once the state shows its run
         self._held: dict[str, tuple[int, str, str, datetime]] = {}
         self._marks: StartMarks | None = None  # made with the first ready claim
+        self._fd: int | None = None  # appends go through it while it names the journal
+        self._fd_inode = (0, 0)  # (st_dev, st_ino) of the file it names
         self._swept = False  # marks files of dead processes removed
 
     def append(self, claims: Sequence[RunClaim]) -> None:
@@ -167,16 +172,18 @@ class ClaimJournal:
 
     def _write(self, batch: list[tuple[bytes, list[tuple[str, int, _Mark]], list[_Held]]]) -> None:
         with self._file_lock:
-            created = not self.path.exists()
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd, offset, created = self._append_fd()
             try:
-                offset = os.fstat(fd).st_size
                 view = memoryview(b"".join(data for data, _, _ in batch))
                 while view:
                     view = view[os.write(fd, view) :]
                 os.fsync(fd)
+            except BaseException:
+                self._close_fd()  # a failed append starts afresh next time
+                raise
             finally:
-                os.close(fd)
+                if not _KEEP_OPEN:
+                    self._close_fd()
             if created:
                 fsync_dir(self.path.parent)
             # only claims made durable are tracked (a failed write's runs are taken back or
@@ -189,6 +196,34 @@ class ClaimJournal:
                         self._held[run_id] = (offset + at, agent, schedule, run_at)
                     offset += len(data)
             self.owned = True
+
+    def _append_fd(self) -> tuple[int, int, bool]:
+        """A descriptor appending to the journal, the journal's size, and whether this created
+        it (caller holds the file lock).
+
+        Each system call releases the GIL, and taking it back can wait for a busy worker
+        thread's switch interval, so appends keep one descriptor open and check with a single
+        ``stat`` that it still names the file (another process may have replaced it).
+        """
+        try:
+            current = os.stat(self.path)
+        except FileNotFoundError:
+            current = None
+        fd = self._fd
+        same = current is not None and self._fd_inode == (current.st_dev, current.st_ino)
+        if fd is not None and current is not None and same:
+            return fd, current.st_size, False
+        self._close_fd()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        opened = os.fstat(fd)
+        self._fd, self._fd_inode = fd, (opened.st_dev, opened.st_ino)
+        return fd, opened.st_size, current is None
+
+    def _close_fd(self) -> None:
+        """Close the cached append descriptor, if any (caller holds the file lock)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
     def mark_started(self, run_id: str) -> None:
         """Set the start mark of a ready claim (a store to shared memory: no system call)."""
@@ -235,7 +270,10 @@ class ClaimJournal:
             return limit
 
     def close(self) -> None:
-        """Delete this instance's marks file (the journal can still be used without marks)."""
+        """Close the append descriptor and delete this instance's marks file (the journal can
+        still be used, without marks)."""
+        with self._file_lock:
+            self._close_fd()
         with self._marks_lock:
             marks, self._marks = self._marks, None
         if marks is not None:
@@ -300,6 +338,9 @@ class ClaimJournal:
                 for run_id, (at, agent, schedule, run_at) in self._held.items()
                 if at >= offset
             }
+            # replaced or emptied: the next append opens it again, and a journal left empty
+            # holds no descriptor (the store may never be closed)
+            self._close_fd()
             if rest:
                 atomic_write(self.path, rest)
                 return
