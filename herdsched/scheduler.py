@@ -247,7 +247,8 @@ class ThreadedScheduler:
         self._pools: dict[str, WorkerPool] = {}
         self._running: dict[str, Run] = {}  # started and not settled yet
         # of those, runs held back whose job returned (their slots are free), finishing order
-        self._unsettled: collections.deque[tuple[Run, RunOutcome]] = collections.deque()
+        self._unsettled: dict[str, collections.deque[tuple[Run, RunOutcome]]] = {}
+        self._settler_busy = False  # a thread settles runs held too long (see _settle_overdue)
         # Dispatched runs waiting for a worker, per agent, claimed ahead (see _fire_due).
         self._ready: dict[str, collections.deque[Run]] = {}
         self._admitted: collections.Counter[str] = collections.Counter()  # dispatched, not started
@@ -369,6 +370,7 @@ class ThreadedScheduler:
             for name in list(self._ready):
                 self._ensure_drain(name)  # those that started at dispatch still run
             self._changed()
+        self._settle_all_held()  # jobs that returned: their outcomes reach the state now
         timed_out = False
         remaining = 0
         if wait_for_jobs:
@@ -664,6 +666,8 @@ class ThreadedScheduler:
         standby scheduler the request is queued for the active one. With ``wait=True`` the call
         returns when the run has finished and ``success`` says whether it succeeded.
         """
+        if schedule is not None:
+            self._settle_for_trigger(agent, schedule)
         with self._lock:
             agent_obj = self._require_agent(agent)
             if schedule is not None:
@@ -687,6 +691,8 @@ class ThreadedScheduler:
             )
             if entry.run is not None:
                 doing = "is running" if entry.run.started else "is about to run"
+                if entry.run.settle_by is not None:
+                    doing = "is recording the outcome of its last run"
                 return _skipped(SkipReason.ALREADY_RUNNING, f"{agent}/{entry.name} {doing}")
             if not bypass_concurrency and self._at_capacity(agent_obj):
                 return _skipped(SkipReason.AT_CAPACITY, f"agent {agent!r} is at capacity")
@@ -894,7 +900,7 @@ class ThreadedScheduler:
             self._next_poll = mono + self.poll_interval
             self._poll_other_processes()
         self._expire_timeouts(now, mono)
-        self._settle_due(mono)
+        self._settle_overdue(mono)
         self._fire_due(now, mono)
         self._drain_events()
         if self._released_claims:
@@ -928,8 +934,9 @@ class ThreadedScheduler:
             deadlines = [run.deadline for run in self._running.values() if run.deadline]
             if deadlines:
                 candidates.append(min(deadlines) - mono)
-            if self._unsettled:
-                candidates.append((self._unsettled[0][0].settle_by or mono) - mono)
+            oldest = self._oldest_settle_by()
+            if oldest is not None and not self._settler_busy:
+                candidates.append(oldest - mono)
             if any(self._wants_dispatch(agent) for agent in self._waiting):
                 candidates.append(0.0)  # a slot freed while this pass was past dispatching
             flush_at = self._commit_deadline()
@@ -1050,7 +1057,7 @@ class ThreadedScheduler:
             enabled=entry.schedule.enabled,
             status=entry.state.status,
             fires_on_timer=entry.schedule.fires_on_timer,
-            running=entry.run is not None,
+            running=entry.run is not None and entry.run.settle_by is None,  # held: returned
             agent_running=running,
             max_concurrent=limit,
             total_running=total,
@@ -1305,51 +1312,125 @@ class ThreadedScheduler:
                         self._last_take[name] = time.monotonic()
                 if taken is None:
                     return
-                run, claimed_ahead = taken
-                if claimed_ahead and self._starts is not None:
-                    self._store_call(self._starts.mark_started, run.run_id)
-                outcome = self._run_job(run)
-                with self._lock:
-                    self._busy[name] -= 1
-                    # held also behind runs held already, so outcomes settle in finishing order
-                    more = self._dispatching or bool(self._ready.get(name) or self._unsettled)
-                    held = more and self._hold(run, outcome)
-                if not held:
-                    self._finish(run, outcome)
+                try:
+                    self._run_taken(name, *taken)
+                except Exception:  # the queue must keep moving whatever happened to this run
+                    self.log.exception("worker of agent %r failed after a run", name)
         finally:
-            self._settle_held(None)
+            self._settle_held(name, every=True)
 
-    def _settle_held(self, name: str | None) -> None:
-        """Settle held runs: those due (see :meth:`_hold`), then, while agent ``name``'s ready
-        queue is empty once the timer's burst is handed out, the others one by one (runs may
-        join the queue meanwhile). ``name`` None: settle them all."""
-        self._settle_due(self.clock.monotonic())
-        unsettled = self._unsettled
-        if not unsettled or (name is not None and self._ready.get(name)):
+    def _run_taken(self, name: str, run: Run, claimed_ahead: bool) -> None:
+        """Worker: run a run taken from the agent's ready queue, then hold or settle it."""
+        outcome = None
+        try:
+            if claimed_ahead and self._starts is not None:
+                self._store_call(self._starts.mark_started, run.run_id)
+            outcome = self._run_job(run)
+        finally:
+            with self._lock:
+                self._busy[name] -= 1
+                # held also behind runs held already, so outcomes mostly settle in the order
+                # their jobs returned
+                more = self._dispatching or bool(self._ready.get(name) or self._unsettled.get(name))
+                held = outcome is not None and more and self._hold(run, outcome)
+        if outcome is not None and not held:
+            self._finish(run, outcome)
+
+    def _settle_held(self, name: str, *, every: bool = False) -> None:
+        """Settle agent ``name``'s held runs: those due (see :meth:`_hold`), then, while its
+        ready queue is empty once the timer's burst is handed out, the others one by one (runs
+        may join the queue meanwhile). ``every``: all it holds now, whatever the queue."""
+        unsettled = self._unsettled.get(name)
+        if not unsettled:
             return
-        if name is not None:
-            self._await_refill(name, unsettled[0][0].settle_by)
-        while unsettled and (name is None or not self._ready.get(name)):
-            if not self._settle_oldest(None):
+        self._settle_due(unsettled, self.clock.monotonic())
+        if every:
+            for _ in range(len(unsettled)):  # not those its other workers hold meanwhile
+                if not self._settle_oldest(unsettled, None):
+                    return
+            return
+        if unsettled and not self._ready.get(name):
+            self._await_refill(name, unsettled[0][0].settle_by if unsettled else None)
+        while unsettled and not self._ready.get(name):
+            if not self._settle_oldest(unsettled, None):
                 return
 
-    def _settle_due(self, mono: float) -> None:
-        """Settle the held runs due to settle by ``mono``, oldest first."""
-        while self._unsettled and self._settle_oldest(mono):
+    def _settle_all_held(self) -> None:
+        """Settle every agent's held runs (``stop()``)."""
+        for name in list(self._unsettled):
+            self._settle_held(name, every=True)
+
+    def _settle_due(
+        self, unsettled: collections.deque[tuple[Run, RunOutcome]], mono: float
+    ) -> None:
+        """Settle the runs of one agent's held queue due to settle by ``mono``, oldest first."""
+        while unsettled and self._settle_oldest(unsettled, mono):
             pass
 
-    def _settle_oldest(self, due_by: float | None) -> bool:
-        """Settle the oldest held run, if any and (with ``due_by``) due by then."""
+    def _settle_oldest(
+        self, unsettled: collections.deque[tuple[Run, RunOutcome]], due_by: float | None
+    ) -> bool:
+        """Settle the oldest run of one agent's held queue, if any and (with ``due_by``) due by
+        then."""
         with self._lock:
-            unsettled = self._unsettled
             if not unsettled:
                 return False
             run, outcome = unsettled[0]
             if due_by is not None and run.settle_by is not None and run.settle_by > due_by:
                 return False
             unsettled.popleft()
-        self._finish(run, outcome)
+            run.thread_id = threading.get_ident()  # stop() from its listener must not wait
+        try:
+            self._finish(run, outcome)
+        except Exception:  # the caller's own work goes on
+            self.log.exception(
+                "could not settle run %s of %s/%s", run.run_id, run.agent, run.schedule_name
+            )
         return True
+
+    def _oldest_settle_by(self) -> float | None:
+        """When the run held longest must settle (caller holds the lock)."""
+        return min(
+            (held[0][0].settle_by or 0.0 for held in self._unsettled.values() if held),
+            default=None,
+        )
+
+    def _settle_overdue(self, mono: float) -> None:
+        """Timer: have the runs held past their ``settle_by`` settled (a worker holding them
+        is inside a long job). On a thread of their own: settling calls the notifier and the
+        listeners, which must never hold up dispatching."""
+        with self._lock:
+            oldest = self._oldest_settle_by()
+            if self._settler_busy or oldest is None or oldest > mono:
+                return
+            self._settler_busy = True
+        threading.Thread(target=self._settler, name="herdsched-settler", daemon=True).start()
+
+    def _settler(self) -> None:
+        try:
+            mono = self.clock.monotonic()
+            for held in list(self._unsettled.values()):
+                self._settle_due(held, mono)
+        finally:
+            with self._lock:
+                self._settler_busy = False
+            self._wake.set()  # the timer plans for the next held run
+
+    def _settle_for_trigger(self, agent: str, schedule: str) -> None:
+        """Settle the schedule's run now if its job returned and its outcome is held, so that a
+        manual trigger is not refused for a run that is over."""
+        with self._lock:
+            entry = self._entries.get((agent, schedule))
+            run = entry.run if entry is not None else None
+            if run is None or run.settle_by is None:
+                return
+            unsettled = self._unsettled.get(agent, ())
+            held = next((item for item in unsettled if item[0] is run), None)
+            if held is None:
+                return  # another thread is settling it right now
+            self._unsettled[agent].remove(held)
+            run.thread_id = threading.get_ident()
+        self._finish(*held)
 
     def _await_refill(self, name: str, settle_by: float | None) -> None:
         """Wait while the timer hands out a burst and the agent's ready queue is empty, until
@@ -1579,16 +1660,17 @@ class ThreadedScheduler:
         short ones never keeps their outcomes waiting. False: settle it now (it timed out, or
         it is no longer running).
         """
-        if run.finalized or self._running.get(run.run_id) is not run:
+        if run.finalized or self._status != "running" or self._running.get(run.run_id) is not run:
             return False
         mono = self.clock.monotonic()
         run.settle_by = mono + _SETTLE_WITHIN
-        run.deadline = None  # it finished in time, whenever it settles
+        run.deadline = None  # its job returned: a timeout can no longer cut it short
         self._agent_counts[run.agent] -= 1
         self._jobs_running -= 1
-        self._unsettled.append((run, outcome))
+        unsettled = self._unsettled.setdefault(run.agent, collections.deque())
+        unsettled.append((run, outcome))
         planned = self._planned_wake
-        if (len(self._unsettled) == 1 and planned is not None and planned[1] > run.settle_by) or (
+        if (len(unsettled) == 1 and planned is not None and planned[1] > run.settle_by) or (
             self._status == "running"
             and self._waiting
             and (self.max_total_concurrent is not None or self._wants_dispatch(run.agent))
@@ -2664,6 +2746,8 @@ class ThreadedScheduler:
             if run.settle_by is not None:
                 changes.pop("status", None)  # its job returned: no longer running
             state = evolve(state, **changes)
+        if run is not None and run.settle_by is not None and state.status is Status.RUNNING:
+            state = evolve(state, status=Status.IDLE)  # held: its job returned
         reason = self._skip_reason(entry, now) if entry.agent in self._agents else None
         if entry.run is not None and not entry.run.started:
             reason = SkipReason.AT_CAPACITY  # dispatched, waiting for a free slot

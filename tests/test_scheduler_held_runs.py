@@ -4,14 +4,25 @@ the ones whose jobs returned, and everything it holds settles soon, whatever run
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from scheduler_helpers import T0, Blocker, running
+from scheduler_helpers import T0, Blocker, running, wait_until
 
 import herdsched.scheduler as engine
-from herdsched import Agent, JobSucceeded, RunStatus, Schedule, Status, ThreadedScheduler
+from herdsched import (
+    Agent,
+    JobSucceeded,
+    RunStatus,
+    Schedule,
+    SchedulerShutdownError,
+    SchedulerStopped,
+    SkipReason,
+    Status,
+    ThreadedScheduler,
+)
 from herdsched.store import YamlStateStore
 from herdsched.testing import FakeClock
 
@@ -80,7 +91,8 @@ def test_a_long_job_does_not_keep_the_outcomes_held_before_it_waiting() -> None:
             assert status["x"].running == status["y"].running == 0  # their jobs returned
             assert status["last"].running == 1
             clock.advance(timedelta(seconds=engine._SETTLE_WITHIN))
-            sched.run_pending()  # the timer settles what is held that long
+            sched.run_pending()  # the timer has what is held that long settled
+            assert wait_until(lambda: len(sched.history("a")) == 2)
             status = {s.schedule: s for s in sched.get_status().schedules}
             assert status["x"].last_result is RunStatus.SUCCESS
             assert status["y"].last_result is RunStatus.SUCCESS
@@ -163,3 +175,203 @@ def test_a_job_raising_keyboard_interrupt_fails_its_run_and_the_queue_moves_on()
         assert "KeyboardInterrupt" in (results["x"].last_error or "")
         assert results["y"].last_result is RunStatus.SUCCESS
         assert sched.get_running_job_count("a") == 0
+
+
+def long_last(blocker: Blocker) -> Any:
+    """A job that returns at once, except for schedule "last", which blocks."""
+
+    def job(info: Any) -> None:
+        if info.schedule == "last":
+            blocker(info)
+
+    return job
+
+
+def x_held_while_last_runs(sched: ThreadedScheduler, blocker: Blocker) -> None:
+    """Agent "a" runs "x", then "last" (which blocks); "x" is held meanwhile."""
+    sched.add_agent(
+        Agent("a", job=long_last(blocker), max_concurrent=1, schedules=due_now("x", "last"))
+    )
+    sched.start()
+    sched.run_pending()
+    assert blocker.began.wait(10)
+
+
+# -- found by review: each failed before its fix ---------------------------------------------
+
+
+def test_stop_without_waiting_writes_the_outcome_of_a_job_that_returned(tmp_path: Path) -> None:
+    blocker = Blocker()
+    sched = ThreadedScheduler(state_dir=tmp_path, clock=FakeClock(T0), timezone="UTC")
+    stopped: list[SchedulerStopped] = []
+    sched.add_listener(stopped.append, SchedulerStopped)
+    try:
+        x_held_while_last_runs(sched, blocker)
+        sched.stop(wait_for_jobs=False)
+        store = YamlStateStore(tmp_path)
+        try:  # what a process exiting now leaves behind: x ran and succeeded
+            assert store.get_schedule_state("a", "x").last_result is RunStatus.SUCCESS
+        finally:
+            store.close()
+        assert stopped[0].running_job_count == 1  # only "last" still runs
+    finally:
+        blocker.release.set()
+
+
+def test_stop_timing_out_on_a_long_job_still_writes_the_jobs_that_returned(
+    tmp_path: Path,
+) -> None:
+    blocker = Blocker()
+    sched = ThreadedScheduler(state_dir=tmp_path, clock=FakeClock(T0), timezone="UTC")
+    try:
+        x_held_while_last_runs(sched, blocker)
+        try:
+            sched.stop(timeout=0.5)
+        except SchedulerShutdownError as exc:
+            assert exc.running_job_count == 1  # only "last"
+        else:
+            raise AssertionError("stop() should have timed out on the blocked job")
+        store = YamlStateStore(tmp_path)
+        try:
+            assert store.get_schedule_state("a", "x").last_result is RunStatus.SUCCESS
+        finally:
+            store.close()
+    finally:
+        blocker.release.set()
+
+
+def test_a_listener_may_stop_the_scheduler_while_a_held_run_settles() -> None:
+    """stop() from the listener of a run settled by another thread than the one that ran its
+    job must not wait for that run."""
+    blocker = Blocker()
+    errors: list[BaseException] = []
+    done = threading.Event()
+    with running() as (sched, clock):
+
+        def on_success(event: JobSucceeded) -> None:
+            if event.schedule != "x":
+                return
+            threading.Timer(0.2, blocker.release.set).start()  # "last" ends soon after
+            try:
+                sched.stop(timeout=3)  # documented as safe from a listener
+            except BaseException as exc:
+                errors.append(exc)
+            finally:
+                done.set()
+
+        sched.add_listener(on_success, JobSucceeded)
+        try:
+            x_held_while_last_runs(sched, blocker)
+
+            def advanced() -> bool:  # until the timer has x settled
+                clock.advance(timedelta(seconds=engine._SETTLE_WITHIN))
+                return done.wait(0.05)
+
+            assert wait_until(advanced)
+            assert errors == []
+        finally:
+            blocker.release.set()
+
+
+def test_a_slow_notifier_of_a_held_run_does_not_hold_up_other_agents() -> None:
+    """The timer has runs held too long settled on another thread: their notifier and
+    listeners never delay dispatching."""
+    blocker = Blocker()
+    gate = threading.Event()
+    notified = threading.Event()
+
+    def notifier(note: Any) -> None:
+        if note.schedule == "x":
+            notified.set()
+            gate.wait(10)  # a webhook that takes its time
+
+    b_started = threading.Event()
+    with running(notifier=notifier) as (sched, clock):
+        sched.add_agent(
+            Agent(
+                "a",
+                job=long_last(blocker),
+                max_concurrent=1,
+                schedules=dict.fromkeys(
+                    ("x", "last"), Schedule.interval("1h", start_at=T0, notify="always")
+                ),
+            )
+        )
+        later = Schedule.interval("1h", start_at=T0 + timedelta(seconds=1))
+        sched.add_agent(Agent("b", job=lambda info: b_started.set(), schedules={"b1": later}))
+        sched.start()
+        sched.run_pending()
+        try:
+            assert blocker.began.wait(10)
+            clock.advance(timedelta(seconds=1))  # b1 is due; x is held past its time
+            assert wait_until(notified.is_set)
+            assert b_started.wait(5)  # the timer dispatched b1 though x's notifier blocks
+        finally:
+            gate.set()
+            blocker.release.set()
+
+
+def test_a_slow_listener_of_one_agents_burst_does_not_delay_another_agents_run() -> None:
+    """Real time, generous bounds: settling held runs of one agent (each calling a 50 ms
+    listener) never comes before another agent's due run."""
+    clock = FakeClock(T0)
+    sched = ThreadedScheduler(state_dir=None, clock=clock, timezone="UTC")
+    burst = {f"b{i}": Schedule.interval("1h", start_at=T0) for i in range(300)}
+    sched.add_agent(
+        Agent("b", job=lambda info: time.sleep(0.002), max_concurrent=1, schedules=burst)
+    )
+    started: dict[str, float] = {}
+    later = Schedule.interval("1h", start_at=T0 + timedelta(seconds=1))
+    sched.add_agent(
+        Agent(
+            "a",
+            job=lambda info: started.setdefault(info.schedule, time.monotonic()),
+            schedules={"a2": later},
+        )
+    )
+
+    def slow_listener(event: JobSucceeded) -> None:
+        if event.agent == "b":
+            time.sleep(0.05)  # a listener that writes to a database
+
+    sched.add_listener(slow_listener, JobSucceeded)
+    sched.start()
+    try:
+        sched.run_pending()
+        assert wait_until(lambda: len(sched._unsettled.get("b", ())) >= 20)
+        clock.advance(timedelta(seconds=1))  # a2 is due; b's held runs are past their time
+        due_at = time.monotonic()
+        assert wait_until(lambda: "a2" in started, timeout=20)
+        # settling b's held runs first would take 50 ms each: seconds
+        assert started["a2"] - due_at < 2.0
+    finally:
+        sched.stop(timeout=60)
+
+
+def test_a_held_run_looks_the_same_before_and_after_a_group_commit() -> None:
+    blocker = Blocker()
+    with running(commit_delay=0.05) as (sched, clock):
+        try:
+            x_held_while_last_runs(sched, blocker)
+            before = {s.schedule: s for s in sched.get_status().schedules}["x"]
+            clock.advance(timedelta(seconds=0.05))
+            sched.run_pending()  # a group commit records the starts; x is still held
+            after = {s.schedule: s for s in sched.get_status().schedules}["x"]
+            assert (after.status, after.running) == (before.status, before.running)
+            assert (after.status, after.running) == (Status.IDLE, 0)
+        finally:
+            blocker.release.set()
+
+
+def test_a_schedule_whose_job_returned_can_be_triggered_at_once() -> None:
+    blocker = Blocker()
+    with running() as (sched, _clock):
+        try:
+            x_held_while_last_runs(sched, blocker)
+            x = {s.schedule: s for s in sched.get_status().schedules}["x"]
+            assert x.running == 0 and x.skip_reason is not SkipReason.ALREADY_RUNNING
+            result = sched.trigger("a", "x", bypass_concurrency=True, wait=True)
+            assert result.success, result
+            assert [r.schedule for r in sched.history("a", "x")] == ["x", "x"]
+        finally:
+            blocker.release.set()
