@@ -233,7 +233,8 @@ class ThreadedScheduler:
         self._idle = threading.Condition(self._lock)
         # notified when runs join a ready queue or the timer ends a dispatching pass
         self._refilled = threading.Condition(self._lock)
-        self._dispatching = False  # the timer is handing out a burst in chunks (see _fire_due)
+        # agents the timer is handing out runs to, in chunks of a burst (see _fire_due)
+        self._dispatching: frozenset[str] = frozenset()
         self._refill_waiters = 0
         self._wake = threading.Event()
         self._agents: dict[str, Agent] = {}
@@ -245,8 +246,10 @@ class ThreadedScheduler:
         self._jobs_running = 0  # their total
         self._seq = itertools.count()
         self._pools: dict[str, WorkerPool] = {}
-        self._running: dict[str, Run] = {}  # started and not settled yet
-        # of those, runs held back whose job returned (their slots are free), finishing order
+        self._running: dict[str, Run] = {}  # jobs running (not settled yet)
+        # runs held back: their jobs returned, their outcomes wait (see _drain); by run id, and
+        # per agent in the order their jobs returned (those not taken to settle yet)
+        self._held: dict[str, Run] = {}
         self._unsettled: dict[str, collections.deque[tuple[Run, RunOutcome]]] = {}
         self._settler_busy = False  # a thread settles runs held too long (see _settle_overdue)
         # Dispatched runs waiting for a worker, per agent, claimed ahead (see _fire_due).
@@ -758,7 +761,8 @@ class ThreadedScheduler:
         """Block until no job runs and none waits for capacity (``timeout`` in real seconds)."""
         with self._idle:
             return self._wait_idle(
-                lambda: not (self._running or self._waiting or self._admitted_total), timeout
+                lambda: not (self._running or self._held or self._waiting or self._admitted_total),
+                timeout,
             )
 
     def add_listener(self, callback: Callable[[_E], None], *event_types: type[_E]) -> None:
@@ -934,9 +938,9 @@ class ThreadedScheduler:
             deadlines = [run.deadline for run in self._running.values() if run.deadline]
             if deadlines:
                 candidates.append(min(deadlines) - mono)
-            oldest = self._oldest_settle_by()
-            if oldest is not None and not self._settler_busy:
-                candidates.append(oldest - mono)
+            stalled = self._stalled_settle_by()
+            if stalled is not None and not self._settler_busy:
+                candidates.append(stalled - mono)
             if any(self._wants_dispatch(agent) for agent in self._waiting):
                 candidates.append(0.0)  # a slot freed while this pass was past dispatching
             flush_at = self._commit_deadline()
@@ -980,7 +984,8 @@ class ThreadedScheduler:
                     if self._status != "running":
                         return
                     runs = self._take_due_runs(now, mono, limit)
-                    self._dispatching = bool(runs)  # workers wait for these, not settle
+                    # workers of these agents wait for the runs, rather than settle
+                    self._dispatching = frozenset(run.agent for run in runs)
                 self._launch(runs, queued=True)
                 if len(runs) < limit:
                     return
@@ -988,7 +993,7 @@ class ThreadedScheduler:
         finally:
             if self._dispatching:
                 with self._lock:
-                    self._dispatching = False
+                    self._dispatching = frozenset()
                     self._refilled.notify_all()
 
     def _take_due_runs(self, now: datetime, mono: float, limit: int) -> list[Run]:
@@ -1331,7 +1336,9 @@ class ThreadedScheduler:
                 self._busy[name] -= 1
                 # held also behind runs held already, so outcomes mostly settle in the order
                 # their jobs returned
-                more = self._dispatching or bool(self._ready.get(name) or self._unsettled.get(name))
+                more = name in self._dispatching or bool(
+                    self._ready.get(name) or self._unsettled.get(name)
+                )
                 held = outcome is not None and more and self._hold(run, outcome)
         if outcome is not None and not held:
             self._finish(run, outcome)
@@ -1388,20 +1395,22 @@ class ThreadedScheduler:
             )
         return True
 
-    def _oldest_settle_by(self) -> float | None:
-        """When the run held longest must settle (caller holds the lock)."""
+    def _stalled_settle_by(self) -> float | None:
+        """When the timer must have held runs settled, if no worker does (caller holds the
+        lock): once the newest run an agent holds is due to settle. Until then its worker
+        keeps taking runs, and settles the due ones itself between jobs."""
         return min(
-            (held[0][0].settle_by or 0.0 for held in self._unsettled.values() if held),
+            (held[-1][0].settle_by or 0.0 for held in self._unsettled.values() if held),
             default=None,
         )
 
     def _settle_overdue(self, mono: float) -> None:
-        """Timer: have the runs held past their ``settle_by`` settled (a worker holding them
-        is inside a long job). On a thread of their own: settling calls the notifier and the
-        listeners, which must never hold up dispatching."""
+        """Timer: have the runs held past their ``settle_by`` settled when the worker holding
+        them is inside a long job (it has held nothing new since). On a thread of their own:
+        settling calls the notifier and the listeners, which must never hold up dispatching."""
         with self._lock:
-            oldest = self._oldest_settle_by()
-            if self._settler_busy or oldest is None or oldest > mono:
+            stalled = self._stalled_settle_by()
+            if self._settler_busy or stalled is None or stalled > mono:
                 return
             self._settler_busy = True
         threading.Thread(target=self._settler, name="herdsched-settler", daemon=True).start()
@@ -1443,7 +1452,7 @@ class ThreadedScheduler:
             return
         until = time.monotonic() + settle_by - self.clock.monotonic()  # real time paces threads
         with self._lock:
-            while self._dispatching and not self._ready.get(name):
+            while name in self._dispatching and not self._ready.get(name):
                 remaining = until - time.monotonic()
                 if remaining <= 0:
                     return
@@ -1665,6 +1674,8 @@ class ThreadedScheduler:
         mono = self.clock.monotonic()
         run.settle_by = mono + _SETTLE_WITHIN
         run.deadline = None  # its job returned: a timeout can no longer cut it short
+        del self._running[run.run_id]  # out of the timer's scans of running jobs
+        self._held[run.run_id] = run
         self._agent_counts[run.agent] -= 1
         self._jobs_running -= 1
         unsettled = self._unsettled.setdefault(run.agent, collections.deque())
@@ -1687,8 +1698,10 @@ class ThreadedScheduler:
         """
         if self._status != "running":
             return True
-        if self._waiting and (
-            self.max_total_concurrent is not None or self._wants_dispatch(run.agent)
+        if (
+            run.settle_by is None  # a held run's slot was offered when it was held
+            and self._waiting
+            and (self.max_total_concurrent is not None or self._wants_dispatch(run.agent))
         ):
             return True  # a waiting schedule can take the slot (even mid-pass: it may be too late)
         planned = self._planned_wake
@@ -1702,7 +1715,9 @@ class ThreadedScheduler:
         if flush_at is None or self._flush_in_flight:
             return False
         # due before the planned wake-up, or the last run ended: a quiet gap may start now
-        return flush_at < mono or not (self._running or self._waiting or self._admitted_total)
+        return flush_at < mono or not (
+            self._running or self._held or self._waiting or self._admitted_total
+        )
 
     def _wants_dispatch(self, agent: str) -> bool:
         """Whether the timer should dispatch ``agent``'s waiting schedules now (caller holds the
@@ -1719,9 +1734,11 @@ class ThreadedScheduler:
 
     def _release(self, run: Run) -> None:
         """Free the run's slot (caller holds the lock) and put its schedule back on the heap."""
-        if self._running.pop(run.run_id, None) is not None and run.settle_by is None:
-            self._agent_counts[run.agent] -= 1  # a held run freed its slot already
+        if self._running.pop(run.run_id, None) is not None:
+            self._agent_counts[run.agent] -= 1
             self._jobs_running -= 1
+        elif run.settle_by is not None:
+            self._held.pop(run.run_id, None)  # it freed its slot when it was held
         entry = self._entries.get((run.agent, run.schedule_name))
         if entry is not None and entry.run is run:
             entry.run = None
@@ -2498,7 +2515,7 @@ class ThreadedScheduler:
     def _quiet_until(self, now: datetime) -> bool:
         """Nothing runs or waits, and no run is due within ``commit_delay``."""
         with self._lock:
-            if self._running or self._waiting or self._admitted_total:
+            if self._running or self._held or self._waiting or self._admitted_total:
                 return False
             self._drop_stale_heap_top()
             if not self._heap:
@@ -2775,7 +2792,10 @@ class ThreadedScheduler:
 
         def others() -> int:
             return sum(
-                1 for run in self._running.values() if not (exclude_current and run.thread_id == me)
+                1
+                for runs in (self._running, self._held)
+                for run in runs.values()
+                if not (exclude_current and run.thread_id == me)
             )
 
         with self._idle:
@@ -2794,7 +2814,12 @@ class ThreadedScheduler:
     def _count_other_runs(self) -> int:
         me = threading.get_ident()
         with self._lock:
-            return sum(1 for run in self._running.values() if run.thread_id != me)
+            return sum(
+                1
+                for runs in (self._running, self._held)
+                for run in runs.values()
+                if run.thread_id != me
+            )
 
     def _changed(self) -> None:
         """The plan changed: deliver queued events and wake the timer thread."""

@@ -9,6 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from scheduler_helpers import T0, Blocker, running, wait_until
 
 import herdsched.scheduler as engine
@@ -373,5 +374,38 @@ def test_a_schedule_whose_job_returned_can_be_triggered_at_once() -> None:
             result = sched.trigger("a", "x", bypass_concurrency=True, wait=True)
             assert result.success, result
             assert [r.schedule for r in sched.history("a", "x")] == ["x", "x"]
+        finally:
+            blocker.release.set()
+
+
+def test_the_timer_leaves_held_runs_to_a_worker_that_still_takes_runs() -> None:
+    """A worker that keeps taking runs settles the due ones itself between jobs; a settling
+    thread beside it only fought it for the lock (a 10,000-run burst took twice as long). The
+    timer steps in once the newest held run is due too: its worker is inside a long job."""
+    blocker = Blocker()
+    with running() as (sched, clock):
+
+        def job(info: Any) -> None:
+            if info.schedule == "y":
+                clock.advance(timedelta(seconds=0.08))  # y returns 80 ms after x
+            elif info.schedule == "last":
+                blocker(info)
+
+        schedules = due_now("x", "y", "last")
+        sched.add_agent(Agent("a", job=job, max_concurrent=1, schedules=schedules))
+        sched.start()
+        sched.run_pending()
+        try:
+            assert blocker.began.wait(10)
+            clock.advance(timedelta(seconds=0.03))  # x is due to settle, y is not
+            sched.run_pending()
+            assert not sched._settler_busy
+            assert [s.last_result for s in sched.get_status().schedules] == [None] * 3
+            wait = sched._sleep_for(clock.now(), clock.monotonic(), plan=False)
+            assert wait == pytest.approx(0.08 + engine._SETTLE_WITHIN - 0.11)  # not a spin
+            clock.advance(timedelta(seconds=0.08))  # y is due too: "last" keeps its worker
+            sched.run_pending()
+            assert wait_until(lambda: len(sched.history("a")) == 2)
+            assert {r.schedule for r in sched.history("a")} == {"x", "y"}
         finally:
             blocker.release.set()
