@@ -251,7 +251,8 @@ class ThreadedScheduler:
         # per agent in the order their jobs returned (those not taken to settle yet)
         self._held: dict[str, Run] = {}
         self._unsettled: dict[str, collections.deque[tuple[Run, RunOutcome]]] = {}
-        self._settler_busy = False  # a thread settles runs held too long (see _settle_overdue)
+        # agents whose runs held too long a thread of their own settles (see _settle_overdue)
+        self._settlers: set[str] = set()
         # Dispatched runs waiting for a worker, per agent, claimed ahead (see _fire_due).
         self._ready: dict[str, collections.deque[Run]] = {}
         self._admitted: collections.Counter[str] = collections.Counter()  # dispatched, not started
@@ -463,6 +464,7 @@ class ThreadedScheduler:
 
     def remove_agent(self, name: str) -> None:
         """Forget an agent, its schedules and their persisted state (running jobs finish)."""
+        self._settle_held(name, every=True)  # jobs that returned: recorded and notified first
         with self._lock:
             agent = self._require_agent(name)
             for schedule in list(agent.schedules):
@@ -473,6 +475,7 @@ class ThreadedScheduler:
     def set_agents(self, agents: Iterable[Agent]) -> None:
         """Replace the fleet (hot reload), keeping persisted state of every name that stays."""
         new = {agent.name: agent for agent in agents}
+        self._settle_all_held()  # a schedule dropped here must not lose a returned job's outcome
         with self._lock:
             for name in list(self._agents):
                 if name not in new:
@@ -547,6 +550,7 @@ class ThreadedScheduler:
 
     def remove_schedule(self, agent: str, name: str, *, owner: str | None = None) -> None:
         """Remove a schedule and its persisted state and definition."""
+        self._settle_for_trigger(agent, name)  # a returned job: recorded and notified first
         with self._lock:
             entry = self._require_entry(agent, name)
             self._check_owner(entry, owner)
@@ -939,7 +943,7 @@ class ThreadedScheduler:
             if deadlines:
                 candidates.append(min(deadlines) - mono)
             stalled = self._stalled_settle_by()
-            if stalled is not None and not self._settler_busy:
+            if stalled is not None:
                 candidates.append(stalled - mono)
             if any(self._wants_dispatch(agent) for agent in self._waiting):
                 candidates.append(0.0)  # a slot freed while this pass was past dispatching
@@ -1302,24 +1306,26 @@ class ThreadedScheduler:
 
         Starting a waiting run comes before settling a finished one. When more runs wait in
         the queue as a job returns, its run is held back (:meth:`_hold`): its slot frees at
-        once and its outcome (state, history, events) settles once the queue is empty, or at
-        the latest :data:`_SETTLE_WITHIN` after the job returned. In a burst of short jobs
+        once and its outcome (state, history, events) settles once the queue is empty, or
+        about :data:`_SETTLE_WITHIN` after the job returned (see :meth:`_hold`). In a burst of
+        short jobs
         settling is most of a run's cost, so the last of a thousand jobs starts after the
         others' jobs rather than after their settling too.
         """
         try:
             while True:
-                self._settle_held(name)
-                with self._lock:
-                    taken = self._take_ready(name)
-                    if taken is not None:
-                        self._busy[name] += 1
-                        self._last_take[name] = time.monotonic()
-                if taken is None:
-                    return
                 try:
+                    self._settle_held(name)
+                    with self._lock:
+                        taken = self._take_ready(name)
+                        if taken is not None:
+                            self._busy[name] += 1
+                            self._last_take[name] = time.monotonic()
+                    if taken is None:
+                        return
                     self._run_taken(name, *taken)
-                except Exception:  # the queue must keep moving whatever happened to this run
+                # the queue must keep moving whatever a run, a notifier or a listener raised
+                except BaseException:
                     self.log.exception("worker of agent %r failed after a run", name)
         finally:
             self._settle_held(name, every=True)
@@ -1350,14 +1356,23 @@ class ThreadedScheduler:
         unsettled = self._unsettled.get(name)
         if not unsettled:
             return
-        self._settle_due(unsettled, self.clock.monotonic())
         if every:
             for _ in range(len(unsettled)):  # not those its other workers hold meanwhile
                 if not self._settle_oldest(unsettled, None):
                     return
             return
-        if unsettled and not self._ready.get(name):
-            self._await_refill(name, unsettled[0][0].settle_by if unsettled else None)
+        with self._lock:  # settling a slow notifier with runs waiting: busy for the watcher
+            self._busy[name] += 1
+            self._last_take[name] = time.monotonic()
+        try:
+            self._settle_due(unsettled, self.clock.monotonic())
+        finally:
+            with self._lock:
+                self._busy[name] -= 1
+        with self._lock:
+            settle_by = unsettled[0][0].settle_by if unsettled else None
+        if settle_by is not None and not self._ready.get(name):
+            self._await_refill(name, settle_by)
         while unsettled and not self._ready.get(name):
             if not self._settle_oldest(unsettled, None):
                 return
@@ -1389,7 +1404,7 @@ class ThreadedScheduler:
             run.thread_id = threading.get_ident()  # stop() from its listener must not wait
         try:
             self._finish(run, outcome)
-        except Exception:  # the caller's own work goes on
+        except BaseException:  # the caller's own work goes on
             self.log.exception(
                 "could not settle run %s of %s/%s", run.run_id, run.agent, run.schedule_name
             )
@@ -1400,34 +1415,50 @@ class ThreadedScheduler:
         lock): once the newest run an agent holds is due to settle. Until then its worker
         keeps taking runs, and settles the due ones itself between jobs."""
         return min(
-            (held[-1][0].settle_by or 0.0 for held in self._unsettled.values() if held),
+            (
+                held[-1][0].settle_by or 0.0
+                for name, held in self._unsettled.items()
+                if held and name not in self._settlers
+            ),
             default=None,
         )
 
     def _settle_overdue(self, mono: float) -> None:
         """Timer: have the runs held past their ``settle_by`` settled when the worker holding
-        them is inside a long job (it has held nothing new since). On a thread of their own:
-        settling calls the notifier and the listeners, which must never hold up dispatching."""
+        them is inside a long job (it has held nothing new since). On a thread per agent:
+        settling calls the notifier and the listeners, which must never hold up dispatching
+        nor another agent's outcomes."""
         with self._lock:
-            stalled = self._stalled_settle_by()
-            if self._settler_busy or stalled is None or stalled > mono:
-                return
-            self._settler_busy = True
-        threading.Thread(target=self._settler, name="herdsched-settler", daemon=True).start()
+            stalled = [
+                name
+                for name, held in self._unsettled.items()
+                if held and name not in self._settlers and (held[-1][0].settle_by or 0.0) <= mono
+            ]
+            self._settlers.update(stalled)
+        for name in stalled:
+            try:
+                threading.Thread(
+                    target=self._settler, args=(name,), name=f"herdsched-settle-{name}", daemon=True
+                ).start()
+            except BaseException:  # no thread to be had: the timer tries again next pass
+                with self._lock:
+                    self._settlers.discard(name)
+                raise
 
-    def _settler(self) -> None:
+    def _settler(self, name: str) -> None:
         try:
-            mono = self.clock.monotonic()
-            for held in list(self._unsettled.values()):
-                self._settle_due(held, mono)
+            unsettled = self._unsettled.get(name)
+            if unsettled:
+                self._settle_due(unsettled, self.clock.monotonic())
         finally:
             with self._lock:
-                self._settler_busy = False
+                self._settlers.discard(name)
             self._wake.set()  # the timer plans for the next held run
 
     def _settle_for_trigger(self, agent: str, schedule: str) -> None:
-        """Settle the schedule's run now if its job returned and its outcome is held, so that a
-        manual trigger is not refused for a run that is over."""
+        """Settle the schedule's run now if its job returned and its outcome is held: before a
+        manual trigger (not refused for a run that is over) or a removal (which would lose
+        the outcome)."""
         with self._lock:
             entry = self._entries.get((agent, schedule))
             run = entry.run if entry is not None else None
@@ -1663,11 +1694,10 @@ class ThreadedScheduler:
 
     def _hold(self, run: Run, outcome: RunOutcome) -> bool:
         """Hold back a run whose job returned, so the runs waiting behind it start first (caller
-        holds the lock): its slot frees now, its outcome settles within :data:`_SETTLE_WITHIN`.
-
-        The timer settles what a worker still holds by then, so a long job started after
-        short ones never keeps their outcomes waiting. False: settle it now (it timed out, or
-        it is no longer running).
+        holds the lock): its slot frees now; its worker settles it between jobs once it is
+        :data:`_SETTLE_WITHIN` old, or a settling thread does when the worker is inside a long
+        job (see :meth:`_settle_overdue`). False: settle it now (already settled as a timeout,
+        the scheduler is stopping, or it is no longer running).
         """
         if run.finalized or self._status != "running" or self._running.get(run.run_id) is not run:
             return False
@@ -2375,6 +2405,7 @@ class ThreadedScheduler:
         except Exception as exc:
             self._state_error(exc)
             return
+        self._settle_all_held()  # a schedule removed elsewhere: its returned job recorded first
         with self._lock:
             for agent_name in list(self._agents):
                 kept = stored.get(agent_name, {})
@@ -2867,9 +2898,20 @@ class ThreadedScheduler:
                 self._safely(callback, event, what="listener")
 
     def _safely(self, func: Callable[[Any], Any], arg: Any, *, what: str) -> bool:
+        """Call a listener or the notifier; what it raises is logged, never passed on.
+
+        Off the main thread that includes ``KeyboardInterrupt`` and ``SystemExit``: there only
+        the callback itself can raise them, and a worker must go on recording its runs. On the
+        main thread they may be a real Ctrl-C or exit, and propagate.
+        """
         try:
             func(arg)
         except Exception:
+            self.log.exception("%s %r raised; ignored", what, func)
+            return False
+        except BaseException:
+            if threading.current_thread() is threading.main_thread():
+                raise
             self.log.exception("%s %r raised; ignored", what, func)
             return False
         return True
@@ -2886,8 +2928,8 @@ _FIRST_CHUNK = 16
 _LOOKAHEAD = 512
 #: How long (real seconds) a ready queue may stand still before more workers join in.
 _STALL_AFTER = 0.005
-#: How long (real seconds) a draining worker may hold finished runs back while it starts the
-#: runs waiting behind them, before it settles them (see _drain).
+#: How long (seconds) a draining worker may hold finished runs back while it starts the runs
+#: waiting behind them, before they are settled (see _drain and _hold).
 _SETTLE_WITHIN = 0.1
 
 #: the outcomes a notifier may hear of (deferred and skipped runs are never notified)

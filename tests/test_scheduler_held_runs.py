@@ -3,6 +3,7 @@ the ones whose jobs returned, and everything it holds settles soon, whatever run
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from datetime import timedelta
@@ -399,7 +400,7 @@ def test_the_timer_leaves_held_runs_to_a_worker_that_still_takes_runs() -> None:
             assert blocker.began.wait(10)
             clock.advance(timedelta(seconds=0.03))  # x is due to settle, y is not
             sched.run_pending()
-            assert not sched._settler_busy
+            assert not sched._settlers
             assert [s.last_result for s in sched.get_status().schedules] == [None] * 3
             wait = sched._sleep_for(clock.now(), clock.monotonic(), plan=False)
             assert wait == pytest.approx(0.08 + engine._SETTLE_WITHIN - 0.11)  # not a spin
@@ -409,3 +410,181 @@ def test_the_timer_leaves_held_runs_to_a_worker_that_still_takes_runs() -> None:
             assert {r.schedule for r in sched.history("a")} == {"x", "y"}
         finally:
             blocker.release.set()
+
+
+# -- found by a second review: each failed before its fix -------------------------------------
+
+
+def test_a_hot_reload_dropping_a_schedule_whose_run_is_held_keeps_its_outcome(
+    tmp_path: Path,
+) -> None:
+    blocker = Blocker()
+    sched = ThreadedScheduler(state_dir=tmp_path, clock=FakeClock(T0), timezone="UTC")
+    job = long_last(blocker)
+    try:
+        x_held_while_last_runs(sched, blocker)
+        sched.set_agents([Agent("a", job=job, max_concurrent=1, schedules=due_now("last"))])
+        blocker.release.set()
+        assert sched.wait_until_idle(10)
+        sched.set_agents([Agent("a", job=job, max_concurrent=1, schedules=due_now("x", "last"))])
+        # recorded as the success it was, not as a run interrupted mid-job
+        assert [r.status for r in sched.history("a", "x")] == [RunStatus.SUCCESS]
+    finally:
+        blocker.release.set()
+        sched.stop(timeout=10)
+    store = YamlStateStore(tmp_path)
+    try:
+        assert store.get_schedule_state("a", "x").last_result is RunStatus.SUCCESS
+    finally:
+        store.close()
+
+
+def test_removing_a_schedule_whose_run_is_held_still_notifies_its_outcome() -> None:
+    blocker = Blocker()
+    notified: list[str] = []
+    with running(notifier=lambda note: notified.append(note.schedule)) as (sched, _clock):
+        notify = Schedule.interval("1h", start_at=T0, notify="always")
+        sched.add_agent(
+            Agent(
+                "a",
+                job=long_last(blocker),
+                max_concurrent=1,
+                schedules=dict.fromkeys(("x", "last"), notify),
+            )
+        )
+        sched.start()
+        sched.run_pending()
+        try:
+            assert blocker.began.wait(10)
+            sched.remove_schedule("a", "x")
+        finally:
+            blocker.release.set()
+        assert sched.wait_until_idle(10)
+        assert sorted(notified) == ["last", "x"]
+
+
+class EmptiedUnderfoot(collections.deque):  # type: ignore[type-arg]
+    """A held queue that another thread empties between a worker's look and its read."""
+
+    def __init__(self, sched: ThreadedScheduler) -> None:
+        super().__init__()
+        self.sched = sched
+        self.armed = True
+
+    def __getitem__(self, index: Any) -> Any:
+        if self.armed and index == 0 and not self.sched._lock._is_owned():  # type: ignore[attr-defined]
+            self.armed = False
+            other = threading.Thread(
+                target=self.sched._settle_held, args=("a",), kwargs={"every": True}
+            )
+            other.start()
+            other.join()
+        return super().__getitem__(index)
+
+
+def test_a_held_queue_emptied_by_another_thread_leaves_the_agents_worker_alive() -> None:
+    with running() as (sched, clock):
+        sched.add_agent(
+            Agent("a", job=lambda info: None, max_concurrent=1, schedules=due_now("x", "y"))
+        )
+        sched._unsettled["a"] = EmptiedUnderfoot(sched)
+        sched.start()
+        sched.run_pending()
+        assert sched.wait_until_idle(10)
+        assert len(sched.history("a")) == 2
+        clock.advance(timedelta(hours=1))
+        sched.run_pending()
+        assert sched.wait_until_idle(10), "agent a's queue stalled"
+        assert len(sched.history("a")) == 4
+
+
+def test_a_slow_notifier_of_one_agent_does_not_hold_up_another_agents_outcomes() -> None:
+    gate = threading.Event()
+    a_block, b_block = Blocker(), Blocker()
+
+    def notifier(note: Any) -> None:
+        if note.agent == "a":
+            gate.wait(20)
+
+    with running(notifier=notifier) as (sched, clock):
+        notify = Schedule.interval("1h", start_at=T0, notify="always")
+        sched.add_agent(
+            Agent(
+                "a",
+                job=long_last(a_block),
+                max_concurrent=1,
+                schedules=dict.fromkeys(("x", "last"), notify),
+            )
+        )
+        later = Schedule.interval("1h", start_at=T0 + timedelta(seconds=1))
+        sched.add_agent(
+            Agent(
+                "b",
+                job=long_last(b_block),
+                max_concurrent=1,
+                schedules=dict.fromkeys(("y", "last"), later),
+            )
+        )
+        sched.start()
+        try:
+            sched.run_pending()
+            assert a_block.began.wait(10)
+            clock.advance(timedelta(seconds=1))
+            sched.run_pending()  # a settling thread takes a/x, whose notifier hangs
+            assert b_block.began.wait(10)  # b/y is held while b's "last" runs
+            clock.advance(timedelta(seconds=engine._SETTLE_WITHIN))
+            sched.run_pending()
+            assert wait_until(lambda: len(sched.history("b", "y")) == 1)
+        finally:
+            gate.set()
+            a_block.release.set()
+            b_block.release.set()
+
+
+def test_a_worker_settling_a_slow_notifier_counts_as_busy_for_the_stall_watcher() -> None:
+    gate = threading.Event()
+    started: list[str] = []
+
+    def notifier(note: Any) -> None:
+        if note.schedule == "x":
+            gate.wait(20)
+
+    with running(notifier=notifier) as (sched, clock):
+
+        def job(info: Any) -> None:
+            started.append(info.schedule)
+            if info.schedule == "y":
+                clock.advance(timedelta(seconds=engine._SETTLE_WITHIN))  # x is due to settle
+
+        notify = Schedule.interval("1h", start_at=T0, notify="always")
+        sched.add_agent(
+            Agent("a", job=job, max_concurrent=2, schedules=dict.fromkeys(("x", "y", "z"), notify))
+        )
+        sched.start()
+        try:
+            sched.run_pending()
+            # z starts on a second worker while the first one sits in x's notifier
+            assert wait_until(lambda: "z" in started), started
+        finally:
+            gate.set()
+
+
+def test_a_notifier_raising_keyboard_interrupt_does_not_stop_the_agents_queue() -> None:
+    def notifier(note: Any) -> None:
+        if note.schedule == "x":
+            raise KeyboardInterrupt
+
+    with running(notifier=notifier) as (sched, clock):
+        notify = Schedule.interval("1h", start_at=T0, notify="always")
+        sched.add_agent(
+            Agent(
+                "a", job=lambda info: None, max_concurrent=1, schedules=dict.fromkeys("xy", notify)
+            )
+        )
+        sched.start()
+        sched.run_pending()
+        assert sched.wait_until_idle(10)
+        clock.advance(timedelta(hours=1))
+        sched.run_pending()
+        assert sched.wait_until_idle(10), "agent a's queue stalled"
+        assert len(sched.history("a")) == 4

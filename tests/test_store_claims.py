@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import gc
 import os
 import threading
 from datetime import datetime, timezone
@@ -447,7 +449,8 @@ def test_a_failed_append_leaves_nothing_that_lets_a_later_claim_be_dropped(
     def covered(agent: str, schedule: str, run_at: datetime, latest: bool) -> bool:
         return schedule != "nw"
 
-    assert journal.droppable(covered) == 0, "the claim of 'nw' would be dropped"
+    journal.drop_through(journal.droppable(covered))
+    assert [c.schedule for c in journal.read()] == ["nw"], "the claim of 'nw' was dropped"
     journal.close()
 
 
@@ -538,3 +541,37 @@ def test_an_append_after_another_instance_replaced_the_file_lands_in_the_new_one
     assert ClaimJournal(path).read() == [claim("v")]
     mine.close()
     other.close()
+
+
+def test_a_journal_dropped_without_close_keeps_no_descriptor(tmp_path: Path) -> None:
+    gc.collect()
+    before = len(os.listdir("/proc/self/fd")) if Path("/proc/self/fd").is_dir() else None
+    for i in range(20):
+        ClaimJournal(tmp_path / f"claims{i}.log").append([claim("s")])
+    gc.collect()
+    if before is not None:
+        assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_an_append_after_a_torn_failed_write_is_still_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = ClaimJournal(tmp_path / "claims.log")
+    journal.append([claim("s")])
+    real_write = os.write
+    failing = [True]
+
+    def write(fd: int, data: Any) -> int:
+        if failing[0]:  # half a line reaches the disk, then the disk is full
+            failing[0] = False
+            real_write(fd, bytes(data[:10]))
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr("herdsched.store.claims.os.write", write)
+    with pytest.raises(OSError):
+        journal.append([claim("t")])
+    journal.append([claim("u")])
+    assert ClaimJournal(journal.path).read() == [claim("s"), claim("u")]
+    journal.drop_through(journal.droppable(shown))
+    assert ClaimJournal(journal.path).read() == []

@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -95,6 +96,8 @@ class ClaimJournal:
         self._marks: StartMarks | None = None  # made with the first ready claim
         self._fd: int | None = None  # appends go through it while it names the journal
         self._fd_inode = (0, 0)  # (st_dev, st_ino) of the file it names
+        self._fd_closer: weakref.finalize[..., ClaimJournal] | None = None
+        self._torn = False  # an append failed: it may have left part of a line behind
         self._swept = False  # marks files of dead processes removed
 
     def append(self, claims: Sequence[RunClaim]) -> None:
@@ -173,17 +176,23 @@ class ClaimJournal:
     def _write(self, batch: list[tuple[bytes, list[tuple[str, int, _Mark]], list[_Held]]]) -> None:
         with self._file_lock:
             fd, offset, created = self._append_fd()
+            # after a failed append, a torn line may end the file: a line break first keeps
+            # this append's first claim from being glued to it (the reader skips blank lines)
+            prefix = b"\n" if self._torn else b""
             try:
-                view = memoryview(b"".join(data for data, _, _ in batch))
+                view = memoryview(prefix + b"".join(data for data, _, _ in batch))
                 while view:
                     view = view[os.write(fd, view) :]
                 os.fsync(fd)
             except BaseException:
-                self._close_fd()  # a failed append starts afresh next time
+                self._torn = True
+                self._close_fd()  # the next append opens the file afresh
                 raise
             finally:
                 if not _KEEP_OPEN:
                     self._close_fd()
+            self._torn = False
+            offset += len(prefix)
             if created:
                 fsync_dir(self.path.parent)
             # only claims made durable are tracked (a failed write's runs are taken back or
@@ -217,11 +226,15 @@ class ClaimJournal:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         opened = os.fstat(fd)
         self._fd, self._fd_inode = fd, (opened.st_dev, opened.st_ino)
+        self._fd_closer = weakref.finalize(self, os.close, fd)  # a journal never closed
         return fd, opened.st_size, current is None
 
     def _close_fd(self) -> None:
         """Close the cached append descriptor, if any (caller holds the file lock)."""
         fd, self._fd = self._fd, None
+        closer, self._fd_closer = self._fd_closer, None
+        if closer is not None:
+            closer.detach()
         if fd is not None:
             os.close(fd)
 
