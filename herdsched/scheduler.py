@@ -1361,18 +1361,23 @@ class ThreadedScheduler:
                 if not self._settle_oldest(unsettled, None):
                     return
             return
-        with self._lock:  # settling a slow notifier with runs waiting: busy for the watcher
-            self._busy[name] += 1
-            self._last_take[name] = time.monotonic()
-        try:
-            self._settle_due(unsettled, self.clock.monotonic())
-        finally:
+        mono = self.clock.monotonic()
+        if _settle_by(unsettled, mono) <= mono:
+            # busy for the stall watcher, as in a job, while runs wait: a slow notifier brings
+            # in another worker, and settling one run after another does not
             with self._lock:
-                self._busy[name] -= 1
-        with self._lock:
-            settle_by = unsettled[0][0].settle_by if unsettled else None
-        if settle_by is not None and not self._ready.get(name):
-            self._await_refill(name, settle_by)
+                self._busy[name] += 1
+            try:
+                while True:
+                    self._last_take[name] = time.monotonic()
+                    if not self._settle_oldest(unsettled, mono):
+                        break
+            finally:
+                with self._lock:
+                    self._busy[name] -= 1
+        if self._ready.get(name):
+            return
+        self._await_refill(name, _settle_by(unsettled, mono))
         while unsettled and not self._ready.get(name):
             if not self._settle_oldest(unsettled, None):
                 return
@@ -1472,14 +1477,14 @@ class ThreadedScheduler:
             run.thread_id = threading.get_ident()
         self._finish(*held)
 
-    def _await_refill(self, name: str, settle_by: float | None) -> None:
+    def _await_refill(self, name: str, settle_by: float) -> None:
         """Wait while the timer hands out a burst and the agent's ready queue is empty, until
         runs join it, or until ``settle_by`` (the oldest held run's, see :meth:`_hold`).
 
         The worker's settling would only take turns at the GIL with the timer's claiming of
         the next chunk, so the next jobs would start later; settling waits for a lull.
         """
-        if settle_by is None:
+        if name not in self._dispatching:
             return
         until = time.monotonic() + settle_by - self.clock.monotonic()  # real time paces threads
         with self._lock:
@@ -2946,6 +2951,16 @@ _CADENCE_FIELDS: dict[type, set[str]] = {
     Cron: {"cron", "timezone"},
     Once: {"at"},
 }
+
+
+def _settle_by(unsettled: collections.deque[tuple[Run, RunOutcome]], default: float) -> float:
+    """When the oldest run of a held queue is due to settle; ``default`` when the queue is
+    empty (read without the lock: other threads may empty it meanwhile)."""
+    try:
+        settle_by = unsettled[0][0].settle_by
+    except IndexError:
+        return default
+    return default if settle_by is None else settle_by
 
 
 def _may_match(kind: type[ev.Event], types: tuple[type[Any], ...]) -> bool:
