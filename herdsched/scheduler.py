@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import heapq
 import itertools
 import logging
@@ -20,7 +21,7 @@ import signal
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -253,6 +254,7 @@ class ThreadedScheduler:
         self._unsettled: dict[str, collections.deque[tuple[Run, RunOutcome]]] = {}
         # agents whose runs held too long a thread of their own settles (see _settle_overdue)
         self._settlers: set[str] = set()
+        self._holds_barred = 0  # schedules are being dropped: settle at once (see _no_holds)
         # Dispatched runs waiting for a worker, per agent, claimed ahead (see _fire_due).
         self._ready: dict[str, collections.deque[Run]] = {}
         self._admitted: collections.Counter[str] = collections.Counter()  # dispatched, not started
@@ -464,18 +466,24 @@ class ThreadedScheduler:
 
     def remove_agent(self, name: str) -> None:
         """Forget an agent, its schedules and their persisted state (running jobs finish)."""
-        self._settle_held(name, every=True)  # jobs that returned: recorded and notified first
-        with self._lock:
-            agent = self._require_agent(name)
-            for schedule in list(agent.schedules):
-                self._drop_entry(name, schedule, forget_state=True)
-            del self._agents[name]
+        with self._no_holds():
+            self._settle_held(name, every=True)  # jobs that returned: recorded, notified first
+            with self._lock:
+                agent = self._require_agent(name)
+                for schedule in list(agent.schedules):
+                    self._drop_entry(name, schedule, forget_state=True)
+                del self._agents[name]
         self._changed()
 
     def set_agents(self, agents: Iterable[Agent]) -> None:
         """Replace the fleet (hot reload), keeping persisted state of every name that stays."""
         new = {agent.name: agent for agent in agents}
-        self._settle_all_held()  # a schedule dropped here must not lose a returned job's outcome
+        with self._no_holds():
+            self._settle_all_held()  # a schedule dropped here must not lose a job's outcome
+            self._replace_agents(new)
+        self._changed()
+
+    def _replace_agents(self, new: dict[str, Agent]) -> None:
         with self._lock:
             for name in list(self._agents):
                 if name not in new:
@@ -489,7 +497,6 @@ class ThreadedScheduler:
                         if schedule not in agent.schedules:
                             self._drop_entry(agent.name, schedule, forget_state=False)
                 self._install_agent(agent)
-        self._changed()
 
     def add_schedule(
         self,
@@ -550,12 +557,13 @@ class ThreadedScheduler:
 
     def remove_schedule(self, agent: str, name: str, *, owner: str | None = None) -> None:
         """Remove a schedule and its persisted state and definition."""
-        self._settle_for_trigger(agent, name)  # a returned job: recorded and notified first
-        with self._lock:
-            entry = self._require_entry(agent, name)
-            self._check_owner(entry, owner)
-            self._drop_entry(agent, name, forget_state=True)
-            self._agents[agent] = self._agents[agent].without_schedule(name)
+        with self._no_holds():
+            self._settle_for_trigger(agent, name)  # a returned job: recorded, notified first
+            with self._lock:
+                entry = self._require_entry(agent, name)
+                self._check_owner(entry, owner)
+                self._drop_entry(agent, name, forget_state=True)
+                self._agents[agent] = self._agents[agent].without_schedule(name)
         self._changed()
 
     def pause(self, agent: str, schedule: str | None = None, *, owner: str | None = None) -> None:
@@ -1378,9 +1386,31 @@ class ThreadedScheduler:
         if self._ready.get(name):
             return
         self._await_refill(name, _settle_by(unsettled, mono))
-        while unsettled and not self._ready.get(name):
-            if not self._settle_oldest(unsettled, None):
-                return
+        if not unsettled or self._ready.get(name):
+            return
+        with self._lock:  # runs may join the queue meanwhile: busy, as above
+            self._busy[name] += 1
+        try:
+            while unsettled and not self._ready.get(name):
+                self._last_take[name] = time.monotonic()
+                if not self._settle_oldest(unsettled, None):
+                    return
+        finally:
+            with self._lock:
+                self._busy[name] -= 1
+
+    @contextlib.contextmanager
+    def _no_holds(self) -> Iterator[None]:
+        """While schedules are dropped, workers settle finished runs at once rather than hold
+        them: a run held after the caller settled the held ones, and before the drop, would
+        find its schedule gone and its outcome would be lost."""
+        with self._lock:
+            self._holds_barred += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._holds_barred -= 1
 
     def _settle_all_held(self) -> None:
         """Settle every agent's held runs (``stop()``)."""
@@ -1409,7 +1439,13 @@ class ThreadedScheduler:
             run.thread_id = threading.get_ident()  # stop() from its listener must not wait
         try:
             self._finish(run, outcome)
-        except BaseException:  # the caller's own work goes on
+        except Exception:  # the caller's own work goes on
+            self.log.exception(
+                "could not settle run %s of %s/%s", run.run_id, run.agent, run.schedule_name
+            )
+        except BaseException:  # on the main thread a real Ctrl-C or exit (see _safely)
+            if threading.current_thread() is threading.main_thread():
+                raise
             self.log.exception(
                 "could not settle run %s of %s/%s", run.run_id, run.agent, run.schedule_name
             )
@@ -1440,14 +1476,14 @@ class ThreadedScheduler:
                 if held and name not in self._settlers and (held[-1][0].settle_by or 0.0) <= mono
             ]
             self._settlers.update(stalled)
-        for name in stalled:
+        for index, name in enumerate(stalled):
             try:
                 threading.Thread(
                     target=self._settler, args=(name,), name=f"herdsched-settle-{name}", daemon=True
                 ).start()
             except BaseException:  # no thread to be had: the timer tries again next pass
                 with self._lock:
-                    self._settlers.discard(name)
+                    self._settlers.difference_update(stalled[index:])
                 raise
 
     def _settler(self, name: str) -> None:
@@ -1704,7 +1740,12 @@ class ThreadedScheduler:
         job (see :meth:`_settle_overdue`). False: settle it now (already settled as a timeout,
         the scheduler is stopping, or it is no longer running).
         """
-        if run.finalized or self._status != "running" or self._running.get(run.run_id) is not run:
+        if (
+            run.finalized
+            or self._status != "running"
+            or self._holds_barred
+            or self._running.get(run.run_id) is not run
+        ):
             return False
         mono = self.clock.monotonic()
         run.settle_by = mono + _SETTLE_WITHIN
@@ -2410,7 +2451,22 @@ class ThreadedScheduler:
         except Exception as exc:
             self._state_error(exc)
             return
-        self._settle_all_held()  # a schedule removed elsewhere: its returned job recorded first
+        with self._lock:
+            removed = [
+                (entry.agent, entry.name)
+                for entry in self._entries.values()
+                if entry.persisted_definition
+                and entry.name not in stored.get(entry.agent, {})
+                and entry.run is not None
+                and entry.run.settle_by is not None
+            ]
+        with self._no_holds():
+            for agent_name, schedule_name in removed:  # their returned jobs recorded first
+                self._settle_for_trigger(agent_name, schedule_name)
+            self._drop_external_removals(stored)
+
+    def _drop_external_removals(self, stored: dict[str, dict[str, dict[str, Any]]]) -> None:
+        """Apply what another process did to ``schedules.yaml``: drop, add and change."""
         with self._lock:
             for agent_name in list(self._agents):
                 kept = stored.get(agent_name, {})

@@ -588,3 +588,80 @@ def test_a_notifier_raising_keyboard_interrupt_does_not_stop_the_agents_queue() 
         sched.run_pending()
         assert sched.wait_until_idle(10), "agent a's queue stalled"
         assert len(sched.history("a")) == 4
+
+
+# -- found by a third review: each failed before its fix --------------------------------------
+
+
+def test_a_poll_of_other_processes_settles_no_held_run_on_the_timer(tmp_path: Path) -> None:
+    """Another process adding a schedule must not make the timer settle (and notify) the held
+    runs of schedules it did not remove: a slow notifier would hold up dispatching."""
+    blocker = Blocker()
+    sched = ThreadedScheduler(state_dir=tmp_path, clock=FakeClock(T0), timezone="UTC")
+    try:
+        x_held_while_last_runs(sched, blocker)
+        other = YamlStateStore(tmp_path)
+        try:
+            other.save_definition("a", "added", {"interval": "1h"})
+        finally:
+            other.close()
+        sched._sync_external_definitions()
+        assert "x" in {run.schedule_name for run in sched._held.values()}  # still held
+    finally:
+        blocker.release.set()
+        sched.stop(timeout=10)
+
+
+def test_no_run_is_held_while_schedules_are_being_dropped() -> None:
+    """A run held between a removal's settling and its drop would lose its outcome."""
+    started: list[str] = []
+    with running() as (sched, _clock):
+        sched.add_agent(
+            Agent(
+                "a",
+                job=lambda info: started.append(info.schedule),
+                max_concurrent=1,
+                schedules=due_now("x", "y"),
+            )
+        )
+        sched.start()
+        with sched._no_holds():
+            sched.run_pending()
+            assert wait_until(lambda: len(started) == 2)
+            assert wait_until(lambda: len(sched.history("a")) == 2)
+            assert not sched._held
+        assert sched.wait_until_idle(10)
+
+
+def test_a_worker_settling_one_by_one_counts_as_busy_when_runs_arrive() -> None:
+    """The queue emptied, the worker settles what it held and sits in a slow notifier; a run
+    dispatched meanwhile starts on another worker."""
+    gate = threading.Event()
+    in_notifier = threading.Event()
+    started: list[str] = []
+
+    def notifier(note: Any) -> None:
+        if note.schedule == "x":
+            in_notifier.set()
+            gate.wait(20)
+
+    with running(notifier=notifier) as (sched, clock):
+        notify = Schedule.interval("1h", start_at=T0, notify="always")
+        later = Schedule.interval("1h", start_at=T0 + timedelta(seconds=1))
+        sched.add_agent(
+            Agent(
+                "a",
+                job=lambda info: started.append(info.schedule),
+                max_concurrent=2,
+                schedules={"x": notify, "y": notify, "z": later},
+            )
+        )
+        sched.start()
+        try:
+            sched.run_pending()
+            assert in_notifier.wait(10)  # x and y ran; the worker settles x
+            clock.advance(timedelta(seconds=1))
+            sched.run_pending()  # z joins the queue the worker is not draining now
+            assert wait_until(lambda: "z" in started), started
+        finally:
+            gate.set()

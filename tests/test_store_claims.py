@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 import gc
 import os
+import subprocess
+import sys
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
@@ -575,3 +577,23 @@ def test_an_append_after_a_torn_failed_write_is_still_read(
     assert ClaimJournal(journal.path).read() == [claim("s"), claim("u")]
     journal.drop_through(journal.droppable(shown))
     assert ClaimJournal(journal.path).read() == []
+
+
+def test_a_journal_still_appends_in_an_exit_hook(tmp_path: Path) -> None:
+    """The descriptor's closer must not run at exit before hooks that still append (the
+    scheduler's final flush, daemon threads): they would write to a closed or reused number."""
+    script = f"""
+import atexit
+from datetime import datetime, timezone
+from herdsched.store.base import RunClaim
+from herdsched.store.claims import ClaimJournal
+T0 = datetime(2026, 11, 22, tzinfo=timezone.utc)
+journal = ClaimJournal(__import__("pathlib").Path({str(tmp_path / "claims.log")!r}))
+atexit.register(lambda: journal.append([RunClaim("a", "late", "run-late", T0, T0)]))
+journal.append([RunClaim("a", "s", "run-s", T0, T0)])
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert [c.schedule for c in ClaimJournal(tmp_path / "claims.log").read()] == ["s", "late"]

@@ -227,6 +227,7 @@ class ClaimJournal:
         opened = os.fstat(fd)
         self._fd, self._fd_inode = fd, (opened.st_dev, opened.st_ino)
         self._fd_closer = weakref.finalize(self, os.close, fd)  # a journal never closed
+        self._fd_closer.atexit = False  # at exit the descriptor may still be in use
         return fd, opened.st_size, current is None
 
     def _close_fd(self) -> None:
