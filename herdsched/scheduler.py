@@ -1354,8 +1354,12 @@ class ThreadedScheduler:
                     self._ready.get(name) or self._unsettled.get(name)
                 )
                 held = outcome is not None and more and self._hold(run, outcome)
+                unsettled = self._unsettled.get(name)
+                full = held and unsettled is not None and len(unsettled) > _HOLD_MOST
         if outcome is not None and not held:
             self._finish(run, outcome)
+        elif full and unsettled is not None:  # a long burst: one settled for each one held
+            self._settle_oldest(unsettled, None)
 
     def _settle_held(self, name: str, *, every: bool = False) -> None:
         """Settle agent ``name``'s held runs: those due (see :meth:`_hold`), then, while its
@@ -1591,6 +1595,7 @@ class ThreadedScheduler:
         Polls at that period while the queue holds runs; ends when it is empty, when every slot
         has a worker, or after starting the workers a stall called for.
         """
+        stale_at: float | None = None  # _last_take at the previous poll, when it was stale
         while True:
             time.sleep(_STALL_AFTER)
             with self._lock:
@@ -1604,11 +1609,18 @@ class ThreadedScheduler:
                 ):
                     self._watching.discard(name)
                     return
+                last_take = self._last_take.get(name, 0.0)
                 if (
                     self._busy[name] < self._loops[name]
-                    or time.monotonic() - self._last_take.get(name, 0.0) < _STALL_AFTER
+                    or time.monotonic() - last_take < _STALL_AFTER
                 ):
+                    stale_at = None
                     continue  # a worker is free, or its job has only just begun
+                if stale_at != last_take:
+                    # stale once: the GIL may just have been elsewhere (a garbage collection, the
+                    # timer's dispatching); stalled only if nothing moved by the next poll
+                    stale_at = last_take
+                    continue
                 # a worker that finds nothing it may start leaves again
                 added = min(len(ready), agent.max_concurrent - self._loops[name])
                 self._watching.discard(name)
@@ -2992,6 +3004,9 @@ _STALL_AFTER = 0.005
 #: How long (seconds) a draining worker may hold finished runs back while it starts the runs
 #: waiting behind them, before they are settled (see _drain and _hold).
 _SETTLE_WITHIN = 0.1
+#: The most runs an agent's workers hold: past it, a long burst settles one for each it holds
+#: (a second's burst of a thousand short jobs is held whole).
+_HOLD_MOST = 1024
 
 #: the outcomes a notifier may hear of (deferred and skipped runs are never notified)
 _NOTIFIED = frozenset({RunStatus.SUCCESS, RunStatus.FAILED, RunStatus.TIMEOUT})

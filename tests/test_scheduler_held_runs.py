@@ -665,3 +665,21 @@ def test_a_worker_settling_one_by_one_counts_as_busy_when_runs_arrive() -> None:
             assert wait_until(lambda: "z" in started), started
         finally:
             gate.set()
+
+
+def test_a_long_burst_holds_a_bounded_number_of_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past _HOLD_MOST, each run held settles the oldest one: a 10,000-run burst keeps a small
+    working set instead of settling a tenth of a second's runs at a time."""
+    monkeypatch.setattr(engine, "_HOLD_MOST", 2)
+    with running() as (sched, _clock):
+        held_counts: list[int] = []
+
+        def job(info: Any) -> None:
+            held_counts.append(len(sched._held))
+
+        sched.add_agent(Agent("a", job=job, max_concurrent=1, schedules=due_now(*"abcdef")))
+        sched.start()
+        sched.run_pending()
+        assert sched.wait_until_idle(10)
+        assert held_counts == [0, 1, 2, 3, 3, 3]  # one over the bound while a job runs
+        assert [r.schedule for r in reversed(sched.history("a"))] == list("abcdef")
