@@ -1375,29 +1375,26 @@ class ThreadedScheduler:
             return
         mono = self.clock.monotonic()
         if _settle_by(unsettled, mono) <= mono:
-            # busy for the stall watcher, as in a job, while runs wait: a slow notifier brings
-            # in another worker, and settling one run after another does not
-            with self._lock:
-                self._busy[name] += 1
-            try:
-                while True:
-                    self._last_take[name] = time.monotonic()
-                    if not self._settle_oldest(unsettled, mono):
-                        break
-            finally:
-                with self._lock:
-                    self._busy[name] -= 1
+            self._settle_busy(name, unsettled, mono)
         if self._ready.get(name):
             return
         self._await_refill(name, _settle_by(unsettled, mono))
-        if not unsettled or self._ready.get(name):
-            return
-        with self._lock:  # runs may join the queue meanwhile: busy, as above
+        if unsettled and not self._ready.get(name):
+            self._settle_busy(name, unsettled, None)
+
+    def _settle_busy(
+        self, name: str, unsettled: collections.deque[tuple[Run, RunOutcome]], due_by: float | None
+    ) -> None:
+        """Settle agent ``name``'s held runs one by one: those due by ``due_by``, or (None)
+        until runs wait in its ready queue. The worker counts as busy for the stall watcher,
+        as in a job, and takes a run at each one: a slow notifier brings in another worker,
+        settling one run after another does not."""
+        with self._lock:
             self._busy[name] += 1
         try:
-            while unsettled and not self._ready.get(name):
+            while unsettled and (due_by is not None or not self._ready.get(name)):
                 self._last_take[name] = time.monotonic()
-                if not self._settle_oldest(unsettled, None):
+                if not self._settle_oldest(unsettled, due_by):
                     return
         finally:
             with self._lock:

@@ -34,6 +34,11 @@ def due_now(*names: str) -> dict[str, Schedule]:
     return dict.fromkeys(names, due)
 
 
+def one_slot(name: str, job: Any, names: Any, schedule: Schedule) -> Agent:
+    """Agent ``name`` with one slot, whose schedules ``names`` all follow ``schedule``."""
+    return Agent(name, job=job, max_concurrent=1, schedules=dict.fromkeys(names, schedule))
+
+
 class Seen:
     """A job that notes, as each run starts, which schedules have a recorded result yet and
     how many jobs the scheduler counts as running; "last" runs ``last`` instead of returning."""
@@ -444,14 +449,7 @@ def test_removing_a_schedule_whose_run_is_held_still_notifies_its_outcome() -> N
     notified: list[str] = []
     with running(notifier=lambda note: notified.append(note.schedule)) as (sched, _clock):
         notify = Schedule.interval("1h", start_at=T0, notify="always")
-        sched.add_agent(
-            Agent(
-                "a",
-                job=long_last(blocker),
-                max_concurrent=1,
-                schedules=dict.fromkeys(("x", "last"), notify),
-            )
-        )
+        sched.add_agent(one_slot("a", long_last(blocker), ("x", "last"), notify))
         sched.start()
         sched.run_pending()
         try:
@@ -508,23 +506,9 @@ def test_a_slow_notifier_of_one_agent_does_not_hold_up_another_agents_outcomes()
 
     with running(notifier=notifier) as (sched, clock):
         notify = Schedule.interval("1h", start_at=T0, notify="always")
-        sched.add_agent(
-            Agent(
-                "a",
-                job=long_last(a_block),
-                max_concurrent=1,
-                schedules=dict.fromkeys(("x", "last"), notify),
-            )
-        )
+        sched.add_agent(one_slot("a", long_last(a_block), ("x", "last"), notify))
         later = Schedule.interval("1h", start_at=T0 + timedelta(seconds=1))
-        sched.add_agent(
-            Agent(
-                "b",
-                job=long_last(b_block),
-                max_concurrent=1,
-                schedules=dict.fromkeys(("y", "last"), later),
-            )
-        )
+        sched.add_agent(one_slot("b", long_last(b_block), ("y", "last"), later))
         sched.start()
         try:
             sched.run_pending()
