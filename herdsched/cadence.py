@@ -12,19 +12,20 @@ import functools
 import math
 import random
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta, timezone, tzinfo
-from typing import Protocol
+from typing import Any, ClassVar, Protocol
 from zoneinfo import ZoneInfo
 
 import attrs
 from croniter import croniter
 from croniter.croniter import CroniterError
 
-from herdsched.errors import CronParseError, IntervalParseError
-from herdsched.timestamps import parse_timestamp, resolve_timezone, to_utc
+from herdsched.errors import CronParseError, IntervalParseError, InvalidScheduleError
+from herdsched.timestamps import format_timestamp, parse_timestamp, resolve_timezone, to_utc
 
 __all__ = [
+    "CADENCE_FIELDS",
     "Cadence",
     "Cron",
     "CronExpression",
@@ -33,6 +34,7 @@ __all__ = [
     "calculate_next_cron_trigger",
     "calculate_next_trigger",
     "coerce_interval",
+    "format_interval",
     "is_schedule_due",
     "is_valid_cron_expression",
     "iter_cron_triggers",
@@ -144,6 +146,28 @@ def coerce_interval(
     if delta == timedelta(0) and not allow_zero:
         raise IntervalParseError(f"Zero interval is not allowed: {what} {value!r}", value)
     return delta
+
+
+def format_interval(every: timedelta) -> str:
+    """The shortest duration string for ``every`` (``5400 s`` → ``"1h30m"``).
+
+    Only whole seconds can be written so that :func:`parse_interval` reads them back; anything
+    else raises :class:`~herdsched.errors.InvalidScheduleError` naming the interval.
+    """
+    seconds = every.total_seconds()
+    if seconds <= 0 or seconds != int(seconds):
+        raise InvalidScheduleError(
+            f"interval {every} cannot be written as a duration string (whole seconds only)",
+            field="interval",
+            value=every,
+        )
+    remaining = int(seconds)
+    text = ""
+    for unit, size in _UNITS.items():
+        count, remaining = divmod(remaining, size)
+        if count:
+            text += f"{count}{unit}"
+    return text
 
 
 def _check_jitter(jitter_percent: float) -> float:
@@ -560,10 +584,41 @@ def _next_instant_uncached(parsed: CronExpression, after: datetime, zone: tzinfo
 
 
 class Cadence(Protocol):
-    """What the scheduler asks of a cadence: the first due time and the one after a run."""
+    """What the scheduler asks of a cadence; each cadence answers for itself, so no code outside
+    this module needs to know which kind it holds."""
+
+    #: the keyword names ``update_schedule`` (and the fleet file) use for this cadence's fields
+    FIELDS: ClassVar[frozenset[str]]
+    #: whether the next run is measured from the previous one's completion (no overlap rule)
+    measured_from_completion: ClassVar[bool]
+    #: whether the schedule is done (``completed``) after its one run
+    runs_once: ClassVar[bool]
 
     @property
     def kind(self) -> str: ...
+
+    def describe(self) -> str:
+        """One line a person reads: ``every 5m``, ``cron 0 9 * * 1-5 (Europe/Berlin)``."""
+
+    def to_fields(self) -> dict[str, Any]:
+        """The fleet-file fields of this cadence (the ones :attr:`FIELDS` names), as text."""
+
+    def with_fields(self, changes: Mapping[str, Any]) -> Cadence:
+        """A copy with some of :attr:`FIELDS` changed (validated like a new one)."""
+
+    def shortest_gap(self, zone: tzinfo) -> timedelta | None:
+        """The shortest time between two runs, for ``min_interval`` (``None``: runs once)."""
+
+    def check(self, *, min_interval: timedelta, zone: tzinfo, now: datetime | None) -> None:
+        """Raise :class:`~herdsched.errors.InvalidScheduleError` when this cadence fires more
+        often than ``min_interval``, or (``now`` given) can never fire again."""
+
+    def after_no_work(self, now: datetime) -> datetime | None:
+        """When to look again after the work source had nothing (``None``: the normal plan)."""
+
+    def latest_due(self, now: datetime) -> datetime | None:
+        """The latest due time that elapsed-time semantics allow after a backwards clock step
+        (``None``: no limit; the due time is a point on the wall clock)."""
 
     def first_due(self, now: datetime, zone: tzinfo) -> datetime | None:
         """The first due time for a schedule with no history."""
@@ -576,8 +631,38 @@ class Cadence(Protocol):
         now: datetime,
         zone: tzinfo,
         rng: random.Random | None = None,
+        default_jitter: float = 0.0,
     ) -> datetime | None:
-        """The next due time after the run for ``slot`` finished at ``finished_at``."""
+        """The next due time after the run for ``slot`` finished at ``finished_at``;
+        ``default_jitter`` (percent) applies to a cadence that jitters but has none of its own."""
+
+
+def _describe_delta(every: timedelta) -> str:
+    """``every`` for a person: ``5m``, ``1h30m``; a fraction of a second as seconds."""
+    seconds = every.total_seconds()
+    if seconds == int(seconds):
+        return format_interval(every)
+    return f"{seconds:g}s"
+
+
+def _changed_cadence(
+    kind: str, fields: frozenset[str], changes: Mapping[str, Any], build: Any
+) -> Any:
+    """Build a cadence from ``changes`` after checking that each changed field is one of ours."""
+    unknown = sorted(set(changes) - fields)
+    if unknown:
+        raise InvalidScheduleError(
+            f"a {kind} schedule has no field {unknown[0]!r} "
+            f"(its fields: {', '.join(sorted(fields))})",
+            field=unknown[0],
+        )
+    try:
+        return build()
+    except InvalidScheduleError:
+        raise
+    except (TypeError, ValueError) as exc:
+        field = next(iter(changes))
+        raise InvalidScheduleError(str(exc), field=field, value=changes[field], cause=exc) from exc
 
 
 def _to_interval(value: timedelta | float | str) -> timedelta:
@@ -605,6 +690,59 @@ class Interval:
     def kind(self) -> str:
         return "interval"
 
+    FIELDS: ClassVar[frozenset[str]] = frozenset(
+        {"interval", "anchor", "start_at", "jitter_percent"}
+    )
+    measured_from_completion: ClassVar[bool] = True
+    runs_once: ClassVar[bool] = False
+
+    def describe(self) -> str:
+        text = f"every {_describe_delta(self.every)}"
+        if self.anchor is not None:
+            text += f" from {self.anchor.isoformat()}"
+        return text
+
+    def to_fields(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {"interval": format_interval(self.every)}
+        if self.anchor is not None:
+            fields["anchor"] = format_timestamp(self.anchor)
+        if self.start_at is not None:
+            fields["start_at"] = format_timestamp(self.start_at)
+        if self.jitter_percent:
+            jitter = self.jitter_percent
+            fields["jitter_percent"] = int(jitter) if jitter.is_integer() else jitter
+        return fields
+
+    def with_fields(self, changes: Mapping[str, Any]) -> Interval:
+        return _changed_cadence(  # type: ignore[no-any-return]
+            "interval",
+            self.FIELDS,
+            changes,
+            lambda: Interval(
+                changes.get("interval", self.every),
+                anchor=changes.get("anchor", self.anchor),
+                start_at=changes.get("start_at", self.start_at),
+                jitter_percent=changes.get("jitter_percent", self.jitter_percent),
+            ),
+        )
+
+    def shortest_gap(self, zone: tzinfo) -> timedelta | None:
+        return self.every
+
+    def check(self, *, min_interval: timedelta, zone: tzinfo, now: datetime | None) -> None:
+        if self.every < min_interval:
+            raise InvalidScheduleError(
+                f"interval {self.every} is shorter than min_interval {min_interval}",
+                field="interval",
+                value=self.every,
+            )
+
+    def after_no_work(self, now: datetime) -> datetime | None:
+        return now + self.every
+
+    def latest_due(self, now: datetime) -> datetime | None:
+        return None if self.anchor is not None else now + self.every
+
     def _grid_after(self, moment: datetime, *, strictly: bool) -> datetime:
         assert self.anchor is not None
         step = self.every
@@ -630,13 +768,15 @@ class Interval:
         now: datetime,
         zone: tzinfo,
         rng: random.Random | None = None,
+        default_jitter: float = 0.0,
     ) -> datetime | None:
         if self.anchor is not None:
             return self._grid_after(max(finished_at, now), strictly=True)
         if finished_at.tzinfo is not timezone.utc or now.tzinfo is not timezone.utc:
             finished_at, now = to_utc(finished_at), to_utc(now)  # add real time, not wall time
         try:  # the fields are checked already: skip calculate_next_trigger's re-validation
-            due = finished_at + self.every + _jitter(self.every, self.jitter_percent, rng)
+            jitter = _jitter(self.every, self.jitter_percent or default_jitter, rng)
+            due = finished_at + self.every + jitter
         except OverflowError:  # let the public function word the error
             return calculate_next_trigger(
                 finished_at, self.every, self.jitter_percent, now=now, rng=rng
@@ -672,6 +812,58 @@ class Cron:
     def kind(self) -> str:
         return "cron"
 
+    FIELDS: ClassVar[frozenset[str]] = frozenset({"cron", "timezone"})
+    measured_from_completion: ClassVar[bool] = False
+    runs_once: ClassVar[bool] = False
+
+    def describe(self) -> str:
+        zone = f" ({self.timezone})" if self.timezone else ""
+        return f"cron {self.expression.source}{zone}"
+
+    def to_fields(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {"cron": self.expression.source}
+        if self.timezone is not None:
+            fields["timezone"] = self.timezone
+        return fields
+
+    def with_fields(self, changes: Mapping[str, Any]) -> Cron:
+        return _changed_cadence(  # type: ignore[no-any-return]
+            "cron",
+            self.FIELDS,
+            changes,
+            lambda: Cron(
+                changes.get("cron", self.expression),
+                timezone=changes.get("timezone", self.timezone),
+            ),
+        )
+
+    def shortest_gap(self, zone: tzinfo) -> timedelta | None:
+        """The gap between the first two fires after a fixed reference Monday."""
+        reference = datetime(2026, 1, 5, tzinfo=timezone.utc)
+        first = self.first_due(reference, zone)
+        second = (
+            None
+            if first is None
+            else self.next_due(slot=first, finished_at=first, now=first, zone=zone)
+        )
+        return None if first is None or second is None else second - first
+
+    def check(self, *, min_interval: timedelta, zone: tzinfo, now: datetime | None) -> None:
+        gap = self.shortest_gap(zone) if min_interval else None
+        if gap is not None and gap < min_interval:
+            raise InvalidScheduleError(
+                f"cron {self.expression.source!r} fires every {gap}, more often than "
+                f"min_interval {min_interval}",
+                field="cron",
+                value=self.expression.source,
+            )
+
+    def after_no_work(self, now: datetime) -> datetime | None:
+        return None
+
+    def latest_due(self, now: datetime) -> datetime | None:
+        return None
+
     def zone(self, default: tzinfo) -> tzinfo:
         return resolve_timezone(self.timezone) if self.timezone else default
 
@@ -686,6 +878,7 @@ class Cron:
         now: datetime,
         zone: tzinfo,
         rng: random.Random | None = None,
+        default_jitter: float = 0.0,
     ) -> datetime | None:
         return calculate_next_cron_trigger(self.expression, slot, self.zone(zone))
 
@@ -704,6 +897,36 @@ class Once:
     def kind(self) -> str:
         return "once"
 
+    FIELDS: ClassVar[frozenset[str]] = frozenset({"at"})
+    measured_from_completion: ClassVar[bool] = False
+    runs_once: ClassVar[bool] = True
+
+    def describe(self) -> str:
+        return f"once at {self.at.isoformat()}"
+
+    def to_fields(self) -> dict[str, Any]:
+        return {"at": format_timestamp(self.at)}
+
+    def with_fields(self, changes: Mapping[str, Any]) -> Once:
+        return _changed_cadence(  # type: ignore[no-any-return]
+            "once", self.FIELDS, changes, lambda: Once(changes.get("at", self.at))
+        )
+
+    def shortest_gap(self, zone: tzinfo) -> timedelta | None:
+        return None
+
+    def check(self, *, min_interval: timedelta, zone: tzinfo, now: datetime | None) -> None:
+        if now is not None and self.at <= now:
+            raise InvalidScheduleError(
+                f"once time {self.at.isoformat()} has already passed", field="at", value=self.at
+            )
+
+    def after_no_work(self, now: datetime) -> datetime | None:
+        return None
+
+    def latest_due(self, now: datetime) -> datetime | None:
+        return None
+
     def first_due(self, now: datetime, zone: tzinfo) -> datetime | None:
         return self.at
 
@@ -715,5 +938,10 @@ class Once:
         now: datetime,
         zone: tzinfo,
         rng: random.Random | None = None,
+        default_jitter: float = 0.0,
     ) -> datetime | None:
         return None
+
+
+#: every field name any cadence has (``update_schedule`` keywords that change a cadence)
+CADENCE_FIELDS: frozenset[str] = Interval.FIELDS | Cron.FIELDS | Once.FIELDS

@@ -7,7 +7,6 @@ error that names the field, rather than later inside the timer thread.
 from __future__ import annotations
 
 import enum
-import functools
 import re
 import threading
 from collections.abc import Callable, Mapping
@@ -41,7 +40,6 @@ __all__ = [
     "TriggerInfo",
     "TriggerResult",
     "TriggerType",
-    "evolve",
 ]
 
 
@@ -349,6 +347,11 @@ class Schedule:
         """Whether the timer thread fires it (interval, cron, once) or only ``trigger()``."""
         return self.cadence is not None
 
+    @property
+    def description(self) -> str:
+        """The cadence in one line (``every 5m``); the type for schedules only triggers fire."""
+        return self.cadence.describe() if self.cadence is not None else str(self.type)
+
     def with_changes(self, **changes: Any) -> Schedule:
         """A copy with ``changes`` applied and validated."""
         return attrs.evolve(self, **changes)
@@ -585,52 +588,3 @@ class SearchPage:
 
 
 _T = TypeVar("_T")
-
-
-@functools.cache
-def _evolver(cls: type, names: tuple[str, ...]) -> Callable[..., Any]:
-    """A function ``(old, *values)`` that copies ``old`` with the fields ``names`` changed.
-
-    Generated (as attrs generates ``__init__``) for each class and set of changed fields: the
-    unchanged fields are copied as they are, and only the changed ones go through their
-    converter and validator. A loop over the fields with ``getattr`` and per-change lookups cost
-    three times as much, and the scheduler copies a state twice per run.
-    """
-    fields = {field.name: field for field in attrs.fields(cls)}
-    for name in names:
-        if name not in fields:
-            raise TypeError(f"{cls.__name__} has no field {name!r}")
-    namespace: dict[str, Any] = {"_new": object.__new__, "_set": object.__setattr__, "cls": cls}
-    args = ", ".join(f"v_{index}" for index in range(len(names)))
-    lines = [f"def evolve_(old, {args}):" if names else "def evolve_(old):", "    new = _new(cls)"]
-    position = {name: index for index, name in enumerate(names)}
-    for name, field in fields.items():
-        index = position.get(name)
-        if index is None:
-            lines.append(f"    _set(new, {name!r}, old.{name})")
-        elif field.converter is not None:
-            namespace[f"c_{index}"] = field.converter
-            lines.append(f"    _set(new, {name!r}, c_{index}(v_{index}))")
-        else:
-            lines.append(f"    _set(new, {name!r}, v_{index})")
-    for index, name in enumerate(names):
-        field = fields[name]
-        if field.validator is not None:
-            namespace[f"check_{index}"] = field.validator
-            namespace[f"field_{index}"] = field
-            lines.append(f"    check_{index}(new, field_{index}, new.{name})")
-    lines.append("    return new")
-    exec("\n".join(lines), namespace)  # field names are identifiers: nothing to escape
-    evolver: Callable[..., Any] = namespace["evolve_"]
-    return evolver
-
-
-def evolve(instance: _T, **changes: Any) -> _T:
-    """:func:`attrs.evolve` that converts and validates only the fields that change.
-
-    The scheduler copies a schedule's state several times per run; re-checking the dozen fields
-    that did not change is most of what a plain ``evolve`` costs on a large fleet.
-    """
-    cls: type = type(instance)
-    new: _T = _evolver(cls, tuple(changes))(instance, *changes.values())
-    return new

@@ -23,7 +23,7 @@ from herdsched.prompts import build_schedule_prompt, fill_prompt_template
 from herdsched.timestamps import format_timestamp
 from herdsched.worksource import WorkItem, WorkOutcome, WorkSource
 
-__all__ = ["CancelEvent", "Run", "RunOutcome", "execute_run", "new_run_id"]
+__all__ = ["Run", "RunOutcome", "execute_run", "new_run_id"]
 
 _log = logging.getLogger("herdsched")
 _ERROR_LIMIT = 2000
@@ -40,38 +40,9 @@ def new_run_id() -> str:
     return f"{_ids.getrandbits(64):016x}"
 
 
-class CancelEvent(threading.Event):
-    """The :class:`threading.Event` a job receives as ``TriggerInfo.cancel_event``.
-
-    It behaves like its base class (and, like it, cannot be pickled) but builds its condition
-    and lock only when first set or waited on: most jobs finish without looking at it (or only
-    call :meth:`is_set`), and those two allocations were a tenth of what running a short job
-    cost the scheduler.
-    """
-
-    def __init__(self) -> None:  # no super().__init__(): the condition comes on demand
-        self._flag = False
-
-    @property
-    def _cond(self) -> threading.Condition:
-        cond: threading.Condition | None = self.__dict__.get("_lazy_cond")
-        if cond is None:  # two threads may race here: setdefault keeps one condition
-            cond = self.__dict__.setdefault("_lazy_cond", threading.Condition(threading.Lock()))
-        return cond
-
-    def __reduce_ex__(self, protocol: Any) -> Any:
-        # a copy in another process would never be set: refuse, as a used Event's lock does
-        raise TypeError(f"cannot pickle {type(self).__name__!r} object")
-
-
 @attrs.define(eq=False)
 class Run:
-    """A run in flight: what to execute and the handles to watch or cancel it.
-
-    The cancel and done events are made only when needed (the worker makes the cancel event
-    when the job starts; :meth:`done_event` when someone waits), so dispatching a run builds no
-    locks on the timer thread.
-    """
+    """A run in flight: what to execute and the handles to watch or cancel it."""
 
     run_id: str
     agent: str
@@ -87,45 +58,18 @@ class Run:
     session_id: str | None
     last_run_at: datetime | None
     deadline: float | None = None  # monotonic
-    # False while the run waits in its agent's ready queue (claimed ahead, job not started)
-    started: bool = True
-    # monotonic time the run started while its schedule's state does not say so yet; None once
-    # the ``running`` transition is recorded, or the run settled (see ThreadedScheduler._start)
-    unrecorded_since: float | None = None
-    # the schedule's due time and slot before it was dispatched, restored if the run never starts
-    replan: tuple[datetime | None, datetime | None] | None = None
     timed_out: bool = False
-    cancelled: bool = False
+    # settled (as timed out, or when its job returned): a run is recorded once
     finalized: bool = False
-    # monotonic time by which the outcome of a run held back is settled: its job returned and
-    # its slot is free, while its worker starts the runs waiting behind it (see
-    # ThreadedScheduler._drain); None while the job runs or once it settles unheld
-    settle_by: float | None = None
     thread_id: int | None = None
     outcome: RunOutcome | None = None
-    cancel_event: threading.Event | None = None
-    done: threading.Event | None = None
+    cancel_event: threading.Event = attrs.field(factory=threading.Event)
+    # set once the run has settled and given its slot back
+    done: threading.Event = attrs.field(factory=threading.Event)
 
     def cancel(self) -> None:
         """Ask the job to stop (timeout); safe before the job has started."""
-        self.cancelled = True
-        event = self.cancel_event
-        if event is not None:
-            event.set()
-
-    def make_cancel_event(self) -> threading.Event:
-        """The event the job watches, set already when :meth:`cancel` came first."""
-        event = CancelEvent()
-        self.cancel_event = event
-        if self.cancelled:  # cancel() ran before the event existed
-            event.set()
-        return event
-
-    def done_event(self) -> threading.Event:
-        """An event set when the run has settled (make it before the run can finish)."""
-        if self.done is None:
-            self.done = threading.Event()
-        return self.done
+        self.cancel_event.set()
 
 
 _NO_RESULT = JobResult()  # frozen: every job returning None shares it
@@ -217,7 +161,7 @@ def execute_run(run: Run, *, clock: Clock, work_sources: Mapping[str, WorkSource
             consecutive_failures=run.consecutive_failures,
             session_id=run.session_id if run.schedule.persist_session else None,
             work_item=item,
-            cancel_event=run.make_cancel_event(),
+            cancel_event=run.cancel_event,
             metadata=dict(run.schedule.metadata),
         )
         outcome = _call_job(run, info, started, clock)

@@ -168,12 +168,3 @@ def test_cpu_split_reports_each_threads_share() -> None:
     shares = result["threads_us_per_run"]
     assert {"timer user", "workers user", "flusher user"} <= set(shares)
     assert result["p99_ms"] >= result["p50_ms"] >= 0
-
-
-@pytest.mark.parametrize("persistent", [False, True])
-def test_run_path_runs_every_due_run_on_one_thread(persistent: bool) -> None:
-    from bench.run_path import measure
-
-    totals, timer = measure(persistent, schedules=40, rounds=2)
-    assert len(totals) == len(timer) == 2
-    assert all(total > dispatch > 0 for total, dispatch in zip(totals, timer, strict=True))

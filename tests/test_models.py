@@ -409,8 +409,10 @@ def test_record_times_are_cut_to_milliseconds_so_a_reload_is_equal() -> None:
     assert record_from_dict(record_to_dict(record)) == record
 
 
-def test_evolve_converts_and_validates_only_what_changes() -> None:
-    from herdsched.models import ScheduleState, evolve
+def test_evolve_converts_and_validates_what_changes() -> None:
+    from attrs import evolve
+
+    from herdsched.models import ScheduleState
 
     base = ScheduleState(consecutive_failures=2)
     changed = evolve(base, status="running", next_run_at=T0.replace(microsecond=123456))
@@ -422,27 +424,5 @@ def test_evolve_converts_and_validates_only_what_changes() -> None:
         evolve(base, consecutive_failures=-1)
     with pytest.raises(InvalidScheduleError, match="status must be one of"):
         evolve(base, status="sleeping")
-    with pytest.raises(TypeError, match="no field 'bogus'"):
+    with pytest.raises(TypeError, match="'bogus'"):
         evolve(base, bogus=1)
-
-
-def test_evolve_checks_each_set_of_changed_fields_on_its_own() -> None:
-    from herdsched.models import ScheduleState, evolve
-
-    base = ScheduleState(consecutive_failures=2, cadence="every 1m")
-    # the same fields in another order, and a subset: each combination converts its own values
-    one = evolve(base, next_run_at=T0.replace(microsecond=5999), status="paused")
-    two = evolve(base, status="paused", next_run_at=T0.replace(microsecond=5999))
-    assert (
-        one
-        == two
-        == ScheduleState(
-            status=Status.PAUSED,
-            consecutive_failures=2,
-            cadence="every 1m",
-            next_run_at=T0.replace(microsecond=5000),
-        )
-    )
-    assert evolve(base) == base and evolve(base) is not base
-    with pytest.raises(InvalidScheduleError, match="last_run_at must be an aware datetime"):
-        evolve(base, status="idle", last_run_at="yesterday")

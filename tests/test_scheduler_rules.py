@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -15,7 +16,6 @@ from herdsched import (
     InvalidScheduleError,
     JobMissed,
     JobStarted,
-    JobSubmitted,
     JobSucceeded,
     RunStatus,
     Schedule,
@@ -74,34 +74,6 @@ def test_interval_with_start_at_and_anchor_grid() -> None:
         step(sched, clock, "22m")  # T0+30m: grid's T0+23m slot came due on the way
         assert job.schedules() == ["grid", "grid", "later"]
         assert state(sched, "a", "grid").next_run_at == T0 + 38 * M
-
-
-def test_a_pass_with_an_older_now_keeps_what_a_later_pass_queued() -> None:
-    """A ``run_pending()`` racing the timer thread: the pass that read the clock first must not
-    drop a schedule the other pass queued as due at its own, later, instant."""
-    with running() as (sched, clock):
-        job = Recorder()
-        sched.add_agent(
-            Agent(
-                "a",
-                job=job,
-                schedules={
-                    "first": Schedule.interval("1h", start_at=T0 + 10 * M),
-                    "second": Schedule.interval("1h", start_at=T0 + 20 * M),
-                },
-            )
-        )
-        sched.start()
-        step(sched)
-        mono = clock.monotonic()
-        with sched._lock:  # the later pass queues both; the earlier pass then dispatches
-            assert sched._take_due_runs(T0 + 20 * M, mono, 0) == []
-            runs = sched._take_due_runs(T0 + 15 * M, mono, 64)
-        assert [run.schedule_name for run in runs] == ["first"]
-        sched._launch(runs)
-        assert wait_until(lambda: job.schedules() == ["first"])
-        step(sched, clock, "20m")
-        assert job.schedules() == ["first", "second"]
 
 
 def test_cron_fires_on_each_slot_with_its_slot_time() -> None:
@@ -668,25 +640,6 @@ def test_context_manager_and_status_reporting() -> None:
     assert sched.get_state().check_count >= 1
 
 
-def test_finished_runs_leave_the_timer_asleep_when_nothing_changed_for_it() -> None:
-    clock = FakeClock(T0)
-    gates = {f"s{i}": threading.Event() for i in range(10)}
-    job = Recorder(lambda info: gates[info.schedule].wait(10))
-    schedules = {name: Schedule.interval("1h") for name in gates}
-    sched = ThreadedScheduler(state_dir=None, clock=clock, max_sleep=60)
-    sched.add_agent(Agent("a", job=job, max_concurrent=10, schedules=schedules))
-    with sched:
-        assert wait_until(lambda: len(job.calls) == 10)
-        assert clock.wait_for_waiters()
-        checks = sched.get_state().check_count
-        for left, gate in enumerate(gates.values(), 1):  # the runs finish one by one
-            gate.set()
-            assert wait_until(lambda n=10 - left: sched.get_total_running_job_count() == n)
-            threading.Event().wait(0.02)  # time enough for a woken timer to make its pass
-        # their next runs are an hour away, past the timer's wake-up: no pass was needed
-        assert sched.get_state().check_count == checks
-
-
 def test_a_finished_run_wakes_the_timer_for_a_schedule_waiting_on_capacity() -> None:
     clock = FakeClock(T0)
     job = Recorder()
@@ -728,40 +681,6 @@ class _ChunkWatchingStore(MemoryStateStore):
             self.started_before_second_claim = self.first_job_started.wait(10)
 
 
-def test_a_large_due_batch_goes_out_in_claimed_chunks_that_start_at_once() -> None:
-    started = threading.Event()
-    store = _ChunkWatchingStore(started)
-    job = Recorder(lambda info: started.set())
-    schedules = {f"s{i:03}": Schedule.interval("1h") for i in range(150)}
-    with running(store=store) as (sched, _clock):
-        sched.add_agent(Agent("a", job=job, max_concurrent=150, schedules=schedules))
-        sched.start()
-        step(sched)
-    # every run claimed durably, a chunk at a time; a pass starts small and its chunks grow
-    # (the timer thread's pass and run_pending()'s may share the batch)
-    assert sum(store.chunks) == 150 and store.chunks[0] == 16
-    assert 32 <= max(store.chunks) <= 256
-    assert store.started_before_second_claim  # jobs ran while the rest was being prepared
-    assert len(job.calls) == 150
-
-
-def test_the_group_commit_comes_early_once_the_scheduler_is_quiet(tmp_path: Any) -> None:
-    from herdsched.store import YamlStateStore
-
-    clock = FakeClock(T0)
-    sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, commit_delay=0.5)
-    sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1h")}))
-    with sched:
-        step(sched)
-        # nothing runs and the next run is an hour away: no reason to wait out commit_delay
-        assert sched.store.flush_deadline() is None
-        reader = YamlStateStore(tmp_path)
-        state = reader.get_schedule_state("a", "s")
-        reader.close()
-    assert state.last_result is RunStatus.SUCCESS
-    assert state.next_run_at == T0 + timedelta(hours=1)
-
-
 def test_the_group_commit_waits_for_a_run_due_within_commit_delay(tmp_path: Any) -> None:
     clock = FakeClock(T0)
     soon = T0 + timedelta(seconds=0.2)
@@ -782,12 +701,10 @@ class _TimeoutWatchingStore(MemoryStateStore):
         self.job_saw_cancel = job_saw_cancel
         self.cancel_came_first: bool | None = None
 
-    def adopt_transition(
-        self, agent: str, schedule: str, before: Any, after: Any, changes: Any
-    ) -> Any:
+    def record_transition(self, agent: str, schedule: str, **changes: Any) -> Any:
         if changes.get("last_result") is RunStatus.TIMEOUT:
             self.cancel_came_first = self.job_saw_cancel.wait(0.5)
-        return super().adopt_transition(agent, schedule, before, after, changes)
+        return super().record_transition(agent, schedule, **changes)
 
 
 def test_a_timed_out_job_is_cancelled_only_once_its_timeout_is_recorded() -> None:
@@ -812,26 +729,36 @@ def test_a_timed_out_job_is_cancelled_only_once_its_timeout_is_recorded() -> Non
     assert store.cancel_came_first is False
 
 
+class _PassHoldingStore(MemoryStateStore):
+    """Holds the timer's first pass after it dispatched, until the first job has ended."""
+
+    def __init__(self, job: Recorder) -> None:
+        super().__init__()
+        self.job = job
+        self.counts: Callable[[], int] = lambda: 1
+        self.held = False
+
+    def flush_deadline(self) -> float | None:
+        if self.job.calls and not self.held:  # asked after the dispatch, inside the pass
+            self.held = True
+            wait_until(lambda: self.counts() == 0)
+        return super().flush_deadline()
+
+
 def test_a_slot_freed_while_the_timer_finishes_its_pass_still_goes_to_the_waiting_schedule() -> (
     None
 ):
     clock = FakeClock(T0)
     job = Recorder()
-    sched = ThreadedScheduler(state_dir=None, clock=clock, max_sleep=60)
+    store = _PassHoldingStore(job)
+    sched = ThreadedScheduler(state_dir=None, store=store, clock=clock, max_sleep=60)
+    store.counts = sched.get_total_running_job_count
     schedules = {"s0": Schedule.interval("1h"), "s1": Schedule.interval("1h")}
     sched.add_agent(Agent("a", job=job, max_concurrent=1, schedules=schedules))
-    first = threading.Event()
-
-    def hold_the_pass(event: Any) -> None:
-        # runs on the timer thread, inside its pass: let the first job finish meanwhile
-        if not first.is_set():
-            first.set()
-            wait_until(lambda: len(job.calls) == 1 and sched.get_total_running_job_count() == 0)
-
-    sched.add_listener(hold_the_pass, JobSubmitted)
     with sched:
         # no time passes; only the freed slot can start "s1"
         assert wait_until(lambda: len(job.calls) == 2, timeout=5)
+    assert store.held
     assert sorted(job.schedules()) == ["s0", "s1"]
 
 
@@ -857,30 +784,3 @@ def test_a_slow_notifier_does_not_delay_the_cancel_of_a_timed_out_job() -> None:
         release.set()
         assert sched.wait_until_idle(5)
     assert notified_after_cancel == [True]  # the job was cancelled while the notifier ran
-
-
-def test_run_pending_leaves_the_timer_threads_plan_alone() -> None:
-    with running() as (sched, clock):
-        # nothing is due, so nothing finishes and wakes the timer thread during the test
-        sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.manual()}))
-        sched.start()
-        assert clock.wait_for_waiters()  # the timer thread has planned and sleeps
-        planned = (T0 + timedelta(hours=2), 123.0)
-        with sched._lock:
-            sched._planned_wake = planned
-        sched.run_pending()  # a test's pass must not stand in for the sleeping timer's plan
-        assert sched._planned_wake == planned
-
-
-def test_runs_launched_after_stop_do_not_start_a_new_worker_pool() -> None:
-    job = Recorder()
-    with running() as (sched, _clock):
-        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.manual()}))
-        sched.start()
-        entry = sched._entries[("a", "s")]
-        with sched._lock:
-            run = sched._prepare_run(entry, TriggerType.MANUAL, None, T0, 0.0)
-        sched.stop(wait_for_jobs=False)  # retires the pools while the claim is "syncing"
-        sched._launch([run])
-        assert wait_until(lambda: len(job.calls) == 1)
-        assert sched._pools == {}

@@ -4,7 +4,6 @@ run, so a crash at any moment leaves the run recoverable as interrupted."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -133,120 +132,6 @@ def test_cli_second_signal_flush_keeps_a_running_job_recoverable(
     assert (history, reruns) == ([RunStatus.INTERRUPTED], 0)
 
 
-def test_a_run_started_while_a_group_commit_writes_keeps_its_claim(tmp_path: Path) -> None:
-    """A run that starts after the group commit recorded the starts, before it reads how much
-    of claims.log it may drop (a trigger here; the timer or a ready-queue worker while the
-    flusher thread commits, in production), keeps its claim. The hook widens the window."""
-    u_job, t_job, clock = Blocker(), Blocker(), FakeClock(T0)
-    sched = ThreadedScheduler(state_dir=tmp_path / "live", clock=clock, commit_delay=0.5)
-    sched.add_agent(
-        Agent(
-            "a",
-            job=lambda info: (t_job if info.schedule == "t" else u_job)(info),
-            max_concurrent=2,
-            schedules={"u": Schedule.manual(), "t": Schedule.manual()},
-        )
-    )
-    journal = sched.store._claims  # type: ignore[attr-defined]
-    original, drop = journal.droppable, journal.drop_through
-    hooked: list[bool] = []
-    dropped = threading.Event()
-
-    def drop_through(offset: int) -> None:
-        drop(offset)
-        if hooked:
-            dropped.set()
-
-    def droppable(covered: Any) -> int:
-        if not hooked:
-            hooked.append(sched.trigger("a", "t").success)  # starts after _record_starts
-            assert t_job.began.wait(10)
-        return original(covered)
-
-    try:
-        with sched:
-            sched.run_pending()  # nothing due: the quiet commit of the install transitions
-            assert wait_until(lambda: sched.store.flush_deadline() is None)
-            assert wait_until(lambda: not sched._flush_in_flight)  # type: ignore[attr-defined]
-            assert sched.trigger("a", "u").success
-            assert u_job.began.wait(10)
-            journal.droppable = droppable
-            journal.drop_through = drop_through
-            clock.advance(0.5)
-            sched.run_pending()  # the group commit is due (here or on the flusher thread)
-            assert dropped.wait(10)
-            assert hooked == [True]
-            crash = crash_copy(tmp_path / "live", tmp_path / "crash")
-            t_job.release.set()
-            u_job.release.set()
-    finally:
-        t_job.release.set()
-        u_job.release.set()
-    status, claims = trace_on_disk(crash, "t")
-    assert status is Status.RUNNING or "t" in claims, (status, claims)
-
-
-def test_runs_starting_while_a_commit_is_in_flight_do_not_wake_the_timer_in_vain(
-    tmp_path: Path,
-) -> None:
-    """A start wakes a timer that would commit it too late; while a group commit is in flight
-    the flusher wakes the timer when done, so starts meanwhile must not (a pass that can neither
-    commit nor plan for them)."""
-    clock = FakeClock(T0)
-    jobs = {f"m{i}": Blocker() for i in range(6)}
-    sched = ThreadedScheduler(
-        state_dir=tmp_path, clock=clock, commit_delay=0.5, max_sleep=60, poll_interval=None
-    )
-    sched.add_agent(
-        Agent(
-            "a",
-            job=lambda info: jobs[info.schedule](info),
-            max_concurrent=10,
-            schedules={name: Schedule.manual() for name in jobs},
-        )
-    )
-    store_flush = sched.store.flush
-    entered, gate = threading.Event(), threading.Event()
-
-    def slow_flush() -> None:
-        if not sched.get_total_running_job_count():
-            return store_flush()
-        entered.set()
-        assert gate.wait(10)  # a slow disk: the commit stays in flight
-        return store_flush()
-
-    sched.store.flush = slow_flush  # type: ignore[method-assign]
-
-    def asleep() -> bool:
-        planned = sched._planned_wake  # type: ignore[attr-defined]
-        return planned is not None and clock.waiters >= 1
-
-    try:
-        with sched:
-            assert wait_until(asleep)
-            assert sched.trigger("a", "m0").success
-            assert jobs["m0"].began.wait(10)
-            assert wait_until(asleep)
-            clock.advance(0.5)  # the commit of m0's start is due: it goes to the flusher
-            assert entered.wait(10)
-            assert wait_until(asleep)
-            before = sched.get_state().check_count
-            for name in ("m1", "m2", "m3", "m4", "m5"):
-                assert sched.trigger("a", name).success
-                assert jobs[name].began.wait(10)
-                threading.Event().wait(0.05)  # starts a little apart, as workers make them
-                assert wait_until(asleep)
-            extra = sched.get_state().check_count - before
-            gate.set()
-            for job in jobs.values():
-                job.release.set()
-    finally:
-        gate.set()
-        for job in jobs.values():
-            job.release.set()
-    assert extra == 0, f"{extra} timer passes while the commit was in flight"
-
-
 def claim_lines(path: Path) -> list[str]:
     log = path / "claims.log"
     return log.read_text().splitlines() if log.exists() else []
@@ -268,9 +153,9 @@ def test_a_hot_reload_dropping_a_running_schedule_does_not_hold_claims_forever(
     sched.add_agent(Agent("a", job=work, max_concurrent=2, schedules=schedules))
     try:
         with sched:
-            sched.run_pending()  # nothing due: the quiet commit of the install transitions
+            clock.advance(1)
+            sched.run_pending()  # the group commit of the install transitions
             assert wait_until(lambda: sched.store.flush_deadline() is None)
-            assert wait_until(lambda: not sched._flush_in_flight)  # type: ignore[attr-defined]
             assert sched.trigger("a", "s").success
             assert job.began.wait(10)
             # hot reload within commit_delay of the start: s is no longer defined
@@ -308,9 +193,9 @@ def test_a_run_whose_settling_failed_does_not_hold_claims_forever(tmp_path: Path
         Agent("a", job=work, schedules={"s": Schedule.manual(), "t": Schedule.manual()})
     )
     with sched:
-        sched.run_pending()  # nothing due: the quiet commit of the install transitions
+        clock.advance(1)
+        sched.run_pending()  # the group commit of the install transitions
         assert wait_until(lambda: sched.store.flush_deadline() is None)
-        assert wait_until(lambda: not sched._flush_in_flight)  # type: ignore[attr-defined]
         sched.trigger("a", "s", wait=True)
         for _ in range(10):
             clock.advance(1)

@@ -51,7 +51,9 @@ def test_a_running_job_shows_running_at_once_and_on_disk_from_the_next_group_com
         state = on_disk(tmp_path)
         assert (state.status, state.last_run_at, state.last_slot_at) == (Status.RUNNING, T0, T0)
         job.release.set()
-        step(sched, clock, 0.5)  # the commit goes to the flusher once the scheduler is quiet
+        step(sched, clock, 0.5)
+        clock.advance(0.5)  # the finishing transition's group commit is due
+        sched.run_pending()
         assert wait_until(lambda: on_disk(tmp_path).last_result is not None)
         state = on_disk(tmp_path)
     assert (state.status, state.last_result, state.last_run_at) == (
@@ -110,34 +112,3 @@ def test_stopping_without_waiting_leaves_a_running_job_recorded_as_running(
     job.release.set()
     # the next scheduler finds it interrupted, not idle with an old last run
     assert (state.status, state.last_run_at) == (Status.RUNNING, T0)
-
-
-def test_a_run_started_from_the_ready_queue_wakes_the_timer_to_record_it() -> None:
-    """Real time, in memory: "second" starts on a worker when "first" frees the only slot,
-    after the timer recorded "first" and planned to sleep for ``max_sleep``."""
-    first, second = Blocker(), Blocker()
-    soon = datetime.now(timezone.utc)
-    schedules = {
-        "first": Schedule.interval("1h", start_at=soon),
-        "second": Schedule.interval("1h", start_at=soon + timedelta(milliseconds=1)),
-    }
-    sched = ThreadedScheduler(state_dir=None, commit_delay=0.1, max_sleep=60)
-    sched.add_agent(
-        Agent(
-            "a",
-            job=lambda info: first(info) if info.schedule == "first" else second(info),
-            max_concurrent=1,
-            schedules=schedules,
-        )
-    )
-
-    def stored(name: str) -> Status:
-        return sched.store.get_schedule_state("a", name).status
-
-    with sched:
-        assert wait_until(lambda: stored("first") is Status.RUNNING)
-        first.release.set()
-        assert second.began.wait(10)
-        seen = wait_until(lambda: stored("second") is Status.RUNNING)
-        second.release.set()
-    assert seen

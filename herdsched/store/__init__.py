@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from herdsched.store.base import (
     USER_INTENT_STATUSES,
-    AdoptsTransitions,
     StateStore,
-    TracksClaimStarts,
     TriggerRequest,
 )
 from herdsched.store.functions import (
@@ -19,10 +17,8 @@ from herdsched.store.yaml_store import YamlStateStore
 
 __all__ = [
     "USER_INTENT_STATUSES",
-    "AdoptsTransitions",
     "MemoryStateStore",
     "StateStore",
-    "TracksClaimStarts",
     "TriggerRequest",
     "YamlStateStore",
     "get_agent_schedule_states",

@@ -30,10 +30,8 @@ from herdsched.models import RunRecord, ScheduleState
 
 __all__ = [
     "USER_INTENT_STATUSES",
-    "AdoptsTransitions",
     "RunClaim",
     "StateStore",
-    "TracksClaimStarts",
     "TriggerRequest",
     "newest_first",
 ]
@@ -72,19 +70,13 @@ class TriggerRequest:
 
 @attrs.frozen
 class RunClaim:
-    """A run about to start: what must be durable before its job runs (at most once per slot).
-
-    ``ready`` marks a claim made ahead, for a run that waits for a free slot: its job has not
-    started when the claim becomes durable. A store that tracks starts (:class:`TracksClaimStarts`)
-    lets restart recovery ignore such a claim when the process died before the job started.
-    """
+    """A run about to start: what must be durable before its job runs (at most once per slot)."""
 
     agent: str
     schedule: str
     run_id: str
     run_at: datetime
     slot: datetime | None = None
-    ready: bool = False
 
 
 @runtime_checkable
@@ -162,49 +154,3 @@ class StateStore(Protocol):
     # -- lifecycle ------------------------------------------------------------------------
     def close(self) -> None:
         """Flush and release resources; the store may not be used afterwards."""
-
-
-@runtime_checkable
-class AdoptsTransitions(Protocol):
-    """Optional for a :class:`StateStore`: take a transition its caller has already applied.
-
-    The scheduler keeps its own copy of every schedule's state and changes it first; a store that
-    offers this can then keep that very object instead of copying and checking the state again,
-    which is most of what recording a transition costs on a busy fleet.
-    """
-
-    def adopt_transition(
-        self,
-        agent: str,
-        schedule: str,
-        before: ScheduleState,
-        after: ScheduleState,
-        changes: Mapping[str, Any],
-    ) -> ScheduleState:
-        """Same effect as ``record_transition(agent, schedule, **changes)``; returns what is stored.
-
-        ``after`` is ``before`` with ``changes`` applied (checked and converted). When the store's
-        current state for the schedule *is* ``before`` (the same object), it stores ``after``
-        itself; otherwise it falls back to :meth:`StateStore.record_transition`.
-        """
-
-
-@runtime_checkable
-class TracksClaimStarts(Protocol):
-    """Optional for a :class:`StateStore`: tell claims made ahead from runs that started.
-
-    A scheduler claims the runs that wait for a slot in advance, so that starting them needs no
-    disk sync. With a store that offers this, recovery after a crash ignores a ``ready`` claim
-    whose job never started (the schedule catches up as if it had only waited); without it, every
-    unfinished claim is recorded as an interrupted run.
-    """
-
-    def mark_started(self, run_id: str) -> None:
-        """Record, before the job runs, that the ``ready`` claim ``run_id`` has started.
-
-        Cheap (no sync): it must survive the process being killed, not the machine crashing;
-        a claim made before a reboot counts as started whatever its marks say.
-        """
-
-    def release_claims(self, run_ids: Sequence[str]) -> None:
-        """Forget ``ready`` claims whose runs will never start (paused, removed, stopped)."""

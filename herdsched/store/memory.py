@@ -13,7 +13,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from herdsched.models import RunRecord, ScheduleState, evolve
+from attrs import evolve
+
+from herdsched.models import RunRecord, ScheduleState
 from herdsched.store.base import USER_INTENT_STATUSES, RunClaim, TriggerRequest, newest_first
 
 __all__ = ["MemoryStateStore"]
@@ -63,22 +65,6 @@ class MemoryStateStore:
             states[schedule] = updated
             return updated
 
-    def adopt_transition(
-        self,
-        agent: str,
-        schedule: str,
-        before: ScheduleState,
-        after: ScheduleState,
-        changes: Mapping[str, Any],
-    ) -> ScheduleState:
-        """:meth:`record_transition` for a change already applied (see ``AdoptsTransitions``)."""
-        with self._lock:
-            states = self._states.setdefault(agent, {})
-            if states.get(schedule) is before and not _leaves_user_intent(before, changes):
-                states[schedule] = after
-                return after
-        return self.record_transition(agent, schedule, **changes)
-
     def remove_schedule_state(self, agent: str, schedule: str) -> None:
         with self._lock:
             self._states.get(agent, {}).pop(schedule, None)
@@ -89,12 +75,6 @@ class MemoryStateStore:
 
     def load_claims(self) -> list[RunClaim]:
         return []
-
-    def mark_started(self, run_id: str) -> None:
-        """Nothing to record: no claim outlives the process."""
-
-    def release_claims(self, run_ids: Sequence[str]) -> None:
-        """Nothing to forget: no claim outlives the process."""
 
     def flush(self) -> None:
         """Nothing is ever pending in memory."""

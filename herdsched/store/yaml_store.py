@@ -31,10 +31,11 @@ from types import TracebackType
 from typing import Any
 
 import attrs
+from attrs import evolve
 
 from herdsched.clock import Clock, SystemClock
 from herdsched.errors import StateCorruptedError, StateError
-from herdsched.models import RunRecord, ScheduleState, evolve
+from herdsched.models import RunRecord, ScheduleState
 from herdsched.store.base import USER_INTENT_STATUSES, RunClaim, TriggerRequest, newest_first
 from herdsched.store.claims import ClaimJournal
 from herdsched.store.definitions import DefinitionsFile
@@ -387,34 +388,6 @@ class YamlStateStore:
             self._mark_pending()
         return updated
 
-    def adopt_transition(
-        self,
-        agent: str,
-        schedule: str,
-        before: ScheduleState,
-        after: ScheduleState,
-        changes: Mapping[str, Any],
-    ) -> ScheduleState:
-        """:meth:`record_transition` for a change already applied (see ``AdoptsTransitions``).
-
-        The pending patch takes ``after``'s values, which its checks have converted already.
-        """
-        patch: dict[str, Any] = {}
-        for name in changes:
-            value = getattr(after, name)
-            if value is not None and name in _TIME_FIELDS and value.year < 1000:
-                return self.record_transition(agent, schedule, **changes)  # it says what is wrong
-            patch[name] = value
-        with self._mem:
-            if self._closed or self._view.get(agent, {}).get(schedule) is not before:
-                adopted = False
-            else:
-                self._pending.setdefault((agent, schedule), {}).update(patch)
-                self._view[agent][schedule] = after
-                self._mark_pending()
-                adopted = True
-        return after if adopted else self.record_transition(agent, schedule, **changes)
-
     def remove_schedule_state(self, agent: str, schedule: str) -> None:
         """Forget a schedule's state and history (durable when it returns)."""
         self._check_open()
@@ -486,17 +459,8 @@ class YamlStateStore:
             self._ensure_dir()
             self._claims.append(claims)
 
-    def mark_started(self, run_id: str) -> None:
-        """The ready claim ``run_id`` starts now (see ``TracksClaimStarts``)."""
-        self._claims.mark_started(run_id)
-
-    def release_claims(self, run_ids: Sequence[str]) -> None:
-        """Ready claims whose runs will never start: later flushes may drop them."""
-        self._claims.release(run_ids)
-
     def load_claims(self) -> list[RunClaim]:
-        """Claims made durable since the last write of ``state.yaml``, but for ready claims
-        whose job never started.
+        """Claims made durable since the last write of ``state.yaml``.
 
         Restart recovery reads them when it takes over; from then on this store's group commits
         drop them once written, as they drop the claims it makes itself.

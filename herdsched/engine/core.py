@@ -1,0 +1,231 @@
+"""The engine's shared state and the few operations every part of it needs.
+
+:class:`EngineCore` holds what the timer, the workers and the public API share: the fleet, the
+plan, capacity, the runs in flight, the store, the listeners, and the one lock that guards
+them. The other engine modules are functions and small classes over it, each holding one rule
+(planning, dispatch, outcomes, recovery, other processes, group commit); the
+:class:`~herdsched.scheduler.ThreadedScheduler` façade wires them together.
+
+Methods documented "caller holds the lock" are called with :attr:`EngineCore.lock` held; events
+are only collected there and delivered once the lock is released (see
+:mod:`herdsched.engine.listeners`).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from attrs import evolve
+
+from herdsched import events as ev
+from herdsched.clock import Clock
+from herdsched.engine.capacity import Capacity
+from herdsched.engine.executors import AgentExecutors, ExecutorFactory
+from herdsched.engine.listeners import Listeners
+from herdsched.engine.planning import Entry, Plan
+from herdsched.engine.settings import EngineSettings
+from herdsched.errors import AgentNotFoundError, ScheduleNotFoundError
+from herdsched.models import (
+    Agent,
+    JobFunc,
+    RunRecord,
+    RunStatus,
+    SkipReason,
+    Status,
+    TriggerType,
+)
+from herdsched.notify import Notification
+from herdsched.policy import pre_dispatch_skip_reason
+from herdsched.runner import Run, new_run_id
+from herdsched.store.base import StateStore
+from herdsched.worksource import WorkSource
+
+__all__ = ["AD_HOC_SCHEDULE", "EngineCore"]
+
+#: The schedule name under which ``trigger(agent)`` records a run of the agent's own job.
+AD_HOC_SCHEDULE = "manual"
+_PARKED = (Status.PAUSED, Status.DISABLED)
+
+
+class EngineCore:
+    """Shared state of one scheduler (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: EngineSettings,
+        store: StateStore,
+        clock: Clock,
+        log: logging.Logger,
+        *,
+        on_trigger: JobFunc | None,
+        work_sources: Mapping[str, WorkSource],
+        notifier: Callable[[Notification], None] | None,
+        executor_factory: ExecutorFactory | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.clock = clock
+        self.log = log
+        self.on_trigger = on_trigger
+        self.work_sources = dict(work_sources)
+        self.notifier = notifier
+        self.lock = threading.RLock()
+        self.idle = threading.Condition(self.lock)  # notified whenever a run ends
+        self.wake = threading.Event()  # set when the timer should plan again
+        self.agents: dict[str, Agent] = {}
+        self.plan = Plan()
+        self.capacity = Capacity(settings.max_total_concurrent)
+        self.running: dict[str, Run] = {}  # runs whose job has not ended, by run id
+        self.listeners = Listeners(log)
+        self.executors = AgentExecutors(executor_factory) if executor_factory else AgentExecutors()
+        self.rng = random.Random()
+        self.status = "stopped"
+        self.trigger_count = 0
+
+    @property
+    def entries(self) -> dict[tuple[str, str], Entry]:
+        return self.plan.entries
+
+    @property
+    def leading(self) -> bool:
+        """Whether this scheduler is the active one (only it plans and writes run state)."""
+        return self.status == "running"
+
+    # ------------------------------------------------------------------------ lookups
+
+    def require_agent(self, name: str) -> Agent:
+        agent = self.agents.get(name)
+        if agent is None:
+            raise AgentNotFoundError(name)
+        return agent
+
+    def require_entry(self, agent: str, name: str) -> Entry:
+        self.require_agent(agent)
+        entry = self.entries.get((agent, name))
+        if entry is None:
+            raise ScheduleNotFoundError(agent, name)
+        return entry
+
+    def job_for(self, entry: Entry) -> JobFunc | None:
+        """What runs for ``entry``: its own job, its agent's, or the scheduler's ``on_trigger``."""
+        return entry.schedule.job or self.agents[entry.agent].job or self.on_trigger
+
+    def is_full(self, agent: Agent) -> bool:
+        return self.capacity.is_full(agent.name, agent.max_concurrent)
+
+    def skip_reason(self, entry: Entry, now: datetime) -> SkipReason | None:
+        """Why ``entry`` does not fire at ``now`` (caller holds the lock)."""
+        agent = self.agents[entry.agent]
+        return pre_dispatch_skip_reason(
+            enabled=entry.schedule.enabled,
+            status=entry.state.status,
+            fires_on_timer=entry.schedule.fires_on_timer,
+            running=entry.run is not None,
+            agent_running=self.capacity.running(entry.agent),
+            max_concurrent=agent.max_concurrent,
+            total_running=self.capacity.total,
+            max_total_concurrent=self.settings.max_total_concurrent,
+            due=entry.due is not None and entry.due <= now,
+        )
+
+    # -------------------------------------------------------------------------- state
+
+    def change_state(self, entry: Entry, **changes: Any) -> None:
+        """Apply a run transition to ``entry``'s state and hand it to the store (group-committed).
+
+        Caller holds the lock."""
+        entry.state = evolve(entry.state, **changes)
+        self.store_call(self.store.record_transition, entry.agent, entry.name, **changes)
+
+    def set_due(
+        self,
+        entry: Entry,
+        due: datetime | None,
+        scheduled_for: datetime | None,
+        *,
+        persist: bool = True,
+    ) -> None:
+        """Plan ``entry`` and, when this scheduler leads, record the new ``next_run_at``.
+
+        A paused or disabled schedule keeps its persisted plan for when it resumes, and a
+        standby never writes plans: its view must not overwrite the leader's. Caller holds the
+        lock.
+        """
+        self.plan.set_due(entry, due, scheduled_for)
+        parked = due is None and (not entry.schedule.enabled or entry.state.status in _PARKED)
+        if persist and self.leading and not parked and due != entry.state.next_run_at:
+            self.change_state(entry, next_run_at=due)
+
+    def persist_description(self, entry: Entry) -> None:
+        """Record the cadence, type and owner so other processes can show them."""
+        if not self.leading:
+            return
+        schedule = entry.schedule
+        state = entry.state
+        wanted = (schedule.description, str(schedule.type), schedule.owner)
+        if (state.cadence, state.type, state.owner) != wanted:
+            self.change_state(entry, cadence=wanted[0], type=wanted[1], owner=wanted[2])
+
+    def append_run(self, record: RunRecord) -> None:
+        self.store_call(self.store.append_run, record)
+
+    def record_missed(self, entry: Entry, slot: datetime) -> None:
+        """Record a slot that passed while the schedule could not run (caller holds the lock)."""
+        self.append_run(
+            RunRecord(
+                run_id=new_run_id(),
+                agent=entry.agent,
+                schedule=entry.name,
+                trigger_type=timer_trigger_type(entry),
+                scheduled_for=slot,
+                status=RunStatus.MISSED,
+                error="slot passed while the schedule could not run",
+            )
+        )
+        self.emit(
+            ev.JobMissed(
+                at=self.clock.now(), agent=entry.agent, schedule=entry.name, scheduled_for=slot
+            )
+        )
+
+    def store_call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call the store; an error is logged and announced, and ``None`` returned."""
+        try:
+            return method(*args, **kwargs)
+        except Exception as exc:
+            self.state_error(exc)
+            return None
+
+    def state_error(self, exc: BaseException, entry: Entry | None = None) -> None:
+        self.log.error("The state store failed: %s", exc)
+        self.emit(
+            ev.StateErrorOccurred(
+                at=self.clock.now(),
+                error=str(exc),
+                agent=entry.agent if entry else None,
+                schedule=entry.name if entry else None,
+            )
+        )
+
+    # ------------------------------------------------------------------------- events
+
+    def emit(self, event: ev.Event) -> None:
+        """Collect ``event``; it is delivered once no lock is held (see :meth:`changed`)."""
+        self.listeners.collect(event)
+
+    def changed(self) -> None:
+        """The plan changed: wake the timer and deliver what was collected (no lock held)."""
+        self.wake.set()
+        self.listeners.deliver()
+
+
+def timer_trigger_type(entry: Entry) -> TriggerType:
+    """The trigger type of ``entry``'s runs fired by the timer (``manual`` for the others)."""
+    if entry.schedule.fires_on_timer:
+        return TriggerType(str(entry.schedule.type))
+    return TriggerType.MANUAL

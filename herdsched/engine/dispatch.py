@@ -1,0 +1,358 @@
+"""Dispatch: from a due schedule to a job on its agent's executor, and back to its outcome.
+
+The path of one run:
+
+1. the timer pass takes the due schedules whose agents have a free slot (:meth:`fire_due`);
+2. each takes a slot and is marked running in memory (:meth:`prepare`);
+3. the claims of the whole pass are made durable in one fsync'd append (:meth:`launch`), before
+   any of their jobs starts, so a process killed right after cannot let another scheduler run
+   the same slot again (at most once per slot);
+4. each run goes to its agent's executor, where the runner calls the job (:meth:`_execute`);
+5. the outcome becomes a state transition (:mod:`herdsched.engine.outcomes`), a history record,
+   a notification and events, and the slot is given back (:meth:`finish`); the transition is
+   made durable by the next group commit (:mod:`herdsched.engine.committer`).
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta
+
+from attrs import evolve
+
+from herdsched import events as ev
+from herdsched.engine.core import EngineCore, timer_trigger_type
+from herdsched.engine.listeners import call_safely
+from herdsched.engine.outcomes import Transition, next_after_run, transition_for
+from herdsched.engine.planning import Entry
+from herdsched.errors import ScheduleTriggerError
+from herdsched.models import RunRecord, RunStatus, SkipReason, Status, TriggerType
+from herdsched.notify import Notification, notification_message
+from herdsched.runner import Run, RunOutcome, execute_run, new_run_id
+from herdsched.store.base import RunClaim
+
+__all__ = ["Dispatcher"]
+
+#: the outcomes a notifier may hear of (deferred and skipped runs are never notified)
+_NOTIFIED = frozenset({RunStatus.SUCCESS, RunStatus.FAILED, RunStatus.TIMEOUT})
+#: how soon a schedule whose run could not be made is tried again
+_RETRY = timedelta(seconds=1)
+
+
+class Dispatcher:
+    """Starts runs and settles their outcomes (see the module docstring)."""
+
+    def __init__(self, core: EngineCore) -> None:
+        self.core = core
+
+    # ------------------------------------------------------------------------ the timer
+
+    def fire_due(self, now: datetime) -> None:
+        """Start every due schedule that has a free slot; the others wait in due order."""
+        core = self.core
+        with core.lock:
+            if not core.leading:
+                return
+            runs = self._take_due_runs(now)
+        self.launch(runs)
+
+    def _take_due_runs(self, now: datetime) -> list[Run]:
+        """Runs for the due schedules, agent by agent, as far as capacity allows (caller holds
+        the lock). The first schedule that meets a full agent ends that agent's turn."""
+        core = self.core
+        runs: list[Run] = []
+        for agent in core.plan.collect_due(now, core.settings):
+            while (entry := core.plan.first_waiting(agent)) is not None:
+                reason = core.skip_reason(entry, now)
+                entry.last_skip = reason
+                if reason is SkipReason.AT_CAPACITY:
+                    break
+                core.plan.take_waiting(agent)
+                if reason is SkipReason.NOT_DUE:
+                    core.plan.push(entry)  # queued by a pass that read the clock later
+                elif reason is None:
+                    runs.extend(self._prepare_due(entry, now))
+        return runs
+
+    def _prepare_due(self, entry: Entry, now: datetime) -> list[Run]:
+        """A run for a due ``entry``, or none (retried in a second) when it cannot be made."""
+        try:
+            slot = entry.scheduled_for or entry.due
+            return [self.prepare(entry, timer_trigger_type(entry), slot, now)]
+        except Exception:
+            self.core.log.exception(
+                "Could not dispatch %s/%s; retrying in 1 s.", entry.agent, entry.name
+            )
+            self.core.set_due(entry, now + _RETRY, entry.scheduled_for)
+            return []
+
+    # ---------------------------------------------------------------------- dispatching
+
+    def prepare(
+        self,
+        entry: Entry,
+        trigger_type: TriggerType,
+        scheduled_for: datetime | None,
+        now: datetime,
+        *,
+        prompt: str | None = None,
+    ) -> Run:
+        """A run of ``entry`` fired at ``now``: it takes a slot and its schedule shows running
+        (caller holds the lock)."""
+        core = self.core
+        agent = core.agents[entry.agent]
+        job = core.job_for(entry)
+        if job is None:
+            raise ScheduleTriggerError(
+                f"{entry.agent}/{entry.name} has no job to run", entry.agent, entry.name
+            )
+        run = Run(
+            run_id=new_run_id(),
+            agent=entry.agent,
+            schedule_name=entry.name,
+            schedule=entry.schedule,
+            job=job,
+            trigger_type=trigger_type,
+            scheduled_for=scheduled_for,
+            fired_at=now,
+            prompt=prompt,
+            default_prompt=agent.default_prompt,
+            consecutive_failures=entry.state.consecutive_failures,
+            session_id=entry.state.session_id,
+            last_run_at=entry.state.last_run_at,
+        )
+        if entry.schedule.timeout:
+            run.deadline = core.clock.monotonic() + entry.schedule.timeout.total_seconds()
+        entry.run = run
+        if trigger_type is not TriggerType.MANUAL:
+            core.plan.unplan(entry)  # off the heap while it runs
+        core.trigger_count += 1
+        core.running[run.run_id] = run
+        core.capacity.take(run.agent)
+        changes: dict[str, object] = {"last_run_at": now, "last_slot_at": scheduled_for}
+        if entry.state.status is Status.IDLE:
+            changes["status"] = Status.RUNNING
+        core.change_state(entry, **changes)
+        return run
+
+    def launch(self, runs: list[Run], *, bypass: bool = False) -> None:
+        """Make the runs' claims durable in one append, then hand them to their executors.
+
+        Called without the lock: finishing runs settle while the disk syncs, and the runs are
+        already dispatched in memory, so nothing else can dispatch them meanwhile.
+        """
+        if not runs:
+            return
+        core = self.core
+        claims = [
+            RunClaim(run.agent, run.schedule_name, run.run_id, run.fired_at, run.scheduled_for)
+            for run in runs
+        ]
+        try:
+            core.store.claim_runs(claims)
+        except Exception as exc:  # keep the in-memory truth; make it durable the slow way
+            core.state_error(exc)
+            core.store_call(core.store.flush)
+        for run in runs:
+            core.emit(
+                ev.JobSubmitted(
+                    at=run.fired_at,
+                    agent=run.agent,
+                    schedule=run.schedule_name,
+                    run_id=run.run_id,
+                    scheduled_for=run.scheduled_for,
+                )
+            )
+        core.listeners.deliver()  # before any of them starts: events come in their order
+        with core.lock:
+            for run in runs:
+                agent = core.agents.get(run.agent)
+                if bypass or agent is None:  # beyond its slots, or removed while claiming
+                    core.executors.submit_extra(run.agent, self._execute, run)
+                else:
+                    core.executors.submit(run.agent, agent.max_concurrent, self._execute, run)
+
+    # ------------------------------------------------------------------------- workers
+
+    def _execute(self, run: Run) -> None:
+        """Worker thread: announce the run, call its job, settle the outcome."""
+        core = self.core
+        run.thread_id = threading.get_ident()
+        core.emit(
+            ev.JobStarted(
+                at=core.clock.now(), agent=run.agent, schedule=run.schedule_name, run_id=run.run_id
+            )
+        )
+        core.listeners.deliver()
+        try:
+            outcome = execute_run(run, clock=core.clock, work_sources=core.work_sources)
+        # a bug in a work source or prompt, or a job raising KeyboardInterrupt: the run still
+        # settles and frees its slot, and the worker goes on
+        except BaseException as exc:
+            core.log.exception("Run %s of %s/%s crashed.", run.run_id, run.agent, run.schedule_name)
+            now = core.clock.now()
+            outcome = RunOutcome(
+                status=RunStatus.FAILED, started_at=now, finished_at=now, error=repr(exc)
+            )
+        run.outcome = outcome
+        self.finish(run, outcome)
+
+    def finish(self, run: Run, outcome: RunOutcome) -> None:
+        """Settle a run whose job returned, then give its slot back and tell who waits."""
+        core = self.core
+        try:
+            self.settle(run, outcome)
+            core.listeners.deliver()  # listeners hear of the run before its slot frees
+        except Exception:
+            core.log.exception(
+                "Could not record run %s of %s/%s.", run.run_id, run.agent, run.schedule_name
+            )
+        finally:
+            with core.lock:
+                self._release(run)
+            run.done.set()
+            core.changed()
+
+    def _release(self, run: Run) -> None:
+        """Give the run's slot back and put its schedule back on the plan (caller holds the
+        lock)."""
+        core = self.core
+        if core.running.pop(run.run_id, None) is not None:
+            core.capacity.give_back(run.agent)
+        entry = core.entries.get((run.agent, run.schedule_name))
+        if entry is not None and entry.run is run:
+            entry.run = None
+            if entry.due is not None:
+                core.plan.push(entry)
+        core.idle.notify_all()
+
+    # ------------------------------------------------------------------------ outcomes
+
+    def settle(self, run: Run, outcome: RunOutcome) -> None:
+        """Turn a finished run into state, history, a notification and events (once per run:
+        a run settled as timed out is not settled again when its job returns)."""
+        core = self.core
+        with core.lock:
+            if run.finalized:
+                return
+            run.finalized = True
+            if run.timed_out and outcome.status is not RunStatus.TIMEOUT:
+                # the job saw the cancel event and returned before the timer settled the run
+                error = f"timed out after {run.schedule.timeout}"
+                outcome = evolve(outcome, status=RunStatus.TIMEOUT, error=error)
+            entry = core.entries.get((run.agent, run.schedule_name))
+            if entry is None:
+                return
+            transition = self._apply(entry, run, outcome)
+        record = transition.record
+        if run.timed_out:
+            run.cancel()  # recorded first, so a job that wakes on it finds the timeout
+        if core.notifier is not None and outcome.status in _NOTIFIED:
+            record = evolve(record, notified=self._notify(run, outcome))
+        if not outcome.no_work:
+            core.append_run(record)
+        self._announce(run, outcome, record, transition.disabled_reason)
+
+    def _apply(self, entry: Entry, run: Run, outcome: RunOutcome) -> Transition:
+        """Compute and apply the transition of a finished run (caller holds the lock)."""
+        core = self.core
+        planned = entry.scheduled_for if entry.due is not None else None
+        normal = next_after_run(
+            entry.schedule, run, outcome.finished_at, planned, core.settings, core.rng
+        )
+        if normal.missed is not None:
+            core.record_missed(entry, normal.missed)
+        transition = transition_for(
+            entry.state, entry.schedule, run, outcome, normal, core.settings
+        )
+        if outcome.no_work:
+            entry.last_skip = SkipReason.NO_WORK  # get_status() reports it until the next run
+        core.plan.set_due(entry, transition.due, transition.scheduled_for)
+        core.change_state(entry, **transition.changes)
+        return transition
+
+    def _notify(self, run: Run, outcome: RunOutcome) -> bool:
+        """Tell the notifier about the run when its policy says so; whether it was delivered."""
+        core = self.core
+        message = notification_message(
+            run.schedule.notify,
+            outcome.status,
+            outcome.output,
+            outcome.result.notify,
+            outcome.error,
+        )
+        if message is None or core.notifier is None:
+            return False
+        notification = Notification(
+            agent=run.agent,
+            schedule=run.schedule_name,
+            run_id=run.run_id,
+            status=outcome.status,
+            message=message,
+            at=outcome.finished_at,
+            error=outcome.error,
+        )
+        return call_safely(core.notifier, notification, what="notifier", log=core.log)
+
+    def _announce(
+        self, run: Run, outcome: RunOutcome, record: RunRecord, disabled: str | None
+    ) -> None:
+        """Collect the events of a settled run: its outcome, then an auto-disable."""
+        core = self.core
+        at = outcome.finished_at
+        where = {"agent": run.agent, "schedule": run.schedule_name}
+        if outcome.no_work:
+            core.emit(ev.JobSkipped(at=at, reason=SkipReason.NO_WORK, **where))
+        elif outcome.status is RunStatus.SUCCESS:
+            core.emit(ev.JobSucceeded(at=at, record=record, **where))
+        elif outcome.status in (RunStatus.FAILED, RunStatus.TIMEOUT):
+            core.emit(ev.JobFailed(at=at, record=record, **where))
+        if disabled is not None:
+            core.emit(ev.ScheduleDisabled(at=at, reason=disabled, **where))
+
+    # ------------------------------------------------------------------------ timeouts
+
+    def expire_timeouts(self, now: datetime) -> None:
+        """Record runs past their timeout as timed out, then set their cancel events.
+
+        In that order, so a job that wakes up on the cancel event already finds the timeout in
+        its schedule's state. The slot frees when the job returns.
+        """
+        core = self.core
+        mono = core.clock.monotonic()
+        with core.lock:
+            expired = [
+                run
+                for run in core.running.values()
+                if run.deadline is not None and mono >= run.deadline and not run.timed_out
+            ]
+            for run in expired:
+                run.timed_out = True
+        for run in expired:
+            core.log.warning(
+                "Run %s of %s/%s timed out after %s; its slot frees when the job returns.",
+                run.run_id,
+                run.agent,
+                run.schedule_name,
+                run.schedule.timeout,
+            )
+            outcome = RunOutcome(
+                status=RunStatus.TIMEOUT,
+                started_at=run.fired_at,
+                finished_at=now,
+                error=f"timed out after {run.schedule.timeout}",
+            )
+            run.outcome = outcome
+            try:
+                self.settle(run, outcome)
+            finally:
+                run.cancel()  # also when settling failed; setting it twice is harmless
+
+    def next_deadline(self) -> float | None:
+        """The earliest timeout among running jobs (monotonic; caller holds the lock)."""
+        deadlines = [
+            run.deadline
+            for run in self.core.running.values()
+            if run.deadline is not None and not run.timed_out
+        ]
+        return min(deadlines, default=None)

@@ -1,0 +1,89 @@
+"""Events: listeners, and the rule that they are never called under the scheduler's lock.
+
+The engine *collects* an event where it happens, under its lock or not, and the thread that
+collected it *delivers* it once it has let go of the lock (at the end of a public call, a timer
+pass, a run's start and its end). Delivery is per thread and in order, and the engine delivers
+a run's ``JobSubmitted`` before it hands the run to a worker, so a run's events arrive in their
+order (submitted, started, succeeded or failed, disabled). A listener may call any scheduler
+method, ``stop()`` included: what that call collects is delivered after the listener returns,
+by the same loop. A slow listener delays only the thread that delivers to it.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from herdsched import events as ev
+
+__all__ = ["Listeners", "call_safely"]
+
+_Callback = Callable[[Any], None]
+
+
+def call_safely(func: _Callback, arg: Any, *, what: str, log: logging.Logger) -> bool:
+    """Call a listener or the notifier; what it raises is logged, never passed on.
+
+    Off the main thread that includes ``KeyboardInterrupt`` and ``SystemExit``: there only the
+    callback itself can raise them, and a worker must go on recording its runs. On the main
+    thread they may be a real Ctrl-C or exit, and propagate. Returns whether the call succeeded.
+    """
+    try:
+        func(arg)
+    except Exception:
+        log.exception("The %s %r raised an error, which was ignored.", what, func)
+        return False
+    except BaseException:
+        if threading.current_thread() is threading.main_thread():
+            raise
+        log.exception("The %s %r raised an error, which was ignored.", what, func)
+        return False
+    return True
+
+
+class Listeners:
+    """The registered listeners, and the events each thread collected for them."""
+
+    def __init__(self, log: logging.Logger) -> None:
+        self._log = log
+        self._guard = threading.Lock()
+        self._listeners: list[tuple[_Callback, tuple[type[ev.Event], ...]]] = []
+        self._local = threading.local()
+
+    def add(self, callback: _Callback, types: tuple[type[ev.Event], ...]) -> None:
+        with self._guard:
+            self._listeners = [*self._listeners, (callback, types or (ev.Event,))]
+
+    def remove(self, callback: _Callback) -> None:
+        with self._guard:
+            self._listeners = [(cb, t) for cb, t in self._listeners if cb is not callback]
+
+    def _pending(self) -> collections.deque[ev.Event]:
+        pending: collections.deque[ev.Event] | None = getattr(self._local, "pending", None)
+        if pending is None:
+            pending = self._local.pending = collections.deque()
+        return pending
+
+    def collect(self, event: ev.Event) -> None:
+        """Queue ``event`` for this thread to deliver (cheap; safe under any lock)."""
+        if self._listeners:
+            self._pending().append(event)
+
+    def deliver(self) -> None:
+        """Deliver what this thread collected, in order. Call it holding no scheduler lock; a
+        call from inside a listener returns at once (the loop it runs in delivers)."""
+        if getattr(self._local, "delivering", False):
+            return
+        pending = self._pending()
+        self._local.delivering = True
+        try:
+            while pending:
+                event = pending.popleft()
+                for callback, types in self._listeners:  # replaced, never mutated
+                    if isinstance(event, types):
+                        call_safely(callback, event, what="listener", log=self._log)
+        finally:
+            self._local.delivering = False

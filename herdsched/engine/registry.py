@@ -1,0 +1,219 @@
+"""The fleet: registering agents and schedules, checking them, and run-time definitions.
+
+A schedule is checked against the scheduler's settings (``min_interval``, a job to run, a known
+work source, a once time still ahead) before anything changes; definitions created with
+``persist=True`` live in the store, as fleet-file mappings, and come back when their agent is
+registered again. Every function here is called with the engine lock held.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from herdsched.cadence import CADENCE_FIELDS
+from herdsched.engine.core import AD_HOC_SCHEDULE, EngineCore
+from herdsched.engine.planning import Entry, fresh_due
+from herdsched.engine.recovery import plan_from_state
+from herdsched.errors import InvalidScheduleError, LimitExceededError, UnauthorizedError
+from herdsched.models import Agent, Schedule, Status
+
+__all__ = [
+    "DefinitionCodec",
+    "ad_hoc_entry",
+    "apply_changes",
+    "check_owner",
+    "check_owner_limit",
+    "drop_entry",
+    "install_agent",
+    "install_entry",
+    "validate_schedule",
+]
+
+
+class DefinitionCodec:
+    """How run-time definitions are written to and read from the store: fleet-file mappings.
+
+    The conversion itself lives with the fleet files (:mod:`herdsched.definitions`); the
+    engine only needs the two directions.
+    """
+
+    def __init__(
+        self,
+        to_mapping: Callable[[Schedule], dict[str, Any]],
+        from_mapping: Callable[[Mapping[str, Any]], Schedule],
+    ) -> None:
+        self.to_mapping = to_mapping
+        self.from_mapping = from_mapping
+
+
+def install_agent(core: EngineCore, agent: Agent, codec: DefinitionCodec) -> None:
+    """Register ``agent`` (replacing one of the same name), with its stored definitions."""
+    old = core.agents.get(agent.name)
+    core.agents[agent.name] = agent
+    try:
+        for name, schedule in agent.schedules.items():
+            validate_schedule(core, agent.name, name, schedule, runtime=False)
+    except Exception:
+        if old is None:
+            del core.agents[agent.name]
+        else:
+            core.agents[agent.name] = old
+        raise
+    if old is not None and old.max_concurrent != agent.max_concurrent:
+        core.executors.forget(agent.name)
+    for name, schedule in agent.schedules.items():
+        install_entry(core, agent, name, schedule, persisted=False)
+    for name, schedule in stored_definitions(core, agent.name, codec).items():
+        if name not in agent.schedules:
+            updated = core.agents[agent.name].with_schedule(name, schedule)
+            core.agents[agent.name] = updated
+            install_entry(core, updated, name, schedule, persisted=True)
+
+
+def install_entry(
+    core: EngineCore, agent: Agent, name: str, schedule: Schedule, *, persisted: bool
+) -> None:
+    """Add or update the entry of one schedule and plan it when this scheduler leads."""
+    existing = core.entries.get((agent.name, name))
+    now = core.clock.now()
+    if existing is None:
+        state = core.store.get_schedule_state(agent.name, name)
+        entry = Entry(agent.name, name, schedule, state, persisted_definition=persisted)
+        core.entries[entry.key] = entry
+        if core.leading:  # otherwise planned when this scheduler starts leading
+            plan_from_state(core, entry, now, recovering=True)
+        return
+    cadence_changed = existing.schedule.cadence != schedule.cadence
+    existing.schedule = schedule
+    existing.persisted_definition = existing.persisted_definition or persisted
+    if existing.run is None and core.leading:
+        due = fresh_due(existing, now, core.settings.timezone, core.rng, recompute=cadence_changed)
+        core.set_due(existing, due, due if cadence_changed else existing.scheduled_for)
+    core.persist_description(existing)
+
+
+def drop_entry(core: EngineCore, agent: str, name: str, *, forget_state: bool) -> None:
+    """Forget one schedule's entry; ``forget_state`` also removes its state and definition."""
+    entry = core.entries.pop((agent, name), None)
+    if entry is None:
+        return
+    core.plan.unplan(entry)
+    if forget_state:
+        core.store_call(core.store.remove_schedule_state, agent, name)
+        if entry.persisted_definition:
+            core.store_call(core.store.delete_definition, agent, name)
+
+
+def ad_hoc_entry(core: EngineCore, agent: Agent) -> Entry:
+    """The entry that records ``trigger(agent)`` runs of the agent's own job."""
+    key = (agent.name, AD_HOC_SCHEDULE)
+    entry = core.entries.get(key)
+    if entry is None:
+        state = core.store.get_schedule_state(agent.name, AD_HOC_SCHEDULE)
+        entry = Entry(agent.name, AD_HOC_SCHEDULE, Schedule.manual(), state)
+        core.entries[key] = entry
+        core.persist_description(entry)
+    return entry
+
+
+def stored_definitions(core: EngineCore, agent: str, codec: DefinitionCodec) -> dict[str, Schedule]:
+    """The run-time definitions stored for ``agent``; an invalid one is logged and skipped."""
+    try:
+        raw = core.store.load_definitions().get(agent, {})
+    except Exception as exc:
+        core.state_error(exc)
+        return {}
+    loaded: dict[str, Schedule] = {}
+    for name, mapping in raw.items():
+        try:
+            loaded[name] = codec.from_mapping(mapping)
+        except Exception:
+            core.log.exception("The stored definition of %s/%s is invalid; skipped.", agent, name)
+    return loaded
+
+
+def validate_schedule(
+    core: EngineCore, agent: str, name: str, schedule: Schedule, *, runtime: bool = True
+) -> None:
+    """Refuse a schedule the scheduler could not run as asked (``InvalidScheduleError``).
+
+    ``runtime``: added or changed now, so a once time must still be ahead (unless the schedule
+    ran already: registering a finished once again at start-up is fine).
+    """
+    where = f"{agent}/{name}"
+    cadence = schedule.cadence
+    if cadence is not None:
+        now = core.clock.now() if runtime and not _has_run(core, agent, name) else None
+        try:
+            cadence.check(
+                min_interval=core.settings.min_interval, zone=core.settings.timezone, now=now
+            )
+        except InvalidScheduleError as exc:
+            raise InvalidScheduleError(
+                f"{where}: {exc.message}", field=exc.field, value=exc.value, cause=exc
+            ) from exc
+    agent_obj = core.agents.get(agent)
+    agent_job = agent_obj.job if agent_obj is not None else None
+    if schedule.job is None and agent_job is None and core.on_trigger is None:
+        raise InvalidScheduleError(
+            f"{where}: nothing to run: give the schedule or agent a job, or the scheduler "
+            "an on_trigger callback",
+            field="job",
+        )
+    if schedule.work_source is not None and schedule.work_source not in core.work_sources:
+        known = ", ".join(sorted(core.work_sources)) or "none registered"
+        raise InvalidScheduleError(
+            f"{where}: unknown work source {schedule.work_source!r} ({known})",
+            field="work_source",
+            value=schedule.work_source,
+        )
+
+
+def _has_run(core: EngineCore, agent: str, name: str) -> bool:
+    state = core.store.get_schedule_state(agent, name)
+    return state.last_run_at is not None or state.status is Status.COMPLETED
+
+
+def apply_changes(schedule: Schedule, changes: dict[str, Any]) -> Schedule:
+    """``schedule`` with ``update_schedule``'s keyword changes applied and checked."""
+    if "type" in changes:
+        raise InvalidScheduleError(
+            "the type of a schedule cannot change; remove it and add a new one", field="type"
+        )
+    cadence = schedule.cadence
+    cadence_changes = {k: changes.pop(k) for k in list(changes) if k in CADENCE_FIELDS}
+    try:
+        updated = schedule.with_changes(**changes)
+    except TypeError as exc:
+        raise InvalidScheduleError(f"unknown schedule field: {exc}", cause=exc) from exc
+    if not cadence_changes:
+        return updated
+    if cadence is None:
+        raise InvalidScheduleError(
+            f"a {schedule.type} schedule has no cadence to change",
+            field=next(iter(cadence_changes)),
+        )
+    return updated.with_changes(cadence=cadence.with_fields(cadence_changes))
+
+
+def check_owner(entry: Entry, owner: str | None) -> None:
+    """Refuse a change by an owner who does not own ``entry`` (``None``: anyone may)."""
+    if owner is not None and entry.schedule.owner != owner:
+        raise UnauthorizedError(
+            f"{entry.agent}/{entry.name} is not owned by {owner!r}", owner=owner
+        )
+
+
+def check_owner_limit(core: EngineCore, owner: str | None) -> None:
+    """Refuse one more schedule for an owner at ``max_schedules_per_owner``."""
+    limit = core.settings.max_schedules_per_owner
+    if owner is None or limit is None:
+        return
+    count = sum(1 for e in core.entries.values() if e.schedule.owner == owner)
+    if count >= limit:
+        raise LimitExceededError(
+            f"owner {owner!r} already has {count} schedules (limit {limit})",
+            limit=limit,
+            owner=owner,
+        )

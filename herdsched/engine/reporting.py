@@ -1,0 +1,81 @@
+"""Reporting: each schedule's status as ``get_status()`` shows it, and ``search()`` over them.
+
+Read-only views of the engine's state (caller holds the lock for :func:`schedule_status`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from herdsched.engine.core import EngineCore
+from herdsched.engine.planning import Entry
+from herdsched.models import ScheduleStatus, ScheduleType, SearchPage, SkipReason, Status
+
+__all__ = ["MAX_SEARCH_LIMIT", "schedule_status", "search_statuses"]
+
+#: the most results one page of ``search()`` returns
+MAX_SEARCH_LIMIT = 50
+
+
+def schedule_status(core: EngineCore, entry: Entry, now: datetime) -> ScheduleStatus:
+    """``entry`` as ``get_status()`` reports it, with the reason it does not fire now."""
+    state = entry.state
+    reason = core.skip_reason(entry, now) if entry.agent in core.agents else None
+    if reason is SkipReason.NOT_DUE and entry.last_skip is SkipReason.NO_WORK:
+        reason = SkipReason.NO_WORK
+    return ScheduleStatus(
+        agent=entry.agent,
+        schedule=entry.name,
+        type=entry.schedule.type,
+        status=state.status,
+        enabled=entry.schedule.enabled,
+        next_run_at=entry.due if core.leading else state.next_run_at,
+        last_run_at=state.last_run_at,
+        last_result=state.last_result,
+        last_error=state.last_error,
+        consecutive_failures=state.consecutive_failures,
+        running=1 if entry.run is not None else 0,
+        skip_reason=reason,
+        owner=entry.schedule.owner,
+        disabled_reason=state.disabled_reason,
+    )
+
+
+def search_statuses(
+    statuses: Sequence[ScheduleStatus],
+    *,
+    owner: str | None,
+    name_contains: str | None,
+    status: Status | str | None,
+    cadence_type: ScheduleType | str | None,
+    limit: int,
+    offset: int,
+) -> SearchPage:
+    """Filter ``statuses`` and return one page sorted by agent and name (``limit`` capped at
+    :data:`MAX_SEARCH_LIMIT`), with the hint to fetch the next page."""
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit!r}")
+    if offset < 0:
+        raise ValueError(f"offset must not be negative, got {offset!r}")
+    wanted_status = Status(status) if status is not None else None
+    wanted_type = ScheduleType(cadence_type) if cadence_type is not None else None
+    limit = min(limit, MAX_SEARCH_LIMIT)
+    needle = name_contains.lower() if name_contains else None
+    matches = [
+        item
+        for item in statuses
+        if (owner is None or item.owner == owner)
+        and (needle is None or needle in f"{item.agent}/{item.schedule}".lower())
+        and (wanted_status is None or item.status is wanted_status)
+        and (wanted_type is None or item.type is wanted_type)
+    ]
+    matches.sort(key=lambda item: (item.agent, item.schedule))
+    page = matches[offset : offset + limit]
+    remaining = max(0, len(matches) - offset - len(page))
+    hint = (
+        f"{remaining} more results available. Use offset={offset + len(page)} to see the next page."
+        if remaining
+        else ""
+    )
+    return SearchPage(page, len(matches), offset, limit, remaining, hint)

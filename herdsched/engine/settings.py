@@ -1,0 +1,88 @@
+"""The scheduler's settings: every constructor option that shapes planning, checked once.
+
+The engine modules read these instead of a dozen loose attributes, so what a setting means and
+which values it accepts is written in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta, tzinfo
+from typing import Any, Literal
+
+import attrs
+
+from herdsched.cadence import coerce_interval
+from herdsched.models import CatchUp
+from herdsched.policy import coerce_backoff
+from herdsched.timestamps import resolve_timezone
+
+__all__ = ["DEFAULT_POLL_INTERVAL", "EngineSettings", "resolve_poll_interval"]
+
+#: How often an active scheduler with a state directory looks for other processes' changes.
+DEFAULT_POLL_INTERVAL = 1.0
+
+
+def _positive_or_none(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{attribute.name} must be a positive integer or None, got {value!r}")
+
+
+def _positive_seconds(instance: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"{attribute.name} must be positive, got {value!r}")
+
+
+def _non_negative_seconds(instance: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not value >= 0:
+        raise ValueError(f"{attribute.name} must not be negative, got {value!r}")
+
+
+def _percent(instance: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not 0 <= value <= 100:
+        raise ValueError(f"{attribute.name} must be from 0 to 100, got {value!r}")
+
+
+def _min_interval(value: timedelta | float | str) -> timedelta:
+    return coerce_interval(value, what="min_interval", allow_zero=True)
+
+
+def _catch_up_window(value: timedelta | float | str | None) -> timedelta | None:
+    return None if value is None else coerce_interval(value, what="catch_up_window")
+
+
+def _backoff(value: Sequence[timedelta | float | str] | None) -> tuple[timedelta, ...]:
+    return coerce_backoff(value)
+
+
+@attrs.frozen(kw_only=True)
+class EngineSettings:
+    """What the scheduler's constructor was told, validated (``ValueError`` names the option)."""
+
+    timezone: tzinfo = attrs.field(converter=resolve_timezone)
+    max_sleep: float = attrs.field(default=60.0, converter=float, validator=_positive_seconds)
+    min_interval: timedelta = attrs.field(default=timedelta(seconds=1), converter=_min_interval)
+    jitter_percent: float = attrs.field(default=0.0, converter=float, validator=_percent)
+    backoff: tuple[timedelta, ...] = attrs.field(default=None, converter=_backoff)
+    max_consecutive_failures: int | None = attrs.field(default=5, validator=_positive_or_none)
+    catch_up: CatchUp = attrs.field(default=CatchUp.ONCE, converter=CatchUp)
+    catch_up_window: timedelta | None = attrs.field(default=None, converter=_catch_up_window)
+    max_total_concurrent: int | None = attrs.field(default=None, validator=_positive_or_none)
+    max_schedules_per_owner: int | None = attrs.field(default=None, validator=_positive_or_none)
+    poll_interval: float | None = attrs.field(default=None)
+    commit_delay: float = attrs.field(default=0.5, converter=float, validator=_non_negative_seconds)
+    lock_timeout: float = attrs.field(default=10.0, converter=float, validator=_positive_seconds)
+
+
+def resolve_poll_interval(value: float | Literal["auto"] | None, *, shared: bool) -> float | None:
+    """``"auto"``: poll only when other processes can write (``shared``: a state directory or a
+    store was given); ``None``: never; a positive number of seconds otherwise."""
+    if value == "auto":
+        return DEFAULT_POLL_INTERVAL if shared else None
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    raise ValueError(f"poll_interval must be positive, None or 'auto', got {value!r}")

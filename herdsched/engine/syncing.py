@@ -1,0 +1,155 @@
+"""Other processes: what they wrote to the store, and the "run now" requests they queued.
+
+A CLI, a web worker or another scheduler may pause, resume or create schedules and queue runs
+while this scheduler leads. The timer polls the store every ``poll_interval``: changed statuses
+and definitions are applied here, and queued trigger requests are run through ``trigger()``. A
+standby refreshes its view before answering status questions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from attrs import evolve
+
+from herdsched.engine.core import AD_HOC_SCHEDULE, EngineCore
+from herdsched.engine.planning import fresh_due
+from herdsched.engine.registry import DefinitionCodec, drop_entry, install_entry, stored_definitions
+from herdsched.models import Status, TriggerResult
+from herdsched.store.base import TriggerRequest
+
+__all__ = ["OtherProcesses"]
+
+#: ``trigger(agent, schedule, prompt=...)`` of the scheduler
+Trigger = Callable[..., TriggerResult]
+
+
+class OtherProcesses:
+    """Applies what other processes wrote, and runs the requests they queued."""
+
+    def __init__(self, core: EngineCore, codec: DefinitionCodec, trigger: Trigger) -> None:
+        self.core = core
+        self.codec = codec
+        self.trigger = trigger
+
+    def poll(self) -> None:
+        """The active scheduler's poll: apply changes, then run queued requests."""
+        core = self.core
+        try:
+            changed = core.store.refresh()
+            requests = core.store.take_trigger_requests()
+        except Exception as exc:
+            core.state_error(exc)
+            return
+        if changed:
+            core.store_call(core.store.flush)  # ours first: the store is then the truth
+            self._apply_status_changes()
+            self._apply_definitions()
+        for request in requests:
+            self._run_request(request)
+
+    def refresh_view(self) -> None:
+        """A standby's refresh: take every state and definition from the store as it is."""
+        core = self.core
+        try:
+            if not core.store.refresh():
+                return
+            self._apply_definitions()
+            with core.lock:
+                for entry in core.entries.values():
+                    entry.state = core.store.get_schedule_state(entry.agent, entry.name)
+        except Exception as exc:
+            core.state_error(exc)
+
+    def _run_request(self, request: TriggerRequest) -> None:
+        schedule = None if request.schedule == AD_HOC_SCHEDULE else request.schedule
+        where = f"{request.agent}/{request.schedule}"
+        try:
+            result = self.trigger(request.agent, schedule, prompt=request.prompt)
+        except Exception:
+            self.core.log.exception(
+                "The run-now request %s for %s failed.", request.request_id, where
+            )
+            return
+        if result.success:
+            self.core.log.info(
+                "Run-now request %s for %s started as run %s.",
+                request.request_id,
+                where,
+                result.run_id,
+            )
+        else:
+            self.core.log.warning(
+                "Run-now request %s for %s was not run: %s.",
+                request.request_id,
+                where,
+                result.error,
+            )
+
+    def _apply_status_changes(self) -> None:
+        """Apply pauses, resumes and disables written by other processes."""
+        core = self.core
+        now = core.clock.now()
+        with core.lock:
+            for entry in core.entries.values():
+                stored = core.store.get_schedule_state(entry.agent, entry.name)
+                if stored.status == entry.state.status or stored.status is Status.RUNNING:
+                    continue
+                if entry.state.status is Status.RUNNING and stored.status is Status.IDLE:
+                    continue  # our own transition not yet committed
+                core.log.info(
+                    "%s/%s was changed by another process from %s to %s.",
+                    entry.agent,
+                    entry.name,
+                    entry.state.status,
+                    stored.status,
+                )
+                entry.state = evolve(
+                    entry.state,
+                    status=stored.status,
+                    consecutive_failures=stored.consecutive_failures,
+                    disabled_reason=stored.disabled_reason,
+                )
+                if entry.run is not None:
+                    continue
+                if entry.schedulable:
+                    due = fresh_due(entry, now, core.settings.timezone, core.rng, recompute=False)
+                    core.set_due(entry, due, entry.scheduled_for or due)
+                else:
+                    core.set_due(entry, None, None)
+
+    def _apply_definitions(self) -> None:
+        """Apply what another process did to the run-time definitions: drop, add, change."""
+        core = self.core
+        try:
+            stored = core.store.load_definitions()
+        except Exception as exc:
+            core.state_error(exc)
+            return
+        with core.lock:
+            for agent_name in list(core.agents):
+                self._apply_agent_definitions(agent_name, stored.get(agent_name, {}))
+
+    def _apply_agent_definitions(self, agent_name: str, kept: dict[str, Any]) -> None:
+        core = self.core
+        gone = [
+            entry.name
+            for entry in core.entries.values()
+            if entry.agent == agent_name and entry.persisted_definition and entry.name not in kept
+        ]
+        for schedule_name in gone:
+            drop_entry(core, agent_name, schedule_name, forget_state=False)
+            core.agents[agent_name] = core.agents[agent_name].without_schedule(schedule_name)
+        for schedule_name, schedule in stored_definitions(core, agent_name, self.codec).items():
+            entry = core.entries.get((agent_name, schedule_name))
+            if entry is not None and not entry.persisted_definition:
+                continue  # a code or fleet-file schedule wins over a stored one
+            if entry is not None and entry.schedule == schedule:
+                continue
+            core.log.info(
+                "The definition of %s/%s changed in another process.", agent_name, schedule_name
+            )
+            agent = core.agents[agent_name].with_schedule(schedule_name, schedule)
+            core.agents[agent_name] = agent
+            install_entry(core, agent, schedule_name, schedule, persisted=True)
