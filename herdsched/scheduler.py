@@ -365,7 +365,7 @@ class ThreadedScheduler:
     def _log_standby(self) -> None:
         holder = self._leadership.holder()
         self.log.warning(
-            "Another scheduler is active for %s (%s); this one stands by.",
+            "Another scheduler is active for %s (%s); this one is standing by.",
             self.state_dir,
             holder or "holder unknown",
         )

@@ -5,7 +5,7 @@ Usage: scheduler_child.py STATE_DIR LOG_FILE MODE
 Each run appends ``pid slot`` to LOG_FILE (O_APPEND, one write per line) so the parent can check
 that no slot ran twice across processes. MODE ``tick`` runs a 1-second cron; ``hang`` runs a job
 that never returns (to be killed mid-run); ``hang-queue`` gives one slot to three schedules due
-together, so the first hangs while the other two wait, claimed ahead, in the ready queue.
+together, so the first hangs while the other two wait, unclaimed, for the slot.
 """
 
 from __future__ import annotations
