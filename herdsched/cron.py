@@ -69,7 +69,7 @@ _REFERENCE = datetime(2000, 1, 1)
 # The Gregorian calendar repeats every 400 years, weekdays included: a stream of matches that
 # has none within 400 years has none at all, and one that has any has one in every such window.
 _MAX_YEARS = 400
-_DAY_SPECIAL = re.compile(r"(?P<day>[0-7]|[a-z]{3})(?:#(?P<nth>.*)|l)|l(?P<lday>[0-7]|[a-z]{3})")
+_DAY_SPECIAL = re.compile(r"(?P<day>\d+|[a-z]{3})(?:#(?P<nth>.*)|l)|l(?P<lday>\d+|[a-z]{3})")
 
 
 @attrs.frozen
@@ -343,7 +343,7 @@ def _live_streams(expression: str, streams: tuple[str, ...], has_seconds: bool) 
     if not live:
         raise _error(
             expression,
-            "it never matches a real date (impossible day of month for the month)",
+            "it never matches a real date (no date has such a day of month, month and day of week)",
             _DOM,
         )
     return tuple(live)
