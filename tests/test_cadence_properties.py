@@ -350,6 +350,16 @@ def test_six_field_matches_cronsim(expression: str, start: datetime, zone: str) 
             "2017-04-01T16:30",
             "2017-04-01T19:30",
         ),
+        # a spring-forward gap that swallows midnight: cronsim steps to the next Sunday, lands
+        # on the nonexistent 00:00 and fires "*/11" hours at the jump (01:00 -02); skipped
+        # wall times of a wildcard hour do not fire (Debian), so the next is 11:00.
+        (
+            "0 */11 * * 0",
+            datetime(2018, 11, 3, 15, tzinfo=UTC),
+            "America/Sao_Paulo",
+            "2018-11-04T13:00",
+            "2018-11-04T03:00",
+        ),
         # 6-field fixed time inside a repeated hour: we fire once, cronsim twice.
         (
             "0 30 1 * * *",
