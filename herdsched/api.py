@@ -239,12 +239,13 @@ def _error_for(exc: Exception) -> ApiError:
         title = str(exc).splitlines()[0].rstrip(":") if str(exc) else "invalid schedule"
         message = f"{title}: {'; '.join(exc.problems)}" if exc.problems else title
         return ApiError(400, message, _problem_details(exc.problems))
-    if isinstance(exc, InvalidScheduleError):
-        return ApiError(400, str(exc), [_detail(exc.field, str(exc))])
+    # the parse errors first: they are InvalidScheduleErrors whose field is not a schedule's
     if isinstance(exc, IntervalParseError):
         return ApiError(400, str(exc), [_detail("interval", str(exc))])
     if isinstance(exc, CronParseError):
         return ApiError(400, str(exc), [_detail("cron", str(exc))])
+    if isinstance(exc, InvalidScheduleError):
+        return ApiError(400, str(exc), [_detail(exc.field, str(exc))])
     if isinstance(exc, (AgentNotFoundError, ScheduleNotFoundError)):
         return ApiError(404, str(exc))
     if isinstance(exc, UnauthorizedError):

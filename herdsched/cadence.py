@@ -2,26 +2,32 @@
 
 The rules (ARCHITECTURE §2): intervals are measured from completion and are elapsed UTC time;
 anchored intervals sit on the grid ``anchor + k·every`` and never return a past time; cron is
-evaluated on the wall clock of an IANA time zone with DST handled explicitly (see
-:func:`calculate_next_cron_trigger`); a one-shot schedule fires once.
+evaluated on the wall clock of an IANA time zone with DST handled explicitly (the cron math
+lives in :mod:`herdsched.cron`; its public names are re-exported here); a one-shot schedule
+fires once.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import random
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any, ClassVar, Protocol
 from zoneinfo import ZoneInfo
 
 import attrs
-from croniter import croniter
-from croniter.croniter import CroniterError
 
-from herdsched.errors import CronParseError, IntervalParseError, InvalidScheduleError
+from herdsched.cron import (
+    CronExpression,
+    calculate_next_cron_trigger,
+    is_valid_cron_expression,
+    iter_cron_triggers,
+    parse_cron_expression,
+    resolve_cron_zone,
+)
+from herdsched.errors import IntervalParseError, InvalidScheduleError
 from herdsched.timestamps import format_timestamp, parse_timestamp, resolve_timezone, to_utc
 
 __all__ = [
@@ -50,6 +56,9 @@ _VALID_UNITS = "s, m, h, d"
 _TOKEN = re.compile(r"([0-9]+)([a-z]*)")
 # timedelta cannot hold more than 999999999 days.
 _MAX_SECONDS = timedelta.max.days * 86400 + timedelta.max.seconds
+# Instants are kept to the millisecond (the state file's precision): a shorter interval would
+# land on the same instant and be due again at once.
+MIN_INTERVAL = timedelta(milliseconds=1)
 
 
 def _interval_error(problem: str, raw: object) -> IntervalParseError:
@@ -143,8 +152,15 @@ def coerce_interval(
         ) from exc
     if delta < timedelta(0):
         raise IntervalParseError(f"Negative intervals are not allowed: {what} {value!r}", value)
-    if delta == timedelta(0) and not allow_zero:
+    positive = delta > timedelta(0) or (not isinstance(value, timedelta) and value > 0)
+    if delta == timedelta(0) and not positive and not allow_zero:
         raise IntervalParseError(f"Zero interval is not allowed: {what} {value!r}", value)
+    if positive and delta < MIN_INTERVAL:
+        raise IntervalParseError(
+            f"{what} {value!r} is shorter than the minimum of 1 millisecond "
+            "(herdsched keeps times to the millisecond)",
+            value,
+        )
     return delta
 
 
@@ -223,360 +239,6 @@ def is_schedule_due(next_run_at: datetime | None, now: datetime | None = None) -
     if next_run_at is None:
         return True
     return to_utc(next_run_at) <= _now_or(now)
-
-
-# --------------------------------------------------------------------------------------------
-# Cron
-
-_SHORTHANDS = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
-_FIELDS5 = ("minute", "hour", "day of month", "month", "day of week")
-_FIELDS6 = ("second", *_FIELDS5)
-_RANGES = {
-    "second": (0, 59),
-    "minute": (0, 59),
-    "hour": (0, 23),
-    "day of month": (1, 31),
-    "month": (1, 12),
-    "day of week": (0, 7),
-}
-_MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
-_DAYS = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
-_NAMES = {
-    "month": {name: number for number, name in enumerate(_MONTHS, start=1)},
-    "day of week": {name: number for number, name in enumerate(_DAYS)},
-}
-# A reference start for validity checks, so a verdict never depends on today's date.
-_REFERENCE = datetime(2000, 1, 1)
-_MAX_YEARS = 8  # covers 29 February across a skipped century leap year
-
-
-@attrs.frozen
-class CronExpression:
-    """A validated cron expression: the canonical text croniter reads and its field layout."""
-
-    source: str
-    canonical: str
-    has_seconds: bool
-    fixed_time: bool
-
-    def fields(self) -> dict[str, str]:
-        """Field name → field text (``second`` only for 6-field expressions)."""
-        names = _FIELDS6 if self.has_seconds else _FIELDS5
-        return dict(zip(names, self.canonical.split(), strict=True))
-
-
-def _check_field(expression: str, name: str, text: str) -> None:
-    low, high = _RANGES[name]
-    names = _NAMES.get(name, {})
-    for part in text.split(","):
-        if not part:
-            raise CronParseError(
-                f'Invalid cron expression "{expression}" - {name} has an empty list item',
-                expression,
-                name,
-            )
-        base, slash, step = part.partition("/")
-        if slash and (not step.isascii() or not step.isdigit() or int(step) == 0):
-            raise CronParseError(
-                f'Invalid cron expression "{expression}" - {name} step "{step}" must be a '
-                "positive integer",
-                expression,
-                name,
-            )
-        if base.upper().startswith("H"):
-            raise CronParseError(
-                f'Invalid cron expression "{expression}" - {name} uses a hashed value '
-                f'"{part}", which is not supported ({name} must be {low}-{high})',
-                expression,
-                name,
-            )
-        if base in ("*", "?") or "L" in base.upper() or "#" in base:
-            continue  # wildcard and croniter extensions: croniter validates those
-        bounds = base.split("-")
-        if len(bounds) > 2 or not all(bounds):
-            raise CronParseError(
-                f'Invalid cron expression "{expression}" - {name} value "{base}" is not '
-                f"a number or range ({name} must be {low}-{high})",
-                expression,
-                name,
-            )
-        for bound in bounds:
-            value = bound.lower()
-            if value in names:
-                continue
-            if not (value.isascii() and value.isdigit()):
-                raise CronParseError(
-                    f'Invalid cron expression "{expression}" - {name} value "{bound}" is not '
-                    f"a number ({name} must be {low}-{high})",
-                    expression,
-                    name,
-                )
-            if not low <= int(value) <= high:
-                raise CronParseError(
-                    f'Invalid cron expression "{expression}" - {name} must be {low}-{high}',
-                    expression,
-                    name,
-                )
-
-
-def _bound_value(name: str, bound: str) -> int | None:
-    text = bound.lower()
-    if text.isascii() and text.isdigit():
-        return int(text)
-    return _NAMES.get(name, {}).get(text)
-
-
-def _collapse_equal_ranges(name: str, text: str) -> str:
-    """Rewrite ``5-5`` (and ``5-5/k``) as ``5``, its meaning in standard cron.
-
-    croniter 7 reads a range whose two ends are equal as the whole cycle, so ``5-5 * * * *``
-    would fire every minute; Vixie cron, cronsim and the crontab manual read it as minute 5.
-    """
-    items = []
-    for part in text.split(","):
-        low, dash, high = part.partition("/")[0].partition("-")
-        value = _bound_value(name, low) if dash else None
-        items.append(
-            str(value) if value is not None and value == _bound_value(name, high) else part
-        )
-    return ",".join(items)
-
-
-def parse_cron_expression(expression: object) -> CronExpression:
-    """Validate a cron expression and return its canonical form.
-
-    Accepts 5 fields (``minute hour day-of-month month day-of-week``), 6 fields with **seconds
-    first**, and the shorthands ``@yearly @annually @monthly @weekly @daily @midnight @hourly``
-    (any case). Impossible dates such as ``0 0 31 2 *`` are rejected.
-    """
-    if isinstance(expression, str):
-        return _parse_cron_cached(expression)
-    return _parse_cron(expression)
-
-
-@functools.lru_cache(maxsize=4096)
-def _parse_cron_cached(expression: str) -> CronExpression:
-    # A fleet repeats a handful of expressions thousands of times: parse each text once.
-    return _parse_cron(expression)
-
-
-def _parse_cron(expression: object) -> CronExpression:
-    """Uncached :func:`parse_cron_expression`."""
-    if not isinstance(expression, str):
-        raise CronParseError(
-            f'Invalid cron expression {expression!r} - must be a string such as "0 9 * * 1-5" '
-            f"(got {type(expression).__name__}; quote it in YAML)",
-            str(expression),
-        )
-    text = " ".join(expression.split())
-    if not text:
-        raise CronParseError('Invalid cron expression "" - cannot be empty', expression)
-    if text.startswith("@"):
-        canonical = _SHORTHANDS.get(text.lower())
-        if canonical is None:
-            raise CronParseError(
-                f'Invalid cron expression "{expression}" - unknown shorthand; valid: '
-                + ", ".join(_SHORTHANDS),
-                expression,
-            )
-    else:
-        canonical = text
-    parts = canonical.split(" ")
-    if len(parts) not in (5, 6):
-        raise CronParseError(
-            f'Invalid cron expression "{expression}" - expected 5 fields, got {len(parts)} '
-            "(or 6 with seconds first)",
-            expression,
-        )
-    names = _FIELDS6 if len(parts) == 6 else _FIELDS5
-    for name, field in zip(names, parts, strict=True):
-        _check_field(expression, name, field)
-    parts = [_collapse_equal_ranges(name, field) for name, field in zip(names, parts, strict=True)]
-    canonical = " ".join(parts)
-    has_seconds = len(parts) == 6
-    try:
-        it = croniter(
-            canonical,
-            _REFERENCE,
-            ret_type=datetime,
-            second_at_beginning=has_seconds,
-            max_years_between_matches=_MAX_YEARS,
-        )
-        it.get_next(datetime)
-    except CroniterError as exc:
-        if "find next date" in str(exc) or "BadDate" in type(exc).__name__:
-            raise CronParseError(
-                f'Invalid cron expression "{expression}" - it never matches a real date '
-                "(impossible day of month for the month)",
-                expression,
-                "day of month",
-                exc,
-            ) from exc
-        raise CronParseError(
-            f'Invalid cron expression "{expression}" - {exc}', expression, cause=exc
-        ) from exc
-    fields = dict(zip(names, parts, strict=True))
-    fixed = "*" not in fields["minute"] and "*" not in fields["hour"]
-    return CronExpression(expression, canonical, has_seconds, fixed)
-
-
-def is_valid_cron_expression(expression: str) -> bool:
-    """Whether :func:`parse_cron_expression` accepts ``expression`` (never raises)."""
-    try:
-        parse_cron_expression(expression)
-    except CronParseError:
-        return False
-    return True
-
-
-def _wall(instant: datetime, zone: tzinfo) -> datetime:
-    """The naive wall-clock reading of ``instant`` in ``zone``."""
-    return instant.astimezone(zone).replace(tzinfo=None)
-
-
-def _transition(low: datetime, high: datetime, zone: tzinfo) -> datetime:
-    """The first whole second in ``(low, high]`` whose UTC offset in ``zone`` is that of ``high``.
-
-    ``low`` and ``high`` are aware instants with different offsets and one transition between.
-    """
-    offset_low = low.astimezone(zone).utcoffset()
-    low = low.replace(microsecond=0)
-    while high - low > timedelta(seconds=1):
-        mid = (low + (high - low) / 2).replace(microsecond=0)
-        if mid.astimezone(zone).utcoffset() == offset_low:
-            low = mid
-        else:
-            high = mid
-    return high
-
-
-def _gap_end(naive: datetime, zone: tzinfo) -> datetime:
-    """The first real instant after the DST gap that swallows the wall time ``naive``."""
-    early = naive.replace(tzinfo=zone, fold=1).astimezone(timezone.utc)
-    late = naive.replace(tzinfo=zone, fold=0).astimezone(timezone.utc)
-    return _transition(min(early, late), max(early, late), zone)
-
-
-def _instants(naive: datetime, zone: tzinfo, fixed_time: bool) -> list[datetime]:
-    """The real instants at which a cron match on wall time ``naive`` fires in ``zone``."""
-    utc_first = naive.replace(tzinfo=zone, fold=0).astimezone(timezone.utc)
-    utc_second = naive.replace(tzinfo=zone, fold=1).astimezone(timezone.utc)
-    if utc_first == utc_second:
-        return [utc_first]
-    if _wall(utc_first, zone) == naive:  # ambiguous: the wall time happens twice (fall back)
-        pair = sorted([utc_first, utc_second])
-        return pair[:1] if fixed_time else pair
-    # nonexistent: skipped by a spring-forward jump
-    return [_gap_end(naive, zone)] if fixed_time else []
-
-
-def calculate_next_cron_trigger(
-    expression: str | CronExpression,
-    after: datetime,
-    timezone: str | tzinfo | None = None,
-) -> datetime:
-    """The first fire time strictly after ``after``, as aware UTC.
-
-    ``timezone`` is an IANA name (default: the system zone). DST rules: a *fixed-time*
-    expression (minute and hour without ``*``) fires once on a fall-back day, at the first
-    occurrence, and a time swallowed by a spring-forward gap fires right after the jump.
-    Wildcard and step fields follow real time: both occurrences of a repeated wall time fire,
-    skipped wall times do not.
-    """
-    return next(iter_cron_triggers(expression, after, timezone))
-
-
-def iter_cron_triggers(
-    expression: str | CronExpression,
-    after: datetime,
-    timezone: str | tzinfo | None = None,
-) -> Iterator[datetime]:
-    """Successive fire times strictly after ``after`` (see :func:`calculate_next_cron_trigger`)."""
-    parsed = (
-        expression if isinstance(expression, CronExpression) else parse_cron_expression(expression)
-    )
-    zone = resolve_timezone(timezone)
-    current = to_utc(after)
-    while True:
-        current = _next_instant(parsed, current, zone)
-        yield current
-
-
-def _matches(parsed: CronExpression, wall_from: datetime) -> Iterator[datetime]:
-    """Naive wall times matching ``parsed`` at or after ``wall_from`` (whole seconds), in order."""
-    start = wall_from.replace(microsecond=0)
-    if start < wall_from:
-        start += timedelta(seconds=1)
-    it = croniter(
-        parsed.canonical,
-        start - timedelta(seconds=1),
-        ret_type=datetime,
-        second_at_beginning=parsed.has_seconds,
-        max_years_between_matches=_MAX_YEARS,
-    )
-    while True:
-        yield it.get_next(datetime)
-
-
-def _next_instant(parsed: CronExpression, after: datetime, zone: tzinfo) -> datetime:
-    """:func:`_next_instant_uncached`, cached when the zone can be a cache key.
-
-    Schedules sharing an expression ask the same question at the same slot, and a fleet of
-    thousands shares a handful of expressions.
-    """
-    try:
-        hash(zone)
-    except TypeError:
-        return _next_instant_uncached(parsed, after, zone)
-    return _next_instant_cached(parsed, after, zone)
-
-
-@functools.lru_cache(maxsize=8192)
-def _next_instant_cached(parsed: CronExpression, after: datetime, zone: tzinfo) -> datetime:
-    return _next_instant_uncached(parsed, after, zone)
-
-
-def _next_instant_uncached(parsed: CronExpression, after: datetime, zone: tzinfo) -> datetime:
-    """The first fire time strictly after the aware instant ``after``.
-
-    Wall-clock matches are visited in wall order; each maps to zero, one or two real instants
-    (:func:`_instants`). Wall order equals real order except in a repeated (fall-back) hour, so
-    one case needs care: when ``after`` lies in the *first* pass of a repeated hour, real time
-    runs through the rest of the first pass and then starts the repeat from its beginning.
-    """
-    wall = _wall(after, zone)
-    pending = _matches(parsed, wall + timedelta(microseconds=1))
-    first_pass_end: datetime | None = None
-    repeat_start = wall
-    if not parsed.fixed_time:
-        second = wall.replace(tzinfo=zone, fold=1).astimezone(timezone.utc)
-        if second > after:  # ``wall`` happens again later: ``after`` is in the first pass
-            jump = _transition(after, second, zone)
-            first_pass_end = wall + (jump - after)
-            repeat_start = _wall(jump, zone)
-    while True:
-        candidate = next(pending)
-        if first_pass_end is not None and candidate >= first_pass_end:
-            pending = _matches(parsed, repeat_start)
-            first_pass_end = None
-            continue
-        instants = [i for i in _instants(candidate, zone, parsed.fixed_time) if i > after]
-        if instants:
-            return min(instants)
-        if (
-            not parsed.fixed_time
-            and _wall(candidate.replace(tzinfo=zone).astimezone(timezone.utc), zone) != candidate
-        ):
-            # A wall time swallowed by a spring-forward gap: resume at the end of the gap.
-            pending = _matches(parsed, _wall(_gap_end(candidate, zone), zone))
 
 
 # --------------------------------------------------------------------------------------------
@@ -755,6 +417,7 @@ class Interval:
         return point
 
     def first_due(self, now: datetime, zone: tzinfo) -> datetime | None:
+        now = to_utc(now)  # a naive now is local time, as everywhere
         start = max(now, self.start_at) if self.start_at is not None else now
         if self.anchor is not None:
             return self._grid_after(start, strictly=False)
@@ -771,7 +434,7 @@ class Interval:
         default_jitter: float = 0.0,
     ) -> datetime | None:
         if self.anchor is not None:
-            return self._grid_after(max(finished_at, now), strictly=True)
+            return self._grid_after(max(to_utc(finished_at), to_utc(now)), strictly=True)
         if finished_at.tzinfo is not timezone.utc or now.tzinfo is not timezone.utc:
             finished_at, now = to_utc(finished_at), to_utc(now)  # add real time, not wall time
         try:  # the fields are checked already: skip calculate_next_trigger's re-validation
@@ -796,8 +459,12 @@ def _to_zone_name(value: str | tzinfo | None) -> str | None:
     if isinstance(value, ZoneInfo) and value.key:
         return value.key
     if not isinstance(value, str):
-        raise ValueError(f"time zone must be an IANA name such as 'Europe/Berlin', got {value!r}")
-    resolve_timezone(value)  # raises on unknown zones
+        raise InvalidScheduleError(
+            f"time zone must be an IANA name such as 'Europe/Berlin', got {value!r}",
+            field="timezone",
+            value=value,
+        )
+    resolve_cron_zone(value)  # raises InvalidScheduleError on unknown zones
     return value.strip()
 
 

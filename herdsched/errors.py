@@ -64,31 +64,13 @@ def _rebuild_error(
     return error
 
 
-class IntervalParseError(SchedulerError, ValueError):
-    """An interval string such as ``"5m"`` could not be parsed; ``input`` is the raw value."""
-
-    def __init__(self, message: str, input: object, cause: BaseException | None = None) -> None:
-        super().__init__(message, cause)
-        self.input = input
-
-
-class CronParseError(SchedulerError, ValueError):
-    """A cron expression is invalid; ``field`` names the offending field when it is known."""
-
-    def __init__(
-        self,
-        message: str,
-        expression: str,
-        field: str | None = None,
-        cause: BaseException | None = None,
-    ) -> None:
-        super().__init__(message, cause)
-        self.expression = expression
-        self.field = field
-
-
 class InvalidScheduleError(SchedulerError, ValueError):
-    """A schedule definition is invalid; ``field`` names the offending field when known."""
+    """A schedule definition is invalid; ``field`` names the offending field when known.
+
+    The base of every "bad schedule" error: an unparsable interval (:class:`IntervalParseError`)
+    or cron expression (:class:`CronParseError`), an unknown time zone, a bad option. One
+    ``except InvalidScheduleError`` catches them all; the most specific class is raised.
+    """
 
     def __init__(
         self,
@@ -100,6 +82,34 @@ class InvalidScheduleError(SchedulerError, ValueError):
         super().__init__(message, cause)
         self.field = field
         self.value = value
+
+
+class IntervalParseError(InvalidScheduleError):
+    """An interval such as ``"5m"`` could not be read; ``input`` (and ``value``) is the raw value.
+
+    ``field`` is ``"interval"``.
+    """
+
+    def __init__(self, message: str, input: object, cause: BaseException | None = None) -> None:
+        super().__init__(message, "interval", input, cause)
+        self.input = input
+
+
+class CronParseError(InvalidScheduleError):
+    """A cron expression is invalid; ``field`` names the offending cron field when it is known.
+
+    ``expression`` (and ``value``) is the expression as given.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        expression: str,
+        field: str | None = None,
+        cause: BaseException | None = None,
+    ) -> None:
+        super().__init__(message, field, expression, cause)
+        self.expression = expression
 
 
 class AgentNotFoundError(SchedulerError, KeyError):

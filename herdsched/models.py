@@ -293,7 +293,7 @@ class Schedule:
                 every, anchor=anchor, start_at=start_at, jitter_percent=jitter_percent
             )
         except (TypeError, ValueError) as exc:
-            if isinstance(exc, InvalidScheduleError):
+            if isinstance(exc, InvalidScheduleError):  # IntervalParseError among them
                 raise
             text = str(exc)
             field = next(
@@ -309,11 +309,7 @@ class Schedule:
         try:
             cadence = Cron(expression, timezone=timezone)
         except ValueError as exc:
-            if isinstance(exc, InvalidScheduleError):
-                raise
-            from herdsched.errors import CronParseError
-
-            if isinstance(exc, CronParseError):
+            if isinstance(exc, InvalidScheduleError):  # CronParseError, an unknown zone
                 raise
             raise InvalidScheduleError(str(exc), field="timezone", value=timezone) from exc
         return cls(type=ScheduleType.CRON, cadence=cadence, **options)

@@ -29,13 +29,19 @@ def truncate_ms(moment: datetime) -> datetime:
 
 
 def to_utc(moment: datetime) -> datetime:
-    """An aware UTC datetime, ms precision; a naive input means the process's local time."""
+    """An aware UTC datetime, ms precision; a naive input means the process's local time.
+
+    A naive time is read in :func:`system_timezone` by PEP 495's rules: in a repeated hour
+    ``fold=0`` (the default) is the first pass and ``fold=1`` the second; a time inside a DST
+    gap lands after the jump (``fold=0``: 02:30 in New York's spring-forward gap is 03:30 EDT).
+    ``datetime.astimezone()`` on a naive value would put it before the jump instead.
+    """
     if type(moment) is datetime and moment.tzinfo is timezone.utc:  # the usual case, cheaply
         return moment if moment.microsecond % 1000 == 0 else truncate_ms(moment)
     if not isinstance(moment, datetime):
         raise TypeError(f"expected a datetime, got {type(moment).__name__}: {moment!r}")
     if moment.tzinfo is None or moment.utcoffset() is None:
-        moment = moment.astimezone()  # interprets naive as local time
+        moment = moment.replace(tzinfo=system_timezone())
     return truncate_ms(moment.astimezone(timezone.utc))
 
 

@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from herdsched import IntervalParseError, SchedulerError
+from herdsched import IntervalParseError, InvalidScheduleError, Schedule, SchedulerError
 from herdsched.cadence import (
     Interval,
     calculate_next_trigger,
@@ -493,3 +493,19 @@ def test_interval_next_due_with_jitter_keeps_millisecond_precision() -> None:
         assert due is not None
         assert due.microsecond % 1000 == 0
         assert finished + timedelta(minutes=10) <= due <= finished + timedelta(minutes=15)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [0.0005, 1e-7, timedelta(microseconds=999), timedelta(microseconds=1)],
+)
+def test_interval_below_one_millisecond_is_refused(value: object) -> None:
+    # times are kept to the millisecond: a shorter interval would be due again at once
+    with pytest.raises(IntervalParseError) as info:
+        coerce_interval(value)  # type: ignore[arg-type]
+    assert "shorter than the minimum of 1 millisecond" in str(info.value)
+    assert repr(value) in str(info.value)
+    assert info.value.input == value
+    with pytest.raises(InvalidScheduleError, match="minimum of 1 millisecond"):
+        Schedule.interval(value)  # type: ignore[arg-type]
+    assert coerce_interval(0.001) == timedelta(milliseconds=1)

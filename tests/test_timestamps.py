@@ -11,7 +11,8 @@ import pytest
 import yaml
 from dateutil import tz as dateutil_tz
 
-from herdsched import timestamps
+from herdsched import Schedule, calculate_next_cron_trigger, calculate_next_trigger, timestamps
+from herdsched.cadence import Interval
 from herdsched.timestamps import (
     format_timestamp,
     parse_timestamp,
@@ -249,3 +250,47 @@ def test_years_below_1000_are_zero_padded_and_round_trip() -> None:
     early = datetime(999, 1, 2, 3, 4, 5, 678000, tzinfo=timezone.utc)
     assert format_timestamp(early) == "0999-01-02T03:04:05.678Z"
     assert parse_timestamp(format_timestamp(early)) == early
+
+
+@pytest.fixture
+def local_new_york(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Run with the process's local zone set to America/New_York."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.usefixtures("local_new_york")
+def test_naive_time_in_a_dst_gap_lands_after_the_jump() -> None:
+    # 02:30 does not exist on 2026-03-08 in New York (02:00 EST -> 03:00 EDT). PEP 495: fold=0
+    # reads it with the offset before the jump, 07:30 UTC = 03:30 EDT; fold=1 with the offset
+    # after it, 06:30 UTC = 01:30 EST. datetime.astimezone() gave 06:30 for fold=0.
+    assert to_utc(datetime(2026, 3, 8, 2, 30)) == datetime(2026, 3, 8, 7, 30, tzinfo=UTC)
+    assert to_utc(datetime(2026, 3, 8, 2, 30, fold=1)) == datetime(2026, 3, 8, 6, 30, tzinfo=UTC)
+
+
+@pytest.mark.usefixtures("local_new_york")
+def test_naive_time_in_a_repeated_hour_follows_fold() -> None:
+    # 01:30 happens twice on 2026-11-01: fold=0 is the first pass (EDT), fold=1 the second.
+    assert to_utc(datetime(2026, 11, 1, 1, 30)) == datetime(2026, 11, 1, 5, 30, tzinfo=UTC)
+    assert to_utc(datetime(2026, 11, 1, 1, 30, fold=1)) == datetime(2026, 11, 1, 6, 30, tzinfo=UTC)
+
+
+@pytest.mark.usefixtures("local_new_york")
+def test_naive_values_mean_local_time_everywhere() -> None:
+    gap = datetime(2026, 3, 8, 2, 30)
+    after_jump = datetime(2026, 3, 8, 7, 30, tzinfo=UTC)
+    assert Schedule.once(gap).cadence.at == after_jump  # type: ignore[union-attr]
+    assert calculate_next_trigger(gap, "1m", now=gap) == after_jump + timedelta(minutes=1)
+    assert calculate_next_cron_trigger("0 * * * *", gap, "UTC") == after_jump + timedelta(
+        minutes=30
+    )
+    # an anchored interval raised TypeError on a naive datetime
+    grid = Interval("15m", anchor="2026-03-08T00:00:00Z")
+    assert grid.first_due(gap, UTC) == after_jump
+    assert grid.next_due(slot=gap, finished_at=gap, now=gap, zone=UTC) == after_jump + timedelta(
+        minutes=15
+    )
+    assert Interval("1m", start_at="2026-03-08T00:00:00Z").first_due(gap, UTC) == after_jump
