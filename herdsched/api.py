@@ -65,7 +65,15 @@ from herdsched.errors import (
     StateError,
     UnauthorizedError,
 )
-from herdsched.models import Schedule, ScheduleStatus, ScheduleType, SkipReason, Status
+from herdsched.models import (
+    RunRecord,
+    Schedule,
+    SchedulerStatus,
+    ScheduleStatus,
+    ScheduleType,
+    SkipReason,
+    Status,
+)
 from herdsched.timestamps import format_timestamp
 
 if TYPE_CHECKING:
@@ -140,11 +148,33 @@ _OPTION_FIELDS = (
     "metadata",
 )
 _MAX_LIMIT = 50
-#: Schedules shown on the status page, and runs in each schedule's timeline strip.
+#: The most schedules one page of the status page shows, how many it shows by default, and
+#: the runs in each schedule's timeline strip.
 PAGE_LIMIT = 500
+DEFAULT_PAGE_SIZE = 50
 TIMELINE_RUNS = 20
 _MAX_HISTORY = 200
 _PROBLEM = re.compile(r"^(?P<field>[A-Za-z_][\w.\[\]-]*): (?P<message>.+)$", re.DOTALL)
+
+
+class _PageView(NamedTuple):
+    """What one page of the status page shows."""
+
+    status: SchedulerStatus
+    items: list[dict[str, Any]]
+    runs: dict[tuple[str, str], list[RunRecord]]
+    counts: dict[str, int]
+    agents: list[str]
+    filters: dict[str, str]
+    paging: dict[str, int]
+
+
+def _lenient_int(raw: object, default: int) -> int:
+    """A page's number from its query string; anything unreadable is the default."""
+    try:
+        return int(str(raw)) if raw not in (None, "") else default
+    except ValueError:
+        return default
 
 
 class ApiResponse(NamedTuple):
@@ -358,44 +388,120 @@ class RestApi:
         return answer
 
     def status_page(
-        self, *, api_base: str, owner: str | None = None, title: str = "herdsched"
+        self,
+        *,
+        api_base: str,
+        owner: str | None = None,
+        title: str = "herdsched",
+        query: Mapping[str, str] | None = None,
+        read_only: str | None = None,
+        csrf: tuple[str, str] | None = None,
     ) -> str:
         """The HTML status page for ``owner`` (every schedule for ``None``/:data:`ADMIN`).
 
-        Shows at most :data:`PAGE_LIMIT` schedules with their last :data:`TIMELINE_RUNS`
-        runs; ``api_base`` is where the page's buttons send their requests.
+        ``query`` holds the page's filters (``status``: one of
+        :data:`herdsched.html.STATUS_FILTERS`, ``agent``, ``q``: part of the name) and its
+        paging (``page``, ``per``: at most :data:`PAGE_LIMIT`); each shown schedule has its
+        last :data:`TIMELINE_RUNS` runs. ``api_base`` is where the page's buttons send their
+        requests; ``read_only`` the reason writes are refused; ``csrf`` the (header, token)
+        pair the buttons send.
         """
         from herdsched.html import status_page
 
-        caller = None if owner == ADMIN else owner
-        status = self.scheduler.get_status()
-        items = sorted(
-            (s for s in status.schedules if caller is None or s.owner == caller),
-            key=lambda s: (s.agent, s.schedule),
-        )
-        note = ""
-        if len(items) > PAGE_LIMIT:
-            note = f"Showing the first {PAGE_LIMIT} of {len(items)} schedules (see the REST API)."
-            items = items[:PAGE_LIMIT]
-        self._refresh_history()
-        runs = {}
-        for item in items:
-            try:
-                runs[(item.agent, item.schedule)] = self.scheduler.history(
-                    item.agent, item.schedule, limit=TIMELINE_RUNS
-                )
-            except Exception:  # the page still shows the rest
-                _log.exception("could not read the history of %s/%s", item.agent, item.schedule)
+        view = self._page_view(owner, query or {})
         return status_page(
-            status,
-            [self._json(item) for item in items],
-            runs,
+            view.status,
+            view.items,
+            view.runs,
             api_base=api_base,
             timezone=self.scheduler.timezone,
             pid=os.getpid(),
             title=title,
-            note=note,
+            counts=view.counts,
+            agents=view.agents,
+            filters=view.filters,
+            paging=view.paging,
+            read_only=read_only,
+            csrf=csrf,
         )
+
+    def status_page_update(
+        self,
+        *,
+        owner: str | None = None,
+        query: Mapping[str, str] | None = None,
+        read_only: str | None = None,
+    ) -> dict[str, Any]:
+        """The JSON the status page refreshes itself with (same ``query`` as the page)."""
+        from herdsched.html import page_update
+
+        view = self._page_view(owner, query or {})
+        return page_update(
+            view.status,
+            view.items,
+            view.runs,
+            counts=view.counts,
+            paging=view.paging,
+            timezone=self.scheduler.timezone,
+            pid=os.getpid(),
+            writable=read_only is None,
+        )
+
+    def _page_view(self, owner: str | None, query: Mapping[str, str]) -> _PageView:
+        """The schedules of one page of the status page, with the counts and recent runs."""
+        from herdsched.html import STATUS_FILTERS, count_schedules, matches_status
+
+        caller = None if owner == ADMIN else owner
+        status = self.scheduler.get_status()
+        visible = sorted(
+            (s for s in status.schedules if caller is None or s.owner == caller),
+            key=lambda s: (s.agent, s.schedule),
+        )
+        items = [self._json(item) for item in visible]
+        wanted = str(query.get("status") or "")
+        agent = str(query.get("agent") or "")
+        text = str(query.get("q") or "").strip().lower()
+        matching = [
+            item
+            for item in items
+            if (wanted not in STATUS_FILTERS or matches_status(item, wanted))
+            and (not agent or item["agent"] == agent)
+            and (not text or text in f"{item['agent']}/{item['name']}".lower())
+        ]
+        per = min(max(_lenient_int(query.get("per"), DEFAULT_PAGE_SIZE), 1), PAGE_LIMIT)
+        pages = max(1, -(-len(matching) // per))
+        page = min(max(_lenient_int(query.get("page"), 1), 1), pages)
+        shown = matching[(page - 1) * per : page * per]
+        return _PageView(
+            status=status,
+            items=shown,
+            runs=self._recent_runs(shown),
+            counts=count_schedules(items),
+            agents=sorted({item["agent"] for item in items}),
+            filters={
+                "status": wanted if wanted in STATUS_FILTERS else "",
+                "agent": agent,
+                "q": str(query.get("q") or ""),
+            },
+            paging={
+                "page": page,
+                "pages": pages,
+                "per": per,
+                "matching": len(matching),
+                "total": len(items),
+            },
+        )
+
+    def _recent_runs(self, items: list[dict[str, Any]]) -> dict[tuple[str, str], list[RunRecord]]:
+        self._refresh_history()
+        runs = {}
+        for item in items:
+            agent, name = item["agent"], item["name"]
+            try:
+                runs[(agent, name)] = self.scheduler.history(agent, name, limit=TIMELINE_RUNS)
+            except Exception:  # the page still shows the rest
+                _log.exception("could not read the history of %s/%s", agent, name)
+        return runs
 
     def allowed_methods(self, path: str) -> tuple[str, ...]:
         """The methods ``path`` accepts (for an ``Allow`` header); empty when unknown."""
@@ -751,7 +857,7 @@ class RestApi:
         records = self.scheduler.history(agent, name, limit=limit)
         return ApiResponse(
             200,
-            {"agent": agent, "name": name, "runs": [record_to_dict(r) for r in records]},
+            {"agent": agent, "name": name, "runs": [_run_json(r) for r in records]},
         )
 
 
@@ -852,6 +958,15 @@ def _check_length(field: str, value: Any, limit: int) -> None:
             f"{field} is too long: {len(value)} characters, at most {limit}",
             field=field,
         )
+
+
+def _run_json(record: RunRecord) -> dict[str, Any]:
+    """A run's JSON, with its ``traceback`` when the record keeps one."""
+    out = record_to_dict(record)
+    traceback = getattr(record, "traceback", None)
+    if traceback and "traceback" not in out:
+        out["traceback"] = traceback
+    return out
 
 
 def _accepted(agent: str, name: str, run_id: str | None, *, queued: bool) -> ApiResponse:

@@ -775,7 +775,7 @@ def test_status_page_is_capped_and_survives_history_errors(
     monkeypatch.setattr(sched, "history", broken)
     html = api.status_page(api_base="/api")
     assert html.count("<tr class=") == 2
-    assert "Showing the first 2 of 4 schedules" in html
+    assert "showing 1–2 of 4 matching · page 1 of 2" in html
     assert "no runs yet" in html
     assert "could not read the history" in caplog.text
 
@@ -918,3 +918,47 @@ def test_changes_are_logged_with_who_what_and_where(
     assert lines[3].startswith("bob (full access) ran triage/check now as run ")
     assert lines[4] == "owner ann removed triage/new through the REST API"
     assert len(lines) == 5
+
+
+def test_status_page_counts_filters_and_pages(api: RestApi, sched: ThreadedScheduler) -> None:
+    for i in range(30):
+        sched.add_schedule("triage", f"bulk-{i:02d}", Schedule.interval("1h", start_at=LATER))
+    sched.pause("triage", "bulk-00")
+    update = api.status_page_update(query={"per": "10"})
+    assert update["counts"] == {"total": 34, "running": 0, "failing": 0, "disabled": 0, "paused": 1}
+    assert (update["page"], update["pages"], len(update["rows"])) == (1, 4, 10)
+    page3 = api.status_page_update(query={"per": "10", "page": "3"})
+    assert page3["rows"][0]["key"] == "triage/bulk-18"
+    paused = api.status_page_update(query={"status": "paused"})
+    assert [r["key"] for r in paused["rows"]] == ["triage/bulk-00"]
+    assert paused["rows"][0]["cells"]["next"] == "paused"
+    assert "showing 1–1 of 1 matching" in paused["summary"]
+    found = api.status_page_update(query={"q": "BULK-2", "agent": "triage"})
+    assert len(found["rows"]) == 10
+    assert api.status_page_update(query={"agent": "builder"})["rows"][0]["key"] == "builder/build"
+    # nonsense in the query string shows the first page of everything
+    odd = api.status_page_update(query={"page": "x", "per": "-3", "status": "asleep"})
+    assert (odd["page"], len(odd["rows"])) == (1, 1)
+    html = api.status_page(api_base="/api", query={"status": "paused"})
+    assert html.count("<tr class=") == 1
+    assert "<option value='paused' selected>" in html
+    assert "data-count='failing'" in html
+
+
+def test_history_shows_a_traceback_when_the_record_has_one(
+    api: RestApi, sched: ThreadedScheduler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert sched.trigger("triage", "check", wait=True).success
+    (record,) = sched.history("triage", "check")
+
+    class WithTraceback:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(record, name)
+
+        traceback = "Traceback (most recent call last):\n  ...\nKeyError: 'missing'"
+
+    monkeypatch.setattr(sched, "history", lambda *a, **k: [WithTraceback()])
+    monkeypatch.setattr("herdsched.api.record_to_dict", lambda r: {"run_id": r.run_id})
+    status, body = call(api, "GET", "/api/schedule/triage/check/history")
+    assert status == 200
+    assert body["runs"][0]["traceback"].endswith("KeyError: 'missing'")
