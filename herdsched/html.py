@@ -356,6 +356,7 @@ def page_update(
         "meta": _meta(status, pid, timezone),
         "page": paging["page"],
         "pages": paging["pages"],
+        "columns": [column for column, _ in _COLUMNS],
         "rows": rows,
     }
 

@@ -14,7 +14,9 @@
     const now = new Date();
     const time = d.toLocaleTimeString([], {hour: "2-digit", minute: "2-digit", second: "2-digit"});
     const day = d.toDateString() === now.toDateString() ? "" :
-      d.toLocaleDateString([], {weekday: "short", day: "numeric", month: "short"}) + " ";
+      d.toLocaleDateString([], d.getFullYear() === now.getFullYear() ?
+        {weekday: "short", day: "numeric", month: "short"} :
+        {day: "numeric", month: "short", year: "numeric"}) + " ";
     el.textContent = day + time + " (" + rel(d - now) + ")"; el.title = d.toString();
   }
   function times(root){ root.querySelectorAll("time[datetime]").forEach(fmt); }
@@ -35,10 +37,10 @@
     const next = tr.nextElementSibling;
     return next && next.classList.contains("detail") && next.dataset.for === keyOf(tr) ? next : null;
   }
-  function makeRow(data){
+  function makeRow(data, columns){
     const tr = document.createElement("tr");
     tr.dataset.agent = data.agent; tr.dataset.schedule = data.name; tr.dataset.key = data.key;
-    for (const name of Object.keys(data.cells)) {
+    for (const name of columns) {  // the header's order (JSON objects may come sorted)
       const td = document.createElement("td"); td.className = name; tr.appendChild(td);
     }
     const td = document.createElement("td"); td.className = "actions"; td.innerHTML = data.actions;
@@ -61,7 +63,7 @@
     let anchor = null;
     for (const item of data.rows) {
       let tr = old.get(item.key);
-      if (tr) old.delete(item.key); else tr = makeRow(item);
+      if (tr) old.delete(item.key); else tr = makeRow(item, data.columns);
       tr.className = item.cls;
       for (const [name, html] of Object.entries(item.cells)) setHTML(tr.querySelector("td." + name), html);
       const pause = tr.querySelector("[data-action=pause]"), resume = tr.querySelector("[data-action=resume]");
