@@ -15,9 +15,16 @@ mount point (``/herdsched`` by default)::
     GET     /api/status                                the scheduler and its leader
 
 Errors are ``{"error": "...", "details": [{"field": ..., "message": ...}]}`` with 400 (bad
-input, naming the field), 401 (no caller), 403 (not the caller's schedule), 404, 405, 409
-(already running, at capacity, over a limit), 415 (a write without a JSON content type) and
-503 (the state store is unavailable).
+input, naming the field), 401 (an anonymous caller), 403 (a caller who may not: not the
+caller's schedule, a write when no auth is configured, a cross-site write), 404, 405, 409
+(already running, at capacity, over a limit), 413 (a body over :data:`MAX_BODY_BYTES`), 415 (a
+write with a body that is not JSON) and 503 (the state store is unavailable).
+
+Secure by default: an adapter without an ``auth`` callback serves reads to everyone and refuses
+every write with 403 (``handle(..., read_only=reason)``); :data:`ALLOW_ANYONE` is the auth
+callback of an application that wants writes open to everyone. Prompts are at most
+:data:`MAX_PROMPT_LENGTH` characters and schedule names :data:`MAX_NAME_LENGTH`. Every change is
+logged at INFO with who made it, what and on which schedule.
 
 A web process that is not the active scheduler (a standby gunicorn worker, or a process whose
 scheduler runs elsewhere) still serves every route: reads come from the shared state store,
@@ -41,6 +48,7 @@ import re
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
+from urllib.parse import urlsplit
 
 from herdsched.cadence import Cron, Interval, Once
 from herdsched.config import SCHEDULE_FIELDS
@@ -57,7 +65,15 @@ from herdsched.errors import (
     StateError,
     UnauthorizedError,
 )
-from herdsched.models import Schedule, ScheduleStatus, ScheduleType, SkipReason, Status
+from herdsched.models import (
+    RunRecord,
+    Schedule,
+    SchedulerStatus,
+    ScheduleStatus,
+    ScheduleType,
+    SkipReason,
+    Status,
+)
 from herdsched.timestamps import format_timestamp
 
 if TYPE_CHECKING:
@@ -65,9 +81,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ADMIN",
+    "ALLOW_ANYONE",
+    "MAX_BODY_BYTES",
+    "MAX_NAME_LENGTH",
+    "MAX_PROMPT_LENGTH",
     "ApiError",
     "ApiResponse",
     "RestApi",
+    "body_too_large",
+    "is_cross_site",
+    "read_only_reason",
     "schedule_json",
 ]
 
@@ -75,6 +98,25 @@ _log = logging.getLogger("herdsched")
 
 #: What an auth callback returns for a caller that may see and change every schedule.
 ADMIN = "*"
+
+
+def ALLOW_ANYONE(request: object) -> str:
+    """The auth callback of an app whose API is open to everyone, writes included.
+
+    Without an ``auth`` callback the API refuses every write; ``auth=ALLOW_ANYONE`` says
+    explicitly that anyone who can reach the URL may create, change, run and delete schedules
+    (for a local tool, or behind a proxy that authenticates).
+    """
+    return ADMIN
+
+
+#: The largest request body the API reads (64 KiB); larger ones get 413. Adapters take
+#: ``max_body_bytes`` (``HERDSCHED_MAX_BODY_BYTES`` / ``HERDSCHED["MAX_BODY_BYTES"]``).
+MAX_BODY_BYTES = 64 * 1024
+#: The longest prompt the API accepts, in characters.
+MAX_PROMPT_LENGTH = 32 * 1024
+#: The longest schedule name the API accepts, in characters.
+MAX_NAME_LENGTH = 100
 
 #: Fields a client may send in PUT/PATCH (the fleet-file schedule fields, minus what runs).
 WRITABLE_FIELDS = frozenset(SCHEDULE_FIELDS) - {"job", "command"}
@@ -106,11 +148,33 @@ _OPTION_FIELDS = (
     "metadata",
 )
 _MAX_LIMIT = 50
-#: Schedules shown on the status page, and runs in each schedule's timeline strip.
+#: The most schedules one page of the status page shows, how many it shows by default, and
+#: the runs in each schedule's timeline strip.
 PAGE_LIMIT = 500
+DEFAULT_PAGE_SIZE = 50
 TIMELINE_RUNS = 20
 _MAX_HISTORY = 200
 _PROBLEM = re.compile(r"^(?P<field>[A-Za-z_][\w.\[\]-]*): (?P<message>.+)$", re.DOTALL)
+
+
+class _PageView(NamedTuple):
+    """What one page of the status page shows."""
+
+    status: SchedulerStatus
+    items: list[dict[str, Any]]
+    runs: dict[tuple[str, str], list[RunRecord]]
+    counts: dict[str, int]
+    agents: list[str]
+    filters: dict[str, str]
+    paging: dict[str, int]
+
+
+def _lenient_int(raw: object, default: int) -> int:
+    """A page's number from its query string; anything unreadable is the default."""
+    try:
+        return int(str(raw)) if raw not in (None, "") else default
+    except ValueError:
+        return default
 
 
 class ApiResponse(NamedTuple):
@@ -267,8 +331,15 @@ class RestApi:
         status, body = api.handle("PATCH", "/api/schedule/triage/check", body={"enabled": False})
     """
 
-    def __init__(self, scheduler: ThreadedScheduler) -> None:
+    def __init__(
+        self, scheduler: ThreadedScheduler, *, max_body_bytes: int = MAX_BODY_BYTES
+    ) -> None:
+        if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int):
+            raise TypeError(f"max_body_bytes must be an int, got {max_body_bytes!r}")
+        if max_body_bytes < 1:
+            raise ValueError(f"max_body_bytes must be at least 1, got {max_body_bytes}")
         self.scheduler = scheduler
+        self.max_body_bytes = max_body_bytes
 
     # ------------------------------------------------------------------------------ routing
 
@@ -281,15 +352,20 @@ class RestApi:
         body: bytes | str | Mapping[str, Any] | None = None,
         content_type: str | None = None,
         owner: str | None = None,
+        read_only: str | None = None,
+        cross_site: bool = False,
+        actor: str | None = None,
     ) -> ApiResponse:
         """Answer one request; never raises (errors become JSON error answers).
 
         ``path`` is relative to the mount point (``/api/...``). ``body`` is the raw request
         body or an already parsed mapping. ``content_type`` is the request's header as the
-        adapter saw it (``None`` when the call does not come from HTTP): writes from HTTP must
-        send ``application/json``, which browsers cannot do across sites without CORS, so a
-        cookie-authenticated page cannot be driven by another site. ``owner`` is the caller
-        (``None`` or :data:`ADMIN` for full access).
+        adapter saw it (``None`` when the call does not come from HTTP): a write with a body
+        must send ``application/json``, which browsers cannot do across sites without CORS.
+        ``owner`` is the caller (``None`` or :data:`ADMIN` for full access). ``read_only`` is
+        the reason every write is refused with 403 (an adapter without auth); ``cross_site``
+        refuses writes a browser sent from another site. ``actor`` names the person for the
+        log lines of changes (a user name), when the adapter knows it.
         """
         caller = None if owner == ADMIN else owner
         method = method.upper()
@@ -300,53 +376,133 @@ class RestApi:
                     405,
                     f"method {method} is not allowed on {path} (allowed: {', '.join(allowed)})",
                 )
+            if method in _WRITES:
+                _check_write(read_only, cross_site)
             data = self._body(method, body, content_type)
             answer: ApiResponse = route(
                 method, *args, query=dict(query or {}), data=data, caller=caller
             )
-            return answer
         except Exception as exc:
             return _error_for(exc).response()
+        if method in _WRITES:
+            _audit(method, args, data, answer, _who(actor, caller))
+        return answer
 
     def status_page(
-        self, *, api_base: str, owner: str | None = None, title: str = "herdsched"
+        self,
+        *,
+        api_base: str,
+        owner: str | None = None,
+        title: str = "herdsched",
+        query: Mapping[str, str] | None = None,
+        read_only: str | None = None,
+        csrf: tuple[str, str] | None = None,
     ) -> str:
         """The HTML status page for ``owner`` (every schedule for ``None``/:data:`ADMIN`).
 
-        Shows at most :data:`PAGE_LIMIT` schedules with their last :data:`TIMELINE_RUNS`
-        runs; ``api_base`` is where the page's buttons send their requests.
+        ``query`` holds the page's filters (``status``: one of
+        :data:`herdsched.html.STATUS_FILTERS`, ``agent``, ``q``: part of the name) and its
+        paging (``page``, ``per``: at most :data:`PAGE_LIMIT`); each shown schedule has its
+        last :data:`TIMELINE_RUNS` runs. ``api_base`` is where the page's buttons send their
+        requests; ``read_only`` the reason writes are refused; ``csrf`` the (header, token)
+        pair the buttons send.
         """
         from herdsched.html import status_page
 
-        caller = None if owner == ADMIN else owner
-        status = self.scheduler.get_status()
-        items = sorted(
-            (s for s in status.schedules if caller is None or s.owner == caller),
-            key=lambda s: (s.agent, s.schedule),
-        )
-        note = ""
-        if len(items) > PAGE_LIMIT:
-            note = f"Showing the first {PAGE_LIMIT} of {len(items)} schedules (see the REST API)."
-            items = items[:PAGE_LIMIT]
-        self._refresh_history()
-        runs = {}
-        for item in items:
-            try:
-                runs[(item.agent, item.schedule)] = self.scheduler.history(
-                    item.agent, item.schedule, limit=TIMELINE_RUNS
-                )
-            except Exception:  # the page still shows the rest
-                _log.exception("could not read the history of %s/%s", item.agent, item.schedule)
+        view = self._page_view(owner, query or {})
         return status_page(
-            status,
-            [self._json(item) for item in items],
-            runs,
+            view.status,
+            view.items,
+            view.runs,
             api_base=api_base,
             timezone=self.scheduler.timezone,
             pid=os.getpid(),
             title=title,
-            note=note,
+            counts=view.counts,
+            agents=view.agents,
+            filters=view.filters,
+            paging=view.paging,
+            read_only=read_only,
+            csrf=csrf,
         )
+
+    def status_page_update(
+        self,
+        *,
+        owner: str | None = None,
+        query: Mapping[str, str] | None = None,
+        read_only: str | None = None,
+    ) -> dict[str, Any]:
+        """The JSON the status page refreshes itself with (same ``query`` as the page)."""
+        from herdsched.html import page_update
+
+        view = self._page_view(owner, query or {})
+        return page_update(
+            view.status,
+            view.items,
+            view.runs,
+            counts=view.counts,
+            paging=view.paging,
+            timezone=self.scheduler.timezone,
+            pid=os.getpid(),
+            writable=read_only is None,
+        )
+
+    def _page_view(self, owner: str | None, query: Mapping[str, str]) -> _PageView:
+        """The schedules of one page of the status page, with the counts and recent runs."""
+        from herdsched.html import STATUS_FILTERS, count_schedules, matches_status
+
+        caller = None if owner == ADMIN else owner
+        status = self.scheduler.get_status()
+        visible = sorted(
+            (s for s in status.schedules if caller is None or s.owner == caller),
+            key=lambda s: (s.agent, s.schedule),
+        )
+        items = [self._json(item) for item in visible]
+        wanted = str(query.get("status") or "")
+        agent = str(query.get("agent") or "")
+        text = str(query.get("q") or "").strip().lower()
+        matching = [
+            item
+            for item in items
+            if (wanted not in STATUS_FILTERS or matches_status(item, wanted))
+            and (not agent or item["agent"] == agent)
+            and (not text or text in f"{item['agent']}/{item['name']}".lower())
+        ]
+        per = min(max(_lenient_int(query.get("per"), DEFAULT_PAGE_SIZE), 1), PAGE_LIMIT)
+        pages = max(1, -(-len(matching) // per))
+        page = min(max(_lenient_int(query.get("page"), 1), 1), pages)
+        shown = matching[(page - 1) * per : page * per]
+        return _PageView(
+            status=status,
+            items=shown,
+            runs=self._recent_runs(shown),
+            counts=count_schedules(items),
+            agents=sorted({item["agent"] for item in items}),
+            filters={
+                "status": wanted if wanted in STATUS_FILTERS else "",
+                "agent": agent,
+                "q": str(query.get("q") or ""),
+            },
+            paging={
+                "page": page,
+                "pages": pages,
+                "per": per,
+                "matching": len(matching),
+                "total": len(items),
+            },
+        )
+
+    def _recent_runs(self, items: list[dict[str, Any]]) -> dict[tuple[str, str], list[RunRecord]]:
+        self._refresh_history()
+        runs = {}
+        for item in items:
+            agent, name = item["agent"], item["name"]
+            try:
+                runs[(agent, name)] = self.scheduler.history(agent, name, limit=TIMELINE_RUNS)
+            except Exception:  # the page still shows the rest
+                _log.exception("could not read the history of %s/%s", agent, name)
+        return runs
 
     def allowed_methods(self, path: str) -> tuple[str, ...]:
         """The methods ``path`` accepts (for an ``Allow`` header); empty when unknown."""
@@ -371,15 +527,20 @@ class RestApi:
                 return self._history, (rest[1], rest[2]), ("GET",)
         raise ApiError(404, f"no such API route: {path}")
 
-    @staticmethod
     def _body(
-        method: str, body: bytes | str | Mapping[str, Any] | None, content_type: str | None
+        self, method: str, body: bytes | str | Mapping[str, Any] | None, content_type: str | None
     ) -> dict[str, Any] | None:
         if isinstance(body, Mapping):
             return dict(body)
-        if method not in ("POST", "PUT", "PATCH"):
+        if method not in _WRITES or body is None:
             return None
-        if content_type is not None:
+        size = len(body.encode() if isinstance(body, str) else body)
+        if size > self.max_body_bytes:
+            raise body_too_large(self.max_body_bytes)
+        empty = not body.strip()
+        if content_type is not None and (content_type.strip() or not empty):
+            # An empty body without a content type is fine ("curl -X POST .../run"); an empty
+            # form post is what another site could make a browser send.
             media = content_type.split(";", 1)[0].strip().lower()
             if media != "application/json" and not media.endswith("+json"):
                 raise ApiError(
@@ -388,7 +549,7 @@ class RestApi:
                     f"(got {content_type or 'no content type'!r})",
                     [_detail("Content-Type", "must be application/json")],
                 )
-        if body is None or (isinstance(body, (bytes, str)) and not body.strip()):
+        if empty:
             return None
         try:
             parsed = json.loads(body)
@@ -548,6 +709,7 @@ class RestApi:
             existing: Schedule | None = scheduler.get_schedule(agent, name)
         except ScheduleNotFoundError:
             existing = None
+            _check_length("name", name, MAX_NAME_LENGTH)
         if existing is not None:
             self._check_owner(caller, existing.owner, agent, name)
             _keep_owner(agent, name, fields, existing)
@@ -640,6 +802,7 @@ class RestApi:
         prompt = data.get("prompt")
         if prompt is not None and not isinstance(prompt, str):
             raise _field_error("prompt", f"prompt must be a string, got {type(prompt).__name__}")
+        _check_length("prompt", prompt, MAX_PROMPT_LENGTH)
         if not scheduler.is_leader:
             self._refuse_busy(agent, name, item)
         if scheduler.status == "stopped" and scheduler.state_dir is not None:
@@ -695,8 +858,116 @@ class RestApi:
         records = self.scheduler.history(agent, name, limit=limit)
         return ApiResponse(
             200,
-            {"agent": agent, "name": name, "runs": [record_to_dict(r) for r in records]},
+            {"agent": agent, "name": name, "runs": [_run_json(r) for r in records]},
         )
+
+
+_WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def body_too_large(limit: int) -> ApiError:
+    """The 413 answer for a body over ``limit`` bytes (adapters refuse before reading it)."""
+    return ApiError(
+        413,
+        f"request body too large: at most {limit} bytes are accepted "
+        f"(prompts are at most {MAX_PROMPT_LENGTH} characters)",
+        [_detail("body", f"at most {limit} bytes")],
+    )
+
+
+def _check_write(read_only: str | None, cross_site: bool) -> None:
+    if read_only is not None:
+        raise ApiError(403, read_only)
+    if cross_site:
+        raise ApiError(
+            403,
+            "cross-site write refused: the request came from a page of another site",
+            [_detail("Origin", "must be this site")],
+        )
+
+
+def read_only_reason(how: str) -> str:
+    """The 403 message of a write when no auth is configured; ``how`` says where to set it."""
+    return (
+        f"writes are refused because no auth is configured: {how} (a callable that returns "
+        "the caller's owner name, herdsched.api.ADMIN, or None), or "
+        "herdsched.api.ALLOW_ANYONE to let anyone change schedules"
+    )
+
+
+def is_cross_site(headers: Mapping[str, str], host: str | None) -> bool:
+    """Whether a browser sent the request from a page of another site.
+
+    Browsers say so in ``Sec-Fetch-Site``; older ones send ``Origin``, compared with ``host``
+    (the request's ``Host``). Clients that are not browsers send neither.
+    """
+    lowered = {key.lower(): value for key, value in headers.items()}
+    fetch_site = lowered.get("sec-fetch-site", "").strip().lower()
+    if fetch_site:
+        return fetch_site not in ("same-origin", "none")
+    origin = lowered.get("origin", "").strip()
+    if origin == "null":  # a sandboxed or file: page
+        return True
+    if not origin or host is None:
+        return False
+    return urlsplit(origin).netloc.lower() != host.strip().lower()
+
+
+def _who(actor: str | None, caller: str | None) -> str:
+    if actor and caller:
+        return f"{actor} (owner {caller})"
+    if actor:
+        return f"{actor} (full access)"
+    if caller:
+        return f"owner {caller}"
+    return "a caller with full access"
+
+
+def _audit(
+    method: str,
+    args: tuple[str, ...],
+    data: Mapping[str, Any] | None,
+    answer: ApiResponse,
+    who: str,
+) -> None:
+    """One INFO line per change made through the API: who, what, which schedule."""
+    if answer.status >= 400 or len(args) != 2:
+        return
+    where = f"{args[0]}/{args[1]}"
+    data = data or {}
+    if method == "PUT":
+        what = f"created {where}" if answer.status == 201 else f"replaced {where}"
+    elif method == "DELETE":
+        what = f"removed {where}"
+    elif method == "POST":
+        queued = " (queued for the active scheduler)" if answer.body.get("queued") else ""
+        what = f"ran {where} now as run {answer.body.get('run_id')}{queued}"
+    else:
+        changed = sorted(key for key in data if key != "enabled")
+        parts = [f"changed {', '.join(changed)} of {where}"] if changed else []
+        if data.get("enabled") is False:
+            parts.append(f"paused {where}")
+        elif data.get("enabled") is True:
+            parts.append(f"resumed {where}")
+        what = " and ".join(parts) or f"sent an empty change to {where}"
+    _log.info("%s %s through the REST API", who, what)
+
+
+def _check_length(field: str, value: Any, limit: int) -> None:
+    if isinstance(value, str) and len(value) > limit:
+        raise InvalidScheduleError(
+            f"{field} is too long: {len(value)} characters, at most {limit}",
+            field=field,
+        )
+
+
+def _run_json(record: RunRecord) -> dict[str, Any]:
+    """A run's JSON, with its ``traceback`` when the record keeps one."""
+    out = record_to_dict(record)
+    traceback = getattr(record, "traceback", None)
+    if traceback and "traceback" not in out:
+        out["traceback"] = traceback
+    return out
 
 
 def _accepted(agent: str, name: str, run_id: str | None, *, queued: bool) -> ApiResponse:
@@ -752,6 +1023,7 @@ def _checked_fields(agent: str, name: str, data: Mapping[str, Any]) -> dict[str,
             raise _field_error(
                 key, f"unknown field {key!r} (writable: {', '.join(sorted(WRITABLE_FIELDS))})"
             )
+    _check_length("prompt", fields.get("prompt"), MAX_PROMPT_LENGTH)
     if "enabled" in fields and not isinstance(fields["enabled"], bool):
         raise _field_error(
             "enabled", f"enabled must be true or false, got {json.dumps(fields['enabled'])}"

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import sys
 import threading
@@ -152,6 +153,47 @@ def _zone_arg(text: str) -> tzinfo:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _add_logging_options(options: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add ``-v``/``-q``/``--log-level`` to ``options`` (the main parser and, as a parent,
+    every command's, so they work before the command and after it).
+
+    Defaults are suppressed so that a value given before the command is not overwritten by the
+    command's default.
+    """
+    options.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=argparse.SUPPRESS,
+        help="log more on stderr (repeat for more)",
+    )
+    options.add_argument(
+        "-q",
+        "--quiet",
+        action="count",
+        default=argparse.SUPPRESS,
+        help="log less on stderr (repeat for less)",
+    )
+    options.add_argument(
+        "--log-level",
+        type=str.upper,
+        default=argparse.SUPPRESS,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log level on stderr (default: INFO for run, WARNING otherwise)",
+    )
+    return options
+
+
+def _log_level(args: argparse.Namespace) -> int:
+    """The level from ``--log-level``, else the command's default moved by ``-v``/``-q``."""
+    explicit = getattr(args, "log_level", None)
+    if explicit:
+        return int(getattr(logging, explicit))
+    base = logging.INFO if args.command == "run" else logging.WARNING
+    steps = getattr(args, "verbose", 0) - getattr(args, "quiet", 0)
+    return min(max(base - 10 * steps, logging.DEBUG), logging.CRITICAL)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``herdsched`` command."""
     parser = argparse.ArgumentParser(
@@ -160,6 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 ok, 1 runtime failure, 2 usage or validation error.",
     )
     parser.add_argument("--version", action="version", version=f"herdsched {__version__}")
+    _add_logging_options(parser)
+    logging_options = _add_logging_options(argparse.ArgumentParser(add_help=False))
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     state = argparse.ArgumentParser(add_help=False)
@@ -182,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser(
         "run",
+        parents=[logging_options],
         help="run a fleet file in the foreground",
         description="Run a fleet file in the foreground until Ctrl-C, SIGTERM or --duration. "
         "Logs go to stderr.",
@@ -208,30 +253,33 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="D",
         help="how long stopping waits for running jobs (default: 30s)",
     )
-    run.add_argument(
-        "--log-level",
-        default="INFO",
-        type=str.upper,
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="log level on stderr (default: INFO)",
-    )
     run.set_defaults(handler=_cmd_run)
 
     status = commands.add_parser(
         "status",
-        parents=[state, display, as_json],
+        parents=[state, display, as_json, logging_options],
         help="the scheduler, its leader and every schedule's state",
+        description="Show whether a scheduler runs the state directory (and where), counts of "
+        "schedules by status, and each schedule's cadence, status, next and last run and last "
+        "error. Works while the fleet runs in another process.",
+    )
+    status.add_argument(
+        "--long", action="store_true", help="show whole errors instead of cutting them"
     )
     status.set_defaults(handler=_cmd_status)
 
     listing = commands.add_parser(
-        "list", parents=[state, display, as_json], help="list the schedules of the fleet"
+        "list",
+        parents=[state, display, as_json, logging_options],
+        help="list the schedules of the fleet",
+        description="List every schedule of the state directory with its cadence, status, "
+        "owner and next run.",
     )
     listing.set_defaults(handler=_cmd_list)
 
     nxt = commands.add_parser(
         "next",
-        parents=[as_json],
+        parents=[as_json, logging_options],
         help="preview the next fire times of a cron expression or an interval",
         description='Preview the next fire times of a cron expression ("0 9 * * 1-5", 6 fields '
         'with seconds first, "@daily") or of an interval ("5m", "1h30m").',
@@ -257,7 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     trigger = commands.add_parser(
         "trigger",
-        parents=[state],
+        parents=[state, logging_options],
         help="ask the running scheduler to run a schedule now",
         description="Queue a run of AGENT/SCHEDULE (or an ad-hoc run of AGENT's job) for the "
         "active scheduler of the state directory; it runs within a few seconds.",
@@ -266,18 +314,42 @@ def build_parser() -> argparse.ArgumentParser:
     trigger.add_argument("--prompt", default=None, help="prompt for this run only")
     trigger.set_defaults(handler=_cmd_trigger)
 
-    for name, handler, text in (
-        ("pause", _cmd_pause, "pause a schedule, or every schedule of an agent"),
-        ("resume", _cmd_resume, "resume a paused or auto-disabled schedule (or a whole agent)"),
+    for name, handler, text, description in (
+        (
+            "pause",
+            _cmd_pause,
+            "pause a schedule, or every schedule of an agent",
+            "Pause AGENT/SCHEDULE, or every schedule of AGENT: the timer stops firing it until "
+            "it is resumed (a running job finishes). The running scheduler picks the change up "
+            "within about two seconds.",
+        ),
+        (
+            "resume",
+            _cmd_resume,
+            "resume a paused or auto-disabled schedule (or a whole agent)",
+            "Resume AGENT/SCHEDULE, or every schedule of AGENT, after a pause or an "
+            "auto-disable (its failure count starts again from zero).",
+        ),
     ):
-        sub = commands.add_parser(name, parents=[state], help=text)
+        sub = commands.add_parser(
+            name, parents=[state, logging_options], help=text, description=description
+        )
         sub.add_argument("target", metavar="AGENT[/SCHEDULE]")
         sub.set_defaults(handler=handler)
 
     history = commands.add_parser(
-        "history", parents=[state, display, as_json], help="recent runs, newest first"
+        "history",
+        parents=[state, display, as_json, logging_options],
+        help="recent runs, newest first",
+        description="Recent runs, newest first: of AGENT/SCHEDULE, of every schedule of "
+        "AGENT, or without a target of the whole fleet.",
     )
-    history.add_argument("target", metavar="AGENT[/SCHEDULE]")
+    history.add_argument("target", metavar="AGENT[/SCHEDULE]", nargs="?", default=None)
+    history.add_argument(
+        "--long",
+        action="store_true",
+        help="show whole errors and outputs, and tracebacks, instead of cutting them",
+    )
     history.add_argument(
         "-n", type=_positive_int_arg, default=20, metavar="N", help="how many (default: 20)"
     )
@@ -285,9 +357,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     validate = commands.add_parser(
         "validate",
+        parents=[logging_options],
         help="check a fleet file and report every problem",
-        description="Check a fleet file; every problem is printed with its file and path. "
-        "Exit code 2 when there is any.",
+        description="Check a fleet file: its syntax and values, that every job imports and "
+        "that every command's program exists; every problem is printed with its file and "
+        "path. Exit code 2 when there is any.",
     )
     validate.add_argument("fleet", metavar="FLEET", help="the fleet file (YAML)")
     validate.set_defaults(handler=_cmd_validate)
@@ -302,6 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version and usage errors
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     handler: Callable[[argparse.Namespace], int] = args.handler
+    undo_logging = _setup_logging(_log_level(args))
     try:
         return handler(args)
     except _UsageError as exc:
@@ -320,6 +395,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _err("interrupted")
         return 130
+    finally:
+        undo_logging()
 
 
 # --------------------------------------------------------------------------------------------
@@ -327,7 +404,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    fleet = load_fleet(args.fleet)
+    fleet = load_fleet(args.fleet)  # imports every job: one that does not import is a problem
+    missing = _missing_programs(fleet)
+    if missing:
+        count = f"{len(missing)} problem{'s' if len(missing) != 1 else ''}"
+        head = f"Invalid fleet file {args.fleet} ({count}):"
+        raise ConfigError("\n".join([head, *(f"  - {p}" for p in missing)]), missing)
     schedules = sum(len(agent.schedules) for agent in fleet.agents)
     name = f' "{fleet.name}"' if fleet.name else ""
     _out(f"{args.fleet}: valid fleet{name}: {len(fleet.agents)} agent(s), {schedules} schedule(s)")
@@ -350,17 +432,42 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cadence_text(schedule: Schedule) -> str:
-    from herdsched.cadence import Cron, Interval, Once
+    """The scheduler's own wording, which ``status`` shows too."""
+    from herdsched.scheduler import describe_cadence
 
-    cadence = schedule.cadence
-    if isinstance(cadence, Interval):
-        return f"every {format_interval(cadence.every)}"
-    if isinstance(cadence, Cron):
-        zone = f" ({cadence.timezone})" if cadence.timezone else ""
-        return f"cron {cadence.expression.source}{zone}"
-    if isinstance(cadence, Once):
-        return f"once at {format_timestamp(cadence.at)}"
-    return "on trigger"
+    return describe_cadence(schedule)
+
+
+def _missing_programs(fleet: FleetConfig) -> list[str]:
+    """A problem for each command whose program does not exist (it would fail every run)."""
+    from herdsched.command import CommandJob
+
+    problems = []
+    for index, agent in enumerate(fleet.agents):
+        jobs = [(f"agents[{index}].command", agent.job)]
+        jobs += [
+            (f"agents[{index}].schedules.{name}.command", schedule.job)
+            for name, schedule in agent.schedules.items()
+        ]
+        for where, job in jobs:
+            if isinstance(job, CommandJob) and job.argv:
+                problem = _program_problem(job.argv[0], job.cwd)
+                if problem:
+                    problems.append(f"{where}: {problem}")
+    return problems
+
+
+def _program_problem(program: str, cwd: Path | None) -> str | None:
+    if os.sep in program or (os.altsep and os.altsep in program):
+        path = Path(program) if Path(program).is_absolute() else (cwd or Path()) / program
+        if not path.is_file():
+            return f"program {program!r} not found (no file at {path})"
+        if not os.access(path, os.X_OK):
+            return f"program {program!r} is not executable ({path})"
+        return None
+    if shutil.which(program) is None:
+        return f"program {program!r} not found on PATH"
+    return None
 
 
 def _runs_text(job: object) -> str:
@@ -411,7 +518,7 @@ class _Stopper:
         os._exit(130)
 
 
-def _setup_logging(level: str) -> Callable[[], None]:
+def _setup_logging(level: int) -> Callable[[], None]:
     """Log herdsched's records to stderr; returns the function that undoes it."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
@@ -420,7 +527,7 @@ def _setup_logging(level: str) -> Callable[[], None]:
     root = logging.getLogger("herdsched")
     previous = root.level
     root.addHandler(handler)
-    root.setLevel(getattr(logging, level))
+    root.setLevel(level)
 
     def undo() -> None:
         root.removeHandler(handler)
@@ -430,27 +537,29 @@ def _setup_logging(level: str) -> Callable[[], None]:
 
 
 def _log_run(event: Any) -> None:
-    """Listener: one log line per finished run, so a foreground fleet shows what it does."""
+    """Listener: one log line per successful run, so a foreground fleet shows what it does.
+
+    Failures are not logged here: the scheduler logs each one already.
+    """
     record: RunRecord = event.record
-    where = f"{record.agent}/{record.schedule}"
-    took = _duration_text(record.duration)
-    if record.status.value == "success":
-        output = (record.output_summary or "").strip().splitlines()
-        detail = f": {_cell(output[0], 100)}" if output else ""
-        logger.info("%s %s in %s%s", where, record.status, took, detail)
-    else:
-        logger.warning("%s %s after %s: %s", where, record.status, took, record.error)
+    output = (record.output_summary or "").strip().splitlines()
+    detail = f": {_cell(output[0], 100)}" if output else ""
+    logger.info(
+        "%s/%s succeeded in %s%s",
+        record.agent,
+        record.schedule,
+        _duration_text(record.duration),
+        detail,
+    )
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     fleet = load_fleet(args.fleet)
-    undo_logging = _setup_logging(args.log_level)
     stopper = _Stopper()
     try:
         return _run_fleet(fleet, args, stopper)
     finally:
         stopper.restore()
-        undo_logging()
 
 
 def _run_fleet(fleet: FleetConfig, args: argparse.Namespace, stopper: _Stopper) -> int:
@@ -459,7 +568,7 @@ def _run_fleet(fleet: FleetConfig, args: argparse.Namespace, stopper: _Stopper) 
     state_dir = Path(args.state_dir) if args.state_dir else fleet.state_dir
     state_dir = state_dir or Path(DEFAULT_STATE_DIR)
     scheduler = fleet.create_scheduler(state_dir=state_dir)
-    scheduler.add_listener(_log_run, events.JobSucceeded, events.JobFailed)
+    scheduler.add_listener(_log_run, events.JobSucceeded)
     stopper.flush = scheduler.store.flush
     stopper.install()
     schedules = sum(len(agent.schedules) for agent in fleet.agents)
@@ -497,6 +606,8 @@ def _run_fleet(fleet: FleetConfig, args: argparse.Namespace, stopper: _Stopper) 
 
 def _open_store(state_dir: str) -> StateStore:
     path = Path(state_dir)
+    if path.exists() and not path.is_dir():  # the words of the store, as "run" says them
+        raise _Failure(f"state_dir {path} exists but is not a directory")
     if not path.is_dir():
         raise _Failure(
             f"no state directory at {path}: run a fleet first (herdsched run FLEET) or give "
@@ -571,6 +682,13 @@ def _state_rows(
     ]
 
 
+def _next_text(state: ScheduleState, zone: tzinfo) -> str:
+    """The next run, or ``paused``/``disabled``: such a schedule has none, whatever is stored."""
+    if state.status in (Status.PAUSED, Status.DISABLED):
+        return str(state.status.value)
+    return _format_time(state.next_run_at, zone)
+
+
 def _state_json(agent: str, name: str, state: ScheduleState) -> dict[str, Any]:
     return {"agent": agent, "schedule": name, **state_to_dict(state)}
 
@@ -610,11 +728,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
             state.type or "-",
             _cell(state.cadence, 40),
             state.status.value,
-            _format_time(state.next_run_at, zone),
+            _next_text(state, zone),
             _format_time(state.last_run_at, zone),
             state.last_result.value if state.last_result else "-",
             str(state.consecutive_failures),
-            _cell(state.disabled_reason or state.last_error, 50),
+            _cell(state.disabled_reason or state.last_error, _width(args, 50)),
         ]
         for agent, name, state in rows
     ]
@@ -644,7 +762,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
             _cell(state.cadence, 40),
             state.status.value,
             state.owner or "-",
-            _format_time(state.next_run_at, zone),
+            _next_text(state, zone),
         ]
         for agent, name, state in rows
     ]
@@ -725,40 +843,79 @@ def _set_status(
     return EXIT_OK
 
 
+def _width(args: argparse.Namespace, width: int) -> int:
+    """A table column's width: unbounded with ``--long``."""
+    return sys.maxsize if getattr(args, "long", False) else width
+
+
+def _fleet_history(store: StateStore, limit: int) -> list[RunRecord]:
+    """The latest ``limit`` runs of every agent, newest first."""
+    records: list[RunRecord] = []
+    for agent in sorted(store.get_all_schedule_states()):
+        records.extend(store.get_history(agent, None, limit=limit))
+    floor = datetime.min.replace(tzinfo=timezone.utc)
+    records.sort(key=lambda r: r.started_at or r.scheduled_for or floor, reverse=True)
+    return records[:limit]
+
+
 def _cmd_history(args: argparse.Namespace) -> int:
-    agent, schedule = _target(args.target)
+    agent, schedule = _target(args.target) if args.target else (None, None)
     store = _open_store(args.state_dir)
     try:
-        records = store.get_history(agent, schedule, limit=args.n)
-        if not records:  # say why: a typo in the name, or simply no runs yet
-            if schedule is None or schedule == _AD_HOC_SCHEDULE:
-                _agent_states(store, agent)
-            else:
-                _schedule_names(store, agent, schedule)
+        if agent is None:
+            records = _fleet_history(store, args.n)
+        else:
+            records = store.get_history(agent, schedule, limit=args.n)
+            if not records:  # say why: a typo in the name, or simply no runs yet
+                if schedule is None or schedule == _AD_HOC_SCHEDULE:
+                    _agent_states(store, agent)
+                else:
+                    _schedule_names(store, agent, schedule)
     finally:
         store.close()
     if args.json:
-        _json([record_to_dict(r) for r in records])
+        _json([_record_json(r) for r in records])
         return EXIT_OK
     if not records:
-        _out(f"no runs of {args.target} yet")
+        _out(f"no runs of {args.target} yet" if args.target else "no runs yet")
         return EXIT_OK
     zone = _zone(args)
     table = [
         [
             _format_time(r.started_at or r.scheduled_for, zone),
-            r.schedule,
+            f"{r.agent}/{r.schedule}" if agent is None else r.schedule,
             r.trigger_type.value,
             r.status.value,
             _duration_text(r.duration),
             r.run_id,
-            _cell(r.error if r.error else r.output_summary, 50),
+            _cell(r.error if r.error else r.output_summary, _width(args, 50)),
         ]
         for r in records
     ]
-    headers = ["STARTED", "SCHEDULE", "TRIGGER", "STATUS", "DURATION", "RUN ID", "ERROR / OUTPUT"]
+    what = "AGENT/SCHEDULE" if agent is None else "SCHEDULE"
+    headers = ["STARTED", what, "TRIGGER", "STATUS", "DURATION", "RUN ID", "ERROR / OUTPUT"]
     _out(_table(headers, table))
+    if args.long:
+        _print_tracebacks(records)
     return EXIT_OK
+
+
+def _record_json(record: RunRecord) -> dict[str, Any]:
+    out = record_to_dict(record)
+    traceback = getattr(record, "traceback", None)
+    if traceback and "traceback" not in out:
+        out["traceback"] = traceback
+    return out
+
+
+def _print_tracebacks(records: Sequence[RunRecord]) -> None:
+    """The traceback of each failed run that kept one (``--long``)."""
+    for record in records:
+        traceback = getattr(record, "traceback", None)
+        if traceback:
+            _out()
+            _out(f"Run {record.run_id} of {record.agent}/{record.schedule}:")
+            _out(str(traceback).rstrip())
 
 
 # --------------------------------------------------------------------------------------------

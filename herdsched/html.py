@@ -1,8 +1,12 @@
 """HTML rendering of the scheduler's status (notebooks' ``_repr_html_`` and the status page).
 
 Both are server-rendered strings with no external assets: :func:`status_table` is a plain
-table for notebooks; :func:`status_page` is the web integrations' page, with a timeline strip of
-recent runs per schedule and pause/resume/run buttons that call the REST API with ``fetch``.
+table for notebooks; :func:`status_page` is the web integrations' page for fleets of hundreds
+of schedules: counts at the top, filters by status and agent, a name search, pages of rows, a
+timeline strip of recent runs per schedule (click a run for its detail), and pause/resume/run
+buttons that call the REST API with ``fetch`` and show their result next to their row. The page
+refreshes its rows in place every few seconds from :func:`page_update` (same filters), so the
+scroll position, the filters and the focus survive.
 """
 
 from __future__ import annotations
@@ -10,12 +14,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime, tzinfo
 from html import escape
+from importlib import resources
 from typing import Any
 
 from herdsched.models import RunRecord, SchedulerStatus
 from herdsched.timestamps import parse_timestamp
 
-__all__ = ["RUN_COLOURS", "status_page", "status_table"]
+__all__ = ["REFRESH_SECONDS", "RUN_COLOURS", "page_update", "status_page", "status_table"]
+
+#: How often the status page refreshes its rows.
+REFRESH_SECONDS = 5
 
 #: Timeline colour of each run outcome (``RunRecord.status``).
 RUN_COLOURS: Mapping[str, str] = {
@@ -77,65 +85,61 @@ def status_table(status: SchedulerStatus) -> str:
 # The status page
 
 _STYLE = """
-body{font:14px/1.4 system-ui,sans-serif;margin:1.5rem;color:#1f2328}
+body{font:14px/1.4 system-ui,sans-serif;margin:1.2rem;color:#1f2328}
 h1{font-size:1.3rem;margin:0 0 .3rem}
-.meta{color:#59636e;margin-bottom:1rem}
+.meta{color:#59636e;margin-bottom:.6rem}
+.readonly{background:#fff8c5;border:1px solid #d4a72c;padding:.4rem .6rem;border-radius:6px}
+#counts{display:flex;gap:.5rem;flex-wrap:wrap;margin:.4rem 0}
+#counts button{font:inherit;border:1px solid #d1d9e0;background:#f6f8fa;border-radius:6px;
+ padding:.3rem .7rem;cursor:pointer}
+#counts button b{font-size:1.15rem;margin-right:.3rem}
+#counts .c-running b{color:#0969da}#counts .c-failing b{color:#d33a2c}
+#counts .c-disabled b,#counts .c-paused b{color:#9a6700}
+#filters{display:flex;gap:.6rem;flex-wrap:wrap;align-items:center;margin:.5rem 0;
+ position:sticky;top:0;background:#fff;padding:.4rem 0;z-index:1}
+#filters input[type=search]{width:16rem}
+#summary{color:#59636e}
 table{border-collapse:collapse;width:100%}
-th,td{text-align:left;padding:.35rem .5rem;border-bottom:1px solid #d1d9e0;vertical-align:top}
+th,td{text-align:left;padding:.2rem .45rem;border-bottom:1px solid #d1d9e0;vertical-align:top}
 th{font-weight:600;background:#f6f8fa}
+td small{color:#59636e}
 .status{font-weight:600}
 tr.s-paused .status,tr.s-disabled .status{color:#9a6700}
 tr.s-running .status{color:#0969da}
 tr.s-completed .status{color:#59636e}
-.error{color:#d33a2c;max-width:24rem;overflow-wrap:anywhere}
+tr.failing .failures{color:#d33a2c;font-weight:600}
+.error{color:#d33a2c;max-width:26rem;overflow-wrap:anywhere}
+.error .reason{color:#9a6700}
 .timeline{display:flex;gap:2px;min-width:8rem}
-.run{display:inline-block;width:8px;height:18px;border-radius:2px}
+.run{display:inline-block;width:8px;height:18px;border-radius:2px;cursor:pointer}
+.run:focus{outline:2px solid #0969da}
+.actions{white-space:nowrap}
 .actions button{margin-right:.25rem}
-#message{min-height:1.4em;margin:.5rem 0;color:#0969da}
-#message.bad{color:#d33a2c}
+.msg{display:block;font-size:.85em;color:#0969da;white-space:normal;max-width:16rem}
+.msg.bad{color:#d33a2c}
+tr.detail td{background:#f6f8fa}
+tr.detail pre{white-space:pre-wrap;max-height:20rem;overflow:auto;margin:.3rem 0;
+ background:#fff;border:1px solid #d1d9e0;padding:.4rem}
 .legend span{margin-right:.8rem}
 .legend i{display:inline-block;width:8px;height:12px;margin-right:.25rem;border-radius:2px}
 """
 
-_SCRIPT = """
-(function(){
-  const base = document.body.dataset.api;
-  const message = document.getElementById("message");
-  function say(text, bad){ message.textContent = text; message.className = bad ? "bad" : ""; }
-  function update(row, body){
-    row.className = "s-" + body.status;
-    row.querySelector(".status").textContent = body.status;
-    row.querySelector("[data-action=pause]").hidden = !body.enabled;
-    row.querySelector("[data-action=resume]").hidden = body.enabled;
-  }
-  document.querySelectorAll("button[data-action]").forEach(function(button){
-    button.addEventListener("click", async function(){
-      const row = button.closest("tr");
-      const action = button.dataset.action;
-      let url = base + "/schedule/" + encodeURIComponent(row.dataset.agent) + "/" +
-                encodeURIComponent(row.dataset.schedule);
-      let init = {method: "PATCH", credentials: "same-origin",
-                  headers: {"Content-Type": "application/json", "Accept": "application/json"}};
-      if (action === "run") { url += "/run"; init.method = "POST"; init.body = "{}"; }
-      else { init.body = JSON.stringify({enabled: action === "resume"}); }
-      button.disabled = true;
-      try {
-        const response = await fetch(url, init);
-        const body = await response.json().catch(function(){ return {}; });
-        if (!response.ok) { say(body.error || ("HTTP " + response.status), true); return; }
-        if (action === "run") {
-          const how = body.queued ? " queued for the active scheduler (" : " started (";
-          say("run of " + row.dataset.key + how + body.run_id + ")");
-        } else {
-          update(row, body);
-          say(row.dataset.key + " " + (action === "pause" ? "paused" : "resumed"));
-        }
-      } catch (err) { say(String(err), true); }
-      finally { button.disabled = false; }
-    });
-  });
-})();
-"""
+#: The page's script (a package file, so that it reads as JavaScript and not as a string).
+_SCRIPT = (resources.files("herdsched") / "status_page.js").read_text(encoding="utf-8")
+
+#: The status filters of the page: schedule statuses plus ``failing`` (a failure streak).
+STATUS_FILTERS = ("running", "failing", "paused", "disabled", "idle", "completed")
+_COUNTED = ("running", "failing", "disabled", "paused")
+_COLUMNS = (
+    ("name", "schedule"),
+    ("cadence", "cadence"),
+    ("status", "status"),
+    ("next", "next run"),
+    ("last", "last run"),
+    ("failures", "failures"),
+    ("error", "last error / disabled reason"),
+    ("timeline", "recent runs"),
+)
 
 
 def _local(value: str | None, zone: tzinfo | None) -> str:
@@ -144,6 +148,14 @@ def _local(value: str | None, zone: tzinfo | None) -> str:
     moment = parse_timestamp(value)
     local = moment.astimezone(zone) if zone is not None else moment.astimezone()
     return local.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+
+
+def _time_html(value: str | None, zone: tzinfo | None) -> str:
+    """A time the browser rewrites in its own zone ("14:05:03 (in 4 min)"); the server's
+    rendering in the scheduler's zone stays for pages without scripts."""
+    if not value:
+        return "—"
+    return f"<time datetime='{escape(value, quote=True)}'>{escape(_local(value, zone))}</time>"
 
 
 def _run_title(record: RunRecord, zone: tzinfo | None) -> str:
@@ -163,9 +175,190 @@ def _timeline(records: Sequence[RunRecord], zone: tzinfo | None) -> str:
         colour = RUN_COLOURS.get(str(record.status), "#9aa0a6")
         cells.append(
             f"<span class='run run-{escape(str(record.status))}' style='background:{colour}' "
+            f"tabindex='0' role='button' data-run='{escape(record.run_id, quote=True)}' "
             f"title='{escape(_run_title(record, zone), quote=True)}'></span>"
         )
     return f"<div class='timeline'>{''.join(cells) or '<small>no runs yet</small>'}</div>"
+
+
+def _next_html(item: Mapping[str, Any], zone: tzinfo | None) -> str:
+    state = str(item.get("status"))
+    if state in ("paused", "disabled"):
+        return state  # a paused schedule has no next run, whatever is stored
+    return _time_html(item.get("next_run_at"), zone)
+
+
+def _error_html(item: Mapping[str, Any]) -> str:
+    reason = item.get("disabled_reason")
+    error = item.get("last_error")
+    parts = []
+    if reason:
+        parts.append(f"<span class='reason'>disabled: {escape(str(reason))}</span>")
+    if error and error != reason:
+        parts.append(escape(str(error)))
+    return "<br>".join(parts)
+
+
+def row_cells(
+    item: Mapping[str, Any], runs: Sequence[RunRecord], zone: tzinfo | None
+) -> dict[str, str]:
+    """The inner HTML of each cell of a schedule's row (the page refreshes them one by one)."""
+    agent, name = str(item["agent"]), str(item["name"])
+    owner = item.get("owner")
+    last_result = item.get("last_result")
+    return {
+        "name": f"<b>{escape(agent)}</b>/{escape(name)}"
+        + (f"<br><small>owner {escape(str(owner))}</small>" if owner else ""),
+        "cadence": escape(str(item.get("cadence") or item.get("type"))),
+        "status": escape(str(item.get("status"))),
+        "next": _next_html(item, zone),
+        "last": _time_html(item.get("last_run_at"), zone)
+        + (f"<br><small>{escape(str(last_result))}</small>" if last_result else ""),
+        "failures": str(int(item.get("consecutive_failures") or 0)),
+        "error": _error_html(item),
+        "timeline": _timeline(runs, zone),
+    }
+
+
+def _row_class(item: Mapping[str, Any]) -> str:
+    failing = " failing" if int(item.get("consecutive_failures") or 0) > 0 else ""
+    return f"s-{item.get('status')}{failing}"
+
+
+def _actions(enabled: bool, writable: bool) -> str:
+    hide_pause, hide_resume = ("", " hidden") if enabled else (" hidden", "")
+    off = "" if writable else " disabled"
+    return (
+        f"<button type='button' data-action='pause'{hide_pause}{off}>pause</button>"
+        f"<button type='button' data-action='resume'{hide_resume}{off}>resume</button>"
+        f"<button type='button' data-action='run'{off}>run now</button>"
+        "<span class='msg' role='status'></span>"
+    )
+
+
+def _row(item: Mapping[str, Any], cells: Mapping[str, str], writable: bool) -> str:
+    agent, name = str(item["agent"]), str(item["name"])
+    key = f"{agent}/{name}"
+    tds = "".join(f"<td class='{column}'>{cells[column]}</td>" for column, _ in _COLUMNS)
+    return (
+        f"<tr class='{escape(_row_class(item), quote=True)}' "
+        f"data-agent='{escape(agent, quote=True)}' data-schedule='{escape(name, quote=True)}' "
+        f"data-key='{escape(key, quote=True)}'>{tds}"
+        f"<td class='actions'>{_actions(bool(item.get('enabled')), writable)}</td></tr>"
+    )
+
+
+def _meta(status: SchedulerStatus, pid: int | None, timezone: tzinfo | None, note: str = "") -> str:
+    leader = status.leader.get("pid") if status.leader else None
+    meta = [f"scheduler <b>{escape(status.status)}</b>"]
+    if pid is not None:
+        meta.append(f"page served by pid {pid}")
+    meta.append(f"active scheduler: pid {escape(str(leader))}" if leader else "no active scheduler")
+    meta.append(f"{status.active_jobs} job(s) running here")
+    if timezone is not None:
+        meta.append(f"times in your browser's zone (server: {escape(str(timezone))})")
+    if note:
+        meta.append(escape(note))
+    return " · ".join(meta)
+
+
+def _summary(paging: Mapping[str, int]) -> str:
+    matching, page, per = paging["matching"], paging["page"], paging["per"]
+    if not matching:
+        return f"no schedule matches (of {paging['total']})"
+    first = (page - 1) * per + 1
+    last = min(matching, page * per)
+    return (
+        f"showing {first}–{last} of {matching} matching · page {page} of {paging['pages']} · "
+        f"{paging['total']} in all"
+    )
+
+
+def _default_paging(count: int) -> dict[str, int]:
+    return {"page": 1, "pages": 1, "per": max(count, 1), "matching": count, "total": count}
+
+
+def _filters_form(
+    filters: Mapping[str, str], agents: Sequence[str], paging: Mapping[str, int]
+) -> str:
+    def options(values: Sequence[str], chosen: str, everything: str) -> str:
+        out = [f"<option value=''>{everything}</option>"]
+        for value in values:
+            selected = " selected" if value == chosen else ""
+            out.append(
+                f"<option value='{escape(value, quote=True)}'{selected}>{escape(value)}</option>"
+            )
+        return "".join(out)
+
+    per = paging["per"]
+    sizes = sorted({25, 50, 100, 200, per})
+    size_options = "".join(
+        f"<option value='{n}'{' selected' if n == per else ''}>{n} per page</option>" for n in sizes
+    )
+    return (
+        "<form id='filters' method='get' role='search'>"
+        "<label>status <select name='status'>"
+        f"{options(STATUS_FILTERS, filters.get('status', ''), 'all')}</select></label>"
+        "<label>agent <select name='agent'>"
+        f"{options(list(agents), filters.get('agent', ''), 'all agents')}</select></label>"
+        "<input type='search' name='q' placeholder='search by name' aria-label='search by name' "
+        f"value='{escape(filters.get('q', ''), quote=True)}'>"
+        f"<select name='per' aria-label='page size'>{size_options}</select>"
+        f"<input type='hidden' name='page' value='{paging['page']}'>"
+        f"<button type='button' id='prev'{' disabled' if paging['page'] <= 1 else ''}>"
+        "‹ prev</button>"
+        f"<button type='button' id='next'"
+        f"{' disabled' if paging['page'] >= paging['pages'] else ''}>next ›</button>"
+        f"<noscript><button type='submit'>filter</button></noscript>"
+        f"<span id='summary'>{escape(_summary(paging))}</span>"
+        "</form>"
+    )
+
+
+def _counts_html(counts: Mapping[str, int]) -> str:
+    buttons = [
+        f"<button type='button' class='c-{name}' data-count='{name}'>"
+        f"<b>{counts.get(name, 0)}</b>{name}</button>"
+        for name in ("total", *_COUNTED)
+    ]
+    return f"<div id='counts'>{''.join(buttons)}</div>"
+
+
+def page_update(
+    status: SchedulerStatus,
+    schedules: Sequence[Mapping[str, Any]],
+    runs: Mapping[tuple[str, str], Sequence[RunRecord]],
+    *,
+    counts: Mapping[str, int],
+    paging: Mapping[str, int],
+    timezone: tzinfo | None = None,
+    pid: int | None = None,
+    writable: bool = True,
+) -> dict[str, Any]:
+    """What the page's refresh applies in place: counts, the summary, each row's cells."""
+    rows = []
+    for item in schedules:
+        agent, name = str(item["agent"]), str(item["name"])
+        rows.append(
+            {
+                "key": f"{agent}/{name}",
+                "agent": agent,
+                "name": name,
+                "cls": _row_class(item),
+                "enabled": bool(item.get("enabled")),
+                "cells": row_cells(item, runs.get((agent, name), ()), timezone),
+                "actions": _actions(bool(item.get("enabled")), writable),
+            }
+        )
+    return {
+        "counts": dict(counts),
+        "summary": _summary(paging),
+        "meta": _meta(status, pid, timezone),
+        "page": paging["page"],
+        "pages": paging["pages"],
+        "columns": [column for column, _ in _COLUMNS],
+        "rows": rows,
+    }
 
 
 def status_page(
@@ -178,77 +371,80 @@ def status_page(
     pid: int | None = None,
     title: str = "herdsched",
     note: str = "",
+    counts: Mapping[str, int] | None = None,
+    agents: Sequence[str] = (),
+    filters: Mapping[str, str] | None = None,
+    paging: Mapping[str, int] | None = None,
+    read_only: str | None = None,
+    csrf: tuple[str, str] | None = None,
 ) -> str:
     """The status page: a complete HTML document.
 
-    ``schedules`` are schedule JSON objects of the REST API (:func:`herdsched.api.schedule_json`),
-    ``runs`` the recent runs of each ``(agent, name)`` newest first, ``api_base`` the URL of the
-    REST API (``/herdsched/api``), ``timezone`` the zone times are shown in (default: the
-    server's), ``pid`` the process that rendered the page.
+    ``schedules`` are schedule JSON objects of the REST API (:func:`herdsched.api.schedule_json`)
+    of the page shown, ``runs`` the recent runs of each ``(agent, name)`` newest first,
+    ``api_base`` the URL of the REST API (``/herdsched/api``), ``timezone`` the scheduler's zone
+    (the browser shows times in its own), ``pid`` the process that rendered the page.
+    ``counts`` (total, running, failing, disabled, paused), ``agents``, ``filters`` and
+    ``paging`` (page, pages, per, matching, total) come from :meth:`herdsched.api.RestApi.
+    status_page`. ``read_only`` is the reason writes are refused (the buttons are disabled);
+    ``csrf`` is the (header, token) pair the buttons send.
     """
-    leader = status.leader.get("pid") if status.leader else None
-    meta = [f"scheduler <b>{escape(status.status)}</b>"]
-    if pid is not None:
-        meta.append(f"page served by pid {pid}")
-    meta.append(f"active scheduler: pid {escape(str(leader))}" if leader else "no active scheduler")
-    meta.append(f"{status.active_jobs} job(s) running here")
-    if timezone is not None:
-        meta.append(f"times in {escape(str(timezone))}")
-    rows = []
-    for item in schedules:
-        agent, name = str(item["agent"]), str(item["name"])
-        key = f"{agent}/{name}"
-        enabled = bool(item.get("enabled"))
-        state = str(item.get("status"))
-        failures = int(item.get("consecutive_failures") or 0)
-        error = item.get("last_error") or item.get("disabled_reason") or ""
-        hide_pause, hide_resume = ("", " hidden") if enabled else (" hidden", "")
-        rows.append(
-            f"<tr class='s-{escape(state)}' data-agent='{escape(agent, quote=True)}' "
-            f"data-schedule='{escape(name, quote=True)}' data-key='{escape(key, quote=True)}'>"
-            f"<td><b>{escape(agent)}</b>/{escape(name)}</td>"
-            f"<td>{escape(str(item.get('cadence') or item.get('type')))}</td>"
-            f"<td class='status'>{escape(state)}</td>"
-            f"<td class='next'>{escape(_local(item.get('next_run_at'), timezone))}</td>"
-            f"<td class='last'>{escape(_local(item.get('last_run_at'), timezone))}"
-            f"<br><small>{escape(str(item.get('last_result') or ''))}</small></td>"
-            f"<td class='failures'>{failures}</td>"
-            f"<td class='error'>{escape(str(error))}</td>"
-            f"<td>{_timeline(runs.get((agent, name), ()), timezone)}</td>"
-            "<td class='actions'>"
-            f"<button type='button' data-action='pause'{hide_pause}>pause</button>"
-            f"<button type='button' data-action='resume'{hide_resume}>resume</button>"
-            "<button type='button' data-action='run'>run now</button></td>"
-            "</tr>"
+    paging = paging or _default_paging(len(schedules))
+    counts = counts or _count(schedules)
+    writable = read_only is None
+    rows = [
+        _row(
+            item,
+            row_cells(item, runs.get((str(item["agent"]), str(item["name"])), ()), timezone),
+            writable,
         )
-    head = "".join(
-        f"<th>{h}</th>"
-        for h in (
-            "schedule",
-            "cadence",
-            "status",
-            "next run",
-            "last run",
-            "failures",
-            "last error",
-            "recent runs",
-            "",
-        )
-    )
+        for item in schedules
+    ]
+    head = "".join(f"<th>{label}</th>" for _, label in _COLUMNS) + "<th></th>"
     legend = "".join(
         f"<span><i style='background:{colour}'></i>{escape(name)}</span>"
         for name, colour in RUN_COLOURS.items()
     )
-    body_rows = "".join(rows) or "<tr><td colspan='9'>no schedules</td></tr>"
+    empty = "no schedules" if not paging["total"] else "no schedules match"
+    body_rows = "".join(rows) or f"<tr class='empty'><td colspan='10'>{empty}</td></tr>"
+    banner = f"<p class='readonly'>read-only: {escape(read_only)}</p>" if read_only else ""
+    csrf_attrs = ""
+    if csrf is not None:
+        csrf_attrs = (
+            f" data-csrf-header='{escape(csrf[0], quote=True)}'"
+            f" data-csrf-token='{escape(csrf[1], quote=True)}'"
+        )
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width,initial-scale=1'>"
         f"<title>{escape(title)}</title><style>{_STYLE}</style></head>"
-        f"<body data-api='{escape(api_base, quote=True)}'>"
-        f"<h1>{escape(title)}</h1><div class='meta'>{' · '.join(meta)}</div>"
-        f"{f'<p>{escape(note)}</p>' if note else ''}"
-        f"<div id='message' role='status'></div>"
-        f"<table><thead><tr>{head}</tr></thead><tbody>{body_rows}</tbody></table>"
-        f"<p class='legend'>{legend}</p>"
+        f"<body data-api='{escape(api_base, quote=True)}' data-refresh='{REFRESH_SECONDS}'"
+        f"{csrf_attrs}>"
+        f"<h1>{escape(title)}</h1>"
+        f"<div class='meta' id='meta'>{_meta(status, pid, timezone, note)}</div>"
+        f"{banner}{_counts_html(counts)}{_filters_form(filters or {}, agents, paging)}"
+        f"<table><thead><tr>{head}</tr></thead><tbody id='rows'>{body_rows}</tbody></table>"
+        f"<p class='legend'>{legend} · click a run for its detail</p>"
         f"<script>{_SCRIPT}</script></body></html>"
     )
+
+
+def matches_status(item: Mapping[str, Any], wanted: str) -> bool:
+    """Whether a schedule's JSON matches a status filter of the page."""
+    if wanted == "running":
+        return bool(item.get("running")) or item.get("status") == "running"
+    if wanted == "failing":
+        return int(item.get("consecutive_failures") or 0) > 0
+    return bool(item.get("status") == wanted)
+
+
+def _count(schedules: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    counts = {"total": len(schedules)}
+    for name in _COUNTED:
+        counts[name] = sum(1 for item in schedules if matches_status(item, name))
+    return counts
+
+
+def count_schedules(schedules: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """The page's counts: total, running, failing, disabled, paused."""
+    return _count(schedules)

@@ -11,7 +11,17 @@ from typing import Any
 import pytest
 
 from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo
-from herdsched.api import ADMIN, RestApi, schedule_json
+from herdsched.api import (
+    ADMIN,
+    ALLOW_ANYONE,
+    MAX_BODY_BYTES,
+    MAX_NAME_LENGTH,
+    MAX_PROMPT_LENGTH,
+    RestApi,
+    is_cross_site,
+    read_only_reason,
+    schedule_json,
+)
 from herdsched.errors import (
     ConfigError,
     CronParseError,
@@ -765,7 +775,7 @@ def test_status_page_is_capped_and_survives_history_errors(
     monkeypatch.setattr(sched, "history", broken)
     html = api.status_page(api_base="/api")
     assert html.count("<tr class=") == 2
-    assert "Showing the first 2 of 4 schedules" in html
+    assert "showing 1–2 of 4 matching · page 1 of 2" in html
     assert "no runs yet" in html
     assert "could not read the history" in caplog.text
 
@@ -794,3 +804,161 @@ def test_failed_type_change_keeps_the_old_definition(
     assert_error(body, "at", "passed")
     assert sched.get_schedule("triage", "check").type == "interval"
     assert call(api, "GET", "/api/schedule/triage/check")[1]["interval"] == "5m"
+
+
+# ------------------------------------------------------------------ secure by default, limits
+
+
+def test_run_without_body_or_content_type(api: RestApi) -> None:
+    """``curl -X POST .../run`` sends neither (it was answered 415)."""
+    status, body = api.handle("POST", "/api/schedule/triage/check/run", body=b"", content_type="")
+    assert status == 202, body
+    assert body["run_id"]
+
+
+def test_read_only_refuses_every_write_with_its_reason(api: RestApi) -> None:
+    reason = read_only_reason("pass auth= to init_app()")
+    assert "ALLOW_ANYONE" in reason
+    for method, path in [
+        ("PUT", "/api/schedule/triage/new"),
+        ("PATCH", "/api/schedule/triage/check"),
+        ("DELETE", "/api/schedule/triage/check"),
+        ("POST", "/api/schedule/triage/check/run"),
+    ]:
+        status, body = call(api, method, path, {"interval": "5m"}, read_only=reason)
+        assert status == 403, (method, body)
+        assert_error(body, text="pass auth= to init_app()")
+    status, body = call(api, "GET", "/api/schedule/triage/check", read_only=reason)
+    assert status == 200
+    assert body["enabled"] is True
+
+
+def test_allow_anyone_is_full_access() -> None:
+    assert ALLOW_ANYONE(object()) == ADMIN
+
+
+def test_cross_site_writes_are_refused(api: RestApi) -> None:
+    status, body = call(
+        api, "PATCH", "/api/schedule/triage/check", {"enabled": False}, cross_site=True
+    )
+    assert status == 403
+    assert_error(body, "Origin", "cross-site")
+    assert call(api, "GET", "/api/schedule", cross_site=True)[0] == 200
+
+
+@pytest.mark.parametrize(
+    ("headers", "host", "cross"),
+    [
+        ({}, "example.com", False),  # curl, scripts
+        ({"Sec-Fetch-Site": "same-origin"}, "example.com", False),
+        ({"Sec-Fetch-Site": "cross-site"}, "example.com", True),
+        ({"Sec-Fetch-Site": "same-site"}, "example.com", True),
+        ({"Origin": "https://example.com"}, "example.com", False),
+        ({"Origin": "https://evil.example"}, "example.com", True),
+        ({"Origin": "null"}, "example.com", True),
+    ],
+)
+def test_is_cross_site(headers: dict[str, str], host: str, cross: bool) -> None:
+    assert is_cross_site(headers, host) is cross
+
+
+def test_bodies_over_the_limit_are_413(sched: ThreadedScheduler) -> None:
+    api = RestApi(sched, max_body_bytes=1000)
+    big = {"interval": "5m", "prompt": "x" * 2000}
+    status, body = call(api, "PUT", "/api/schedule/triage/big", big)
+    assert status == 413
+    assert_error(body, "body", "at most 1000 bytes")
+    assert call(api, "GET", "/api/schedule/triage/big")[0] == 404
+    with pytest.raises(ValueError, match="max_body_bytes"):
+        RestApi(sched, max_body_bytes=0)
+
+
+def test_default_body_limit_is_64_kib(api: RestApi) -> None:
+    assert MAX_BODY_BYTES == 64 * 1024
+    status, _ = call(api, "PUT", "/api/schedule/triage/big", {"prompt": "x" * MAX_BODY_BYTES})
+    assert status == 413
+
+
+def test_prompt_and_name_lengths(api: RestApi) -> None:
+    long_prompt = "x" * (MAX_PROMPT_LENGTH + 1)
+    status, body = call(
+        api, "PUT", "/api/schedule/triage/new", {"interval": "5m", "prompt": long_prompt}
+    )
+    assert status == 400
+    assert_error(body, "prompt", "prompt is too long")
+    status, body = call(api, "PATCH", "/api/schedule/triage/check", {"prompt": long_prompt})
+    assert (status, body["details"][0]["field"]) == (400, "prompt")
+    status, body = call(api, "POST", "/api/schedule/triage/check/run", {"prompt": long_prompt})
+    assert (status, body["details"][0]["field"]) == (400, "prompt")
+    name = "n" * (MAX_NAME_LENGTH + 1)
+    status, body = call(api, "PUT", f"/api/schedule/triage/{name}", {"interval": "5m"})
+    assert status == 400
+    assert_error(body, "name", "name is too long")
+    ok = "n" * MAX_NAME_LENGTH
+    assert call(api, "PUT", f"/api/schedule/triage/{ok}", {"interval": "5m"})[0] == 201
+
+
+def test_changes_are_logged_with_who_what_and_where(
+    api: RestApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="herdsched")
+    call(api, "PUT", "/api/schedule/triage/new", {"interval": "10m"}, owner="ann", actor="alice")
+    call(api, "PATCH", "/api/schedule/triage/new", {"enabled": False}, owner="ann")
+    call(api, "PATCH", "/api/schedule/triage/check", {"prompt": "Hi", "enabled": True})
+    call(api, "POST", "/api/schedule/triage/check/run", actor="bob")
+    call(api, "DELETE", "/api/schedule/triage/new", owner="ann")
+    call(api, "DELETE", "/api/schedule/triage/ghost")  # refused: not logged as a change
+    lines = [r.getMessage() for r in caplog.records if "REST API" in r.getMessage()]
+    assert lines[0] == "alice (owner ann) created triage/new through the REST API"
+    assert lines[1] == "owner ann paused triage/new through the REST API"
+    assert lines[2] == (
+        "a caller with full access changed prompt of triage/check and resumed triage/check "
+        "through the REST API"
+    )
+    assert lines[3].startswith("bob (full access) ran triage/check now as run ")
+    assert lines[4] == "owner ann removed triage/new through the REST API"
+    assert len(lines) == 5
+
+
+def test_status_page_counts_filters_and_pages(api: RestApi, sched: ThreadedScheduler) -> None:
+    for i in range(30):
+        sched.add_schedule("triage", f"bulk-{i:02d}", Schedule.interval("1h", start_at=LATER))
+    sched.pause("triage", "bulk-00")
+    update = api.status_page_update(query={"per": "10"})
+    assert update["counts"] == {"total": 34, "running": 0, "failing": 0, "disabled": 0, "paused": 1}
+    assert (update["page"], update["pages"], len(update["rows"])) == (1, 4, 10)
+    page3 = api.status_page_update(query={"per": "10", "page": "3"})
+    assert page3["rows"][0]["key"] == "triage/bulk-18"
+    paused = api.status_page_update(query={"status": "paused"})
+    assert [r["key"] for r in paused["rows"]] == ["triage/bulk-00"]
+    assert paused["rows"][0]["cells"]["next"] == "paused"
+    assert "showing 1–1 of 1 matching" in paused["summary"]
+    found = api.status_page_update(query={"q": "BULK-2", "agent": "triage"})
+    assert len(found["rows"]) == 10
+    assert api.status_page_update(query={"agent": "builder"})["rows"][0]["key"] == "builder/build"
+    # nonsense in the query string shows the first page of everything
+    odd = api.status_page_update(query={"page": "x", "per": "-3", "status": "asleep"})
+    assert (odd["page"], len(odd["rows"])) == (1, 1)
+    html = api.status_page(api_base="/api", query={"status": "paused"})
+    assert html.count("<tr class=") == 1
+    assert "<option value='paused' selected>" in html
+    assert "data-count='failing'" in html
+
+
+def test_history_shows_a_traceback_when_the_record_has_one(
+    api: RestApi, sched: ThreadedScheduler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert sched.trigger("triage", "check", wait=True).success
+    (record,) = sched.history("triage", "check")
+
+    class WithTraceback:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(record, name)
+
+        traceback = "Traceback (most recent call last):\n  ...\nKeyError: 'missing'"
+
+    monkeypatch.setattr(sched, "history", lambda *a, **k: [WithTraceback()])
+    monkeypatch.setattr("herdsched.api.record_to_dict", lambda r: {"run_id": r.run_id})
+    status, body = call(api, "GET", "/api/schedule/triage/check/history")
+    assert status == 200
+    assert body["runs"][0]["traceback"].endswith("KeyError: 'missing'")

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo
+from herdsched.api import ALLOW_ANYONE
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -85,7 +86,7 @@ def base_url(scheduler: ThreadedScheduler) -> Iterator[str]:
     from herdsched.contrib.flask import init_app
 
     app = Flask("browser")
-    init_app(app, scheduler)
+    init_app(app, scheduler, auth=ALLOW_ANYONE)
     server = make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -138,7 +139,7 @@ def test_status_page_pause_resume_run_in_chromium(
 
     row.find_element(By.CSS_SELECTOR, "button[data-action='pause']").click()
     wait.until(lambda _: row.find_element(By.CSS_SELECTOR, ".status").text == "paused")
-    assert "paused" in browser.find_element(By.ID, "message").text
+    assert row.find_element(By.CSS_SELECTOR, ".msg").text == "paused"  # next to its row
     assert scheduler.store.get_schedule_state("triage", "check").status == "paused"
     resume = row.find_element(By.CSS_SELECTOR, "button[data-action='resume']")
     assert resume.is_displayed()
@@ -154,7 +155,7 @@ def test_status_page_pause_resume_run_in_chromium(
 
     before = len(scheduler.history("triage", "check", limit=50))
     row.find_element(By.CSS_SELECTOR, "button[data-action='run']").click()
-    wait.until(lambda _: "started" in browser.find_element(By.ID, "message").text)
+    wait.until(lambda _: "started" in row.find_element(By.CSS_SELECTOR, ".msg").text)
     assert scheduler.wait_until_idle(10)
     assert len(scheduler.history("triage", "check", limit=50)) == before + 1
     assert (ARTIFACTS / "status-page.png").stat().st_size > 0
@@ -170,6 +171,122 @@ def test_status_page_shows_api_errors(
     scheduler.remove_schedule("triage", "report")  # gone after the page was rendered
     row = browser.find_element(By.CSS_SELECTOR, "tr[data-key='triage/report']")
     row.find_element(By.CSS_SELECTOR, "button[data-action='pause']").click()
-    message = browser.find_element(By.ID, "message")
+    message = row.find_element(By.CSS_SELECTOR, ".msg")
     WebDriverWait(browser, 10).until(lambda _: "not found" in message.text)
-    assert message.get_attribute("class") == "bad"
+    assert message.get_attribute("class") == "msg bad"
+
+
+@pytest.fixture
+def fleet_url(tmp_path: Path) -> Iterator[tuple[str, ThreadedScheduler]]:
+    """1,000 schedules over 10 agents; some failing, paused and auto-disabled."""
+    from flask import Flask
+    from werkzeug.serving import make_server
+
+    from herdsched.contrib.flask import init_app
+
+    sched = ThreadedScheduler(state_dir=None, timezone="Europe/Berlin")
+    later = "2099-01-01T00:00:00Z"
+    for a in range(10):
+        schedules = {
+            f"job-{i:03d}": Schedule.interval(f"{5 + i % 7}m", prompt="ok", start_at=later)
+            for i in range(100)
+        }
+        sched.add_agent(Agent(f"agent-{a}", job=flaky, schedules=schedules))
+    sched.start()
+    for i in range(12):
+        sched.trigger("agent-3", f"job-{i:03d}", prompt="fail", wait=True)
+    for i in range(5):
+        sched.pause("agent-7", f"job-{i:03d}")
+    app = Flask("fleet")
+    init_app(app, sched, auth=ALLOW_ANYONE)
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/herdsched/", sched
+    finally:
+        server.shutdown()
+        thread.join(5)
+        sched.stop(timeout=10)
+
+
+def test_status_page_at_1000_schedules(
+    browser: Any, fleet_url: tuple[str, ThreadedScheduler]
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    url, sched = fleet_url
+    wait = WebDriverWait(browser, 15)
+    browser.get(url)
+
+    def count(name: str) -> str:
+        return browser.find_element(By.CSS_SELECTOR, f"#counts [data-count='{name}'] b").text
+
+    assert (count("total"), count("failing"), count("paused")) == ("1000", "12", "5")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#rows tr[data-key]")
+    assert len(rows) == 50  # one page, not a 1,000-row table
+    assert "of 1000 matching" in browser.find_element(By.ID, "summary").text
+    # times are the browser's own, readable: "14:05:03 (in 4 min)"-like, never raw ISO
+    last = browser.find_element(By.CSS_SELECTOR, "tr[data-key='agent-0/job-000'] td.next").text
+    assert "2099-01-01T" not in last and "2099" in last and "days)" in last
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "status-page-1000.png"))
+
+    # filter by status and agent, then search by name: the URL keeps the filters
+    Select(browser.find_element(By.NAME, "status")).select_by_value("failing")
+    wait.until(lambda _: len(browser.find_elements(By.CSS_SELECTOR, "#rows tr[data-key]")) == 12)
+    assert "status=failing" in browser.current_url
+    browser.find_element(By.CSS_SELECTOR, "#counts [data-count='paused']").click()
+    wait.until(lambda _: len(browser.find_elements(By.CSS_SELECTOR, "#rows tr[data-key]")) == 5)
+    assert browser.find_element(By.CSS_SELECTOR, "#rows tr td.next").text == "paused"
+    Select(browser.find_element(By.NAME, "status")).select_by_value("")
+    Select(browser.find_element(By.NAME, "agent")).select_by_value("agent-3")
+    search = browser.find_element(By.NAME, "q")
+    search.send_keys("job-01")
+    wait.until(lambda _: len(browser.find_elements(By.CSS_SELECTOR, "#rows tr[data-key]")) == 10)
+    row = browser.find_element(By.CSS_SELECTOR, "tr[data-key='agent-3/job-011']")
+    assert "upstream returned 503" in row.find_element(By.CSS_SELECTOR, ".error").text
+    cells = [td.get_attribute("class") for td in row.find_elements(By.CSS_SELECTOR, "td")]
+    assert cells[:3] == ["name", "cadence", "status"]  # rows made by the refresh: header order
+
+    # a run's detail: output summary and error
+    row.find_element(By.CSS_SELECTOR, ".timeline .run").click()
+    detail = wait.until(lambda _: browser.find_element(By.CSS_SELECTOR, "tr.detail"))
+    wait.until(lambda _: "upstream returned 503" in detail.text)
+    assert "error:" in detail.text
+    browser.save_screenshot(str(ARTIFACTS / "status-page-detail.png"))
+
+    # the refresh: a change made elsewhere shows up; focus, filter and detail stay
+    search.send_keys(Keys.END)
+    assert browser.switch_to.active_element == search
+    sched.pause("agent-3", "job-011")
+    wait.until(lambda _: row.find_element(By.CSS_SELECTOR, ".status").text == "paused")
+    assert browser.switch_to.active_element == search
+    assert search.get_attribute("value") == "job-01"
+    assert browser.find_elements(By.CSS_SELECTOR, "tr.detail")
+
+    # paging through everything keeps the scroll position across a refresh
+    search.clear()
+    search.send_keys(Keys.BACKSPACE)
+    Select(browser.find_element(By.NAME, "agent")).select_by_value("")
+    wait.until(lambda _: "of 1000 matching" in browser.find_element(By.ID, "summary").text)
+    browser.find_element(By.ID, "next").click()
+    wait.until(lambda _: "page 2 of 20" in browser.find_element(By.ID, "summary").text)
+    browser.execute_script("window.scrollTo(0, 900)")
+    before = browser.execute_script("return window.scrollY")
+    sched.resume("agent-3", "job-011")
+    marker = browser.find_element(By.ID, "summary")
+    browser.execute_script("arguments[0].dataset.seen = 'yes'", marker)
+    wait.until(
+        lambda _: (
+            browser.execute_script("return document.querySelector('tr[data-key]').dataset.key")
+            == "agent-0/job-050"
+        )
+    )
+    import time as _time
+
+    _time.sleep(6)  # at least one refresh
+    assert browser.execute_script("return window.scrollY") == before
+    assert "page 2 of 20" in browser.find_element(By.ID, "summary").text

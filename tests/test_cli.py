@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import logging
 import textwrap
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from herdsched import __version__
+from herdsched import __version__, cli
 from herdsched.cli import main
 from herdsched.leader import LeaderLock
 from herdsched.models import RunRecord, ScheduleState
@@ -129,7 +132,7 @@ def test_validate_demo_fleet(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     assert 'valid fleet "demo": 2 agent(s)' in out
     assert "demo_jobs:report" in out and "command: sh -c" in out
-    assert "every 5s" in out and "cron */5 * * * * *" in out and "on trigger" in out
+    assert "every 5s" in out and "cron */5 * * * * *" in out and "manual" in out
 
 
 def test_validate_broken_fleet_lists_every_problem(
@@ -583,8 +586,9 @@ def test_run_for_a_duration_then_read_history(
     code, _, err = run_cli(capsys, "run", str(fleet), "--state-dir", str(state), "--duration", "1s")
     assert code == 0
     assert "fleet tiny: 1 agent(s), 2 schedule(s)" in err
-    assert "a/tick success" in err and "hello" in err
+    assert "a/tick succeeded in" in err and "hello" in err
     assert "a/fail failed" in err and "exited with code 4" in err
+    assert err.count("exited with code 4") == 1  # logged once (it was by herdsched.cli too)
     assert "ran for 1s: stopping" in err
     code, out, _ = run_cli(capsys, "history", "a/tick", "--state-dir", str(state), "--json")
     assert code == 0
@@ -659,3 +663,156 @@ def test_python_dash_m_entry_point(
         runpy.run_module("herdsched", run_name="__main__")
     assert exited.value.code == 0
     assert capsys.readouterr().out.strip() == f"herdsched {__version__}"
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 19: logging options, validate, history, descriptions, wording, paused, state dir
+
+
+@pytest.mark.parametrize(
+    ("argv", "level"),
+    [
+        (["status"], logging.WARNING),
+        (["-v", "status"], logging.INFO),
+        (["status", "-v"], logging.INFO),
+        (["-vv", "status"], logging.DEBUG),
+        (["status", "-q"], logging.ERROR),
+        (["--log-level", "debug", "status"], logging.DEBUG),
+        (["status", "--log-level", "ERROR"], logging.ERROR),
+        (["--log-level", "DEBUG", "history", "-q"], logging.DEBUG),  # the explicit level wins
+    ],
+)
+def test_logging_options_before_or_after_the_command(
+    capsys: pytest.CaptureFixture[str],
+    state_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    level: int,
+) -> None:
+    seen: list[int] = []
+    real = cli._setup_logging
+
+    def spy(wanted: int) -> Any:
+        seen.append(wanted)
+        return real(wanted)
+
+    monkeypatch.setattr(cli, "_setup_logging", spy)
+    code, _, _ = run_cli(capsys, *argv, "--state-dir", str(state_dir))
+    assert code == 0
+    assert seen == [level]
+
+
+def test_every_command_has_a_description(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = cli.build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in commands.choices.items():
+        assert sub.description, name
+        assert "-v" in sub.format_help() and "--log-level" in sub.format_help(), name
+
+
+def test_validate_finds_a_missing_program(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    fleet = _fleet(
+        tmp_path,
+        """
+        agents:
+          - name: a
+            command: [no-such-program-xyz, --flag]
+            schedules:
+              s: {type: interval, interval: 5m}
+              t: {type: interval, interval: 5m, command: [./missing.sh]}
+              u: {type: interval, interval: 5m, command: [sh, -c, "true"]}
+        """,
+    )
+    code, out, err = run_cli(capsys, "validate", str(fleet))
+    assert code == 2, out
+    assert "agents[0].command: program 'no-such-program-xyz' not found on PATH" in err
+    assert "agents[0].schedules.t.command: program './missing.sh' not found" in err
+    assert "schedules.u" not in err
+
+
+def test_validate_finds_a_job_that_does_not_import(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    fleet = _fleet(
+        tmp_path,
+        """
+        agents:
+          - name: a
+            job: "no_such_module_xyz:run"
+            schedules: {s: {type: interval, interval: 5m}}
+        """,
+    )
+    code, _, err = run_cli(capsys, "validate", str(fleet))
+    assert code == 2
+    assert "no_such_module_xyz" in err
+
+
+def test_status_and_validate_word_cadences_alike(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from herdsched.config import load_fleet
+    from herdsched.scheduler import describe_cadence
+
+    fleet = _fleet(
+        tmp_path,
+        """
+        agents:
+          - name: a
+            command: ["true"]
+            schedules:
+              m: {type: manual}
+              o: {type: once, at: "2099-12-01T09:00:00Z"}
+        """,
+    )
+    code, out, _ = run_cli(capsys, "validate", str(fleet))
+    assert code == 0
+    schedules = load_fleet(fleet).agents[0].schedules
+    for schedule in schedules.values():
+        assert describe_cadence(schedule) in out  # what status shows (stored by the scheduler)
+    assert "on trigger" not in out
+    assert "2099-12-01T09:00:00+00:00" in out
+
+
+def test_paused_next_run_reads_paused(capsys: pytest.CaptureFixture[str], state_dir: Path) -> None:
+    assert run_cli(capsys, "pause", "triage/check", "--state-dir", str(state_dir))[0] == 0
+    for command in ("status", "list"):
+        _, out, _ = run_cli(capsys, command, "--state-dir", str(state_dir), "--tz", "UTC")
+        line = next(x for x in out.splitlines() if x.startswith("triage") and " check " in x)
+        assert line.split().count("paused") == 2, line  # the status and the next run
+        assert "12:05:00" not in line  # the stored next run, in the past once resumed
+
+
+def test_history_without_target_shows_the_fleet(
+    capsys: pytest.CaptureFixture[str], state_dir: Path
+) -> None:
+    code, out, _ = run_cli(capsys, "history", "--state-dir", str(state_dir), "-n", "2")
+    assert code == 0, out
+    lines = out.splitlines()
+    assert "AGENT/SCHEDULE" in lines[0]
+    assert "triage/report" in lines[1] and "run-f" in lines[1]  # newest first
+    assert "triage/check" in lines[2] and len(lines) == 3
+
+
+def test_long_shows_whole_errors(capsys: pytest.CaptureFixture[str], state_dir: Path) -> None:
+    long_error = "the upstream API answered 500 Internal Server Error after 30 s: " + "x" * 80
+    store = YamlStateStore(state_dir)
+    store.update_schedule_state("triage", "check", last_error=long_error)
+    store.close()
+    _, out, _ = run_cli(capsys, "status", "--state-dir", str(state_dir))
+    assert long_error not in out
+    _, out, _ = run_cli(capsys, "status", "--long", "--state-dir", str(state_dir))
+    assert long_error in out
+
+
+@pytest.mark.parametrize("command", ["status", "list", "history", "pause", "trigger"])
+def test_a_state_dir_that_is_a_file_says_so_in_every_command(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str
+) -> None:
+    file = tmp_path / "file"
+    file.write_text("")
+    extra = ["a/b"] if command in ("pause", "trigger") else []
+    code, _, err = run_cli(capsys, command, *extra, "--state-dir", str(file))
+    assert code == 1
+    assert f"state_dir {file} exists but is not a directory" in err

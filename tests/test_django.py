@@ -3,6 +3,7 @@ start-up rules (autoreloader, management commands), auth, and ``manage.py herdsc
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -92,7 +93,9 @@ def sched(jobs: Jobs) -> Iterator[ThreadedScheduler]:
         )
     )
     scheduler.start()
-    with override_settings(HERDSCHED={"SCHEDULER": scheduler, "AUTOSTART": False}):
+    # open on purpose (these tests are about routes); given as an import path, as in settings.py
+    value = {"SCHEDULER": scheduler, "AUTOSTART": False, "AUTH": "herdsched.api.ALLOW_ANYONE"}
+    with override_settings(HERDSCHED=value):
         yield scheduler
     jobs.gate.set()
     scheduler.stop(timeout=10)
@@ -370,8 +373,24 @@ def test_management_command_runs_until_stopped(tmp_path: Path) -> None:
         scheduler.stop()
         thread.join(5)
     assert not thread.is_alive()
-    assert "0 schedule(s)" in "".join(out)
-    assert "herdsched stopped" in "".join(out)
+    text = "".join(out)
+    assert text.startswith("Running the herdsched scheduler of settings.HERDSCHED")
+    assert "0 schedule(s) of 0 agent(s)" in text
+    assert "The herdsched scheduler stopped." in text
+
+
+def test_manage_py_herdsched_does_not_say_herdsched_is_not_started(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("DEBUG", logger="herdsched")
+    scheduler = ThreadedScheduler(state_dir=None)
+    monkeypatch.setattr(integration._process, "started", False)
+    monkeypatch.setattr("sys.argv", ["manage.py", "herdsched"])
+    with override_settings(HERDSCHED={"SCHEDULER": scheduler}):
+        start, reason = integration.autostart_decision()
+        assert (start, reason) == (False, "manage.py herdsched runs the scheduler itself")
+        apps.get_app_config("herdsched").ready()
+    assert not [r for r in caplog.records if r.levelno >= logging.INFO]
 
 
 def test_with_db_connections_closes_stale_connections(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -417,3 +436,190 @@ def test_fleet_jobs_get_database_connection_handling(
     (run,) = scheduler.history("reports", "daily")
     assert run.output_summary == "Now. (no Flask app)"
     assert len(closed) >= 2  # before and after the run
+
+
+# ------------------------------------------------------------- secure by default, CSRF, checks
+
+
+def session_staff(request: Any) -> str | None:
+    """Authenticates by the session cookie, as Django's own login does."""
+    return ADMIN if request.COOKIES.get(settings.SESSION_COOKIE_NAME) == "staff" else None
+
+
+class FakeUser:
+    def __init__(self, name: str | None, staff: bool = False) -> None:
+        self.is_authenticated = name is not None
+        self.is_active = True
+        self.is_staff = staff
+        self.name = name or ""
+
+    def get_username(self) -> str:
+        return self.name
+
+
+class FakeAuthMiddleware:
+    """What AuthenticationMiddleware does, from an X-User header (no database needed)."""
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: Any) -> Any:
+        name = request.headers.get("X-User")
+        request.user = FakeUser(name, staff=name == "boss")
+        return self.get_response(request)
+
+
+def test_without_auth_reads_work_and_writes_are_403(sched: ThreadedScheduler) -> None:
+    with override_settings(HERDSCHED={"SCHEDULER": sched, "AUTOSTART": False}):
+        client = Client()
+        assert client.get(f"{API}/schedule").json()["total"] == 2
+        body = error_of(
+            send(client, "PATCH", f"{API}/schedule/triage/check", {"enabled": False}), 403
+        )
+        assert 'HERDSCHED["AUTH"]' in body["error"]
+        error_of(client.post(f"{API}/schedule/triage/check/run"), 403)
+        assert "read-only" in client.get("/herdsched/").content.decode()
+    assert sched.get_status().schedules[0].status == "idle"
+
+
+def test_run_with_no_body_and_no_content_type(client: Client, sched: ThreadedScheduler) -> None:
+    response = client.generic("POST", f"{API}/schedule/triage/check/run")
+    assert response.status_code == 202, response.content
+    assert sched.wait_until_idle(5)
+
+
+def test_session_writes_need_the_csrf_token(sched: ThreadedScheduler) -> None:
+    value = {"SCHEDULER": sched, "AUTOSTART": False, "AUTH": f"{__name__}:session_staff"}
+    middleware = ["django.middleware.csrf.CsrfViewMiddleware"]
+    with override_settings(HERDSCHED=value, MIDDLEWARE=middleware):
+        client = Client(enforce_csrf_checks=True)
+        client.cookies[settings.SESSION_COOKIE_NAME] = "staff"
+        url = f"{API}/schedule/triage/check"
+        # the attack of the issue: a staff session, no token, another site's Origin (was 201)
+        evil = {"Origin": "https://evil.example"}
+        body = error_of(send(client, "PUT", url, {"interval": "1m"}, headers=evil), 403)
+        assert "CSRF" in body["error"]
+        body = error_of(send(client, "PATCH", url, {"enabled": False}), 403)
+        assert "CSRF" in body["error"]
+        # the status page hands the token to its buttons, which send it in the header
+        html = client.get("/herdsched/").content.decode()
+        token = html.split("data-csrf-token='", 1)[1].split("'", 1)[0]
+        assert "data-csrf-header='X-CSRFTOKEN'" in html
+        response = send(client, "PATCH", url, {"enabled": False}, headers={"X-CSRFToken": token})
+        assert response.status_code == 200, response.content
+        assert client.get(url).json()["status"] == "paused"
+        # header or token auth without the session cookie needs no CSRF token
+        token_client = Client(enforce_csrf_checks=True)
+        with override_settings(HERDSCHED={**value, "AUTH": f"{__name__}:owner_from_header"}):
+            response = send(
+                token_client, "PATCH", url, {"enabled": True}, headers={"X-Owner": "root"}
+            )
+            assert response.status_code == 200, response.content
+
+
+def test_anonymous_401_refused_user_403_and_browser_to_login(sched: ThreadedScheduler) -> None:
+    value = {"SCHEDULER": sched, "AUTOSTART": False, "AUTH": "herdsched.contrib.django.staff_only"}
+    with override_settings(
+        HERDSCHED=value,
+        MIDDLEWARE=[f"{__name__}.FakeAuthMiddleware"],
+        INSTALLED_APPS=[
+            "django.contrib.auth",
+            "django.contrib.contenttypes",
+            "herdsched.contrib.django",
+        ],
+        LOGIN_URL="/login/",
+    ):
+        client = Client()
+        error_of(client.get(f"{API}/schedule"), 401)
+        body = error_of(client.get(f"{API}/schedule", headers={"X-User": "eve"}), 403)
+        assert body["error"] == "user 'eve' may not use herdsched"
+        assert client.get("/herdsched/", headers={"X-User": "eve"}).status_code == 403
+        page = client.get("/herdsched/", headers={"Accept": "text/html"})
+        assert page.status_code == 302
+        assert page["Location"] == "/login/?next=/herdsched/"
+        assert client.get(f"{API}/schedule", headers={"X-User": "boss"}).status_code == 200
+
+
+def test_body_limit_setting(sched: ThreadedScheduler) -> None:
+    value = {
+        "SCHEDULER": sched,
+        "AUTOSTART": False,
+        "AUTH": "herdsched.api.ALLOW_ANYONE",
+        "MAX_BODY_BYTES": 1000,
+    }
+    with override_settings(HERDSCHED=value):
+        client = Client()
+        big = {"interval": "5m", "prompt": "x" * 2000}
+        error_of(send(client, "PUT", f"{API}/schedule/triage/big", big), 413)
+        assert (
+            send(client, "PUT", f"{API}/schedule/triage/ok", {"interval": "5m"}).status_code == 201
+        )
+
+
+def test_changes_are_logged_with_the_user(
+    sched: ThreadedScheduler, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="herdsched")
+    value = {"SCHEDULER": sched, "AUTOSTART": False, "AUTH": "herdsched.contrib.django.staff_only"}
+    with override_settings(HERDSCHED=value, MIDDLEWARE=[f"{__name__}.FakeAuthMiddleware"]):
+        response = send(
+            Client(),
+            "PATCH",
+            f"{API}/schedule/triage/check",
+            {"enabled": False},
+            headers={"X-User": "boss"},
+        )
+        assert response.status_code == 200
+    assert "user boss (full access) paused triage/check through the REST API" in caplog.text
+
+
+def test_system_checks_report_every_settings_problem(tmp_path: Path) -> None:
+    from django.core.management.base import SystemCheckError
+
+    from herdsched.contrib.django.checks import check_settings
+
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    bad = {
+        "STATE_DIRR": "typo",
+        "FLEET_FILE": str(tmp_path / "missing.yaml"),
+        "STATE_DIR": str(a_file),
+        "AUTH": "nowhere.at_all:auth",
+        "MAX_BODY_BYTES": "big",
+        "AUTOSTART": False,
+    }
+    with override_settings(HERDSCHED=bad):
+        found = {m.id: m.msg for m in check_settings()}
+        assert set(found) == {
+            "herdsched.E002",
+            "herdsched.E003",
+            "herdsched.E004",
+            "herdsched.E005",
+            "herdsched.E006",
+        }
+        assert "STATE_DIRR" in found["herdsched.E002"]
+        assert "missing.yaml" in found["herdsched.E003"]
+        assert "is not a directory" in found["herdsched.E004"]
+        assert "nowhere.at_all" in found["herdsched.E005"]
+        with pytest.raises(SystemCheckError, match="STATE_DIRR"):
+            call_command("check", tags=["herdsched"])
+    with override_settings(HERDSCHED={"AUTH": 42, "AUTOSTART": False}):
+        (message,) = check_settings()
+        assert "must be callable" in message.msg
+    with override_settings(HERDSCHED=["not", "a", "dict"]):
+        assert [m.id for m in check_settings()] == ["herdsched.E001"]
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("version: 1\nagents: [{name: a, schedules: {s: {type: interval}}}]\n")
+    with override_settings(
+        HERDSCHED={"FLEET_FILE": str(fleet), "STATE_DIR": str(tmp_path / "new"), "AUTOSTART": False}
+    ):
+        (message,) = check_settings()
+        assert message.id == "herdsched.E003"
+    good = {
+        "STATE_DIR": str(tmp_path / "new"),
+        "AUTH": "herdsched.contrib.django.staff_only",
+        "AUTOSTART": False,
+    }
+    with override_settings(HERDSCHED=good):
+        assert check_settings() == []
+        call_command("check", tags=["herdsched"])

@@ -18,14 +18,14 @@ from flask import Flask, Request, current_app  # noqa: E402
 from flask.testing import FlaskClient  # noqa: E402
 
 from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo  # noqa: E402
-from herdsched.api import ADMIN  # noqa: E402
+from herdsched.api import ADMIN, ALLOW_ANYONE  # noqa: E402
 from herdsched.contrib.flask import (  # noqa: E402
     get_scheduler,
     init_app,
     reloader_watcher,
     with_app_context,
 )
-from herdsched.errors import ConfigError, SchedulerError  # noqa: E402
+from herdsched.errors import ConfigError, SchedulerError, UnauthorizedError  # noqa: E402
 from herdsched.testing import FakeClock  # noqa: E402
 
 START = datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc)
@@ -83,7 +83,7 @@ def sched(jobs: Jobs) -> Iterator[ThreadedScheduler]:
 @pytest.fixture
 def app(sched: ThreadedScheduler) -> Flask:
     app = Flask("testapp")
-    init_app(app, sched)
+    init_app(app, sched, auth=ALLOW_ANYONE)  # open on purpose: these tests are about routes
     return app
 
 
@@ -245,6 +245,79 @@ def test_auth_none_is_401(auth_client: FlaskClient) -> None:
     assert response.status_code == 401
 
 
+def test_auth_may_refuse_a_known_caller_with_403(sched: ThreadedScheduler) -> None:
+    def only_root(request: Request) -> str | None:
+        who = request.headers.get("X-User")
+        if who is None:
+            return None
+        if who != "root":
+            raise UnauthorizedError(f"user {who} may not use herdsched")
+        return ADMIN
+
+    app = Flask("forbidden")
+    init_app(app, sched, auth=only_root)
+    client = app.test_client()
+    error_of(client.get(f"{API}/schedule"), 401)
+    body = error_of(client.get(f"{API}/schedule", headers={"X-User": "eve"}), 403)
+    assert body["error"] == "user eve may not use herdsched"
+    assert client.get("/herdsched/", headers={"X-User": "eve"}).status_code == 403
+    assert client.get(f"{API}/schedule", headers={"X-User": "root"}).status_code == 200
+
+
+def test_without_auth_reads_work_and_writes_are_403(
+    sched: ThreadedScheduler, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="herdsched")
+    app = Flask("secure")
+    init_app(app, sched)
+    client = app.test_client()
+    assert client.get(f"{API}/schedule").get_json()["total"] == 2
+    for response in (
+        client.patch(f"{API}/schedule/triage/check", json={"enabled": False}),
+        client.delete(f"{API}/schedule/triage/check"),
+        client.put(f"{API}/schedule/triage/new", json={"interval": "5m"}),
+        client.post(f"{API}/schedule/triage/check/run"),
+    ):
+        body = error_of(response, 403)
+        assert "HERDSCHED_AUTH" in body["error"]
+        assert "ALLOW_ANYONE" in body["error"]
+    assert sched.get_status().schedules[0].status == "idle"
+    assert "read-only: no auth is configured" in caplog.text
+    page = client.get("/herdsched/").get_data(as_text=True)
+    assert "read-only" in page
+
+
+def test_run_with_no_body_and_no_content_type(
+    client: FlaskClient, sched: ThreadedScheduler
+) -> None:
+    response = client.post(f"{API}/schedule/triage/check/run")  # what curl -X POST sends
+    assert response.status_code == 202, response.get_data(as_text=True)
+    assert sched.wait_until_idle(5)
+
+
+def test_body_limit_is_413_and_configurable(sched: ThreadedScheduler) -> None:
+    app = Flask("limited")
+    app.config["HERDSCHED_MAX_BODY_BYTES"] = 2000
+    init_app(app, sched, auth=ALLOW_ANYONE)
+    client = app.test_client()
+    body = {"interval": "5m", "prompt": "x" * 3000}
+    error_of(client.put(f"{API}/schedule/triage/big", json=body), 413)
+    assert client.get(f"{API}/schedule/triage/big").status_code == 404
+    body["prompt"] = "x" * 100
+    assert client.put(f"{API}/schedule/triage/big", json=body).status_code == 201
+
+
+def test_cross_site_browser_writes_are_403(client: FlaskClient) -> None:
+    evil = {"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"}
+    error_of(
+        client.patch(f"{API}/schedule/triage/check", json={"enabled": False}, headers=evil), 403
+    )
+    error_of(client.post(f"{API}/schedule/triage/check/run", headers=evil), 403)
+    same = {"Origin": "http://localhost", "Sec-Fetch-Site": "same-origin"}
+    response = client.patch(f"{API}/schedule/triage/check", json={"enabled": False}, headers=same)
+    assert response.status_code == 200
+
+
 def test_auth_owner_sees_own_and_is_refused_others(auth_client: FlaskClient) -> None:
     body = auth_client.get("/ops/api/schedule", headers={"X-Owner": "ann"}).get_json()
     assert [s["name"] for s in body["schedules"]] == ["report"]
@@ -367,7 +440,7 @@ def test_with_app_context_gives_jobs_the_app(sched: ThreadedScheduler) -> None:
         seen.append(current_app.config["GREETING"])
         return "ok"
 
-    init_app(app, sched)
+    init_app(app, sched, auth=ALLOW_ANYONE)
     sched.add_agent(Agent("ctx", job=job, schedules={"s": Schedule.manual()}))
     assert sched.trigger("ctx", "s", wait=True).success
     assert seen == ["hello from config"]

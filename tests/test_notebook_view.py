@@ -64,7 +64,7 @@ def test_status_page_timeline_is_oldest_first_and_coloured() -> None:
         "status": "paused",
         "enabled": False,
         "next_run_at": "2026-03-02T09:00:00.000Z",
-        "last_run_at": None,
+        "last_run_at": "2026-03-02T09:00:00.000Z",
         "consecutive_failures": 0,
     }
     html = status_page(
@@ -82,7 +82,8 @@ def test_status_page_timeline_is_oldest_first_and_coloured() -> None:
     )
     assert f"background:{RUN_COLOURS['failed']}" in timeline
     assert "failed · 2026-03-02 09:01:00 CET · 2.0 s · it broke" in timeline
-    assert "2026-03-02 10:00:00 CET" in html  # next run in the page's zone
+    assert "2026-03-02 10:00:00 CET" in html  # the last run in the page's zone (no script)
+    assert "<td class='next'>paused</td>" in html  # not a next run in the past
     assert "<title>ops &lt;board&gt;</title>" in html
     assert "page served by pid 7" in html
     assert "no active scheduler" in html

@@ -54,11 +54,15 @@ SETTINGS_KEYS: Mapping[str, str] = {
     "FLEET_FILE": "fleet YAML file with the agents and schedules",
     "TIMEZONE": "IANA time zone for cron schedules (default: the fleet file's or the system's)",
     "AUTOSTART": "start the scheduler in this process (default True)",
-    "AUTH": "callable(request) -> owner name, herdsched.api.ADMIN, or None for 401",
+    "AUTH": "callable(request) -> owner name, herdsched.api.ADMIN, or None for 401 (without "
+    "it the API is read-only; herdsched.api.ALLOW_ANYONE opens writes to everyone)",
+    "MAX_BODY_BYTES": "largest request body the API accepts (default 64 KiB; 413 above)",
     "SCHEDULER": "a ThreadedScheduler, or its import path ('myapp.jobs:scheduler'), instead "
     "of STATE_DIR/FLEET_FILE/TIMEZONE",
 }
 _BUILD_KEYS = ("STATE_DIR", "FLEET_FILE", "TIMEZONE")
+#: Keys the web adapters read themselves (not used to build the scheduler).
+ADAPTER_KEYS = ("AUTOSTART", "AUTH", "MAX_BODY_BYTES")
 
 #: How long a pre-fork master waits for running jobs before handing the scheduler to workers.
 HANDOVER_TIMEOUT = 30.0

@@ -12,9 +12,14 @@
 
 Keys read from ``app.config`` when no scheduler is given: ``HERDSCHED_STATE_DIR``,
 ``HERDSCHED_FLEET_FILE``, ``HERDSCHED_TIMEZONE``; always: ``HERDSCHED_AUTOSTART`` (default
-true) and ``HERDSCHED_AUTH`` (used when ``auth`` is not given). Under a multi-worker server every
-worker runs a scheduler and the leader lock makes one active (see :mod:`herdsched.contrib`);
-``flask run --debug`` starts it in the reloader's server process, not in its file watcher.
+true), ``HERDSCHED_AUTH`` (used when ``auth`` is not given) and ``HERDSCHED_MAX_BODY_BYTES``.
+
+Secure by default: without ``auth`` the API answers reads and refuses every write with 403;
+``auth=herdsched.api.ALLOW_ANYONE`` opens it to everyone explicitly.
+
+Under a multi-worker server every worker runs a scheduler and the leader lock makes one active
+(see :mod:`herdsched.contrib`); ``flask run --debug`` starts it in the reloader's server
+process, not in its file watcher.
 
 Jobs run on the scheduler's threads, outside any request. The jobs of a fleet file named by
 ``HERDSCHED_FLEET_FILE`` run inside ``app.app_context()``; wrap the jobs of a scheduler you build
@@ -33,8 +38,16 @@ from typing import Any, TypeVar
 import attrs
 from flask import Blueprint, Flask, Request, Response, jsonify, request
 
-from herdsched.api import RestApi
+from herdsched.api import (
+    MAX_BODY_BYTES,
+    ApiResponse,
+    RestApi,
+    body_too_large,
+    is_cross_site,
+    read_only_reason,
+)
 from herdsched.contrib import EmbeddedScheduler, scheduler_from_settings
+from herdsched.errors import UnauthorizedError
 from herdsched.models import TriggerInfo
 from herdsched.scheduler import ThreadedScheduler
 
@@ -51,6 +64,7 @@ EXTENSION_KEY = "herdsched"
 _CONFIG_PREFIX = "HERDSCHED_"
 _log = logging.getLogger("herdsched")
 _R = TypeVar("_R")
+_NO_AUTH = read_only_reason('pass auth=... to init_app() or set app.config["HERDSCHED_AUTH"]')
 
 AuthFunc = Callable[[Request], "str | None"]
 
@@ -80,20 +94,25 @@ def init_app(
     *,
     url_prefix: str = "/herdsched",
     auth: AuthFunc | None = None,
+    max_body_bytes: int | None = None,
 ) -> ThreadedScheduler:
     """Register the herdsched blueprint on ``app`` and start the scheduler; returns it.
 
     ``scheduler=None`` builds one from the ``HERDSCHED_*`` config keys. ``auth(request)``
-    returns the caller's owner name (:data:`herdsched.api.ADMIN` for full access) or ``None``,
-    which answers 401; without ``auth`` every caller has full access, so protect the prefix
-    some other way in production.
+    returns the caller's owner name (:data:`herdsched.api.ADMIN` for full access), ``None``
+    for an anonymous caller (401), or raises :class:`~herdsched.errors.UnauthorizedError` for
+    a known caller who may not (403). Without ``auth`` reads are open and every write is
+    refused (403); ``auth=herdsched.api.ALLOW_ANYONE`` opens writes to everyone.
+    ``max_body_bytes`` (default 64 KiB) bounds request bodies (413 above it).
     """
     if EXTENSION_KEY in app.extensions:
         raise RuntimeError(f"herdsched is already initialised on Flask app {app.name!r}")
     settings = _settings(app)
     autostart = settings.pop("AUTOSTART", True)
     configured_auth = settings.pop("AUTH", None)
+    configured_limit = settings.pop("MAX_BODY_BYTES", None)
     auth = auth if auth is not None else configured_auth
+    limit = max_body_bytes if max_body_bytes is not None else configured_limit
     if scheduler is None:
         scheduler = scheduler_from_settings(
             settings, source="app.config", wrap_job=with_app_context(app)
@@ -104,11 +123,13 @@ def init_app(
     prefix = "/" + url_prefix.strip("/") if url_prefix.strip("/") else ""
     ext = FlaskHerdsched(
         scheduler=scheduler,
-        api=RestApi(scheduler),
+        api=RestApi(scheduler, max_body_bytes=MAX_BODY_BYTES if limit is None else limit),
         embedded=EmbeddedScheduler(scheduler),
         url_prefix=prefix,
         auth=auth,
     )
+    if auth is None:
+        _log.info("herdsched's web API is read-only: no auth is configured")
     app.register_blueprint(_blueprint(ext), url_prefix=prefix or None)
     app.before_request(ext.embedded.mark_serving)
     app.extensions[EXTENSION_KEY] = ext
@@ -147,43 +168,84 @@ def get_scheduler(app: Flask) -> ThreadedScheduler:
     return ext.scheduler
 
 
-def _caller(ext: FlaskHerdsched) -> tuple[bool, str | None]:
-    """(allowed, owner) of the current request."""
+class _Refused(Exception):
+    """The request is refused before it reaches the API (401 or 403)."""
+
+    def __init__(self, status: int, error: str) -> None:
+        super().__init__(error)
+        self.status = status
+        self.error = error
+
+
+def _caller(ext: FlaskHerdsched) -> str | None:
+    """The owner of the current request (``None``: full access); raises :class:`_Refused`."""
     if ext.auth is None:
-        return True, None
-    owner = ext.auth(request)
-    return owner is not None, owner
+        return None
+    try:
+        owner = ext.auth(request)
+    except UnauthorizedError as exc:
+        raise _Refused(403, str(exc) or "not allowed") from None
+    if owner is None:
+        raise _Refused(401, "authentication required")
+    return owner
+
+
+def _json_response(answer: ApiResponse) -> Response:
+    response = jsonify(answer.body)
+    response.status_code = answer.status
+    return response
+
+
+def _read_body(ext: FlaskHerdsched) -> bytes:
+    """The request body, read only when it is within the limit (raises :class:`_Refused`)."""
+    limit = ext.api.max_body_bytes
+    length = request.content_length
+    if length is not None and length > limit:
+        raise _Refused(413, body_too_large(limit).error)
+    data = request.stream.read(limit + 1)
+    if len(data) > limit:
+        raise _Refused(413, body_too_large(limit).error)
+    return data
 
 
 def _blueprint(ext: FlaskHerdsched) -> Blueprint:
     blueprint = Blueprint("herdsched", __name__)
 
     def page() -> Response:
-        allowed, owner = _caller(ext)
-        if not allowed:
-            return Response("authentication required", status=401, mimetype="text/plain")
+        try:
+            owner = _caller(ext)
+        except _Refused as refused:
+            return Response(refused.error, status=refused.status, mimetype="text/plain")
+        read_only = _NO_AUTH if ext.auth is None else None
+        query = request.args.to_dict()
+        if query.pop("format", None) == "json":  # the page refreshing itself
+            update = ext.api.status_page_update(owner=owner, query=query, read_only=read_only)
+            return jsonify(update)
         api_base = f"{request.script_root}{ext.url_prefix}/api"  # also when mounted deeper
-        html = ext.api.status_page(api_base=api_base, owner=owner)
+        html = ext.api.status_page(api_base=api_base, owner=owner, query=query, read_only=read_only)
         return Response(html, mimetype="text/html")
 
     def api(subpath: str) -> Response:
-        allowed, owner = _caller(ext)
-        if not allowed:
-            response = jsonify({"error": "authentication required", "details": []})
-            response.status_code = 401
-            return response
         path = f"/api/{subpath}"
-        status, body = ext.api.handle(
+        try:
+            owner = _caller(ext)
+            body = _read_body(ext)
+        except _Refused as refused:
+            return _json_response(
+                ApiResponse(refused.status, {"error": refused.error, "details": []})
+            )
+        answer = ext.api.handle(
             request.method,
             path,
             query=request.args.to_dict(),
-            body=request.get_data(),
+            body=body,
             content_type=request.headers.get("Content-Type", ""),
             owner=owner,
+            read_only=_NO_AUTH if ext.auth is None else None,
+            cross_site=is_cross_site(dict(request.headers), request.host),
         )
-        response = jsonify(body)
-        response.status_code = status
-        if status == 405:
+        response = _json_response(answer)
+        if answer.status == 405:
             response.headers["Allow"] = ", ".join(ext.api.allowed_methods(path))
         return response
 

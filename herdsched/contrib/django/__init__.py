@@ -18,6 +18,11 @@ scheduler in :meth:`~herdsched.contrib.django.apps.HerdschedConfig.ready` when t
 serves requests (a WSGI/ASGI server, or the child of ``runserver``'s autoreloader), never in
 the autoreloader's watcher process nor in other management commands. ``manage.py herdsched``
 runs it in a process of its own instead (set ``"AUTOSTART": False`` for the web processes).
+``manage.py check`` checks the ``HERDSCHED`` setting (:mod:`herdsched.contrib.django.checks`).
+
+Secure by default: without ``"AUTH"`` the API answers reads and refuses writes (403); set
+``"AUTH": "herdsched.api.ALLOW_ANYONE"`` to open it to everyone. Writes that carry the session
+cookie go through Django's CSRF protection (see :mod:`herdsched.contrib.django.views`).
 
 Jobs run on the scheduler's threads: the jobs of ``FLEET_FILE`` are wrapped with
 :func:`with_db_connections`, which closes stale database connections around each run as Django
@@ -35,8 +40,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from herdsched.api import ADMIN, RestApi
-from herdsched.contrib import EmbeddedScheduler, import_object, scheduler_from_settings
+from herdsched.api import ADMIN, MAX_BODY_BYTES, RestApi
+from herdsched.contrib import (
+    ADAPTER_KEYS,
+    EmbeddedScheduler,
+    import_object,
+    scheduler_from_settings,
+)
 from herdsched.errors import SchedulerError
 from herdsched.models import TriggerInfo
 from herdsched.scheduler import ThreadedScheduler
@@ -80,13 +90,14 @@ def get_embedded() -> EmbeddedScheduler:
     with _process.lock:
         if _process.embedded is None:
             settings = _settings()
-            for key in ("AUTOSTART", "AUTH"):
+            limit = settings.get("MAX_BODY_BYTES") or MAX_BODY_BYTES
+            for key in ADAPTER_KEYS:
                 settings.pop(key, None)
             scheduler = scheduler_from_settings(
                 settings, source="settings.HERDSCHED", wrap_job=with_db_connections
             )
             _process.embedded = EmbeddedScheduler(scheduler)
-            _process.api = RestApi(scheduler)
+            _process.api = RestApi(scheduler, max_body_bytes=limit)
         return _process.embedded
 
 
@@ -110,7 +121,8 @@ def forget() -> None:
 
 
 def auth_callable() -> Callable[[Any], str | None] | None:
-    """The ``AUTH`` setting resolved to a callable (``None``: no authentication)."""
+    """The ``AUTH`` setting resolved to a callable (``None``: no authentication, so the API
+    is read-only)."""
     auth = _settings().get("AUTH")
     if auth is None:
         return None
@@ -149,6 +161,8 @@ def autostart_decision(argv: list[str] | None = None) -> tuple[bool, str]:
     if not is_manage:
         return True, ""
     command = argv[1] if len(argv) > 1 else ""
+    if command == "herdsched":
+        return False, "manage.py herdsched runs the scheduler itself"
     if command != "runserver":
         return False, f"management command {command or '(none)'!r} does not serve requests"
     if "--noreload" not in argv and os.environ.get("RUN_MAIN") != "true":
@@ -157,7 +171,8 @@ def autostart_decision(argv: list[str] | None = None) -> tuple[bool, str]:
 
 
 def staff_only(request: Any) -> str | None:
-    """An ``AUTH`` callable: full access for active staff users, 401 for everybody else."""
+    """An ``AUTH`` callable: full access for active staff users; others are refused (a
+    logged-in user gets 403, an anonymous browser the login page, other callers 401)."""
     user = getattr(request, "user", None)
     if user is not None and user.is_authenticated and user.is_active and user.is_staff:
         return ADMIN

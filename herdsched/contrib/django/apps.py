@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 from django.apps import AppConfig
+from django.core import checks
 from django.core.signals import request_started, setting_changed
 
 _log = logging.getLogger("herdsched")
@@ -35,11 +36,14 @@ class HerdschedConfig(AppConfig):
     def ready(self) -> None:
         """Start the scheduler when this process serves requests (at most once per process)."""
         from herdsched.contrib import django as integration
+        from herdsched.contrib.django.checks import check_settings
 
+        checks.register(check_settings, "herdsched")
         request_started.connect(_mark_serving, dispatch_uid="herdsched-serving")
         setting_changed.connect(_settings_changed, dispatch_uid="herdsched-settings")
         start, reason = integration.autostart_decision()
         if not start:
-            _log.info("herdsched not started in this process: %s", reason)
+            # DEBUG: "migrate" and "manage.py herdsched" itself need no line about it
+            _log.debug("herdsched not started in this process: %s", reason)
             return
         integration.start_once()

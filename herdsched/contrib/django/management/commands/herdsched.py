@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from django.core.management.base import BaseCommand
@@ -17,10 +18,12 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         scheduler = integration.get_scheduler()
-        count = len(scheduler.get_status().schedules)
+        status = scheduler.get_status()
+        agents = len({item.agent for item in status.schedules})
         self.stdout.write(
-            f"herdsched: {count} schedule(s), state in {scheduler.state_dir}; "
-            "Ctrl-C stops gracefully"
+            f"Running the herdsched scheduler of settings.HERDSCHED in the foreground (pid "
+            f"{os.getpid()}): {len(status.schedules)} schedule(s) of {agents} agent(s), state "
+            f"in {scheduler.state_dir}. Ctrl-C or SIGTERM stops it gracefully."
         )
         scheduler.run_forever()
-        self.stdout.write("herdsched stopped")
+        self.stdout.write("The herdsched scheduler stopped.")

@@ -1,0 +1,127 @@
+"""System checks of the ``HERDSCHED`` setting, run by ``manage.py check`` (and before serving).
+
+A typo or a missing file is reported when the project is checked, not when the first request
+builds the scheduler. Ids: ``herdsched.E001`` the setting is not a dict, ``E002`` unknown keys,
+``E003`` the fleet file is missing or invalid, ``E004`` the state directory is unusable,
+``E005`` ``AUTH`` cannot be imported or is not callable, ``E006`` ``MAX_BODY_BYTES`` is not a
+positive integer, ``E007`` ``SCHEDULER`` cannot be imported.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error
+
+from herdsched.contrib import SETTINGS_KEYS, import_object
+from herdsched.errors import ConfigError, SchedulerError
+
+__all__ = ["check_settings"]
+
+_HINT_KEYS = f"known keys: {', '.join(SETTINGS_KEYS)}"
+
+
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Every problem of ``settings.HERDSCHED``, each naming its key."""
+    value = getattr(settings, "HERDSCHED", None)
+    if value is None:
+        return []
+    if not isinstance(value, Mapping):
+        return [
+            Error(
+                f"settings.HERDSCHED must be a dict, got {type(value).__name__}",
+                hint=_HINT_KEYS,
+                id="herdsched.E001",
+            )
+        ]
+    problems: list[CheckMessage] = []
+    unknown = sorted(str(key) for key in value if key not in SETTINGS_KEYS)
+    if unknown:
+        problems.append(
+            Error(
+                f"unknown key(s) in settings.HERDSCHED: {', '.join(unknown)}",
+                hint=_HINT_KEYS,
+                id="herdsched.E002",
+            )
+        )
+    problems += _fleet_file(value.get("FLEET_FILE"))
+    problems += _state_dir(value.get("STATE_DIR"))
+    problems += _importable(value.get("AUTH"), "AUTH", "herdsched.E005", callable_=True)
+    problems += _importable(value.get("SCHEDULER"), "SCHEDULER", "herdsched.E007")
+    problems += _body_limit(value.get("MAX_BODY_BYTES"))
+    return problems
+
+
+def _fleet_file(path: Any) -> list[CheckMessage]:
+    if not path:
+        return []
+    file = Path(path)
+    if not file.is_file():
+        return [Error(f"HERDSCHED['FLEET_FILE']: no file at {file}", id="herdsched.E003")]
+    from herdsched.config import load_fleet
+
+    try:
+        load_fleet(file)
+    except ConfigError as exc:
+        return [
+            Error(
+                f"HERDSCHED['FLEET_FILE'] {file} is invalid: {'; '.join(exc.problems) or exc}",
+                id="herdsched.E003",
+            )
+        ]
+    return []
+
+
+def _state_dir(path: Any) -> list[CheckMessage]:
+    if not path:
+        return []
+    directory = Path(path)
+    problem = None
+    if directory.exists() and not directory.is_dir():
+        problem = f"{directory} exists but is not a directory"
+    elif directory.is_dir() and not os.access(directory, os.W_OK | os.X_OK):
+        problem = f"{directory} is not writable by this process"
+    elif not directory.exists():
+        parent = next((p for p in directory.parents if p.exists()), None)
+        if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            problem = f"{directory} does not exist and cannot be created under {parent}"
+    if problem is None:
+        return []
+    return [Error(f"HERDSCHED['STATE_DIR']: {problem}", id="herdsched.E004")]
+
+
+def _importable(
+    value: Any, key: str, check_id: str, *, callable_: bool = False
+) -> list[CheckMessage]:
+    if value is None:
+        return []
+    target = value
+    if isinstance(value, str):
+        try:
+            target = import_object(value, what=f"HERDSCHED[{key!r}]")
+        except SchedulerError as exc:
+            return [Error(str(exc), id=check_id)]
+    if callable_ and not callable(target):
+        return [
+            Error(
+                f"HERDSCHED[{key!r}] must be callable, got {type(target).__name__}",
+                hint="for example 'herdsched.contrib.django.staff_only'",
+                id=check_id,
+            )
+        ]
+    return []
+
+
+def _body_limit(value: Any) -> list[CheckMessage]:
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+        return []
+    return [
+        Error(
+            f"HERDSCHED['MAX_BODY_BYTES'] must be a positive integer, got {value!r}",
+            id="herdsched.E006",
+        )
+    ]
