@@ -18,7 +18,6 @@ from herdsched.errors import (
     AgentNotFoundError,
     ConfigError,
     CronParseError,
-    Deferred,
     IntervalParseError,
     InvalidScheduleError,
     LimitExceededError,
@@ -26,7 +25,6 @@ from herdsched.errors import (
     SchedulerError,
     SchedulerShutdownError,
     ScheduleTriggerError,
-    SessionNotFound,
     StateCorruptedError,
     StateError,
     StateLockTimeoutError,
@@ -71,6 +69,7 @@ from herdsched.models import (
 from herdsched.notify import Notification
 from herdsched.prompts import build_schedule_prompt
 from herdsched.scheduler import ThreadedScheduler
+from herdsched.signals import Deferred, SessionNotFound
 from herdsched.stats import RunStats
 from herdsched.worksource import WorkItem, WorkOutcome, WorkSource
 

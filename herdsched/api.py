@@ -51,7 +51,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlsplit
 
 from herdsched.cadence import Cron, Interval, Once
-from herdsched.config import SCHEDULE_FIELDS
+from herdsched.config import (
+    SCHEDULE_FIELDS,
+    format_interval,
+    schedule_from_mapping,
+    schedule_to_mapping,
+)
 from herdsched.converter import record_to_dict
 from herdsched.errors import (
     AgentNotFoundError,
@@ -65,6 +70,7 @@ from herdsched.errors import (
     StateError,
     UnauthorizedError,
 )
+from herdsched.html import STATUS_FILTERS, count_schedules, matches_status, page_update, status_page
 from herdsched.models import (
     RunRecord,
     Schedule,
@@ -74,6 +80,7 @@ from herdsched.models import (
     SkipReason,
     Status,
 )
+from herdsched.scheduler import describe_cadence
 from herdsched.timestamps import format_timestamp
 
 if TYPE_CHECKING:
@@ -216,7 +223,6 @@ def _duration(delta: timedelta) -> str | float:
     seconds = delta.total_seconds()
     if seconds <= 0 or seconds != int(seconds):
         return seconds
-    from herdsched.config import format_interval
 
     return format_interval(delta)
 
@@ -254,7 +260,6 @@ def schedule_json(item: ScheduleStatus, schedule: Schedule | None) -> dict[str, 
     ``enabled`` says whether the timer fires it: false when the definition is disabled or the
     schedule is paused or auto-disabled (``disabled_reason`` says why).
     """
-    from herdsched.scheduler import describe_cadence
 
     enabled = item.enabled and item.status not in (Status.PAUSED, Status.DISABLED)
     out: dict[str, Any] = {
@@ -407,7 +412,6 @@ class RestApi:
         requests; ``read_only`` the reason writes are refused; ``csrf`` the (header, token)
         pair the buttons send.
         """
-        from herdsched.html import status_page
 
         view = self._page_view(owner, query or {})
         return status_page(
@@ -434,7 +438,6 @@ class RestApi:
         read_only: str | None = None,
     ) -> dict[str, Any]:
         """The JSON the status page refreshes itself with (same ``query`` as the page)."""
-        from herdsched.html import page_update
 
         view = self._page_view(owner, query or {})
         return page_update(
@@ -450,7 +453,6 @@ class RestApi:
 
     def _page_view(self, owner: str | None, query: Mapping[str, str]) -> _PageView:
         """The schedules of one page of the status page, with the counts and recent runs."""
-        from herdsched.html import STATUS_FILTERS, count_schedules, matches_status
 
         caller = None if owner == ADMIN else owner
         status = self.scheduler.get_status()
@@ -1045,14 +1047,12 @@ def _keep_owner(agent: str, name: str, fields: dict[str, Any], existing: Schedul
 
 
 def _build(fields: Mapping[str, Any]) -> Schedule:
-    from herdsched.config import schedule_from_mapping
 
     return schedule_from_mapping(fields)
 
 
 def _definition_fields(schedule: Schedule) -> dict[str, Any]:
     """The fleet-file fields of ``schedule`` without what runs (the base of a PATCH)."""
-    from herdsched.config import schedule_to_mapping
 
     mapping = schedule_to_mapping(schedule)
     mapping.pop("job", None)

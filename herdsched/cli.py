@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import shutil
 import signal
 import sys
@@ -29,8 +30,11 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from herdsched import __version__
+from dateutil import parser as dateutil_parser
+
+from herdsched import __version__, events
 from herdsched.cadence import iter_cron_triggers, parse_cron_expression, parse_interval
+from herdsched.command import CommandJob
 from herdsched.config import FleetConfig, format_interval, job_reference, load_fleet
 from herdsched.converter import record_to_dict, state_to_dict
 from herdsched.errors import (
@@ -40,7 +44,10 @@ from herdsched.errors import (
     SchedulerError,
     SchedulerShutdownError,
 )
+from herdsched.leader import read_leader_info
 from herdsched.models import RunRecord, Schedule, ScheduleState, Status
+from herdsched.scheduler import describe_cadence
+from herdsched.store.yaml_store import YamlStateStore
 from herdsched.timestamps import format_timestamp, parse_timestamp, resolve_timezone
 from herdsched.timestamps import system_timezone as _system_timezone
 
@@ -433,14 +440,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def _cadence_text(schedule: Schedule) -> str:
     """The scheduler's own wording, which ``status`` shows too."""
-    from herdsched.scheduler import describe_cadence
 
     return describe_cadence(schedule)
 
 
 def _missing_programs(fleet: FleetConfig) -> list[str]:
     """A problem for each command whose program does not exist (it would fail every run)."""
-    from herdsched.command import CommandJob
 
     problems = []
     for index, agent in enumerate(fleet.agents):
@@ -471,13 +476,10 @@ def _program_problem(program: str, cwd: Path | None) -> str | None:
 
 
 def _runs_text(job: object) -> str:
-    from herdsched.command import CommandJob
 
     if job is None:
         return "-"
     if isinstance(job, CommandJob):
-        import shlex
-
         return "command: " + shlex.join(job.argv)
     return job_reference(job) or repr(job)
 
@@ -563,7 +565,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_fleet(fleet: FleetConfig, args: argparse.Namespace, stopper: _Stopper) -> int:
-    from herdsched import events
 
     state_dir = Path(args.state_dir) if args.state_dir else fleet.state_dir
     state_dir = state_dir or Path(DEFAULT_STATE_DIR)
@@ -613,7 +614,6 @@ def _open_store(state_dir: str) -> StateStore:
             f"no state directory at {path}: run a fleet first (herdsched run FLEET) or give "
             "--state-dir"
         )
-    from herdsched.store.yaml_store import YamlStateStore
 
     return YamlStateStore(path)
 
@@ -649,7 +649,6 @@ def _schedule_names(store: StateStore, agent: str, schedule: str | None) -> list
 
 
 def _leader(state_dir: str) -> dict[str, Any] | None:
-    from herdsched.leader import read_leader_info
 
     return read_leader_info(state_dir)
 
@@ -968,7 +967,6 @@ def _cmd_next(args: argparse.Namespace) -> int:
 def _after(text: str | None, zone: tzinfo) -> datetime:
     if text is None:
         return datetime.now(timezone.utc)
-    from dateutil import parser as dateutil_parser
 
     try:
         parsed = dateutil_parser.isoparse(text.strip())

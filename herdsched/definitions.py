@@ -1,7 +1,811 @@
-"""Run-time schedule definitions as fleet-file mappings, both ways."""
+"""Schedule definitions as fleet-file mappings, both ways, with every error located.
+
+:func:`schedule_from_mapping` reads the schedule fields of a fleet file (``type``, ``interval``,
+``cron``, ``at``, ``prompt``, ``job``/``command``...) and :func:`schedule_to_mapping` writes them;
+the fleet files (:mod:`herdsched.config`), the REST API and the run-time definitions the store
+keeps (``schedules.yaml``) all go through them. The checker here reports every problem of a
+mapping at once, each with its path (``agents[1].schedules.check.interval``).
+"""
 
 from __future__ import annotations
 
-from herdsched.config import schedule_from_mapping, schedule_to_mapping
+import difflib
+import importlib
+import re
+import sys
+from collections.abc import Callable, Collection, Mapping, Sequence
+from datetime import date, datetime, timedelta, timezone, tzinfo
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["schedule_from_mapping", "schedule_to_mapping"]
+import attrs
+import yaml
+from dateutil import parser as dateutil_parser
+
+from herdsched.cadence import (
+    Cron,
+    Interval,
+    Once,
+    format_interval,
+    parse_cron_expression,
+    parse_interval,
+)
+from herdsched.command import CommandJob
+from herdsched.errors import (
+    ConfigError,
+    CronParseError,
+    IntervalParseError,
+    InvalidScheduleError,
+    SchedulerError,
+)
+from herdsched.models import CatchUp, JobFunc, NotifyPolicy, Overlap, Schedule, ScheduleType
+from herdsched.timestamps import format_timestamp, resolve_timezone, system_timezone, to_utc
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = [
+    "SCHEDULE_FIELDS",
+    "job_reference",
+    "resolve_job",
+    "schedule_from_mapping",
+    "schedule_to_mapping",
+]
+
+#: Every key a schedule mapping may hold (``expression`` and ``resume_session`` are aliases).
+SCHEDULE_FIELDS = (
+    "type",
+    "interval",
+    "cron",
+    "expression",
+    "at",
+    "timezone",
+    "anchor",
+    "start_at",
+    "jitter_percent",
+    "prompt",
+    "enabled",
+    "work_source",
+    "persist_session",
+    "resume_session",
+    "notify",
+    "timeout",
+    "catch_up",
+    "overlap",
+    "owner",
+    "job",
+    "command",
+    "metadata",
+)
+
+_JOB_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+_TYPES = ", ".join(t.value for t in ScheduleType)
+_CADENCE_KEYS = {
+    ScheduleType.INTERVAL: ("interval", "anchor", "start_at", "jitter_percent", "timezone"),
+    ScheduleType.CRON: ("cron", "expression", "timezone"),
+    ScheduleType.ONCE: ("at", "timezone"),
+}
+# Optional schedule fields for which null means "not set" (the default).
+_NULLABLE = frozenset(
+    {
+        "timezone",
+        "anchor",
+        "start_at",
+        "prompt",
+        "work_source",
+        "owner",
+        "timeout",
+        "catch_up",
+        "metadata",
+        "job",
+        "command",
+    }
+)
+_ALL_CADENCE_KEYS = ("interval", "anchor", "start_at", "jitter_percent", "cron", "expression", "at")
+
+# --------------------------------------------------------------------------------------------
+# YAML loading: duplicate keys are reported, numbers remember how they were written
+
+try:
+    from yaml import CSafeLoader as _BaseLoader
+except ImportError:  # pragma: no cover - PyYAML built without libyaml
+    from yaml import SafeLoader as _BaseLoader  # type: ignore[assignment]
+
+
+class _SourcedInt(int):
+    """An int that remembers its YAML text (``1:30`` loads as 90: the message shows both)."""
+
+    source: str
+
+
+class _SourcedFloat(float):
+    source: str
+
+
+class _FleetLoader(_BaseLoader):
+    """Safe loading, plus a note of every duplicate key (YAML would silently keep the last)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.duplicates: list[tuple[int, object]] = []
+
+
+def _construct_mapping(loader: _FleetLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    explicit = sum(1 for key, _ in node.value if key.tag != "tag:yaml.org,2002:merge")
+    loader.flatten_mapping(node)
+    merged = len(node.value) - explicit  # entries pulled in by "<<" come first
+    result: dict[Any, Any] = {}
+    seen: set[Any] = set()
+    for index, (key_node, value_node) in enumerate(node.value):
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            hash(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping",
+                node.start_mark,
+                "found an unhashable key",
+                key_node.start_mark,
+            ) from None
+        if index >= merged:
+            if key in seen:
+                loader.duplicates.append((key_node.start_mark.line + 1, key))
+            seen.add(key)
+        result[key] = loader.construct_object(value_node, deep=True)
+    return result
+
+
+def _construct_int(loader: _FleetLoader, node: yaml.ScalarNode) -> int:
+    value = _SourcedInt(loader.construct_yaml_int(node))
+    value.source = str(node.value)
+    return value
+
+
+def _construct_float(loader: _FleetLoader, node: yaml.ScalarNode) -> float:
+    value = _SourcedFloat(loader.construct_yaml_float(node))
+    value.source = str(node.value)
+    return value
+
+
+_FleetLoader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
+_FleetLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+_FleetLoader.add_constructor("tag:yaml.org,2002:float", _construct_float)
+
+
+def _plain(value: Any) -> Any:
+    """Strip the YAML bookkeeping types so user-visible data holds plain ints and floats."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, Mapping):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _load_yaml(path: Path, label: str) -> tuple[Any, list[str]]:
+    """The document in ``path`` and the problems met while reading it (``label`` names it)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, [f"{label}: file not found"]
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, [f"{label}: cannot read the file: {exc}"]
+    loader = _FleetLoader(text)
+    try:
+        data = loader.get_single_data()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{label}:{mark.line + 1}:{mark.column + 1}" if mark else label
+        problem = " ".join(str(p) for p in (exc.context, exc.problem) if p)
+        return None, [f"{where}: invalid YAML: {problem}"]
+    except yaml.YAMLError as exc:
+        return None, [f"{label}: invalid YAML: {exc}"]
+    finally:
+        loader.dispose()
+    problems = [
+        f'{label}:{line}: duplicate key "{key}" (YAML would silently keep only the last one)'
+        for line, key in loader.duplicates
+    ]
+    return data, problems
+
+
+# --------------------------------------------------------------------------------------------
+# Paths and problem collection
+
+_PathT = tuple[str | int, ...]
+_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _format_path(parts: Sequence[object]) -> str:
+    text = ""
+    for part in parts:
+        if isinstance(part, int) and not isinstance(part, bool):
+            text += f"[{part}]"
+        elif isinstance(part, str) and _PLAIN_KEY.match(part):
+            text += f".{part}" if text else part
+        else:
+            text += f"[{part!r}]"
+    return text
+
+
+def _describe(value: Any) -> str:
+    """How a value is named in a message: YAML words for YAML values."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return f"the number {_plain(value)!r}"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return f"{type(value).__name__} {value!r}"
+
+
+class _Checker:
+    """Collects problems; ``emit(path, message)`` decides how a path is shown."""
+
+    def __init__(self, emit: Callable[[_PathT, str], None]) -> None:
+        self.emit = emit
+        self.count = 0
+
+    def problem(self, path: _PathT, message: str) -> None:
+        self.count += 1
+        self.emit(path, message)
+
+    def mapping(self, value: Any, path: _PathT, what: str) -> Mapping[Any, Any] | None:
+        if isinstance(value, Mapping):
+            return value
+        self.problem(path, f"{what} must be a mapping, got {_describe(value)}")
+        return None
+
+    def known_keys(
+        self, data: Mapping[Any, Any], path: _PathT, allowed: Collection[str], what: str
+    ) -> None:
+        for key in data:
+            if isinstance(key, str) and key in allowed:
+                continue
+            hint = ""
+            if isinstance(key, str):
+                close = difflib.get_close_matches(key, list(allowed), n=1)
+                if close:
+                    hint = f' (did you mean "{close[0]}"?)'
+            shown = key if isinstance(key, str) else _describe(key)
+            self.problem(
+                (*path, str(key)),
+                f'unknown key "{shown}" in {what}{hint}; valid keys: ' + ", ".join(allowed),
+            )
+
+    def string(self, value: Any, path: _PathT, what: str, *, empty_ok: bool = False) -> str | None:
+        if isinstance(value, str) and (empty_ok or value.strip()):
+            return value
+        if isinstance(value, str):
+            self.problem(path, f"{what} cannot be empty")
+        else:
+            self.problem(path, f"{what} must be a string, got {_describe(value)}")
+        return None
+
+    def boolean(self, value: Any, path: _PathT, what: str) -> bool | None:
+        if isinstance(value, bool):
+            return value
+        self.problem(path, f"{what} must be true or false, got {_describe(value)}")
+        return None
+
+    def positive_int(self, value: Any, path: _PathT, what: str) -> int | None:
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            return int(value)
+        self.problem(path, f"{what} must be a positive integer, got {_describe(value)}")
+        return None
+
+    def percent(self, value: Any, path: _PathT, what: str) -> float | None:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 100:
+            return float(value)
+        self.problem(path, f"{what} must be a number from 0 to 100, got {_describe(value)}")
+        return None
+
+    def duration(self, value: Any, path: _PathT, what: str) -> timedelta | None:
+        """A duration string (``"5m"``, ``"1h30m"``); numbers are the YAML traps, not seconds."""
+        if isinstance(value, timedelta):
+            if value > timedelta(0):
+                return value
+            self.problem(path, f"{what} must be positive, got {value}")
+            return None
+        if isinstance(value, str):
+            try:
+                return parse_interval(value)
+            except IntervalParseError as exc:
+                self.problem(path, str(exc))
+                return None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            source = getattr(value, "source", str(value))
+            number = _plain(value)
+            if source.strip() != str(number):
+                why = f"YAML read {source} as the number {number}"
+            else:
+                why = f"{number} is a number"
+            self.problem(
+                path,
+                f"{what} is not a duration string: {why}; write a quoted duration such as "
+                '"90s", "5m" or "1h30m"',
+            )
+            return None
+        self.problem(path, f'{what} must be a duration string such as "5m", got {_describe(value)}')
+        return None
+
+    def choice(self, value: Any, path: _PathT, what: str, choices: Sequence[str]) -> str | None:
+        if isinstance(value, str) and value in choices:
+            return value
+        hint = ""
+        if isinstance(value, bool):
+            hint = " (YAML 1.1 reads yes/no/on/off as true/false: write one of the words)"
+        self.problem(
+            path, f"{what} must be one of {', '.join(choices)}; got {_describe(value)}{hint}"
+        )
+        return None
+
+    def zone(self, value: Any, path: _PathT, what: str) -> str | None:
+        text = self.string(value, path, what)
+        if text is None:
+            return None
+        try:
+            resolve_timezone(text)
+        except ValueError as exc:
+            self.problem(path, str(exc))
+            return None
+        return text.strip()
+
+
+# --------------------------------------------------------------------------------------------
+# Jobs
+
+
+def resolve_job(reference: str, *, search_path: str | Path | None = None) -> JobFunc:
+    """Import the callable named by ``"package.module:function"`` (``function`` may be dotted).
+
+    ``search_path`` (the fleet file's directory) is put on ``sys.path`` first, so a fleet can
+    ship its jobs next to it. Raises :class:`~herdsched.errors.InvalidScheduleError` naming
+    what could not be found.
+    """
+
+    if not isinstance(reference, str) or not _JOB_REF.match(reference.strip()):
+        raise InvalidScheduleError(
+            f'job must be "package.module:function", got {_describe(reference)}',
+            field="job",
+            value=reference,
+        )
+    module_name, _, attr_path = reference.strip().partition(":")
+    if search_path is not None:
+        folder = str(Path(search_path).resolve())
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module_name.startswith(exc.name):
+            message = f'cannot import module "{module_name}" of job "{reference}": {exc}'
+        else:
+            message = f'importing module "{module_name}" of job "{reference}" failed: {exc}'
+        raise InvalidScheduleError(message, field="job", value=reference, cause=exc) from exc
+    except Exception as exc:
+        raise InvalidScheduleError(
+            f'importing module "{module_name}" of job "{reference}" failed: '
+            f"{type(exc).__name__}: {exc}",
+            field="job",
+            value=reference,
+            cause=exc,
+        ) from exc
+    for part in attr_path.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise InvalidScheduleError(
+                f'job "{reference}": module "{module_name}" has no attribute "{attr_path}"',
+                field="job",
+                value=reference,
+            ) from None
+    if not callable(target):
+        raise InvalidScheduleError(
+            f'job "{reference}" is not callable ({type(target).__name__})',
+            field="job",
+            value=reference,
+        )
+    return target  # type: ignore[no-any-return]
+
+
+def job_reference(job: object) -> str | None:
+    """The ``"module:function"`` text :func:`resolve_job` turns back into ``job``, if any.
+
+    ``None`` for lambdas, nested functions, bound methods of instances and other callables
+    that cannot be named by import (a :class:`CommandJob` is written as ``command:`` instead).
+    """
+    module = getattr(job, "__module__", None)
+    qualname = getattr(job, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str):
+        return None
+    if "<" in qualname or getattr(job, "__self__", None) is not None:
+        return None
+    reference = f"{module}:{qualname}"
+    try:
+        found = resolve_job(reference)
+    except SchedulerError:
+        return None
+    return reference if found is job else None
+
+
+def _command(chk: _Checker, value: Any, path: _PathT, base_dir: Path | None) -> CommandJob | None:
+    if isinstance(value, str):
+        try:
+            return CommandJob(value, cwd=base_dir)
+        except ValueError as exc:
+            chk.problem(path, str(exc))
+            return None
+    if isinstance(value, list):
+        bad = [i for i, item in enumerate(value) if not isinstance(item, str)]
+        for i in bad:
+            chk.problem(
+                (*path, i),
+                f"command arguments must be strings, got {_describe(value[i])} (quote it)",
+            )
+        if bad:
+            return None
+        try:
+            return CommandJob(value, cwd=base_dir)
+        except ValueError as exc:
+            chk.problem(path, str(exc))
+            return None
+    chk.problem(path, f"command must be a list of arguments or a string, got {_describe(value)}")
+    return None
+
+
+def _job_or_command(
+    chk: _Checker, data: Mapping[Any, Any], path: _PathT, base_dir: Path | None
+) -> tuple[bool, JobFunc | None]:
+    """``(given, job)``: whether ``job``/``command`` is set, and the callable it names."""
+    has_job, has_command = "job" in data, "command" in data
+    if has_job and has_command:
+        chk.problem(path, 'give either "job" or "command", not both')
+        return True, None
+    if has_job:
+        ref = chk.string(data["job"], (*path, "job"), "job")
+        if ref is None:
+            return True, None
+        try:
+            return True, resolve_job(ref, search_path=base_dir)
+        except SchedulerError as exc:
+            chk.problem((*path, "job"), str(exc))
+            return True, None
+    if has_command:
+        return True, _command(chk, data["command"], (*path, "command"), base_dir)
+    return False, None
+
+
+# --------------------------------------------------------------------------------------------
+# Schedules
+
+
+@attrs.frozen
+class _ScheduleContext:
+    base_dir: Path | None
+    cron_zone: str | None  # zone of a cron without its own (None: the scheduler's zone)
+    naive_zone: str | None  # zone of times written without an offset (None: the system's)
+    now: datetime
+
+
+def _instant(
+    chk: _Checker,
+    value: Any,
+    *,
+    path: _PathT,
+    what: str,
+    zone: tzinfo,
+    now: datetime,
+    relative: bool,
+) -> datetime | None:
+    """An aware UTC instant; times without an offset are read in ``zone``."""
+    if isinstance(value, datetime):
+        moment = value if value.utcoffset() is not None else value.replace(tzinfo=zone)
+        return to_utc(moment)
+    if isinstance(value, date):
+        return to_utc(datetime(value.year, value.month, value.day, tzinfo=zone))
+    if not isinstance(value, str) or not value.strip():
+        chk.problem(
+            path,
+            f'{what} must be an ISO-8601 date-time such as "2026-12-01T09:00:00Z", got '
+            f"{_describe(value)}",
+        )
+        return None
+    text = value.strip()
+    if text.startswith("+"):
+        if not relative:
+            chk.problem(path, f"{what} cannot be relative ({value!r})")
+            return None
+        delta = chk.duration(text[1:], path, what)
+        return None if delta is None else to_utc(now + delta)
+    try:
+        parsed = dateutil_parser.isoparse(text)
+    except (ValueError, OverflowError):
+        chk.problem(
+            path,
+            f'{what} "{value}" is not an ISO-8601 date-time (such as "2026-12-01T09:00:00Z")'
+            + (' or a time from now such as "+10m"' if relative else ""),
+        )
+        return None
+    if parsed.utcoffset() is None:
+        parsed = parsed.replace(tzinfo=zone)
+    return to_utc(parsed)
+
+
+def _infer_type(chk: _Checker, data: Mapping[Any, Any], path: _PathT) -> ScheduleType | None:
+    if "type" in data:
+        value = chk.choice(data["type"], (*path, "type"), "type", [t.value for t in ScheduleType])
+        return None if value is None else ScheduleType(value)
+    kinds = [
+        kind
+        for kind, keys in (
+            (ScheduleType.INTERVAL, ("interval",)),
+            (ScheduleType.CRON, ("cron", "expression")),
+            (ScheduleType.ONCE, ("at",)),
+        )
+        if any(k in data for k in keys)
+    ]
+    if len(kinds) == 1:
+        return kinds[0]
+    chk.problem(path, f'"type" is required (one of {_TYPES})')
+    return None
+
+
+def _alias(
+    chk: _Checker, data: Mapping[Any, Any], path: _PathT, name: str, alias: str
+) -> tuple[bool, Any]:
+    if name in data and alias in data:
+        chk.problem(path, f'give "{name}" or its alias "{alias}", not both')
+        return False, None
+    if name in data:
+        return True, data[name]
+    if alias in data:
+        return True, data[alias]
+    return False, None
+
+
+def _build_schedule(
+    chk: _Checker, data: Mapping[Any, Any], path: _PathT, ctx: _ScheduleContext
+) -> Schedule | None:
+    """Validate one schedule mapping, reporting every problem; ``None`` if there was any."""
+    before = chk.count
+    chk.known_keys(data, path, SCHEDULE_FIELDS, "a schedule")
+    data = {k: v for k, v in data.items() if not (v is None and k in _NULLABLE)}
+    kind = _infer_type(chk, data, path)
+
+    def at(key: str) -> _PathT:
+        return (*path, key)
+
+    zone_name: str | None = None
+    if "timezone" in data:
+        zone_name = chk.zone(data["timezone"], at("timezone"), "timezone")
+    naive_name = zone_name or ctx.naive_zone
+    naive_zone = resolve_timezone(naive_name) if naive_name else system_timezone()
+
+    if kind is not None:
+        allowed = _CADENCE_KEYS.get(kind, ())
+        for key in (*_ALL_CADENCE_KEYS, "timezone"):
+            if key in data and key not in allowed:
+                chk.problem(at(key), f'"{key}" does not apply to a {kind.value} schedule')
+
+    cadence_args: dict[str, Any] = {}
+    if kind is ScheduleType.INTERVAL:
+        if "interval" not in data:
+            chk.problem(path, 'an interval schedule needs "interval" (such as "5m")')
+        else:
+            cadence_args["every"] = chk.duration(data["interval"], at("interval"), "interval")
+        for key in ("anchor", "start_at"):
+            if key in data:
+                cadence_args[key] = _instant(
+                    chk,
+                    data[key],
+                    path=at(key),
+                    what=key,
+                    zone=naive_zone,
+                    now=ctx.now,
+                    relative=False,
+                )
+        if "jitter_percent" in data:
+            cadence_args["jitter_percent"] = chk.percent(
+                data["jitter_percent"], at("jitter_percent"), "jitter_percent"
+            )
+    elif kind is ScheduleType.CRON:
+        given, expression = _alias(chk, data, path, "cron", "expression")
+        key = "cron" if "cron" in data else "expression"
+        if not given and "cron" not in data and "expression" not in data:
+            chk.problem(path, 'a cron schedule needs "cron" (such as "0 9 * * 1-5")')
+        elif given:
+            if isinstance(expression, str):
+                try:
+                    cadence_args["expression"] = parse_cron_expression(expression)
+                except CronParseError as exc:
+                    chk.problem(at(key), str(exc))
+            else:
+                chk.problem(
+                    at(key),
+                    f'cron expression must be a string such as "0 9 * * 1-5", got '
+                    f"{_describe(expression)} (YAML turned it into a value: quote it)",
+                )
+        cadence_args["timezone"] = zone_name or ctx.cron_zone
+    elif kind is ScheduleType.ONCE:
+        if "at" not in data:
+            chk.problem(path, 'a once schedule needs "at" (such as "2026-12-01T09:00:00Z")')
+        else:
+            cadence_args["at"] = _instant(
+                chk,
+                data["at"],
+                path=at("at"),
+                what="at",
+                zone=naive_zone,
+                now=ctx.now,
+                relative=True,
+            )
+
+    options: dict[str, Any] = {}
+    for key in ("prompt", "work_source", "owner"):
+        if key in data:
+            options[key] = chk.string(data[key], at(key), key, empty_ok=key == "prompt")
+    if "enabled" in data:
+        options["enabled"] = chk.boolean(data["enabled"], at("enabled"), "enabled")
+    given, value = _alias(chk, data, path, "persist_session", "resume_session")
+    if given:
+        key = "persist_session" if "persist_session" in data else "resume_session"
+        options["persist_session"] = chk.boolean(value, at(key), key)
+    if "timeout" in data:
+        options["timeout"] = chk.duration(data["timeout"], at("timeout"), "timeout")
+    for key, enum_cls in (("notify", NotifyPolicy), ("catch_up", CatchUp), ("overlap", Overlap)):
+        if key in data:
+            options[key] = chk.choice(data[key], at(key), key, [m.value for m in enum_cls])
+    if "metadata" in data:
+        meta = chk.mapping(data["metadata"], at("metadata"), "metadata")
+        if meta is not None:
+            for meta_key in meta:
+                if not isinstance(meta_key, str):
+                    chk.problem(at("metadata"), f"metadata keys must be strings: {meta_key!r}")
+            options["metadata"] = _plain(meta)
+    _, job = _job_or_command(chk, data, path, ctx.base_dir)
+    if job is not None:
+        options["job"] = job
+
+    if kind is None or chk.count != before:
+        return None
+    try:
+        if kind is ScheduleType.INTERVAL:
+            every = cadence_args.pop("every")
+            return Schedule.interval(every, **cadence_args, **options)
+        if kind is ScheduleType.CRON:
+            return Schedule(type=kind, cadence=Cron(**cadence_args), **options)
+        if kind is ScheduleType.ONCE:
+            return Schedule(type=kind, cadence=Once(cadence_args["at"]), **options)
+        return Schedule(type=kind, **options)
+    except (SchedulerError, ValueError, TypeError) as exc:  # pragma: no cover - checked above
+        chk.problem(path, str(exc))
+        return None
+
+
+def schedule_from_mapping(
+    data: Mapping[str, Any],
+    *,
+    base_dir: str | Path | None = None,
+    timezone: str | None = None,
+    now: datetime | None = None,
+    path: str = "",
+) -> Schedule:
+    """Build a :class:`~herdsched.models.Schedule` from fleet-file schedule fields.
+
+    ``base_dir`` is where ``job`` modules are imported from and ``command`` runs; ``timezone``
+    is the default zone for cron and for times without an offset; ``now`` anchors relative
+    ``at`` values (``"+10m"``). Raises :class:`~herdsched.errors.ConfigError` listing every
+    problem as ``"path: why"`` (``path`` is prefixed to each, such as ``"schedules.check"``).
+    """
+    problems: list[str] = []
+    prefix: _PathT = tuple(p for p in path.split(".") if p) if path else ()
+
+    def emit(where: _PathT, message: str) -> None:
+        shown = _format_path(where)
+        problems.append(f"{shown}: {message}" if shown else message)
+
+    chk = _Checker(emit)
+    schedule: Schedule | None = None
+    mapping = chk.mapping(data, prefix, "a schedule")
+    if mapping is not None:
+        if timezone is not None:
+            resolve_timezone(timezone)
+        ctx = _ScheduleContext(
+            Path(base_dir) if base_dir is not None else None,
+            timezone,
+            timezone,
+            to_utc(now) if now is not None else datetime.now(tz=_UTC),
+        )
+        schedule = _build_schedule(chk, mapping, prefix, ctx)
+    if schedule is None or problems:
+        raise ConfigError(_summary("Invalid schedule definition", problems), problems)
+    return schedule
+
+
+def schedule_to_mapping(
+    schedule: Schedule, *, include_defaults: bool = False, require_job_name: bool = False
+) -> dict[str, Any]:
+    """The fleet-file fields of ``schedule``; :func:`schedule_from_mapping` reads them back.
+
+    Options equal to their defaults are left out unless ``include_defaults``. A job is written
+    as ``command:`` (a :class:`CommandJob`) or ``job: "module:function"``; a job that cannot be
+    named by import (a lambda, a closure) is left out, or raises
+    :class:`~herdsched.errors.InvalidScheduleError` when ``require_job_name``.
+    """
+    out: dict[str, Any] = {"type": schedule.type.value}
+    cadence = schedule.cadence
+    if isinstance(cadence, Interval):
+        out["interval"] = format_interval(cadence.every)
+        if cadence.anchor is not None:
+            out["anchor"] = format_timestamp(cadence.anchor)
+        if cadence.start_at is not None:
+            out["start_at"] = format_timestamp(cadence.start_at)
+        if cadence.jitter_percent or include_defaults:
+            out["jitter_percent"] = _number(cadence.jitter_percent)
+    elif isinstance(cadence, Cron):
+        out["cron"] = cadence.expression.source
+        if cadence.timezone is not None or include_defaults:
+            out["timezone"] = cadence.timezone
+    elif isinstance(cadence, Once):
+        out["at"] = format_timestamp(cadence.at)
+    defaults = Schedule(type=schedule.type, cadence=cadence)
+    for field in (
+        "prompt",
+        "enabled",
+        "work_source",
+        "persist_session",
+        "notify",
+        "timeout",
+        "catch_up",
+        "overlap",
+        "owner",
+    ):
+        value = getattr(schedule, field)
+        if value == getattr(defaults, field) and not include_defaults:
+            continue
+        if isinstance(value, timedelta):
+            value = format_interval(value)
+        elif hasattr(value, "value"):
+            value = value.value
+        out[field] = value
+    if schedule.metadata or include_defaults:
+        out["metadata"] = dict(schedule.metadata)
+    if isinstance(schedule.job, CommandJob):
+        out["command"] = list(schedule.job.argv)
+    elif schedule.job is not None:
+        reference = job_reference(schedule.job)
+        if reference is not None:
+            out["job"] = reference
+        elif require_job_name:
+            raise InvalidScheduleError(
+                f'job {schedule.job!r} cannot be named as "module:function" (a lambda or a '
+                "nested function?): define it at module level",
+                field="job",
+                value=schedule.job,
+            )
+    return out
+
+
+def _number(value: float) -> float | int:
+    return int(value) if float(value).is_integer() else value
+
+
+_UTC = timezone.utc
+
+
+def _summary(title: str, problems: Sequence[str]) -> str:
+    count = len(problems)
+    head = f"{title} ({count} problem{'s' if count != 1 else ''}):"
+    return "\n".join([head, *(f"  - {p}" for p in problems)])

@@ -8,16 +8,13 @@ message, so programs can react without parsing text.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "MAX_DEFER",
     "AgentNotFoundError",
     "ConfigError",
     "CronParseError",
-    "Deferred",
     "IntervalParseError",
     "InvalidScheduleError",
     "LimitExceededError",
@@ -25,7 +22,6 @@ __all__ = [
     "ScheduleTriggerError",
     "SchedulerError",
     "SchedulerShutdownError",
-    "SessionNotFound",
     "StateCorruptedError",
     "StateError",
     "StateLockTimeoutError",
@@ -216,33 +212,3 @@ class ConfigError(SchedulerError):
     def __init__(self, message: str, problems: Sequence[str] = ()) -> None:
         super().__init__(message)
         self.problems = list(problems)
-
-
-#: The longest a job may defer its run (:class:`Deferred`): a century.
-MAX_DEFER = timedelta(days=36_525)
-
-
-class Deferred(Exception):
-    """Raised by a job to say "not now, try again in ``delay``" (for example: session busy).
-
-    The run is recorded as ``deferred``; it does not count as a failure.
-    """
-
-    def __init__(self, delay: timedelta | float | str, reason: str = "") -> None:
-        from herdsched.cadence import coerce_interval
-
-        self.delay = coerce_interval(delay, what="Deferred delay")
-        if self.delay > MAX_DEFER:  # a due time past the calendar could never be planned
-            raise IntervalParseError(
-                f"Deferred delay {delay!r} is too long (at most {MAX_DEFER.days} days)",
-                input=delay,
-            )
-        self.reason = reason
-        super().__init__(reason or f"deferred for {self.delay}")
-
-
-class SessionNotFound(Exception):
-    """Raised by a job when the stored session id is unknown to its backend.
-
-    The scheduler clears the stored id and calls the job once more in the same run without it.
-    """

@@ -17,9 +17,9 @@ from typing import Any
 import attrs
 
 from herdsched.clock import Clock
-from herdsched.errors import Deferred, SessionNotFound
 from herdsched.models import JobFunc, JobResult, RunStatus, Schedule, TriggerInfo, TriggerType
 from herdsched.prompts import build_schedule_prompt, fill_prompt_template
+from herdsched.signals import Deferred, SessionNotFound
 from herdsched.timestamps import format_timestamp
 from herdsched.worksource import WorkItem, WorkOutcome, WorkSource
 

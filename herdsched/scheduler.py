@@ -25,7 +25,7 @@ from typing import Any, Literal, TypeVar
 
 import attrs
 
-from herdsched import events as ev
+import herdsched.events as ev
 from herdsched.clock import Clock, SystemClock
 from herdsched.definitions import schedule_from_mapping, schedule_to_mapping
 from herdsched.engine import registry

@@ -179,7 +179,7 @@ def test_a_hot_reload_dropping_a_running_schedule_does_not_hold_claims_forever(
 def test_a_run_whose_settling_failed_does_not_hold_claims_forever(tmp_path: Path) -> None:
     """When the finishing transition cannot be made (here: a deferral too far for datetime
     arithmetic), the start is still recorded, so the run's claim can go."""
-    from herdsched.errors import Deferred
+    from herdsched.signals import Deferred
 
     clock = FakeClock(T0)
     sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, commit_delay=0.5)

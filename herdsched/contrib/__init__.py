@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 
 import attrs
 
+from herdsched.config import load_fleet
 from herdsched.errors import SchedulerError
 from herdsched.models import Agent, JobFunc
 from herdsched.scheduler import ThreadedScheduler
@@ -367,8 +368,6 @@ def scheduler_from_settings(
     if timezone is not None:
         overrides["timezone"] = timezone
     if fleet_file:
-        from herdsched.config import load_fleet
-
         fleet = load_fleet(Path(fleet_file))
         if wrap_job is not None:
             fleet = attrs.evolve(fleet, agents=[wrap_jobs(a, wrap_job) for a in fleet.agents])

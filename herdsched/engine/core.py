@@ -22,7 +22,7 @@ from typing import Any
 
 from attrs import evolve
 
-from herdsched import events as ev
+import herdsched.events as ev
 from herdsched.clock import Clock
 from herdsched.engine.capacity import Capacity
 from herdsched.engine.executors import AgentExecutors, ExecutorFactory

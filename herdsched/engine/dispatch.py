@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 
 from attrs import evolve
 
-from herdsched import events as ev
+import herdsched.events as ev
 from herdsched.engine.core import EngineCore, timer_trigger_type
 from herdsched.engine.listeners import call_safely
 from herdsched.engine.outcomes import Transition, next_after_run, transition_for

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from herdsched import events as ev
+import herdsched.events as ev
 
 __all__ = ["Listeners", "call_safely"]
 
