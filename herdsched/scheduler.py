@@ -34,10 +34,11 @@ from herdsched.engine.core import AD_HOC_SCHEDULE, EngineCore
 from herdsched.engine.dispatch import Dispatcher
 from herdsched.engine.executors import ExecutorFactory
 from herdsched.engine.planning import Entry, fresh_due
-from herdsched.engine.recovery import Leadership, replan_after_jump
+from herdsched.engine.recovery import Leadership
 from herdsched.engine.reporting import schedule_status, search_statuses
 from herdsched.engine.settings import EngineSettings, resolve_poll_interval
 from herdsched.engine.syncing import OtherProcesses
+from herdsched.engine.timer import Timer
 from herdsched.errors import (
     InvalidScheduleError,
     SchedulerShutdownError,
@@ -74,9 +75,6 @@ __all__ = ["ThreadedScheduler", "describe_cadence"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _E = TypeVar("_E", bound=ev.Event)
-_CLOCK_JUMP_TOLERANCE = 2.0  # seconds of disagreement between wall and monotonic progress
-_RETRY_SECONDS = 1.0  # how soon a failed timer pass is retried
-_STANDBY_RETRY = 5.0  # how often a standby tries to take the lead (at most max_sleep)
 _schedulers: weakref.WeakSet[ThreadedScheduler] = weakref.WeakSet()
 
 
@@ -168,14 +166,10 @@ class ThreadedScheduler:
         lock = LeaderLock(self.state_dir) if leader_lock and self.state_dir is not None else None
         self._leadership = Leadership(self._core, lock)
         self._others = OtherProcesses(self._core, self._codec, self.trigger)
-        self._thread: threading.Thread | None = None
+        self._timer = Timer(
+            self._core, self._dispatch, self._commits, self._leadership, self._others
+        )
         self._started_at: datetime | None = None
-        self._check_count = 0
-        self._last_check_at: datetime | None = None
-        self._last_wall: datetime | None = None
-        self._last_mono: float | None = None
-        self._next_poll = 0.0
-        self._next_leader_try = 0.0
         _schedulers.add(self)
         for agent in agents:
             self.add_agent(agent)
@@ -257,7 +251,6 @@ class ThreadedScheduler:
                 raise SchedulerShutdownError("cannot start while stop() is in progress")
             core.store.refresh()
             self._started_at = self.clock.now()
-            self._last_wall, self._last_mono = self._started_at, self.clock.monotonic()
             core.status = "standby"
             try:
                 leading = self._leadership.try_lead()
@@ -268,10 +261,7 @@ class ThreadedScheduler:
             if not leading:
                 self._log_standby()
             core.wake.clear()
-            self._thread = threading.Thread(
-                target=self._timer_loop, name="herdsched-timer", daemon=True
-            )
-            self._thread.start()
+            self._timer.start()
             self._commits.start()
             core.emit(ev.SchedulerStarted(at=self.clock.now(), status=core.status))
         core.listeners.deliver()
@@ -293,14 +283,11 @@ class ThreadedScheduler:
         core.changed()
         remaining = self._wait_for_runs(timeout if wait_for_jobs else 0.0)
         timed_out = wait_for_jobs and remaining > 0
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=5.0)
+        self._timer.join()
         self._commits.stop()
         with core.lock:
             core.plan.clear()
             core.status = "stopped"
-            self._thread = None
             core.executors.shutdown()
             core.emit(
                 ev.SchedulerStopped(
@@ -729,9 +716,9 @@ class ThreadedScheduler:
         return SchedulerState(
             status=self.status,
             started_at=self._started_at,
-            check_count=self._check_count,
+            check_count=self._timer.check_count,
             trigger_count=self._core.trigger_count,
-            last_check_at=self._last_check_at,
+            last_check_at=self._timer.last_check_at,
         )
 
     def get_status(self) -> SchedulerStatus:
@@ -788,87 +775,7 @@ class ThreadedScheduler:
         Jobs still run on the executors; use :meth:`wait_until_idle` to wait for them. A group
         commit that is due happens on the calling thread too, so tests see it at once.
         """
-        self._pass(timer_thread=False)
-
-    def _timer_loop(self) -> None:
-        core = self._core
-        while core.status in ("running", "standby"):
-            core.wake.clear()
-            try:
-                timeout = self._pass(timer_thread=True)
-            except Exception:  # the timer thread never dies
-                self.log.exception("A timer pass failed; it is retried in a second.")
-                timeout = min(self.max_sleep, _RETRY_SECONDS)
-            self.clock.wait(core.wake, timeout)
-
-    def _pass(self, *, timer_thread: bool) -> float:
-        """Fire what is due now; returns how long the timer may sleep (seconds)."""
-        core = self._core
-        now = self.clock.now()
-        mono = self.clock.monotonic()
-        with core.lock:
-            self._check_count += 1
-            self._last_check_at = now
-            self._detect_clock_jump(now, mono)
-        if core.status == "standby":
-            return self._standby_pass(mono)
-        if not core.leading:
-            return self.max_sleep
-        poll = self.settings.poll_interval
-        if poll is not None and mono >= self._next_poll:
-            self._next_poll = mono + poll
-            self._others.poll()
-        self._dispatch.expire_timeouts(now)
-        self._dispatch.fire_due(now)
-        self._commits.commit_if_due(background=timer_thread)
-        core.listeners.deliver()
-        return self._sleep_for()
-
-    def _standby_pass(self, mono: float) -> float:
-        retry = min(self.max_sleep, _STANDBY_RETRY)
-        core = self._core
-        if mono >= self._next_leader_try:
-            self._next_leader_try = mono + retry
-            with core.lock:
-                if core.status == "standby" and self._leadership.try_lead():
-                    core.status = "running"
-                    self.log.info("This scheduler took over as the active one.")
-                    core.wake.set()
-                    return 0.0
-        return retry
-
-    def _sleep_for(self) -> float:
-        """How long the timer may sleep: until the next due time, timeout, commit or poll."""
-        core = self._core
-        now, mono = self.clock.now(), self.clock.monotonic()
-        with core.lock:
-            candidates = [self.max_sleep]
-            due = core.plan.next_due()
-            if due is not None:
-                candidates.append((due - now).total_seconds())
-            for deadline in (
-                self._dispatch.next_deadline(),
-                self._commits.deadline(),
-                self._next_poll if self.settings.poll_interval is not None else None,
-            ):
-                if deadline is not None:
-                    candidates.append(deadline - mono)
-        return max(0.0, min(candidates))
-
-    def _detect_clock_jump(self, now: datetime, mono: float) -> None:
-        """Re-plan every schedule when wall-clock time moved unlike monotonic time (caller
-        holds the lock)."""
-        if self._last_wall is not None and self._last_mono is not None:
-            wall = (now - self._last_wall).total_seconds()
-            elapsed = mono - self._last_mono
-            if abs(wall - elapsed) > _CLOCK_JUMP_TOLERANCE:
-                self.log.warning(
-                    "The wall clock jumped by %.1f s (suspend and resume, or a clock change); "
-                    "every schedule is re-evaluated.",
-                    wall - elapsed,
-                )
-                replan_after_jump(self._core, now)
-        self._last_wall, self._last_mono = now, mono
+        self._timer.run_pass(timer_thread=False)
 
 
 def _skipped(reason: SkipReason, error: str) -> TriggerResult:

@@ -1,0 +1,142 @@
+"""The timer thread (``herdsched-timer``): one pass at a time, asleep in between.
+
+It sleeps on the core's wake event for ``min(time until the next due time, max_sleep)``, or less
+when a timeout, a group commit or a poll of other processes comes first, and wakes early on any
+change, a finished job or ``stop()``. Each pass notices clock jumps, polls other processes, expires
+timeouts, fires what is due and plans the group commit; a standby only tries to take the lead.
+The thread never dies: a failed pass is logged and retried a second later.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+
+from herdsched.engine.committer import GroupCommitter
+from herdsched.engine.core import EngineCore
+from herdsched.engine.dispatch import Dispatcher
+from herdsched.engine.recovery import Leadership, replan_after_jump
+from herdsched.engine.syncing import OtherProcesses
+
+__all__ = ["Timer"]
+
+_CLOCK_JUMP_TOLERANCE = 2.0  # seconds of disagreement between wall and monotonic progress
+_RETRY_SECONDS = 1.0  # how soon a failed pass is retried
+_STANDBY_RETRY = 5.0  # how often a standby tries to take the lead (at most max_sleep)
+
+
+class Timer:
+    """Runs timer passes on the ``herdsched-timer`` thread (or on the caller's, for tests)."""
+
+    def __init__(
+        self,
+        core: EngineCore,
+        dispatch: Dispatcher,
+        commits: GroupCommitter,
+        leadership: Leadership,
+        others: OtherProcesses,
+    ) -> None:
+        self.core = core
+        self.dispatch = dispatch
+        self.commits = commits
+        self.leadership = leadership
+        self.others = others
+        self.check_count = 0
+        self.last_check_at: datetime | None = None
+        self._thread: threading.Thread | None = None
+        self._last_wall: datetime | None = None
+        self._last_mono: float | None = None
+        self._next_poll = 0.0
+        self._next_leader_try = 0.0
+
+    def start(self) -> None:
+        """Start the thread; clock jumps are measured from now."""
+        self._last_wall, self._last_mono = self.core.clock.now(), self.core.clock.monotonic()
+        self._thread = threading.Thread(target=self._loop, name="herdsched-timer", daemon=True)
+        self._thread.start()
+
+    def join(self) -> None:
+        """Wait (up to 5 s) for the thread to end after the status left running/standby."""
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5.0)
+
+    def _loop(self) -> None:
+        core = self.core
+        while core.status in ("running", "standby"):
+            core.wake.clear()
+            try:
+                timeout = self.run_pass(timer_thread=True)
+            except Exception:  # the timer thread never dies
+                self.core.log.exception("A timer pass failed; it is retried in a second.")
+                timeout = min(self.core.settings.max_sleep, _RETRY_SECONDS)
+            self.core.clock.wait(core.wake, timeout)
+
+    def run_pass(self, *, timer_thread: bool) -> float:
+        """Fire what is due now; returns how long the timer may sleep (seconds)."""
+        core = self.core
+        now = self.core.clock.now()
+        mono = self.core.clock.monotonic()
+        with core.lock:
+            self.check_count += 1
+            self.last_check_at = now
+            self._detect_clock_jump(now, mono)
+        if core.status == "standby":
+            return self._standby_pass(mono)
+        if not core.leading:
+            return self.core.settings.max_sleep
+        poll = self.core.settings.poll_interval
+        if poll is not None and mono >= self._next_poll:
+            self._next_poll = mono + poll
+            self.others.poll()
+        self.dispatch.expire_timeouts(now)
+        self.dispatch.fire_due(now)
+        self.commits.commit_if_due(background=timer_thread)
+        core.listeners.deliver()
+        return self._sleep_for()
+
+    def _standby_pass(self, mono: float) -> float:
+        retry = min(self.core.settings.max_sleep, _STANDBY_RETRY)
+        core = self.core
+        if mono >= self._next_leader_try:
+            self._next_leader_try = mono + retry
+            with core.lock:
+                if core.status == "standby" and self.leadership.try_lead():
+                    core.status = "running"
+                    self.core.log.info("This scheduler took over as the active one.")
+                    core.wake.set()
+                    return 0.0
+        return retry
+
+    def _sleep_for(self) -> float:
+        """How long the timer may sleep: until the next due time, timeout, commit or poll."""
+        core = self.core
+        now, mono = self.core.clock.now(), self.core.clock.monotonic()
+        with core.lock:
+            candidates = [self.core.settings.max_sleep]
+            due = core.plan.next_due()
+            if due is not None:
+                candidates.append((due - now).total_seconds())
+            for deadline in (
+                self.dispatch.next_deadline(),
+                self.commits.deadline(),
+                self._next_poll if self.core.settings.poll_interval is not None else None,
+            ):
+                if deadline is not None:
+                    candidates.append(deadline - mono)
+        return max(0.0, min(candidates))
+
+    def _detect_clock_jump(self, now: datetime, mono: float) -> None:
+        """Re-plan every schedule when wall-clock time moved unlike monotonic time (caller
+        holds the lock)."""
+        if self._last_wall is not None and self._last_mono is not None:
+            wall = (now - self._last_wall).total_seconds()
+            elapsed = mono - self._last_mono
+            if abs(wall - elapsed) > _CLOCK_JUMP_TOLERANCE:
+                self.core.log.warning(
+                    "The wall clock jumped by %.1f s (suspend and resume, or a clock change); "
+                    "every schedule is re-evaluated.",
+                    wall - elapsed,
+                )
+                replan_after_jump(self.core, now)
+        self._last_wall, self._last_mono = now, mono
