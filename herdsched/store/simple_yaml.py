@@ -22,6 +22,8 @@ from typing import Any
 
 import yaml
 
+from herdsched.store.yaml_io import dump_yaml, load_yaml
+
 __all__ = ["parse_simple_entry", "render_simple_entry"]
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_./-]{0,99}")
@@ -71,8 +73,6 @@ def _dumped_line(value: str) -> str | None:
     Covers the few repeated strings with spaces (``every 5m``, ``cron 0 9 * * 1-5``): each
     distinct text costs one real dump, every later use is a cache hit.
     """
-    from herdsched.store.yaml_io import dump_yaml
-
     text = dump_yaml({"k": value})
     if not text.startswith("k: ") or text.count("\n") != 1:
         return None
@@ -82,8 +82,6 @@ def _dumped_line(value: str) -> str | None:
 @functools.lru_cache(maxsize=4096)
 def _loaded_line(text: str) -> Any:
     """The string a one-line value written by :func:`_dumped_line` reads back as."""
-    from herdsched.store.yaml_io import load_yaml
-
     try:
         loaded = load_yaml(f"k: {text}\n")
     except yaml.YAMLError:

@@ -17,6 +17,7 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error
 
+from herdsched.config import load_fleet
 from herdsched.contrib import SETTINGS_KEYS, import_object
 from herdsched.errors import ConfigError, SchedulerError
 
@@ -62,8 +63,6 @@ def _fleet_file(path: Any) -> list[CheckMessage]:
     file = Path(path)
     if not file.is_file():
         return [Error(f"HERDSCHED['FLEET_FILE']: no file at {file}", id="herdsched.E003")]
-    from herdsched.config import load_fleet
-
     try:
         load_fleet(file)
     except ConfigError as exc:
