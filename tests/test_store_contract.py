@@ -10,16 +10,19 @@ import pytest
 
 from herdsched.models import RunRecord, RunStatus, ScheduleState, Status
 from herdsched.store import MemoryStateStore, StateStore, YamlStateStore
+from herdsched.store.state_codec import PlainYamlCodec
 
 T0 = datetime(2026, 11, 22, 5, 41, 48, 898000, tzinfo=timezone.utc)
 
 
-@pytest.fixture(params=["memory", "yaml"])
+@pytest.fixture(params=["memory", "yaml", "yaml-plain-codec"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore]:
     if request.param == "memory":
         made: StateStore = MemoryStateStore(max_run_history=3)
-    else:
+    elif request.param == "yaml":
         made = YamlStateStore(tmp_path / "state", max_run_history=3)
+    else:
+        made = YamlStateStore(tmp_path / "state", max_run_history=3, codec=PlainYamlCodec())
     yield made
     made.close()
 

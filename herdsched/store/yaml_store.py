@@ -40,16 +40,15 @@ from herdsched.store.base import USER_INTENT_STATUSES, RunClaim, TriggerRequest,
 from herdsched.store.claims import ClaimJournal
 from herdsched.store.definitions import DefinitionsFile
 from herdsched.store.document import GuardedYamlFile
-from herdsched.store.files import encode_pieces, sweep_temp_files
+from herdsched.store.files import sweep_temp_files
 from herdsched.store.history import RunHistory
 from herdsched.store.requests import TriggerRequestQueue
+from herdsched.store.state_codec import FastStateCodec, StateCodec
 from herdsched.store.state_file import (
     StateDoc,
-    StateRenderer,
     apply_changes,
     empty_state,
 )
-from herdsched.store.state_reader import StateReader
 from herdsched.timestamps import parse_timestamp, to_utc
 
 __all__ = ["YamlStateStore"]
@@ -124,6 +123,7 @@ class YamlStateStore:
         max_run_history: int = 20,
         clock: Clock | None = None,
         sync_history: bool = False,
+        codec: StateCodec | None = None,
     ) -> None:
         for value, what in ((lock_timeout, "lock_timeout"), (commit_delay, "commit_delay")):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
@@ -158,8 +158,7 @@ class YamlStateStore:
         )
         self._requests = TriggerRequestQueue(self.state_dir / "requests", now)
         self._claims = ClaimJournal(self.state_dir / "claims.log")
-        self._renderer = StateRenderer()
-        self._reader = StateReader(self._renderer)
+        self._codec: StateCodec = codec or FastStateCodec()
         # _io serialises this store's disk work on state.yaml; _mem guards the fields below
         # and is only ever held briefly (never across I/O), so reads do not wait for a write.
         self._io = threading.RLock()
@@ -218,7 +217,7 @@ class YamlStateStore:
         with self._io:
             if not self._file.changed():
                 return False
-            self._install(self._file.load(self._reader.parse) or empty_state())
+            self._install(self._file.load(self._codec.decode) or empty_state())
             return True
 
     def _install(self, disk: StateDoc) -> None:
@@ -281,7 +280,7 @@ class YamlStateStore:
         self._ensure_dir()
         with self._io, self._file.lock:
             if self._file.changed():
-                self._install(self._file.load_locked(self._reader.parse) or empty_state())
+                self._install(self._file.load_locked(self._codec.decode) or empty_state())
             # Read first, take second: a claim is dropped only when the state this write takes
             # already shows its run (pending or on disk); any store but the owner's drops nothing.
             claimed_through = self._claims.droppable(self._shows_run) if self._claims.owned else 0
@@ -299,8 +298,8 @@ class YamlStateStore:
             try:
                 new_disk = apply_changes(self._disk, combined)
                 # in pieces: no 3 MB text and bytes for 10,000 schedules (see files.py)
-                self._file.write(encode_pieces(self._renderer.parts(new_disk.raw)))
-                self._reader.remember(new_disk)
+                self._file.write(self._codec.encode(new_disk))
+                self._codec.written(new_disk)
                 self._claims.drop_through(claimed_through)
             except BaseException:
                 with self._mem:
