@@ -189,6 +189,16 @@ def _aware_time(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> N
         )
 
 
+#: How much of a failed job's traceback a run record keeps (its end, where the error is).
+MAX_TRACEBACK = 8192
+
+
+def _bounded_traceback(value: str | None) -> str | None:
+    if value is None or len(value) <= MAX_TRACEBACK:
+        return value
+    return "...\n" + value[-(MAX_TRACEBACK - 4) :]
+
+
 def _summary(value: Any) -> str | None:
     return None if value is None else str(value)[:500]
 
@@ -480,6 +490,8 @@ class RunRecord:
     work_item_id: str | None = None
     cost: float | None = None
     turns: int | None = None
+    #: the end of a failed job's traceback (at most :data:`MAX_TRACEBACK` characters)
+    traceback: str | None = attrs.field(default=None, converter=_bounded_traceback)
 
     @property
     def duration(self) -> timedelta | None:

@@ -10,6 +10,7 @@ import logging
 import os
 import random
 import threading
+import traceback
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -89,6 +90,7 @@ class RunOutcome:
     session_cleared: bool = False
     work_item_id: str | None = None
     no_work: bool = False
+    traceback: str | None = None
 
 
 def _as_job_result(value: Any) -> JobResult:
@@ -215,13 +217,20 @@ def _call_job(run: Run, info: TriggerInfo, started: datetime, clock: Clock) -> R
         except BaseException as exc:  # SystemExit too: a job must never take its slot with it
             if isinstance(exc, (KeyboardInterrupt, GeneratorExit)):
                 raise
-            _log.warning("job of %s/%s failed: %s", run.agent, run.schedule_name, _describe(exc))
+            _log.error(
+                "The job of %s/%s failed: %s",
+                run.agent,
+                run.schedule_name,
+                _describe(exc),
+                exc_info=exc,
+            )
             return RunOutcome(
                 status=RunStatus.FAILED,
                 started_at=started,
                 finished_at=clock.now(),
                 error=_describe(exc),
                 session_cleared=session_cleared,
+                traceback="".join(traceback.format_exception(exc)),
             )
         return RunOutcome(
             status=RunStatus.SUCCESS,

@@ -308,6 +308,7 @@ class Dispatcher:
         elif outcome.status in (RunStatus.FAILED, RunStatus.TIMEOUT):
             core.emit(ev.JobFailed(at=at, record=record, **where))
         if disabled is not None:
+            core.log.error("%s/%s is disabled: %s.", run.agent, run.schedule_name, disabled)
             core.emit(ev.ScheduleDisabled(at=at, reason=disabled, **where))
 
     # ------------------------------------------------------------------------ timeouts

@@ -182,6 +182,7 @@ def transition_for(
         work_item_id=outcome.work_item_id,
         cost=outcome.result.cost,
         turns=outcome.result.turns,
+        traceback=outcome.traceback,
     )
     slot = normal.slot if due == normal.due else due
     return Transition(changes, due, slot, record, disabled_reason, normal.missed)

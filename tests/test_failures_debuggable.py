@@ -1,0 +1,82 @@
+"""A failed run can be debugged: its traceback is kept and logged once, auto-disable is logged."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scheduler_helpers import T0, running, step
+
+from herdsched import Agent, RunStatus, Schedule, ThreadedScheduler
+from herdsched.models import MAX_TRACEBACK, RunRecord
+from herdsched.testing import FakeClock
+
+
+def _lookup(info: Any) -> None:
+    settings: dict[str, str] = {}
+    settings["missing"]
+
+
+def test_a_failed_run_keeps_its_traceback_and_logs_it_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="herdsched")
+    with running() as (sched, _clock):
+        sched.add_agent(Agent("a", job=_lookup, schedules={"s": Schedule.interval("1h")}))
+        sched.start()
+        step(sched)
+        (record,) = sched.history("a", "s")
+    assert record.status is RunStatus.FAILED
+    assert record.error == "KeyError: 'missing'"
+    assert record.traceback is not None
+    assert record.traceback.startswith("Traceback (most recent call last):")
+    assert 'settings["missing"]' in record.traceback
+    assert record.traceback.rstrip().endswith("KeyError: 'missing'")
+    failures = [r for r in caplog.records if r.levelno >= logging.ERROR and "failed" in r.message]
+    assert len(failures) == 1
+    assert failures[0].exc_info is not None
+    assert failures[0].getMessage() == "The job of a/s failed: KeyError: 'missing'"
+
+
+def test_the_traceback_survives_the_state_directory_and_is_bounded(tmp_path: Path) -> None:
+    def deep(info: Any) -> None:
+        try:
+            raise ValueError("detail " * 2000)  # a cause far longer than the bound
+        except ValueError as exc:
+            raise RuntimeError("at the bottom") from exc
+
+    clock = FakeClock(T0)
+    sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
+    sched.add_agent(Agent("a", job=deep, schedules={"s": Schedule.interval("1h")}))
+    with sched:
+        step(sched)
+    reopened = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
+    (record,) = reopened.history("a", "s")
+    assert record.traceback is not None
+    assert len(record.traceback) <= MAX_TRACEBACK
+    assert record.traceback.startswith("...\n")  # the start was cut, the error is kept
+    assert record.traceback.rstrip().endswith("RuntimeError: at the bottom")
+
+
+def test_a_record_without_a_traceback_reads_as_none() -> None:
+    record = RunRecord(run_id="r", agent="a", schedule="s", trigger_type="manual", status="success")
+    assert record.traceback is None
+
+
+def test_auto_disable_is_logged_at_error_with_the_schedule_and_the_reason(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="herdsched")
+    with running(max_consecutive_failures=1) as (sched, _clock):
+        sched.add_agent(Agent("a", job=_lookup, schedules={"s": Schedule.interval("1h")}))
+        sched.start()
+        step(sched)
+    disabled = [r for r in caplog.records if "is disabled" in r.getMessage()]
+    assert len(disabled) == 1
+    assert disabled[0].levelno == logging.ERROR
+    assert disabled[0].getMessage() == (
+        "a/s is disabled: auto-disabled after 1 consecutive failures; last error: "
+        "KeyError: 'missing'."
+    )
