@@ -38,7 +38,15 @@ from herdsched.errors import (
     InvalidScheduleError,
     SchedulerError,
 )
-from herdsched.models import CatchUp, JobFunc, NotifyPolicy, Overlap, Schedule, ScheduleType
+from herdsched.models import (
+    CadenceT,
+    CatchUp,
+    JobFunc,
+    NotifyPolicy,
+    Overlap,
+    Schedule,
+    ScheduleType,
+)
 from herdsched.timestamps import format_timestamp, resolve_timezone, system_timezone, to_utc
 
 if TYPE_CHECKING:
@@ -811,18 +819,9 @@ def schedule_from_mapping(
     return schedule
 
 
-def schedule_to_mapping(
-    schedule: Schedule, *, include_defaults: bool = False, require_job_name: bool = False
-) -> dict[str, Any]:
-    """The fleet-file fields of ``schedule``; :func:`schedule_from_mapping` reads them back.
-
-    Options equal to their defaults are left out unless ``include_defaults``. A job is written
-    as ``command:`` (a :class:`CommandJob`) or ``job: "module:function"``; a job that cannot be
-    named by import (a lambda, a closure) is left out, or raises
-    :class:`~herdsched.errors.InvalidScheduleError` when ``require_job_name``.
-    """
-    out: dict[str, Any] = {"type": schedule.type.value}
-    cadence = schedule.cadence
+def _cadence_to_mapping(cadence: CadenceT, *, include_defaults: bool) -> dict[str, Any]:
+    """The fleet-file fields of a schedule's cadence (none for the types without one)."""
+    out: dict[str, Any] = {}
     if isinstance(cadence, Interval):
         out["interval"] = format_interval(cadence.every)
         if cadence.anchor is not None:
@@ -837,6 +836,22 @@ def schedule_to_mapping(
             out["timezone"] = cadence.timezone
     elif isinstance(cadence, Once):
         out["at"] = format_timestamp(cadence.at)
+    return out
+
+
+def schedule_to_mapping(
+    schedule: Schedule, *, include_defaults: bool = False, require_job_name: bool = False
+) -> dict[str, Any]:
+    """The fleet-file fields of ``schedule``; :func:`schedule_from_mapping` reads them back.
+
+    Options equal to their defaults are left out unless ``include_defaults``. A job is written
+    as ``command:`` (a :class:`CommandJob`) or ``job: "module:function"``; a job that cannot be
+    named by import (a lambda, a closure) is left out, or raises
+    :class:`~herdsched.errors.InvalidScheduleError` when ``require_job_name``.
+    """
+    out: dict[str, Any] = {"type": schedule.type.value}
+    cadence = schedule.cadence
+    out.update(_cadence_to_mapping(cadence, include_defaults=include_defaults))
     defaults = Schedule(type=schedule.type, cadence=cadence)
     for field in (
         "prompt",
