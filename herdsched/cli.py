@@ -28,7 +28,7 @@ from datetime import datetime, timedelta, timezone, tzinfo
 from itertools import islice
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dateutil import parser as dateutil_parser
 
@@ -53,6 +53,8 @@ from herdsched.timestamps import system_timezone as _system_timezone
 
 if TYPE_CHECKING:
     from herdsched.store.base import StateStore
+
+    _Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 __all__ = ["DEFAULT_STATE_DIR", "build_parser", "main"]
 
@@ -201,18 +203,17 @@ def _log_level(args: argparse.Namespace) -> int:
     return min(max(base - 10 * steps, logging.DEBUG), logging.CRITICAL)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``herdsched`` command."""
-    parser = argparse.ArgumentParser(
-        prog="herdsched",
-        description="Run a fleet of scheduled agents, and look at and steer a running fleet.",
-        epilog="Exit codes: 0 ok, 1 runtime failure, 2 usage or validation error.",
-    )
-    parser.add_argument("--version", action="version", version=f"herdsched {__version__}")
-    _add_logging_options(parser)
-    logging_options = _add_logging_options(argparse.ArgumentParser(add_help=False))
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+class _Parents(NamedTuple):
+    """The option groups several commands share, as argparse parent parsers."""
 
+    logging: argparse.ArgumentParser  # -v/-q/--log-level, accepted after the command too
+    state: argparse.ArgumentParser  # --state-dir
+    display: argparse.ArgumentParser  # --tz
+    as_json: argparse.ArgumentParser  # --json
+
+
+def _parent_parsers() -> _Parents:
+    """Build the shared option groups once, so that every command words them the same."""
     state = argparse.ArgumentParser(add_help=False)
     state.add_argument(
         "--state-dir",
@@ -230,10 +231,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     as_json = argparse.ArgumentParser(add_help=False)
     as_json.add_argument("--json", action="store_true", help="print JSON for scripts")
+    logging_options = _add_logging_options(argparse.ArgumentParser(add_help=False))
+    return _Parents(logging_options, state, display, as_json)
 
+
+def _add_run_command(commands: _Commands, parents: _Parents) -> None:
+    """``run FLEET``: its own ``--state-dir``, whose default comes from the fleet file."""
     run = commands.add_parser(
         "run",
-        parents=[logging_options],
+        parents=[parents.logging],
         help="run a fleet file in the foreground",
         description="Run a fleet file in the foreground until Ctrl-C, SIGTERM or --duration. "
         "Logs go to stderr.",
@@ -262,9 +268,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(handler=_cmd_run)
 
+
+def _add_overview_commands(commands: _Commands, parents: _Parents) -> None:
+    """``status`` and ``list``: read-only views of a state directory's schedules."""
+    shown = [parents.state, parents.display, parents.as_json, parents.logging]
     status = commands.add_parser(
         "status",
-        parents=[state, display, as_json, logging_options],
+        parents=shown,
         help="the scheduler, its leader and every schedule's state",
         description="Show whether a scheduler runs the state directory (and where), counts of "
         "schedules by status, and each schedule's cadence, status, next and last run and last "
@@ -274,19 +284,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--long", action="store_true", help="show whole errors instead of cutting them"
     )
     status.set_defaults(handler=_cmd_status)
-
     listing = commands.add_parser(
         "list",
-        parents=[state, display, as_json, logging_options],
+        parents=shown,
         help="list the schedules of the fleet",
         description="List every schedule of the state directory with its cadence, status, "
         "owner and next run.",
     )
     listing.set_defaults(handler=_cmd_list)
 
+
+def _add_next_command(commands: _Commands, parents: _Parents) -> None:
+    """``next EXPR``: needs no state directory; its ``--tz`` is also the cron's zone."""
     nxt = commands.add_parser(
         "next",
-        parents=[as_json, logging_options],
+        parents=[parents.as_json, parents.logging],
         help="preview the next fire times of a cron expression or an interval",
         description='Preview the next fire times of a cron expression ("0 9 * * 1-5", 6 fields '
         'with seconds first, "@daily") or of an interval ("5m", "1h30m").',
@@ -310,9 +322,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     nxt.set_defaults(handler=_cmd_next)
 
+
+def _add_steering_commands(commands: _Commands, parents: _Parents) -> None:
+    """``trigger``, ``pause`` and ``resume``: writes to the state directory that a running
+    scheduler picks up."""
     trigger = commands.add_parser(
         "trigger",
-        parents=[state, logging_options],
+        parents=[parents.state, parents.logging],
         help="ask the running scheduler to run a schedule now",
         description="Queue a run of AGENT/SCHEDULE (or an ad-hoc run of AGENT's job) for the "
         "active scheduler of the state directory; it runs within a few seconds.",
@@ -320,7 +336,6 @@ def build_parser() -> argparse.ArgumentParser:
     trigger.add_argument("target", metavar="AGENT[/SCHEDULE]")
     trigger.add_argument("--prompt", default=None, help="prompt for this run only")
     trigger.set_defaults(handler=_cmd_trigger)
-
     for name, handler, text, description in (
         (
             "pause",
@@ -339,14 +354,17 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     ):
         sub = commands.add_parser(
-            name, parents=[state, logging_options], help=text, description=description
+            name, parents=[parents.state, parents.logging], help=text, description=description
         )
         sub.add_argument("target", metavar="AGENT[/SCHEDULE]")
         sub.set_defaults(handler=handler)
 
+
+def _add_history_command(commands: _Commands, parents: _Parents) -> None:
+    """``history [AGENT[/SCHEDULE]]``: without a target, the whole fleet's."""
     history = commands.add_parser(
         "history",
-        parents=[state, display, as_json, logging_options],
+        parents=[parents.state, parents.display, parents.as_json, parents.logging],
         help="recent runs, newest first",
         description="Recent runs, newest first: of AGENT/SCHEDULE, of every schedule of "
         "AGENT, or without a target of the whole fleet.",
@@ -362,9 +380,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     history.set_defaults(handler=_cmd_history)
 
+
+def _add_validate_command(commands: _Commands, parents: _Parents) -> None:
+    """``validate FLEET``: the checks of ``run`` without running anything."""
     validate = commands.add_parser(
         "validate",
-        parents=[logging_options],
+        parents=[parents.logging],
         help="check a fleet file and report every problem",
         description="Check a fleet file: its syntax and values, that every job imports and "
         "that every command's program exists; every problem is printed with its file and "
@@ -372,6 +393,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     validate.add_argument("fleet", metavar="FLEET", help="the fleet file (YAML)")
     validate.set_defaults(handler=_cmd_validate)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``herdsched`` command.
+
+    Commands are added in the order ``--help`` lists them; the logging options work before
+    the command and after it.
+    """
+    parser = argparse.ArgumentParser(
+        prog="herdsched",
+        description="Run a fleet of scheduled agents, and look at and steer a running fleet.",
+        epilog="Exit codes: 0 ok, 1 runtime failure, 2 usage or validation error.",
+    )
+    parser.add_argument("--version", action="version", version=f"herdsched {__version__}")
+    _add_logging_options(parser)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parents = _parent_parsers()
+    _add_run_command(commands, parents)
+    _add_overview_commands(commands, parents)
+    _add_next_command(commands, parents)
+    _add_steering_commands(commands, parents)
+    _add_history_command(commands, parents)
+    _add_validate_command(commands, parents)
     return parser
 
 

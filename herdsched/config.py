@@ -36,7 +36,7 @@ from typing import Any
 import attrs
 
 from herdsched.errors import AgentNotFoundError, ConfigError
-from herdsched.models import Agent, CatchUp, Schedule
+from herdsched.models import Agent, CatchUp, JobFunc, Schedule
 from herdsched.scheduler import ThreadedScheduler
 from herdsched.timestamps import to_utc
 
@@ -230,92 +230,143 @@ class _Problems:
         return _Checker(emit)
 
 
-def _build_agent(
+@attrs.frozen
+class _AgentContext:
+    """What building an agent needs from the fleet around it."""
+
+    base_dir: Path  # where job imports and command working directories are resolved
+    fleet_zone: str | None  # the scheduler section's zone (None: the system's)
+    now: datetime  # anchors relative once times ("+10s")
+    require_jobs: bool  # whether a schedule with nothing to run is a problem
+
+
+def _agent_name(chk: _Checker, data: Mapping[Any, Any], path: _PathT) -> str | None:
+    """The agent's checked ``name`` (required; letters, digits, ``-`` and ``_``)."""
+    if "name" not in data:
+        chk.problem(path, 'an agent needs a "name"')
+        return None
+    name = chk.string(data["name"], (*path, "name"), "name")
+    if name is not None and not _NAME.match(name):
+        chk.problem(
+            (*path, "name"),
+            f'agent name "{name}" is invalid: use letters, digits, "-" and "_", starting '
+            "with a letter or digit",
+        )
+        return None
+    return name
+
+
+def _agent_prompt(chk: _Checker, data: Mapping[Any, Any], path: _PathT) -> str | None:
+    """The agent's ``default_prompt`` (or its alias ``prompt``); empty text is allowed."""
+    given, prompt = _alias(chk, data, path, "default_prompt", "prompt")
+    if not given:
+        return None
+    key = "default_prompt" if "default_prompt" in data else "prompt"
+    return chk.string(prompt, (*path, key), key, empty_ok=True)
+
+
+def _max_concurrent(chk: _Checker, data: Mapping[Any, Any], path: _PathT) -> int:
+    """``instances.max_concurrent``: 1 when not given (or invalid, which is reported)."""
+    if "instances" not in data:
+        return 1
+    where = (*path, "instances")
+    instances = chk.mapping(data["instances"], where, "instances")
+    if instances is None:
+        return 1
+    chk.known_keys(instances, where, _INSTANCE_FIELDS, "instances")
+    if "max_concurrent" not in instances:
+        return 1
+    value = chk.positive_int(
+        instances["max_concurrent"], (*where, "max_concurrent"), "max_concurrent"
+    )
+    return value or 1
+
+
+def _agent_schedule(
+    chk: _Checker,
+    where: _PathT,
+    sched_name: Any,
+    sched_data: Any,
+    sctx: _ScheduleContext,
+    *,
+    needs_job: bool,
+) -> Schedule | None:
+    """One entry of an agent's ``schedules`` (``where`` is its path), checked; ``None`` if it
+    could not be built. ``needs_job``: jobs are required and the agent names none, so the
+    schedule must name a job or command itself (else it would fire with nothing to run)."""
+    if not isinstance(sched_name, str) or not _NAME.match(sched_name):
+        chk.problem(
+            where,
+            f"schedule name {_describe(sched_name)} is invalid: use letters, digits, "
+            '"-" and "_", starting with a letter or digit',
+        )
+        return None
+    mapping = chk.mapping(sched_data, where, f'schedule "{sched_name}"')
+    if mapping is None:
+        return None
+    schedule = _build_schedule(chk, mapping, where, sctx)
+    if schedule is None:
+        return None
+    if needs_job and schedule.job is None:
+        chk.problem(
+            where,
+            'nothing to run: give the schedule or its agent a "job" '
+            '("package.module:function") or a "command"',
+        )
+    return schedule
+
+
+def _agent_schedules(
     chk: _Checker,
     data: Mapping[Any, Any],
     path: _PathT,
+    sctx: _ScheduleContext,
     *,
-    base_dir: Path,
-    fleet_zone: str | None,
-    now: datetime,
+    job: JobFunc | None,
     require_jobs: bool,
+) -> dict[str, Schedule]:
+    """The agent's ``schedules`` by name, each checked; those with problems are left out.
+
+    ``job`` is the agent's own job: with ``require_jobs``, an agent with no ``job`` or
+    ``command`` key needs one on each schedule.
+    """
+    schedules: dict[str, Schedule] = {}
+    agent_runs_nothing = job is None and "job" not in data and "command" not in data
+    if "schedules" not in data or data["schedules"] is None:
+        return schedules
+    raw = chk.mapping(data["schedules"], (*path, "schedules"), "schedules")
+    for sched_name, sched_data in (raw or {}).items():
+        where = (*path, "schedules", str(sched_name))
+        schedule = _agent_schedule(
+            chk, where, sched_name, sched_data, sctx, needs_job=require_jobs and agent_runs_nothing
+        )
+        if schedule is not None:
+            schedules[sched_name] = schedule
+    return schedules
+
+
+def _build_agent(
+    chk: _Checker, data: Mapping[Any, Any], path: _PathT, ctx: _AgentContext
 ) -> Agent | None:
+    """Validate one (merged) agent mapping, reporting every problem; ``None`` if there was any.
+
+    A cron without a zone follows the agent's zone, else the scheduler's; times without an
+    offset are read in the agent's zone, else the fleet's.
+    """
     before = chk.count
     chk.known_keys(data, path, AGENT_FIELDS, "an agent")
-
-    def at(key: str) -> _PathT:
-        return (*path, key)
-
-    name: str | None = None
-    if "name" not in data:
-        chk.problem(path, 'an agent needs a "name"')
-    else:
-        name = chk.string(data["name"], at("name"), "name")
-        if name is not None and not _NAME.match(name):
-            chk.problem(
-                at("name"),
-                f'agent name "{name}" is invalid: use letters, digits, "-" and "_", starting '
-                "with a letter or digit",
-            )
-            name = None
+    name = _agent_name(chk, data, path)
     description = None
     if "description" in data:
-        description = chk.string(data["description"], at("description"), "description")
-    given, prompt = _alias(chk, data, path, "default_prompt", "prompt")
-    default_prompt = None
-    if given:
-        key = "default_prompt" if "default_prompt" in data else "prompt"
-        default_prompt = chk.string(prompt, at(key), key, empty_ok=True)
-    max_concurrent = 1
-    if "instances" in data:
-        instances = chk.mapping(data["instances"], at("instances"), "instances")
-        if instances is not None:
-            chk.known_keys(instances, at("instances"), _INSTANCE_FIELDS, "instances")
-            if "max_concurrent" in instances:
-                max_concurrent = (
-                    chk.positive_int(
-                        instances["max_concurrent"],
-                        (*at("instances"), "max_concurrent"),
-                        "max_concurrent",
-                    )
-                    or 1
-                )
-    zone = fleet_zone
+        description = chk.string(data["description"], (*path, "description"), "description")
+    default_prompt = _agent_prompt(chk, data, path)
+    max_concurrent = _max_concurrent(chk, data, path)
     agent_zone: str | None = None
     if "timezone" in data:
-        agent_zone = chk.zone(data["timezone"], at("timezone"), "timezone")
-        zone = agent_zone or zone
-    _, job = _job_or_command(chk, data, path, base_dir)
-
-    schedules: dict[str, Schedule] = {}
-    if "schedules" in data and data["schedules"] is not None:
-        raw = chk.mapping(data["schedules"], at("schedules"), "schedules")
-        ctx = _ScheduleContext(base_dir, agent_zone, zone, now)
-        for sched_name, sched_data in (raw or {}).items():
-            where = (*at("schedules"), str(sched_name))
-            if not isinstance(sched_name, str) or not _NAME.match(sched_name):
-                chk.problem(
-                    where,
-                    f"schedule name {_describe(sched_name)} is invalid: use letters, digits, "
-                    '"-" and "_", starting with a letter or digit',
-                )
-                continue
-            mapping = chk.mapping(sched_data, where, f'schedule "{sched_name}"')
-            if mapping is None:
-                continue
-            # A cron without a zone follows the agent's zone, else the scheduler's; times
-            # without an offset are read in the agent's zone, else the fleet's.
-            schedule = _build_schedule(chk, mapping, where, ctx)
-            if schedule is None:
-                continue
-            nothing_to_run = schedule.job is None and job is None
-            if require_jobs and nothing_to_run and "job" not in data and "command" not in data:
-                chk.problem(
-                    where,
-                    'nothing to run: give the schedule or its agent a "job" '
-                    '("package.module:function") or a "command"',
-                )
-            schedules[sched_name] = schedule
+        agent_zone = chk.zone(data["timezone"], (*path, "timezone"), "timezone")
+    _, job = _job_or_command(chk, data, path, ctx.base_dir)
+    sctx = _ScheduleContext(ctx.base_dir, agent_zone, agent_zone or ctx.fleet_zone, ctx.now)
+    schedules = _agent_schedules(chk, data, path, sctx, job=job, require_jobs=ctx.require_jobs)
     if name is None or chk.count != before:
         return None
     return Agent(
@@ -462,86 +513,103 @@ def _agent_layers(
     return layers
 
 
-def _parse(
-    data: Any,
-    label: str,
-    *,
-    base_dir: Path,
-    now: datetime,
-    require_jobs: bool,
-    problems: _Problems,
-) -> FleetConfig | None:
-    chk = problems.checker(label)
-    top = chk.mapping(data, (), "a fleet file")
-    if top is None:
-        return None
-    chk.known_keys(top, (), _TOP_FIELDS, "the fleet file")
-    version = FLEET_VERSION
-    if "version" in top:
-        value = top["version"]
-        if isinstance(value, int) and not isinstance(value, bool) and value == FLEET_VERSION:
-            version = int(value)
-        else:
-            chk.problem(
-                ("version",),
-                f"unsupported version {_plain(value)!r}: this herdsched reads version "
-                f"{FLEET_VERSION}",
-            )
+def _fleet_version(chk: _Checker, top: Mapping[Any, Any]) -> int:
+    """The checked ``version``: only :data:`FLEET_VERSION` is read (``true`` is not 1)."""
+    if "version" not in top:
+        return FLEET_VERSION
+    value = top["version"]
+    if isinstance(value, int) and not isinstance(value, bool) and value == FLEET_VERSION:
+        return int(value)
+    chk.problem(
+        ("version",),
+        f"unsupported version {_plain(value)!r}: this herdsched reads version {FLEET_VERSION}",
+    )
+    return FLEET_VERSION
+
+
+def _fleet_section(chk: _Checker, top: Mapping[Any, Any]) -> tuple[str | None, str | None]:
+    """``(name, description)`` from the optional ``fleet:`` section, checked."""
     name = description = None
-    if "fleet" in top:
-        fleet = chk.mapping(top["fleet"], ("fleet",), "fleet")
-        if fleet is not None:
-            chk.known_keys(fleet, ("fleet",), _FLEET_FIELDS, "the fleet section")
-            if "name" in fleet:
-                name = chk.string(fleet["name"], ("fleet", "name"), "name")
-            if "description" in fleet:
-                description = chk.string(
-                    fleet["description"], ("fleet", "description"), "description"
-                )
-    options: dict[str, Any] = {}
-    state_dir: Path | None = None
-    if "scheduler" in top and top["scheduler"] is not None:
-        section = chk.mapping(top["scheduler"], ("scheduler",), "scheduler")
-        if section is not None:
-            options, state_dir = _scheduler_options(chk, section, base_dir)
-    fleet_zone = options.get("timezone")
+    if "fleet" not in top:
+        return name, description
+    fleet = chk.mapping(top["fleet"], ("fleet",), "fleet")
+    if fleet is None:
+        return name, description
+    chk.known_keys(fleet, ("fleet",), _FLEET_FIELDS, "the fleet section")
+    if "name" in fleet:
+        name = chk.string(fleet["name"], ("fleet", "name"), "name")
+    if "description" in fleet:
+        description = chk.string(fleet["description"], ("fleet", "description"), "description")
+    return name, description
 
-    defaults: Mapping[Any, Any] = {}
-    if "defaults" in top and top["defaults"] is not None:
-        defaults = chk.mapping(top["defaults"], ("defaults",), "defaults") or {}
-        if "name" in defaults:
-            chk.problem(("defaults", "name"), "defaults cannot set an agent's name")
-            defaults = {k: v for k, v in defaults.items() if k != "name"}
 
-    agents: list[Agent] = []
+def _scheduler_section(
+    chk: _Checker, top: Mapping[Any, Any], base_dir: Path
+) -> tuple[dict[str, Any], Path | None]:
+    """``(options, state_dir)`` from the optional ``scheduler:`` section (null: none)."""
+    if "scheduler" not in top or top["scheduler"] is None:
+        return {}, None
+    section = chk.mapping(top["scheduler"], ("scheduler",), "scheduler")
+    if section is None:
+        return {}, None
+    return _scheduler_options(chk, section, base_dir)
+
+
+def _fleet_defaults(chk: _Checker, top: Mapping[Any, Any]) -> Mapping[Any, Any]:
+    """The ``defaults:`` merged into every agent; a ``name`` there is reported and dropped,
+    since every agent would get the same one."""
+    if "defaults" not in top or top["defaults"] is None:
+        return {}
+    defaults = chk.mapping(top["defaults"], ("defaults",), "defaults") or {}
+    if "name" in defaults:
+        chk.problem(("defaults", "name"), "defaults cannot set an agent's name")
+        defaults = {k: v for k, v in defaults.items() if k != "name"}
+    return defaults
+
+
+def _agent_entries(chk: _Checker, top: Mapping[Any, Any]) -> list[Any]:
+    """The ``agents:`` list (unchecked entries); a missing, empty or non-list one is reported."""
     raw_agents = top.get("agents")
     if raw_agents is None or raw_agents == []:
         chk.problem(("agents",), "a fleet needs at least one agent")
-        raw_agents = []
-    elif not isinstance(raw_agents, list):
+        return []
+    if not isinstance(raw_agents, list):
         chk.problem(("agents",), f"agents must be a list, got {_describe(raw_agents)}")
-        raw_agents = []
+        return []
+    return raw_agents
+
+
+def _merged_agent(
+    problems: _Problems, layers: list[_Source], defaults: Mapping[Any, Any], label: str
+) -> tuple[Any, _Checker]:
+    """An agent entry's layers merged over the fleet's defaults, and a checker that reports
+    each problem in the layer (file and path) that wrote the culprit."""
+    primary = layers[-1]
+    if defaults:
+        layers.append(_Source(label, ("defaults",), defaults))
+    merged: Any = {}
+    for layer in reversed(layers):
+        merged = _deep_merge(merged, layer.data)
+    return merged, problems.layered_checker(layers, primary)
+
+
+def _build_agents(
+    problems: _Problems,
+    raw_agents: list[Any],
+    defaults: Mapping[Any, Any],
+    label: str,
+    ctx: _AgentContext,
+) -> list[Agent]:
+    """Every valid agent of ``raw_agents`` in file order; a repeated name is a problem at the
+    later entry."""
+    agents: list[Agent] = []
     seen: dict[str, int] = {}
     for index, entry in enumerate(raw_agents):
-        layers = _agent_layers(problems, entry, index, label, base_dir)
+        layers = _agent_layers(problems, entry, index, label, ctx.base_dir)
         if layers is None:
             continue
-        primary = layers[-1]
-        if defaults:
-            layers.append(_Source(label, ("defaults",), defaults))
-        merged: Any = {}
-        for layer in reversed(layers):
-            merged = _deep_merge(merged, layer.data)
-        agent_chk = problems.layered_checker(layers, primary)
-        agent = _build_agent(
-            agent_chk,
-            merged,
-            (),
-            base_dir=base_dir,
-            fleet_zone=fleet_zone,
-            now=now,
-            require_jobs=require_jobs,
-        )
+        merged, agent_chk = _merged_agent(problems, layers, defaults, label)
+        agent = _build_agent(agent_chk, merged, (), ctx)
         if agent is None:
             continue
         if agent.name in seen:
@@ -553,6 +621,32 @@ def _parse(
             continue
         seen[agent.name] = index
         agents.append(agent)
+    return agents
+
+
+def _parse(
+    data: Any,
+    label: str,
+    *,
+    base_dir: Path,
+    now: datetime,
+    require_jobs: bool,
+    problems: _Problems,
+) -> FleetConfig | None:
+    """Validate a fleet document section by section, collecting every problem in
+    ``problems``; the :class:`FleetConfig`, or ``None`` if there was any problem."""
+    chk = problems.checker(label)
+    top = chk.mapping(data, (), "a fleet file")
+    if top is None:
+        return None
+    chk.known_keys(top, (), _TOP_FIELDS, "the fleet file")
+    version = _fleet_version(chk, top)
+    name, description = _fleet_section(chk, top)
+    options, state_dir = _scheduler_section(chk, top, base_dir)
+    defaults = _fleet_defaults(chk, top)
+    raw_agents = _agent_entries(chk, top)
+    ctx = _AgentContext(base_dir, options.get("timezone"), now, require_jobs)
+    agents = _build_agents(problems, raw_agents, defaults, label, ctx)
     if problems.items:
         return None
     return FleetConfig(

@@ -38,7 +38,15 @@ from herdsched.errors import (
     InvalidScheduleError,
     SchedulerError,
 )
-from herdsched.models import CatchUp, JobFunc, NotifyPolicy, Overlap, Schedule, ScheduleType
+from herdsched.models import (
+    CadenceT,
+    CatchUp,
+    JobFunc,
+    NotifyPolicy,
+    Overlap,
+    Schedule,
+    ScheduleType,
+)
 from herdsched.timestamps import format_timestamp, resolve_timezone, system_timezone, to_utc
 
 if TYPE_CHECKING:
@@ -575,82 +583,131 @@ def _alias(
     return False, None
 
 
-def _build_schedule(
+def _schedule_zones(
     chk: _Checker, data: Mapping[Any, Any], path: _PathT, ctx: _ScheduleContext
-) -> Schedule | None:
-    """Validate one schedule mapping, reporting every problem; ``None`` if there was any."""
-    before = chk.count
-    chk.known_keys(data, path, SCHEDULE_FIELDS, "a schedule")
-    data = {k: v for k, v in data.items() if not (v is None and k in _NULLABLE)}
-    kind = _infer_type(chk, data, path)
+) -> tuple[str | None, tzinfo]:
+    """``(zone_name, naive_zone)``: the schedule's own ``timezone`` (checked), and the zone its
+    times without an offset are read in (its own, else the context's, else the system's)."""
+    zone_name: str | None = None
+    if "timezone" in data:
+        zone_name = chk.zone(data["timezone"], (*path, "timezone"), "timezone")
+    naive_name = zone_name or ctx.naive_zone
+    naive_zone = resolve_timezone(naive_name) if naive_name else system_timezone()
+    return zone_name, naive_zone
+
+
+def _check_cadence_keys(
+    chk: _Checker, data: Mapping[Any, Any], path: _PathT, kind: ScheduleType
+) -> None:
+    """Report cadence keys that belong to another type (``cron`` on an interval schedule):
+    silently ignoring them would hide a mistaken ``type``."""
+    allowed = _CADENCE_KEYS.get(kind, ())
+    for key in (*_ALL_CADENCE_KEYS, "timezone"):
+        if key in data and key not in allowed:
+            chk.problem((*path, key), f'"{key}" does not apply to a {kind.value} schedule')
+
+
+def _interval_args(
+    chk: _Checker, data: Mapping[Any, Any], path: _PathT, zone: tzinfo, now: datetime
+) -> dict[str, Any]:
+    """The checked arguments of an interval cadence (``every``, ``anchor``, ``start_at``,
+    ``jitter_percent``); ``anchor`` and ``start_at`` must be absolute times."""
+    args: dict[str, Any] = {}
+    if "interval" not in data:
+        chk.problem(path, 'an interval schedule needs "interval" (such as "5m")')
+    else:
+        args["every"] = chk.duration(data["interval"], (*path, "interval"), "interval")
+    for key in ("anchor", "start_at"):
+        if key in data:
+            args[key] = _instant(
+                chk, data[key], path=(*path, key), what=key, zone=zone, now=now, relative=False
+            )
+    if "jitter_percent" in data:
+        args["jitter_percent"] = chk.percent(
+            data["jitter_percent"], (*path, "jitter_percent"), "jitter_percent"
+        )
+    return args
+
+
+def _cron_args(
+    chk: _Checker, data: Mapping[Any, Any], path: _PathT, zone: str | None
+) -> dict[str, Any]:
+    """The checked arguments of a cron cadence: the parsed ``cron`` (alias ``expression``) and
+    ``zone``. A non-string expression is YAML having read it as a value, so say to quote it."""
+    args: dict[str, Any] = {}
+    given, expression = _alias(chk, data, path, "cron", "expression")
+    key = "cron" if "cron" in data else "expression"
+    if not given and "cron" not in data and "expression" not in data:
+        chk.problem(path, 'a cron schedule needs "cron" (such as "0 9 * * 1-5")')
+    elif given:
+        if isinstance(expression, str):
+            try:
+                args["expression"] = parse_cron_expression(expression)
+            except CronParseError as exc:
+                chk.problem((*path, key), str(exc))
+        else:
+            chk.problem(
+                (*path, key),
+                f'cron expression must be a string such as "0 9 * * 1-5", got '
+                f"{_describe(expression)} (YAML turned it into a value: quote it)",
+            )
+    args["timezone"] = zone
+    return args
+
+
+def _once_args(
+    chk: _Checker, data: Mapping[Any, Any], path: _PathT, zone: tzinfo, now: datetime
+) -> dict[str, Any]:
+    """The checked argument of a once cadence: ``at``, absolute or relative to ``now``."""
+    if "at" not in data:
+        chk.problem(path, 'a once schedule needs "at" (such as "2026-12-01T09:00:00Z")')
+        return {}
+    moment = _instant(
+        chk, data["at"], path=(*path, "at"), what="at", zone=zone, now=now, relative=True
+    )
+    return {"at": moment}
+
+
+def _cadence_args(
+    chk: _Checker,
+    data: Mapping[Any, Any],
+    path: _PathT,
+    kind: ScheduleType | None,
+    ctx: _ScheduleContext,
+) -> dict[str, Any]:
+    """Check the cadence fields of a schedule of type ``kind``; the cadence's arguments.
+
+    A cron without a zone follows the context's cron zone (the agent's, else the
+    scheduler's); times without an offset are read in the schedule's zone, else the
+    context's naive zone.
+    """
+    zone_name, naive_zone = _schedule_zones(chk, data, path, ctx)
+    if kind is not None:
+        _check_cadence_keys(chk, data, path, kind)
+    if kind is ScheduleType.INTERVAL:
+        return _interval_args(chk, data, path, naive_zone, ctx.now)
+    if kind is ScheduleType.CRON:
+        return _cron_args(chk, data, path, zone_name or ctx.cron_zone)
+    if kind is ScheduleType.ONCE:
+        return _once_args(chk, data, path, naive_zone, ctx.now)
+    return {}
+
+
+_CHOICE_OPTIONS: tuple[tuple[str, type[NotifyPolicy | CatchUp | Overlap]], ...] = (
+    ("notify", NotifyPolicy),
+    ("catch_up", CatchUp),
+    ("overlap", Overlap),
+)
+
+
+def _schedule_options(
+    chk: _Checker, data: Mapping[Any, Any], path: _PathT, base_dir: Path | None
+) -> dict[str, Any]:
+    """Check the fields every schedule type shares (prompt, enabled, timeout, policies,
+    metadata, job or command); the keyword arguments of :class:`Schedule` they set."""
 
     def at(key: str) -> _PathT:
         return (*path, key)
-
-    zone_name: str | None = None
-    if "timezone" in data:
-        zone_name = chk.zone(data["timezone"], at("timezone"), "timezone")
-    naive_name = zone_name or ctx.naive_zone
-    naive_zone = resolve_timezone(naive_name) if naive_name else system_timezone()
-
-    if kind is not None:
-        allowed = _CADENCE_KEYS.get(kind, ())
-        for key in (*_ALL_CADENCE_KEYS, "timezone"):
-            if key in data and key not in allowed:
-                chk.problem(at(key), f'"{key}" does not apply to a {kind.value} schedule')
-
-    cadence_args: dict[str, Any] = {}
-    if kind is ScheduleType.INTERVAL:
-        if "interval" not in data:
-            chk.problem(path, 'an interval schedule needs "interval" (such as "5m")')
-        else:
-            cadence_args["every"] = chk.duration(data["interval"], at("interval"), "interval")
-        for key in ("anchor", "start_at"):
-            if key in data:
-                cadence_args[key] = _instant(
-                    chk,
-                    data[key],
-                    path=at(key),
-                    what=key,
-                    zone=naive_zone,
-                    now=ctx.now,
-                    relative=False,
-                )
-        if "jitter_percent" in data:
-            cadence_args["jitter_percent"] = chk.percent(
-                data["jitter_percent"], at("jitter_percent"), "jitter_percent"
-            )
-    elif kind is ScheduleType.CRON:
-        given, expression = _alias(chk, data, path, "cron", "expression")
-        key = "cron" if "cron" in data else "expression"
-        if not given and "cron" not in data and "expression" not in data:
-            chk.problem(path, 'a cron schedule needs "cron" (such as "0 9 * * 1-5")')
-        elif given:
-            if isinstance(expression, str):
-                try:
-                    cadence_args["expression"] = parse_cron_expression(expression)
-                except CronParseError as exc:
-                    chk.problem(at(key), str(exc))
-            else:
-                chk.problem(
-                    at(key),
-                    f'cron expression must be a string such as "0 9 * * 1-5", got '
-                    f"{_describe(expression)} (YAML turned it into a value: quote it)",
-                )
-        cadence_args["timezone"] = zone_name or ctx.cron_zone
-    elif kind is ScheduleType.ONCE:
-        if "at" not in data:
-            chk.problem(path, 'a once schedule needs "at" (such as "2026-12-01T09:00:00Z")')
-        else:
-            cadence_args["at"] = _instant(
-                chk,
-                data["at"],
-                path=at("at"),
-                what="at",
-                zone=naive_zone,
-                now=ctx.now,
-                relative=True,
-            )
 
     options: dict[str, Any] = {}
     for key in ("prompt", "work_source", "owner"):
@@ -664,7 +721,7 @@ def _build_schedule(
         options["persist_session"] = chk.boolean(value, at(key), key)
     if "timeout" in data:
         options["timeout"] = chk.duration(data["timeout"], at("timeout"), "timeout")
-    for key, enum_cls in (("notify", NotifyPolicy), ("catch_up", CatchUp), ("overlap", Overlap)):
+    for key, enum_cls in _CHOICE_OPTIONS:
         if key in data:
             options[key] = chk.choice(data[key], at(key), key, [m.value for m in enum_cls])
     if "metadata" in data:
@@ -674,12 +731,21 @@ def _build_schedule(
                 if not isinstance(meta_key, str):
                     chk.problem(at("metadata"), f"metadata keys must be strings: {meta_key!r}")
             options["metadata"] = _plain(meta)
-    _, job = _job_or_command(chk, data, path, ctx.base_dir)
+    _, job = _job_or_command(chk, data, path, base_dir)
     if job is not None:
         options["job"] = job
+    return options
 
-    if kind is None or chk.count != before:
-        return None
+
+def _make_schedule(
+    chk: _Checker,
+    path: _PathT,
+    kind: ScheduleType,
+    cadence_args: dict[str, Any],
+    options: dict[str, Any],
+) -> Schedule | None:
+    """The :class:`Schedule` of checked fields; a refusal by the model (which the checks
+    should have caught) is reported as a problem at ``path`` rather than raised."""
     try:
         if kind is ScheduleType.INTERVAL:
             every = cadence_args.pop("every")
@@ -692,6 +758,25 @@ def _build_schedule(
     except (SchedulerError, ValueError, TypeError) as exc:  # pragma: no cover - checked above
         chk.problem(path, str(exc))
         return None
+
+
+def _build_schedule(
+    chk: _Checker, data: Mapping[Any, Any], path: _PathT, ctx: _ScheduleContext
+) -> Schedule | None:
+    """Validate one schedule mapping, reporting every problem; ``None`` if there was any.
+
+    Problems are reported in a fixed order: unknown keys, the type, the zone, the cadence,
+    then the options every type shares.
+    """
+    before = chk.count
+    chk.known_keys(data, path, SCHEDULE_FIELDS, "a schedule")
+    data = {k: v for k, v in data.items() if not (v is None and k in _NULLABLE)}
+    kind = _infer_type(chk, data, path)
+    cadence_args = _cadence_args(chk, data, path, kind, ctx)
+    options = _schedule_options(chk, data, path, ctx.base_dir)
+    if kind is None or chk.count != before:
+        return None
+    return _make_schedule(chk, path, kind, cadence_args, options)
 
 
 def schedule_from_mapping(
@@ -734,18 +819,9 @@ def schedule_from_mapping(
     return schedule
 
 
-def schedule_to_mapping(
-    schedule: Schedule, *, include_defaults: bool = False, require_job_name: bool = False
-) -> dict[str, Any]:
-    """The fleet-file fields of ``schedule``; :func:`schedule_from_mapping` reads them back.
-
-    Options equal to their defaults are left out unless ``include_defaults``. A job is written
-    as ``command:`` (a :class:`CommandJob`) or ``job: "module:function"``; a job that cannot be
-    named by import (a lambda, a closure) is left out, or raises
-    :class:`~herdsched.errors.InvalidScheduleError` when ``require_job_name``.
-    """
-    out: dict[str, Any] = {"type": schedule.type.value}
-    cadence = schedule.cadence
+def _cadence_to_mapping(cadence: CadenceT, *, include_defaults: bool) -> dict[str, Any]:
+    """The fleet-file fields of a schedule's cadence (none for the types without one)."""
+    out: dict[str, Any] = {}
     if isinstance(cadence, Interval):
         out["interval"] = format_interval(cadence.every)
         if cadence.anchor is not None:
@@ -760,6 +836,22 @@ def schedule_to_mapping(
             out["timezone"] = cadence.timezone
     elif isinstance(cadence, Once):
         out["at"] = format_timestamp(cadence.at)
+    return out
+
+
+def schedule_to_mapping(
+    schedule: Schedule, *, include_defaults: bool = False, require_job_name: bool = False
+) -> dict[str, Any]:
+    """The fleet-file fields of ``schedule``; :func:`schedule_from_mapping` reads them back.
+
+    Options equal to their defaults are left out unless ``include_defaults``. A job is written
+    as ``command:`` (a :class:`CommandJob`) or ``job: "module:function"``; a job that cannot be
+    named by import (a lambda, a closure) is left out, or raises
+    :class:`~herdsched.errors.InvalidScheduleError` when ``require_job_name``.
+    """
+    out: dict[str, Any] = {"type": schedule.type.value}
+    cadence = schedule.cadence
+    out.update(_cadence_to_mapping(cadence, include_defaults=include_defaults))
     defaults = Schedule(type=schedule.type, cadence=cadence)
     for field in (
         "prompt",
