@@ -160,6 +160,14 @@ class ThreadedScheduler:
             notifier=notifier,
             executor_factory=executor_factory,
         )
+        self._wire(leader_lock)
+        self._started_at: datetime | None = None
+        _schedulers.add(self)
+        for agent in agents:
+            self.add_agent(agent)
+
+    def _wire(self, leader_lock: bool) -> None:
+        """Build the engine's parts around the core: dispatch, commits, leadership, the timer."""
         self._codec = registry.DefinitionCodec(schedule_to_mapping, schedule_from_mapping)
         self._dispatch = Dispatcher(self._core)
         self._commits = GroupCommitter(self._core)
@@ -169,10 +177,6 @@ class ThreadedScheduler:
         self._timer = Timer(
             self._core, self._dispatch, self._commits, self._leadership, self._others
         )
-        self._started_at: datetime | None = None
-        _schedulers.add(self)
-        for agent in agents:
-            self.add_agent(agent)
 
     def _default_store(self, max_run_history: int) -> StateStore:
         if self.state_dir is None:
