@@ -217,11 +217,10 @@ def _call_job(run: Run, info: TriggerInfo, started: datetime, clock: Clock) -> R
         except BaseException as exc:  # SystemExit too: a job must never take its slot with it
             if isinstance(exc, (KeyboardInterrupt, GeneratorExit)):
                 raise
-            _log.error(
-                "The job of %s/%s failed: %s",
+            _log.error(  # the traceback's last line says what failed: written once
+                "The job of %s/%s failed; its traceback follows.",
                 run.agent,
                 run.schedule_name,
-                _describe(exc),
                 exc_info=exc,
             )
             return RunOutcome(

@@ -37,7 +37,8 @@ def test_a_failed_run_keeps_its_traceback_and_logs_it_once(
     failures = [r for r in caplog.records if r.levelno >= logging.ERROR and "failed" in r.message]
     assert len(failures) == 1
     assert failures[0].exc_info is not None
-    assert failures[0].getMessage() == "The job of a/s failed: KeyError: 'missing'"
+    assert failures[0].getMessage() == "The job of a/s failed; its traceback follows."
+    assert caplog.text.count("KeyError: 'missing'") == 1  # the traceback's last line
 
 
 def test_the_traceback_survives_the_state_directory_and_is_bounded(tmp_path: Path) -> None:
