@@ -471,7 +471,11 @@ class ThreadedScheduler:
         return schedule
 
     def remove_schedule(self, agent: str, name: str, *, owner: str | None = None) -> None:
-        """Remove a schedule and its persisted state and definition."""
+        """Remove a schedule and its persisted state and definition.
+
+        Its run history stays (``history(agent, name)`` still shows it, bounded by
+        ``max_run_history`` as before) until :meth:`purge_history` removes it.
+        """
         core = self._core
         with core.lock:
             entry = core.require_entry(agent, name)
@@ -688,6 +692,10 @@ class ThreadedScheduler:
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit!r}")
         return self.store.get_history(agent, schedule, limit)
+
+    def purge_history(self, agent: str, schedule: str) -> None:
+        """Delete the run history of one schedule, removed or not (durable when it returns)."""
+        self.store.purge_history(agent, schedule)
 
     def run_stats(
         self, agent: str, schedule: str | None = None, since: datetime | None = None

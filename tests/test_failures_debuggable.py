@@ -81,3 +81,17 @@ def test_auto_disable_is_logged_at_error_with_the_schedule_and_the_reason(
         "a/s is disabled: auto-disabled after 1 consecutive failures; last error: "
         "KeyError: 'missing'."
     )
+
+
+def test_history_outlives_its_schedule_until_purged(tmp_path: Path) -> None:
+    clock = FakeClock(T0)
+    sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
+    sched.add_agent(Agent("a", job=_lookup, schedules={"s": Schedule.interval("1h")}))
+    with sched:
+        step(sched)
+        sched.remove_schedule("a", "s")
+        assert [r.status for r in sched.history("a", "s")] == [RunStatus.FAILED]
+    reopened = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
+    assert len(reopened.history("a", "s")) == 1  # after a restart too
+    reopened.purge_history("a", "s")
+    assert reopened.history("a", "s") == []

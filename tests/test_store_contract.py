@@ -78,14 +78,27 @@ def test_invalid_values_are_rejected_with_the_field_named(store: StateStore) -> 
     assert store.get_schedule_state("a", "s") == ScheduleState()
 
 
-def test_remove_schedule_state_forgets_state_and_history(store: StateStore) -> None:
+def test_remove_schedule_state_forgets_the_state_and_keeps_the_history(store: StateStore) -> None:
     store.update_schedule_state("a", "s", status="paused")
     store.update_schedule_state("a", "t", status="paused")
     store.append_run(record("r1"))
     store.remove_schedule_state("a", "s")
     assert store.get_schedule_state("a", "s") == ScheduleState()
-    assert store.get_history("a", "s") == []
+    assert [r.run_id for r in store.get_history("a", "s")] == ["r1"]
     assert store.get_schedule_state("a", "t").status is Status.PAUSED
+    store.flush()
+    assert [r.run_id for r in store.get_history("a", "s")] == ["r1"]
+
+
+def test_purge_history_deletes_one_schedules_history(store: StateStore) -> None:
+    store.append_run(record("r1"))
+    store.append_run(record("t1", schedule="t"))
+    store.purge_history("a", "s")
+    store.purge_history("a", "never")  # nothing to delete: no error
+    assert store.get_history("a", "s") == []
+    store.flush()
+    assert store.get_history("a", "s") == []
+    assert [r.run_id for r in store.get_history("a")] == ["t1"]
 
 
 def test_history_is_bounded_and_newest_first(store: StateStore) -> None:

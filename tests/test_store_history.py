@@ -150,23 +150,31 @@ def test_names_are_encoded_safely(tmp_path: Path) -> None:
         encode_name("")
 
 
-def test_remove_deletes_only_that_schedule(tmp_path: Path) -> None:
+def test_purge_deletes_only_that_schedules_file(tmp_path: Path) -> None:
     with YamlStateStore(tmp_path) as store:
         store.append_run(record("s1", 1, schedule="s"))
         store.append_run(record("t1", 2, schedule="t"))
         store.flush()
         store.update_schedule_state("a", "s", status="idle")
         store.remove_schedule_state("a", "s")
-        store.remove_schedule_state("a", "never")
+        assert history_file(tmp_path, schedule="s").exists()  # the audit trail stays
+        store.purge_history("a", "s")
+        store.purge_history("a", "never")
         assert [r.run_id for r in store.get_history("a")] == ["t1"]
     assert not history_file(tmp_path, schedule="s").exists()
 
 
-def test_pending_records_of_a_removed_schedule_are_dropped(tmp_path: Path) -> None:
+def test_pending_records_of_a_removed_schedule_are_kept_and_purged_on_request(
+    tmp_path: Path,
+) -> None:
     with YamlStateStore(tmp_path) as store:
         store.append_run(record("s1", 1, schedule="s"))
         store.record_transition("a", "s", status="running")
         store.remove_schedule_state("a", "s")
+        store.flush()
+        assert history_file(tmp_path).exists()
+        store.append_run(record("s2", 2, schedule="s"))
+        store.purge_history("a", "s")
         assert store.flush_deadline() is None
         store.flush()
     assert not history_file(tmp_path).exists()

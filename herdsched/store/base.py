@@ -100,7 +100,7 @@ class StateStore(Protocol):
         """Like :meth:`update_schedule_state` but group-committed (durable on :meth:`flush`)."""
 
     def remove_schedule_state(self, agent: str, schedule: str) -> None:
-        """Forget a schedule's state (durable when it returns)."""
+        """Forget a schedule's state (durable when it returns); its history stays."""
 
     def flush(self) -> None:
         """Make every pending transition and run record durable now."""
@@ -128,6 +128,9 @@ class StateStore(Protocol):
     # -- run history ----------------------------------------------------------------------
     def append_run(self, record: RunRecord) -> None:
         """Add a record to its schedule's bounded history (group-committed)."""
+
+    def purge_history(self, agent: str, schedule: str) -> None:
+        """Delete one schedule's run history (durable when it returns)."""
 
     def get_history(
         self, agent: str, schedule: str | None = None, limit: int = 20

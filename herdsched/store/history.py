@@ -154,6 +154,9 @@ class RunHistory:
     def remove(self, agent: str, schedule: str) -> None:
         """Delete one schedule's history (no error when there is none)."""
         path = self.path_for(agent, schedule)
+        if not path.exists():  # also when the state directory was never written
+            self._counts.pop(str(path), None)
+            return
         with self.lock:
             self._counts.pop(str(path), None)
             try:

@@ -68,6 +68,9 @@ class MemoryStateStore:
     def remove_schedule_state(self, agent: str, schedule: str) -> None:
         with self._lock:
             self._states.get(agent, {}).pop(schedule, None)
+
+    def purge_history(self, agent: str, schedule: str) -> None:
+        with self._lock:
             self._history.pop((agent, schedule), None)
 
     def claim_runs(self, claims: Sequence[RunClaim]) -> None:

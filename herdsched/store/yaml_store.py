@@ -388,18 +388,27 @@ class YamlStateStore:
         return updated
 
     def remove_schedule_state(self, agent: str, schedule: str) -> None:
-        """Forget a schedule's state and history (durable when it returns)."""
+        """Forget a schedule's state (durable when it returns); its run history stays, the
+        audit trail of what ran, until :meth:`purge_history` removes it."""
         self._check_open()
         _check_name(agent, "agent")
         _check_name(schedule, "schedule")
         with self._io:  # not between a write's look at the claims and its taking of pending
             with self._mem:
                 self._pending.pop((agent, schedule), None)
-                self._pending_runs = [
-                    r for r in self._pending_runs if (r.agent, r.schedule) != (agent, schedule)
-                ]
                 self._settle()
             self._write({(agent, schedule): None})
+
+    def purge_history(self, agent: str, schedule: str) -> None:
+        """Delete one schedule's run history, pending records included (durable on return)."""
+        self._check_open()
+        _check_name(agent, "agent")
+        _check_name(schedule, "schedule")
+        with self._mem:
+            self._pending_runs = [
+                r for r in self._pending_runs if (r.agent, r.schedule) != (agent, schedule)
+            ]
+            self._settle()
         with self._hist_io:
             self._history.remove(agent, schedule)
 
