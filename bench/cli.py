@@ -1,5 +1,7 @@
 """``python -m bench --quick|--full [--plot]``: run the scenarios and print the report.
 
+``--fleet-seconds``, ``--fleet-agents`` and ``--repeat-fleet`` size the agent fleet (scenario 6).
+
 Progress goes to stderr, the report to stdout. ``--json`` keeps the raw figures (every run, with
 the lateness quantiles) and ``--from-json`` prints the report (and plot) again from such a file.
 """
@@ -7,6 +9,7 @@ the lateness quantiles) and ``--from-json`` prints the report (and plot) again f
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -18,7 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench.config import FULL, QUICK, SCENARIOS, VARIANTS, missing_libraries
+from bench.config import FULL, QUICK, SCENARIOS, VARIANTS, Scale, missing_libraries
 from bench.plot import plot_lateness
 from bench.report import render, row_label
 from bench.runner import REPO_ROOT, Runner
@@ -109,6 +112,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--repeat-long", type=int, help="runs of the long scenarios (lateness, idle cost)"
     )
+    parser.add_argument("--repeat-fleet", type=int, help="runs of the agent fleet")
+    parser.add_argument(
+        "--fleet-seconds", type=float, help="the agent fleet's measured window (full: 120 s)"
+    )
+    parser.add_argument("--fleet-agents", type=int, help="agents of the fleet (full: 500)")
     parser.add_argument(
         "--plot",
         nargs="?",
@@ -131,17 +139,35 @@ def _progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def _scale(args: argparse.Namespace) -> Scale:
+    """The chosen scale with the fleet options applied."""
+    scale = FULL if args.full else QUICK
+    changes = {
+        field: value
+        for field, value in (
+            ("fleet_repeat", args.repeat_fleet),
+            ("fleet_seconds", args.fleet_seconds),
+            ("fleet_agents", args.fleet_agents),
+        )
+        if value is not None
+    }
+    return dataclasses.replace(scale, **changes)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.repeat is not None and args.repeat < 1:
         _parser().error("--repeat must be at least 1")
-    if args.repeat_long is not None and args.repeat_long < 1:
-        _parser().error("--repeat-long must be at least 1")
+    for option in ("repeat_long", "repeat_fleet", "fleet_agents"):
+        if getattr(args, option) is not None and getattr(args, option) < 1:
+            _parser().error(f"--{option.replace('_', '-')} must be at least 1")
+    if args.fleet_seconds is not None and args.fleet_seconds <= 0:
+        _parser().error("--fleet-seconds must be positive")
     if args.from_json:
         data: dict[str, Any] = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
         results, meta = data["results"], data["meta"]
     else:
-        scale = FULL if args.full else QUICK
+        scale = _scale(args)
         runner = Runner(
             scale,
             workdir=Path(args.workdir) if args.workdir else None,

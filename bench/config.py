@@ -95,6 +95,7 @@ SCENARIOS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "cold": ("4. Cold start and memory", _MAIN),
     "state": ("5. Durable state updates", ("herdsched-yaml", "aps-sqlite")),
+    "fleet": ("6. Agent fleet", ("herdsched-mem", "herdsched-yaml", "aps-mem", "aps-sqlite")),
 }
 
 #: variant key → modules it needs beyond herdsched itself
@@ -153,6 +154,19 @@ class Scale:
     state_seconds: float
     state_processes: tuple[int, ...]
     state_start_margin: float  # seconds from "all writers ready" to the window's start
+    fleet_agents: int
+    fleet_intervals: int  # interval schedules per agent (plus one cron schedule)
+    fleet_interval_min: int  # seconds; each interval is drawn from min..max by the seeded RNG
+    fleet_interval_max: int
+    fleet_cron_seconds: int  # the cron schedule fires every this many seconds (60: every minute)
+    fleet_job_min: float  # seconds a job sleeps, drawn per run from min..max
+    fleet_job_max: float
+    fleet_seconds: float  # the measured window
+    fleet_lead: float  # seconds from building the fleet to the window's start (covers setup)
+    fleet_settle: float  # quiet seconds that end the wait for the window's last runs
+    fleet_max_concurrent: int  # per agent; APScheduler's pool is agents x this
+    fleet_seed: int
+    fleet_repeat: int  # runs of the fleet scenario
     case_timeout: float  # seconds before a case is abandoned and reported as failed
     concurrent_cases: bool  # run the variants of a scenario side by side (smoke runs only)
 
@@ -180,6 +194,19 @@ QUICK = Scale(
     state_seconds=0.4,
     state_processes=(1, 4),
     state_start_margin=0.2,
+    fleet_agents=10,
+    fleet_intervals=3,
+    fleet_interval_min=1,
+    fleet_interval_max=3,
+    fleet_cron_seconds=2,
+    fleet_job_min=0.02,
+    fleet_job_max=0.2,
+    fleet_seconds=3.0,
+    fleet_lead=1.0,
+    fleet_settle=0.5,
+    fleet_max_concurrent=2,
+    fleet_seed=16,
+    fleet_repeat=1,
     case_timeout=60.0,
     concurrent_cases=True,
 )
@@ -204,6 +231,19 @@ FULL = Scale(
     state_seconds=5.0,
     state_processes=(1, 4),
     state_start_margin=0.5,
+    fleet_agents=500,
+    fleet_intervals=3,
+    fleet_interval_min=5,
+    fleet_interval_max=30,
+    fleet_cron_seconds=60,
+    fleet_job_min=0.2,
+    fleet_job_max=3.0,
+    fleet_seconds=120.0,
+    fleet_lead=5.0,
+    fleet_settle=3.5,
+    fleet_max_concurrent=2,
+    fleet_seed=16,
+    fleet_repeat=3,
     case_timeout=900.0,
     concurrent_cases=False,
 )

@@ -15,7 +15,7 @@ from typing import Any
 
 from bench.config import SCENARIOS, VARIANTS
 
-__all__ = ["Target", "aggregate", "evaluate_targets", "render", "row_label"]
+__all__ = ["Target", "aggregate", "evaluate_checks", "evaluate_targets", "render", "row_label"]
 
 Results = dict[str, dict[str, list[dict[str, Any]]]]
 Row = dict[str, Any]
@@ -28,6 +28,7 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("p99_ms", "p99 ms", "ms"),
         ("max_ms", "max ms", "ms"),
         ("cpu_s", "CPU s", "s"),
+        ("cpu_per_run_us", "CPU µs/run", "f1"),
         ("wakeups", "wakeups", "int"),
     ],
     "burst": [
@@ -59,6 +60,19 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("errors", "errors", "int"),
         ("state_bytes", "store bytes", "int"),
     ],
+    "fleet": [
+        ("runs", "runs", "int"),
+        ("waited_runs", "waited for a slot", "int"),
+        ("p50_ms", "p50 ms", "ms"),
+        ("p99_ms", "p99 ms", "ms"),
+        ("max_ms", "max ms", "ms"),
+        ("all_p99_ms", "p99 ms, all runs", "ms"),
+        ("peak_threads", "peak threads", "int"),
+        ("peak_os_threads", "OS threads", "int"),
+        ("thread_budget", "budget", "int"),
+        ("cpu_s", "CPU s", "s"),
+        ("cpu_per_run_ms", "CPU ms/run", "ms"),
+    ],
 }
 
 #: scenario → (field, herdsched row, peer row, better when) for the ratio table
@@ -72,6 +86,7 @@ RATIOS: dict[str, list[tuple[str, str, str, str]]] = {
         ("p50_ms", "herdsched-mem", "aps-mem", "lower"),
         ("cpu_s", "herdsched-yaml", "aps-sqlite", "lower"),
         ("cpu_s", "herdsched-mem", "aps-mem", "lower"),
+        ("cpu_per_run_us", "herdsched-mem", "aps-mem", "lower"),
     ],
     "burst": [
         ("done_s", "herdsched-yaml", "aps-sqlite", "lower"),
@@ -100,7 +115,21 @@ RATIOS: dict[str, list[tuple[str, str, str, str]]] = {
         ("updates_per_s", "herdsched-yaml|1", "aps-sqlite|1", "higher"),
         ("updates_per_s", "herdsched-yaml|4", "aps-sqlite|4", "higher"),
     ],
+    "fleet": [
+        ("p99_ms", "herdsched-mem", "aps-mem", "lower"),
+        ("p99_ms", "herdsched-yaml", "aps-mem", "lower"),
+        ("p99_ms", "herdsched-yaml", "aps-sqlite", "lower"),
+        ("p50_ms", "herdsched-mem", "aps-mem", "lower"),
+        ("p50_ms", "herdsched-yaml", "aps-sqlite", "lower"),
+        ("peak_threads", "herdsched-mem", "aps-mem", "lower"),
+        ("peak_threads", "herdsched-yaml", "aps-sqlite", "lower"),
+        ("cpu_per_run_ms", "herdsched-mem", "aps-mem", "lower"),
+        ("cpu_per_run_ms", "herdsched-yaml", "aps-sqlite", "lower"),
+    ],
 }
+
+#: the agent fleet's goal: p99 lateness (runs with a free slot) under this many milliseconds
+FLEET_P99_GOAL_MS = 50.0
 
 IDLE_CPU_NEAR_ZERO_PCT = 0.1  # "CPU near zero": at most 0.1 % of one core while idle
 
@@ -140,6 +169,8 @@ def aggregate(runs: list[dict[str, Any]]) -> Row:
     if "seconds" in row and "cpu_s" in row and row.get("seconds"):
         row["cpu_pct"] = 100.0 * row["cpu_s"] / row["seconds"]
         row["wakeups_per_min"] = 60.0 * row["wakeups"] / row["seconds"]
+    if "expected_runs" in row and row.get("runs"):
+        row["cpu_per_run_us"] = 1e6 * row["cpu_s"] / row["runs"]
     if "rss_per_schedule_b" in row:
         row["persisted"] = "yes" if row.get("state_bytes") is not None else "no (built in code)"
     return row
@@ -197,9 +228,9 @@ def _get(rows: dict[str, dict[str, Row]], scenario: str, key: str, field: str) -
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def evaluate_targets(rows: dict[str, dict[str, Row]]) -> list[Target]:
-    """The targets of the issue (herdsched with its YAML store unless said otherwise)."""
-    targets: list[Target] = []
+def _adder(targets: list[Target]) -> Callable[..., None]:
+    """``add(name, figures, test, text)``: a target met when ``test(*figures)``, or n/a when a
+    figure is missing."""
 
     def add(name: str, figures: list[Any], test: Callable[..., bool], text: str) -> None:
         if any(f is None for f in figures):
@@ -207,36 +238,66 @@ def evaluate_targets(rows: dict[str, dict[str, Row]]) -> list[Target]:
         else:
             targets.append(Target(name, test(*figures), text.format(*figures)))
 
+    return add
+
+
+def evaluate_targets(rows: dict[str, dict[str, Row]]) -> list[Target]:
+    """The issue's targets, each a ratio to the peer measured in the same run, and the agent
+    fleet's goal."""
+    targets: list[Target] = []
+    add = _adder(targets)
     add(
-        "lateness p99 (YAML store) <= APScheduler memory p99",
+        "lateness p99 (YAML store) <= 1.5x APScheduler memory",
         [
             _get(rows, "lateness", "herdsched-yaml", "p99_ms"),
             _get(rows, "lateness", "aps-mem", "p99_ms"),
         ],
-        lambda h, p: h <= p,
+        lambda h, p: h <= 1.5 * p,
         "{0:.1f} ms vs {1:.1f} ms",
     )
     add(
-        "burst >= 3x faster than APScheduler + SQLite (both durable)",
+        "durable burst (YAML store) >= 5x faster than APScheduler + SQLite",
         [
             _get(rows, "burst", "herdsched-yaml", "done_s"),
             _get(rows, "burst", "aps-sqlite", "done_s"),
         ],
-        lambda h, p: p >= 3 * h,
+        lambda h, p: p >= 5 * h,
         "{0:.3f} s vs {1:.3f} s",
     )
     add(
-        "burst (YAML store) within 1.5x of APScheduler memory",
-        [_get(rows, "burst", "herdsched-yaml", "done_s"), _get(rows, "burst", "aps-mem", "done_s")],
-        lambda h, p: h <= 1.5 * p,
-        "{0:.3f} s vs {1:.3f} s",
-    )
-    add(
-        "burst (in memory) within 1.5x of APScheduler memory",
+        "burst (in memory) <= 2x APScheduler memory",
         [_get(rows, "burst", "herdsched-mem", "done_s"), _get(rows, "burst", "aps-mem", "done_s")],
-        lambda h, p: h <= 1.5 * p,
+        lambda h, p: h <= 2 * p,
         "{0:.3f} s vs {1:.3f} s",
     )
+    add(
+        "CPU per run (in memory, scenario 1) <= 2x APScheduler memory",
+        [
+            _get(rows, "lateness", "herdsched-mem", "cpu_per_run_us"),
+            _get(rows, "lateness", "aps-mem", "cpu_per_run_us"),
+        ],
+        lambda h, p: h <= 2 * p,
+        "{0:.1f} µs vs {1:.1f} µs",
+    )
+    for key in ("herdsched-mem", "herdsched-yaml"):
+        add(
+            f"agent fleet ({row_label(key)}): p99 < {FLEET_P99_GOAL_MS:.0f} ms and threads "
+            "<= sum of max_concurrent + 3",
+            [
+                _get(rows, "fleet", key, "p99_ms"),
+                _get(rows, "fleet", key, "peak_threads"),
+                _get(rows, "fleet", key, "thread_budget"),
+            ],
+            lambda p99, threads, budget: p99 < FLEET_P99_GOAL_MS and threads <= budget,
+            "p99 {0:.1f} ms, peak {1:.0f} threads, budget {2:.0f}",
+        )
+    return targets
+
+
+def evaluate_checks(rows: dict[str, dict[str, Row]]) -> list[Target]:
+    """Checks of earlier issues that are not ratios to a peer: idle cost, cold start, memory."""
+    targets: list[Target] = []
+    add = _adder(targets)
     for key in ("herdsched-mem-nopoll", "herdsched-yaml-nopoll", "herdsched-mem", "herdsched-yaml"):
         seconds = _get(rows, "idle", key, "seconds")
         max_sleep = _get(rows, "idle", key, "max_sleep")
@@ -329,17 +390,51 @@ def render(results: Results, meta: dict[str, Any]) -> str:
         out.extend(
             _table(["scenario", "figure", "herdsched", "peer", "ratio", "ahead"], ratio_rows)
         )
-    targets = evaluate_targets(rows)
+    verdicts = {True: "met", False: "MISSED", None: "n/a"}
     out.append("")
     out.append("## Targets of the issue")
     if meta.get("scale") != "full":
         out.append("(quick scale: scenarios are scaled down; only --full speaks to the targets)")
     out.append("")
-    verdicts = {True: "met", False: "MISSED", None: "n/a"}
     out.extend(
         _table(
             ["target", "verdict", "figures"],
-            [[t.name, verdicts[t.met], t.detail] for t in targets],
+            [[t.name, verdicts[t.met], t.detail] for t in evaluate_targets(rows)],
         )
     )
+    out.extend(_fleet_note(meta))
+    checks = [t for t in evaluate_checks(rows) if t.met is not None]
+    if checks:
+        out.append("")
+        out.append("## Other checks (idle cost, cold start, memory)")
+        out.append("")
+        out.extend(
+            _table(
+                ["check", "verdict", "figures"],
+                [[t.name, verdicts[t.met], t.detail] for t in checks],
+            )
+        )
     return "\n".join(out) + "\n"
+
+
+def _fleet_note(meta: dict[str, Any]) -> list[str]:
+    """How the agent fleet was set up, so its figures can be read."""
+    params = meta.get("params") or {}
+    if "fleet_agents" not in params:
+        return []
+    agents, slots = params["fleet_agents"], params["fleet_max_concurrent"]
+    every = params["fleet_cron_seconds"]
+    cron = "every minute" if every == 60 else f"every {every} s"
+    return [
+        "",
+        f"Agent fleet: {agents} agents x ({params['fleet_intervals']} interval schedules of "
+        f"{params['fleet_interval_min']}-{params['fleet_interval_max']} s + a cron {cron}), "
+        f"jobs sleeping {params['fleet_job_min']}-{params['fleet_job_max']} s, "
+        f"{params['fleet_seconds']:g} s window, seed {params['fleet_seed']}.",
+        f"herdsched: max_concurrent={slots} per agent (thread budget {agents} x {slots} + 3); "
+        f"APScheduler 3: one ThreadPoolExecutor(max_workers={agents * slots}), the same total.",
+        "herdsched's intervals run from completion, APScheduler's from the previous start "
+        "(IntervalTrigger): the runs differ, the rules are each library's own.",
+        "p50/p99/max count the runs whose agent had a free slot when they fell due "
+        "('waited for a slot' are the others, in 'p99, all runs').",
+    ]

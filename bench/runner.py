@@ -232,6 +232,9 @@ class Runner:
                 self._note("idle", key, result)
         return rows
 
+    def _fleet(self) -> dict[str, list[dict[str, Any]]]:
+        return self._simple("fleet", "fleet", self.scale.fleet_repeat)
+
     def _cold(self) -> dict[str, list[dict[str, Any]]]:
         def case(variant: Variant, run: int) -> dict[str, dict[str, Any]]:
             case_dir = self._case_dir("cold", variant.key, run)

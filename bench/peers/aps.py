@@ -34,11 +34,14 @@ from bench.peers.common import (
     lateness_result,
     settle_samples,
 )
+from bench.peers.fleet import FleetPlan, FleetRecorder, configure_jobs, cron_every, sleep_for_run
 
 __all__ = [
     "burst",
     "cold_prepare",
     "cold_start",
+    "fleet",
+    "fleet_job",
     "idle",
     "lateness",
     "mark_first",
@@ -89,6 +92,39 @@ class TimedExecutor(ThreadPoolExecutor):  # type: ignore[misc]
         future.add_done_callback(callback)
 
 
+def fleet_job(agent: str, schedule: str) -> None:
+    """The agent fleet's job (importable by reference, as SQLAlchemyJobStore needs)."""
+    sleep_for_run(agent, schedule)
+
+
+class FleetExecutor(ThreadPoolExecutor):  # type: ignore[misc]
+    """APScheduler's thread pool, noting each fleet run's due, start and end times."""
+
+    def __init__(self, max_workers: int, recorder: FleetRecorder) -> None:
+        super().__init__(max_workers)
+        self._recorder = recorder
+
+    def _do_submit_job(self, job: Any, run_times: list[datetime]) -> None:
+        recorder = self._recorder
+
+        def timed(job: Any, alias: str, run_times: list[datetime], logger_name: str) -> Any:
+            run = recorder.started(job.args[0], run_times[-1].timestamp())
+            try:
+                return run_job(job, alias, run_times, logger_name)
+            finally:
+                recorder.ended(run)
+
+        def callback(future: Any) -> None:
+            exc = future.exception()
+            if exc:
+                self._run_job_error(job.id, exc, getattr(exc, "__traceback__", None))
+            else:
+                self._run_job_success(job.id, future.result())
+
+        future = self._pool.submit(timed, job, job._jobstore_alias, run_times, self._logger.name)
+        future.add_done_callback(callback)
+
+
 def _db_url(params: dict[str, Any]) -> str:
     return f"sqlite:///{Path(params['workdir']) / 'apscheduler.sqlite'}"
 
@@ -120,7 +156,7 @@ def _scheduler(
     return scheduler, wakeups
 
 
-JobSpec = tuple[str, Callable[[], None], dict[str, Any]]  # id, function, add_job keywords
+JobSpec = tuple[str, Callable[..., None], dict[str, Any]]  # id, function, add_job keywords
 
 
 def _load(
@@ -232,6 +268,39 @@ def idle(variant: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
     checks = wakeups[0] - checks
     scheduler.shutdown(wait=True)
     return {"seconds": elapsed, "wakeups": checks, "cpu_s": cpu}
+
+
+def _fleet_jobs(plan: FleetPlan) -> Iterable[JobSpec]:
+    """Every fleet schedule as a job: interval ones on ``IntervalTrigger`` (measured from the
+    previous start, APScheduler's only interval rule), the cron one on ``CronTrigger``."""
+    _, cron_fields = cron_every(plan.cron_seconds)
+    for s in plan.schedules:
+        trigger: dict[str, Any]
+        if s.every is None:
+            trigger = {"trigger": "cron", **cron_fields}
+        else:
+            first = datetime.fromtimestamp(s.first_due or 0, timezone.utc)
+            trigger = {"trigger": "interval", "seconds": s.every, "start_date": first}
+        yield (f"{s.agent}-{s.name}", fleet_job, {"args": (s.agent, s.name), **trigger})
+
+
+def fleet(variant: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """The agent fleet (see :mod:`bench.peers.fleet`) on one thread pool whose size is the sum
+    of the herdsched agents' ``max_concurrent`` (APScheduler 3 has no per-group limit)."""
+    began = time.time()
+    plan = FleetPlan.build(params, began + params["fleet_lead"])
+    configure_jobs(params)
+    recorder = FleetRecorder(plan)
+    executor = FleetExecutor(plan.total_slots, recorder)
+    scheduler, wakeups = _scheduler(variant, params, executor)
+    _load(variant, params, scheduler, _fleet_jobs(plan))
+    scheduler.start()
+    setup_s = time.time() - began
+    overran = time.time() >= plan.start
+    recorder.watch_window()
+    recorder.settle(params["fleet_settle"])
+    scheduler.shutdown(wait=True)
+    return recorder.result(setup_s, setup_overran=overran, complete=True, wakeups=wakeups[0])
 
 
 def _cold_jobs(params: dict[str, Any], first_due: datetime) -> Iterable[JobSpec]:

@@ -20,12 +20,14 @@ from bench.peers.common import (
     lateness_result,
     settle_samples,
 )
+from bench.peers.fleet import FleetPlan, FleetRecorder, configure_jobs, cron_every, sleep_for_run
 from herdsched import Agent, JobStarted, JobSucceeded, Schedule, ThreadedScheduler, TriggerInfo
 
 __all__ = [
     "burst",
     "cold_prepare",
     "cold_start",
+    "fleet",
     "idle",
     "lateness",
     "state_prepare",
@@ -171,6 +173,46 @@ def idle(variant: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
         "max_sleep": max_sleep,
         "poll_interval": scheduler.poll_interval,
     }
+
+
+def fleet(variant: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """The agent fleet (see :mod:`bench.peers.fleet`): one agent per fleet agent, each with
+    ``max_concurrent`` slots, its interval schedules (measured from completion, first due at
+    ``start_at``) and its cron schedule. Only the public API is used."""
+    began = time.time()
+    plan = FleetPlan.build(params, began + params["fleet_lead"])
+    configure_jobs(params)
+    recorder = FleetRecorder(plan)
+
+    def job(info: TriggerInfo) -> None:
+        assert info.scheduled_for is not None
+        run = recorder.started(info.agent, info.scheduled_for.timestamp())
+        sleep_for_run(info.agent, info.schedule)
+        recorder.ended(run)
+
+    cron, _ = cron_every(plan.cron_seconds)
+    scheduler = _scheduler(variant, params)
+    for agent in plan.agents:
+        schedules = {
+            s.name: (
+                Schedule.cron(cron, timezone="UTC")
+                if s.every is None
+                else Schedule.interval(
+                    s.every, start_at=datetime.fromtimestamp(s.first_due or 0, timezone.utc)
+                )
+            )
+            for s in plan.of_agent(agent)
+        }
+        scheduler.add_agent(
+            Agent(agent, max_concurrent=plan.max_concurrent, job=job, schedules=schedules)
+        )
+    scheduler.start()
+    setup_s = time.time() - began
+    overran = time.time() >= plan.start
+    recorder.watch_window()
+    recorder.settle(params["fleet_settle"])
+    scheduler.stop(wait_for_jobs=True, timeout=60)
+    return recorder.result(setup_s, setup_overran=overran, complete=True)
 
 
 def _cold_agent(params: dict[str, Any]) -> Agent:
