@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the harness lives beside the package, not inside it
 
 from bench.measure import percentile, quantile_points, summarize_ms  # noqa: E402
-from bench.peers.fleet import FleetPlan, cron_every  # noqa: E402
+from bench.peers.fleet import FleetPlan, FleetRecorder, cron_every  # noqa: E402
 from bench.report import aggregate, evaluate_checks, evaluate_targets, render  # noqa: E402
 
 SCENARIOS = {
@@ -214,6 +214,27 @@ def test_quick_run_completes_every_scenario(tmp_path: Path) -> None:
             assert "FAILED" not in line
     assert "Ratios (herdsched / peer, medians)" in sections
     assert "Targets of the issue" in sections
+
+
+def test_fleet_lateness_leaves_out_runs_that_waited_for_a_slot() -> None:
+    """Two slots: a run that falls due while two others run, or while one runs and one due
+    earlier still waits, waits by design; a run due with a slot free counts."""
+    plan = FleetPlan.build(dict(FLEET_PARAMS, fleet_agents=1, fleet_seconds=100.0), start=0.0)
+    recorder = FleetRecorder(plan, os_threads=lambda: 0)
+
+    def run(due: float, started: float, ended: float) -> None:
+        record = recorder.started("agent000", due)
+        record.started, record.ended = started, ended
+
+    run(10.0, 10.0, 13.0)  # runs 10..13
+    run(11.0, 11.0, 12.0)  # runs 11..12: both slots taken
+    run(11.5, 12.5, 13.5)  # due while both run: waits 1 s
+    run(12.2, 13.0, 14.0)  # due with one running and one waiting: waits 0.8 s
+    run(20.0, 20.01, 21.0)  # a free slot: 10 ms late
+    result = recorder.result(0.0)
+    assert (result["runs"], result["waited_runs"]) == (5, 2)
+    assert result["max_ms"] == pytest.approx(10.0)
+    assert result["all_max_ms"] == pytest.approx(1000.0)
 
 
 @pytest.mark.parametrize("key", ["herdsched-mem", "herdsched-yaml", "aps-mem", "aps-sqlite"])

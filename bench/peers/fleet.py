@@ -13,7 +13,9 @@ Measured in the window ``[start, start + fleet_seconds)``:
 - lateness of every run due in the window (job start − the time it was due, as the job or the
   executor sees it), over all runs and over the runs whose agent had a free slot when they fell
   due (a run that waited for one of its agent's ``max_concurrent`` slots is late by design, not by
-  the engine); whether a slot was free is judged from the jobs' own start and end times;
+  the engine). A slot counts as taken from the moment another run of the agent fell due (or
+  started, if sooner) until its job returned, judged from the jobs' own times: a run due earlier
+  that still waits takes the next slot that frees;
 - the peak number of threads alive in the process (``threading.active_count()``, and the OS's
   count from psutil beside it), sampled every 50 ms by the main thread (no sampling thread of its
   own) from ``start()`` until the last runs of the window have started;
@@ -29,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bench.measure import cpu_seconds, summarize_ms
+from bench.measure import cpu_seconds, quantile_points, summarize_ms
 
 __all__ = [
     "FleetPlan",
@@ -224,6 +226,8 @@ class FleetRecorder:
             "max_ms": with_slot["max_ms"],
             "all_p50_ms": everything["p50_ms"],
             "all_p99_ms": everything["p99_ms"],
+            "all_max_ms": everything["max_ms"],
+            "quantiles_ms": quantile_points([r.started - r.due for r in free]),
             "peak_threads": self.peak_threads,
             "peak_os_threads": self.peak_os_threads or None,
             "thread_budget": self.plan.total_slots + EXTRA_THREADS,
@@ -234,13 +238,15 @@ class FleetRecorder:
         }
 
     def _waited_for_slot(self, run: _Run, agent_runs: list[_Run]) -> bool:
-        """Whether all of the agent's slots were taken by its other runs when ``run`` fell due."""
+        """Whether the agent's other runs, running or already waiting for a slot, filled all of
+        its slots when ``run`` fell due (a run due earlier that still waits takes the next slot
+        that frees before this one does)."""
         busy = 0
         for other in agent_runs:
             if other is run:
                 continue
             ended = other.ended if other.ended is not None else float("inf")
-            if other.started <= run.due < ended:
+            if min(other.due, other.started) <= run.due < ended:
                 busy += 1
         return busy >= self.plan.max_concurrent
 
