@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -784,3 +785,18 @@ def test_a_slow_notifier_does_not_delay_the_cancel_of_a_timed_out_job() -> None:
         release.set()
         assert sched.wait_until_idle(5)
     assert notified_after_cancel == [True]  # the job was cancelled while the notifier ran
+
+
+def test_a_finished_run_leaves_the_sleeping_timer_asleep_when_its_plan_is_unchanged() -> None:
+    clock = FakeClock(T0)
+    job = Recorder()
+    sched = ThreadedScheduler(state_dir=None, clock=clock, max_sleep=60)
+    sched.add_agent(Agent("a", job=job, schedules={"m": Schedule.manual()}))
+    with sched:
+        assert clock.wait_for_waiters(1)
+        assert wait_until(lambda: sched.get_state().check_count >= 1)
+        before = sched.get_state().check_count
+        assert sched.trigger("a", "m", wait=True).success
+        time.sleep(0.2)  # real time: a woken timer would have made a pass by now
+        assert sched.get_state().check_count == before
+        assert len(job.calls) == 1

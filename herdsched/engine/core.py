@@ -86,6 +86,8 @@ class EngineCore:
         self.rng = random.Random()
         self.status = "stopped"
         self.trigger_count = 0
+        # when the sleeping timer thread wakes next (wall, monotonic); None while a pass runs
+        self.planned_wake: tuple[datetime, float] | None = None
 
     @property
     def entries(self) -> dict[tuple[str, str], Entry]:

@@ -210,8 +210,28 @@ class Dispatcher:
         finally:
             with core.lock:
                 self._release(run)
+                wake = self._timer_must_replan(run)
             run.done.set()
-            core.changed()
+            if wake:
+                core.wake.set()
+            core.listeners.deliver()
+
+    def _timer_must_replan(self, run: Run) -> bool:
+        """Whether the finished ``run`` changed what the sleeping timer waits for (caller holds
+        the lock): a schedule waits for the freed slot, the run's schedule is now due before
+        the planned wake-up, or its transition needs a group commit before then. A timer in
+        the middle of a pass (no plan yet) reads all of that when it plans."""
+        core = self.core
+        if not core.leading or core.plan.anything_waiting:
+            return True
+        planned = core.planned_wake
+        if planned is None:
+            return False
+        entry = core.entries.get((run.agent, run.schedule_name))
+        if entry is not None and entry.due is not None and entry.due < planned[0]:
+            return True
+        commit_at = core.store.flush_deadline()
+        return commit_at is not None and commit_at < planned[1]
 
     def _release(self, run: Run) -> None:
         """Give the run's slot back and put its schedule back on the plan (caller holds the

@@ -10,7 +10,7 @@ The thread never dies: a failed pass is logged and retried a second later.
 from __future__ import annotations
 
 import threading
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from herdsched.engine.committer import GroupCommitter
 from herdsched.engine.core import EngineCore
@@ -64,6 +64,8 @@ class Timer:
     def _loop(self) -> None:
         core = self.core
         while core.status in ("running", "standby"):
+            with core.lock:
+                core.planned_wake = None  # awake: the pass reads whatever changes now
             core.wake.clear()
             try:
                 timeout = self.run_pass(timer_thread=True)
@@ -93,7 +95,7 @@ class Timer:
         self.dispatch.fire_due(now)
         self.commits.commit_if_due(background=timer_thread)
         core.listeners.deliver()
-        return self._sleep_for()
+        return self._sleep_for(plan=timer_thread)
 
     def _standby_pass(self, mono: float) -> float:
         retry = min(self.core.settings.max_sleep, _STANDBY_RETRY)
@@ -108,8 +110,11 @@ class Timer:
                     return 0.0
         return retry
 
-    def _sleep_for(self) -> float:
-        """How long the timer may sleep: until the next due time, timeout, commit or poll."""
+    def _sleep_for(self, *, plan: bool) -> float:
+        """How long the timer may sleep: until the next due time, timeout, commit or poll.
+
+        ``plan``: the timer thread's own pass, which records when it will wake, so that a run
+        finishing meanwhile wakes it only when that changes (see ``Dispatcher.finish``)."""
         core = self.core
         now, mono = self.core.clock.now(), self.core.clock.monotonic()
         with core.lock:
@@ -124,7 +129,10 @@ class Timer:
             ):
                 if deadline is not None:
                     candidates.append(deadline - mono)
-        return max(0.0, min(candidates))
+            timeout = max(0.0, min(candidates))
+            if plan:
+                core.planned_wake = (now + timedelta(seconds=timeout), mono + timeout)
+        return timeout
 
     def _detect_clock_jump(self, now: datetime, mono: float) -> None:
         """Re-plan every schedule when wall-clock time moved unlike monotonic time (caller
