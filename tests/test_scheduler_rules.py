@@ -800,3 +800,17 @@ def test_a_finished_run_leaves_the_sleeping_timer_asleep_when_its_plan_is_unchan
         time.sleep(0.2)  # real time: a woken timer would have made a pass by now
         assert sched.get_state().check_count == before
         assert len(job.calls) == 1
+
+
+def test_a_stop_racing_the_timers_next_pass_is_never_lost() -> None:
+    """stop() from a job lands while the timer thread starts its next pass; the timer must
+    still end (its wake event was once cleared after stop() had set it, and stop() then waited
+    for a timer asleep for max_sleep). Repeated: the window is narrow."""
+    for _ in range(30):
+        with running() as (sched, _clock):
+            schedules = {"s": Schedule.interval("1m")}
+            sched.add_agent(Agent("a", job=lambda info: sched.stop(), schedules=schedules))
+            sched.start()
+            sched.run_pending()
+            assert sched.wait_until_idle(2)
+            assert sched.status == "stopped"

@@ -63,10 +63,14 @@ class Timer:
 
     def _loop(self) -> None:
         core = self.core
-        while core.status in ("running", "standby"):
-            with core.lock:
-                core.planned_wake = None  # awake: the pass reads whatever changes now
+        while True:
+            # cleared before the status is read: a stop() after this point is seen either by
+            # the check below or, through the event it sets, by the wait
             core.wake.clear()
+            with core.lock:
+                if core.status not in ("running", "standby"):
+                    return
+                core.planned_wake = None  # awake: the pass reads whatever changes now
             try:
                 timeout = self.run_pass(timer_thread=True)
             except Exception:  # the timer thread never dies
