@@ -26,6 +26,7 @@ from typing import Any, Literal, TypeVar
 import attrs
 
 import herdsched.events as ev
+from herdsched import handover
 from herdsched.clock import Clock, SystemClock
 from herdsched.definitions import schedule_from_mapping, schedule_to_mapping
 from herdsched.engine import registry
@@ -248,6 +249,8 @@ class ThreadedScheduler:
         not be restored.
         """
         core = self._core
+        if self.state_dir is not None and self._leadership.lock is not None:
+            handover.hand_over(self.state_dir, self, self._timer.lead_soon)
         with core.lock:
             if core.status in ("running", "standby"):
                 return
@@ -355,7 +358,7 @@ class ThreadedScheduler:
 
     def _log_standby(self) -> None:
         holder = self._leadership.holder()
-        self.log.warning(
+        self.log.info(
             "Another scheduler is active for %s (%s); this one is standing by.",
             self.state_dir,
             holder or "holder unknown",

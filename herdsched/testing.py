@@ -13,6 +13,11 @@ so. Give it to a scheduler and drive it step by step::
 
 A thread blocked in :meth:`FakeClock.wait` wakes as soon as the test advances time past its
 deadline, so a started scheduler also follows a FakeClock.
+
+Within one process the scheduler started last on a state directory takes over from an older one
+(:mod:`herdsched.handover`, for notebooks). A test that imitates two processes with two
+schedulers in one process, a leader and a standby, builds them inside
+``with as_separate_processes():``.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ import threading
 from datetime import datetime, timedelta, timezone
 
 from herdsched.cadence import coerce_interval
+from herdsched.handover import separate_processes as as_separate_processes
 from herdsched.timestamps import to_utc
 
-__all__ = ["FakeClock"]
+__all__ = ["FakeClock", "as_separate_processes"]
 
 _POLL_SECONDS = 0.005
 

@@ -20,7 +20,7 @@ import pytest
 
 from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo
 from herdsched.api import RestApi
-from herdsched.testing import FakeClock
+from herdsched.testing import FakeClock, as_separate_processes
 
 pytestmark = pytest.mark.slow  # real threads and real time (poll interval 0.1 s)
 
@@ -74,8 +74,9 @@ def pair(tmp_path: Path) -> Iterator[Pair]:
     recorder = Recorder()
     leader = build(tmp_path, recorder)
     standby = build(tmp_path, recorder)
-    leader.start()
-    standby.start()
+    with as_separate_processes():  # as two gunicorn workers
+        leader.start()
+        standby.start()
     try:
         assert leader.status == "running"
         assert standby.status == "standby"
@@ -183,8 +184,9 @@ def test_pause_lands_while_the_leader_has_unflushed_transitions(tmp_path: Path) 
         Agent("triage", job=recorder.job, schedules={"check": Schedule.cron("0 9 * * *")})
     )
     standby = build(tmp_path, recorder)
-    leader.start()
-    standby.start()
+    with as_separate_processes():
+        leader.start()
+        standby.start()
     try:
         leader.store.record_transition("triage", "check", last_error=None)  # pending
         status, _ = call(standby, "PATCH", "/api/schedule/triage/check", {"enabled": False})

@@ -9,6 +9,7 @@ import pytest
 
 from herdsched import Agent, Schedule, ThreadedScheduler
 from herdsched.leader import LeaderLock, read_leader_info
+from herdsched.testing import as_separate_processes
 
 
 def test_one_holder_at_a_time_and_the_holder_is_recorded(tmp_path: Path) -> None:
@@ -62,8 +63,9 @@ def test_second_scheduler_in_one_process_stands_by_and_takes_over(tmp_path: Path
         return sched
 
     first, second = build(), build()
-    first.start()
-    second.start()
+    with as_separate_processes():  # as in two processes
+        first.start()
+        second.start()
     try:
         assert first.status == "running"
         assert second.status == "standby"
@@ -98,8 +100,9 @@ def test_a_standby_shares_runtime_schedules_and_never_overwrites_the_leaders_pla
         return sched
 
     leader, standby = build(), build()
-    leader.start()
-    standby.start()
+    with as_separate_processes():  # as in two processes
+        leader.start()
+        standby.start()
     try:
         assert standby.status == "standby"
         standby.add_schedule("a", "added-elsewhere", Schedule.interval("1h"), persist=True)
@@ -120,7 +123,8 @@ def test_a_standby_shares_runtime_schedules_and_never_overwrites_the_leaders_pla
         standby_2 = build()
         assert "added-elsewhere" in {s.schedule for s in standby_2.get_status().schedules}
         standby_2.stop()
-        standby.start()
+        with as_separate_processes():
+            standby.start()
         standby.remove_schedule("a", "added-elsewhere")
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and any(

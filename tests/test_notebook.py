@@ -1,8 +1,9 @@
 """A real Jupyter notebook, executed with nbclient and an ipykernel.
 
-The constructor cell runs twice with one state directory: the second scheduler stands by and
-says so, nothing fires twice, ``_repr_html_`` renders the status table, the timer threads are
-daemons, and ``stop()`` from a cell returns promptly (each cell has a timeout).
+The constructor cell runs, then runs again after an edit, on one state directory: the edited
+scheduler takes over from the first, so the edited job runs; nothing fires twice, no threads pile
+up, nothing is written to stderr, ``_repr_html_`` renders the status table, the timer thread is a
+daemon, and ``stop()`` from a cell returns promptly (each cell has a timeout).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ pytest.importorskip("ipykernel")
 pytestmark = pytest.mark.slow
 
 CELL = (Path(__file__).parent / "apps" / "notebook_cell.py").read_text()  # in the docs too
+EDITED = CELL.replace('f"tick at', 'f"edited tick at')
+assert EDITED != CELL
 
 WATCH = """\
 import gc, json, threading, time
@@ -29,7 +32,8 @@ made = sorted((o for o in gc.get_objects() if isinstance(o, ThreadedScheduler)),
               key=lambda s: s.status)
 leader = next(s for s in made if s.is_leader)
 runs = [{"slot": r.scheduled_for.isoformat(), "start": r.started_at.timestamp(),
-         "end": r.finished_at.timestamp()} for r in leader.history("nb", "tick", limit=50)]
+         "end": r.finished_at.timestamp(), "output": r.output_summary}
+        for r in leader.history("nb", "tick", limit=50)]
 timers = [t for t in threading.enumerate() if t.name == "herdsched-timer"]
 print(json.dumps({"runs": runs, "statuses": [s.status for s in made],
                   "timers": len(timers), "daemons": all(t.daemon for t in timers)}))
@@ -59,13 +63,13 @@ def outputs_of(cell: Any) -> tuple[str, str, dict[str, str]]:
     return stdout, stderr, data
 
 
-def test_notebook_reruns_stand_by_render_and_stop(tmp_path: Path) -> None:
+def test_an_edited_cell_run_again_takes_over_renders_and_stops(tmp_path: Path) -> None:
     from nbformat.v4 import new_code_cell, new_notebook
 
     notebook = new_notebook(
         cells=[
             new_code_cell(CELL),
-            new_code_cell(CELL),  # the same cell run again
+            new_code_cell(EDITED),  # the cell edited and run again
             new_code_cell(WATCH),
             new_code_cell("sched"),
             new_code_cell(STOP),
@@ -83,23 +87,23 @@ def test_notebook_reruns_stand_by_render_and_stop(tmp_path: Path) -> None:
     assert "<b>herdsched</b>: running" in first["text/html"]
     assert "<td>nb</td><td>tick</td>" in first["text/html"]
     _, stderr, second = outputs_of(cells[1])
-    assert "<b>herdsched</b>: standby" in second["text/html"]
-    assert "leader pid" in second["text/html"]
-    assert "standing by" in stderr  # the second scheduler says so
+    assert "<b>herdsched</b>: running" in second["text/html"]  # the edited one leads
+    assert stderr == ""  # no notice in red: hand-overs and standbys log below WARNING
 
     stdout, _, _ = outputs_of(cells[2])
     watched = json.loads(stdout)
-    assert watched["statuses"] == ["running", "standby"]
+    assert watched["statuses"] == ["running", "stopped"]
     runs = sorted(watched["runs"], key=lambda r: r["start"])
-    assert 2 <= len(runs) <= 5  # one scheduler, every ~1 s for 3.5 s
+    assert 2 <= len(runs) <= 6  # one scheduler at a time, every ~1 s for 3.5 s
     assert len({r["slot"] for r in runs}) == len(runs)  # never a slot twice
     for before, after in itertools.pairwise(runs):
         assert after["start"] >= before["end"]
-    assert watched["timers"] == 2
+    assert runs[-1]["output"].startswith("edited tick at")  # the edited code runs
+    assert watched["timers"] == 1  # the first scheduler's thread ended
     assert watched["daemons"] is True
 
     _, _, later = outputs_of(cells[3])
-    assert "<b>herdsched</b>: standby" in later["text/html"]
+    assert "<b>herdsched</b>: running" in later["text/html"]
 
     stdout, _, _ = outputs_of(cells[4])
     assert json.loads(stdout) == ["stopped", "stopped"]

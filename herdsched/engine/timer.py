@@ -55,6 +55,11 @@ class Timer:
         self._thread = threading.Thread(target=self._loop, name="herdsched-timer", daemon=True)
         self._thread.start()
 
+    def lead_soon(self) -> None:
+        """A standby tries to take the lead on its next pass, which begins now."""
+        self._next_leader_try = 0.0
+        self.core.wake.set()
+
     def join(self) -> None:
         """Wait (up to 5 s) for the thread to end after the status left running/standby."""
         thread, self._thread = self._thread, None

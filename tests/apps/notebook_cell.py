@@ -7,5 +7,5 @@ def tick(info):
 
 sched = ThreadedScheduler(state_dir=".herdsched", max_sleep=0.5)
 sched.add_agent(Agent("nb", job=tick, schedules={"tick": Schedule.interval("1s")}))
-sched.start()  # a second run of this cell stands by: the first scheduler holds the lock
+sched.start()  # run again after an edit, this scheduler takes over from the previous one
 sched  # noqa: B018 - the cell shows the status table

@@ -1,0 +1,138 @@
+"""One scheduler per state directory per process: the one started last takes over.
+
+This is what a notebook needs when an edited cell is run again: the older scheduler stops
+dispatching, its running job finishes and is recorded, its threads end, and the newer one leads
+at once, without waiting for a standby's next attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo
+from herdsched.testing import as_separate_processes
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.02)
+    raise AssertionError("condition not reached in time")
+
+
+def build(state_dir: Path, job: Callable[[TriggerInfo], Any]) -> ThreadedScheduler:
+    # max_sleep 60: a standby would try the lock again only after 5 s
+    sched = ThreadedScheduler(state_dir=state_dir, max_sleep=60, commit_delay=0.05)
+    sched.add_agent(Agent("nb", job=job, schedules={"s": Schedule.manual()}))
+    return sched
+
+
+def timers() -> int:
+    return sum(1 for t in threading.enumerate() if t.name == "herdsched-timer")
+
+
+def test_an_idle_older_scheduler_hands_over_at_once(tmp_path: Path) -> None:
+    before = timers()
+    old = build(tmp_path, lambda info: "old")
+    old.start()
+    new = build(tmp_path, lambda info: "new")
+    try:
+        new.start()
+        assert old.status == "stopped"
+        assert new.status == "running"
+        assert new.trigger("nb", "s").success
+        assert new.wait_until_idle(10)
+        assert new.history("nb", "s")[0].output_summary == "new"  # the edited code runs
+        wait_for(lambda: timers() == before + 1)  # the old timer thread ended
+    finally:
+        new.stop()
+        old.stop()
+
+
+def test_a_busy_older_scheduler_finishes_its_job_then_the_newer_one_leads(
+    tmp_path: Path,
+) -> None:
+    gate, started = threading.Event(), threading.Event()
+
+    def slow(info: TriggerInfo) -> str:
+        started.set()
+        gate.wait(10)
+        return "old finished"
+
+    old = build(tmp_path, slow)
+    old.start()
+    new = build(tmp_path, lambda info: "new")
+    try:
+        assert old.trigger("nb", "s").success
+        assert started.wait(10)
+        new.start()  # returns at once, while the old job runs
+        assert new.status == "standby"
+        assert old.status == "stopping"  # it dispatches nothing more
+        assert old.trigger("nb", "s").success is False
+        gate.set()
+        wait_for(lambda: new.status == "running", timeout=4)  # sooner than a standby's retry
+        assert old.status == "stopped"
+        records = new.history("nb", "s")
+        assert [r.output_summary for r in records] == ["old finished"]  # recorded, not lost
+        assert new.trigger("nb", "s").success
+        assert new.wait_until_idle(10)
+        assert new.history("nb", "s")[0].output_summary == "new"
+        wait_for(lambda: not any(t.name == "herdsched-handover" for t in threading.enumerate()))
+    finally:
+        gate.set()
+        new.stop()
+        old.stop()
+
+
+def test_separate_processes_keep_a_standby(tmp_path: Path) -> None:
+    first = build(tmp_path, lambda info: None)
+    second = build(tmp_path, lambda info: None)
+    with as_separate_processes():
+        first.start()
+        second.start()
+    try:
+        assert (first.status, second.status) == ("running", "standby")
+    finally:
+        second.stop()
+        first.stop()
+
+
+def test_the_standby_notice_is_an_info_record_not_stderr_text(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    first = build(tmp_path, lambda info: None)
+    second = build(tmp_path, lambda info: None)
+    caplog.set_level(logging.INFO, logger="herdsched")
+    with as_separate_processes():
+        first.start()
+        second.start()
+    try:
+        notices = [r for r in caplog.records if "standing by" in r.getMessage()]
+        assert [r.levelno for r in notices] == [logging.INFO]
+        # below WARNING, so logging's last-resort handler prints nothing when the app
+        # configured no logging (a notebook)
+        assert "standing by" not in capfd.readouterr().err
+    finally:
+        second.stop()
+        first.stop()
+
+
+def test_schedulers_of_other_directories_are_left_alone(tmp_path: Path) -> None:
+    one = build(tmp_path / "one", lambda info: None)
+    two = build(tmp_path / "two", lambda info: None)
+    one.start()
+    two.start()
+    try:
+        assert (one.status, two.status) == ("running", "running")
+    finally:
+        two.stop()
+        one.stop()
