@@ -17,6 +17,7 @@ from herdsched.clock import Clock, SystemClock
 from herdsched.errors import (
     AgentNotFoundError,
     ConfigError,
+    ConflictError,
     CronParseError,
     IntervalParseError,
     InvalidScheduleError,
@@ -81,6 +82,7 @@ __all__ = [
     "CatchUp",
     "Clock",
     "ConfigError",
+    "ConflictError",
     "Cron",
     "CronParseError",
     "Deferred",

@@ -61,6 +61,7 @@ from herdsched.converter import record_to_dict
 from herdsched.errors import (
     AgentNotFoundError,
     ConfigError,
+    ConflictError,
     CronParseError,
     IntervalParseError,
     InvalidScheduleError,
@@ -81,6 +82,7 @@ from herdsched.models import (
     Status,
 )
 from herdsched.scheduler import describe_cadence
+from herdsched.store.memory import MemoryStateStore
 from herdsched.timestamps import format_timestamp
 
 if TYPE_CHECKING:
@@ -280,6 +282,7 @@ def schedule_json(item: ScheduleStatus, schedule: Schedule | None) -> dict[str, 
         "running": bool(item.running) or item.status is Status.RUNNING,
         "skip_reason": _value(item.skip_reason),
         "disabled_reason": item.disabled_reason,
+        "defined_in": item.defined_in,
     }
     if schedule is not None:
         for field in ("timeout", "catch_up", "overlap", "notify", "work_source"):
@@ -319,7 +322,7 @@ def _error_for(exc: Exception) -> ApiError:
         return ApiError(404, str(exc))
     if isinstance(exc, UnauthorizedError):
         return ApiError(403, str(exc))
-    if isinstance(exc, (LimitExceededError, ScheduleTriggerError)):
+    if isinstance(exc, (LimitExceededError, ScheduleTriggerError, ConflictError)):
         return ApiError(409, str(exc))
     if isinstance(exc, StateError):
         return ApiError(503, f"state store unavailable: {exc}")
@@ -602,9 +605,19 @@ class RestApi:
             raise ApiError(403, f"{agent}/{name} is not owned by {caller!r}")
 
     def _sync(self) -> None:
-        """Let a scheduler that is not the active one re-read what other processes wrote."""
-        if not self.scheduler.is_leader:
-            self.scheduler.get_status()
+        """Take in what other processes wrote, so the answer is true for every process."""
+        self.scheduler.refresh()
+
+    def _check_defined_here(self, item: ScheduleStatus) -> None:
+        """Refuse (409) a change of the definition of a schedule defined in code, when other
+        processes share the store: the change would hold in this process only."""
+        if item.defined_in == "code" and not isinstance(self.scheduler.store, MemoryStateStore):
+            raise ConflictError(
+                f"{item.agent}/{item.schedule} is defined in the application's code or fleet "
+                "file: change its definition there (pause, resume and run-now work here)",
+                item.agent,
+                item.schedule,
+            )
 
     def _refresh_history(self) -> None:
         if not self.scheduler.is_leader:
@@ -633,6 +646,16 @@ class RestApi:
             "last_check_at": _time(state.last_check_at),
             "timezone": str(scheduler.timezone),
             "state_dir": str(scheduler.state_dir) if scheduler.state_dir is not None else None,
+            "rejected": [
+                {
+                    "agent": r.agent,
+                    "schedule": r.schedule,
+                    "reason": r.reason,
+                    "rejected_at": _time(r.rejected_at),
+                }
+                for r in status.rejected
+                if caller is None
+            ],
         }
         return ApiResponse(200, body)
 
@@ -693,6 +716,7 @@ class RestApi:
             return ApiResponse(200, self._json(item))
         if method == "PATCH":
             return self._patch(agent, name, data or {}, caller)
+        self._check_defined_here(item)
         self.scheduler.remove_schedule(agent, name, owner=caller)
         return ApiResponse(200, {"deleted": {"agent": agent, "name": name}})
 
@@ -714,6 +738,7 @@ class RestApi:
             _check_length("name", name, MAX_NAME_LENGTH)
         if existing is not None:
             self._check_owner(caller, existing.owner, agent, name)
+            self._check_defined_here(self._item(agent, name))
             _keep_owner(agent, name, fields, existing)
         schedule = _build(fields)
         if existing is None:
@@ -754,6 +779,8 @@ class RestApi:
         enabled = fields.pop("enabled", None)
         existing = scheduler.get_schedule(agent, name)
         _keep_owner(agent, name, fields, existing)
+        if fields or (enabled is True and not existing.enabled):
+            self._check_defined_here(self._item(agent, name))
         if fields:
             if "type" in fields and fields["type"] != existing.type.value:
                 raise _field_error(

@@ -14,6 +14,7 @@ from typing import Any
 __all__ = [
     "AgentNotFoundError",
     "ConfigError",
+    "ConflictError",
     "CronParseError",
     "IntervalParseError",
     "InvalidScheduleError",
@@ -212,3 +213,17 @@ class ConfigError(SchedulerError):
     def __init__(self, message: str, problems: Sequence[str] = ()) -> None:
         super().__init__(message)
         self.problems = list(problems)
+
+
+class ConflictError(SchedulerError):
+    """A change lost a race or contradicts where a schedule is defined (409 over REST).
+
+    Raised when a schedule of that name already exists (of two concurrent creations exactly one
+    wins), and when a face other than Python tries to change the definition of a schedule that
+    belongs to the application's code or fleet file.
+    """
+
+    def __init__(self, message: str, agent: str | None = None, schedule: str | None = None) -> None:
+        super().__init__(message)
+        self.agent = agent
+        self.schedule = schedule

@@ -26,6 +26,7 @@ __all__ = [
     "JobResult",
     "NotifyPolicy",
     "Overlap",
+    "RejectedDefinition",
     "RunRecord",
     "RunStatus",
     "Schedule",
@@ -366,15 +367,20 @@ class Schedule:
 _AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 
 
+def check_name(kind: str, value: Any) -> None:
+    """Refuse an agent or schedule name that is not letters, digits, '-' and '_'."""
+    if not isinstance(value, str) or not _AGENT_NAME.match(value):
+        raise InvalidScheduleError(
+            f"{kind} name {value!r} is invalid: use letters, digits, '-' and '_', starting "
+            "with a letter or digit",
+            field="name",
+            value=value,
+        )
+
+
 def _check_name(kind: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
     def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if not isinstance(value, str) or not _AGENT_NAME.match(value):
-            raise InvalidScheduleError(
-                f"{kind} name {value!r} is invalid: use letters, digits, '-' and '_', starting "
-                "with a letter or digit",
-                field="name",
-                value=value,
-            )
+        check_name(kind, value)
 
     return check
 
@@ -572,6 +578,24 @@ class ScheduleStatus:
     skip_reason: SkipReason | None
     owner: str | None = None
     disabled_reason: str | None = None
+    #: ``"code"`` (the application's code or fleet file: change it there) or ``"store"``
+    #: (created at run time with ``persist=True`` or over REST: changed from any process)
+    defined_in: str = "code"
+
+
+@attrs.frozen
+class RejectedDefinition:
+    """A stored definition that failed validation when loaded, kept aside with the reason.
+
+    It is no longer loaded; the rest of the fleet runs. Create the schedule again (for example
+    with a ``PUT``) to replace it.
+    """
+
+    agent: str
+    schedule: str
+    reason: str
+    rejected_at: datetime
+    definition: Mapping[str, Any] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -581,6 +605,8 @@ class SchedulerStatus:
     schedules: list[ScheduleStatus] = attrs.field(factory=list)
     status: str = "stopped"
     leader: Mapping[str, Any] | None = None
+    #: stored definitions set aside because they failed validation (see ``RejectedDefinition``)
+    rejected: list[RejectedDefinition] = attrs.field(factory=list)
 
 
 @attrs.frozen

@@ -23,18 +23,16 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Literal, TypeVar
 
-import attrs
-
 import herdsched.events as ev
 from herdsched import handover
 from herdsched.clock import Clock, SystemClock
 from herdsched.definitions import schedule_from_mapping, schedule_to_mapping
 from herdsched.engine import registry
+from herdsched.engine.changes import Changes
 from herdsched.engine.committer import GroupCommitter
 from herdsched.engine.core import AD_HOC_SCHEDULE, EngineCore
 from herdsched.engine.dispatch import Dispatcher
 from herdsched.engine.executors import ExecutorFactory
-from herdsched.engine.planning import Entry, fresh_due
 from herdsched.engine.recovery import Leadership
 from herdsched.engine.reporting import schedule_status, search_statuses
 from herdsched.engine.settings import EngineSettings, resolve_poll_interval
@@ -44,7 +42,6 @@ from herdsched.errors import (
     InvalidScheduleError,
     SchedulerShutdownError,
     ScheduleTriggerError,
-    StateError,
 )
 from herdsched.html import status_table
 from herdsched.leader import LeaderLock
@@ -175,6 +172,7 @@ class ThreadedScheduler:
         lock = LeaderLock(self.state_dir) if leader_lock and self.state_dir is not None else None
         self._leadership = Leadership(self._core, lock)
         self._others = OtherProcesses(self._core, self._codec, self.trigger)
+        self._changes = Changes(self._core, self._codec)
         self._timer = Timer(
             self._core, self._dispatch, self._commits, self._leadership, self._others
         )
@@ -375,7 +373,7 @@ class ThreadedScheduler:
         if not isinstance(agent, Agent):
             raise TypeError(f"add_agent() takes an Agent, got {type(agent).__name__}")
         core = self._core
-        with core.lock:
+        with core.changes, core.lock:
             if agent.name in core.agents:
                 raise InvalidScheduleError(
                     f"agent {agent.name!r} is already registered; use set_agents() to replace it",
@@ -388,7 +386,7 @@ class ThreadedScheduler:
     def remove_agent(self, name: str) -> None:
         """Forget an agent, its schedules and their persisted state (running jobs finish)."""
         core = self._core
-        with core.lock:
+        with core.changes, core.lock:
             agent = core.require_agent(name)
             for schedule in list(agent.schedules):
                 registry.drop_entry(core, name, schedule, forget_state=True)
@@ -400,7 +398,7 @@ class ThreadedScheduler:
         """Replace the fleet (hot reload), keeping persisted state of every name that stays."""
         new = {agent.name: agent for agent in agents}
         core = self._core
-        with core.lock:
+        with core.changes, core.lock:
             for name in list(core.agents):
                 old = core.agents[name]
                 kept = new[name].schedules if name in new else {}
@@ -423,142 +421,51 @@ class ThreadedScheduler:
         persist: bool = False,
         owner: str | None = None,
     ) -> None:
-        """Add a schedule at run time (``persist=True`` keeps it across restarts).
+        """Add a schedule at run time (``persist=True`` keeps it across restarts and shares it
+        with every process on the store).
 
-        Validated against ``min_interval`` and ``max_schedules_per_owner``; a new once schedule
-        whose time has passed is refused.
+        Validated completely before anything is written (``InvalidScheduleError``), against
+        ``min_interval`` and ``max_schedules_per_owner`` too; a new once schedule whose time has
+        passed is refused. A name that is taken, here or (``persist=True``) by another process
+        at the same moment, raises :class:`~herdsched.errors.ConflictError`.
         """
-        if owner is not None and schedule.owner is None:
-            schedule = schedule.with_changes(owner=owner)
-        core = self._core
-        with core.lock:
-            current = core.require_agent(agent)
-            if name in current.schedules:
-                raise InvalidScheduleError(
-                    f"schedule {name!r} already exists on agent {agent!r}", field="name", value=name
-                )
-            registry.validate_schedule(core, agent, name, schedule)
-            registry.check_owner_limit(core, schedule.owner)
-            if persist:
-                core.store.save_definition(agent, name, self._codec.to_mapping(schedule))
-            updated = current.with_schedule(name, schedule)
-            core.agents[agent] = updated
-            registry.install_entry(core, updated, name, schedule, persisted=persist)
-        core.changed()
+        self._changes.add_schedule(agent, name, schedule, persist=persist, owner=owner)
 
     def update_schedule(
         self, agent: str, name: str, *, owner: str | None = None, **changes: Any
     ) -> Schedule:
         """Change a schedule; a new cadence (``interval=``, ``cron=``, ``at=``, ``timezone=``,
-        ``anchor=``...) recomputes its next run. Returns the new definition."""
-        core = self._core
-        with core.lock:
-            entry = core.require_entry(agent, name)
-            registry.check_owner(entry, owner)
-            schedule = registry.apply_changes(entry.schedule, dict(changes))
-            cadence_changed = schedule.cadence != entry.schedule.cadence
-            registry.validate_schedule(core, agent, name, schedule, runtime=cadence_changed)
-            if schedule.owner != entry.schedule.owner:
-                registry.check_owner_limit(core, schedule.owner)
-            if entry.persisted_definition:
-                core.store.save_definition(agent, name, self._codec.to_mapping(schedule))
-            core.agents[agent] = core.agents[agent].with_schedule(name, schedule)
-            entry.schedule = schedule
-            if cadence_changed or "enabled" in changes:
-                due = fresh_due(
-                    entry, self.clock.now(), self.timezone, core.rng, recompute=cadence_changed
-                )
-                core.set_due(entry, due, due)
-            core.persist_description(entry)
-        core.changed()
-        return schedule
+        ``anchor=``...) recomputes its next run. Returns the new definition.
+
+        A schedule created at run time with ``persist=True`` (or over REST) changes for every
+        process; one defined in code or a fleet file changes in this process only (change the
+        code or the file to change it everywhere)."""
+        return self._changes.update_schedule(agent, name, owner, changes)
 
     def remove_schedule(self, agent: str, name: str, *, owner: str | None = None) -> None:
         """Remove a schedule and its persisted state and definition.
 
         Its run history stays (``history(agent, name)`` still shows it, bounded by
-        ``max_run_history`` as before) until :meth:`purge_history` removes it.
+        ``max_run_history`` as before) until :meth:`purge_history` removes it. A schedule
+        defined in code or a fleet file is removed from this process only.
         """
-        core = self._core
-        with core.lock:
-            entry = core.require_entry(agent, name)
-            registry.check_owner(entry, owner)
-            registry.drop_entry(core, agent, name, forget_state=True)
-            core.agents[agent] = core.agents[agent].without_schedule(name)
-        core.changed()
+        self._changes.remove_schedule(agent, name, owner)
 
     def pause(self, agent: str, schedule: str | None = None, *, owner: str | None = None) -> None:
-        """Pause one schedule (or every schedule of the agent); durable when it returns.
+        """Pause one schedule (or every schedule of the agent) for every process.
 
-        A running job is not interrupted; a paused schedule can still be ``trigger()``-ed.
+        Durable before it returns; when the store cannot be written, ``StateError`` is raised
+        and nothing changed. A running job is not interrupted; a paused schedule can still be
+        ``trigger()``-ed.
         """
-        core = self._core
-        for entry in self._targets(agent, schedule, owner):
-            with core.lock:
-                core.plan.unplan(entry)
-                entry.state = attrs.evolve(entry.state, status=Status.PAUSED)
-            self._write_intent(entry, status=Status.PAUSED)
-            core.emit(
-                ev.SchedulePaused(at=self.clock.now(), agent=entry.agent, schedule=entry.name)
-            )
-        core.changed()
+        self._changes.pause(agent, schedule, owner)
 
     def resume(self, agent: str, schedule: str | None = None, *, owner: str | None = None) -> None:
         """Resume paused or auto-disabled schedules: status idle, failure count reset.
 
         A schedule whose due time passed while paused runs once right away (catch-up).
         """
-        core = self._core
-        for entry in self._targets(agent, schedule, owner):
-            changes: dict[str, Any] = {
-                "status": Status.IDLE,
-                "consecutive_failures": 0,
-                "disabled_reason": None,
-            }
-            with core.lock:
-                if entry.state.status is Status.COMPLETED:
-                    continue
-                entry.state = attrs.evolve(entry.state, **changes)
-                if entry.run is None:
-                    due = fresh_due(
-                        entry, self.clock.now(), self.timezone, core.rng, recompute=False
-                    )
-                    core.plan.set_due(entry, due, entry.scheduled_for or due)
-                if core.leading:
-                    changes["next_run_at"] = entry.due
-            self._write_intent(entry, **changes)
-            core.emit(
-                ev.ScheduleResumed(at=self.clock.now(), agent=entry.agent, schedule=entry.name)
-            )
-        core.changed()
-
-    def _targets(self, agent: str, schedule: str | None, owner: str | None) -> list[Entry]:
-        """The entries ``pause``/``resume`` act on, each checked against ``owner``."""
-        core = self._core
-        with core.lock:
-            if schedule is not None:
-                entries = [core.require_entry(agent, schedule)]
-            else:
-                names = core.require_agent(agent).schedules
-                entries = [e for e in core.entries.values() if e.agent == agent and e.name in names]
-            for entry in entries:
-                registry.check_owner(entry, owner)
-            return entries
-
-    def _write_intent(self, entry: Entry, **changes: Any) -> None:
-        """A durable user-intent write; on failure keep it pending and tell the caller."""
-        core = self._core
-        try:
-            core.store.update_schedule_state(entry.agent, entry.name, **changes)
-        except StateError as exc:
-            core.state_error(exc, entry)
-            core.store_call(core.store.record_transition, entry.agent, entry.name, **changes)
-            raise StateError(
-                f"{entry.agent}/{entry.name}: the change applies in this process but is not "
-                f"durable yet ({exc}); it will be retried",
-                exc.path,
-                exc,
-            ) from exc
+        self._changes.resume(agent, schedule, owner)
 
     def every(
         self,
@@ -687,6 +594,7 @@ class ThreadedScheduler:
 
     def get_schedule(self, agent: str, name: str) -> Schedule:
         """The current definition of one schedule (:class:`ScheduleNotFoundError` if none)."""
+        self.refresh()
         with self._core.lock:
             return self._core.require_entry(agent, name).schedule
 
@@ -739,8 +647,8 @@ class ThreadedScheduler:
     def get_status(self) -> SchedulerStatus:
         """Every schedule's status, next/last run and the reason it is not firing now."""
         core = self._core
-        if not core.leading:  # another process may be the active one
-            self._others.refresh_view()
+        self.refresh()
+        rejected = core.store_call(core.store.rejected_definitions) or []
         with core.lock:
             now = self.clock.now()
             items = [schedule_status(core, entry, now) for entry in core.entries.values()]
@@ -750,7 +658,18 @@ class ThreadedScheduler:
                 schedules=items,
                 status=core.status,
                 leader=self._leadership.holder(),
+                rejected=rejected,
             )
+
+    def refresh(self) -> None:
+        """Take in now what other processes wrote to the store (pauses, resumes, definitions).
+
+        The timer does this every ``poll_interval``; :meth:`get_status`, :meth:`get_schedule`
+        and the REST API call it before they answer, so every process answers what any wrote.
+        """
+        # a standby always looks; a leader when its store may be shared (polling is on)
+        if self.settings.poll_interval is not None or not self._core.leading:
+            self._others.adopt()
 
     def search(
         self,

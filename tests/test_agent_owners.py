@@ -10,6 +10,7 @@ from agent_helpers import START, Script, running, step
 
 from herdsched import (
     Agent,
+    ConflictError,
     InvalidScheduleError,
     LimitExceededError,
     Schedule,
@@ -354,7 +355,7 @@ def test_once_in_the_past_is_refused_naming_the_problem() -> None:
 def test_a_duplicate_or_jobless_schedule_is_refused() -> None:
     with running() as (sched, _clock):
         sched.add_agent(Agent("bot", job=Script(), schedules={"a": Schedule.interval("1h")}))
-        with pytest.raises(InvalidScheduleError, match="schedule 'a' already exists on agent"):
+        with pytest.raises(ConflictError, match="schedule 'a' already exists on agent"):
             sched.add_schedule("bot", "a", Schedule.interval("2h"))
         sched.add_agent(Agent("idle"))
         with pytest.raises(InvalidScheduleError, match="idle/x: nothing to run"):

@@ -8,6 +8,7 @@ from scheduler_helpers import Recorder, running, step
 from herdsched import (
     Agent,
     AgentNotFoundError,
+    ConflictError,
     InvalidScheduleError,
     Schedule,
     ScheduleNotFoundError,
@@ -50,7 +51,7 @@ def test_unknown_names_raise_typed_errors() -> None:
             sched.get_running_job_count("nobody")
         with pytest.raises(InvalidScheduleError, match="already registered"):
             sched.add_agent(Agent("a", job=Recorder()))
-        with pytest.raises(InvalidScheduleError, match="already exists"):
+        with pytest.raises(ConflictError, match="already exists"):
             sched.add_schedule("a", "s", Schedule.manual())
         with pytest.raises(TypeError, match="takes an Agent"):
             sched.add_agent("a")  # type: ignore[arg-type]

@@ -13,6 +13,7 @@ from scheduler_helpers import T0, Recorder, running, step, wait_until
 
 from herdsched import (
     Agent,
+    ConflictError,
     Deferred,
     InvalidScheduleError,
     JobMissed,
@@ -623,7 +624,7 @@ def test_decorators_register_jobs() -> None:
         step(sched)
         step(sched, clock, "1h")
         assert sorted(set(calls)) == ["heartbeat", "lunch", "migrate"]
-        with pytest.raises(InvalidScheduleError, match="already exists"):
+        with pytest.raises(ConflictError, match="already exists"):
             sched.every("1m", agent="triage", name="heartbeat")(print)
 
 

@@ -53,7 +53,7 @@ def test_flush_failures_are_reported_and_retried_while_jobs_keep_running() -> No
         assert store.flushes > before
 
 
-def test_a_user_intent_write_that_fails_applies_in_memory_and_says_so() -> None:
+def test_a_user_intent_write_that_fails_changes_nothing_and_says_so() -> None:
     store = FlakyStore()
     with running(store=store) as (sched, clock):
         job = Recorder()
@@ -61,11 +61,13 @@ def test_a_user_intent_write_that_fails_applies_in_memory_and_says_so() -> None:
         sched.start()
         step(sched)
         store.broken = True
-        with pytest.raises(StateError, match="not durable yet"):
+        with pytest.raises(StateError, match=r"a/s was not paused: .*nothing changed"):
             sched.pause("a", "s")
+        assert sched.get_status().schedules[0].status is not Status.PAUSED
+        store.broken = False
         step(sched, clock, "5m")
-        assert len(job.calls) == 1  # paused in this process all the same
-        assert sched.get_status().schedules[0].status is Status.PAUSED
+        assert len(job.calls) == 2  # not paused anywhere: memory and disk agree
+        assert store.get_schedule_state("a", "s").status is not Status.PAUSED
 
 
 def test_memory_store_transitions_never_leave_a_user_intent_status() -> None:

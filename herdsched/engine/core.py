@@ -75,6 +75,9 @@ class EngineCore:
         self.work_sources = dict(work_sources)
         self.notifier = notifier
         self.lock = threading.RLock()
+        #: serializes changes by people and the adoption of other processes' writes (taken
+        #: before :attr:`lock`, never while holding it; see :mod:`herdsched.engine.changes`)
+        self.changes = threading.RLock()
         self.idle = threading.Condition(self.lock)  # notified whenever a run ends
         self.wake = threading.Event()  # set when the timer should plan again
         self.agents: dict[str, Agent] = {}

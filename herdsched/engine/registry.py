@@ -16,12 +16,13 @@ from herdsched.engine.core import AD_HOC_SCHEDULE, EngineCore
 from herdsched.engine.planning import Entry, fresh_due
 from herdsched.engine.recovery import plan_from_state
 from herdsched.errors import InvalidScheduleError, LimitExceededError, UnauthorizedError
-from herdsched.models import Agent, Schedule, Status
+from herdsched.models import Agent, Schedule, Status, check_name
 
 __all__ = [
     "DefinitionCodec",
     "ad_hoc_entry",
     "apply_changes",
+    "check_cadence",
     "check_owner",
     "check_owner_limit",
     "drop_entry",
@@ -118,7 +119,12 @@ def ad_hoc_entry(core: EngineCore, agent: Agent) -> Entry:
 
 
 def stored_definitions(core: EngineCore, agent: str, codec: DefinitionCodec) -> dict[str, Schedule]:
-    """The run-time definitions stored for ``agent``; an invalid one is logged and skipped."""
+    """The run-time definitions stored for ``agent``.
+
+    One that fails validation (it cannot be read, its name is invalid, its cadence is refused)
+    is set aside in the store with the reason and logged at ERROR: bad stored data never keeps
+    the rest of the fleet from booting and running.
+    """
     try:
         raw = core.store.load_definitions().get(agent, {})
     except Exception as exc:
@@ -127,10 +133,26 @@ def stored_definitions(core: EngineCore, agent: str, codec: DefinitionCodec) -> 
     loaded: dict[str, Schedule] = {}
     for name, mapping in raw.items():
         try:
-            loaded[name] = codec.from_mapping(mapping)
-        except Exception:
-            core.log.exception("The stored definition of %s/%s is invalid; skipped.", agent, name)
+            schedule = codec.from_mapping(mapping)
+            check_name("schedule", name)
+            check_cadence(core, agent, name, schedule, runtime=False)
+        except Exception as exc:
+            _set_aside(core, agent, name, exc)
+            continue
+        loaded[name] = schedule
     return loaded
+
+
+def _set_aside(core: EngineCore, agent: str, name: str, exc: Exception) -> None:
+    reason = str(exc) or type(exc).__name__
+    core.log.error(
+        "The stored definition of %s/%s is invalid and was set aside: %s. The rest of the "
+        "fleet runs; create the schedule again to replace it.",
+        agent,
+        name,
+        reason,
+    )
+    core.store_call(core.store.reject_definition, agent, name, reason)
 
 
 def validate_schedule(
@@ -142,17 +164,15 @@ def validate_schedule(
     ran already: registering a finished once again at start-up is fine).
     """
     where = f"{agent}/{name}"
-    cadence = schedule.cadence
-    if cadence is not None:
-        now = core.clock.now() if runtime and not _has_run(core, agent, name) else None
-        try:
-            cadence.check(
-                min_interval=core.settings.min_interval, zone=core.settings.timezone, now=now
-            )
-        except InvalidScheduleError as exc:
-            raise InvalidScheduleError(
-                f"{where}: {exc.message}", field=exc.field, value=exc.value, cause=exc
-            ) from exc
+    if not isinstance(schedule, Schedule):
+        raise InvalidScheduleError(
+            f"{where}: expected a Schedule (Schedule.interval(...), Schedule.cron(...), "
+            f"Schedule.once(...), Schedule.manual()), got {type(schedule).__name__} {schedule!r}",
+            field="schedule",
+            value=schedule,
+        )
+    check_name("schedule", name)
+    check_cadence(core, agent, name, schedule, runtime=runtime)
     agent_obj = core.agents.get(agent)
     agent_job = agent_obj.job if agent_obj is not None else None
     if schedule.job is None and agent_job is None and core.on_trigger is None:
@@ -168,6 +188,22 @@ def validate_schedule(
             field="work_source",
             value=schedule.work_source,
         )
+
+
+def check_cadence(
+    core: EngineCore, agent: str, name: str, schedule: Schedule, *, runtime: bool
+) -> None:
+    """Refuse a cadence the scheduler's settings do not allow, naming the schedule."""
+    cadence = schedule.cadence
+    if cadence is None:
+        return
+    now = core.clock.now() if runtime and not _has_run(core, agent, name) else None
+    try:
+        cadence.check(min_interval=core.settings.min_interval, zone=core.settings.timezone, now=now)
+    except InvalidScheduleError as exc:
+        raise InvalidScheduleError(
+            f"{agent}/{name}: {exc.message}", field=exc.field, value=exc.value, cause=exc
+        ) from exc
 
 
 def _has_run(core: EngineCore, agent: str, name: str) -> bool:

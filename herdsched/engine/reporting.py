@@ -39,6 +39,7 @@ def schedule_status(core: EngineCore, entry: Entry, now: datetime) -> ScheduleSt
         skip_reason=reason,
         owner=entry.schedule.owner,
         disabled_reason=state.disabled_reason,
+        defined_in="store" if entry.persisted_definition else "code",
     )
 
 

@@ -36,18 +36,33 @@ class OtherProcesses:
     def poll(self) -> None:
         """The active scheduler's poll: apply changes, then run queued requests."""
         core = self.core
+        self.adopt()
         try:
-            changed = core.store.refresh()
             requests = core.store.take_trigger_requests()
         except Exception as exc:
             core.state_error(exc)
             return
-        if changed:
-            core.store_call(core.store.flush)  # ours first: the store is then the truth
-            self._apply_status_changes()
-            self._apply_definitions()
         for request in requests:
             self._run_request(request)
+
+    def adopt(self) -> None:
+        """Take in what other processes wrote since the last look: a leader applies pauses,
+        resumes and definitions to its plan, a standby takes the store as it is. Called by the
+        poll and before a user is answered, so that every process answers what any wrote."""
+        core = self.core
+        if not core.leading:
+            self.refresh_view()
+            return
+        with core.changes:
+            try:
+                changed = core.store.refresh()
+            except Exception as exc:
+                core.state_error(exc)
+                return
+            if changed:
+                core.store_call(core.store.flush)  # ours first: the store is then the truth
+                self._apply_status_changes()
+                self._apply_definitions()
 
     def refresh_view(self) -> None:
         """A standby's refresh: take every state and definition from the store as it is."""
@@ -55,7 +70,8 @@ class OtherProcesses:
         try:
             if not core.store.refresh():
                 return
-            self._apply_definitions()
+            with core.changes:
+                self._apply_definitions()
             with core.lock:
                 for entry in core.entries.values():
                     entry.state = core.store.get_schedule_state(entry.agent, entry.name)

@@ -26,7 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from herdsched.models import RunRecord, ScheduleState
+from herdsched.models import RejectedDefinition, RunRecord, ScheduleState
 
 __all__ = [
     "USER_INTENT_STATUSES",
@@ -141,11 +141,36 @@ class StateStore(Protocol):
     def load_definitions(self) -> dict[str, dict[str, dict[str, Any]]]:
         """agent → schedule name → definition mapping (fleet-file schedule fields)."""
 
-    def save_definition(self, agent: str, schedule: str, definition: Mapping[str, Any]) -> None:
-        """Store one definition; durable when it returns."""
+    def save_definition(
+        self,
+        agent: str,
+        schedule: str,
+        definition: Mapping[str, Any],
+        *,
+        exists: bool | None = None,
+        owner: str | None = None,
+    ) -> None:
+        """Store one definition; durable when it returns.
 
-    def delete_definition(self, agent: str, schedule: str) -> None:
-        """Remove one definition (no error when absent); durable when it returns."""
+        The preconditions are checked in the same locked write, against what every process
+        wrote (compare-and-set): ``exists=False`` refuses a name that is taken
+        (:class:`~herdsched.errors.ConflictError`), ``exists=True`` one that is gone
+        (:class:`~herdsched.errors.ScheduleNotFoundError`), and ``owner`` a definition owned by
+        someone else (:class:`~herdsched.errors.UnauthorizedError`).
+        """
+
+    def delete_definition(self, agent: str, schedule: str, *, owner: str | None = None) -> None:
+        """Remove one definition (no error when absent); durable when it returns.
+
+        ``owner``: refuse (``UnauthorizedError``) when the stored definition is someone else's.
+        """
+
+    def reject_definition(self, agent: str, schedule: str, reason: str) -> None:
+        """Set a stored definition aside with ``reason``: no longer loaded, but listed by
+        :meth:`rejected_definitions` (no error when it is already gone). Durable."""
+
+    def rejected_definitions(self) -> list[RejectedDefinition]:
+        """The definitions set aside, oldest first."""
 
     # -- cross-process trigger requests ----------------------------------------------------
     def request_trigger(self, agent: str, schedule: str, *, prompt: str | None = None) -> str:

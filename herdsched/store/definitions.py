@@ -24,12 +24,20 @@ from typing import Any
 
 import attrs
 
+from herdsched.errors import ConflictError, ScheduleNotFoundError, UnauthorizedError
+from herdsched.models import RejectedDefinition
 from herdsched.store.document import DocumentError, GuardedYamlFile
 from herdsched.store.files import FileContent
 from herdsched.store.state_file import FORMAT_VERSION, check_format_version
 from herdsched.store.yaml_io import dump_yaml, load_yaml
 
-__all__ = ["DefinitionsFile", "parse_definitions", "plain_data"]
+__all__ = [
+    "DefinitionsFile",
+    "check_preconditions",
+    "parse_definitions",
+    "parse_rejected",
+    "plain_data",
+]
 
 Definitions = dict[str, dict[str, dict[str, Any]]]
 
@@ -70,6 +78,50 @@ def parse_definitions(doc: Any) -> DefinitionsDoc:
     return DefinitionsDoc(doc, definitions)
 
 
+def check_preconditions(
+    current: Mapping[str, Any] | None,
+    agent: str,
+    schedule: str,
+    *,
+    exists: bool | None,
+    owner: str | None,
+) -> None:
+    """Refuse a write whose preconditions do not hold against the stored ``current``.
+
+    See :meth:`herdsched.store.base.StateStore.save_definition`; both stores call this inside
+    the locked section that writes, so the check and the write are one step.
+    """
+    if exists is False and current is not None:
+        raise ConflictError(
+            f"{agent}/{schedule} already exists: another request created it first", agent, schedule
+        )
+    if exists is True and current is None:
+        raise ScheduleNotFoundError(agent, schedule)
+    if owner is not None and current is not None and current.get("owner") != owner:
+        raise UnauthorizedError(
+            f"{agent}/{schedule} is owned by {current.get('owner')!r}, not {owner!r}", owner=owner
+        )
+
+
+def parse_rejected(raw: Any) -> list[RejectedDefinition]:
+    """The ``rejected`` list of a ``schedules.yaml`` (entries that cannot be read are skipped)."""
+    rejected: list[RejectedDefinition] = []
+    for item in raw if isinstance(raw, list) else []:
+        try:
+            rejected.append(
+                RejectedDefinition(
+                    agent=str(item["agent"]),
+                    schedule=str(item["schedule"]),
+                    reason=str(item["reason"]),
+                    rejected_at=item["rejected_at"],
+                    definition=dict(item.get("definition") or {}),
+                )
+            )
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue
+    return rejected
+
+
 def _parse_content(content: FileContent) -> DefinitionsDoc:
     return parse_definitions(load_yaml(content.read()))
 
@@ -102,6 +154,7 @@ class DefinitionsFile:
         )
         self._doc = _empty()
         self._io = threading.Lock()
+        self._now = now
 
     def refresh(self) -> bool:
         """Re-read if the file changed; returns whether it did."""
@@ -115,7 +168,15 @@ class DefinitionsFile:
         self.refresh()
         return copy.deepcopy(self._doc.definitions)
 
-    def save(self, agent: str, schedule: str, definition: Mapping[str, Any]) -> None:
+    def save(
+        self,
+        agent: str,
+        schedule: str,
+        definition: Mapping[str, Any],
+        *,
+        exists: bool | None = None,
+        owner: str | None = None,
+    ) -> None:
         for value, what in ((agent, "agent"), (schedule, "schedule")):
             if not isinstance(value, str) or not value:
                 raise ValueError(f"{what} must be a non-empty string, got {value!r}")
@@ -125,36 +186,77 @@ class DefinitionsFile:
                 f"{type(definition).__name__}"
             )
         plain = plain_data(definition, f"definition of {agent}/{schedule}")
-        self._modify(agent, schedule, plain)
+        self._modify(agent, schedule, plain, exists=exists, owner=owner)
 
-    def delete(self, agent: str, schedule: str) -> None:
-        self._modify(agent, schedule, None)
+    def delete(self, agent: str, schedule: str, *, owner: str | None = None) -> None:
+        self._modify(agent, schedule, None, exists=None, owner=owner)
 
-    def _modify(self, agent: str, schedule: str, definition: dict[str, Any] | None) -> None:
+    def reject(self, agent: str, schedule: str, reason: str) -> None:
+        """Move a definition to the ``rejected`` list with its reason (no-op when gone)."""
+        self._modify(agent, schedule, None, exists=None, owner=None, reason=reason)
+
+    def rejected(self) -> list[RejectedDefinition]:
+        self.refresh()
+        return parse_rejected(self._doc.raw.get("rejected"))
+
+    def _modify(
+        self,
+        agent: str,
+        schedule: str,
+        definition: dict[str, Any] | None,
+        *,
+        exists: bool | None,
+        owner: str | None,
+        reason: str | None = None,
+    ) -> None:
+        """One locked read-check-write of the file: the preconditions hold against what every
+        process wrote, or nothing is written."""
         with self._io, self.file.lock:
             if self.file.changed():
                 self._doc = self.file.load_locked(_parse_content) or _empty()
             doc = self._doc
-            if definition is None and schedule not in doc.definitions.get(agent, {}):
+            current = doc.definitions.get(agent, {}).get(schedule)
+            check_preconditions(current, agent, schedule, exists=exists, owner=owner)
+            if definition is None and current is None:
                 return
-            raw: dict[str, Any] = {"format_version": FORMAT_VERSION}
-            raw.update((k, v) for k, v in doc.raw.items() if k != "format_version")
-            agents: dict[str, Any] = dict(raw.get("agents") or {})
-            raw["agents"] = agents
-            agent_raw = dict(agents.get(agent) or {})
-            schedules = dict(agent_raw.get("schedules") or {})
-            if definition is None:
-                schedules.pop(schedule, None)
-            else:
-                schedules[schedule] = definition
-            agent_raw["schedules"] = schedules
-            if schedules or set(agent_raw) != {"schedules"}:
-                agents[agent] = agent_raw
-            else:
-                agents.pop(agent, None)
+            raw = _with_definition(doc.raw, agent, schedule, definition)
+            if reason is not None and current is not None:
+                earlier = raw.get("rejected")
+                raw["rejected"] = [
+                    *(earlier if isinstance(earlier, list) else []),
+                    {
+                        "agent": agent,
+                        "schedule": schedule,
+                        "reason": reason,
+                        "rejected_at": self._now(),
+                        "definition": current,
+                    },
+                ]
             new_doc = parse_definitions(raw)
             self.file.write(dump_yaml(raw).encode("utf-8"))
             self._doc = new_doc
 
     def close(self) -> None:
         self.file.close()
+
+
+def _with_definition(
+    doc_raw: Mapping[str, Any], agent: str, schedule: str, definition: dict[str, Any] | None
+) -> dict[str, Any]:
+    """A copy of the raw document with one definition set (``None``: removed)."""
+    raw: dict[str, Any] = {"format_version": FORMAT_VERSION}
+    raw.update((k, v) for k, v in doc_raw.items() if k != "format_version")
+    agents: dict[str, Any] = dict(raw.get("agents") or {})
+    raw["agents"] = agents
+    agent_raw = dict(agents.get(agent) or {})
+    schedules = dict(agent_raw.get("schedules") or {})
+    if definition is None:
+        schedules.pop(schedule, None)
+    else:
+        schedules[schedule] = definition
+    agent_raw["schedules"] = schedules
+    if schedules or set(agent_raw) != {"schedules"}:
+        agents[agent] = agent_raw
+    else:
+        agents.pop(agent, None)
+    return raw

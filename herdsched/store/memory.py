@@ -15,8 +15,9 @@ from typing import Any
 
 from attrs import evolve
 
-from herdsched.models import RunRecord, ScheduleState
+from herdsched.models import RejectedDefinition, RunRecord, ScheduleState
 from herdsched.store.base import USER_INTENT_STATUSES, RunClaim, TriggerRequest, newest_first
+from herdsched.store.definitions import check_preconditions
 
 __all__ = ["MemoryStateStore"]
 
@@ -33,6 +34,7 @@ class MemoryStateStore:
         self._history: dict[tuple[str, str], deque[RunRecord]] = {}
         self._definitions: dict[str, dict[str, dict[str, Any]]] = {}
         self._requests: list[TriggerRequest] = []
+        self._rejected: list[RejectedDefinition] = []
 
     def get_schedule_state(self, agent: str, schedule: str) -> ScheduleState:
         with self._lock:
@@ -112,13 +114,36 @@ class MemoryStateStore:
                 a: {n: dict(d) for n, d in defs.items()} for a, defs in self._definitions.items()
             }
 
-    def save_definition(self, agent: str, schedule: str, definition: Mapping[str, Any]) -> None:
+    def save_definition(
+        self,
+        agent: str,
+        schedule: str,
+        definition: Mapping[str, Any],
+        *,
+        exists: bool | None = None,
+        owner: str | None = None,
+    ) -> None:
         with self._lock:
+            current = self._definitions.get(agent, {}).get(schedule)
+            check_preconditions(current, agent, schedule, exists=exists, owner=owner)
             self._definitions.setdefault(agent, {})[schedule] = dict(definition)
 
-    def delete_definition(self, agent: str, schedule: str) -> None:
+    def delete_definition(self, agent: str, schedule: str, *, owner: str | None = None) -> None:
         with self._lock:
+            current = self._definitions.get(agent, {}).get(schedule)
+            check_preconditions(current, agent, schedule, exists=None, owner=owner)
             self._definitions.get(agent, {}).pop(schedule, None)
+
+    def reject_definition(self, agent: str, schedule: str, reason: str) -> None:
+        with self._lock:
+            current = self._definitions.get(agent, {}).pop(schedule, None)
+            if current is not None:
+                at = datetime.now(timezone.utc)
+                self._rejected.append(RejectedDefinition(agent, schedule, reason, at, current))
+
+    def rejected_definitions(self) -> list[RejectedDefinition]:
+        with self._lock:
+            return list(self._rejected)
 
     def request_trigger(self, agent: str, schedule: str, *, prompt: str | None = None) -> str:
         request = TriggerRequest(

@@ -35,7 +35,7 @@ from attrs import evolve
 
 from herdsched.clock import Clock, SystemClock
 from herdsched.errors import StateCorruptedError, StateError
-from herdsched.models import RunRecord, ScheduleState
+from herdsched.models import RejectedDefinition, RunRecord, ScheduleState
 from herdsched.store.base import USER_INTENT_STATUSES, RunClaim, TriggerRequest, newest_first
 from herdsched.store.claims import ClaimJournal
 from herdsched.store.definitions import DefinitionsFile
@@ -524,17 +524,35 @@ class YamlStateStore:
         self._check_open()
         return self._definitions.load()
 
-    def save_definition(self, agent: str, schedule: str, definition: Mapping[str, Any]) -> None:
-        """Store one definition; durable when it returns."""
+    def save_definition(
+        self,
+        agent: str,
+        schedule: str,
+        definition: Mapping[str, Any],
+        *,
+        exists: bool | None = None,
+        owner: str | None = None,
+    ) -> None:
+        """Store one definition, its preconditions checked under the file lock; durable."""
         self._check_open()
         self._ensure_dir()
-        self._definitions.save(agent, schedule, definition)
+        self._definitions.save(agent, schedule, definition, exists=exists, owner=owner)
 
-    def delete_definition(self, agent: str, schedule: str) -> None:
+    def delete_definition(self, agent: str, schedule: str, *, owner: str | None = None) -> None:
         """Remove one definition (no error when absent); durable when it returns."""
         self._check_open()
         self._ensure_dir()
-        self._definitions.delete(agent, schedule)
+        self._definitions.delete(agent, schedule, owner=owner)
+
+    def reject_definition(self, agent: str, schedule: str, reason: str) -> None:
+        """Move one definition to the ``rejected`` list of ``schedules.yaml``; durable."""
+        self._check_open()
+        self._ensure_dir()
+        self._definitions.reject(agent, schedule, reason)
+
+    def rejected_definitions(self) -> list[RejectedDefinition]:
+        self._check_open()
+        return self._definitions.rejected()
 
     # -- cross-process trigger requests --------------------------------------------------
     def request_trigger(self, agent: str, schedule: str, *, prompt: str | None = None) -> str:

@@ -1,0 +1,186 @@
+"""Changes by people are transactions: validated, then written to the store, then to memory.
+
+Every add, update, remove, pause and resume, from the Python API, REST or the CLI, in any
+process, goes the same way:
+
+1. it is validated completely (types, names, cadence, owner, limits) before anything is written;
+2. one locked store write checks its preconditions against what every process wrote (the name is
+   still free, the definition still exists, the caller still owns it) and writes the change:
+   a lost race is a :class:`~herdsched.errors.ConflictError` (or ``ScheduleNotFoundError``,
+   ``UnauthorizedError``), a store that fails is a ``StateError``, and either way nothing is
+   left behind;
+3. only then does memory (the fleet, the plan) change.
+
+The changes of one process are serialized by :attr:`EngineCore.changes`, which the adoption of
+other processes' writes (:mod:`herdsched.engine.syncing`) takes too, so memory and disk cannot
+disagree about a schedule. Run transitions (a job finished) are not changes by people: they go
+through the group commit and never undo a pause (see :mod:`herdsched.store.base`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attrs import evolve
+
+import herdsched.events as ev
+from herdsched.engine import registry
+from herdsched.engine.core import EngineCore
+from herdsched.engine.planning import Entry, fresh_due
+from herdsched.errors import ConflictError, StateError
+from herdsched.models import Schedule, Status
+
+__all__ = ["Changes"]
+
+
+class Changes:
+    """The fleet's changes as transactions (see the module docstring)."""
+
+    def __init__(self, core: EngineCore, codec: registry.DefinitionCodec) -> None:
+        self.core = core
+        self.codec = codec
+
+    def add_schedule(
+        self, agent: str, name: str, schedule: Schedule, *, persist: bool, owner: str | None
+    ) -> None:
+        """Add one schedule; ``persist`` creates its definition in the store (compare-and-set on
+        the name: of two concurrent creations exactly one wins)."""
+        core = self.core
+        with core.changes:
+            with core.lock:
+                current = core.require_agent(agent)
+                registry.validate_schedule(core, agent, name, schedule)
+                if owner is not None and schedule.owner is None:
+                    schedule = schedule.with_changes(owner=owner)
+                if name in current.schedules:
+                    raise ConflictError(
+                        f"schedule {name!r} already exists on agent {agent!r}", agent, name
+                    )
+                registry.check_owner_limit(core, schedule.owner)
+            if persist:
+                mapping = self.codec.to_mapping(schedule)
+                core.store.save_definition(agent, name, mapping, exists=False)
+                # a new schedule starts afresh, whatever state a removed namesake left
+                core.store_call(core.store.remove_schedule_state, agent, name)
+            with core.lock:
+                updated = core.agents[agent].with_schedule(name, schedule)
+                core.agents[agent] = updated
+                registry.install_entry(core, updated, name, schedule, persisted=persist)
+        core.changed()
+
+    def update_schedule(
+        self, agent: str, name: str, owner: str | None, changes: dict[str, Any]
+    ) -> Schedule:
+        """Change one schedule's definition; a stored one is rewritten for every process."""
+        core = self.core
+        with core.changes:
+            with core.lock:
+                entry = core.require_entry(agent, name)
+                registry.check_owner(entry, owner)
+                schedule = registry.apply_changes(entry.schedule, dict(changes))
+                cadence_changed = schedule.cadence != entry.schedule.cadence
+                registry.validate_schedule(core, agent, name, schedule, runtime=cadence_changed)
+                if schedule.owner != entry.schedule.owner:
+                    registry.check_owner_limit(core, schedule.owner)
+                seen_owner = entry.schedule.owner
+            if entry.persisted_definition:
+                mapping = self.codec.to_mapping(schedule)
+                core.store.save_definition(agent, name, mapping, exists=True, owner=seen_owner)
+            with core.lock:
+                core.agents[agent] = core.agents[agent].with_schedule(name, schedule)
+                entry.schedule = schedule
+                if cadence_changed or "enabled" in changes:
+                    now = core.clock.now()
+                    zone = core.settings.timezone
+                    due = fresh_due(entry, now, zone, core.rng, recompute=cadence_changed)
+                    core.set_due(entry, due, due)
+                core.persist_description(entry)
+        core.changed()
+        return schedule
+
+    def remove_schedule(self, agent: str, name: str, owner: str | None) -> None:
+        """Remove one schedule, its stored definition and state (its history stays)."""
+        core = self.core
+        with core.changes:
+            with core.lock:
+                entry = core.require_entry(agent, name)
+                registry.check_owner(entry, owner)
+            if entry.persisted_definition:
+                core.store.delete_definition(agent, name, owner=entry.schedule.owner)
+            core.store.remove_schedule_state(agent, name)
+            with core.lock:
+                registry.drop_entry(core, agent, name, forget_state=False)
+                core.agents[agent] = core.agents[agent].without_schedule(name)
+        core.changed()
+
+    def pause(self, agent: str, schedule: str | None, owner: str | None) -> None:
+        """Pause one schedule or every schedule of the agent; durable before memory changes."""
+        core = self.core
+        with core.changes:
+            for entry in self._targets(agent, schedule, owner):
+                _write_intent(core, entry, "paused", status=Status.PAUSED)
+                with core.lock:
+                    core.plan.unplan(entry)
+                    entry.state = evolve(entry.state, status=Status.PAUSED)
+                core.emit(
+                    ev.SchedulePaused(at=core.clock.now(), agent=entry.agent, schedule=entry.name)
+                )
+        core.changed()
+
+    def resume(self, agent: str, schedule: str | None, owner: str | None) -> None:
+        """Resume paused or auto-disabled schedules (status idle, failures reset)."""
+        core = self.core
+        changes: dict[str, Any] = {
+            "status": Status.IDLE,
+            "consecutive_failures": 0,
+            "disabled_reason": None,
+        }
+        with core.changes:
+            for entry in self._targets(agent, schedule, owner):
+                if entry.state.status is Status.COMPLETED:
+                    continue
+                _write_intent(core, entry, "resumed", **changes)
+                with core.lock:
+                    self._plan_resumed(entry, changes)
+                core.emit(
+                    ev.ScheduleResumed(at=core.clock.now(), agent=entry.agent, schedule=entry.name)
+                )
+        core.changed()
+
+    def _plan_resumed(self, entry: Entry, changes: dict[str, Any]) -> None:
+        """Memory after a resume: a due time that passed while paused fires once (catch-up)."""
+        core = self.core
+        entry.state = evolve(entry.state, **changes)
+        if entry.run is not None:
+            return
+        due = fresh_due(entry, core.clock.now(), core.settings.timezone, core.rng, recompute=False)
+        core.plan.set_due(entry, due, entry.scheduled_for or due)
+        if core.leading:
+            core.change_state(entry, next_run_at=entry.due)
+
+    def _targets(self, agent: str, schedule: str | None, owner: str | None) -> list[Entry]:
+        """The entries ``pause``/``resume`` act on, each checked against ``owner``."""
+        core = self.core
+        with core.lock:
+            if schedule is not None:
+                entries = [core.require_entry(agent, schedule)]
+            else:
+                names = core.require_agent(agent).schedules
+                entries = [e for e in core.entries.values() if e.agent == agent and e.name in names]
+            for entry in entries:
+                registry.check_owner(entry, owner)
+            return entries
+
+
+def _write_intent(core: EngineCore, entry: Entry, done: str, **changes: Any) -> None:
+    """A durable user-intent write; when the store fails, nothing changed and the caller is told."""
+    try:
+        core.store.update_schedule_state(entry.agent, entry.name, **changes)
+    except StateError as exc:
+        core.state_error(exc, entry)
+        raise StateError(
+            f"{entry.agent}/{entry.name} was not {done}: the state store failed ({exc}); "
+            "nothing changed, try again",
+            exc.path,
+            exc,
+        ) from exc
