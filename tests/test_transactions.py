@@ -1,0 +1,287 @@
+"""Changes are transactions: validated first, one locked store write, then memory.
+
+Two schedulers on one state directory stand for two processes (``as_separate_processes``); the
+leader polls only every minute, so what one answers right after the other wrote comes from the
+store, not from a poll.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from herdsched import (
+    Agent,
+    ConflictError,
+    InvalidScheduleError,
+    Schedule,
+    ScheduleNotFoundError,
+    Status,
+    ThreadedScheduler,
+)
+from herdsched.api import RestApi
+from herdsched.store.yaml_store import YamlStateStore
+from herdsched.testing import FakeClock, as_separate_processes
+
+START = datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc)
+
+
+def build(state_dir: Path, clock: FakeClock) -> ThreadedScheduler:
+    sched = ThreadedScheduler(state_dir=state_dir, clock=clock, poll_interval=60.0)
+    sched.add_agent(
+        Agent(
+            "triage",
+            job=lambda info: "ok",
+            schedules={"coded": Schedule.interval("1h", prompt="from code")},
+        )
+    )
+    return sched
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[ThreadedScheduler, ThreadedScheduler]]:
+    clock = FakeClock(START)
+    one, two = build(tmp_path, clock), build(tmp_path, clock)
+    with as_separate_processes():
+        one.start()
+        two.start()
+    try:
+        assert (one.status, two.status) == ("running", "standby")
+        yield one, two
+    finally:
+        two.stop()
+        one.stop()
+
+
+def call(sched: ThreadedScheduler, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    raw = json.dumps(body).encode() if body is not None else b""
+    answer = RestApi(sched).handle(method, path, body=raw, content_type="application/json")
+    return answer.status, answer.body
+
+
+def stored_names(state_dir: Path) -> set[str]:
+    path = state_dir / "schedules.yaml"
+    if not path.exists():
+        return set()
+    doc = yaml.safe_load(path.read_text()) or {}
+    agents = doc.get("agents") or {}
+    return {name for agent in agents.values() for name in (agent.get("schedules") or {})}
+
+
+# ------------------------------------------------------------------- validated before written
+
+
+@pytest.mark.parametrize("name", ["bad%20name", "-dash", "x.y", "%C3%A9t%C3%A9"])
+def test_a_bad_name_over_rest_is_refused_and_nothing_is_written(
+    pair: tuple[ThreadedScheduler, ThreadedScheduler], tmp_path: Path, name: str
+) -> None:
+    for sched in pair:
+        status, body = call(sched, "PUT", f"/api/schedule/triage/{name}", {"interval": "1h"})
+        assert status == 400, body
+        assert "name" in body["error"]
+    assert stored_names(tmp_path) == set()
+    assert not (tmp_path / "schedules.yaml.bak").exists()
+
+
+def test_wrong_argument_types_are_invalid_schedules_naming_the_culprit(tmp_path: Path) -> None:
+    sched = build(tmp_path, FakeClock(START))
+    with pytest.raises(InvalidScheduleError, match=r"expected a Schedule.*got str"):
+        sched.add_schedule("triage", "x", "not a schedule", persist=True)  # type: ignore[arg-type]
+    with pytest.raises(InvalidScheduleError, match="schedule name 'bad name' is invalid"):
+        sched.add_schedule("triage", "bad name", Schedule.interval("1h"), persist=True)
+    assert stored_names(tmp_path) == set()
+
+
+# ------------------------------------------------------------------ compare-and-set creation
+
+
+def test_of_two_processes_creating_one_name_exactly_one_wins(
+    pair: tuple[ThreadedScheduler, ThreadedScheduler], tmp_path: Path
+) -> None:
+    one, two = pair
+    status, _ = call(one, "PUT", "/api/schedule/triage/shared", {"interval": "1h", "prompt": "1"})
+    assert status == 201
+    # ``two`` has not polled: its memory does not know the name, the store does
+    with pytest.raises(ConflictError, match="already exists"):
+        two.add_schedule("triage", "shared", Schedule.interval("2h"), persist=True, owner="bob")
+    stored = YamlStateStore(tmp_path).load_definitions()["triage"]["shared"]
+    assert stored["prompt"] == "1" and "owner" not in stored  # the winner's, untouched
+
+
+def test_concurrent_creations_in_threads_have_one_winner(tmp_path: Path) -> None:
+    clock = FakeClock(START)
+    schedulers = [build(tmp_path, clock) for _ in range(4)]
+    outcomes: list[str] = []
+    barrier = threading.Barrier(len(schedulers))
+
+    def create(sched: ThreadedScheduler, owner: str) -> None:
+        barrier.wait()
+        try:
+            sched.add_schedule("triage", "race", Schedule.interval("1h"), persist=True, owner=owner)
+            outcomes.append(owner)
+        except ConflictError:
+            outcomes.append("conflict")
+
+    threads = [
+        threading.Thread(target=create, args=(s, f"owner{i}")) for i, s in enumerate(schedulers)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    winners = [o for o in outcomes if o != "conflict"]
+    assert len(winners) == 1 and outcomes.count("conflict") == 3
+    stored = YamlStateStore(tmp_path).load_definitions()["triage"]["race"]
+    assert stored["owner"] == winners[0]
+
+
+# ---------------------------------------------------------------- read your writes everywhere
+
+
+def test_every_process_answers_what_another_wrote_right_after(
+    pair: tuple[ThreadedScheduler, ThreadedScheduler],
+) -> None:
+    leader, standby = pair
+    status, _ = call(standby, "PUT", "/api/schedule/triage/new", {"interval": "2h"})
+    assert status == 201
+    status, body = call(leader, "GET", "/api/schedule/triage/new")  # no poll in between
+    assert status == 200 and body["interval"] == "2h"
+    status, _ = call(leader, "PATCH", "/api/schedule/triage/new", {"prompt": "changed"})
+    assert status == 200
+    assert call(standby, "GET", "/api/schedule/triage/new")[1]["prompt"] == "changed"
+    leader.pause("triage", "coded")
+    assert call(standby, "GET", "/api/schedule/triage/coded")[1]["status"] == "paused"
+    standby.resume("triage", "coded")
+    assert leader.get_status().schedules[0].status is Status.IDLE
+    status, _ = call(standby, "DELETE", "/api/schedule/triage/new")
+    assert status == 200
+    assert call(leader, "GET", "/api/schedule/triage/new")[0] == 404
+
+
+# ---------------------------------------------------------------- who owns a definition
+
+
+def test_rest_refuses_definition_changes_of_code_schedules_but_not_pause_or_resume(
+    pair: tuple[ThreadedScheduler, ThreadedScheduler],
+) -> None:
+    leader, standby = pair
+    for sched in (leader, standby):
+        status, body = call(sched, "PATCH", "/api/schedule/triage/coded", {"prompt": "x"})
+        assert status == 409
+        assert "defined in the application's code or fleet file" in body["error"]
+        assert call(sched, "DELETE", "/api/schedule/triage/coded")[0] == 409
+        assert call(sched, "PUT", "/api/schedule/triage/coded", {"interval": "5m"})[0] == 409
+    assert call(standby, "GET", "/api/schedule/triage/coded")[1]["defined_in"] == "code"
+    status, body = call(standby, "PATCH", "/api/schedule/triage/coded", {"enabled": False})
+    assert status == 200 and body["status"] == "paused"
+    assert call(leader, "GET", "/api/schedule/triage/coded")[1]["status"] == "paused"
+    status, body = call(leader, "PATCH", "/api/schedule/triage/coded", {"enabled": True})
+    assert status == 200 and body["status"] == "idle"
+    assert leader.get_schedule("triage", "coded").prompt == "from code"
+
+
+# --------------------------------------------------------- memory and disk cannot disagree
+
+
+def test_pause_racing_remove_leaves_no_orphan_state(tmp_path: Path) -> None:
+    sched = build(tmp_path, FakeClock(START))
+    sched.start()
+    try:
+        for round_ in range(40):
+            name = f"r{round_}"
+            sched.add_schedule("triage", name, Schedule.interval("1h"), persist=True)
+
+            def pause(name: str = name) -> None:
+                with contextlib.suppress(ScheduleNotFoundError):  # removed first: fine
+                    sched.pause("triage", name)
+
+            threads = [
+                threading.Thread(target=pause),
+                threading.Thread(target=sched.remove_schedule, args=("triage", name)),
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(10)
+            sched.add_schedule("triage", name, Schedule.interval("1h"), persist=True)
+            states = YamlStateStore(tmp_path).get_agent_schedule_states("triage")
+            assert states.get(name) is None or states[name].status is not Status.PAUSED
+            assert (
+                next(s for s in sched.get_status().schedules if s.schedule == name).status
+                is not Status.PAUSED
+            )
+    finally:
+        sched.stop()
+
+
+def test_concurrent_pause_and_resume_end_with_memory_equal_to_disk(tmp_path: Path) -> None:
+    sched = build(tmp_path, FakeClock(START))
+    sched.start()
+    try:
+        for _ in range(30):
+            threads = [
+                threading.Thread(target=sched.pause, args=("triage", "coded")),
+                threading.Thread(target=sched.resume, args=("triage", "coded")),
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(10)
+            memory = sched.get_status().schedules[0].status
+            disk = YamlStateStore(tmp_path).get_schedule_state("triage", "coded").status
+            assert memory is disk
+    finally:
+        sched.stop()
+
+
+# ------------------------------------------------------------ bad stored data is set aside
+
+
+def test_invalid_stored_definitions_are_set_aside_and_the_fleet_boots(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "schedules.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "format_version": 1,
+                "agents": {
+                    "triage": {
+                        "schedules": {
+                            "bad name": {"type": "interval", "interval": "1h"},
+                            "bad-cron": {"type": "cron", "cron": "61 * * * *"},
+                            "good": {"type": "interval", "interval": "1h", "prompt": "kept"},
+                        }
+                    }
+                },
+            }
+        )
+    )
+    caplog.set_level(logging.ERROR, logger="herdsched")
+    sched = build(tmp_path, FakeClock(START))  # would raise before
+    sched.start()
+    try:
+        names = {s.schedule for s in sched.get_status().schedules}
+        assert names == {"coded", "good"}
+        rejected = {r.schedule: r.reason for r in sched.get_status().rejected}
+        assert set(rejected) == {"bad name", "bad-cron"}
+        assert "is invalid" in rejected["bad name"]
+        assert "61" in rejected["bad-cron"]
+        assert stored_names(tmp_path) == {"good"}
+        doc = yaml.safe_load((tmp_path / "schedules.yaml").read_text())
+        assert {r["schedule"] for r in doc["rejected"]} == {"bad name", "bad-cron"}
+        assert sum("set aside" in r.getMessage() for r in caplog.records) == 2
+        body = call(sched, "GET", "/api/status")[1]
+        assert {r["schedule"] for r in body["rejected"]} == {"bad name", "bad-cron"}
+    finally:
+        sched.stop()
+    again = build(tmp_path, FakeClock(START))  # a later boot: nothing more to set aside
+    assert {r.schedule for r in again.get_status().rejected} == {"bad name", "bad-cron"}
