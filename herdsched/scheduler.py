@@ -656,7 +656,7 @@ class ThreadedScheduler:
                 entry, TriggerType.MANUAL, None, self.clock.now(), prompt=prompt
             )
         self._dispatch.launch([run], bypass=bypass_concurrency)
-        if not wait:
+        if not wait and not run.done.is_set():  # done already: its claim failed, it never ran
             return TriggerResult(success=True, run_id=run.run_id)
         run.done.wait()
         outcome = run.outcome
