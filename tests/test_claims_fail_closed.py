@@ -12,11 +12,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from scheduler_helpers import T0, Recorder, running, step
 
 import herdsched.events as ev
 from herdsched import Agent, RunStatus, Schedule, Status
 from herdsched.store import MemoryStateStore, YamlStateStore
-from scheduler_helpers import T0, Recorder, running, step
 
 
 class _ClaimFailingStore(MemoryStateStore):

@@ -211,8 +211,8 @@ def test_a_failed_claim_does_not_let_a_later_runs_claim_be_dropped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A timer pass takes f and g for free slots and their one append fails (ENOSPC once), which
-    may leave a torn line; they do not start. A manual run u starts later; a pause of another schedule
-    writes state.yaml while u's start is not handed to the store: u's claim stays."""
+    may leave a torn line; they do not start. A manual run u starts later; a pause of another
+    schedule writes state.yaml while u's start is not handed to the store: u's claim stays."""
     clock = FakeClock(T0)
     jobs = {"f": Blocker(), "g": Blocker(), "u": Blocker()}
     sched = ThreadedScheduler(state_dir=tmp_path / "live", clock=clock, commit_delay=0.5)
