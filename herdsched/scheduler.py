@@ -62,11 +62,13 @@ from herdsched.models import (
     Status,
     TriggerResult,
     TriggerType,
+    check_schedule_arguments,
 )
 from herdsched.notify import Notification
 from herdsched.stats import RunStats, compute_run_stats
 from herdsched.store.base import StateStore
 from herdsched.store.memory import MemoryStateStore
+from herdsched.store.usable import check_state_dir
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.timestamps import to_utc
 from herdsched.worksource import WorkSource
@@ -245,7 +247,8 @@ class ThreadedScheduler:
         Becomes the active scheduler when the leader lock is free (running restart recovery
         first), otherwise stands by and takes over when the holder stops or dies. Raises
         :class:`~herdsched.errors.StateCorruptedError` when the state file is unusable and could
-        not be restored.
+        not be restored, and :class:`~herdsched.errors.StateError` saying what to do when the
+        state directory cannot be created or written.
         """
         core = self._core
         with core.lock:
@@ -253,6 +256,8 @@ class ThreadedScheduler:
                 return
             if core.status == "stopping":
                 raise SchedulerShutdownError("cannot start while stop() is in progress")
+            if self.state_dir is not None:
+                check_state_dir(self.state_dir)
             core.store.refresh()
             self._started_at = self.clock.now()
             core.status = "standby"
@@ -425,6 +430,9 @@ class ThreadedScheduler:
         Validated against ``min_interval`` and ``max_schedules_per_owner``; a new once schedule
         whose time has passed is refused.
         """
+        check_schedule_arguments(
+            agent, name, schedule, owner=owner, persist=persist, need_schedule=True
+        )
         if owner is not None and schedule.owner is None:
             schedule = schedule.with_changes(owner=owner)
         core = self._core
@@ -448,6 +456,7 @@ class ThreadedScheduler:
     ) -> Schedule:
         """Change a schedule; a new cadence (``interval=``, ``cron=``, ``at=``, ``timezone=``,
         ``anchor=``...) recomputes its next run. Returns the new definition."""
+        check_schedule_arguments(agent, name, owner=owner)
         core = self._core
         with core.lock:
             entry = core.require_entry(agent, name)
