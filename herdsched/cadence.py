@@ -59,6 +59,9 @@ _MAX_SECONDS = timedelta.max.days * 86400 + timedelta.max.seconds
 # Instants are kept to the millisecond (the state file's precision): a shorter interval would
 # land on the same instant and be due again at once.
 MIN_INTERVAL = timedelta(milliseconds=1)
+# The last instant a run may be planned for (the state file has four-digit years).
+_LATEST = datetime.max.replace(tzinfo=timezone.utc)
+_EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
 
 
 def _interval_error(problem: str, raw: object) -> IntervalParseError:
@@ -391,6 +394,23 @@ class Interval:
     def shortest_gap(self, zone: tzinfo) -> timedelta | None:
         return self.every
 
+    def __attrs_post_init__(self) -> None:
+        self._check_reachable(_now_or(None))
+
+    def _check_reachable(self, now: datetime) -> None:
+        """Refuse an interval whose next run, from ``now`` (or the later anchor or start) and
+        with the largest jitter, would fall after the year 9999: the run after the first could
+        never be planned, and the schedule would stay ``running`` for good."""
+        base = max(to_utc(now), self.anchor or _EARLIEST, self.start_at or _EARLIEST)
+        longest = self.every.total_seconds() * (1 + self.jitter_percent / 100.0)
+        if longest >= (_LATEST - base).total_seconds():
+            raise InvalidScheduleError(
+                f"interval {_describe_delta(self.every)} is too long: the next run would fall "
+                "after the year 9999",
+                field="interval",
+                value=self.every,
+            )
+
     def check(self, *, min_interval: timedelta, zone: tzinfo, now: datetime | None) -> None:
         if self.every < min_interval:
             raise InvalidScheduleError(
@@ -398,6 +418,7 @@ class Interval:
                 field="interval",
                 value=self.every,
             )
+        self._check_reachable(_now_or(now))
 
     def after_no_work(self, now: datetime) -> datetime | None:
         return now + self.every

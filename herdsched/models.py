@@ -41,6 +41,7 @@ __all__ = [
     "TriggerInfo",
     "TriggerResult",
     "TriggerType",
+    "check_schedule_arguments",
 ]
 
 
@@ -622,3 +623,46 @@ class SearchPage:
 
 
 _T = TypeVar("_T")
+
+
+def check_schedule_arguments(
+    agent: object,
+    name: object,
+    schedule: object = None,
+    *,
+    owner: object = None,
+    persist: object = False,
+    need_schedule: bool = False,
+) -> None:
+    """Raise :class:`~herdsched.errors.InvalidScheduleError` naming the first argument of a
+    schedule call (``add_schedule``, ``update_schedule``) whose type is wrong.
+
+    Checked before anything else, so a wrong type gets an error that says what was expected
+    instead of an ``AttributeError`` from deep inside.
+    """
+    for value, what in ((agent, "agent"), (name, "name")):
+        if not isinstance(value, str):
+            raise InvalidScheduleError(
+                f"{what} must be a string, got {type(value).__name__} {value!r}",
+                field=what,
+                value=value,
+            )
+    if need_schedule and not isinstance(schedule, Schedule):
+        raise InvalidScheduleError(
+            f"schedule must be a Schedule (Schedule.interval(...), Schedule.cron(...), "
+            f"Schedule.once(...), ...), got {type(schedule).__name__} {schedule!r}",
+            field="schedule",
+            value=schedule,
+        )
+    if owner is not None and not isinstance(owner, str):
+        raise InvalidScheduleError(
+            f"owner must be a string, got {type(owner).__name__} {owner!r}",
+            field="owner",
+            value=owner,
+        )
+    if not isinstance(persist, bool):
+        raise InvalidScheduleError(
+            f"persist must be True or False, got {type(persist).__name__} {persist!r}",
+            field="persist",
+            value=persist,
+        )

@@ -60,11 +60,13 @@ from herdsched.models import (
     Status,
     TriggerResult,
     TriggerType,
+    check_schedule_arguments,
 )
 from herdsched.notify import Notification
 from herdsched.stats import RunStats, compute_run_stats
 from herdsched.store.base import StateStore
 from herdsched.store.memory import MemoryStateStore
+from herdsched.store.usable import check_state_dir
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.timestamps import to_utc
 from herdsched.worksource import WorkSource
@@ -244,7 +246,8 @@ class ThreadedScheduler:
         Becomes the active scheduler when the leader lock is free (running restart recovery
         first), otherwise stands by and takes over when the holder stops or dies. Raises
         :class:`~herdsched.errors.StateCorruptedError` when the state file is unusable and could
-        not be restored.
+        not be restored, and :class:`~herdsched.errors.StateError` saying what to do when the
+        state directory cannot be created or written.
         """
         core = self._core
         if self.state_dir is not None and self._leadership.lock is not None:
@@ -254,6 +257,8 @@ class ThreadedScheduler:
                 return
             if core.status == "stopping":
                 raise SchedulerShutdownError("cannot start while stop() is in progress")
+            if self.state_dir is not None:
+                check_state_dir(self.state_dir)
             core.store.refresh()
             self._started_at = self.clock.now()
             core.status = "standby"
@@ -429,6 +434,9 @@ class ThreadedScheduler:
         passed is refused. A name that is taken, here or (``persist=True``) by another process
         at the same moment, raises :class:`~herdsched.errors.ConflictError`.
         """
+        check_schedule_arguments(
+            agent, name, schedule, owner=owner, persist=persist, need_schedule=True
+        )
         self._changes.add_schedule(agent, name, schedule, persist=persist, owner=owner)
 
     def update_schedule(
@@ -440,6 +448,7 @@ class ThreadedScheduler:
         A schedule created at run time with ``persist=True`` (or over REST) changes for every
         process; one defined in code or a fleet file changes in this process only (change the
         code or the file to change it everywhere)."""
+        check_schedule_arguments(agent, name, owner=owner)
         return self._changes.update_schedule(agent, name, owner, changes)
 
     def remove_schedule(self, agent: str, name: str, *, owner: str | None = None) -> None:
@@ -566,7 +575,7 @@ class ThreadedScheduler:
                 entry, TriggerType.MANUAL, None, self.clock.now(), prompt=prompt
             )
         self._dispatch.launch([run], bypass=bypass_concurrency)
-        if not wait:
+        if not wait and not run.done.is_set():  # done already: its claim failed, it never ran
             return TriggerResult(success=True, run_id=run.run_id)
         run.done.wait()
         outcome = run.outcome

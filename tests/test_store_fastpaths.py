@@ -210,7 +210,10 @@ def test_reader_rejects_what_the_full_parse_rejects() -> None:
         reader.parse(bad)
     assert reader.parse(dump_yaml(good.raw).encode()).states == good.states
     # a schedule written twice: YAML keeps the last one, and so does the reader
-    duplicate = dump_yaml(good.raw) + "      s:\n        status: idle\n"
+    duplicate = dump_yaml(good.raw).replace(
+        "end_of_file: 1\n", "      s:\n        status: idle\nend_of_file: 1\n"
+    )
+    assert duplicate != dump_yaml(good.raw)
     assert reader.parse(duplicate.encode()).states["a"]["s"].status is Status.IDLE
 
 

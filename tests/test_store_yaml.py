@@ -34,7 +34,10 @@ def test_file_has_the_documented_shape(tmp_path: Path) -> None:
             last_result="success",
         )
     text = (tmp_path / "state.yaml").read_text()
-    assert text.startswith("format_version: 1\nfleet: {}\nagents:\n  triage:\n    status: idle\n")
+    assert text.startswith(
+        "format_version: 1\nschedule_count: 1\nfleet: {}\nagents:\n  triage:\n    status: idle\n"
+    )
+    assert text.endswith("        session_id: null\nend_of_file: 1\n")
     assert '        last_run_at: "2026-11-22T05:41:48.898Z"\n' in text
     assert '        last_finished_at: "2026-11-22T05:41:50.120Z"\n' in text
     assert "        last_result: success\n" in text

@@ -94,7 +94,7 @@ def test_a_bad_name_over_rest_is_refused_and_nothing_is_written(
 
 def test_wrong_argument_types_are_invalid_schedules_naming_the_culprit(tmp_path: Path) -> None:
     sched = build(tmp_path, FakeClock(START))
-    with pytest.raises(InvalidScheduleError, match=r"expected a Schedule.*got str"):
+    with pytest.raises(InvalidScheduleError, match=r"must be a Schedule.*got str"):
         sched.add_schedule("triage", "x", "not a schedule", persist=True)  # type: ignore[arg-type]
     with pytest.raises(InvalidScheduleError, match="schedule name 'bad name' is invalid"):
         sched.add_schedule("triage", "bad name", Schedule.interval("1h"), persist=True)

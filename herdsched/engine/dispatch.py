@@ -6,7 +6,8 @@ The path of one run:
 2. each takes a slot and is marked running in memory (:meth:`prepare`);
 3. the claims of the whole pass are made durable in one fsync'd append (:meth:`launch`), before
    any of their jobs starts, so a process killed right after cannot let another scheduler run
-   the same slot again (at most once per slot);
+   the same slot again (at most once per slot); when that fails none of them starts
+   (:mod:`herdsched.engine.unclaimed`);
 4. each run goes to its agent's executor, where the runner calls the job (:meth:`_execute`);
 5. the outcome becomes a state transition (:mod:`herdsched.engine.outcomes`), a history record,
    a notification and events, and the slot is given back (:meth:`finish`); the transition is
@@ -25,6 +26,7 @@ from herdsched.engine.core import EngineCore, timer_trigger_type
 from herdsched.engine.listeners import call_safely
 from herdsched.engine.outcomes import Transition, next_after_run, transition_for
 from herdsched.engine.planning import Entry
+from herdsched.engine.unclaimed import abandon_unclaimed
 from herdsched.errors import ScheduleTriggerError
 from herdsched.models import RunRecord, RunStatus, SkipReason, Status, TriggerType
 from herdsched.notify import Notification, notification_message
@@ -150,9 +152,9 @@ class Dispatcher:
         ]
         try:
             core.store.claim_runs(claims)
-        except Exception as exc:  # keep the in-memory truth; make it durable the slow way
-            core.state_error(exc)
-            core.store_call(core.store.flush)
+        except Exception as exc:  # fail closed: no job starts without its durable claim
+            abandon_unclaimed(core, runs, exc, self._release)
+            return
         for run in runs:
             core.emit(
                 ev.JobSubmitted(

@@ -164,13 +164,6 @@ def validate_schedule(
     ran already: registering a finished once again at start-up is fine).
     """
     where = f"{agent}/{name}"
-    if not isinstance(schedule, Schedule):
-        raise InvalidScheduleError(
-            f"{where}: expected a Schedule (Schedule.interval(...), Schedule.cron(...), "
-            f"Schedule.once(...), Schedule.manual()), got {type(schedule).__name__} {schedule!r}",
-            field="schedule",
-            value=schedule,
-        )
     check_name("schedule", name)
     check_cadence(core, agent, name, schedule, runtime=runtime)
     agent_obj = core.agents.get(agent)

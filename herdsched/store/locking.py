@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -64,11 +66,16 @@ class FileLock:
         self._held: portalocker.Lock[IO[Any]] | None = None
         self._thread_lock: threading.Lock | None = None
 
-    def acquire(self) -> None:
-        """Take the lock or raise ``StateLockTimeoutError`` (timeout) / ``StateError`` (I/O)."""
-        deadline = time.monotonic() + self.timeout
+    def acquire(self, deadline: float | None = None) -> None:
+        """Take the lock or raise ``StateLockTimeoutError`` (timeout) / ``StateError`` (I/O).
+
+        ``deadline`` (monotonic) ends the wait earlier than ``timeout`` from now: for a caller
+        that already waited for something else within the same timeout.
+        """
+        if deadline is None:
+            deadline = time.monotonic() + self.timeout
         thread_lock = _thread_lock_for(self._key)
-        if not thread_lock.acquire(timeout=max(self.timeout, 0.0)):
+        if not thread_lock.acquire(timeout=max(deadline - time.monotonic(), 0.0)):
             raise self._timeout_error("another thread of this process holds it")
         try:
             remaining = max(0.0, deadline - time.monotonic())
@@ -115,6 +122,27 @@ class FileLock:
             self.lock_path,
             self.timeout,
         )
+
+    @contextmanager
+    def after(self, local: threading.RLock, what: str) -> Iterator[None]:
+        """Hold ``local`` (a lock of this process guarding the same file), then this lock,
+        both taken within one :attr:`timeout`.
+
+        Without it a writer waiting for ``local`` while another thread waits for the file
+        lock would wait twice the timeout its error names. ``what`` says who holds ``local``
+        when it times out.
+        """
+        deadline = time.monotonic() + self.timeout
+        if not local.acquire(timeout=max(self.timeout, 0.0)):
+            raise self._timeout_error(what)
+        try:
+            self.acquire(deadline)
+            try:
+                yield
+            finally:
+                self.release()
+        finally:
+            local.release()
 
     def __enter__(self) -> FileLock:
         self.acquire()

@@ -20,7 +20,12 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from herdsched.store.files import FileContent, encode_pieces
-from herdsched.store.state_file import StateDoc, StateRenderer, parse_state_document
+from herdsched.store.state_file import (
+    StateDoc,
+    StateRenderer,
+    check_text_end,
+    parse_state_document,
+)
 from herdsched.store.state_reader import StateReader
 from herdsched.store.yaml_io import dump_yaml, load_yaml
 
@@ -45,7 +50,10 @@ class PlainYamlCodec:
     """The reference codec: PyYAML both ways, nothing remembered."""
 
     def decode(self, data: bytes | FileContent) -> StateDoc:
-        return parse_state_document(load_yaml(data if isinstance(data, bytes) else data.read()))
+        whole = data if isinstance(data, bytes) else data.read()
+        doc = parse_state_document(load_yaml(whole))
+        check_text_end(doc, whole[-1:])
+        return doc
 
     def encode(self, doc: StateDoc) -> Iterator[bytes]:
         return encode_pieces([dump_yaml(doc.raw)])

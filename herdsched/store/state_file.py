@@ -1,14 +1,23 @@
 """The ``state.yaml`` document: its schema, patching it, and rendering it cheaply.
 
-The file keeps herdctl's shape (ARCHITECTURE.md §4)::
+The file keeps herdctl's shape (ARCHITECTURE.md §4), with a count of its schedule entries at
+the top and an end marker repeating it as the last line::
 
     format_version: 1
+    schedule_count: 1
     fleet: {}
     agents:
       <agent>:
         status: idle
         schedules:
           <schedule>: {status: idle, last_run_at: "...Z", ...}
+    end_of_file: 1
+
+The two counts are how a file cut short at any byte is told from a whole one (a disk that
+filled up, a copy that stopped, a crash of another tool): a cut removes or damages the end
+marker, or leaves the last line without its line break (:func:`check_text_end`), while the
+count at the top says a marker is due. Such a file is handled like any corrupt file. Files
+written before the markers existed (neither key) load as before.
 
 A :class:`StateDoc` holds the raw mapping exactly as loaded (keys this version does not know,
 written by other tools, are kept at every level) next to the validated
@@ -35,10 +44,13 @@ from herdsched.store.yaml_io import dump_yaml, render_entry, render_key
 from herdsched.timestamps import to_utc
 
 __all__ = [
+    "COUNT_KEY",
+    "END_KEY",
     "FORMAT_VERSION",
     "StateDoc",
     "StateRenderer",
     "apply_changes",
+    "check_text_end",
     "empty_state",
     "parse_state_document",
     "same_data",
@@ -46,6 +58,10 @@ __all__ = [
 
 #: The version of the file format written (and the only one read) by this release.
 FORMAT_VERSION = 1
+#: The top-level key after ``format_version``: how many schedule entries the file holds.
+COUNT_KEY = "schedule_count"
+#: The last top-level key of the file: the same count again, written last.
+END_KEY = "end_of_file"
 
 _KNOWN_KEYS = frozenset(field.name for field in attrs.fields(ScheduleState))
 
@@ -66,7 +82,8 @@ class StateDoc:
 
 def empty_state() -> StateDoc:
     """The document of a state directory nobody has written to yet."""
-    return StateDoc({"format_version": FORMAT_VERSION, "fleet": {}, "agents": {}}, {})
+    raw = {"format_version": FORMAT_VERSION, COUNT_KEY: 0, "fleet": {}, "agents": {}, END_KEY: 0}
+    return StateDoc(raw, {})
 
 
 def same_data(a: Any, b: Any) -> bool:
@@ -201,8 +218,15 @@ def parse_state_document(
     """
     doc = check_format_version(doc, "state file")
     _mapping(doc.get("fleet"), "'fleet'")
+    # a missing or empty `agents` (a file cut short, an edit gone wrong) never means "no
+    # schedules": paused schedules would run again
+    if "agents" not in doc:
+        raise DocumentError("the file has no 'agents' mapping (was it cut short?)")
+    agents = doc["agents"]
+    if not isinstance(agents, dict):
+        raise DocumentError(f"'agents' must be a mapping, got {type(agents).__name__} {agents!r}")
     states: dict[str, dict[str, ScheduleState]] = {}
-    for agent, agent_raw in _mapping(doc.get("agents"), "'agents'").items():
+    for agent, agent_raw in agents.items():
         _check_name(agent, "agent")
         where = f"agent {agent!r}"
         agent_map = _mapping(agent_raw, where)
@@ -219,7 +243,42 @@ def parse_state_document(
             except Exception as exc:
                 raise DocumentError(f"{where}, schedule {name!r}: {describe_error(exc)}") from exc
         states[agent] = parsed
+    _check_counts(doc, sum(len(parsed) for parsed in states.values()))
     return StateDoc(doc, states)
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_counts(doc: dict[Any, Any], entries: int) -> None:
+    """Whether ``doc`` is whole: its count and end marker agree with its ``entries``.
+
+    A file with neither key was written before the markers existed and is taken as it is.
+    """
+    if COUNT_KEY not in doc and END_KEY not in doc:
+        return
+    announced, end = doc.get(COUNT_KEY), doc.get(END_KEY)
+    if END_KEY not in doc:
+        raise DocumentError(
+            f"the file is cut short: {COUNT_KEY} announces {announced!r} schedule entries "
+            f"but the end marker {END_KEY!r} is missing"
+        )
+    if list(doc)[-1] != END_KEY:
+        raise DocumentError(f"the end marker {END_KEY!r} is not the last key of the file")
+    if not (_is_count(announced) and _is_count(end) and announced == end == entries):
+        raise DocumentError(
+            f"the file is cut short or damaged: it holds {entries} schedule entries but "
+            f"{COUNT_KEY} says {announced!r} and {END_KEY} says {end!r}"
+        )
+
+
+def check_text_end(doc: StateDoc, last_byte: bytes) -> None:
+    """Raise :class:`DocumentError` when a file with an end marker does not end with a line
+    break (``last_byte``: its last byte): then the cut took only the marker line's break, the
+    one cut the parsed document cannot show."""
+    if END_KEY in doc.raw and last_byte != b"\n":
+        raise DocumentError(f"the file is cut short: its last line {END_KEY!r} is incomplete")
 
 
 def apply_changes(doc: StateDoc, changes: Changes) -> StateDoc:
@@ -229,9 +288,9 @@ def apply_changes(doc: StateDoc, changes: Changes) -> StateDoc:
     copies only the mappings on the changed paths. Values are validated by
     :class:`~herdsched.models.ScheduleState` (raises on a bad value, before anything is built).
     """
-    raw: dict[str, Any] = {"format_version": FORMAT_VERSION}
+    raw: dict[str, Any] = {"format_version": FORMAT_VERSION, COUNT_KEY: 0}
     for key, value in doc.raw.items():
-        if key != "format_version":
+        if key not in ("format_version", COUNT_KEY, END_KEY):
             raw[key] = value
     if not isinstance(raw.get("fleet"), dict):
         raw["fleet"] = {}
@@ -264,6 +323,7 @@ def apply_changes(doc: StateDoc, changes: Changes) -> StateDoc:
                     entry[key] = value
         schedules_raw[name] = entry
         states[agent][name] = updated
+    raw[COUNT_KEY] = raw[END_KEY] = sum(len(parsed) for parsed in states.values())
     return StateDoc(raw, states)
 
 

@@ -35,6 +35,7 @@ from herdsched.store.simple_yaml import parse_simple_entry, render_simple_entry
 from herdsched.store.state_file import (
     StateDoc,
     StateRenderer,
+    check_text_end,
     fast_state,
     parse_state_document,
 )
@@ -194,6 +195,21 @@ def _parse_chunk(chunk: str) -> _Chunk | None:
     return (name, entry, fast_state(entry) or state_from_dict(entry))
 
 
+class _Tail:
+    """Byte pieces passed through unchanged, remembering the last byte seen (to check that the
+    file ends with a line break without joining it)."""
+
+    def __init__(self, pieces: Iterable[bytes]) -> None:
+        self._pieces = pieces
+        self.last = b""
+
+    def __iter__(self) -> Iterator[bytes]:
+        for piece in self._pieces:
+            if piece:
+                self.last = piece[-1:]
+            yield piece
+
+
 class StateReader:
     """Parses ``state.yaml`` bytes into a :class:`~herdsched.store.state_file.StateDoc`.
 
@@ -210,16 +226,19 @@ class StateReader:
         A :class:`~herdsched.store.files.FileContent` is read in pieces, so a large file is
         never one buffer in memory (it is read again, whole, only for a full parse).
         """
-        pieces: Iterable[bytes] = (data,) if isinstance(data, bytes) else data
+        tail = _Tail((data,) if isinstance(data, bytes) else data)
         try:
-            doc = self._parse_incremental(_decoded(pieces))
+            doc = self._parse_incremental(_decoded(tail))
         except OSError:
             raise
         except Exception:
             doc = None
         if doc is not None:
+            check_text_end(doc, tail.last)
             return doc
-        doc = parse_state_document(load_yaml(data if isinstance(data, bytes) else data.read()))
+        whole = data if isinstance(data, bytes) else data.read()
+        doc = parse_state_document(load_yaml(whole))
+        check_text_end(doc, whole[-1:])
         self._chunks = {}
         return doc
 

@@ -278,7 +278,7 @@ class YamlStateStore:
     def _write(self, changes: Mapping[Key, Mapping[str, Any] | None]) -> None:
         """Apply pending transitions plus ``changes`` to the freshest file, durably."""
         self._ensure_dir()
-        with self._io, self._file.lock:
+        with self._file.lock.after(self._io, "another thread of this process is writing it"):
             if self._file.changed():
                 self._install(self._file.load_locked(self._codec.decode) or empty_state())
             # Read first, take second: a claim is dropped only when the state this write takes

@@ -1,0 +1,118 @@
+"""Claims fail closed: what happens to runs whose claim could not be made durable.
+
+A run may start only once its claim on the slot is durable (see
+:mod:`herdsched.engine.dispatch`): otherwise a process killed while the disk is full would let
+the next scheduler run the same slot again. When the store cannot take the claims of a pass
+(disk full, directory gone, a lost lease), none of their jobs starts. Each run is undone instead:
+
+* its slot is given back and its schedule is not left ``running`` (``last_run_at`` goes back
+  to the previous run, since this one never started);
+* a timer run becomes a ``missed`` record of its slot, a manual run a ``skipped`` record, both
+  under the run's id and with the reason; the record goes out with the next group commit, that
+  is as soon as the store works again;
+* the schedule goes on normally: a timer run's schedule is planned for its next slot (a once
+  schedule is completed, as when its slot passed while no scheduler ran); a manual run leaves
+  the plan as it was;
+* an ERROR log line, a :class:`~herdsched.events.StateErrorOccurred` naming the schedule and,
+  for a timer run, a :class:`~herdsched.events.JobMissed` say so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+import herdsched.events as ev
+from herdsched.engine.core import EngineCore
+from herdsched.engine.outcomes import next_after_run
+from herdsched.engine.planning import Entry
+from herdsched.models import RunRecord, RunStatus, Status, TriggerType
+from herdsched.runner import Run, RunOutcome
+
+__all__ = ["abandon_unclaimed"]
+
+_PARKED = (Status.PAUSED, Status.DISABLED, Status.COMPLETED)
+
+
+def abandon_unclaimed(
+    core: EngineCore, runs: Sequence[Run], exc: BaseException, release: Callable[[Run], None]
+) -> None:
+    """Undo ``runs``, whose claims failed with ``exc``, so that none of their jobs starts.
+
+    ``release`` gives a run's slot back and puts its schedule back on the plan (the
+    dispatcher's own release; called with the lock held). Called without the lock.
+    """
+    reason = f"its claim could not be made durable: {exc}"
+    with core.lock:
+        for run in runs:
+            core.log.error(
+                "Run %s of %s/%s did not start: %s. The slot is recorded as %s.",
+                run.run_id,
+                run.agent,
+                run.schedule_name,
+                reason,
+                "skipped" if run.trigger_type is TriggerType.MANUAL else "missed",
+            )
+            entry = core.entries.get((run.agent, run.schedule_name))
+            if entry is not None and entry.run is run:
+                _undo(core, entry, run, reason)
+            core.append_run(_record(run, reason, core.clock.now()))
+            core.state_error(exc, entry)
+            if run.trigger_type is not TriggerType.MANUAL and run.scheduled_for is not None:
+                core.emit(
+                    ev.JobMissed(
+                        at=core.clock.now(),
+                        agent=run.agent,
+                        schedule=run.schedule_name,
+                        scheduled_for=run.scheduled_for,
+                    )
+                )
+            now = core.clock.now()
+            run.finalized = True  # nothing may settle it later
+            run.outcome = RunOutcome(
+                status=RunStatus.SKIPPED, started_at=now, finished_at=now, error=reason
+            )
+            release(run)
+    for run in runs:
+        run.done.set()  # a trigger(wait=True) returns with the reason
+    core.changed()  # the freed slots and the new plan
+
+
+def _record(run: Run, reason: str, now: datetime) -> RunRecord:
+    """The history record of a run that never started, given up at ``now``."""
+    manual = run.trigger_type is TriggerType.MANUAL
+    return RunRecord(
+        run_id=run.run_id,
+        agent=run.agent,
+        schedule=run.schedule_name,
+        trigger_type=run.trigger_type,
+        scheduled_for=run.scheduled_for,
+        finished_at=now,
+        status=RunStatus.SKIPPED if manual else RunStatus.MISSED,
+        error=f"the run did not start: {reason}",
+    )
+
+
+def _undo(core: EngineCore, entry: Entry, run: Run, reason: str) -> None:
+    """Take back what preparing ``run`` changed in ``entry``'s state and plan its next slot
+    (caller holds the lock)."""
+    changes: dict[str, object] = {"last_run_at": run.last_run_at}
+    status = entry.state.status
+    if status is Status.RUNNING:
+        status = Status.IDLE
+        changes["status"] = status
+    if run.trigger_type is TriggerType.MANUAL:
+        core.change_state(entry, **changes)
+        return  # a manual run left the plan as it was
+    now = core.clock.now()
+    normal = next_after_run(entry.schedule, run, now, None, core.settings, core.rng)
+    if normal.missed is not None:  # the next slot passed too while the pass claimed
+        core.record_missed(entry, normal.missed)
+    cadence = entry.schedule.cadence
+    if status is Status.IDLE and cadence is not None and cadence.runs_once:
+        status = changes["status"] = Status.COMPLETED
+        changes["next_run_at"] = None
+        changes["last_error"] = f"the run did not start: {reason}"
+    due = None if status in _PARKED else normal.due
+    core.change_state(entry, **changes)
+    core.set_due(entry, due, normal.slot if due is not None else None)

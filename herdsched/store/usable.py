@@ -1,0 +1,73 @@
+"""Whether a state directory can be used, checked once at ``start()`` with a clear answer.
+
+Without the check, a state directory under a regular file or on a read-only file system gives a
+raw ``OSError`` from whichever file happens to be opened first (the leader lock, a temp file),
+which says neither what is wrong with the directory nor what to do about it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import tempfile
+from pathlib import Path
+
+from herdsched.errors import StateError
+
+__all__ = ["check_state_dir"]
+
+
+def _file_in_the_way(state_dir: Path) -> Path | None:
+    """The first existing path on the way to ``state_dir`` that is not a directory."""
+    for candidate in [*reversed(state_dir.parents), state_dir]:
+        if candidate.exists() and not candidate.is_dir():
+            return candidate
+    return None
+
+
+def check_state_dir(state_dir: Path) -> None:
+    """Create ``state_dir`` when missing and check a file can be created in it.
+
+    Raises :class:`~herdsched.errors.StateError` naming the directory, what is wrong and what
+    to do.
+    """
+    blocker = _file_in_the_way(state_dir)
+    if blocker is not None:
+        raise StateError(
+            f"The state directory {state_dir} cannot be used: {blocker} is a file, not a "
+            "directory. Pass another state_dir, or move that file away.",
+            state_dir,
+        )
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=state_dir, prefix=".herdsched-probe-"):
+            pass
+    except OSError as exc:
+        raise StateError(
+            f"The state directory {state_dir} cannot be used: {_what(exc)} "
+            f"({exc.strerror or exc}). {_todo(exc)}",
+            state_dir,
+            cause=exc,
+        ) from exc
+
+
+def _what(exc: OSError) -> str:
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "this process may not create files in it"
+    if exc.errno == errno.EROFS:
+        return "it is on a read-only file system"
+    if exc.errno == errno.ENOSPC:
+        return "its disk is full"
+    return "a file cannot be created in it"
+
+
+def _todo(exc: OSError) -> str:
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        user = os.getuid() if hasattr(os, "getuid") else "this user"
+        return (
+            f"Give user {user} write access to it (and to its parent, to create it), "
+            "or pass another state_dir."
+        )
+    if exc.errno == errno.ENOSPC:
+        return "Free some space, or pass a state_dir on another disk."
+    return "Pass a state_dir on a writable local file system."

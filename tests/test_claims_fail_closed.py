@@ -1,0 +1,189 @@
+"""Claims fail closed: a run whose claim cannot be made durable does not start.
+
+Unit tests with a store whose ``claim_runs`` fails on demand and a FakeClock; the real full
+disk (a small tmpfs) is in ``test_full_disk.py``.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from scheduler_helpers import T0, Recorder, running, step
+
+import herdsched.events as ev
+from herdsched import Agent, RunStatus, Schedule, Status
+from herdsched.store import MemoryStateStore, YamlStateStore
+
+
+class _ClaimFailingStore(MemoryStateStore):
+    """A memory store whose claims fail (ENOSPC) while ``failing`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing = False
+        self.claimed: list[Any] = []
+
+    def claim_runs(self, claims: Any) -> None:
+        if self.failing:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.claimed.extend(claims)
+        super().claim_runs(claims)
+
+
+def _events(sched: Any) -> list[ev.Event]:
+    seen: list[ev.Event] = []
+    sched.add_listener(seen.append)
+    return seen
+
+
+def test_an_interval_run_whose_claim_fails_does_not_start_and_is_recorded_as_missed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store, job = _ClaimFailingStore(), Recorder()
+    with running(store=store, min_interval=0) as (sched, clock):
+        sched.add_agent(
+            Agent("a", job=job, max_concurrent=1, schedules={"s": Schedule.interval("5m")})
+        )
+        seen = _events(sched)
+        store.failing = True
+        with caplog.at_level(logging.ERROR, logger="herdsched"):
+            sched.start()
+            step(sched)
+        assert job.calls == []
+        assert sched.get_running_job_count("a") == 0
+        state = sched.store.get_schedule_state("a", "s")
+        assert state.status is Status.IDLE
+        assert state.last_run_at is None  # it never ran
+        assert state.next_run_at == T0 + timedelta(minutes=5)  # the next slot is planned
+        [record] = sched.history("a", "s")
+        assert record.status is RunStatus.MISSED
+        assert record.scheduled_for == T0
+        assert record.error is not None and "No space left on device" in record.error
+        assert any(
+            isinstance(e, ev.JobMissed) and e.scheduled_for == T0 and e.schedule == "s"
+            for e in seen
+        )
+        assert any(isinstance(e, ev.StateErrorOccurred) and e.schedule == "s" for e in seen)
+        assert not any(isinstance(e, (ev.JobSubmitted, ev.JobStarted)) for e in seen)
+        assert any(
+            r.levelno == logging.ERROR and "did not start" in r.getMessage() for r in caplog.records
+        )
+        # the store works again: the schedule goes on normally
+        store.failing = False
+        step(sched, clock, "5m")
+        assert job.slots() == [T0 + timedelta(minutes=5)]
+        assert [r.status for r in sched.history("a", "s")] == [RunStatus.SUCCESS, RunStatus.MISSED]
+
+
+def test_a_cron_slot_whose_claim_fails_is_missed_and_the_next_slot_runs() -> None:
+    store, job = _ClaimFailingStore(), Recorder()
+    with running(store=store, min_interval=0) as (sched, clock):
+        sched.add_agent(Agent("a", job=job, schedules={"c": Schedule.cron("*/10 * * * *")}))
+        sched.start()
+        store.failing = True
+        step(sched, clock, "10m")
+        assert job.calls == []
+        assert sched.store.get_schedule_state("a", "c").status is Status.IDLE
+        store.failing = False
+        step(sched, clock, "10m")
+        assert job.slots() == [T0 + timedelta(minutes=20)]
+        records = sched.history("a", "c")
+        assert [(r.status, r.scheduled_for) for r in records] == [
+            (RunStatus.SUCCESS, T0 + timedelta(minutes=20)),
+            (RunStatus.MISSED, T0 + timedelta(minutes=10)),
+        ]
+
+
+def test_a_once_schedule_whose_claim_fails_is_completed_as_missed() -> None:
+    store, job = _ClaimFailingStore(), Recorder()
+    at = T0 + timedelta(minutes=1)
+    with running(store=store, min_interval=0) as (sched, clock):
+        sched.add_agent(Agent("a", job=job, schedules={"o": Schedule.once(at)}))
+        sched.start()
+        store.failing = True
+        step(sched, clock, "1m")
+        store.failing = False
+        step(sched, clock, "1h")
+        assert job.calls == []
+        assert sched.store.get_schedule_state("a", "o").status is Status.COMPLETED
+        [record] = sched.history("a", "o")
+        assert (record.status, record.scheduled_for) == (RunStatus.MISSED, at)
+
+
+def test_a_failed_claim_frees_the_slot_for_the_schedule_waiting_behind() -> None:
+    store, job = _ClaimFailingStore(), Recorder()
+    schedules = {"s": Schedule.interval("1h"), "t": Schedule.interval("1h")}
+    with running(store=store, min_interval=0) as (sched, clock):
+        sched.add_agent(Agent("a", job=job, max_concurrent=1, schedules=schedules))
+        sched.start()
+        store.failing = True
+        step(sched)
+        assert job.calls == []
+        assert sched.get_running_job_count("a") == 0
+        assert {r.schedule for r in sched.history("a")} == {"s", "t"}
+        store.failing = False
+        step(sched, clock, "1h")
+        assert sorted(job.schedules()) == ["s", "t"]
+
+
+def test_a_manual_run_whose_claim_fails_does_not_start_and_says_why() -> None:
+    store, job = _ClaimFailingStore(), Recorder()
+    with running(store=store, min_interval=0) as (sched, clock):
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
+        sched.start()
+        step(sched)
+        store.failing = True
+        clock.advance("1m")
+        result = sched.trigger("a", "s", wait=True)
+        assert not result.success
+        assert result.error is not None and "claim" in result.error
+        no_wait = sched.trigger("a", "s")
+        assert not no_wait.success
+        assert len(job.calls) == 1
+        state = sched.store.get_schedule_state("a", "s")
+        assert state.status is Status.IDLE
+        assert state.last_run_at == T0  # the run before, not the one that never started
+        assert state.next_run_at == T0 + timedelta(hours=1)  # the plan is untouched
+        records = sched.history("a", "s")
+        assert [r.status for r in records[:2]] == [RunStatus.SKIPPED, RunStatus.SKIPPED]
+        assert records[0].run_id == no_wait.run_id
+
+
+def test_a_claim_failure_is_recorded_once_the_store_works_again(tmp_path: Any) -> None:
+    """On a real YAML store whose disk is full, the missed record waits in memory and reaches
+    the history file with the first group commit that succeeds."""
+    store = YamlStateStore(tmp_path, commit_delay=0)
+    failing = [True]
+    real_claims = store.claim_runs
+    real_flush = store.flush
+
+    def claim_runs(claims: Any) -> None:
+        if failing[0]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_claims(claims)
+
+    def flush() -> None:
+        if failing[0]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_flush()
+
+    store.claim_runs = claim_runs  # type: ignore[method-assign]
+    store.flush = flush  # type: ignore[method-assign]
+    job = Recorder()
+    with running(store=store, min_interval=0) as (sched, clock):
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
+        sched.start()
+        step(sched)
+        assert not (tmp_path / "history").exists()
+        failing[0] = False
+        clock.advance(2)
+        step(sched)
+    assert job.calls == []
+    with YamlStateStore(tmp_path) as reread:
+        [record] = reread.get_history("a", "s")
+        assert record.status is RunStatus.MISSED
+        assert reread.get_schedule_state("a", "s").status is Status.IDLE

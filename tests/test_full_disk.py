@@ -1,0 +1,137 @@
+"""A real full disk: the state directory on a small tmpfs that the test fills up.
+
+Mounting a tmpfs needs root (CAP_SYS_ADMIN); without it these tests skip and say so.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from scheduler_helpers import T0, Recorder, step, wait_until
+
+from herdsched import Agent, RunStatus, Schedule, Status, ThreadedScheduler
+from herdsched.store import YamlStateStore
+from herdsched.testing import FakeClock
+
+pytestmark = pytest.mark.slow
+CHILD = Path(__file__).parent / "procs" / "full_disk_child.py"
+SCHEDULES = 12
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs mounted for the test (skipped when mounting is not allowed)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs to fill up needs root")
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(directory: Path) -> Path:
+    """Fill the file system of ``directory`` to the last page; returns the filler file."""
+    filler = directory / "filler"
+    chunk = b"x" * 4096
+    with open(filler, "wb", buffering=0) as handle:
+        try:
+            while True:
+                handle.write(chunk)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+    return filler
+
+
+def ledger(path: Path) -> list[tuple[str, str]]:
+    if not path.exists():
+        return []
+    rows = [line.split() for line in path.read_text().splitlines() if line.strip()]
+    return [(name, slot) for name, slot in rows]
+
+
+def spawn(state_dir: Path, path: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, str(CHILD), str(state_dir), str(path), str(SCHEDULES)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def test_a_claim_on_a_full_disk_fails_closed_and_is_recorded_once_space_returns(
+    small_tmpfs: Path,
+) -> None:
+    state_dir = small_tmpfs / "state"
+    clock = FakeClock(T0)
+    job = Recorder()
+    sched = ThreadedScheduler(state_dir=state_dir, clock=clock, commit_delay=0, timezone="UTC")
+    start_at = T0 + timedelta(minutes=1)
+    sched.add_agent(
+        Agent("a", job=job, schedules={"s": Schedule.interval("1h", start_at=start_at)})
+    )
+    with sched:
+        step(sched)
+        filler = fill(small_tmpfs)
+        with pytest.raises(OSError, match="No space left"):
+            (small_tmpfs / "probe").write_bytes(b"x")
+        step(sched, clock, "1m")  # due: its claim cannot be written
+        assert job.calls == []
+        assert sched.get_running_job_count("a") == 0
+        assert [r.status for r in sched.history("a", "s")] == [RunStatus.MISSED]
+        filler.unlink()  # space again: the next group commit records the missed slot
+        clock.advance(2)
+        sched.run_pending()
+        assert wait_until(lambda: sched.store.flush_deadline() is None)
+        with YamlStateStore(state_dir) as reread:
+            [record] = reread.get_history("a", "s")
+            assert (record.status, record.scheduled_for) == (RunStatus.MISSED, start_at)
+            state = reread.get_schedule_state("a", "s")
+            assert state.status is Status.IDLE
+            assert state.next_run_at == start_at + timedelta(hours=1)
+
+
+def test_kill_9_on_a_full_disk_then_a_new_scheduler_runs_no_slot_twice(
+    small_tmpfs: Path, tmp_path: Path
+) -> None:
+    state_dir, path = small_tmpfs / "state", tmp_path / "ledger"
+    first = spawn(state_dir, path)
+    try:
+        assert wait_until(lambda: len(ledger(path)) >= 2 * SCHEDULES, timeout=30)
+        filler = fill(small_tmpfs)
+        # the claim journal's last page fills within a few passes; then every claim fails
+        time.sleep(6)
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(10)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait(10)
+    before = len(ledger(path))
+    filler.unlink()
+    second = spawn(state_dir, path)
+    try:
+        assert wait_until(lambda: len(ledger(path)) >= before + 2 * SCHEDULES, timeout=30)
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(30)
+    twice = {row: n for row, n in Counter(ledger(path)).items() if n > 1}
+    assert twice == {}, f"{len(twice)} slots ran twice: {sorted(twice)[:5]}"
