@@ -45,7 +45,7 @@ from herdsched.errors import (
     SchedulerShutdownError,
 )
 from herdsched.leader import read_leader_info
-from herdsched.models import RunRecord, Schedule, ScheduleState, Status
+from herdsched.models import RejectedDefinition, RunRecord, Schedule, ScheduleState, Status
 from herdsched.scheduler import describe_cadence
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.timestamps import format_timestamp, parse_timestamp, resolve_timezone
@@ -741,6 +741,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     try:
         rows = _state_rows(store)
         leader = _leader(args.state_dir)
+        rejected = store.rejected_definitions()
     finally:
         store.close()
     if args.json:
@@ -750,6 +751,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
                 "scheduler": "running" if leader else "not running",
                 "leader": leader,
                 "schedules": [_state_json(a, n, s) for a, n, s in rows],
+                "rejected": [_rejected_json(r) for r in rejected],
             }
         )
         return EXIT_OK
@@ -761,6 +763,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         counts[state.status.value] = counts.get(state.status.value, 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none"
     _out(f"Schedules:       {summary}")
+    _print_rejected(rejected, zone)
     if not rows:
         return EXIT_OK
     _out()
@@ -782,6 +785,25 @@ def _cmd_status(args: argparse.Namespace) -> int:
     headers = ["AGENT", "SCHEDULE", "TYPE", "CADENCE", "STATUS", "NEXT RUN", "LAST RUN"]
     _out(_table([*headers, "RESULT", "FAILS", "LAST ERROR"], table))
     return EXIT_OK
+
+
+def _rejected_json(rejected: RejectedDefinition) -> dict[str, Any]:
+    return {
+        "agent": rejected.agent,
+        "schedule": rejected.schedule,
+        "reason": rejected.reason,
+        "rejected_at": format_timestamp(rejected.rejected_at),
+    }
+
+
+def _print_rejected(rejected: list[RejectedDefinition], zone: tzinfo) -> None:
+    """The stored definitions set aside as invalid, one line each, with the reason."""
+    if not rejected:
+        return
+    _out(f"Set aside:       {len(rejected)} invalid stored definition(s), not loaded:")
+    for item in rejected:
+        when = _format_time(item.rejected_at, zone)
+        _out(f"  {item.agent}/{item.schedule} ({when}): {item.reason}")
 
 
 def _cmd_list(args: argparse.Namespace) -> int:

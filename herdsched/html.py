@@ -76,8 +76,23 @@ def status_table(status: SchedulerStatus) -> str:
     )
     return (
         f"<div class='herdsched-status'><p><b>herdsched</b>: {escape(status.status)}"
-        f" · {status.active_jobs} running{leader}</p>"
+        f" · {status.active_jobs} running{leader}</p>{rejected_html(status)}"
         f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+    )
+
+
+def rejected_html(status: SchedulerStatus) -> str:
+    """A notice listing the stored definitions set aside as invalid (empty when none)."""
+    if not status.rejected:
+        return ""
+    items = "".join(
+        f"<li><b>{escape(r.agent)}/{escape(r.schedule)}</b>: {escape(r.reason)}</li>"
+        for r in status.rejected
+    )
+    return (
+        f"<div class='rejected'><p>{len(status.rejected)} stored definition(s) failed "
+        f"validation and were set aside (not loaded; create them again to replace them):</p>"
+        f"<ul>{items}</ul></div>"
     )
 
 
@@ -88,6 +103,7 @@ _STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.2rem;color:#1f2328}
 h1{font-size:1.3rem;margin:0 0 .3rem}
 .meta{color:#59636e;margin-bottom:.6rem}
+.rejected{background:#ffebe9;border:1px solid #cf222e;padding:.4rem .6rem;border-radius:6px}
 .readonly{background:#fff8c5;border:1px solid #d4a72c;padding:.4rem .6rem;border-radius:6px}
 #counts{display:flex;gap:.5rem;flex-wrap:wrap;margin:.4rem 0}
 #counts button{font:inherit;border:1px solid #d1d9e0;background:#f6f8fa;border-radius:6px;
@@ -422,7 +438,8 @@ def status_page(
         f"{csrf_attrs}>"
         f"<h1>{escape(title)}</h1>"
         f"<div class='meta' id='meta'>{_meta(status, pid, timezone, note)}</div>"
-        f"{banner}{_counts_html(counts)}{_filters_form(filters or {}, agents, paging)}"
+        f"{banner}{rejected_html(status)}{_counts_html(counts)}"
+        f"{_filters_form(filters or {}, agents, paging)}"
         f"<table><thead><tr>{head}</tr></thead><tbody id='rows'>{body_rows}</tbody></table>"
         f"<p class='legend'>{legend} · click a run for its detail</p>"
         f"<script>{_SCRIPT}</script></body></html>"

@@ -281,7 +281,29 @@ def test_invalid_stored_definitions_are_set_aside_and_the_fleet_boots(
         assert sum("set aside" in r.getMessage() for r in caplog.records) == 2
         body = call(sched, "GET", "/api/status")[1]
         assert {r["schedule"] for r in body["rejected"]} == {"bad name", "bad-cron"}
+        page = RestApi(sched).status_page(api_base="/api")
+        assert "2 stored definition(s) failed validation" in page
+        assert "triage/bad name" in page
+        assert "set aside" in sched._repr_html_()
     finally:
         sched.stop()
     again = build(tmp_path, FakeClock(START))  # a later boot: nothing more to set aside
     assert {r.schedule for r in again.get_status().rejected} == {"bad name", "bad-cron"}
+
+
+def test_the_cli_status_lists_definitions_set_aside(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from herdsched.cli import main
+
+    store = YamlStateStore(tmp_path)
+    store.save_definition("triage", "broken", {"type": "cron", "cron": "61 * * * *"})
+    store.reject_definition("triage", "broken", "bad minute 61")
+    store.close()
+    assert main(["status", "--state-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "Set aside:       1 invalid stored definition(s)" in out
+    assert "triage/broken" in out and "bad minute 61" in out
+    assert main(["status", "--state-dir", str(tmp_path), "--json"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["rejected"][0]["schedule"] == "broken"

@@ -30,6 +30,7 @@ from herdsched.store.document import DocumentError, GuardedYamlFile
 from herdsched.store.files import FileContent
 from herdsched.store.state_file import FORMAT_VERSION, check_format_version
 from herdsched.store.yaml_io import dump_yaml, load_yaml
+from herdsched.timestamps import format_timestamp, parse_timestamp
 
 __all__ = [
     "DefinitionsFile",
@@ -113,7 +114,7 @@ def parse_rejected(raw: Any) -> list[RejectedDefinition]:
                     agent=str(item["agent"]),
                     schedule=str(item["schedule"]),
                     reason=str(item["reason"]),
-                    rejected_at=item["rejected_at"],
+                    rejected_at=parse_timestamp(item["rejected_at"]),
                     definition=dict(item.get("definition") or {}),
                 )
             )
@@ -228,7 +229,7 @@ class DefinitionsFile:
                         "agent": agent,
                         "schedule": schedule,
                         "reason": reason,
-                        "rejected_at": self._now(),
+                        "rejected_at": format_timestamp(self._now()),
                         "definition": current,
                     },
                 ]
