@@ -67,6 +67,7 @@ from herdsched.notify import Notification
 from herdsched.stats import RunStats, compute_run_stats
 from herdsched.store.base import StateStore
 from herdsched.store.memory import MemoryStateStore
+from herdsched.store.runs import history_with_requests
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.timestamps import to_utc
 from herdsched.worksource import WorkSource
@@ -173,7 +174,7 @@ class ThreadedScheduler:
         self._commits = GroupCommitter(self._core)
         lock = LeaderLock(self.state_dir) if leader_lock and self.state_dir is not None else None
         self._leadership = Leadership(self._core, lock)
-        self._others = OtherProcesses(self._core, self._codec, self.trigger)
+        self._others = OtherProcesses(self._core, self._codec, self._dispatch)
         self._timer = Timer(
             self._core, self._dispatch, self._commits, self._leadership, self._others
         )
@@ -688,10 +689,13 @@ class ThreadedScheduler:
             return self._core.require_entry(agent, name).schedule
 
     def history(self, agent: str, schedule: str | None = None, limit: int = 20) -> list[RunRecord]:
-        """Run records newest first (bounded per schedule by ``max_run_history``)."""
+        """Run records newest first (bounded per schedule by ``max_run_history``).
+
+        Run-now requests queued through another process come first, as ``queued`` until the
+        active scheduler starts them and ``running`` until their record is stored."""
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit!r}")
-        return self.store.get_history(agent, schedule, limit)
+        return history_with_requests(self.store, agent, schedule, limit)
 
     def purge_history(self, agent: str, schedule: str) -> None:
         """Delete the run history of one schedule, removed or not (durable when it returns)."""
