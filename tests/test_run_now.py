@@ -12,11 +12,13 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from scheduler_helpers import T0
 
 from herdsched import Agent, RunStatus, Schedule, ThreadedScheduler, TriggerInfo
+from herdsched.api import RestApi
 from herdsched.runner import new_run_id
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.testing import FakeClock
@@ -241,3 +243,57 @@ def test_trigger_in_the_leader_runs_at_once_under_the_id_it_returns(pair: Pair) 
     assert leader.wait_until_idle(10)
     assert jobs.run_ids == [result.run_id]
     assert statuses(leader) == {result.run_id: RunStatus.SUCCESS}
+
+
+# -- REST ---------------------------------------------------------------------------------------
+def call(sched: ThreadedScheduler, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
+    return RestApi(sched).handle(method, path, **kwargs)
+
+
+def test_a_run_posted_to_a_standby_is_followed_by_its_id_on_every_worker(pair: Pair) -> None:
+    leader, standby, jobs, clock = pair
+    status, body = call(standby, "POST", "/api/schedule/a/s/run", body={"prompt": "rest"})
+    assert status == 202 and body["queued"] is True
+    run_id = body["run_id"]
+    for sched in (standby, leader):
+        status, run = call(sched, "GET", f"/api/schedule/a/s/runs/{run_id}")
+        assert status == 200
+        assert (run["run_id"], run["status"], run["schedule"]) == (run_id, "queued", "s")
+    drive(leader, clock, lambda: not leader.store.trigger_requests())
+    status, run = call(standby, "GET", f"/api/schedule/a/s/runs/{run_id}")
+    assert (status, run["status"]) == (200, "success")
+    assert jobs.run_ids == [run_id] and jobs.prompts == ["rest"]
+
+
+def test_the_runs_route_answers_404_for_an_unknown_run_or_schedule(pair: Pair) -> None:
+    _, standby, _, _ = pair
+    run_id = standby.trigger("a", "s").run_id
+    status, body = call(standby, "GET", f"/api/schedule/a/t/runs/{run_id}")  # another schedule
+    assert status == 404 and run_id in body["error"]
+    assert call(standby, "GET", "/api/schedule/a/nope/runs/x")[0] == 404
+    assert call(standby, "POST", f"/api/schedule/a/s/runs/{run_id}")[0] == 405
+    status, body = call(standby, "GET", f"/api/schedule/a/s/runs/{run_id}", query={"x": "1"})
+    assert status == 400 and body["details"][0]["field"] == "x"
+
+
+def test_a_skipped_run_of_a_removed_schedule_is_still_found_by_an_admin(tmp_path: Path) -> None:
+    clock = FakeClock(T0)
+    jobs = Jobs()
+    leader = build(tmp_path, clock, jobs)
+    leader.add_schedule("a", "later", Schedule.interval("1h", start_at="2099-01-01"), persist=True)
+    standby = build(tmp_path, clock, jobs)
+    leader.start()
+    standby.start()
+    try:
+        status, body = call(standby, "POST", "/api/schedule/a/later/run")
+        assert status == 202
+        leader.remove_schedule("a", "later")
+        drive(leader, clock, lambda: not leader.store.trigger_requests())
+        path = f"/api/schedule/a/later/runs/{body['run_id']}"
+        status, run = call(standby, "GET", path)
+        assert (status, run["status"]) == (200, "skipped")
+        assert run["error"].startswith("removed:")
+        assert call(standby, "GET", path, owner="someone")[0] == 404
+    finally:
+        standby.stop(timeout=10)
+        leader.stop(timeout=10)
