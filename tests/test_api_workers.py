@@ -128,6 +128,7 @@ def test_run_now_through_a_standby_is_queued_and_run_by_the_leader(pair: Pair) -
     ((schedule, prompt, thread),) = recorder.calls
     assert (schedule, prompt) == ("check", "via")
     assert thread.startswith("herdsched-triage")  # a worker of the leader's pool
+
     # the history shows the run as queued, then running, then finished, under the id given
     def finished() -> list[dict[str, Any]] | None:
         runs = call(standby, "GET", "/api/schedule/triage/check/history")[1]["runs"]
