@@ -621,8 +621,10 @@ class ThreadedScheduler:
         """Run a schedule now, through the agent's executor (works on paused schedules too).
 
         ``schedule=None`` runs the agent's job ad hoc (recorded as schedule ``manual``). On a
-        standby scheduler the request is queued for the active one. With ``wait=True`` the call
-        returns when the run has finished and ``success`` says whether it succeeded.
+        standby scheduler the request is queued durably for the active one, which runs it under
+        the returned ``run_id`` once the schedule and its agent are free (``wait`` does not
+        apply). With ``wait=True`` the call returns when the run has finished and ``success``
+        says whether it succeeded.
         """
         core = self._core
         with core.lock:
@@ -630,10 +632,10 @@ class ThreadedScheduler:
             if schedule is not None:
                 core.require_entry(agent, schedule)
             if core.status == "standby":
-                request_id = core.store.request_trigger(
+                run_id = core.store.request_trigger(
                     agent, schedule or AD_HOC_SCHEDULE, prompt=prompt
                 )
-                return TriggerResult(success=True, run_id=request_id)
+                return TriggerResult(success=True, run_id=run_id)
             if not core.leading:
                 return _skipped(
                     SkipReason.STOPPING, f"scheduler is {core.status}: nothing is dispatched"
