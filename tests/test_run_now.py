@@ -297,3 +297,36 @@ def test_a_skipped_run_of_a_removed_schedule_is_still_found_by_an_admin(tmp_path
     finally:
         standby.stop(timeout=10)
         leader.stop(timeout=10)
+
+
+def test_a_request_whose_run_was_cut_short_by_a_crash_has_one_record_under_its_id(
+    tmp_path: Path,
+) -> None:
+    """The state shows the schedule running (the group commit went out) and the request is
+    marked started: restart recovery records the interrupted run under the request's id, once
+    (it used to add a second record under an id of its own)."""
+    store = YamlStateStore(tmp_path)
+    run_id = store.request_trigger("a", "s")
+    store.mark_trigger_started(run_id, T0)
+    store.update_schedule_state("a", "s", status="running", last_run_at=T0)
+    store.close()
+    clock = FakeClock(T0)
+    jobs = Jobs()
+    leader = build(tmp_path, clock, jobs)
+    leader.start()
+    try:
+        drive(leader, clock, lambda: not leader.store.trigger_requests())
+        assert jobs.run_ids == []
+        records = leader.history("a", "s")
+        assert [(r.run_id, r.status) for r in records] == [(run_id, RunStatus.INTERRUPTED)]
+    finally:
+        leader.stop(timeout=10)
+
+
+def test_an_ad_hoc_request_runs_the_agents_job_under_its_id(pair: Pair) -> None:
+    leader, standby, jobs, clock = pair
+    run_id = standby.trigger("a").run_id
+    assert statuses(standby, "manual") == {run_id: RunStatus.QUEUED}
+    drive(leader, clock, lambda: not leader.store.trigger_requests())
+    assert jobs.run_ids == [run_id]
+    assert statuses(standby, "manual") == {run_id: RunStatus.SUCCESS}
