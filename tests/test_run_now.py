@@ -8,6 +8,7 @@ leader polls the store when the test advances it past ``poll_interval`` and runs
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -19,6 +20,7 @@ from scheduler_helpers import T0
 
 from herdsched import Agent, RunStatus, Schedule, ThreadedScheduler, TriggerInfo
 from herdsched.api import RestApi
+from herdsched.cli import main
 from herdsched.runner import new_run_id
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.testing import FakeClock
@@ -330,3 +332,25 @@ def test_an_ad_hoc_request_runs_the_agents_job_under_its_id(pair: Pair) -> None:
     drive(leader, clock, lambda: not leader.store.trigger_requests())
     assert jobs.run_ids == [run_id]
     assert statuses(standby, "manual") == {run_id: RunStatus.SUCCESS}
+
+
+# -- CLI ----------------------------------------------------------------------------------------
+def test_the_cli_prints_the_run_id_and_history_follows_it(
+    pair: Pair, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    leader, _, jobs, clock = pair
+    leader.store.flush()  # the group commit that writes the schedules the CLI reads
+    assert main(["trigger", "a/s", "--state-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("queued a run of a/s as run ")
+    run_id = out.split(" as run ")[1].split()[0]
+    assert main(["history", "a/s", "--state-dir", str(tmp_path), "--json"]) == 0
+    (queued,) = json.loads(capsys.readouterr().out)
+    assert (queued["run_id"], queued["status"]) == (run_id, "queued")
+    assert main(["history", "--state-dir", str(tmp_path)]) == 0  # the fleet's: queued first
+    assert run_id in capsys.readouterr().out
+    drive(leader, clock, lambda: not leader.store.trigger_requests())
+    assert jobs.run_ids == [run_id]
+    assert main(["history", "a/s", "--state-dir", str(tmp_path), "--json"]) == 0
+    (done,) = json.loads(capsys.readouterr().out)
+    assert (done["run_id"], done["status"]) == (run_id, "success")
