@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -400,3 +401,22 @@ def test_renderer_reuses_unchanged_entries() -> None:
     assert ("a", "s3") not in reused
     renderer.forget()
     assert renderer.entry_texts() == {}
+
+
+def test_marking_an_unknown_request_started_names_it(tmp_path: Path) -> None:
+    with YamlStateStore(tmp_path) as store:
+        with pytest.raises(StateError, match="No trigger request with run id 0123456789abcdef"):
+            store.mark_trigger_started("0123456789abcdef", datetime.now(timezone.utc))
+        store.settle_trigger_request("0123456789abcdef")  # nothing to settle: no error
+
+
+def test_a_request_queued_by_an_earlier_version_is_still_read(tmp_path: Path) -> None:
+    requests = tmp_path / "requests"
+    requests.mkdir()
+    body = {"request_id": "a" * 32, "agent": "a", "schedule": "s", "requested_at": "2026-01-01"}
+    (requests / f"{1:020d}-{'a' * 32}.json").write_text(json.dumps(body))
+    with YamlStateStore(tmp_path) as store:
+        (request,) = store.trigger_requests()
+        assert (request.run_id, request.started_at) == ("a" * 32, None)
+        store.settle_trigger_request(request.run_id)
+        assert store.trigger_requests() == []

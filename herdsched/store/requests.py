@@ -118,6 +118,8 @@ class TriggerRequestQueue:
     def mark_started(self, run_id: str, at: datetime) -> None:
         """Record durably that the run of request ``run_id`` starts at ``at``."""
         path = self._path_of(run_id)
+        if path is None:
+            raise StateError(f"No trigger request with run id {run_id} in {self.directory}")
         try:
             body = json.loads(path.read_bytes())
             body["started_at"] = format_timestamp(at)
@@ -129,9 +131,8 @@ class TriggerRequestQueue:
 
     def settle(self, run_id: str) -> None:
         """Delete the file of request ``run_id`` (its outcome is in history); durable."""
-        try:
-            path = self._path_of(run_id)
-        except StateError:
+        path = self._path_of(run_id)
+        if path is None:
             return  # already settled
         try:
             path.unlink()
@@ -156,12 +157,13 @@ class TriggerRequestQueue:
             ) from exc
         return [self.directory / name for name in names]
 
-    def _path_of(self, run_id: str) -> Path:
+    def _path_of(self, run_id: str) -> Path | None:
+        """The file of request ``run_id``, ``None`` when there is none."""
         ending = f"-{run_id}{_SUFFIX}"
         for path in self._paths():
             if path.name.endswith(ending):
                 return path
-        raise StateError(f"No trigger request with run id {run_id} in {self.directory}")
+        return None
 
     def _set_aside(self, path: Path, exc: Exception) -> None:
         target = path.with_name(path.name + ".corrupt")
