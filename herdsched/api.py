@@ -11,6 +11,7 @@ mount point (``/herdsched`` by default)::
     PATCH   /api/schedule/<agent>/<schedule>           partial update; {"enabled": false} pauses
     DELETE  /api/schedule/<agent>/<schedule>           remove
     POST    /api/schedule/<agent>/<schedule>/run       run now (202 with run_id)
+    GET     /api/schedule/<agent>/<schedule>/runs/<id> one run: queued, running or finished
     GET     /api/schedule/<agent>/<schedule>/history   recent runs, newest first
     GET     /api/status                                the scheduler and its leader
 
@@ -29,7 +30,9 @@ logged at INFO with who made it, what and on which schedule.
 A web process that is not the active scheduler (a standby gunicorn worker, or a process whose
 scheduler runs elsewhere) still serves every route: reads come from the shared state store,
 pauses and resumes are durable writes to it, and "run now" is queued there for the active
-scheduler. Nothing ever runs a job inside the request thread.
+scheduler: the 202 comes once the request is durable, with the run id the run will have, and
+``GET .../runs/<run_id>`` follows it from any worker (``queued``, ``running``, then its record).
+Nothing ever runs a job inside the request thread.
 
 Ownership: a caller is an owner name, or ``None`` for full access (no authentication
 configured, or an auth callback that returned :data:`ADMIN`). A caller with an owner name sees
@@ -83,6 +86,7 @@ from herdsched.models import (
 )
 from herdsched.scheduler import describe_cadence
 from herdsched.store.memory import MemoryStateStore
+from herdsched.store.runs import find_run
 from herdsched.timestamps import format_timestamp
 
 if TYPE_CHECKING:
@@ -530,6 +534,8 @@ class RestApi:
                 return self._run, (rest[1], rest[2]), ("POST",)
             if len(rest) == 4 and rest[0] == "schedule" and rest[3] == "history":
                 return self._history, (rest[1], rest[2]), ("GET",)
+            if len(rest) == 5 and rest[0] == "schedule" and rest[3] == "runs":
+                return self._one_run, (rest[1], rest[2], rest[4]), ("GET",)
         raise ApiError(404, f"no such API route: {path}")
 
     def _body(
@@ -866,6 +872,37 @@ class RestApi:
                 f"agent {agent!r} is at capacity ({busy} of {limit} running)",
                 [_detail("skip_reason", SkipReason.AT_CAPACITY.value)],
             )
+
+    def _one_run(
+        self,
+        method: str,
+        agent: str,
+        name: str,
+        run_id: str,
+        *,
+        query: dict[str, str],
+        data: Any,
+        caller: str | None,
+    ) -> ApiResponse:
+        """One run by its id, as every worker sees it: ``queued``, ``running``, or the record it
+        left (also after its schedule was removed, for a caller with full access)."""
+        if query:
+            unknown = sorted(query)[0]
+            raise _field_error(unknown, f"unknown query parameter {unknown!r}")
+        try:
+            item = self._item(agent, name)
+        except (AgentNotFoundError, ScheduleNotFoundError):
+            if caller is not None:  # whose it was cannot be checked any more
+                raise
+            record = find_run(self.scheduler.store, agent, name, run_id)
+            if record is None:
+                raise
+            return ApiResponse(200, _run_json(record))
+        self._check_owner(caller, item.owner, agent, name)
+        record = find_run(self.scheduler.store, agent, name, run_id)
+        if record is None:
+            raise ApiError(404, f"no run {run_id!r} of {agent}/{name}")
+        return ApiResponse(200, _run_json(record))
 
     def _history(
         self,

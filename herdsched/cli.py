@@ -45,8 +45,16 @@ from herdsched.errors import (
     SchedulerShutdownError,
 )
 from herdsched.leader import read_leader_info
-from herdsched.models import RejectedDefinition, RunRecord, Schedule, ScheduleState, Status
+from herdsched.models import (
+    RejectedDefinition,
+    RunRecord,
+    RunStatus,
+    Schedule,
+    ScheduleState,
+    Status,
+)
 from herdsched.scheduler import describe_cadence
+from herdsched.store.runs import history_with_requests
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.timestamps import format_timestamp, parse_timestamp, resolve_timezone
 from herdsched.timestamps import system_timezone as _system_timezone
@@ -331,7 +339,9 @@ def _add_steering_commands(commands: _Commands, parents: _Parents) -> None:
         parents=[parents.state, parents.logging],
         help="ask the running scheduler to run a schedule now",
         description="Queue a run of AGENT/SCHEDULE (or an ad-hoc run of AGENT's job) for the "
-        "active scheduler of the state directory; it runs within a few seconds.",
+        "active scheduler of the state directory and print its run id once the request is "
+        "durable. It runs within a few seconds, or once the schedule's current run ends and "
+        "its agent has a free slot; 'history' shows it queued, running, then finished.",
     )
     trigger.add_argument("target", metavar="AGENT[/SCHEDULE]")
     trigger.add_argument("--prompt", default=None, help="prompt for this run only")
@@ -367,7 +377,8 @@ def _add_history_command(commands: _Commands, parents: _Parents) -> None:
         parents=[parents.state, parents.display, parents.as_json, parents.logging],
         help="recent runs, newest first",
         description="Recent runs, newest first: of AGENT/SCHEDULE, of every schedule of "
-        "AGENT, or without a target of the whole fleet.",
+        "AGENT, or without a target of the whole fleet. Runs asked for with 'trigger' (or "
+        "through a web worker) show first, as queued or running, until they end.",
     )
     history.add_argument("target", metavar="AGENT[/SCHEDULE]", nargs="?", default=None)
     history.add_argument(
@@ -844,11 +855,11 @@ def _cmd_trigger(args: argparse.Namespace) -> int:
             name = _AD_HOC_SCHEDULE
         else:
             name = _schedule_names(store, agent, schedule)[0]
-        request_id = store.request_trigger(agent, name, prompt=args.prompt)
+        run_id = store.request_trigger(agent, name, prompt=args.prompt)
     finally:
         store.close()
     what = f"{agent}/{schedule}" if schedule else f"agent {agent} (ad hoc)"
-    _out(f"queued a run of {what}: request {request_id}")
+    _out(f"queued a run of {what} as run {run_id} (follow it: herdsched history {agent}/{name})")
     leader = _leader(args.state_dir)
     if leader is None:
         _err(
@@ -917,9 +928,16 @@ def _fleet_history(store: StateStore, limit: int) -> list[RunRecord]:
     """The latest ``limit`` runs of every agent, newest first."""
     records: list[RunRecord] = []
     for agent in sorted(store.get_all_schedule_states()):
-        records.extend(store.get_history(agent, None, limit=limit))
+        records.extend(history_with_requests(store, agent, None, limit))
     floor = datetime.min.replace(tzinfo=timezone.utc)
-    records.sort(key=lambda r: r.started_at or r.scheduled_for or floor, reverse=True)
+    top = datetime.max.replace(tzinfo=timezone.utc)  # queued runs: the newest of all
+
+    def moment(record: RunRecord) -> datetime:
+        if record.status is RunStatus.QUEUED:
+            return top
+        return record.started_at or record.scheduled_for or record.finished_at or floor
+
+    records.sort(key=moment, reverse=True)
     return records[:limit]
 
 
@@ -930,7 +948,7 @@ def _cmd_history(args: argparse.Namespace) -> int:
         if agent is None:
             records = _fleet_history(store, args.n)
         else:
-            records = store.get_history(agent, schedule, limit=args.n)
+            records = history_with_requests(store, agent, schedule, args.n)
             if not records:  # say why: a typo in the name, or simply no runs yet
                 if schedule is None or schedule == _AD_HOC_SCHEDULE:
                     _agent_states(store, agent)

@@ -34,6 +34,8 @@ RUN_COLOURS: Mapping[str, str] = {
     "deferred": "#3b7dd8",
     "skipped": "#9aa0a6",
     "missed": "#c7cbd1",
+    "queued": "#f2f4f7",  # a run-now request not started yet
+    "running": "#f5c542",
 }
 
 

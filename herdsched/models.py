@@ -73,6 +73,10 @@ class RunStatus(_StrEnum):
     SKIPPED = "skipped"
     DEFERRED = "deferred"
     MISSED = "missed"
+    #: a run-now request accepted and waiting for the active scheduler (``history()`` only)
+    QUEUED = "queued"
+    #: a run-now request whose run has started and not ended yet (``history()`` only)
+    RUNNING = "running"
 
 
 class SkipReason(_StrEnum):

@@ -66,6 +66,7 @@ from herdsched.notify import Notification
 from herdsched.stats import RunStats, compute_run_stats
 from herdsched.store.base import StateStore
 from herdsched.store.memory import MemoryStateStore
+from herdsched.store.runs import history_with_requests
 from herdsched.store.usable import check_state_dir
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.timestamps import to_utc
@@ -173,7 +174,7 @@ class ThreadedScheduler:
         self._commits = GroupCommitter(self._core)
         lock = LeaderLock(self.state_dir) if leader_lock and self.state_dir is not None else None
         self._leadership = Leadership(self._core, lock)
-        self._others = OtherProcesses(self._core, self._codec, self.trigger)
+        self._others = OtherProcesses(self._core, self._codec, self._dispatch)
         self._changes = Changes(self._core, self._codec)
         self._timer = Timer(
             self._core, self._dispatch, self._commits, self._leadership, self._others
@@ -539,8 +540,10 @@ class ThreadedScheduler:
         """Run a schedule now, through the agent's executor (works on paused schedules too).
 
         ``schedule=None`` runs the agent's job ad hoc (recorded as schedule ``manual``). On a
-        standby scheduler the request is queued for the active one. With ``wait=True`` the call
-        returns when the run has finished and ``success`` says whether it succeeded.
+        standby scheduler the request is queued durably for the active one, which runs it under
+        the returned ``run_id`` once the schedule and its agent are free (``wait`` does not
+        apply). With ``wait=True`` the call returns when the run has finished and ``success``
+        says whether it succeeded.
         """
         core = self._core
         with core.lock:
@@ -548,10 +551,10 @@ class ThreadedScheduler:
             if schedule is not None:
                 core.require_entry(agent, schedule)
             if core.status == "standby":
-                request_id = core.store.request_trigger(
+                run_id = core.store.request_trigger(
                     agent, schedule or AD_HOC_SCHEDULE, prompt=prompt
                 )
-                return TriggerResult(success=True, run_id=request_id)
+                return TriggerResult(success=True, run_id=run_id)
             if not core.leading:
                 return _skipped(
                     SkipReason.STOPPING, f"scheduler is {core.status}: nothing is dispatched"
@@ -608,10 +611,13 @@ class ThreadedScheduler:
             return self._core.require_entry(agent, name).schedule
 
     def history(self, agent: str, schedule: str | None = None, limit: int = 20) -> list[RunRecord]:
-        """Run records newest first (bounded per schedule by ``max_run_history``)."""
+        """Run records newest first (bounded per schedule by ``max_run_history``).
+
+        Run-now requests queued through another process come first, as ``queued`` until the
+        active scheduler starts them and ``running`` until their record is stored."""
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit!r}")
-        return self.store.get_history(agent, schedule, limit)
+        return history_with_requests(self.store, agent, schedule, limit)
 
     def purge_history(self, agent: str, schedule: str) -> None:
         """Delete the run history of one schedule, removed or not (durable when it returns)."""

@@ -129,8 +129,15 @@ def test_run_now_through_a_standby_is_queued_and_run_by_the_leader(pair: Pair) -
     ((schedule, prompt, thread),) = recorder.calls
     assert (schedule, prompt) == ("check", "via")
     assert thread.startswith("herdsched-triage")  # a worker of the leader's pool
-    runs = wait_for(lambda: call(standby, "GET", "/api/schedule/triage/check/history")[1]["runs"])
+
+    # the history shows the run as queued, then running, then finished, under the id given
+    def finished() -> list[dict[str, Any]] | None:
+        runs = call(standby, "GET", "/api/schedule/triage/check/history")[1]["runs"]
+        return runs if runs and runs[0]["status"] not in ("queued", "running") else None
+
+    runs = wait_for(finished)
     assert runs[0]["status"] == "success"
+    assert runs[0]["run_id"] == body["run_id"]
 
 
 def test_run_through_a_standby_while_running_is_409(pair: Pair) -> None:

@@ -490,13 +490,13 @@ def test_trigger_queues_a_request(capsys: pytest.CaptureFixture[str], state_dir:
         capsys, "trigger", "triage/check", "--prompt", "now please", "--state-dir", str(state_dir)
     )
     assert code == 0
-    assert out.startswith("queued a run of triage/check: request ")
+    assert out.startswith("queued a run of triage/check as run ")
     assert "no scheduler is running" in err
     code, out, err = run_cli(capsys, "trigger", "ops", "--state-dir", str(state_dir))
     assert code == 0 and "agent ops (ad hoc)" in out
     store = YamlStateStore(state_dir)
     try:
-        requests = store.take_trigger_requests()
+        requests = store.trigger_requests()
     finally:
         store.close()
     assert [(r.agent, r.schedule, r.prompt) for r in requests] == [

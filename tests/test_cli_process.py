@@ -141,8 +141,11 @@ def test_pause_and_trigger_from_a_second_process(
     assert triggered.returncode == 0, triggered.stderr
     assert "queued a run of a/poke" in triggered.stdout
     assert triggered.stderr == ""  # a scheduler is running: no warning
-    assert wait_for(lambda: len(history(state, "a/poke")) == 1)
+    run_id = triggered.stdout.split(" as run ")[1].split()[0]
+    # the history shows the run queued, then running, then finished, under the printed id
+    assert wait_for(lambda: [r["status"] for r in history(state, "a/poke")] == ["success"])
     record = history(state, "a/poke")[0]
+    assert record["run_id"] == run_id
     assert record["trigger_type"] == "manual" and record["status"] == "success"
     assert record["output_summary"] == "ran poke: by hand\n"
 

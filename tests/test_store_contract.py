@@ -147,15 +147,23 @@ def test_definitions_are_copies(store: StateStore) -> None:
     assert store.load_definitions()["a"]["s"]["interval"] == "5m"
 
 
-def test_trigger_requests_oldest_first_and_taken_once(store: StateStore) -> None:
+def test_trigger_requests_oldest_first_kept_until_settled(store: StateStore) -> None:
     first = store.request_trigger("a", "s")
     second = store.request_trigger("a", "t", prompt="now please")
-    taken = store.take_trigger_requests()
-    assert [r.request_id for r in taken] == [first, second]
-    assert taken[1].prompt == "now please"
-    assert (taken[0].agent, taken[0].schedule) == ("a", "s")
-    assert taken[0].requested_at.tzinfo is not None
-    assert store.take_trigger_requests() == []
+    assert len(first) == 16 and int(first, 16) >= 0  # a run id: the run will have it
+    listed = store.trigger_requests()
+    assert [r.run_id for r in listed] == [first, second]
+    assert listed[1].prompt == "now please"
+    assert (listed[0].agent, listed[0].schedule) == ("a", "s")
+    assert listed[0].requested_at.tzinfo is not None
+    assert listed[0].started_at is None
+    assert store.trigger_requests() == listed  # reading removes nothing
+    started = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+    store.mark_trigger_started(first, started)
+    assert [r.started_at for r in store.trigger_requests()] == [started, None]
+    store.settle_trigger_request(first)
+    store.settle_trigger_request(first)  # gone already: no error
+    assert [r.run_id for r in store.trigger_requests()] == [second]
 
 
 def test_history_statuses_survive(store: StateStore) -> None:

@@ -109,7 +109,7 @@ def test_state_dir_that_cannot_be_created(tmp_path: Path) -> None:
         with pytest.raises(StateError, match="trigger request"):
             store.request_trigger("a", "s")
         with pytest.raises(StateError, match="requests"):
-            store.take_trigger_requests()
+            store.trigger_requests()
         assert store.flush_deadline() is not None  # the record is still pending, not lost
         (tmp_path / "file").unlink()
         (tmp_path / "file").mkdir()
@@ -128,7 +128,7 @@ def test_history_and_requests_in_the_way_of_files(tmp_path: Path) -> None:
         with pytest.raises(StateError, match=r"Cannot read .*a"):
             store.get_history("a")
         with pytest.raises(StateError, match="requests"):
-            store.take_trigger_requests()
+            store.trigger_requests()
         (tmp_path / "history").unlink()
     # the pending record was kept and written by close()
     with YamlStateStore(tmp_path) as reader:

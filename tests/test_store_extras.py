@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -118,7 +119,9 @@ def test_requests_are_durable_across_processes(tmp_path: Path) -> None:
     with YamlStateStore(tmp_path) as cli:
         ids = [cli.request_trigger("a", f"s{index}") for index in range(5)]
     with YamlStateStore(tmp_path) as scheduler:
-        assert [r.request_id for r in scheduler.take_trigger_requests()] == ids
+        assert [r.run_id for r in scheduler.trigger_requests()] == ids
+        for run_id in ids:
+            scheduler.settle_trigger_request(run_id)
     assert list((tmp_path / "requests").iterdir()) == []
 
 
@@ -130,42 +133,46 @@ def test_requests_are_validated(tmp_path: Path) -> None:
             store.request_trigger("a", "s", prompt=3)  # type: ignore[arg-type]
 
 
-def test_unreadable_request_is_set_aside(tmp_path: Path) -> None:
+def test_unreadable_request_is_set_aside_by_the_active_store(tmp_path: Path) -> None:
     with YamlStateStore(tmp_path) as store:
         good = store.request_trigger("a", "s")
+        store.load_claims()  # what the active scheduler's store does when it takes over
         requests = tmp_path / "requests"
         (requests / "00000000000000000001-bad.json").write_text("{not json")
         (requests / "00000000000000000002-bad.json").write_text('{"request_id": 5}')
         (requests / "00000000000000000003-bad.json").write_text("[1]")
         (requests / "notes.txt").write_text("ignored")
-        assert [r.request_id for r in store.take_trigger_requests()] == [good]
-        assert sorted(path.name for path in requests.iterdir()) == [
+        with YamlStateStore(tmp_path) as reader:  # another process only skips them
+            assert [r.run_id for r in reader.trigger_requests()] == [good]
+            assert len(list(requests.iterdir())) == 5
+        assert [r.run_id for r in store.trigger_requests()] == [good]
+        (kept,) = requests.glob(f"*-{good}.json")  # the good request stays until settled
+        assert {path.name for path in requests.iterdir()} == {
             "00000000000000000001-bad.json.corrupt",
             "00000000000000000002-bad.json.corrupt",
             "00000000000000000003-bad.json.corrupt",
             "notes.txt",
-        ]
-        assert store.take_trigger_requests() == []
+            kept.name,
+        }
 
 
-def test_concurrent_takers_get_each_request_once(tmp_path: Path) -> None:
-    with YamlStateStore(tmp_path) as store:
-        ids = {store.request_trigger("a", "s") for _ in range(60)}
+def test_concurrent_requests_get_distinct_run_ids(tmp_path: Path) -> None:
     stores = [YamlStateStore(tmp_path) for _ in range(4)]
     results: list[list[str]] = [[] for _ in stores]
     barrier = threading.Barrier(len(stores))
 
-    def take(index: int) -> None:
+    def ask(index: int) -> None:
         barrier.wait()
-        results[index].extend(r.request_id for r in stores[index].take_trigger_requests())
+        results[index].extend(stores[index].request_trigger("a", "s") for _ in range(15))
 
-    threads = [threading.Thread(target=take, args=(i,)) for i in range(len(stores))]
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(stores))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    taken = [request_id for result in results for request_id in result]
-    assert sorted(taken) == sorted(ids)
+    given = [run_id for result in results for run_id in result]
+    assert len(set(given)) == 60
+    assert sorted(r.run_id for r in stores[0].trigger_requests()) == sorted(given)
     for store in stores:
         store.close()
 
@@ -394,3 +401,22 @@ def test_renderer_reuses_unchanged_entries() -> None:
     assert ("a", "s3") not in reused
     renderer.forget()
     assert renderer.entry_texts() == {}
+
+
+def test_marking_an_unknown_request_started_names_it(tmp_path: Path) -> None:
+    with YamlStateStore(tmp_path) as store:
+        with pytest.raises(StateError, match="No trigger request with run id 0123456789abcdef"):
+            store.mark_trigger_started("0123456789abcdef", datetime.now(timezone.utc))
+        store.settle_trigger_request("0123456789abcdef")  # nothing to settle: no error
+
+
+def test_a_request_queued_by_an_earlier_version_is_still_read(tmp_path: Path) -> None:
+    requests = tmp_path / "requests"
+    requests.mkdir()
+    body = {"request_id": "a" * 32, "agent": "a", "schedule": "s", "requested_at": "2026-01-01"}
+    (requests / f"{1:020d}-{'a' * 32}.json").write_text(json.dumps(body))
+    with YamlStateStore(tmp_path) as store:
+        (request,) = store.trigger_requests()
+        assert (request.run_id, request.started_at) == ("a" * 32, None)
+        store.settle_trigger_request(request.run_id)
+        assert store.trigger_requests() == []

@@ -98,9 +98,10 @@ class Dispatcher:
         now: datetime,
         *,
         prompt: str | None = None,
+        run_id: str | None = None,
     ) -> Run:
         """A run of ``entry`` fired at ``now``: it takes a slot and its schedule shows running
-        (caller holds the lock)."""
+        (caller holds the lock). ``run_id``: the id a run-now request was given when accepted."""
         core = self.core
         agent = core.agents[entry.agent]
         job = core.job_for(entry)
@@ -109,7 +110,7 @@ class Dispatcher:
                 f"{entry.agent}/{entry.name} has no job to run", entry.agent, entry.name
             )
         run = Run(
-            run_id=new_run_id(),
+            run_id=run_id or new_run_id(),
             agent=entry.agent,
             schedule_name=entry.name,
             schedule=entry.schedule,

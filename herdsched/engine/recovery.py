@@ -16,7 +16,7 @@ from attrs import evolve
 from herdsched.engine.core import EngineCore, timer_trigger_type
 from herdsched.engine.planning import Entry, due_after_downtime, fresh_due
 from herdsched.leader import LeaderLock
-from herdsched.models import RunRecord, RunStatus, Status
+from herdsched.models import RunRecord, RunStatus, Status, TriggerType
 from herdsched.runner import new_run_id
 from herdsched.store.base import RunClaim
 
@@ -133,11 +133,12 @@ def _record_interrupted(core: EngineCore, entry: Entry, now: datetime) -> None:
         entry.agent,
         entry.name,
     )
+    request_id = _started_request(core, entry, state.last_run_at)
     record = RunRecord(
-        run_id=new_run_id(),
+        run_id=request_id or new_run_id(),
         agent=entry.agent,
         schedule=entry.name,
-        trigger_type=timer_trigger_type(entry),
+        trigger_type=TriggerType.MANUAL if request_id else timer_trigger_type(entry),
         scheduled_for=state.last_slot_at,
         started_at=state.last_run_at,
         finished_at=now,
@@ -164,6 +165,26 @@ def _record_interrupted(core: EngineCore, entry: Entry, now: datetime) -> None:
         last_error=record.error,
         next_run_at=due,
     )
+
+
+def _started_request(core: EngineCore, entry: Entry, started: datetime | None) -> str | None:
+    """The run id of the run-now request whose run ``entry`` shows running, if it was one: the
+    interrupted run is recorded under the id its requester was given."""
+    if started is None:
+        return None
+    try:
+        requests = core.store.trigger_requests()
+    except Exception as exc:
+        core.state_error(exc, entry)
+        return None
+    for request in requests:
+        if (request.agent, request.schedule, request.started_at) == (
+            entry.agent,
+            entry.name,
+            started,
+        ):
+            return request.run_id
+    return None
 
 
 def replan_after_jump(core: EngineCore, now: datetime) -> None:

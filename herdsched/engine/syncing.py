@@ -2,48 +2,39 @@
 
 A CLI, a web worker or another scheduler may pause, resume or create schedules and queue runs
 while this scheduler leads. The timer polls the store every ``poll_interval``: changed statuses
-and definitions are applied here, and queued trigger requests are run through ``trigger()``. A
-standby refreshes its view before answering status questions.
+and definitions are applied here, and queued run-now requests are served by
+:class:`~herdsched.engine.requests.RunRequests` (each runs under the run id it was given when
+accepted). A standby refreshes its view before answering status questions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from attrs import evolve
 
-from herdsched.engine.core import AD_HOC_SCHEDULE, EngineCore
+from herdsched.engine.core import EngineCore
+from herdsched.engine.dispatch import Dispatcher
 from herdsched.engine.planning import fresh_due
 from herdsched.engine.registry import DefinitionCodec, drop_entry, install_entry, stored_definitions
-from herdsched.models import Status, TriggerResult
-from herdsched.store.base import TriggerRequest
+from herdsched.engine.requests import RunRequests
+from herdsched.models import Status
 
 __all__ = ["OtherProcesses"]
-
-#: ``trigger(agent, schedule, prompt=...)`` of the scheduler
-Trigger = Callable[..., TriggerResult]
 
 
 class OtherProcesses:
     """Applies what other processes wrote, and runs the requests they queued."""
 
-    def __init__(self, core: EngineCore, codec: DefinitionCodec, trigger: Trigger) -> None:
+    def __init__(self, core: EngineCore, codec: DefinitionCodec, dispatch: Dispatcher) -> None:
         self.core = core
         self.codec = codec
-        self.trigger = trigger
+        self.requests = RunRequests(core, dispatch)
 
     def poll(self) -> None:
         """The active scheduler's poll: apply changes, then run queued requests."""
-        core = self.core
         self.adopt()
-        try:
-            requests = core.store.take_trigger_requests()
-        except Exception as exc:
-            core.state_error(exc)
-            return
-        for request in requests:
-            self._run_request(request)
+        self.requests.serve()
 
     def adopt(self) -> None:
         """Take in what other processes wrote since the last look: a leader applies pauses,
@@ -77,31 +68,6 @@ class OtherProcesses:
                     entry.state = core.store.get_schedule_state(entry.agent, entry.name)
         except Exception as exc:
             core.state_error(exc)
-
-    def _run_request(self, request: TriggerRequest) -> None:
-        schedule = None if request.schedule == AD_HOC_SCHEDULE else request.schedule
-        where = f"{request.agent}/{request.schedule}"
-        try:
-            result = self.trigger(request.agent, schedule, prompt=request.prompt)
-        except Exception:
-            self.core.log.exception(
-                "The run-now request %s for %s failed.", request.request_id, where
-            )
-            return
-        if result.success:
-            self.core.log.info(
-                "Run-now request %s for %s started as run %s.",
-                request.request_id,
-                where,
-                result.run_id,
-            )
-        else:
-            self.core.log.warning(
-                "Run-now request %s for %s was not run: %s.",
-                request.request_id,
-                where,
-                result.error,
-            )
 
     def _apply_status_changes(self) -> None:
         """Apply pauses, resumes and disables written by other processes."""

@@ -59,13 +59,19 @@ def newest_first(appended: Sequence[RunRecord]) -> list[RunRecord]:
 
 @attrs.frozen
 class TriggerRequest:
-    """A "run now" asked for by another process (CLI, web worker) for the active scheduler."""
+    """A "run now" asked for by another process (CLI, web worker) for the active scheduler.
 
-    request_id: str
+    ``run_id`` is given when the request is accepted and is the id its run has in history.
+    ``started_at`` is ``None`` while the request waits, and set once the active scheduler has
+    started its run.
+    """
+
+    run_id: str
     agent: str
     schedule: str
     requested_at: datetime
     prompt: str | None = None
+    started_at: datetime | None = None
 
 
 @attrs.frozen
@@ -173,11 +179,22 @@ class StateStore(Protocol):
         """The definitions set aside, oldest first."""
 
     # -- cross-process trigger requests ----------------------------------------------------
+    # A request stays stored from its acceptance until its run's outcome is durable in the
+    # history: a crash at any point loses none (see docs/scheduler.md, "Run now").
     def request_trigger(self, agent: str, schedule: str, *, prompt: str | None = None) -> str:
-        """Queue a "run now" for the active scheduler; returns the request id. Durable."""
+        """Queue a "run now" for the active scheduler; returns the run id its run will have
+        (from :func:`herdsched.runner.new_run_id`). Durable when it returns."""
 
-    def take_trigger_requests(self) -> list[TriggerRequest]:
-        """Remove and return every queued request, oldest first."""
+    def trigger_requests(self) -> list[TriggerRequest]:
+        """Every stored request, waiting or started, oldest first (nothing is removed)."""
+
+    def mark_trigger_started(self, run_id: str, at: datetime) -> None:
+        """Record that the run of request ``run_id`` starts at ``at``; durable when it returns
+        (before the job starts, so a scheduler taking over never runs it a second time)."""
+
+    def settle_trigger_request(self, run_id: str) -> None:
+        """Remove request ``run_id`` once its run's record is durable in the history (no error
+        when it is gone already); durable when it returns."""
 
     # -- lifecycle ------------------------------------------------------------------------
     def close(self) -> None:

@@ -7,7 +7,6 @@ matches :class:`~herdsched.store.yaml_store.YamlStateStore`.
 from __future__ import annotations
 
 import threading
-import uuid
 from collections import deque
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
@@ -16,6 +15,7 @@ from typing import Any
 from attrs import evolve
 
 from herdsched.models import RejectedDefinition, RunRecord, ScheduleState
+from herdsched.runner import new_run_id
 from herdsched.store.base import USER_INTENT_STATUSES, RunClaim, TriggerRequest, newest_first
 from herdsched.store.definitions import check_preconditions
 
@@ -146,17 +146,24 @@ class MemoryStateStore:
             return list(self._rejected)
 
     def request_trigger(self, agent: str, schedule: str, *, prompt: str | None = None) -> str:
-        request = TriggerRequest(
-            uuid.uuid4().hex, agent, schedule, datetime.now(timezone.utc), prompt
-        )
+        request = TriggerRequest(new_run_id(), agent, schedule, datetime.now(timezone.utc), prompt)
         with self._lock:
             self._requests.append(request)
-        return request.request_id
+        return request.run_id
 
-    def take_trigger_requests(self) -> list[TriggerRequest]:
+    def trigger_requests(self) -> list[TriggerRequest]:
         with self._lock:
-            taken, self._requests = self._requests, []
-        return taken
+            return list(self._requests)
+
+    def mark_trigger_started(self, run_id: str, at: datetime) -> None:
+        with self._lock:
+            self._requests = [
+                evolve(r, started_at=at) if r.run_id == run_id else r for r in self._requests
+            ]
+
+    def settle_trigger_request(self, run_id: str) -> None:
+        with self._lock:
+            self._requests = [r for r in self._requests if r.run_id != run_id]
 
     def close(self) -> None:
         """Nothing to release."""

@@ -556,14 +556,26 @@ class YamlStateStore:
 
     # -- cross-process trigger requests --------------------------------------------------
     def request_trigger(self, agent: str, schedule: str, *, prompt: str | None = None) -> str:
-        """Queue a "run now" for the active scheduler; returns the request id. Durable."""
+        """Queue a "run now" for the active scheduler; returns its run id. Durable."""
         self._check_open()
         return self._requests.put(agent, schedule, prompt=prompt)
 
-    def take_trigger_requests(self) -> list[TriggerRequest]:
-        """Remove and return every queued request, oldest first."""
+    def trigger_requests(self) -> list[TriggerRequest]:
+        """Every stored request, waiting or started, oldest first (unreadable ones are moved
+        aside with an ERROR once a store that claimed runs, the active scheduler's, reads
+        them)."""
         self._check_open()
-        return self._requests.take()
+        return self._requests.read_all(set_aside=self._claims.owned)
+
+    def mark_trigger_started(self, run_id: str, at: datetime) -> None:
+        """Record durably that request ``run_id``'s run starts at ``at``."""
+        self._check_open()
+        self._requests.mark_started(run_id, at)
+
+    def settle_trigger_request(self, run_id: str) -> None:
+        """Remove request ``run_id`` (its run is recorded); durable."""
+        self._check_open()
+        self._requests.settle(run_id)
 
     # -- lifecycle -----------------------------------------------------------------------
     def close(self) -> None:

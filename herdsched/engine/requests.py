@@ -1,0 +1,231 @@
+"""Run-now requests queued by other processes, run by the active scheduler under their own ids.
+
+A standby scheduler, a web worker or the CLI queues a request in the store
+(:meth:`~herdsched.store.base.StateStore.request_trigger`) and answers with the run id the
+request got there. The active scheduler, on each poll of other processes:
+
+1. settles the requests whose runs it finished: once their records are durable in history
+   (a flush), their requests are removed;
+2. starts each waiting request whose schedule is free and whose agent has a slot, under the
+   request's run id; the request is marked started (durably) before its job can run. A request
+   whose schedule is running, or whose agent or the fleet is at capacity, keeps waiting, in the
+   order the requests came, and starts when a slot frees (as a due schedule waits);
+3. records as ``skipped``, with the reason, a request that cannot run at all (its agent or
+   schedule was removed, or nothing can run it), and removes it;
+4. records as ``interrupted`` a request marked started by a scheduler that stopped before its
+   run was recorded: its job may have run, so it never runs a second time.
+
+No request vanishes: it stays in the store from its acceptance until its outcome is durable.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+
+from herdsched.engine.core import AD_HOC_SCHEDULE, EngineCore
+from herdsched.engine.dispatch import Dispatcher
+from herdsched.engine.planning import Entry
+from herdsched.engine.registry import ad_hoc_entry
+from herdsched.models import RunRecord, RunStatus, TriggerType
+from herdsched.runner import Run
+from herdsched.store.base import TriggerRequest
+
+__all__ = ["RunRequests"]
+
+#: history() records read when looking for one run id (bounded by max_run_history anyway)
+_ALL = 1_000_000
+
+
+class RunRequests:
+    """The active scheduler's side of run-now requests (see the module docstring)."""
+
+    def __init__(self, core: EngineCore, dispatch: Dispatcher) -> None:
+        self.core = core
+        self.dispatch = dispatch
+        self._active: dict[str, Run] = {}  # runs of requests started here, by run id
+        self._waiting: set[str] = set()  # requests already logged as waiting
+        # one serve at a time (the timer thread, run_pending()): each reads the requests afresh,
+        # so none acts on a request another has started or settled meanwhile
+        self._serving = threading.Lock()
+
+    def serve(self) -> None:
+        """One poll's work on the stored requests, oldest first."""
+        with self._serving:
+            self._settle_finished()
+            try:
+                requests = self.core.store.trigger_requests()
+            except Exception as exc:
+                self.core.state_error(exc)
+                return
+            self._serve(requests)
+
+    def _serve(self, requests: list[TriggerRequest]) -> None:
+        for request in requests:
+            if request.run_id in self._active:
+                continue
+            if request.started_at is not None:
+                self._close_orphan(request)
+            else:
+                self._try_start(request)
+
+    def _settle_finished(self) -> None:
+        """Remove the requests whose runs ended here, once their records are durable."""
+        core = self.core
+        done = [run_id for run_id, run in self._active.items() if run.done.is_set()]
+        if not done:
+            return
+        try:
+            core.store.flush()
+            for run_id in done:
+                core.store.settle_trigger_request(run_id)
+                del self._active[run_id]
+        except Exception as exc:  # retried on the next poll
+            core.state_error(exc)
+
+    def _try_start(self, request: TriggerRequest) -> None:
+        """Start ``request``'s run if its schedule and agent are free; record it skipped if it
+        can never run; otherwise leave it waiting."""
+        core = self.core
+        with core.lock:
+            if not core.leading:
+                return
+            entry, problem = self._entry_for(request)
+            if entry is None:
+                run = None
+            elif entry.run is not None or core.is_full(core.agents[entry.agent]):
+                self._note_waiting(request, entry)
+                return
+            else:
+                run = self._prepare(request, entry)
+                if run is None:
+                    return  # could not be marked started: retried on the next poll
+        if run is None:
+            self._skip(request, problem)
+            return
+        self._waiting.discard(request.run_id)
+        self.dispatch.launch([run])
+        core.log.info(
+            "The run-now request for %s/%s started as run %s.",
+            request.agent,
+            request.schedule,
+            run.run_id,
+        )
+
+    def _entry_for(self, request: TriggerRequest) -> tuple[Entry | None, str]:
+        """The entry ``request`` runs, or ``None`` and why it cannot run (caller holds the
+        lock)."""
+        core = self.core
+        agent = core.agents.get(request.agent)
+        if agent is None:
+            return None, f"removed: agent {request.agent!r} no longer exists"
+        entry = core.entries.get((request.agent, request.schedule))
+        if entry is None and request.schedule == AD_HOC_SCHEDULE:
+            entry = ad_hoc_entry(core, agent)
+        if entry is None:
+            return None, f"removed: {request.agent}/{request.schedule} no longer exists"
+        if core.job_for(entry) is None:
+            return None, f"no job: {request.agent}/{request.schedule} has nothing to run"
+        return entry, ""
+
+    def _prepare(self, request: TriggerRequest, entry: Entry) -> Run | None:
+        """Mark ``request`` started durably, then take its slot (caller holds the lock)."""
+        core = self.core
+        now = core.clock.now()
+        try:
+            core.store.mark_trigger_started(request.run_id, now)
+        except Exception as exc:
+            core.state_error(exc, entry)
+            return None
+        run = self.dispatch.prepare(
+            entry, TriggerType.MANUAL, None, now, prompt=request.prompt, run_id=request.run_id
+        )
+        self._active[run.run_id] = run
+        return run
+
+    def _note_waiting(self, request: TriggerRequest, entry: Entry) -> None:
+        """Log once that ``request`` waits for its schedule or a slot (caller holds the
+        lock)."""
+        if request.run_id in self._waiting:
+            return
+        self._waiting.add(request.run_id)
+        why = "its schedule is running" if entry.run is not None else "the agent is at capacity"
+        self.core.log.info(
+            "The run-now request %s for %s/%s waits: %s.",
+            request.run_id,
+            request.agent,
+            request.schedule,
+            why,
+        )
+
+    def _skip(self, request: TriggerRequest, reason: str) -> None:
+        """Record ``request`` as skipped with ``reason``, durably, then remove it."""
+        self.core.log.warning(
+            "The run-now request %s for %s/%s is skipped: %s.",
+            request.run_id,
+            request.agent,
+            request.schedule,
+            reason,
+        )
+        self._record(request, RunStatus.SKIPPED, reason, started_at=None)
+
+    def _close_orphan(self, request: TriggerRequest) -> None:
+        """A request started by a scheduler that stopped: settle it if its run is recorded,
+        otherwise record it interrupted (its job may have run: it never runs again)."""
+        core = self.core
+        try:
+            records = core.store.get_history(request.agent, request.schedule, _ALL)
+        except Exception as exc:
+            core.state_error(exc)
+            return
+        if any(record.run_id == request.run_id for record in records):
+            self._settle(request)
+            return
+        core.log.warning(
+            "The run-now request %s for %s/%s was started by a scheduler that stopped before "
+            "it was recorded; it is recorded as interrupted and not run again.",
+            request.run_id,
+            request.agent,
+            request.schedule,
+        )
+        self._record(
+            request,
+            RunStatus.INTERRUPTED,
+            "the scheduler that started this run stopped before the run was recorded",
+            started_at=request.started_at,
+        )
+
+    def _record(
+        self,
+        request: TriggerRequest,
+        status: RunStatus,
+        error: str,
+        *,
+        started_at: datetime | None,
+    ) -> None:
+        """Append ``request``'s final record, make it durable, then remove the request."""
+        core = self.core
+        record = RunRecord(
+            run_id=request.run_id,
+            agent=request.agent,
+            schedule=request.schedule,
+            trigger_type=TriggerType.MANUAL,
+            started_at=started_at,
+            finished_at=core.clock.now(),
+            status=status,
+            error=error,
+        )
+        try:
+            core.store.append_run(record)
+            core.store.flush()
+        except Exception as exc:  # the request stays stored: retried on the next poll
+            core.state_error(exc)
+            return
+        self._settle(request)
+
+    def _settle(self, request: TriggerRequest) -> None:
+        self._waiting.discard(request.run_id)
+        try:
+            self.core.store.settle_trigger_request(request.run_id)
+        except Exception as exc:
+            self.core.state_error(exc)

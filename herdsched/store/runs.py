@@ -1,0 +1,63 @@
+"""Runs as every process sees them: the run history plus the run-now requests not settled yet.
+
+A run-now request is traceable from the moment it is accepted: while it waits it shows as
+``queued``, once the active scheduler started it as ``running``, and then as the record its run
+left in history (``success``, ``failed``, ``skipped`` with the reason, ...). Any process can
+read this (a standby web worker, the CLI), because requests and history are both in the store.
+
+Requests are read before the history: the active scheduler removes a request only after its
+record is durable, so a run is never missing from both.
+"""
+
+from __future__ import annotations
+
+from herdsched.models import RunRecord, RunStatus, TriggerType
+from herdsched.store.base import StateStore, TriggerRequest
+
+__all__ = ["find_run", "history_with_requests", "request_record"]
+
+_ALL = 1_000_000
+
+
+def request_record(request: TriggerRequest) -> RunRecord:
+    """The record a request not settled yet shows as: ``queued`` or ``running``."""
+    return RunRecord(
+        run_id=request.run_id,
+        agent=request.agent,
+        schedule=request.schedule,
+        trigger_type=TriggerType.MANUAL,
+        started_at=request.started_at,
+        status=RunStatus.QUEUED if request.started_at is None else RunStatus.RUNNING,
+    )
+
+
+def _requests_of(store: StateStore, agent: str, schedule: str | None) -> list[TriggerRequest]:
+    return [
+        request
+        for request in store.trigger_requests()
+        if request.agent == agent and (schedule is None or request.schedule == schedule)
+    ]
+
+
+def history_with_requests(
+    store: StateStore, agent: str, schedule: str | None, limit: int
+) -> list[RunRecord]:
+    """``store.get_history(agent, schedule, limit)`` with the queued and running requests of
+    the same schedules first (newest first)."""
+    requests = _requests_of(store, agent, schedule)
+    if not requests:
+        return store.get_history(agent, schedule, limit)
+    records = store.get_history(agent, schedule, _ALL)
+    recorded = {record.run_id for record in records}
+    live = [request_record(r) for r in reversed(requests) if r.run_id not in recorded]
+    return (live + records)[:limit]
+
+
+def find_run(store: StateStore, agent: str, schedule: str, run_id: str) -> RunRecord | None:
+    """The run ``run_id`` of ``agent/schedule``: its history record, or its request's
+    ``queued``/``running`` record; ``None`` when neither exists."""
+    pending = [r for r in _requests_of(store, agent, schedule) if r.run_id == run_id]
+    for record in store.get_history(agent, schedule, _ALL):
+        if record.run_id == run_id:
+            return record
+    return request_record(pending[0]) if pending else None

@@ -1,0 +1,363 @@
+"""Run-now through another process: durable when answered, run under the id it was given,
+traceable from queued to finished, and never lost.
+
+Two schedulers share one state directory with the leader lock on, as two web workers do: the
+``leader`` is active, the ``standby`` queues requests in the store. Time is a FakeClock: the
+leader polls the store when the test advances it past ``poll_interval`` and runs a pass.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scheduler_helpers import T0
+
+from herdsched import Agent, RunStatus, Schedule, ThreadedScheduler, TriggerInfo
+from herdsched.api import RestApi
+from herdsched.cli import main
+from herdsched.runner import new_run_id
+from herdsched.store.yaml_store import YamlStateStore
+from herdsched.testing import FakeClock, as_separate_processes
+
+Pair = tuple[ThreadedScheduler, ThreadedScheduler, "Jobs", FakeClock]
+
+
+class Jobs:
+    """The agent's job: records each run id; ``gate`` holds jobs until it is set."""
+
+    def __init__(self) -> None:
+        self.run_ids: list[str] = []
+        self.prompts: list[str | None] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.started = threading.Event()
+
+    def __call__(self, info: TriggerInfo) -> str:
+        self.run_ids.append(info.run_id)
+        self.prompts.append(info.prompt)
+        self.started.set()
+        assert self.gate.wait(10)
+        return "ok"
+
+
+def build(state_dir: Path, clock: FakeClock, jobs: Jobs, *, slots: int = 1) -> ThreadedScheduler:
+    sched = ThreadedScheduler(state_dir=state_dir, clock=clock, poll_interval=1.0, timezone="UTC")
+    sched.add_agent(
+        Agent(
+            "a",
+            job=jobs,
+            max_concurrent=slots,
+            schedules={"s": Schedule.manual(), "t": Schedule.manual()},
+        )
+    )
+    return sched
+
+
+@pytest.fixture(autouse=True)
+def _as_two_processes() -> Iterator[None]:
+    """The schedulers of a test stand for separate processes (a leader and standbys)."""
+    with as_separate_processes():
+        yield
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[Pair]:
+    clock = FakeClock(T0)
+    jobs = Jobs()
+    leader, standby = build(tmp_path, clock, jobs), build(tmp_path, clock, jobs)
+    leader.start()
+    standby.start()
+    try:
+        assert (leader.status, standby.status) == ("running", "standby")
+        yield leader, standby, jobs, clock
+    finally:
+        jobs.gate.set()
+        standby.stop(timeout=10)
+        leader.stop(timeout=10)
+
+
+def poll(leader: ThreadedScheduler, clock: FakeClock) -> None:
+    """Let the leader poll the store once, and wait for the runs it started.
+
+    The leader's timer thread follows the FakeClock too and may be the one that polls."""
+    clock.advance("2s")
+    leader.run_pending()
+    assert leader.wait_until_idle(10)
+
+
+def drive(leader: ThreadedScheduler, clock: FakeClock, done: Callable[[], bool]) -> None:
+    """Poll until ``done()``: the timer thread may still be finishing a poll when
+    :func:`poll` returns, so each round also gives it a moment (real time, not clock time)."""
+    pause = threading.Event()
+    for _ in range(100):
+        if done():
+            return
+        poll(leader, clock)
+        pause.wait(0.01)
+    assert done()
+
+
+def statuses(sched: ThreadedScheduler, schedule: str = "s") -> dict[str, RunStatus]:
+    return {r.run_id: r.status for r in sched.history("a", schedule, limit=50)}
+
+
+def test_every_request_queued_through_a_standby_runs_once_under_its_id(pair: Pair) -> None:
+    """The bug: the leader took every queued request at once and, finding the schedule busy
+    with the first, dropped the others; the id a standby gave was not the run's id either."""
+    leader, standby, jobs, clock = pair
+    given = [standby.trigger("a", "s", prompt=f"p{i}").run_id for i in range(4)]
+    assert all(run_id is not None and len(run_id) == 16 for run_id in given)
+    drive(leader, clock, lambda: len(jobs.run_ids) >= 4)
+    drive(leader, clock, lambda: not leader.store.trigger_requests())  # settled
+    assert jobs.run_ids == given  # each once, in the order asked
+    assert jobs.prompts == ["p0", "p1", "p2", "p3"]
+    assert statuses(standby) == dict.fromkeys(given, RunStatus.SUCCESS)
+
+
+def test_a_request_is_durable_when_trigger_returns(pair: Pair, tmp_path: Path) -> None:
+    _, standby, _, _ = pair
+    run_id = standby.trigger("a", "s").run_id
+    (request,) = YamlStateStore(tmp_path).trigger_requests()  # what another process reads
+    assert (request.run_id, request.agent, request.schedule) == (run_id, "a", "s")
+    assert request.started_at is None
+
+
+def test_history_follows_a_request_from_queued_to_running_to_finished(pair: Pair) -> None:
+    leader, standby, jobs, clock = pair
+    run_id = standby.trigger("a", "s").run_id
+    assert run_id is not None
+    assert statuses(standby)[run_id] is RunStatus.QUEUED
+    assert statuses(leader)[run_id] is RunStatus.QUEUED
+    jobs.gate.clear()
+    clock.advance("2s")
+    leader.run_pending()
+    assert jobs.started.wait(5)
+    assert statuses(standby)[run_id] is RunStatus.RUNNING
+    (running,) = standby.history("a", "s")
+    assert running.started_at == clock.now()
+    jobs.gate.set()
+    assert leader.wait_until_idle(10)
+    drive(leader, clock, lambda: not leader.store.trigger_requests())
+    assert statuses(standby) == {run_id: RunStatus.SUCCESS}
+
+
+def test_requests_wait_while_the_agent_is_at_capacity_then_run(pair: Pair) -> None:
+    leader, standby, jobs, clock = pair
+    jobs.gate.clear()
+    busy = leader.trigger("a", "t")  # the leader runs it at once: its one slot is taken
+    assert busy.success and busy.run_id is not None
+    assert jobs.started.wait(5)
+    waiting = standby.trigger("a", "s").run_id
+    clock.advance("2s")
+    leader.run_pending()
+    assert jobs.run_ids == [busy.run_id]
+    assert statuses(standby)[waiting] is RunStatus.QUEUED  # type: ignore[index]
+    jobs.gate.set()
+    drive(leader, clock, lambda: len(jobs.run_ids) == 2)
+    assert jobs.run_ids == [busy.run_id, waiting]
+
+
+def test_a_request_for_a_removed_schedule_is_recorded_as_skipped(tmp_path: Path) -> None:
+    clock = FakeClock(T0)
+    jobs = Jobs()
+    leader = build(tmp_path, clock, jobs)
+    leader.add_schedule("a", "later", Schedule.interval("1h", start_at="2099-01-01"), persist=True)
+    standby = build(tmp_path, clock, jobs)
+    leader.start()
+    standby.start()
+    try:
+        run_id = standby.trigger("a", "later").run_id
+        leader.remove_schedule("a", "later")
+        drive(leader, clock, lambda: not leader.store.trigger_requests())
+        (record,) = standby.history("a", "later")
+        assert (record.run_id, record.status) == (run_id, RunStatus.SKIPPED)
+        assert record.error is not None and record.error.startswith("removed:")
+        assert jobs.run_ids == []
+        assert leader.store.trigger_requests() == []
+    finally:
+        standby.stop(timeout=10)
+        leader.stop(timeout=10)
+
+
+def test_a_request_started_by_a_scheduler_that_died_is_recorded_not_rerun(
+    tmp_path: Path,
+) -> None:
+    """A request marked started whose run never reached the history: the job may have run,
+    so the next active scheduler records it as interrupted and never runs it again."""
+    store = YamlStateStore(tmp_path)
+    run_id = store.request_trigger("a", "s", prompt="once")
+    store.mark_trigger_started(run_id, T0)
+    store.close()
+    clock = FakeClock(T0)
+    jobs = Jobs()
+    leader = build(tmp_path, clock, jobs)
+    leader.start()
+    try:
+        drive(leader, clock, lambda: not leader.store.trigger_requests())
+        assert jobs.run_ids == []
+        (record,) = leader.history("a", "s")
+        assert (record.run_id, record.status, record.started_at) == (
+            run_id,
+            RunStatus.INTERRUPTED,
+            T0,
+        )
+    finally:
+        leader.stop(timeout=10)
+
+
+def test_requests_left_waiting_by_a_stopped_leader_run_under_the_next_one(
+    pair: Pair, tmp_path: Path
+) -> None:
+    leader, standby, jobs, clock = pair
+    jobs.gate.clear()
+    first = standby.trigger("a", "s").run_id
+    second = standby.trigger("a", "s").run_id
+    clock.advance("2s")
+    leader.run_pending()
+    assert jobs.started.wait(5)
+    jobs.gate.set()
+    leader.stop(timeout=10)  # `second` still waits in the store
+    clock.advance("6s")  # a standby tries to take over every 5 s
+    standby.run_pending()
+    assert standby.status == "running"
+    drive(standby, clock, lambda: not standby.store.trigger_requests())
+    assert jobs.run_ids == [first, second]
+    assert statuses(standby) == {first: RunStatus.SUCCESS, second: RunStatus.SUCCESS}
+
+
+def test_an_unreadable_request_is_logged_at_error_and_set_aside(
+    pair: Pair, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    leader, standby, jobs, clock = pair
+    good = standby.trigger("a", "s").run_id
+    bad = tmp_path / "requests" / f"{1:020d}-{new_run_id()}.json"
+    bad.write_text('{"agent": "a"')
+    caplog.set_level(logging.ERROR, logger="herdsched")
+    drive(leader, clock, lambda: not leader.store.trigger_requests())
+    assert jobs.run_ids == [good]
+    assert any(str(bad) in r.getMessage() for r in caplog.records if r.levelno == logging.ERROR)
+    assert not bad.exists() and bad.with_name(bad.name + ".corrupt").exists()
+
+
+def test_trigger_in_the_leader_runs_at_once_under_the_id_it_returns(pair: Pair) -> None:
+    leader, _, jobs, _ = pair
+    result = leader.trigger("a", "s")
+    assert result.success and result.run_id is not None
+    assert leader.wait_until_idle(10)
+    assert jobs.run_ids == [result.run_id]
+    assert statuses(leader) == {result.run_id: RunStatus.SUCCESS}
+
+
+# -- REST ---------------------------------------------------------------------------------------
+def call(sched: ThreadedScheduler, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
+    return RestApi(sched).handle(method, path, **kwargs)
+
+
+def test_a_run_posted_to_a_standby_is_followed_by_its_id_on_every_worker(pair: Pair) -> None:
+    leader, standby, jobs, clock = pair
+    status, body = call(standby, "POST", "/api/schedule/a/s/run", body={"prompt": "rest"})
+    assert status == 202 and body["queued"] is True
+    run_id = body["run_id"]
+    for sched in (standby, leader):
+        status, run = call(sched, "GET", f"/api/schedule/a/s/runs/{run_id}")
+        assert status == 200
+        assert (run["run_id"], run["status"], run["schedule"]) == (run_id, "queued", "s")
+    drive(leader, clock, lambda: not leader.store.trigger_requests())
+    status, run = call(standby, "GET", f"/api/schedule/a/s/runs/{run_id}")
+    assert (status, run["status"]) == (200, "success")
+    assert jobs.run_ids == [run_id] and jobs.prompts == ["rest"]
+
+
+def test_the_runs_route_answers_404_for_an_unknown_run_or_schedule(pair: Pair) -> None:
+    _, standby, _, _ = pair
+    run_id = standby.trigger("a", "s").run_id
+    status, body = call(standby, "GET", f"/api/schedule/a/t/runs/{run_id}")  # another schedule
+    assert status == 404 and run_id in body["error"]
+    assert call(standby, "GET", "/api/schedule/a/nope/runs/x")[0] == 404
+    assert call(standby, "POST", f"/api/schedule/a/s/runs/{run_id}")[0] == 405
+    status, body = call(standby, "GET", f"/api/schedule/a/s/runs/{run_id}", query={"x": "1"})
+    assert status == 400 and body["details"][0]["field"] == "x"
+
+
+def test_a_skipped_run_of_a_removed_schedule_is_still_found_by_an_admin(tmp_path: Path) -> None:
+    clock = FakeClock(T0)
+    jobs = Jobs()
+    leader = build(tmp_path, clock, jobs)
+    leader.add_schedule("a", "later", Schedule.interval("1h", start_at="2099-01-01"), persist=True)
+    standby = build(tmp_path, clock, jobs)
+    leader.start()
+    standby.start()
+    try:
+        status, body = call(standby, "POST", "/api/schedule/a/later/run")
+        assert status == 202
+        leader.remove_schedule("a", "later")
+        drive(leader, clock, lambda: not leader.store.trigger_requests())
+        path = f"/api/schedule/a/later/runs/{body['run_id']}"
+        status, run = call(standby, "GET", path)
+        assert (status, run["status"]) == (200, "skipped")
+        assert run["error"].startswith("removed:")
+        assert call(standby, "GET", path, owner="someone")[0] == 404
+    finally:
+        standby.stop(timeout=10)
+        leader.stop(timeout=10)
+
+
+def test_a_request_whose_run_was_cut_short_by_a_crash_has_one_record_under_its_id(
+    tmp_path: Path,
+) -> None:
+    """The state shows the schedule running (the group commit went out) and the request is
+    marked started: restart recovery records the interrupted run under the request's id, once
+    (it used to add a second record under an id of its own)."""
+    store = YamlStateStore(tmp_path)
+    run_id = store.request_trigger("a", "s")
+    store.mark_trigger_started(run_id, T0)
+    store.update_schedule_state("a", "s", status="running", last_run_at=T0)
+    store.close()
+    clock = FakeClock(T0)
+    jobs = Jobs()
+    leader = build(tmp_path, clock, jobs)
+    leader.start()
+    try:
+        drive(leader, clock, lambda: not leader.store.trigger_requests())
+        assert jobs.run_ids == []
+        records = leader.history("a", "s")
+        assert [(r.run_id, r.status) for r in records] == [(run_id, RunStatus.INTERRUPTED)]
+    finally:
+        leader.stop(timeout=10)
+
+
+def test_an_ad_hoc_request_runs_the_agents_job_under_its_id(pair: Pair) -> None:
+    leader, standby, jobs, clock = pair
+    run_id = standby.trigger("a").run_id
+    assert statuses(standby, "manual") == {run_id: RunStatus.QUEUED}
+    drive(leader, clock, lambda: not leader.store.trigger_requests())
+    assert jobs.run_ids == [run_id]
+    assert statuses(standby, "manual") == {run_id: RunStatus.SUCCESS}
+
+
+# -- CLI ----------------------------------------------------------------------------------------
+def test_the_cli_prints_the_run_id_and_history_follows_it(
+    pair: Pair, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    leader, _, jobs, clock = pair
+    leader.store.flush()  # the group commit that writes the schedules the CLI reads
+    assert main(["trigger", "a/s", "--state-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("queued a run of a/s as run ")
+    run_id = out.split(" as run ")[1].split()[0]
+    assert main(["history", "a/s", "--state-dir", str(tmp_path), "--json"]) == 0
+    (queued,) = json.loads(capsys.readouterr().out)
+    assert (queued["run_id"], queued["status"]) == (run_id, "queued")
+    assert main(["history", "--state-dir", str(tmp_path)]) == 0  # the fleet's: queued first
+    assert run_id in capsys.readouterr().out
+    drive(leader, clock, lambda: not leader.store.trigger_requests())
+    assert jobs.run_ids == [run_id]
+    assert main(["history", "a/s", "--state-dir", str(tmp_path), "--json"]) == 0
+    (done,) = json.loads(capsys.readouterr().out)
+    assert (done["run_id"], done["status"]) == (run_id, "success")
