@@ -44,9 +44,9 @@ from herdsched.errors import (
     SchedulerError,
     SchedulerShutdownError,
 )
-from herdsched.leader import read_leader_info
 from herdsched.models import RunRecord, Schedule, ScheduleState, Status
 from herdsched.scheduler import describe_cadence
+from herdsched.store.leases import read_leader_info
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.timestamps import format_timestamp, parse_timestamp, resolve_timezone
 from herdsched.timestamps import system_timezone as _system_timezone
