@@ -189,7 +189,7 @@ class Leadership:
                 len(core.running),
             )
             core.emit(ev.StateErrorOccurred(at=core.clock.now(), error=str(exc)))
-        self._give_back(lease)
+            self._give_back(lease)  # under the lock: never after a new lease was taken
         core.wake.set()
 
     def release(self) -> None:

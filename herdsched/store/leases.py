@@ -319,9 +319,11 @@ class LeaseFile:
 
     def release(self, lease: Lease) -> None:
         """Give ``lease`` up (when it is still the stored one), then drop the liveness lock."""
+        liveness = None
         with self._mutex:
-            liveness, self._liveness, self._liveness_name = self._liveness, None, None
-            self._held = None
+            if self._held is not None and self._held.holder == lease.holder:
+                liveness, self._liveness, self._liveness_name = self._liveness, None, None
+                self._held = None  # not a newer lease this store took meanwhile
         try:
             with self._locked(shared=False, timeout=min(self._lock_timeout, _EXCLUSIVE_WAIT)):
                 stored, last_epoch, _ = self._read()
