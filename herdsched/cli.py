@@ -707,7 +707,9 @@ def _leader_text(info: dict[str, Any] | None, zone: tzinfo) -> str:
             when = f", since {_format_time(parse_timestamp(since), zone)}"
         except ValueError:
             when = f", since {since}"
-    return f"running (pid {info.get('pid', '?')} on {info.get('host', '?')}{when})"
+    epoch = f", lease epoch {info['epoch']}" if info.get("epoch") else ""
+    hung = " - NOT RENEWED: it hangs, a standby takes over" if info.get("expired") else ""
+    return f"running (pid {info.get('pid', '?')} on {info.get('host', '?')}{epoch}{when}){hung}"
 
 
 def _zone(args: argparse.Namespace) -> tzinfo:

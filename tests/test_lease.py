@@ -16,6 +16,7 @@ from scheduler_helpers import Recorder, wait_until
 
 from herdsched import Agent, Schedule, StateError, ThreadedScheduler
 from herdsched.errors import LeadershipLostError
+from herdsched.html import status_page
 from herdsched.models import RunRecord, RunStatus, TriggerType
 from herdsched.store.base import Lease, RunClaim, StateStore
 from herdsched.store.leases import read_leader_info
@@ -428,6 +429,20 @@ def test_a_store_without_the_lease_contract_gets_a_clear_error() -> None:
     class OldStore(MemoryStateStore):
         acquire_lease = None  # type: ignore[assignment]
 
-    with pytest.raises(TypeError, match="missing acquire_lease.*leader_lock=False"):
+    with pytest.raises(TypeError, match=r"missing acquire_lease.*leader_lock=False"):
         ThreadedScheduler(state_dir=None, store=OldStore())
     ThreadedScheduler(state_dir=None, store=OldStore(), leader_lock=False)
+
+
+def test_status_and_the_status_page_show_holder_epoch_and_since(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    job = Recorder()
+    sched = _leader_on(tmp_path, clock, job)
+    with sched:
+        leader = sched.get_status().leader
+        assert leader is not None
+        assert leader["epoch"] == 1 and leader["started_at"] == "2026-03-01T12:00:00.000Z"
+        assert leader["expired"] is False and leader["holder"].count(":") == 2
+        page = status_page(sched.get_status(), [], {}, api_base="/api")
+        assert "lease epoch 1 since 2026-03-01T12:00:00.000Z" in page
