@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 
 from herdsched.errors import LeadershipLostError
 from herdsched.store.base import Lease
+from herdsched.timestamps import format_timestamp
 
 __all__ = ["check_fence", "grant", "new_holder_id", "renewed"]
 
@@ -104,7 +105,7 @@ def check_fence(held: Lease | None, current: Lease | None, where: object) -> Non
     else:
         detail = (
             f"another scheduler (pid {current.pid} on {current.host}) holds it with epoch "
-            f"{current_epoch} since {current.acquired_at.isoformat()}"
+            f"{current_epoch} since {format_timestamp(current.acquired_at)}"
         )
     raise LeadershipLostError(
         f"Leadership lost on {where}: {detail}; nothing was written.",
