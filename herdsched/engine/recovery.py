@@ -111,7 +111,7 @@ class Leadership:
         started = core.clock.monotonic()
         try:
             lease = core.store.acquire_lease(new_holder_id(), self.ttl)
-        except StateError as exc:
+        except StateError as exc:  # a holder stopped in a fenced write, a store down: retry
             core.log.warning("Could not take the scheduler lease (retrying later): %s", exc)
             return False
         if lease is None:
@@ -167,7 +167,10 @@ class Leadership:
             )
             self._renew_at = asked_at + _RENEW_RETRY
             return True
-        self._hold(fresh, asked_at)
+        with core.lock:
+            if self.lease is not lease:  # stepped down meanwhile (a refused commit): stay down
+                return False
+            self._hold(fresh, asked_at)
         return True
 
     def step_down(self, exc: BaseException) -> None:
