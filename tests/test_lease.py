@@ -7,6 +7,7 @@ objects of this process (each on its own descriptor, as separate processes would
 from __future__ import annotations
 
 import logging
+import pickle
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from scheduler_helpers import Recorder, wait_until
 
+import herdsched
 from herdsched import Agent, Schedule, StateError, ThreadedScheduler
 from herdsched.errors import LeadershipLostError
 from herdsched.html import status_page
@@ -446,3 +448,10 @@ def test_status_and_the_status_page_show_holder_epoch_and_since(
         assert leader["expired"] is False and leader["holder"].count(":") == 2
         page = status_page(sched.get_status(), [], {}, api_base="/api")
         assert "lease epoch 1 since 2026-03-01T12:00:00.000Z" in page
+
+
+def test_leadership_lost_is_a_state_error_that_survives_pickling() -> None:
+    error = herdsched.LeadershipLostError("lost", held_epoch=1, current_epoch=2, path="/x")
+    assert isinstance(error, herdsched.StateError)
+    copy = pickle.loads(pickle.dumps(error))
+    assert (copy.held_epoch, copy.current_epoch, str(copy.path)) == (1, 2, "/x")
