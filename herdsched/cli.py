@@ -44,7 +44,6 @@ from herdsched.errors import (
     SchedulerError,
     SchedulerShutdownError,
 )
-from herdsched.leader import read_leader_info
 from herdsched.models import (
     RejectedDefinition,
     RunRecord,
@@ -54,6 +53,7 @@ from herdsched.models import (
     Status,
 )
 from herdsched.scheduler import describe_cadence
+from herdsched.store.leases import read_leader_info
 from herdsched.store.runs import history_with_requests
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.timestamps import format_timestamp, parse_timestamp, resolve_timezone
@@ -718,7 +718,9 @@ def _leader_text(info: dict[str, Any] | None, zone: tzinfo) -> str:
             when = f", since {_format_time(parse_timestamp(since), zone)}"
         except ValueError:
             when = f", since {since}"
-    return f"running (pid {info.get('pid', '?')} on {info.get('host', '?')}{when})"
+    epoch = f", lease epoch {info['epoch']}" if info.get("epoch") else ""
+    hung = " - NOT RENEWED: it hangs, a standby takes over" if info.get("expired") else ""
+    return f"running (pid {info.get('pid', '?')} on {info.get('host', '?')}{epoch}{when}){hung}"
 
 
 def _zone(args: argparse.Namespace) -> tzinfo:

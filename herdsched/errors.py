@@ -18,6 +18,7 @@ __all__ = [
     "CronParseError",
     "IntervalParseError",
     "InvalidScheduleError",
+    "LeadershipLostError",
     "LimitExceededError",
     "ScheduleNotFoundError",
     "ScheduleTriggerError",
@@ -227,3 +228,23 @@ class ConflictError(SchedulerError):
         super().__init__(message)
         self.agent = agent
         self.schedule = schedule
+
+
+class LeadershipLostError(StateError):
+    """This scheduler no longer holds the leadership lease: another one took over.
+
+    Raised by a store's fenced writes (claims, group commits, lease renewal) when the store's
+    current lease epoch is not ``held_epoch``, the one this scheduler was given; nothing was
+    written. ``current_epoch`` is the store's epoch (``None`` when nobody holds the lease).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        held_epoch: int | None = None,
+        current_epoch: int | None = None,
+        path: Path | str | None = None,
+    ) -> None:
+        super().__init__(message, path)
+        self.held_epoch = held_epoch
+        self.current_epoch = current_epoch

@@ -266,12 +266,28 @@ def _row(item: Mapping[str, Any], cells: Mapping[str, str], writable: bool) -> s
     )
 
 
+def _lease_text(info: Mapping[str, Any]) -> str:
+    """ " on host, lease epoch N since T" from a leader mapping (the parts it has)."""
+    text = f" on {escape(str(info['host']))}" if info.get("host") else ""
+    if info.get("epoch"):
+        text += f", lease epoch {escape(str(info['epoch']))}"
+    if info.get("started_at"):
+        text += f" since {escape(str(info['started_at']))}"
+    if info.get("expired"):
+        text += " (<b>not renewed</b>: a standby takes over)"
+    return text
+
+
 def _meta(status: SchedulerStatus, pid: int | None, timezone: tzinfo | None, note: str = "") -> str:
     leader = status.leader.get("pid") if status.leader else None
     meta = [f"scheduler <b>{escape(status.status)}</b>"]
     if pid is not None:
         meta.append(f"page served by pid {pid}")
-    meta.append(f"active scheduler: pid {escape(str(leader))}" if leader else "no active scheduler")
+    meta.append(
+        f"active scheduler: pid {escape(str(leader))}{_lease_text(status.leader)}"
+        if leader and status.leader
+        else "no active scheduler"
+    )
     meta.append(f"{status.active_jobs} job(s) running here")
     if timezone is not None:
         meta.append(f"times in your browser's zone (server: {escape(str(timezone))})")

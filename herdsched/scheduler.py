@@ -33,7 +33,7 @@ from herdsched.engine.committer import GroupCommitter
 from herdsched.engine.core import AD_HOC_SCHEDULE, EngineCore
 from herdsched.engine.dispatch import Dispatcher
 from herdsched.engine.executors import ExecutorFactory
-from herdsched.engine.recovery import Leadership
+from herdsched.engine.recovery import DEFAULT_LEASE_TTL, Leadership
 from herdsched.engine.reporting import schedule_status, search_statuses
 from herdsched.engine.settings import EngineSettings, resolve_poll_interval
 from herdsched.engine.syncing import OtherProcesses
@@ -44,7 +44,6 @@ from herdsched.errors import (
     ScheduleTriggerError,
 )
 from herdsched.html import status_table
-from herdsched.leader import LeaderLock
 from herdsched.models import (
     Agent,
     CatchUp,
@@ -128,6 +127,7 @@ class ThreadedScheduler:
         commit_delay: float = 0.5,
         lock_timeout: float = 10.0,
         executor_factory: ExecutorFactory | None = None,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
     ) -> None:
         self.settings = EngineSettings(
             timezone=timezone,
@@ -161,19 +161,18 @@ class ThreadedScheduler:
             notifier=notifier,
             executor_factory=executor_factory,
         )
-        self._wire(leader_lock)
+        self._wire(leader_lock, lease_ttl)
         self._started_at: datetime | None = None
         _schedulers.add(self)
         for agent in agents:
             self.add_agent(agent)
 
-    def _wire(self, leader_lock: bool) -> None:
+    def _wire(self, leader_lock: bool, lease_ttl: float) -> None:
         """Build the engine's parts around the core: dispatch, commits, leadership, the timer."""
         self._codec = registry.DefinitionCodec(schedule_to_mapping, schedule_from_mapping)
         self._dispatch = Dispatcher(self._core)
         self._commits = GroupCommitter(self._core)
-        lock = LeaderLock(self.state_dir) if leader_lock and self.state_dir is not None else None
-        self._leadership = Leadership(self._core, lock)
+        self._leadership = Leadership(self._core, enabled=leader_lock, ttl=lease_ttl)
         self._others = OtherProcesses(self._core, self._codec, self._dispatch)
         self._changes = Changes(self._core, self._codec)
         self._timer = Timer(
@@ -182,7 +181,7 @@ class ThreadedScheduler:
 
     def _default_store(self, max_run_history: int) -> StateStore:
         if self.state_dir is None:
-            return MemoryStateStore(max_run_history=max_run_history)
+            return MemoryStateStore(max_run_history=max_run_history, clock=self.clock)
         return YamlStateStore(
             self.state_dir,
             lock_timeout=self.settings.lock_timeout,
@@ -251,7 +250,7 @@ class ThreadedScheduler:
         state directory cannot be created or written.
         """
         core = self._core
-        if self.state_dir is not None and self._leadership.lock is not None:
+        if self.state_dir is not None and self._leadership.enabled:
             handover.hand_over(self.state_dir, self, self._timer.lead_soon)
         with core.lock:
             if core.status in ("running", "standby"):

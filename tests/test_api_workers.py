@@ -186,7 +186,9 @@ def test_pause_lands_while_the_leader_has_unflushed_transitions(tmp_path: Path) 
     the poll must still see the change."""
     recorder = Recorder()
     clock = FakeClock(datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc))
-    leader = ThreadedScheduler(state_dir=tmp_path, clock=clock, poll_interval=1.0)
+    # its lease is stamped on the fake clock and read by the standby on the real one: a ttl
+    # that outlasts the difference keeps the standby from taking it over
+    leader = ThreadedScheduler(state_dir=tmp_path, clock=clock, poll_interval=1.0, lease_ttl=1e9)
     leader.add_agent(
         Agent("triage", job=recorder.job, schedules={"check": Schedule.cron("0 9 * * *")})
     )

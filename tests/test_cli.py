@@ -14,7 +14,6 @@ import pytest
 
 from herdsched import __version__, cli
 from herdsched.cli import main
-from herdsched.leader import LeaderLock
 from herdsched.models import RunRecord, ScheduleState
 from herdsched.store.yaml_store import YamlStateStore
 
@@ -331,18 +330,20 @@ def test_status_table(capsys: pytest.CaptureFixture[str], state_dir: Path) -> No
 
 
 def test_status_json_and_leader(capsys: pytest.CaptureFixture[str], state_dir: Path) -> None:
-    lock = LeaderLock(state_dir)
-    assert lock.try_acquire()
+    leader = YamlStateStore(state_dir)
+    assert leader.acquire_lease("leader", 30) is not None
     try:
         code, out, _ = run_cli(capsys, "status", "--state-dir", str(state_dir), "--json")
         code_table, table, _ = run_cli(capsys, "status", "--state-dir", str(state_dir))
     finally:
-        lock.release()
+        leader.close()
     assert code == 0 and code_table == 0
     data = json.loads(out)
     assert data["scheduler"] == "running"
     assert data["leader"]["pid"] > 0
+    assert data["leader"]["epoch"] == 1 and data["leader"]["holder"] == "leader"
     assert f"running (pid {data['leader']['pid']}" in table
+    assert "lease epoch 1, since" in table
     rows = {(row["agent"], row["schedule"]): row for row in data["schedules"]}
     assert set(rows) == {
         ("ops", "poke"),
@@ -508,12 +509,12 @@ def test_trigger_queues_a_request(capsys: pytest.CaptureFixture[str], state_dir:
 def test_trigger_with_a_scheduler_running_says_nothing_on_stderr(
     capsys: pytest.CaptureFixture[str], state_dir: Path
 ) -> None:
-    lock = LeaderLock(state_dir)
-    assert lock.try_acquire()
+    leader = YamlStateStore(state_dir)
+    assert leader.acquire_lease("leader", 30) is not None
     try:
         code, _, err = run_cli(capsys, "trigger", "triage/check", "--state-dir", str(state_dir))
     finally:
-        lock.release()
+        leader.close()
     assert code == 0 and err == ""
 
 

@@ -30,7 +30,7 @@ import pytest
 from herdsched import ThreadedScheduler
 from herdsched import contrib as embedding
 from herdsched.contrib import EmbeddedScheduler, UwsgiThreadsError, check_server
-from herdsched.leader import read_leader_info
+from herdsched.store.leases import read_leader_info
 
 APPS = Path(__file__).parent / "apps"
 WORKERS = 4

@@ -1,4 +1,4 @@
-"""The leader lock: one active scheduler per state directory, across threads, forks, processes."""
+"""The lease: one active scheduler per state directory, across threads, forks, processes."""
 
 from __future__ import annotations
 
@@ -8,52 +8,69 @@ from pathlib import Path
 import pytest
 
 from herdsched import Agent, Schedule, ThreadedScheduler
-from herdsched.leader import LeaderLock, read_leader_info
+from herdsched.errors import LeadershipLostError
+from herdsched.store.base import RunClaim
+from herdsched.store.leases import read_leader_info
+from herdsched.store.yaml_store import YamlStateStore
 from herdsched.testing import as_separate_processes
 
 
 def test_one_holder_at_a_time_and_the_holder_is_recorded(tmp_path: Path) -> None:
-    first, second = LeaderLock(tmp_path), LeaderLock(tmp_path)
-    assert first.try_acquire()
-    assert first.try_acquire()  # idempotent for the holder
-    assert not second.try_acquire()
+    first, second = YamlStateStore(tmp_path), YamlStateStore(tmp_path)
+    lease = first.acquire_lease("first", 30)
+    assert lease is not None
+    assert first.acquire_lease("first", 30) == first.current_lease()  # the holder renews
+    assert second.acquire_lease("second", 30) is None
     info = read_leader_info(tmp_path)
-    assert info is not None and info["pid"] == os.getpid()
-    assert second.holder() == info
-    first.release()
-    first.release()
+    assert info is not None and info["pid"] == os.getpid() and info["epoch"] == 1
+    current = second.current_lease()
+    assert current is not None and current.holder == "first"
+    first.release_lease(lease)
+    first.release_lease(lease)
     assert read_leader_info(tmp_path) is None
-    assert second.try_acquire()
-    second.release()
+    taken = second.acquire_lease("second", 30)
+    assert taken is not None and taken.epoch == 2
+    second.close()  # closing a store gives its lease up
+    assert read_leader_info(tmp_path) is None
+    first.close()
 
 
-def test_stale_content_without_a_holder_is_not_reported(tmp_path: Path) -> None:
-    (tmp_path / "scheduler.lock").write_text('{"pid": 999999, "host": "gone"}')
+def test_a_record_without_a_live_holder_is_not_reported(tmp_path: Path) -> None:
+    store = YamlStateStore(tmp_path)
+    assert store.acquire_lease("gone", 30) is not None
+    store._leases._liveness.release()  # type: ignore[union-attr]  # as the kernel does at kill -9
     assert read_leader_info(tmp_path) is None
-    (tmp_path / "scheduler.lock").write_text("not json")
+    (tmp_path / "lease.json").write_text("not json")
     assert read_leader_info(tmp_path) is None
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
-def test_a_forked_child_does_not_believe_it_holds_the_lock(tmp_path: Path) -> None:
-    lock = LeaderLock(tmp_path)
-    assert lock.try_acquire()
+def test_a_forked_child_does_not_believe_it_holds_the_lease(tmp_path: Path) -> None:
+    store = YamlStateStore(tmp_path)
+    lease = store.acquire_lease("parent", 30)
+    assert lease is not None
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the child
         os.close(read_end)
-        verdict = b"held" if lock.held else b"free"
+        verdict = b"held" if store._leases.held is not None else b"free"
+        try:
+            store.claim_runs([RunClaim("a", "s", "child", lease.acquired_at)])
+            verdict += b" claimed"
+        except LeadershipLostError:
+            verdict += b" refused"
         os.write(write_end, verdict)
         os._exit(0)
     os.close(write_end)
-    verdict = os.read(read_end, 10)
+    verdict = os.read(read_end, 30)
     os.close(read_end)
     os.waitpid(pid, 0)
-    assert verdict == b"free"
-    # The child's exit must not have released the parent's lock.
-    assert lock.held
-    assert not LeaderLock(tmp_path).try_acquire()
-    lock.release()
+    assert verdict == b"free refused"
+    # The child's exit must not have released the parent's liveness lock.
+    assert read_leader_info(tmp_path) is not None
+    assert YamlStateStore(tmp_path).acquire_lease("other", 30) is None
+    store.release_lease(lease)
+    store.close()
 
 
 def test_second_scheduler_in_one_process_stands_by_and_takes_over(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from test_gunicorn import _no_control_socket, free_port, get_json, wait_for
 
-from herdsched.leader import read_leader_info
+from herdsched.store.leases import read_leader_info
 
 pytestmark = [
     pytest.mark.slow,

@@ -16,7 +16,7 @@ import pytest
 from scheduler_helpers import wait_until
 
 from herdsched import Agent, RunStatus, Schedule, Status, ThreadedScheduler
-from herdsched.leader import read_leader_info
+from herdsched.store.leases import read_leader_info
 from herdsched.store.yaml_store import YamlStateStore
 
 pytestmark = pytest.mark.slow

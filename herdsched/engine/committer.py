@@ -5,7 +5,9 @@ record. Writing ``state.yaml`` for each would cost a file rewrite per transition
 store keeps them pending and :meth:`GroupCommitter.commit` writes them all at once. The timer
 plans the commit like any other deadline (the store's :meth:`flush_deadline`) and hands it to
 the ``herdsched-flusher`` thread, so a slow disk never delays dispatching. A failed commit is
-retried a second later; ``stop()`` always commits last.
+retried a second later; ``stop()`` always commits last. A commit refused because another
+scheduler took the lease over (:class:`~herdsched.errors.LeadershipLostError`: the store wrote
+nothing and dropped the work) is not retried: this scheduler steps down instead.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import threading
 
 from herdsched.engine.core import EngineCore
+from herdsched.errors import LeadershipLostError
 
 __all__ = ["GroupCommitter"]
 
@@ -63,6 +66,9 @@ class GroupCommitter:
         try:
             self.core.store.flush()
             self._retry_at = None
+        except LeadershipLostError as exc:  # the store dropped the work: nothing to retry
+            self._retry_at = None
+            self.core.state_error(exc)  # steps down
         except Exception as exc:
             self._retry_at = self.core.clock.monotonic() + _RETRY_SECONDS
             self.core.state_error(exc)

@@ -29,7 +29,7 @@ from herdsched.engine.executors import AgentExecutors, ExecutorFactory
 from herdsched.engine.listeners import Listeners
 from herdsched.engine.planning import Entry, Plan
 from herdsched.engine.settings import EngineSettings
-from herdsched.errors import AgentNotFoundError, ScheduleNotFoundError
+from herdsched.errors import AgentNotFoundError, LeadershipLostError, ScheduleNotFoundError
 from herdsched.models import (
     Agent,
     JobFunc,
@@ -91,6 +91,8 @@ class EngineCore:
         self.trigger_count = 0
         # when the sleeping timer thread wakes next (wall, monotonic); None while a pass runs
         self.planned_wake: tuple[datetime, float] | None = None
+        # what a store refusing a write for a lost lease calls (set by the leadership)
+        self.leadership_lost: Callable[[BaseException], None] | None = None
 
     @property
     def entries(self) -> dict[tuple[str, str], Entry]:
@@ -207,6 +209,9 @@ class EngineCore:
             return None
 
     def state_error(self, exc: BaseException, entry: Entry | None = None) -> None:
+        if isinstance(exc, LeadershipLostError) and self.leadership_lost is not None:
+            self.leadership_lost(exc)  # logs and announces it as what it is
+            return
         self.log.error("The state store failed: %s", exc)
         self.emit(
             ev.StateErrorOccurred(

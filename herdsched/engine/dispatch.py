@@ -27,7 +27,7 @@ from herdsched.engine.listeners import call_safely
 from herdsched.engine.outcomes import Transition, next_after_run, transition_for
 from herdsched.engine.planning import Entry
 from herdsched.engine.unclaimed import abandon_unclaimed
-from herdsched.errors import ScheduleTriggerError
+from herdsched.errors import LeadershipLostError, ScheduleTriggerError
 from herdsched.models import RunRecord, RunStatus, SkipReason, Status, TriggerType
 from herdsched.notify import Notification, notification_message
 from herdsched.runner import Run, RunOutcome, execute_run, new_run_id
@@ -153,6 +153,14 @@ class Dispatcher:
         ]
         try:
             core.store.claim_runs(claims)
+        except LeadershipLostError as exc:  # another scheduler leads: run nothing, write nothing
+            with core.lock:
+                for run in runs:
+                    run.finalized = True
+                    self._release(run)
+                    run.done.set()
+            core.state_error(exc)  # steps down
+            return
         except Exception as exc:  # fail closed: no job starts without its durable claim
             abandon_unclaimed(core, runs, exc, self._release)
             return

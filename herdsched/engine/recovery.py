@@ -1,44 +1,99 @@
-"""Recovery and leadership: becoming the active scheduler, and planning from persisted state.
+"""Recovery and leadership: holding the store's lease, and planning from persisted state.
 
-One scheduler per state directory is active (the leader lock, :mod:`herdsched.leader`); the
-others stand by and try again every few seconds. The one that takes over first recovers: a run
-its predecessor left ``running`` (or claimed durably without finishing) becomes an
-``interrupted`` record and is not run again (at most once per slot); a schedule that missed
-slots while nothing ran fires once or waits, by its ``catch_up`` policy.
+One scheduler per store is active: the one holding the store's leadership lease
+(:meth:`~herdsched.store.base.StateStore.acquire_lease`); the others stand by and try again every
+few seconds. The leader renews the lease on the timer's heartbeat, every third of ``lease_ttl``;
+when a renewal is refused (another scheduler took over) or has not succeeded by its own
+monotonic deadline (``lease_ttl`` after the last good one), it steps down by itself: it
+dispatches nothing more, its running jobs finish unrecorded, and it stands by. The store fences
+every claim and group commit by the lease's epoch, so a leader that wakes after losing its lease
+cannot run or write anything whatever its clocks say.
+
+The one that takes over recovers first: a run its predecessor left ``running`` (or claimed
+durably without finishing) becomes an ``interrupted`` record and is not run again (at most once
+per slot); a schedule that missed slots while nothing ran fires once or waits, by its
+``catch_up`` policy.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from attrs import evolve
 
+import herdsched.events as ev
 from herdsched.engine.core import EngineCore, timer_trigger_type
 from herdsched.engine.planning import Entry, due_after_downtime, fresh_due
-from herdsched.leader import LeaderLock
+from herdsched.errors import LeadershipLostError, StateError
 from herdsched.models import RunRecord, RunStatus, Status, TriggerType
 from herdsched.runner import new_run_id
-from herdsched.store.base import RunClaim
+from herdsched.store.base import Lease, RunClaim, StateStore, check_ttl
+from herdsched.store.lease_rules import new_holder_id
 
-__all__ = ["Leadership", "plan_catch_up", "plan_from_state", "replan_after_jump"]
+__all__ = [
+    "DEFAULT_LEASE_TTL",
+    "Leadership",
+    "plan_catch_up",
+    "plan_from_state",
+    "replan_after_jump",
+]
+
+#: Seconds a lease lasts without renewal. Renewed every ttl/3 (10 s), a leader survives two
+#: missed heartbeats (a slow disk, a long pass) before anyone may take over, and a hung leader
+#: is replaced within about 30 s; a dead one (``kill -9``) is replaced at a standby's next try.
+DEFAULT_LEASE_TTL = 30.0
+#: How soon a failed renewal is tried again (before the deadline makes the leader step down).
+_RENEW_RETRY = 1.0
+_LEASE_METHODS = ("acquire_lease", "renew_lease", "release_lease", "current_lease")
+
+
+def check_lease_support(store: StateStore) -> None:
+    """A clear error for a store that predates the lease contract (``leader_lock=False``
+    runs one without leadership)."""
+    missing = [name for name in _LEASE_METHODS if not callable(getattr(store, name, None))]
+    if missing:
+        raise TypeError(
+            f"the store {store!r} does not implement the leadership lease of the StateStore "
+            f"contract (missing {', '.join(missing)}); implement it, or pass "
+            "leader_lock=False to run a single scheduler on it without leadership"
+        )
 
 
 class Leadership:
-    """Takes the leader lock when it is free, and recovers before leading."""
+    """Takes the store's lease (recovering before leading), renews it, and steps down."""
 
-    def __init__(self, core: EngineCore, lock: LeaderLock | None) -> None:
+    def __init__(self, core: EngineCore, *, enabled: bool, ttl: float = DEFAULT_LEASE_TTL) -> None:
         self.core = core
-        self.lock = lock
+        self.enabled = enabled
+        self.ttl = check_ttl(ttl)
+        if enabled:
+            check_lease_support(core.store)
+        self.lease: Lease | None = None
+        self._deadline = 0.0  # monotonic: leading is known safe until then
+        self._renew_at = 0.0  # monotonic: the next heartbeat
+        core.leadership_lost = self.step_down
 
-    def holder(self) -> dict[str, object] | None:
-        """Who holds the leader lock (pid, host, since), as far as it can be read."""
-        return self.lock.holder() if self.lock is not None else None
+    def holder(self) -> dict[str, Any] | None:
+        """Who holds the lease: holder, epoch, pid, host, since (``started_at``), expiry."""
+        if not self.enabled:
+            return None
+        try:
+            lease = self.core.store.current_lease()
+        except Exception as exc:  # a status display never fails on the store
+            self.core.log.warning("Could not read the scheduler lease: %s", exc)
+            return None
+        return lease.describe(self.core.clock.now()) if lease is not None else None
 
     def try_lead(self) -> bool:
-        """Become the active scheduler if the lock is free, recovering first (caller holds the
-        engine lock). A failed recovery gives the lock back and raises."""
+        """Become the active scheduler if the lease can be had, recovering first (caller holds
+        the engine lock). A failed recovery gives the lease back and raises.
+
+        Not while runs dispatched under an earlier, lost lease still run: their outcomes must
+        not be written under a new one.
+        """
         core = self.core
-        if self.lock is not None and not self.lock.try_acquire():
+        if self.enabled and not self._acquire():
             return False
         previous, core.status = core.status, "running"  # recovery plans as the leader
         try:
@@ -49,9 +104,108 @@ class Leadership:
             raise
         return True
 
+    def _acquire(self) -> bool:
+        core = self.core
+        if core.running:
+            return False
+        started = core.clock.monotonic()
+        try:
+            lease = core.store.acquire_lease(new_holder_id(), self.ttl)
+        except StateError as exc:  # a holder stopped in a fenced write, a store down: retry
+            core.log.warning("Could not take the scheduler lease (retrying later): %s", exc)
+            return False
+        if lease is None:
+            return False
+        self._hold(lease, started)
+        core.log.info(
+            "This scheduler holds the lease (epoch %d, renewed every %.3g s, lapses after %.3g s).",
+            lease.epoch,
+            self.ttl / 3,
+            self.ttl,
+        )
+        return True
+
+    def _hold(self, lease: Lease, asked_at: float) -> None:
+        """Keep ``lease``, granted by a request made at monotonic ``asked_at``."""
+        self.lease = lease
+        self._deadline = asked_at + self.ttl
+        self._renew_at = asked_at + self.ttl / 3
+
+    def next_heartbeat(self) -> float | None:
+        """Monotonic time of the next renewal, ``None`` when there is nothing to renew."""
+        return self._renew_at if self.lease is not None and self.core.leading else None
+
+    def heartbeat(self) -> bool:
+        """Renew the lease when due (timer thread); ``False`` once this scheduler stepped down.
+
+        A refused renewal (another holder) steps down at once; a failed one (the store is
+        unreachable) is retried until the monotonic deadline, then steps down too.
+        """
+        lease = self.lease
+        if lease is None:
+            return True
+        core = self.core
+        asked_at = core.clock.monotonic()
+        if asked_at < self._renew_at:
+            return True
+        try:
+            fresh = core.store.renew_lease(lease, self.ttl)
+        except LeadershipLostError as exc:
+            self.step_down(exc)
+            return False
+        except Exception as exc:
+            if asked_at >= self._deadline:
+                reason = f"the lease could not be renewed within lease_ttl={self.ttl:g} s ({exc})"
+                self.step_down(StateError(reason, cause=exc))
+                return False
+            core.log.warning(
+                "Could not renew the scheduler lease (%s); retrying in %.3g s. Unless a renewal "
+                "succeeds within %.3g s this scheduler stops dispatching.",
+                exc,
+                _RENEW_RETRY,
+                self._deadline - asked_at,
+            )
+            self._renew_at = asked_at + _RENEW_RETRY
+            return True
+        with core.lock:
+            if self.lease is not lease:  # stepped down meanwhile (a refused commit): stay down
+                return False
+            self._hold(fresh, asked_at)
+        return True
+
+    def step_down(self, exc: BaseException) -> None:
+        """Stop leading after losing the lease (or failing to renew it in time): dispatch
+        nothing more, let running jobs finish unrecorded, stand by and try again later."""
+        core = self.core
+        with core.lock:
+            lease, self.lease = self.lease, None
+            if lease is None or core.status != "running":
+                return
+            core.status = "standby"
+            core.log.error(
+                "This scheduler lost the lead of %s (epoch %d): %s. It dispatches nothing more; "
+                "%d running job(s) may finish but their outcomes are not recorded; it stands by "
+                "and tries to lead again.",
+                core.store,
+                lease.epoch,
+                str(exc).rstrip("."),
+                len(core.running),
+            )
+            core.emit(ev.StateErrorOccurred(at=core.clock.now(), error=str(exc)))
+            self._give_back(lease)  # under the lock: never after a new lease was taken
+        core.wake.set()
+
     def release(self) -> None:
-        if self.lock is not None:
-            self.lock.release()
+        """Give the lease up (at ``stop()``) so a standby takes over at once."""
+        lease, self.lease = self.lease, None
+        if lease is not None:
+            self._give_back(lease)
+
+    def _give_back(self, lease: Lease) -> None:
+        try:
+            self.core.store.release_lease(lease)
+        except Exception as exc:  # the liveness lock is gone anyway: standbys see a free lease
+            self.core.log.warning("Could not record the release of the scheduler lease: %s", exc)
 
 
 def recover_all(core: EngineCore) -> None:

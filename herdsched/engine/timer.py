@@ -2,7 +2,8 @@
 
 It sleeps on the core's wake event for ``min(time until the next due time, max_sleep)``, or less
 when a timeout, a group commit or a poll of other processes comes first, and wakes early on any
-change, a finished job or ``stop()``. Each pass notices clock jumps, polls other processes, expires
+change, a finished job or ``stop()``. Each pass notices clock jumps, renews the leadership lease
+when its heartbeat is due (stepping down when that fails), polls other processes, expires
 timeouts, fires what is due and plans the group commit; a standby only tries to take the lead.
 The thread never dies: a failed pass is logged and retried a second later.
 """
@@ -96,6 +97,8 @@ class Timer:
             return self._standby_pass(mono)
         if not core.leading:
             return self.core.settings.max_sleep
+        if not self.leadership.heartbeat():  # stepped down: dispatch nothing
+            return 0.0
         poll = self.core.settings.poll_interval
         if poll is not None and mono >= self._next_poll:
             self._next_poll = mono + poll
@@ -107,7 +110,7 @@ class Timer:
         return self._sleep_for(plan=timer_thread)
 
     def _standby_pass(self, mono: float) -> float:
-        retry = min(self.core.settings.max_sleep, _STANDBY_RETRY)
+        retry = min(self.core.settings.max_sleep, _STANDBY_RETRY, self.leadership.ttl / 3)
         core = self.core
         if mono >= self._next_leader_try:
             self._next_leader_try = mono + retry
@@ -135,6 +138,7 @@ class Timer:
                 self.dispatch.next_deadline(),
                 self.commits.deadline(),
                 self._next_poll if self.core.settings.poll_interval is not None else None,
+                self.leadership.next_heartbeat(),
             ):
                 if deadline is not None:
                     candidates.append(deadline - mono)

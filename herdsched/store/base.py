@@ -16,6 +16,18 @@ A transition never takes a schedule out of a user-intent status: when the stored
 
 Stores never start threads and never know about the scheduler; they only guard their own data
 with locks.
+
+**Leadership is a lease the store hands out** (:meth:`StateStore.acquire_lease`). Its expiry is
+measured on the store's clock (the YAML store: the host's wall clock; a database store: the
+server's), and its ``epoch`` grows by one every time the lease changes hands. Once a store has
+handed a lease to its scheduler it **fences** that scheduler's run writes by the epoch: every
+:meth:`StateStore.claim_runs` and every :meth:`StateStore.flush` checks, in the same locked section
+(or transaction) that writes, that the store's current epoch is still the one it handed out, and
+otherwise raises :class:`~herdsched.errors.LeadershipLostError` and writes nothing (its pending
+transitions and records are dropped: they belong to a lease that is gone). User-intent writes are
+never fenced. Safety never depends on clocks: a takeover always raises the epoch, and a stale
+leader's next claim or commit is refused whatever its clock says. One store object serves one
+scheduler.
 """
 
 from __future__ import annotations
@@ -27,12 +39,15 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from herdsched.models import RejectedDefinition, RunRecord, ScheduleState
+from herdsched.timestamps import format_timestamp
 
 __all__ = [
     "USER_INTENT_STATUSES",
+    "Lease",
     "RunClaim",
     "StateStore",
     "TriggerRequest",
+    "check_ttl",
     "newest_first",
 ]
 
@@ -85,6 +100,65 @@ class RunClaim:
     slot: datetime | None = None
 
 
+def _aware(instance: object, attribute: attrs.Attribute[datetime], value: datetime) -> None:
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise ValueError(f"Lease.{attribute.name} must be an aware datetime, got {value!r}")
+
+
+def _non_empty(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"Lease.{attribute.name} must be a non-empty string, got {value!r}")
+
+
+def _positive_epoch(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"Lease.epoch must be a positive integer, got {value!r}")
+
+
+@attrs.frozen
+class Lease:
+    """The leadership lease as a store hands it out (times on the store's clock, aware UTC).
+
+    ``holder`` names one acquisition (host, pid and a random part), ``epoch`` grows with every
+    change of holder, ``acquired_at`` is when this holder took it ("leader since"),
+    ``expires_at`` when it lapses unless renewed.
+    """
+
+    holder: str = attrs.field(validator=_non_empty)
+    epoch: int = attrs.field(validator=_positive_epoch)
+    acquired_at: datetime = attrs.field(validator=_aware)
+    renewed_at: datetime = attrs.field(validator=_aware)
+    expires_at: datetime = attrs.field(validator=_aware)
+    pid: int | None = None
+    host: str | None = None
+
+    def expired(self, now: datetime) -> bool:
+        """Whether the lease lapsed at ``now`` (a standby may take it over)."""
+        return now >= self.expires_at
+
+    def describe(self, now: datetime | None = None) -> dict[str, Any]:
+        """The lease as plain JSON-ready data: what ``status`` and the CLI show as "leader"."""
+        info: dict[str, Any] = {
+            "holder": self.holder,
+            "epoch": self.epoch,
+            "pid": self.pid,
+            "host": self.host,
+            "started_at": format_timestamp(self.acquired_at),
+            "renewed_at": format_timestamp(self.renewed_at),
+            "expires_at": format_timestamp(self.expires_at),
+        }
+        if now is not None:
+            info["expired"] = self.expired(now)
+        return info
+
+
+def check_ttl(ttl: float) -> float:
+    """``ttl`` as float seconds; a clear ``ValueError`` unless it is a positive number."""
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0:
+        raise ValueError(f"lease_ttl must be a positive number of seconds, got {ttl!r}")
+    return float(ttl)
+
+
 @runtime_checkable
 class StateStore(Protocol):
     """Where schedule state, run history, run-time definitions and trigger requests live."""
@@ -109,7 +183,8 @@ class StateStore(Protocol):
         """Forget a schedule's state (durable when it returns); its history stays."""
 
     def flush(self) -> None:
-        """Make every pending transition and run record durable now."""
+        """Make every pending transition and run record durable now (fenced by the lease
+        epoch once the store handed out a lease: ``LeadershipLostError``)."""
 
     def flush_deadline(self) -> float | None:
         """Monotonic time by which :meth:`flush` should run, ``None`` when nothing is pending."""
@@ -122,7 +197,10 @@ class StateStore(Protocol):
         """
 
     def claim_runs(self, claims: Sequence[RunClaim]) -> None:
-        """Make ``claims`` durable now, cheaply (their transitions follow with the next flush)."""
+        """Make ``claims`` durable now, cheaply (their transitions follow with the next flush).
+
+        Fenced by the lease epoch once the store handed out a lease: ``LeadershipLostError``
+        and nothing written when another holder took the lease over."""
 
     def load_claims(self) -> list[RunClaim]:
         """Durable claims not yet covered by a flush (read by restart recovery).
@@ -195,6 +273,35 @@ class StateStore(Protocol):
     def settle_trigger_request(self, run_id: str) -> None:
         """Remove request ``run_id`` once its run's record is durable in the history (no error
         when it is gone already); durable when it returns."""
+
+    # -- leadership lease (see the module docstring) ----------------------------------------
+    def acquire_lease(self, holder: str, ttl: float) -> Lease | None:
+        """Hand the lease to ``holder`` for ``ttl`` seconds, or return ``None`` when another
+        live holder has it.
+
+        The lease is free when nobody took it, its holder released it, its holder is known to be
+        dead (the store decides how: a free file lock, a closed database session), or it was not
+        renewed within its ttl (a hung holder). Taking it raises the epoch by one. From then on
+        this store fences its claims and group commits by the new epoch.
+        """
+
+    def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        """Extend ``lease`` to ``ttl`` seconds from now (store's clock) and return it.
+
+        Raises :class:`~herdsched.errors.LeadershipLostError` when the store's current lease is
+        not this one any more (another holder took over), and another
+        :class:`~herdsched.errors.StateError` when the store cannot be reached.
+        """
+
+    def release_lease(self, lease: Lease) -> None:
+        """Give ``lease`` up so a standby may take over at once; forgets it here in any case.
+
+        Does nothing to the stored lease when another holder has it by now.
+        """
+
+    def current_lease(self) -> Lease | None:
+        """The lease as stored, ``None`` when nobody holds one (released, or its holder is
+        known to be dead). An expired lease of a live holder is returned (``expired``)."""
 
     # -- lifecycle ------------------------------------------------------------------------
     def close(self) -> None:

@@ -14,10 +14,19 @@ from typing import Any
 
 from attrs import evolve
 
+from herdsched.clock import Clock, SystemClock
 from herdsched.models import RejectedDefinition, RunRecord, ScheduleState
 from herdsched.runner import new_run_id
-from herdsched.store.base import USER_INTENT_STATUSES, RunClaim, TriggerRequest, newest_first
+from herdsched.store.base import (
+    USER_INTENT_STATUSES,
+    Lease,
+    RunClaim,
+    TriggerRequest,
+    check_ttl,
+    newest_first,
+)
 from herdsched.store.definitions import check_preconditions
+from herdsched.store.lease_rules import check_fence, grant, renewed
 
 __all__ = ["MemoryStateStore"]
 
@@ -25,7 +34,7 @@ __all__ = ["MemoryStateStore"]
 class MemoryStateStore:
     """In-memory :class:`~herdsched.store.base.StateStore` (every write is "durable" at once)."""
 
-    def __init__(self, *, max_run_history: int = 20) -> None:
+    def __init__(self, *, max_run_history: int = 20, clock: Clock | None = None) -> None:
         if max_run_history < 1:
             raise ValueError(f"max_run_history must be at least 1, got {max_run_history!r}")
         self.max_run_history = max_run_history
@@ -35,6 +44,13 @@ class MemoryStateStore:
         self._definitions: dict[str, dict[str, dict[str, Any]]] = {}
         self._requests: list[TriggerRequest] = []
         self._rejected: list[RejectedDefinition] = []
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        # the lease as stored, the highest epoch handed out, and the lease this store gave its
+        # scheduler (the fence of its claims); no process outlives the store, so a holder is
+        # dead only once it released the lease
+        self._lease: Lease | None = None
+        self._last_epoch = 0
+        self._held: Lease | None = None
 
     def get_schedule_state(self, agent: str, schedule: str) -> ScheduleState:
         with self._lock:
@@ -76,13 +92,56 @@ class MemoryStateStore:
             self._history.pop((agent, schedule), None)
 
     def claim_runs(self, claims: Sequence[RunClaim]) -> None:
-        """Nothing outlives the process: claims need no journal."""
+        """Nothing outlives the process: claims need no journal, only the lease's fence."""
+        self._fence()
 
     def load_claims(self) -> list[RunClaim]:
         return []
 
     def flush(self) -> None:
-        """Nothing is ever pending in memory."""
+        """Nothing is ever pending in memory (so there is nothing to fence)."""
+
+    def _fence(self) -> None:
+        with self._lock:
+            if self._held is not None or self._last_epoch:
+                check_fence(self._held, self._lease, self)
+
+    # -- leadership lease ---------------------------------------------------------------
+    def acquire_lease(self, holder: str, ttl: float) -> Lease | None:
+        """Hand the lease to ``holder`` unless another holder has it and renewed it in time."""
+        ttl = check_ttl(ttl)
+        with self._lock:
+            lease = grant(
+                self._lease,
+                holder,
+                ttl,
+                self._clock.now(),
+                holder_dead=False,
+                last_epoch=self._last_epoch,
+            )
+            if lease is not None:
+                self._lease = self._held = lease
+                self._last_epoch = max(self._last_epoch, lease.epoch)
+            return lease
+
+    def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        """Extend ``lease``; ``LeadershipLostError`` when another holder took over."""
+        ttl = check_ttl(ttl)
+        with self._lock:
+            check_fence(lease, self._lease, self)
+            self._lease = self._held = renewed(lease, ttl, self._clock.now())
+            return self._lease
+
+    def release_lease(self, lease: Lease) -> None:
+        with self._lock:
+            if self._lease is not None and self._lease.holder == lease.holder:
+                self._lease = None
+            if self._held is not None and self._held.holder == lease.holder:
+                self._held = None
+
+    def current_lease(self) -> Lease | None:
+        with self._lock:
+            return self._lease
 
     def flush_deadline(self) -> float | None:
         return None

@@ -8,6 +8,8 @@ Layout of a state directory (default ``.herdsched``)::
     schedules.yaml      definitions created at run time (persist=True), with .lock and .bak
     history/            <agent>/<schedule>.jsonl run records, guarded by history.lock
     requests/           one JSON file per pending "run now" request
+    lease.json          the leadership lease (holder, epoch, expiry), guarded by lease.lock;
+                        leader-*.lock is the current holder's liveness lock (see leases.py)
 
 Reads come from memory and cost one ``stat`` to notice another process's write. User-intent
 writes (:meth:`YamlStateStore.update_schedule_state`, :meth:`~YamlStateStore.remove_schedule_state`,
@@ -21,10 +23,11 @@ changed it and applies only the changed fields, so nothing written elsewhere is 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -34,14 +37,22 @@ import attrs
 from attrs import evolve
 
 from herdsched.clock import Clock, SystemClock
-from herdsched.errors import StateCorruptedError, StateError
+from herdsched.errors import LeadershipLostError, StateCorruptedError, StateError
 from herdsched.models import RejectedDefinition, RunRecord, ScheduleState
-from herdsched.store.base import USER_INTENT_STATUSES, RunClaim, TriggerRequest, newest_first
+from herdsched.store.base import (
+    USER_INTENT_STATUSES,
+    Lease,
+    RunClaim,
+    TriggerRequest,
+    check_ttl,
+    newest_first,
+)
 from herdsched.store.claims import ClaimJournal
 from herdsched.store.definitions import DefinitionsFile
 from herdsched.store.document import GuardedYamlFile
 from herdsched.store.files import sweep_temp_files
 from herdsched.store.history import RunHistory
+from herdsched.store.leases import LeaseFile
 from herdsched.store.requests import TriggerRequestQueue
 from herdsched.store.state_codec import FastStateCodec, StateCodec
 from herdsched.store.state_file import (
@@ -158,6 +169,9 @@ class YamlStateStore:
         )
         self._requests = TriggerRequestQueue(self.state_dir / "requests", now)
         self._claims = ClaimJournal(self.state_dir / "claims.log")
+        self._leases = LeaseFile(
+            self.state_dir, now=now, lock_timeout=self.lock_timeout, ensure_dir=self._ensure_dir
+        )
         self._codec: StateCodec = codec or FastStateCodec()
         # _io serialises this store's disk work on state.yaml; _mem guards the fields below
         # and is only ever held briefly (never across I/O), so reads do not wait for a write.
@@ -276,9 +290,24 @@ class YamlStateStore:
         return state.last_run_at == run_at if latest else True
 
     def _write(self, changes: Mapping[Key, Mapping[str, Any] | None]) -> None:
-        """Apply pending transitions plus ``changes`` to the freshest file, durably."""
+        """Apply pending transitions plus ``changes`` to the freshest file, durably.
+
+        Once this store handed out a lease, the write is fenced by its epoch: with the lease
+        lost, the pending run transitions are dropped, a user-intent change is written alone,
+        and a group commit (no ``changes``) raises :class:`LeadershipLostError`.
+        """
         self._ensure_dir()
-        with self._file.lock.after(self._io, "another thread of this process is writing it"):
+        with (
+            self._file.lock.after(self._io, "another thread of this process is writing it"),
+            contextlib.ExitStack() as fence,
+        ):
+            if self._leases.fenced:
+                try:
+                    fence.enter_context(self._leases.fence())
+                except LeadershipLostError:
+                    self._drop_lost_work()
+                    if not changes:
+                        raise
             if self._file.changed():
                 self._install(self._file.load_locked(self._codec.decode) or empty_state())
             # Read first, take second: a claim is dropped only when the state this write takes
@@ -422,7 +451,7 @@ class YamlStateStore:
             has_states = bool(self._pending)
         if has_states:
             self._write({})
-        with self._hist_io:
+        with self._hist_io, self._fenced_runs():
             with self._mem:
                 runs, self._pending_runs = self._pending_runs, []
             try:
@@ -435,6 +464,46 @@ class YamlStateStore:
                 raise
         with self._mem:
             self._settle()
+
+    @contextlib.contextmanager
+    def _fenced_runs(self) -> Iterator[None]:
+        """The lease's fence around a history append (no pending record: nothing to fence)."""
+        with self._mem:
+            idle = not self._pending_runs
+        if idle:
+            yield
+            return
+        with self._run_fence():
+            yield
+
+    @contextlib.contextmanager
+    def _run_fence(self) -> Iterator[None]:
+        """The lease's fence around a write of run state; on a lost lease the pending work is
+        dropped and :class:`LeadershipLostError` raised (only the fence raises it)."""
+        try:
+            with self._leases.fence():
+                yield
+        except LeadershipLostError:
+            self._drop_lost_work()
+            raise
+
+    def _drop_lost_work(self) -> None:
+        """Forget pending transitions and run records: they belong to a lease that is gone,
+        and the scheduler that holds it now decides what happened to those runs."""
+        self._claims.owned = False  # the new holder's recovery owns the journal now
+        with self._mem:
+            states, runs = len(self._pending), len(self._pending_runs)
+            self._pending, self._pending_runs = {}, []
+            self._settle()
+            self._view = {agent: dict(view) for agent, view in self._disk.states.items()}
+        if states or runs:
+            log.warning(
+                "%d schedule transition(s) and %d run record(s) of %s were not written: this "
+                "scheduler no longer holds the lease, so they are not its to write.",
+                states,
+                runs,
+                self.state_dir,
+            )
 
     def flush_deadline(self) -> float | None:
         """Monotonic time by which :meth:`flush` should run; ``None`` when nothing is pending."""
@@ -461,11 +530,12 @@ class YamlStateStore:
         self._check_open()
         if not claims:
             return
-        try:
-            self._claims.append(claims)
-        except FileNotFoundError:  # the directory is made on first need, not checked per call
-            self._ensure_dir()
-            self._claims.append(claims)
+        with self._run_fence():
+            try:
+                self._claims.append(claims)
+            except FileNotFoundError:  # the directory is made on first need, not per call
+                self._ensure_dir()
+                self._claims.append(claims)
 
     def load_claims(self) -> list[RunClaim]:
         """Claims made durable since the last write of ``state.yaml``.
@@ -477,6 +547,30 @@ class YamlStateStore:
         claims = self._claims.read()
         self._claims.owned = True
         return claims
+
+    # -- leadership lease ----------------------------------------------------------------
+    def acquire_lease(self, holder: str, ttl: float) -> Lease | None:
+        """Take the lease of the state directory for ``holder`` (see :mod:`.leases`): free,
+        released, held by a dead process, or not renewed within its ttl; ``None`` otherwise."""
+        self._check_open()
+        return self._leases.acquire(holder, check_ttl(ttl))
+
+    def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        """Extend ``lease``; :class:`LeadershipLostError` when another holder took it over."""
+        self._check_open()
+        try:
+            return self._leases.renew(lease, check_ttl(ttl))
+        except LeadershipLostError:
+            self._drop_lost_work()
+            raise
+
+    def release_lease(self, lease: Lease) -> None:
+        """Give ``lease`` up so that a standby takes over at once."""
+        self._leases.release(lease)
+
+    def current_lease(self) -> Lease | None:
+        """The lease of the state directory unless released or its holder's process is gone."""
+        return self._leases.current()
 
     # -- run history ---------------------------------------------------------------------
     def append_run(self, record: RunRecord) -> None:
@@ -586,7 +680,11 @@ class YamlStateStore:
         """
         if self._closed:
             return
-        self._flush()
+        with contextlib.suppress(LeadershipLostError):  # its pending work is dropped
+            self._flush()
+        held = self._leases.held
+        if held is not None:
+            self._leases.release(held)
         self._closed = True
         self._file.close()
         self._definitions.close()

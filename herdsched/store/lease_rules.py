@@ -1,0 +1,114 @@
+"""The rules of the leadership lease that every store applies the same way (pure, no I/O).
+
+A store decides two things on its own: what "now" is (its clock) and whether the current holder
+is known to be dead (a free file lock, a closed database session). Given those, who gets the
+lease and with which epoch is decided here, so the memory, YAML and database stores agree.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+from datetime import datetime, timedelta
+
+from herdsched.errors import LeadershipLostError
+from herdsched.store.base import Lease
+from herdsched.timestamps import format_timestamp
+
+__all__ = ["check_fence", "grant", "new_holder_id", "renewed"]
+
+log = logging.getLogger("herdsched")
+
+
+def new_holder_id() -> str:
+    """A name for one acquisition of the lease: host, pid and a random part (never reused)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(6)}"
+
+
+def grant(
+    current: Lease | None,
+    holder: str,
+    ttl: float,
+    now: datetime,
+    *,
+    holder_dead: bool,
+    last_epoch: int,
+) -> Lease | None:
+    """The lease ``holder`` gets at ``now``, or ``None`` when ``current`` is still held.
+
+    ``current`` is the stored lease (``None`` when released or never taken), ``holder_dead``
+    whether its holder is known to be gone, ``last_epoch`` the highest epoch ever handed out
+    (kept by the store across releases, so epochs never repeat). A holder asking again for its
+    own lease gets it renewed with the same epoch.
+    """
+    if current is not None and current.holder == holder:
+        return renewed(current, ttl, now)
+    if current is not None and not holder_dead and not current.expired(now):
+        return None
+    if current is not None:
+        why = "its holder is gone" if holder_dead else "it was not renewed in time"
+        log.warning(
+            "Taking over the scheduler lease of %s (pid %s on %s, epoch %d): %s.",
+            current.holder,
+            current.pid,
+            current.host,
+            current.epoch,
+            why,
+        )
+    return Lease(
+        holder=holder,
+        epoch=max(last_epoch, current.epoch if current else 0) + 1,
+        acquired_at=now,
+        renewed_at=now,
+        expires_at=now + timedelta(seconds=ttl),
+        pid=os.getpid(),  # a store hands leases to its own process
+        host=socket.gethostname(),
+    )
+
+
+def renewed(lease: Lease, ttl: float, now: datetime) -> Lease:
+    """``lease`` extended to ``ttl`` seconds after ``now`` (same holder, same epoch)."""
+    return Lease(
+        holder=lease.holder,
+        epoch=lease.epoch,
+        acquired_at=lease.acquired_at,
+        renewed_at=now,
+        expires_at=now + timedelta(seconds=ttl),
+        pid=lease.pid,
+        host=lease.host,
+    )
+
+
+def check_fence(held: Lease | None, current: Lease | None, where: object) -> None:
+    """Raise :class:`LeadershipLostError` unless ``current`` is the lease ``held`` names.
+
+    ``held`` is what the store handed to its scheduler (``None``: it has none any more).
+    """
+    if (
+        held is not None
+        and current is not None
+        and (current.epoch, current.holder)
+        == (
+            held.epoch,
+            held.holder,
+        )
+    ):
+        return
+    held_epoch = held.epoch if held is not None else None
+    current_epoch = current.epoch if current is not None else None
+    if held is None:
+        detail = "this scheduler holds no lease any more"
+    elif current is None:
+        detail = f"the lease of epoch {held_epoch} was released or its holder declared dead"
+    else:
+        detail = (
+            f"another scheduler (pid {current.pid} on {current.host}) holds it with epoch "
+            f"{current_epoch} since {format_timestamp(current.acquired_at)}"
+        )
+    raise LeadershipLostError(
+        f"Leadership lost on {where}: {detail}; nothing was written.",
+        held_epoch=held_epoch,
+        current_epoch=current_epoch,
+    )

@@ -1,0 +1,457 @@
+"""The leadership lease: expiry, renewal, epochs, fencing of claims and commits, stepping down.
+
+Time is a FakeClock throughout; the YAML store's liveness locks are real flocks, held by store
+objects of this process (each on its own descriptor, as separate processes would be).
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from scheduler_helpers import Recorder, wait_until
+
+import herdsched
+from herdsched import Agent, Schedule, StateError, ThreadedScheduler
+from herdsched.errors import LeadershipLostError
+from herdsched.html import status_page
+from herdsched.models import RunRecord, RunStatus, TriggerType
+from herdsched.store.base import Lease, RunClaim, StateStore
+from herdsched.store.leases import read_leader_info
+from herdsched.store.memory import MemoryStateStore
+from herdsched.store.yaml_store import YamlStateStore
+from herdsched.testing import FakeClock
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+TTL = 30.0
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(T0)
+
+
+@pytest.fixture
+def yaml_stores(tmp_path: Path, clock: FakeClock) -> Iterator[Callable[[], YamlStateStore]]:
+    made: list[YamlStateStore] = []
+
+    def make() -> YamlStateStore:
+        store = YamlStateStore(tmp_path, clock=clock, commit_delay=0)
+        made.append(store)
+        return store
+
+    yield make
+    for store in made:
+        store.close()
+
+
+def claim(run_id: str = "r1") -> RunClaim:
+    return RunClaim("a", "s", run_id, T0, T0)
+
+
+# ------------------------------------------------------------------ the contract, both stores
+
+
+@pytest.mark.parametrize("kind", ["memory", "yaml"])
+def test_a_lease_is_renewed_with_its_epoch_and_expires_on_the_stores_clock(
+    kind: str, clock: FakeClock, yaml_stores: Callable[[], YamlStateStore]
+) -> None:
+    store: StateStore = MemoryStateStore(clock=clock) if kind == "memory" else yaml_stores()
+    lease = store.acquire_lease("h1", TTL)
+    assert lease is not None
+    assert (lease.holder, lease.epoch, lease.acquired_at) == ("h1", 1, T0)
+    assert lease.expires_at == T0 + timedelta(seconds=TTL)
+    clock.advance(10)
+    renewed = store.renew_lease(lease, TTL)
+    assert (renewed.epoch, renewed.acquired_at) == (1, T0)  # same lease, since the same time
+    assert renewed.expires_at == T0 + timedelta(seconds=10 + TTL)
+    assert store.current_lease() == renewed
+    assert not renewed.expired(clock.now())
+    clock.advance(TTL)
+    assert renewed.expired(clock.now())
+    # expired but nobody took it: the holder may still renew (the epoch proves it)
+    assert store.renew_lease(renewed, TTL).epoch == 1
+
+
+def test_memory_store_another_holder_waits_for_expiry_then_takes_over_with_a_new_epoch(
+    clock: FakeClock,
+) -> None:
+    store = MemoryStateStore(clock=clock)
+    first = store.acquire_lease("h1", TTL)
+    assert first is not None
+    clock.advance(TTL - 1)
+    assert store.acquire_lease("h2", TTL) is None
+    clock.advance(1)
+    second = store.acquire_lease("h2", TTL)
+    assert second is not None and second.epoch == 2
+    with pytest.raises(LeadershipLostError) as lost:
+        store.renew_lease(first, TTL)
+    assert (lost.value.held_epoch, lost.value.current_epoch) == (1, 2)
+    store.release_lease(second)
+    third = store.acquire_lease("h3", TTL)
+    assert third is not None and third.epoch == 3  # epochs never repeat after a release
+
+
+def test_lease_values_are_validated() -> None:
+    with pytest.raises(ValueError, match="epoch must be a positive integer"):
+        Lease("h", 0, T0, T0, T0)
+    with pytest.raises(ValueError, match="acquired_at must be an aware datetime"):
+        Lease("h", 1, datetime(2026, 1, 1), T0, T0)
+    with pytest.raises(ValueError, match="holder must be a non-empty string"):
+        Lease("", 1, T0, T0, T0)
+    with pytest.raises(ValueError, match="lease_ttl must be a positive number"):
+        MemoryStateStore().acquire_lease("h", 0)
+    with pytest.raises(ValueError, match="lease_ttl must be a positive number"):
+        ThreadedScheduler(state_dir=None, lease_ttl=-1)
+
+
+# ------------------------------------------------------------------ the YAML store's files
+
+
+def test_yaml_a_hung_holder_loses_the_lease_after_its_ttl_not_before(
+    clock: FakeClock, yaml_stores: Callable[[], YamlStateStore]
+) -> None:
+    hung, standby = yaml_stores(), yaml_stores()
+    old = hung.acquire_lease("old", TTL)
+    assert old is not None
+    clock.advance(TTL - 0.001)
+    assert standby.acquire_lease("new", TTL) is None  # alive (its flock) and not expired
+    clock.advance(0.001)
+    new = standby.acquire_lease("new", TTL)
+    assert new is not None and new.epoch == old.epoch + 1
+    with pytest.raises(LeadershipLostError, match="another scheduler"):
+        hung.renew_lease(old, TTL)
+
+
+def test_yaml_a_dead_holder_is_replaced_at_once(
+    clock: FakeClock, yaml_stores: Callable[[], YamlStateStore], tmp_path: Path
+) -> None:
+    dead, standby = yaml_stores(), yaml_stores()
+    assert dead.acquire_lease("dead", TTL) is not None
+    # what the kernel does when the holder is killed: its liveness flock goes, its record stays
+    dead._leases._liveness.release()  # type: ignore[union-attr]
+    lease = standby.acquire_lease("new", TTL)
+    assert lease is not None and lease.epoch == 2  # no time passed
+    assert [p.name for p in tmp_path.glob("leader-*.lock")] == [standby._leases._liveness_name]
+
+
+def test_yaml_liveness_is_the_current_holders_not_an_old_hung_ones(
+    clock: FakeClock, yaml_stores: Callable[[], YamlStateStore]
+) -> None:
+    hung, current, third = yaml_stores(), yaml_stores(), yaml_stores()
+    assert hung.acquire_lease("hung", TTL) is not None
+    clock.advance(TTL)
+    taken = current.acquire_lease("current", TTL)
+    assert taken is not None and taken.epoch == 2
+    # the hung holder still holds its own lock: that must not make anyone think the current
+    # holder alive once the current holder dies (killed: its flock goes, its record stays)
+    current._leases._liveness.release()  # type: ignore[union-attr]
+    third_lease = third.acquire_lease("third", TTL)
+    assert third_lease is not None and third_lease.epoch == 3
+
+
+def test_yaml_the_hung_old_holders_death_does_not_unseat_the_new_holder(
+    clock: FakeClock, yaml_stores: Callable[[], YamlStateStore]
+) -> None:
+    hung, current, third = yaml_stores(), yaml_stores(), yaml_stores()
+    assert hung.acquire_lease("hung", TTL) is not None
+    clock.advance(TTL)
+    assert current.acquire_lease("current", TTL) is not None
+    hung._leases._liveness.release()  # type: ignore[union-attr]  # the hung process dies
+    assert third.acquire_lease("third", TTL) is None
+    info = read_leader_info(current.state_dir)
+    assert info is not None and info["holder"] == "current" and info["epoch"] == 2
+
+
+def test_yaml_leader_info_shows_holder_epoch_and_since(
+    clock: FakeClock, yaml_stores: Callable[[], YamlStateStore], tmp_path: Path
+) -> None:
+    assert read_leader_info(tmp_path) is None
+    store = yaml_stores()
+    lease = store.acquire_lease("me", TTL)
+    assert lease is not None
+    info = read_leader_info(tmp_path)
+    assert info is not None
+    assert info["holder"] == "me" and info["epoch"] == 1
+    assert info["started_at"] == "2026-03-01T12:00:00.000Z"
+    assert info["expires_at"] == "2026-03-01T12:00:30.000Z"
+    assert isinstance(info["pid"], int) and info["host"]
+    store.release_lease(lease)
+    assert read_leader_info(tmp_path) is None
+    (tmp_path / "lease.json").write_text("not json")
+    assert read_leader_info(tmp_path) is None
+
+
+def test_yaml_release_lets_a_standby_take_over_at_once(
+    clock: FakeClock, yaml_stores: Callable[[], YamlStateStore]
+) -> None:
+    first, second = yaml_stores(), yaml_stores()
+    lease = first.acquire_lease("first", TTL)
+    assert lease is not None
+    assert second.acquire_lease("second", TTL) is None
+    first.release_lease(lease)
+    taken = second.acquire_lease("second", TTL)
+    assert taken is not None and taken.epoch == 2
+
+
+# ------------------------------------------------------------------ fencing
+
+
+def _taken_over(
+    clock: FakeClock, yaml_stores: Callable[[], YamlStateStore]
+) -> tuple[YamlStateStore, YamlStateStore]:
+    stale, fresh = yaml_stores(), yaml_stores()
+    assert stale.acquire_lease("stale", TTL) is not None
+    clock.advance(TTL)
+    assert fresh.acquire_lease("fresh", TTL) is not None
+    return stale, fresh
+
+
+def test_yaml_a_stale_leaders_claim_is_refused_and_not_written(
+    clock: FakeClock, yaml_stores: Callable[[], YamlStateStore], tmp_path: Path
+) -> None:
+    stale, fresh = yaml_stores(), yaml_stores()
+    assert stale.acquire_lease("stale", TTL) is not None
+    stale.claim_runs([claim("before")])  # while it leads, claims go through
+    assert [c.run_id for c in fresh.load_claims()] == ["before"]
+    clock.advance(TTL)
+    assert fresh.acquire_lease("fresh", TTL) is not None
+    journal = (tmp_path / "claims.log").read_bytes()
+    with pytest.raises(LeadershipLostError, match="nothing was written"):
+        stale.claim_runs([claim("after")])
+    assert (tmp_path / "claims.log").read_bytes() == journal
+
+
+def test_yaml_a_stale_leaders_group_commit_is_refused_and_its_work_dropped(
+    clock: FakeClock, yaml_stores: Callable[[], YamlStateStore], tmp_path: Path
+) -> None:
+    stale, fresh = _taken_over(clock, yaml_stores)
+    fresh.update_schedule_state("a", "s", last_error="written by the new leader")
+    before = (tmp_path / "state.yaml").read_bytes()
+    stale.record_transition("a", "s", last_error="from the stale leader")
+    stale.append_run(
+        RunRecord(
+            run_id="x",
+            agent="a",
+            schedule="s",
+            trigger_type=TriggerType.INTERVAL,
+            status=RunStatus.SUCCESS,
+        )
+    )
+    with pytest.raises(LeadershipLostError):
+        stale.flush()
+    assert (tmp_path / "state.yaml").read_bytes() == before
+    assert not (tmp_path / "history").exists()
+    assert stale.flush_deadline() is None  # dropped: nothing is retried
+    stale.flush()
+    assert stale.get_schedule_state("a", "s").last_error == "written by the new leader"
+
+
+def test_yaml_a_stale_leaders_history_only_commit_is_refused(
+    clock: FakeClock, yaml_stores: Callable[[], YamlStateStore], tmp_path: Path
+) -> None:
+    stale, _ = _taken_over(clock, yaml_stores)
+    stale.append_run(
+        RunRecord(
+            run_id="x",
+            agent="a",
+            schedule="s",
+            trigger_type=TriggerType.INTERVAL,
+            status=RunStatus.SUCCESS,
+        )
+    )
+    with pytest.raises(LeadershipLostError):
+        stale.flush()
+    assert stale.get_history("a", "s") == []
+    assert not (tmp_path / "history").exists()
+
+
+def test_yaml_user_intent_still_works_in_a_process_that_lost_the_lease(
+    clock: FakeClock, yaml_stores: Callable[[], YamlStateStore]
+) -> None:
+    stale, fresh = _taken_over(clock, yaml_stores)
+    stale.record_transition("a", "s", last_error="stale")
+    stale.update_schedule_state("a", "s", status="paused")  # a person's pause, not fenced
+    state = fresh.get_schedule_state("a", "s")
+    assert (state.status.value, state.last_error) == ("paused", None)
+
+
+def test_yaml_a_store_that_never_held_a_lease_is_not_fenced(
+    clock: FakeClock, yaml_stores: Callable[[], YamlStateStore]
+) -> None:
+    leader, cli = yaml_stores(), yaml_stores()
+    assert leader.acquire_lease("leader", TTL) is not None
+    cli.record_transition("a", "s", last_error="from the CLI")
+    cli.flush()
+    assert leader.get_schedule_state("a", "s").last_error == "from the CLI"
+
+
+# ------------------------------------------------------------------ the scheduler
+
+
+class RenewalsFail(MemoryStateStore):
+    """A store whose lease calls fail while ``broken`` (a partition, a dead disk)."""
+
+    broken = False
+
+    def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        if self.broken:
+            raise StateError("the store does not answer")
+        return super().renew_lease(lease, ttl)
+
+    def acquire_lease(self, holder: str, ttl: float) -> Lease | None:
+        if self.broken:
+            raise StateError("the store does not answer")
+        return super().acquire_lease(holder, ttl)
+
+
+def test_a_leader_that_cannot_renew_steps_down_at_its_deadline(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = RenewalsFail(clock=clock)
+    job = Recorder()
+    sched = ThreadedScheduler(state_dir=None, store=store, clock=clock, lease_ttl=TTL)
+    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("5s")}))
+    with sched:
+        sched.run_pending()
+        assert sched.wait_until_idle(10) and len(job.calls) == 1
+        store.broken = True
+        clock.advance(TTL - 1)  # renewals fail, the deadline has not passed: it still leads
+        sched.run_pending()
+        assert sched.wait_until_idle(10)
+        assert sched.status == "running" and len(job.calls) == 2
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="herdsched"):
+            clock.advance(1)
+            sched.run_pending()
+        assert sched.status == "standby"
+        assert sched.wait_until_idle(10) and len(job.calls) == 2
+        assert "could not be renewed within lease_ttl=30 s" in caplog.text
+        assert any(
+            r.levelno == logging.ERROR and "lost the lead" in r.message for r in caplog.records
+        )
+        clock.advance(10)
+        sched.run_pending()
+        sched.wait_until_idle(10)
+        assert len(job.calls) == 2
+        store.broken = False  # the store answers again: it leads again (a new epoch)
+        clock.advance(10)
+        sched.run_pending()
+        assert sched.status == "running"
+        assert store.current_lease() is not None and store.current_lease().epoch == 2  # type: ignore[union-attr]
+
+
+def test_the_timer_wakes_for_the_heartbeat(clock: FakeClock) -> None:
+    sched = ThreadedScheduler(state_dir=None, clock=clock, lease_ttl=TTL, max_sleep=3600)
+    sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1h")}))
+    with sched:
+        sched.run_pending()
+        assert sched._timer._sleep_for(plan=False) <= TTL / 3
+        lease = sched.store.current_lease()
+        clock.advance(TTL / 3)
+        sched.run_pending()
+        renewed = sched.store.current_lease()
+        assert lease is not None and renewed is not None
+        assert renewed.expires_at == lease.expires_at + timedelta(seconds=TTL / 3)
+
+
+def _leader_on(tmp_path: Path, clock: FakeClock, job: Recorder) -> ThreadedScheduler:
+    sched = ThreadedScheduler(
+        state_dir=tmp_path, clock=clock, lease_ttl=TTL, commit_delay=0, timezone="UTC"
+    )
+    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("5s")}))
+    return sched
+
+
+def test_a_leader_whose_lease_was_taken_runs_nothing_writes_nothing_and_stands_by(
+    tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    job = Recorder()
+    sched = _leader_on(tmp_path, clock, job)
+    with sched:
+        sched.run_pending()
+        assert sched.wait_until_idle(10) and len(job.calls) == 1
+        sched.run_pending()  # commit (or the flusher thread does)
+        assert wait_until(lambda: sched.store.flush_deadline() is None)
+        other = YamlStateStore(tmp_path, clock=clock)
+        try:
+            # the leader's liveness lock is lost the way a killed process loses it, while the
+            # process goes on: its heartbeat is not due yet, so only the fence can stop it
+            sched.store._leases._liveness.release()  # type: ignore[attr-defined]
+            taken = other.acquire_lease("other", TTL)
+            assert taken is not None and taken.epoch == 2
+            journal = (tmp_path / "claims.log").read_bytes()
+            state = (tmp_path / "state.yaml").read_bytes()
+            with caplog.at_level(logging.WARNING, logger="herdsched"):
+                clock.advance(5)  # due again; the heartbeat is not (every 10 s)
+                sched.run_pending()
+            assert sched.wait_until_idle(10)
+            assert len(job.calls) == 1  # the slot is not run
+            assert sched.status == "standby"
+            assert (tmp_path / "claims.log").read_bytes() == journal
+            assert (tmp_path / "state.yaml").read_bytes() == state
+            assert "lost the lead" in caplog.text and "epoch 2" in caplog.text
+            assert sched.get_status().leader["holder"] == "other"  # type: ignore[index]
+            other.release_lease(taken)
+            clock.advance(10)
+            sched.run_pending()  # stands by, then takes the lead again with a new epoch
+            sched.run_pending()
+            assert sched.status == "running"
+            assert sched.get_status().leader["epoch"] == 3  # type: ignore[index]
+        finally:
+            other.close()
+
+
+def test_a_hung_leader_wakes_to_find_its_lease_taken_and_steps_down(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    job = Recorder()
+    sched = _leader_on(tmp_path, clock, job)
+    with sched:
+        sched.run_pending()
+        assert sched.wait_until_idle(10) and len(job.calls) == 1
+        other = YamlStateStore(tmp_path, clock=clock)
+        try:
+            with sched._core.lock:  # the leader is stuck: no pass, no heartbeat
+                clock.advance(TTL + 1)
+                taken = other.acquire_lease("other", TTL)
+            assert taken is not None and taken.epoch == 2
+            sched.run_pending()
+            assert sched.status == "standby"
+            assert sched.wait_until_idle(10) and len(job.calls) == 1
+        finally:
+            other.close()
+
+
+def test_a_store_without_the_lease_contract_gets_a_clear_error() -> None:
+    class OldStore(MemoryStateStore):
+        acquire_lease = None  # type: ignore[assignment]
+
+    with pytest.raises(TypeError, match=r"missing acquire_lease.*leader_lock=False"):
+        ThreadedScheduler(state_dir=None, store=OldStore())
+    ThreadedScheduler(state_dir=None, store=OldStore(), leader_lock=False)
+
+
+def test_status_and_the_status_page_show_holder_epoch_and_since(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    job = Recorder()
+    sched = _leader_on(tmp_path, clock, job)
+    with sched:
+        leader = sched.get_status().leader
+        assert leader is not None
+        assert leader["epoch"] == 1 and leader["started_at"] == "2026-03-01T12:00:00.000Z"
+        assert leader["expired"] is False and leader["holder"].count(":") == 2
+        page = status_page(sched.get_status(), [], {}, api_base="/api")
+        assert "lease epoch 1 since 2026-03-01T12:00:00.000Z" in page
+
+
+def test_leadership_lost_is_a_state_error_that_survives_pickling() -> None:
+    error = herdsched.LeadershipLostError("lost", held_epoch=1, current_epoch=2, path="/x")
+    assert isinstance(error, herdsched.StateError)
+    copy = pickle.loads(pickle.dumps(error))
+    assert (copy.held_epoch, copy.current_epoch, str(copy.path)) == (1, 2, "/x")
