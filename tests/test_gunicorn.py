@@ -9,82 +9,29 @@ worker take over. The fast tests cover the pre-fork and uwsgi rules in-process.
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import signal
-import socket
-import subprocess
 import sys
 import threading
 import time
-import urllib.request
 import weakref
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from gunicorn_helpers import WORKERS, children_of, get_json, gunicorn, read_runs, wait_for
 
 from herdsched import ThreadedScheduler
 from herdsched import contrib as embedding
 from herdsched.contrib import EmbeddedScheduler, UwsgiThreadsError, check_server
 from herdsched.store.leases import read_leader_info
 
-APPS = Path(__file__).parent / "apps"
-WORKERS = 4
 WINDOW = 7.0  # seconds of 1 s interval runs watched before the leader is killed
 
 
 # --------------------------------------------------------------------------- real gunicorn
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def children_of(pid: int) -> set[int]:
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == pid:
-            found.add(int(entry.name))
-    return found
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-        except OSError:
-            value = None
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return json.loads(response.read())
-
-
-def read_runs(state_dir: Path) -> list[dict[str, Any]]:
-    log = state_dir / "runs.jsonl"
-    if not log.exists():
-        return []
-    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
 
 
 def assert_each_slot_ran_once(runs: list[dict[str, Any]]) -> None:
@@ -96,53 +43,6 @@ def assert_each_slot_ran_once(runs: list[dict[str, Any]]) -> None:
     ordered = sorted(runs, key=lambda r: r["start"])
     for before, after in itertools.pairwise(ordered):
         assert after["start"] >= before["end"], f"runs overlap: {before} and {after}"
-
-
-def _no_control_socket() -> list[str]:
-    """gunicorn >= 24 opens a control socket in the home directory unless told not to."""
-    from gunicorn import config
-
-    names = {setting.name for setting in config.KNOWN_SETTINGS}
-    return ["--no-control-socket"] if "control_socket_disable" in names else []
-
-
-@contextmanager
-def gunicorn(state_dir: Path, *, preload: bool) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    port = free_port()
-    env = dict(os.environ, HERDSCHED_DEMO_STATE_DIR=str(state_dir), PYTHONUNBUFFERED="1")
-    command = [
-        sys.executable,
-        "-m",
-        "gunicorn",
-        "--workers",
-        str(WORKERS),
-        "--bind",
-        f"127.0.0.1:{port}",
-        "--chdir",
-        str(APPS),
-        "--graceful-timeout",
-        "5",
-        *(["--preload"] if preload else []),
-        *_no_control_socket(),
-        "gunicorn_app:app",
-    ]
-    log = open(state_dir / "gunicorn.log", "wb")  # noqa: SIM115 - closed in finally
-    process = subprocess.Popen(
-        command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-    )
-    try:
-        yield process, f"http://127.0.0.1:{port}/herdsched"
-    finally:
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=15)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            pass
-        finally:
-            with suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=5)
-            log.close()
 
 
 @pytest.mark.slow

@@ -156,18 +156,29 @@ class DefinitionsFile:
         self._doc = _empty()
         self._io = threading.Lock()
         self._now = now
+        # Set when content another process wrote was read (by a load, or inside a write that
+        # re-read the file first), so refresh() reports it even after our own write made the
+        # file look unchanged: a process that writes often must still take in others' writes.
+        self._absorbed = False
 
     def refresh(self) -> bool:
-        """Re-read if the file changed; returns whether it did."""
+        """Re-read if the file changed; returns whether anything another process wrote was
+        read since the last call (here, by :meth:`load`, or absorbed by a write)."""
         with self._io:
-            if not self.file.changed():
-                return False
-            self._doc = self.file.load(_parse_content) or _empty()
-            return True
+            self._reload()
+            absorbed, self._absorbed = self._absorbed, False
+            return absorbed
 
     def load(self) -> Definitions:
-        self.refresh()
-        return copy.deepcopy(self._doc.definitions)
+        with self._io:
+            self._reload()
+            return copy.deepcopy(self._doc.definitions)
+
+    def _reload(self) -> None:
+        """Re-read the file if it changed (the caller holds ``_io``)."""
+        if self.file.changed():
+            self._doc = self.file.load(_parse_content) or _empty()
+            self._absorbed = True
 
     def save(
         self,
@@ -197,8 +208,9 @@ class DefinitionsFile:
         self._modify(agent, schedule, None, exists=None, owner=None, reason=reason)
 
     def rejected(self) -> list[RejectedDefinition]:
-        self.refresh()
-        return parse_rejected(self._doc.raw.get("rejected"))
+        with self._io:
+            self._reload()
+            return parse_rejected(self._doc.raw.get("rejected"))
 
     def _modify(
         self,
@@ -215,6 +227,7 @@ class DefinitionsFile:
         with self._io, self.file.lock:
             if self.file.changed():
                 self._doc = self.file.load_locked(_parse_content) or _empty()
+                self._absorbed = True
             doc = self._doc
             current = doc.definitions.get(agent, {}).get(schedule)
             check_preconditions(current, agent, schedule, exists=exists, owner=owner)
