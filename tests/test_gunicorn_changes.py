@@ -22,7 +22,7 @@ import pytest
 import yaml
 from gunicorn_helpers import WORKERS, call, children_of, get_json, gunicorn, wait_for
 
-from herdsched.leader import read_leader_info
+from herdsched.store.leases import read_leader_info
 
 pytestmark = [
     pytest.mark.slow,
