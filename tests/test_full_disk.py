@@ -83,7 +83,11 @@ def test_a_claim_on_a_full_disk_fails_closed_and_is_recorded_once_space_returns(
     state_dir = small_tmpfs / "state"
     clock = FakeClock(T0)
     job = Recorder()
-    sched = ThreadedScheduler(state_dir=state_dir, clock=clock, commit_delay=0, timezone="UTC")
+    # a lease that outlasts the fake minute: on a full disk the lease cannot be renewed either,
+    # and a leader past its lease_ttl steps down (no claim, no record) instead of failing closed
+    sched = ThreadedScheduler(
+        state_dir=state_dir, clock=clock, commit_delay=0, timezone="UTC", lease_ttl=3600
+    )
     start_at = T0 + timedelta(minutes=1)
     sched.add_agent(
         Agent("a", job=job, schedules={"s": Schedule.interval("1h", start_at=start_at)})

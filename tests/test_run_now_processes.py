@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_gunicorn import _no_control_socket, free_port, get_json, wait_for
+from gunicorn_helpers import _no_control_socket, free_port, get_json, wait_for
 
 from herdsched.store.leases import read_leader_info
 
