@@ -109,12 +109,6 @@ def test_four_processes_changing_schedules_at_once_lose_nothing_and_agree(
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="lost update: a PATCH writes the whole definition as this process last saw it, and "
-    "save_definition() checks only that the name exists and the owner, not that the stored "
-    "definition is still the one the change was based on (needs a store contract change)",
-)
 def test_concurrent_changes_of_different_fields_of_one_schedule_all_hold(
     tmp_path: Path, run_children: Any
 ) -> None:

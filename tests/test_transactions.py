@@ -12,7 +12,7 @@ import json
 import logging
 import threading
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -307,3 +307,37 @@ def test_the_cli_status_lists_definitions_set_aside(
     assert main(["status", "--state-dir", str(tmp_path), "--json"]) == 0
     body = json.loads(capsys.readouterr().out)
     assert body["rejected"][0]["schedule"] == "broken"
+
+
+def test_changes_of_different_fields_from_two_processes_both_hold(
+    pair: tuple[ThreadedScheduler, ThreadedScheduler], tmp_path: Path
+) -> None:
+    one, two = pair
+    assert (
+        call(one, "PUT", "/api/schedule/triage/both", {"interval": "1h", "prompt": "a"})[0] == 201
+    )
+    two.refresh()
+    one.update_schedule("triage", "both", prompt="changed by one")
+    # ``two`` has not taken that in: its change starts from the old prompt
+    two.update_schedule("triage", "both", timeout=timedelta(minutes=5))
+    stored = YamlStateStore(tmp_path).load_definitions()["triage"]["both"]
+    assert stored["prompt"] == "changed by one"  # not put back to "a"
+    assert stored["timeout"] == "5m"
+    for sched in pair:
+        body = call(sched, "GET", "/api/schedule/triage/both")[1]
+        assert (body["prompt"], body["timeout"]) == ("changed by one", "5m")
+
+
+def test_merge_definition_writes_only_the_changed_fields() -> None:
+    from herdsched.store.definitions import merge_definition
+
+    stored = {"interval": "1h", "prompt": "theirs", "owner": "bob", "jitter": "5s"}
+    base = {"interval": "1h", "prompt": "old", "owner": "bob", "jitter": "5s"}
+    new = {"interval": "2h", "prompt": "old", "owner": "bob"}  # interval changed, jitter removed
+    assert merge_definition(stored, base, new) == {
+        "interval": "2h",
+        "prompt": "theirs",
+        "owner": "bob",
+    }
+    assert merge_definition(None, base, new) == new
+    assert merge_definition(stored, None, new) == new

@@ -83,9 +83,13 @@ class Changes:
                 if schedule.owner != entry.schedule.owner:
                     registry.check_owner_limit(core, schedule.owner)
                 seen_owner = entry.schedule.owner
+                base = self.codec.to_mapping(entry.schedule)
             if entry.persisted_definition:
+                # only the changed fields: another process's change of other fields holds too
                 mapping = self.codec.to_mapping(schedule)
-                core.store.save_definition(agent, name, mapping, exists=True, owner=seen_owner)
+                core.store.save_definition(
+                    agent, name, mapping, exists=True, owner=seen_owner, base=base
+                )
             with core.lock:
                 core.agents[agent] = core.agents[agent].with_schedule(name, schedule)
                 entry.schedule = schedule

@@ -233,6 +233,7 @@ class StateStore(Protocol):
         *,
         exists: bool | None = None,
         owner: str | None = None,
+        base: Mapping[str, Any] | None = None,
     ) -> None:
         """Store one definition; durable when it returns.
 
@@ -240,7 +241,10 @@ class StateStore(Protocol):
         wrote (compare-and-set): ``exists=False`` refuses a name that is taken
         (:class:`~herdsched.errors.ConflictError`), ``exists=True`` one that is gone
         (:class:`~herdsched.errors.ScheduleNotFoundError`), and ``owner`` a definition owned by
-        someone else (:class:`~herdsched.errors.UnauthorizedError`).
+        someone else (:class:`~herdsched.errors.UnauthorizedError`). ``base`` is the definition
+        the change started from: then only the fields where ``definition`` differs from it are
+        written over the stored one (:func:`herdsched.store.definitions.merge_definition`), so
+        concurrent changes of different fields all hold.
         """
 
     def delete_definition(self, agent: str, schedule: str, *, owner: str | None = None) -> None:

@@ -35,6 +35,7 @@ from herdsched.timestamps import format_timestamp, parse_timestamp
 __all__ = [
     "DefinitionsFile",
     "check_preconditions",
+    "merge_definition",
     "parse_definitions",
     "parse_rejected",
     "plain_data",
@@ -102,6 +103,27 @@ def check_preconditions(
         raise UnauthorizedError(
             f"{agent}/{schedule} is owned by {current.get('owner')!r}, not {owner!r}", owner=owner
         )
+
+
+def merge_definition(
+    stored: Mapping[str, Any] | None, base: Mapping[str, Any] | None, new: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``new`` written over ``stored`` field by field: only where it differs from ``base``.
+
+    A change is computed from the definition its process last saw (``base``); another process
+    may have changed other fields since. Writing only the changed fields (and removing those the
+    change removed) keeps both changes; the same field changed twice keeps the later write.
+    Without ``base`` or a stored definition, ``new`` is written as it is.
+    """
+    if stored is None or base is None:
+        return dict(new)
+    merged = dict(stored)
+    for key in set(base) | set(new):
+        if key not in new:
+            merged.pop(key, None)
+        elif key not in base or base[key] != new[key]:
+            merged[key] = new[key]
+    return merged
 
 
 def parse_rejected(raw: Any) -> list[RejectedDefinition]:
@@ -188,6 +210,7 @@ class DefinitionsFile:
         *,
         exists: bool | None = None,
         owner: str | None = None,
+        base: Mapping[str, Any] | None = None,
     ) -> None:
         for value, what in ((agent, "agent"), (schedule, "schedule")):
             if not isinstance(value, str) or not value:
@@ -198,7 +221,7 @@ class DefinitionsFile:
                 f"{type(definition).__name__}"
             )
         plain = plain_data(definition, f"definition of {agent}/{schedule}")
-        self._modify(agent, schedule, plain, exists=exists, owner=owner)
+        self._modify(agent, schedule, plain, exists=exists, owner=owner, base=base)
 
     def delete(self, agent: str, schedule: str, *, owner: str | None = None) -> None:
         self._modify(agent, schedule, None, exists=None, owner=owner)
@@ -221,6 +244,7 @@ class DefinitionsFile:
         exists: bool | None,
         owner: str | None,
         reason: str | None = None,
+        base: Mapping[str, Any] | None = None,
     ) -> None:
         """One locked read-check-write of the file: the preconditions hold against what every
         process wrote, or nothing is written."""
@@ -233,6 +257,8 @@ class DefinitionsFile:
             check_preconditions(current, agent, schedule, exists=exists, owner=owner)
             if definition is None and current is None:
                 return
+            if definition is not None:
+                definition = merge_definition(current, base, definition)
             raw = _with_definition(doc.raw, agent, schedule, definition)
             if reason is not None and current is not None:
                 earlier = raw.get("rejected")

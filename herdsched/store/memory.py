@@ -25,7 +25,7 @@ from herdsched.store.base import (
     check_ttl,
     newest_first,
 )
-from herdsched.store.definitions import check_preconditions
+from herdsched.store.definitions import check_preconditions, merge_definition
 from herdsched.store.lease_rules import check_fence, grant, renewed
 
 __all__ = ["MemoryStateStore"]
@@ -181,11 +181,13 @@ class MemoryStateStore:
         *,
         exists: bool | None = None,
         owner: str | None = None,
+        base: Mapping[str, Any] | None = None,
     ) -> None:
         with self._lock:
             current = self._definitions.get(agent, {}).get(schedule)
             check_preconditions(current, agent, schedule, exists=exists, owner=owner)
-            self._definitions.setdefault(agent, {})[schedule] = dict(definition)
+            merged = merge_definition(current, base, definition)
+            self._definitions.setdefault(agent, {})[schedule] = merged
 
     def delete_definition(self, agent: str, schedule: str, *, owner: str | None = None) -> None:
         with self._lock:

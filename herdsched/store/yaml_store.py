@@ -626,11 +626,12 @@ class YamlStateStore:
         *,
         exists: bool | None = None,
         owner: str | None = None,
+        base: Mapping[str, Any] | None = None,
     ) -> None:
         """Store one definition, its preconditions checked under the file lock; durable."""
         self._check_open()
         self._ensure_dir()
-        self._definitions.save(agent, schedule, definition, exists=exists, owner=owner)
+        self._definitions.save(agent, schedule, definition, exists=exists, owner=owner, base=base)
 
     def delete_definition(self, agent: str, schedule: str, *, owner: str | None = None) -> None:
         """Remove one definition (no error when absent); durable when it returns."""
