@@ -455,3 +455,33 @@ def test_leadership_lost_is_a_state_error_that_survives_pickling() -> None:
     assert isinstance(error, herdsched.StateError)
     copy = pickle.loads(pickle.dumps(error))
     assert (copy.held_epoch, copy.current_epoch, str(copy.path)) == (1, 2, "/x")
+
+
+def test_two_passes_renewing_at_once_both_go_on_leading() -> None:
+    """``run_pending()`` on the caller's thread and the timer thread may renew together: the
+    one whose renewal lands second must not take the other's fresh lease for a step-down (it
+    dispatched nothing, and a test's pass then waited for nothing)."""
+    clock = FakeClock(datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc))
+    store = MemoryStateStore(clock=clock)
+    sched = ThreadedScheduler(state_dir=None, store=store, clock=clock, lease_ttl=30)
+    sched.add_agent(Agent("a", job=Recorder()))
+    sched.start()
+    try:
+        leadership = sched._leadership
+        renew = store.renew_lease
+        nested: list[bool] = []
+        inside = [False]
+
+        def renew_while_another_pass_renews(lease: Lease, ttl: float) -> Lease:
+            if not inside[0]:
+                inside[0] = True
+                nested.append(leadership.heartbeat())  # the other pass, in between
+            return renew(lease, ttl)
+
+        store.renew_lease = renew_while_another_pass_renews  # type: ignore[method-assign]
+        clock.advance(11)  # a heartbeat is due (every ttl / 3)
+        assert leadership.heartbeat() is True
+        assert nested == [True]
+        assert sched.is_leader
+    finally:
+        sched.stop()

@@ -168,9 +168,10 @@ class Leadership:
             self._renew_at = asked_at + _RENEW_RETRY
             return True
         with core.lock:
-            if self.lease is not lease:  # stepped down meanwhile (a refused commit): stay down
+            if self.lease is None:  # stepped down meanwhile (a refused commit): stay down
                 return False
-            self._hold(fresh, asked_at)
+            if self.lease is lease:  # not renewed meanwhile by another pass (run_pending())
+                self._hold(fresh, asked_at)
         return True
 
     def step_down(self, exc: BaseException) -> None:
