@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -121,3 +122,24 @@ def fail_next_claim_write(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 
     monkeypatch.setattr("herdsched.store.claims.os.write", write)
     return failing
+
+
+@contextmanager
+def tmpfs_mount(mount: Path, options: str) -> Iterator[Path]:
+    """A tmpfs mounted at ``mount`` with ``options`` for a test, unmounted afterwards; the test
+    is skipped where mounting is not allowed (not root, or no permission in a container)."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs for the test needs root")
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)

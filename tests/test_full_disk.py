@@ -17,7 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from scheduler_helpers import T0, Recorder, step, wait_until
+from scheduler_helpers import T0, Recorder, step, tmpfs_mount, wait_until
 
 from herdsched import Agent, RunStatus, Schedule, Status, ThreadedScheduler
 from herdsched.store import YamlStateStore
@@ -31,22 +31,8 @@ SCHEDULES = 12
 @pytest.fixture
 def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs mounted for the test (skipped when mounting is not allowed)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs to fill up needs root")
-    mount = tmp_path / "mnt"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
+    with tmpfs_mount(tmp_path / "mnt", "size=1m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def fill(directory: Path) -> Path:

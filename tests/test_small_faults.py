@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from scheduler_helpers import tmpfs_mount
 
 from herdsched import Agent, Schedule, ThreadedScheduler
 from herdsched.errors import InvalidScheduleError, StateError, StateLockTimeoutError
@@ -136,22 +137,8 @@ def test_start_in_a_read_only_directory_raises_a_state_error_that_says_what_to_d
 @pytest.fixture
 def read_only_mount(tmp_path: Path) -> Iterator[Path]:
     """A read-only tmpfs (read-only for root too); skipped where mounting is not allowed."""
-    if not hasattr(os, "geteuid") or os.geteuid() != 0:
-        pytest.skip("mounting a read-only tmpfs needs root")
-    mount = tmp_path / "ro"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
+    with tmpfs_mount(tmp_path / "ro", "ro,size=64k") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_start_on_a_read_only_file_system_raises_a_state_error_that_says_what_to_do(
