@@ -225,19 +225,21 @@ def test_pause_racing_remove_leaves_no_orphan_state(tmp_path: Path) -> None:
 
 def test_concurrent_pause_and_resume_end_with_memory_equal_to_disk(tmp_path: Path) -> None:
     sched = build(tmp_path, FakeClock(START))
+    far = datetime(2099, 1, 1, tzinfo=timezone.utc)  # never due: only the two changes race
+    sched.add_schedule("triage", "quiet", Schedule.interval("1h", start_at=far))
     sched.start()
     try:
         for _ in range(30):
             threads = [
-                threading.Thread(target=sched.pause, args=("triage", "coded")),
-                threading.Thread(target=sched.resume, args=("triage", "coded")),
+                threading.Thread(target=sched.pause, args=("triage", "quiet")),
+                threading.Thread(target=sched.resume, args=("triage", "quiet")),
             ]
             for thread in threads:
                 thread.start()
             for thread in threads:
                 thread.join(10)
-            memory = sched.get_status().schedules[0].status
-            disk = YamlStateStore(tmp_path).get_schedule_state("triage", "coded").status
+            [memory] = [s.status for s in sched.get_status().schedules if s.schedule == "quiet"]
+            disk = YamlStateStore(tmp_path).get_schedule_state("triage", "quiet").status
             assert memory is disk
     finally:
         sched.stop()
