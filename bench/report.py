@@ -67,6 +67,8 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("p99_ms", "p99 ms", "ms"),
         ("max_ms", "max ms", "ms"),
         ("all_p99_ms", "p99 ms, all runs", "ms"),
+        ("cron_p99_ms", "p99 ms, cron instant", "ms"),
+        ("other_p99_ms", "p99 ms, other runs", "ms"),
         ("peak_threads", "peak threads", "int"),
         ("peak_os_threads", "OS threads", "int"),
         ("thread_budget", "budget", "int"),
