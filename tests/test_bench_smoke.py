@@ -284,3 +284,12 @@ def test_fleet_lateness_at_the_cron_instant_is_given_apart() -> None:
     assert result["cron_p99_ms"] == pytest.approx(89.9, abs=0.5)
     assert result["other_p99_ms"] == pytest.approx(10.0)
     assert result["max_ms"] == pytest.approx(90.0)
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_run_path_measures_every_round_through_the_public_api(persistent: bool) -> None:
+    from bench.run_path import measure
+
+    passes, runs = measure(persistent, schedules=20, rounds=3)
+    assert len(passes) == len(runs) == 3
+    assert all(value > 0 for value in passes + runs)
