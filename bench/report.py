@@ -438,5 +438,6 @@ def _fleet_note(meta: dict[str, Any]) -> list[str]:
         "herdsched's intervals run from completion, APScheduler's from the previous start "
         "(IntervalTrigger): the runs differ, the rules are each library's own.",
         "p50/p99/max count the runs whose agent had a free slot when they fell due "
-        "('waited for a slot' are the others, in 'p99, all runs').",
+        "('waited for a slot' are the others, in 'p99, all runs'); 'cron instant' are those due "
+        "when every agent's cron schedule fires at once, 'other runs' the rest.",
     ]
