@@ -67,6 +67,8 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("p99_ms", "p99 ms", "ms"),
         ("max_ms", "max ms", "ms"),
         ("all_p99_ms", "p99 ms, all runs", "ms"),
+        ("cron_p99_ms", "p99 ms, cron instant", "ms"),
+        ("other_p99_ms", "p99 ms, other runs", "ms"),
         ("peak_threads", "peak threads", "int"),
         ("peak_os_threads", "OS threads", "int"),
         ("thread_budget", "budget", "int"),
@@ -436,5 +438,6 @@ def _fleet_note(meta: dict[str, Any]) -> list[str]:
         "herdsched's intervals run from completion, APScheduler's from the previous start "
         "(IntervalTrigger): the runs differ, the rules are each library's own.",
         "p50/p99/max count the runs whose agent had a free slot when they fell due "
-        "('waited for a slot' are the others, in 'p99, all runs').",
+        "('waited for a slot' are the others, in 'p99, all runs'); 'cron instant' are those due "
+        "when every agent's cron schedule fires at once, 'other runs' the rest.",
     ]

@@ -268,3 +268,28 @@ def test_cpu_split_reports_each_threads_share() -> None:
     shares = result["threads_us_per_run"]
     assert {"timer user", "workers user", "flusher user"} <= set(shares)
     assert result["p99_ms"] >= result["p50_ms"] >= 0
+
+
+def test_fleet_lateness_at_the_cron_instant_is_given_apart() -> None:
+    """Runs due at a cron instant (every agent at once) and the others have their own p99."""
+    params = dict(FLEET_PARAMS, fleet_agents=2, fleet_seconds=200.0, fleet_cron_seconds=60)
+    recorder = FleetRecorder(FleetPlan.build(params, start=0.0), os_threads=lambda: 0)
+    for agent, late in (("agent000", 0.08), ("agent001", 0.09)):
+        record = recorder.started(agent, 60.0)  # the cron instant
+        record.started, record.ended = 60.0 + late, 61.0
+    record = recorder.started("agent000", 20.25)  # an interval run
+    record.started, record.ended = 20.26, 21.0
+    result = recorder.result(0.0)
+    assert result["cron_runs"] == 2
+    assert result["cron_p99_ms"] == pytest.approx(89.9, abs=0.5)
+    assert result["other_p99_ms"] == pytest.approx(10.0)
+    assert result["max_ms"] == pytest.approx(90.0)
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_run_path_measures_every_round_through_the_public_api(persistent: bool) -> None:
+    from bench.run_path import measure
+
+    passes, runs = measure(persistent, schedules=20, rounds=3)
+    assert len(passes) == len(runs) == 3
+    assert all(value > 0 for value in passes + runs)

@@ -15,7 +15,9 @@ Measured in the window ``[start, start + fleet_seconds)``:
   due (a run that waited for one of its agent's ``max_concurrent`` slots is late by design, not by
   the engine). A slot counts as taken from the moment another run of the agent fell due (or
   started, if sooner) until its job returned, judged from the jobs' own times: a run due earlier
-  that still waits takes the next slot that frees;
+  that still waits takes the next slot that frees. The p99 of the runs with a free slot is also
+  given apart for the runs due at a cron instant (every agent's cron schedule at once: a burst of
+  ``fleet_agents`` runs) and for the others, so the report shows which of the two sets it;
 - the peak number of threads alive in the process (``threading.active_count()``, and the OS's
   count from psutil beside it), sampled every 50 ms by the main thread (no sampling thread of its
   own) from ``start()`` until the last runs of the window have started;
@@ -215,6 +217,9 @@ class FleetRecorder:
         free = [r for r in window if not self._waited_for_slot(r, by_agent[r.agent])]
         everything = summarize_ms([r.started - r.due for r in window])
         with_slot = summarize_ms([r.started - r.due for r in free])
+        burst = [r for r in free if self._at_cron_instant(r)]
+        at_cron = summarize_ms([r.started - r.due for r in burst])
+        between = summarize_ms([r.started - r.due for r in free if not self._at_cron_instant(r)])
         return {
             "agents": len(self.plan.agents),
             "schedules": len(self.plan.schedules),
@@ -227,6 +232,9 @@ class FleetRecorder:
             "all_p50_ms": everything["p50_ms"],
             "all_p99_ms": everything["p99_ms"],
             "all_max_ms": everything["max_ms"],
+            "cron_runs": len(burst),
+            "cron_p99_ms": at_cron["p99_ms"],
+            "other_p99_ms": between["p99_ms"],
             "quantiles_ms": quantile_points([r.started - r.due for r in free]),
             "peak_threads": self.peak_threads,
             "peak_os_threads": self.peak_os_threads or None,
@@ -236,6 +244,11 @@ class FleetRecorder:
             "setup_s": setup_s,
             **extra,
         }
+
+    def _at_cron_instant(self, run: _Run) -> bool:
+        """Whether ``run`` fell due at a cron instant, when every agent's cron schedule fires
+        at once (interval runs are due at seeded fractions of a second, never exactly there)."""
+        return run.due % self.plan.cron_seconds == 0
 
     def _waited_for_slot(self, run: _Run, agent_runs: list[_Run]) -> bool:
         """Whether the agent's other runs, running or already waiting for a slot, filled all of
