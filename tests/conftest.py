@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
+from postgres_server import DSN_OVERRIDE, start_server, unique_namespace
 
 
 @pytest.fixture(autouse=True)
@@ -14,3 +16,20 @@ def _no_herdsched_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("HERDSCHED_"):
             monkeypatch.delenv(name)
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> Iterator[str]:
+    """A PostgreSQL server for the whole run: ``HERDSCHED_TEST_PG_DSN``, else a throwaway one
+    started from the Debian package (see ``tests/postgres_server.py``)."""
+    if DSN_OVERRIDE is not None:
+        yield DSN_OVERRIDE
+        return
+    with start_server() as server:
+        yield server.dsn
+
+
+@pytest.fixture
+def pg_namespace() -> str:
+    """A namespace of its own for one test, so tests sharing the server never see each other."""
+    return unique_namespace()
