@@ -57,6 +57,7 @@ class Fleet:
         self.root = root
         self.namespace = unique_namespace("hosts")
         self.ledger = root / "ledger.log"
+        self.stall_flag = root / "stall"
         self.procs: list[subprocess.Popen[bytes]] = []
         self.store = PostgresStateStore(server.dsn, namespace=self.namespace, connect_timeout=3)
 
@@ -65,7 +66,7 @@ class Fleet:
         with open(self.root / f"proc{index}.err", "wb") as err:
             proc = subprocess.Popen(
                 [sys.executable, str(CHILD), self.server.dsn, self.namespace, str(self.ledger),
-                 str(TTL)],
+                 str(TTL), str(self.stall_flag)],
                 stdout=subprocess.DEVNULL,
                 stderr=err,
             )  # fmt: skip
@@ -237,6 +238,34 @@ def test_a_stopped_leader_is_replaced_and_after_sigcont_its_claims_are_refused(
     assert current is not None and current.pid == lease.pid
     assert_runs_go_on(fleet, datetime.now().astimezone(), {lease.pid})
     assert_acknowledged_kept(fleet, paused_from, run_id)
+    fleet.assert_no_slot_twice()
+
+
+def stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (by a signal), from /proc."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] == "T"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="needs /proc")
+def test_a_leader_stalled_just_before_its_claim_is_refused_after_sigcont(fleet: Fleet) -> None:
+    first = start_fleet(fleet)
+    since = fleet.server_now()
+    fleet.stall_flag.touch()  # the leader's next claim stops it just before the transaction
+    assert wait_for(lambda: stopped(first.pid), timeout=10)
+    started, stopped_wall = time.monotonic(), datetime.now().astimezone()
+    lease = await_leader(fleet, "the leader stalled before a claim", since, started,
+                         not_pid=first.pid)  # fmt: skip
+    time.sleep(max(0.0, TTL + 2.5 - (time.monotonic() - started)))
+    assert_runs_go_on(fleet, stopped_wall, {lease.pid})
+    resumed_at = len(fleet.rows())
+    os.kill(first.pid, signal.SIGCONT)
+    assert wait_for(lambda: "The claim made after the stall was refused" in fleet.log_of(first.pid))
+    assert "lost the lead" in fleet.log_of(first.pid)
+    time.sleep(2.0)  # the woken leader has had every chance to run something
+    assert [row for row in fleet.rows()[resumed_at:] if row[0] == first.pid] == []
+    current = fleet.lease()
+    assert current is not None and current.pid == lease.pid
     fleet.assert_no_slot_twice()
 
 

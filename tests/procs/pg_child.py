@@ -1,23 +1,53 @@
 """A scheduler process on a PostgreSQL store, for the multi-host fault tests.
 
-Usage: pg_child.py DSN NAMESPACE LEDGER LEASE_TTL
+Usage: pg_child.py DSN NAMESPACE LEDGER LEASE_TTL [STALL_FLAG]
 
 Runs schedules on a 1-second cadence (``tick`` and ``held``: cron every second; ``every``: a
 1-second interval) and ``manual`` (hourly, for run-now requests) whose job appends
 ``pid schedule slot`` to LEDGER (O_APPEND, one write per line; a run-now's slot is its run id),
 so the parent can check that no slot ran twice across processes. Logs INFO and above to stderr
 (the parent looks for "lost the lead" and "Reconnected").
+
+With STALL_FLAG, the process that next claims runs while that file exists (the leader) removes
+it and stops itself (SIGSTOP) just before its claim transaction: a leader stalled in the middle
+of dispatching, whose claim reaches the database only after it is resumed.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+from collections.abc import Sequence
 
 from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo
+from herdsched.errors import LeadershipLostError
+from herdsched.store.base import RunClaim
 from herdsched.store.postgres import PostgresStateStore
 from herdsched.timestamps import format_timestamp
+
+
+class StallingStore(PostgresStateStore):
+    """The store, stopping its process before a claim once the stall flag file appears."""
+
+    stall_flag: str | None = None
+
+    def claim_runs(self, claims: Sequence[RunClaim]) -> None:
+        if self.stall_flag is None or not claims:
+            super().claim_runs(claims)
+            return
+        try:
+            os.unlink(self.stall_flag)
+        except FileNotFoundError:
+            super().claim_runs(claims)
+            return
+        os.kill(os.getpid(), signal.SIGSTOP)
+        try:
+            super().claim_runs(claims)
+        except LeadershipLostError:
+            logging.getLogger("herdsched").warning("The claim made after the stall was refused.")
+            raise
 
 
 def main() -> None:
@@ -36,8 +66,10 @@ def main() -> None:
             os.close(fd)
         return "ran"
 
+    store = StallingStore(dsn, namespace=namespace, commit_delay=0.1, connect_timeout=3)
+    store.stall_flag = sys.argv[5] if len(sys.argv) > 5 else None
     sched = ThreadedScheduler(
-        store=PostgresStateStore(dsn, namespace=namespace, commit_delay=0.1, connect_timeout=3),
+        store=store,
         max_sleep=0.2,
         min_interval=0,
         poll_interval=0.2,
