@@ -143,7 +143,7 @@ def open_store(spec: str | os.PathLike[str], **options: Any) -> StateStore:
 def _open_database(dsn: str, options: dict[str, Any]) -> StateStore:
     """A :class:`PostgresStateStore` on ``dsn``, importing it (and psycopg) only now."""
     try:
-        from herdsched.store.postgres import PostgresStateStore
+        from herdsched.store.postgres import PostgresStateStore  # noqa: PLC0415 - psycopg is optional
     except ImportError as exc:
         raise StateError(
             f"store spec {mask_password(dsn)!r} names a PostgreSQL database, which needs "
