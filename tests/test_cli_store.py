@@ -316,8 +316,7 @@ def test_run_a_fleet_on_the_database(
     assert marker.read_text() == "ran\n"  # an interval's first run is due at once
     assert f"namespace {pg_namespace}" in err  # the log line says where the state is
     assert not (tmp_path / "not-used").exists() and not (tmp_path / ".herdsched").exists()
-    code, out, _ = run_cli(
-        capsys, "history", "ops/tick", "--json", "--store", postgres_dsn, "--namespace", pg_namespace
-    )
+    where = ["--store", postgres_dsn, "--namespace", pg_namespace]
+    code, out, _ = run_cli(capsys, "history", "ops/tick", "--json", *where)
     assert code == 0
     assert [r["status"] for r in json.loads(out)] == ["success"]

@@ -108,7 +108,7 @@ def test_other_urls_are_refused_by_name(spec: str, scheme: str) -> None:
 
 
 def test_a_spec_of_the_wrong_type_is_refused() -> None:
-    with pytest.raises(StoreSpecError, match="must be a string or a path.*int 5432"):
+    with pytest.raises(StoreSpecError, match=r"must be a string or a path.*int 5432"):
         check_spec(5432)  # type: ignore[arg-type]
 
 
