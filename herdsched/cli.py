@@ -673,7 +673,7 @@ def _fleet_scheduler(
     }
     if choice.namespace is not None:
         store_options["namespace"] = choice.namespace
-    store = open_store(choice.spec, **store_options)
+    store = _open_database(choice.spec, choice.namespace_origin, store_options)
     try:
         return ThreadedScheduler(fleet.agents, state_dir=None, store=store, **options)
     except BaseException:
@@ -769,7 +769,18 @@ def _open_store(args: argparse.Namespace) -> StateStore:
     if not is_database_spec(choice.spec):
         return _open_state_dir(choice.spec, choice.origin)
     options = {} if choice.namespace is None else {"namespace": choice.namespace}
-    return open_store(choice.spec, **options)
+    return _open_database(choice.spec, choice.namespace_origin, options)
+
+
+def _open_database(spec: str, namespace_origin: str, options: dict[str, Any]) -> StateStore:
+    """The database store ``spec`` names; a bad option (an empty ``--namespace``) is a usage
+    error naming where it came from."""
+    try:
+        return open_store(spec, **options)
+    except StoreSpecError:
+        raise
+    except ValueError as exc:
+        raise _UsageError(f"{namespace_origin}: {exc}") from None
 
 
 def _open_state_dir(state_dir: str, option: str) -> StateStore:

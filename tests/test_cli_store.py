@@ -249,6 +249,16 @@ def test_namespace_needs_a_database_store(
     assert code == 0
 
 
+def test_an_empty_namespace_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, _, err = run_cli(capsys, "status", "--store", postgres_dsn, "--namespace", " ")
+    assert code == 2 and "--namespace: namespace must be a non-empty string" in err
+    monkeypatch.setenv("HERDSCHED_NAMESPACE", "x" * 201)
+    code, _, err = run_cli(capsys, "status", "--store", postgres_dsn)
+    assert code == 2 and "HERDSCHED_NAMESPACE: namespace must be a non-empty string" in err
+
+
 def test_a_missing_directory_through_store_names_the_option(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
