@@ -330,3 +330,22 @@ def test_run_a_fleet_on_the_database(
     code, out, _ = run_cli(capsys, "history", "ops/tick", "--json", *where)
     assert code == 0
     assert [r["status"] for r in json.loads(out)] == ["success"]
+
+
+def test_run_on_a_directory_named_by_the_environment(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "agents:\n  - name: ops\n    command: ['true']\n"
+        "    schedules:\n      tick: {type: interval, interval: 1h}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HERDSCHED_STORE", str(tmp_path / "elsewhere"))
+    code, _, err = run_cli(capsys, "run", str(fleet), "--duration", "1s")
+    assert code == 0, err
+    assert (tmp_path / "elsewhere" / "state.yaml").is_file()
+    assert not (tmp_path / ".herdsched").exists()
+    code, _, err = run_cli(capsys, "run", str(fleet), "--state-dir", str(tmp_path / "x"))
+    assert code == 2 and "--store (from HERDSCHED_STORE)" in err
+    assert not (tmp_path / "x").exists()
