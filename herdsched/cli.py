@@ -313,15 +313,15 @@ def _add_run_command(commands: _Commands, parents: _Parents) -> None:
 
 
 def _add_overview_commands(commands: _Commands, parents: _Parents) -> None:
-    """``status`` and ``list``: read-only views of a state directory's schedules."""
+    """``status`` and ``list``: read-only views of the schedules in the fleet's store."""
     shown = [parents.state, parents.display, parents.as_json, parents.logging]
     status = commands.add_parser(
         "status",
         parents=shown,
         help="the scheduler, its leader and every schedule's state",
-        description="Show whether a scheduler runs the state directory (and where), counts of "
-        "schedules by status, and each schedule's cadence, status, next and last run and last "
-        "error. Works while the fleet runs in another process.",
+        description="Show the store, whether a scheduler leads it (pid, host, since when), "
+        "counts of schedules by status, and each schedule's cadence, status, next and last run "
+        "and last error. Works while the fleet runs in another process.",
     )
     status.add_argument(
         "--long", action="store_true", help="show whole errors instead of cutting them"
@@ -331,7 +331,7 @@ def _add_overview_commands(commands: _Commands, parents: _Parents) -> None:
         "list",
         parents=shown,
         help="list the schedules of the fleet",
-        description="List every schedule of the state directory with its cadence, status, "
+        description="List every schedule of the store with its cadence, status, "
         "owner and next run.",
     )
     listing.set_defaults(handler=_cmd_list)
@@ -367,14 +367,14 @@ def _add_next_command(commands: _Commands, parents: _Parents) -> None:
 
 
 def _add_steering_commands(commands: _Commands, parents: _Parents) -> None:
-    """``trigger``, ``pause`` and ``resume``: writes to the state directory that a running
+    """``trigger``, ``pause`` and ``resume``: writes to the store that a running
     scheduler picks up."""
     trigger = commands.add_parser(
         "trigger",
         parents=[parents.state, parents.logging],
         help="ask the running scheduler to run a schedule now",
         description="Queue a run of AGENT/SCHEDULE (or an ad-hoc run of AGENT's job) for the "
-        "active scheduler of the state directory and print its run id once the request is "
+        "active scheduler of the store and print its run id once the request is "
         "durable. It runs within a few seconds, or once the schedule's current run ends and "
         "its agent has a free slot; 'history' shows it queued, running, then finished.",
     )
@@ -718,7 +718,7 @@ def _run_fleet(
 
 
 # --------------------------------------------------------------------------------------------
-# Commands that read the state directory
+# Commands that read the store
 
 
 class _StoreChoice(NamedTuple):
@@ -808,9 +808,15 @@ def _agent_states(store: StateStore, agent: str) -> dict[str, ScheduleState]:
     states = store.get_agent_schedule_states(agent)
     if not states:
         known = sorted(store.get_all_schedule_states())
-        hint = f" (known: {', '.join(known)})" if known else " (the state directory is empty)"
+        hint = f" (known: {', '.join(known)})" if known else f" ({_empty_store(store)})"
         raise _Failure(f"agent {agent!r} not found{hint}")
     return states
+
+
+def _empty_store(store: StateStore) -> str:
+    if isinstance(store, YamlStateStore):
+        return "the state directory is empty"
+    return f"no schedules in {store_location(store)}"
 
 
 def _schedule_names(store: StateStore, agent: str, schedule: str | None) -> list[str]:

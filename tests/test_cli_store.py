@@ -349,3 +349,12 @@ def test_run_on_a_directory_named_by_the_environment(
     code, _, err = run_cli(capsys, "run", str(fleet), "--state-dir", str(tmp_path / "x"))
     assert code == 2 and "--store (from HERDSCHED_STORE)" in err
     assert not (tmp_path / "x").exists()
+
+
+def test_an_unknown_agent_in_an_empty_namespace_names_the_store(
+    capsys: pytest.CaptureFixture[str], postgres_dsn: str, pg_namespace: str
+) -> None:
+    argv = ["--store", postgres_dsn, "--namespace", pg_namespace]
+    code, _, err = run_cli(capsys, "pause", "nobody", *argv)
+    assert code == 1 and "agent 'nobody' not found (no schedules in postgresql://" in err
+    assert f"(namespace {pg_namespace}))" in err
