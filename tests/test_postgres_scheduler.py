@@ -112,3 +112,17 @@ def test_a_standby_leads_when_the_leader_stops_and_no_slot_runs_twice(scheduler_
     second.stop()
     slots = [row[2] for row in ledger.rows]
     assert len(slots) == len(set(slots))
+
+
+def test_the_several_hosts_page_examples_run(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from test_docs_examples import DOCS, python_blocks
+
+    monkeypatch.setenv("HERDSCHED_STORE", postgres_dsn)
+    namespace: dict[str, object] = {}
+    blocks = python_blocks((DOCS / "hosts.md").read_text())
+    assert blocks
+    with as_separate_processes():
+        for line, code in blocks:
+            exec(compile(code, f"hosts.md:{line}", "exec"), namespace)
