@@ -243,6 +243,8 @@ class PostgresStateStore:
         self._check_open()
         patch = normalise_changes(changes)
         key = (agent, schedule)
+        with self._mem:  # invalid values fail here, naming the field, before anything is written
+            evolve(self._state(key) or ScheduleState(), **patch)
         with self._db.transaction(f"update the state of {agent}/{schedule}") as cursor:
             number = rows.bump(cursor, self.namespace)
             written = rows.upsert_states(cursor, self.namespace, number, {key: patch},
@@ -261,6 +263,7 @@ class PostgresStateStore:
             current = self._state(key) or ScheduleState()
             if leaves_user_intent(current, patch):
                 del patch["status"]
+            evolve(current, **patch)  # invalid values fail here, naming the field
             self._pending[key] = {**self._pending.get(key, {}), **patch}
             if self._pending_since is None:
                 self._pending_since = self._clock.monotonic()
