@@ -3,6 +3,7 @@ server's clock, fencing, notifications and reconnection (see tests/postgres_serv
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -262,3 +263,43 @@ def test_a_restarted_server_loses_nothing_committed_and_the_store_reconnects() -
             store.renew_lease(lease, 60)
         store.close()
         other.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_store_made_before_fork_works_in_the_children_and_the_parent(
+    postgres_dsn: str, pg_namespace: str
+) -> None:
+    """gunicorn --preload: the app (and its store) is made once, then the workers fork."""
+    store = PostgresStateStore(postgres_dsn, namespace=pg_namespace)
+    lease = store.acquire_lease("parent", 60)
+    assert lease is not None
+    store.update_schedule_state("a", "parent", status="paused")
+    children = []
+    for index in range(3):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child reports through its exit status
+            code = 0
+            try:
+                for n in range(30):
+                    store.update_schedule_state("a", f"child{index}", consecutive_failures=n)
+                store.claim_runs([claim(f"child{index}")])  # the parent's lease is not its own
+                code = 3
+            except LeadershipLostError:
+                code = 0
+            except BaseException:
+                code = 2
+            os._exit(code)
+        children.append(pid)
+    for n in range(30):
+        store.update_schedule_state("a", "parent", consecutive_failures=n)
+    statuses = [os.waitpid(pid, 0)[1] for pid in children]
+    assert [os.waitstatus_to_exitcode(status) for status in statuses] == [0, 0, 0]
+    states = store.get_agent_schedule_states("a")
+    assert {name: s.consecutive_failures for name, s in states.items()} == {
+        "parent": 29,
+        "child0": 29,
+        "child1": 29,
+        "child2": 29,
+    }
+    assert store.renew_lease(lease, 60).epoch == lease.epoch  # the parent's session lives on
+    store.close()

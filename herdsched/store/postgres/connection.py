@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,6 +27,17 @@ from herdsched.errors import StateError
 __all__ = ["Database", "describe_dsn", "state_error"]
 
 log = logging.getLogger("herdsched")
+_databases: weakref.WeakSet[Database] = weakref.WeakSet()
+_abandoned: list[Any] = []  # connections inherited through fork(), kept from being finalised
+
+
+def _forget_in_child() -> None:  # pragma: no cover - runs in forked children
+    for database in list(_databases):
+        database.forget_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 _HINTS: dict[type[Exception], str] = {
     pg_errors.InsufficientPrivilege: (
@@ -89,6 +102,7 @@ class Database:
         self.backend_pid: int | None = None
         self.generation = 0  # how many connections were made: a new one lost session locks
         self.transactions = 0  # how many were begun (what the idle benchmark counts)
+        _databases.add(self)
 
     def connect(self) -> psycopg.Connection[Any]:
         """The open connection (caller holds :meth:`locked`), made now when there is none."""
@@ -160,6 +174,24 @@ class Database:
         if conn is not None:
             with contextlib.suppress(Exception):
                 conn.close()
+
+    def forget_after_fork(self) -> None:
+        """In a forked child (gunicorn ``--preload``): abandon the parent's connection and
+        make a new one on first use.
+
+        The socket is shared with the parent, so the child must neither use it nor close it
+        politely (that would end the parent's session): it is pointed at ``/dev/null`` first,
+        then the connection object is dropped. The lock is new, since a thread of the parent
+        may have held it at the fork."""
+        self._lock = threading.RLock()
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        with contextlib.suppress(Exception):
+            null = os.open(os.devnull, os.O_RDWR)
+            os.dup2(null, conn.pgconn.socket)
+            os.close(null)
+        _abandoned.append(conn)  # never closed in the child: the parent's session lives on
 
     def close(self) -> None:
         with self._lock:

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import date, datetime, timezone
 from typing import Any
@@ -50,6 +52,16 @@ __all__ = ["PostgresStateStore"]
 log = logging.getLogger("herdsched")
 
 Key = tuple[str, str]
+_stores: weakref.WeakSet[PostgresStateStore] = weakref.WeakSet()
+
+
+def _forget_in_child() -> None:  # pragma: no cover - runs in forked children
+    for store in list(_stores):
+        store.forget_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def _check_namespace(namespace: Any) -> str:
@@ -135,6 +147,7 @@ class PostgresStateStore:
         self._checked_at = float("-inf")
         self._listener: Listener | None = None
         self._closed = False
+        _stores.add(self)
         with self._db.transaction("create or migrate the herdsched tables") as cursor:
             migrate(cursor, self.location)
         self._sync()
@@ -631,6 +644,17 @@ class PostgresStateStore:
         listener, self._listener = self._listener, None
         if listener is not None:
             listener.stop()
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: the parent's lease, listener and pending work are not its own
+        (the store stays fenced, so the child writes nothing under the parent's epoch)."""
+        self._mem = threading.RLock()
+        self._flushing = threading.Lock()
+        self._listener = None
+        self._lease.held = None
+        self._claims.clear()
+        self._pending, self._pending_runs, self._pending_since = {}, [], None
+        self._stale = True
 
     def close(self) -> None:
         """Flush what is pending, stop listening and disconnect."""
