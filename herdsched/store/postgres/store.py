@@ -39,10 +39,22 @@ from herdsched.store.base import (
     newest_first,
 )
 from herdsched.store.definitions import check_preconditions, merge_definition
-from herdsched.store.postgres import rows
 from herdsched.store.postgres.connection import Database
 from herdsched.store.postgres.leases import LeaseRow
 from herdsched.store.postgres.listener import Listener
+from herdsched.store.postgres.rows import (
+    CHANNEL,
+    bump,
+    changes_since,
+    delete_claims,
+    insert_claims,
+    read_claims,
+    read_history,
+    read_rejected,
+    read_requests,
+    upsert_states,
+    write_runs,
+)
 from herdsched.store.postgres.schema import migrate
 from herdsched.store.yaml_store import normalise_changes
 from herdsched.timestamps import format_timestamp
@@ -186,9 +198,9 @@ class PostgresStateStore:
         if number == self._seen:
             return False
         with self._db.transaction("read the changes of other processes") as cursor:
-            states, definitions = rows.changes_since(cursor, self.namespace, self._seen)
-            requests = rows.read_requests(cursor, self.namespace)
-            rejected = rows.read_rejected(cursor, self.namespace)
+            states, definitions = changes_since(cursor, self.namespace, self._seen)
+            requests = read_requests(cursor, self.namespace)
+            rejected = read_rejected(cursor, self.namespace)
         with self._mem:
             self._install(states)
             for key, definition in definitions.items():
@@ -259,8 +271,8 @@ class PostgresStateStore:
         with self._mem:  # invalid values fail here, naming the field, before anything is written
             evolve(self._state(key) or ScheduleState(), **patch)
         with self._db.transaction(f"update the state of {agent}/{schedule}") as cursor:
-            number = rows.bump(cursor, self.namespace)
-            written = rows.upsert_states(cursor, self.namespace, number, {key: patch},
+            number = bump(cursor, self.namespace)
+            written = upsert_states(cursor, self.namespace, number, {key: patch},
                                          transition=False)  # fmt: skip
         with self._mem:
             self._install(written)
@@ -285,7 +297,7 @@ class PostgresStateStore:
     def remove_schedule_state(self, agent: str, schedule: str) -> None:
         self._check_open()
         with self._db.transaction(f"remove the state of {agent}/{schedule}") as cursor:
-            number = rows.bump(cursor, self.namespace)
+            number = bump(cursor, self.namespace)
             cursor.execute(
                 "UPDATE herdsched_states SET data = NULL, changed = %s "
                 "WHERE ns = %s AND agent = %s AND schedule = %s",
@@ -328,12 +340,12 @@ class PostgresStateStore:
         self, taken: Mapping[Key, Mapping[str, Any]], runs: Sequence[RunRecord]
     ) -> tuple[dict[Key, ScheduleState | None], int]:
         with self._db.transaction("write the group commit of run transitions") as cursor:
-            number = rows.bump(cursor, self.namespace)
+            number = bump(cursor, self.namespace)
             if self._lease.fenced:
                 self._lease.check_fence(cursor)
-            written = rows.upsert_states(cursor, self.namespace, number, taken, transition=True)
-            rows.write_runs(cursor, self.namespace, runs, self.max_run_history)
-            rows.delete_claims(cursor, self.namespace, self._covered_claims(written))
+            written = upsert_states(cursor, self.namespace, number, taken, transition=True)
+            write_runs(cursor, self.namespace, runs, self.max_run_history)
+            delete_claims(cursor, self.namespace, self._covered_claims(written))
         return written, number
 
     def _covered_claims(self, written: Mapping[Key, ScheduleState | None]) -> list[str]:
@@ -393,7 +405,7 @@ class PostgresStateStore:
             if self._lease.fenced:
                 self._lease.check_fence(cursor)
             epoch = self._lease.held.epoch if self._lease.held is not None else 0
-            rows.insert_claims(cursor, self.namespace, claims, epoch)
+            insert_claims(cursor, self.namespace, claims, epoch)
         with self._mem:
             for claim in claims:
                 self._claims[claim.run_id] = (claim.agent, claim.schedule, claim.run_at)
@@ -403,7 +415,7 @@ class PostgresStateStore:
         them over: this store's flushes drop them once their runs are recorded)."""
         self._check_open()
         with self._db.transaction("read the run claims") as cursor:
-            claims = rows.read_claims(cursor, self.namespace)
+            claims = read_claims(cursor, self.namespace)
         with self._mem:
             for claim in claims:
                 self._claims[claim.run_id] = (claim.agent, claim.schedule, claim.run_at)
@@ -433,7 +445,7 @@ class PostgresStateStore:
             return
         with self._db.transaction("release the scheduler lease") as cursor:
             if self._lease.release(cursor, lease):
-                cursor.execute("SELECT pg_notify(%s, %s)", (rows.CHANNEL, self.namespace))
+                cursor.execute("SELECT pg_notify(%s, %s)", (CHANNEL, self.namespace))
 
     def current_lease(self) -> Lease | None:
         self._check_open()
@@ -476,7 +488,7 @@ class PostgresStateStore:
             ]
         window = limit + len(pending) if schedule is not None else 1_000_000
         with self._db.transaction(f"read the run history of {agent}") as cursor:
-            stored = rows.read_history(cursor, self.namespace, agent, schedule, window)
+            stored = read_history(cursor, self.namespace, agent, schedule, window)
         by_schedule: dict[str, dict[str, RunRecord]] = {}
         for record in stored + pending:  # written order; a later record of a run wins
             runs = by_schedule.setdefault(record.schedule, {})
@@ -502,7 +514,7 @@ class PostgresStateStore:
     def _change(self, doing: str) -> Iterator[Any]:
         """One committed change of the namespace: the cursor, after the change number."""
         with self._db.transaction(doing) as cursor:
-            number = rows.bump(cursor, self.namespace)
+            number = bump(cursor, self.namespace)
             yield cursor
         self._own_write(number)
 
