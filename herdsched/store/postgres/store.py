@@ -312,13 +312,13 @@ class PostgresStateStore:
     def flush(self) -> None:
         """Commit every pending transition and run record in one transaction, fenced by the
         lease once this store handed one out (``LeadershipLostError``: nothing written)."""
-        self._check_open()
         with self._flushing:
             with self._mem:
+                if not self._pending and not self._pending_runs:
+                    return  # nothing to write: no error even once closed (exit hooks flush)
+                self._check_open()
                 taken, self._pending = self._pending, {}
                 runs, self._pending_runs = self._pending_runs, []
-            if not taken and not runs:
-                return
             try:
                 written, number = self._commit(taken, runs)
             except LeadershipLostError:
