@@ -87,6 +87,7 @@ from herdsched.models import (
 from herdsched.scheduler import describe_cadence
 from herdsched.store.memory import MemoryStateStore
 from herdsched.store.runs import find_run
+from herdsched.store.spec import store_location
 from herdsched.timestamps import format_timestamp
 
 if TYPE_CHECKING:
@@ -435,6 +436,7 @@ class RestApi:
             paging=view.paging,
             read_only=read_only,
             csrf=csrf,
+            store=store_location(self.scheduler.store),
         )
 
     def status_page_update(
@@ -456,6 +458,7 @@ class RestApi:
             timezone=self.scheduler.timezone,
             pid=os.getpid(),
             writable=read_only is None,
+            store=store_location(self.scheduler.store),
         )
 
     def _page_view(self, owner: str | None, query: Mapping[str, str]) -> _PageView:
@@ -652,6 +655,7 @@ class RestApi:
             "last_check_at": _time(state.last_check_at),
             "timezone": str(scheduler.timezone),
             "state_dir": str(scheduler.state_dir) if scheduler.state_dir is not None else None,
+            "store": store_location(scheduler.store),
             "rejected": [
                 {
                     "agent": r.agent,
@@ -840,9 +844,9 @@ class RestApi:
         _check_length("prompt", prompt, MAX_PROMPT_LENGTH)
         if not scheduler.is_leader:
             self._refuse_busy(agent, name, item)
-        if scheduler.status == "stopped" and scheduler.state_dir is not None:
-            # The active scheduler lives in another process (``manage.py herdsched``,
-            # ``herdsched run``): queue the request where it will find it.
+        if scheduler.status == "stopped" and not isinstance(scheduler.store, MemoryStateStore):
+            # The active scheduler lives in another process or on another host (``manage.py
+            # herdsched``, ``herdsched run``): queue the request in the shared store.
             run_id = scheduler.store.request_trigger(agent, name, prompt=prompt)
             return _accepted(agent, name, run_id, queued=True)
         result = scheduler.trigger(agent, name, prompt=prompt)

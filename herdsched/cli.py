@@ -1,9 +1,12 @@
 """The ``herdsched`` command: run a fleet file, and look at and steer a running fleet.
 
 ``run`` and ``validate`` read a fleet file, ``next`` previews a cron expression or an interval;
-every other command works on a state directory (``--state-dir``, default ``.herdsched``) through
-the file-backed store, so it works while another process runs the fleet: a pause written here is
-picked up by the running scheduler within about two seconds, a trigger is queued for it.
+every other command works on the fleet's state store, so it works while another process runs
+the fleet: a pause written here is picked up by the running scheduler within about two seconds,
+a trigger is queued for it. The store is a state directory (``--state-dir``, default
+``.herdsched``) or whatever ``--store SPEC`` names (default: the ``HERDSCHED_STORE`` environment
+variable): a ``postgresql://`` URL or a state directory (:mod:`herdsched.store.spec`), with
+``--namespace`` (default: ``HERDSCHED_NAMESPACE``) for a database.
 
 Exit codes: 0 success, 1 runtime failure (missing state, unknown agent, jobs that outlived the
 stop timeout), 2 usage or validation error. This module is the only place in herdsched that
@@ -52,9 +55,16 @@ from herdsched.models import (
     ScheduleState,
     Status,
 )
-from herdsched.scheduler import describe_cadence
-from herdsched.store.leases import read_leader_info
+from herdsched.scheduler import ThreadedScheduler, describe_cadence
 from herdsched.store.runs import history_with_requests
+from herdsched.store.spec import (
+    StoreSpecError,
+    check_spec,
+    is_database_spec,
+    mask_password,
+    open_store,
+    store_location,
+)
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.timestamps import format_timestamp, parse_timestamp, resolve_timezone
 from herdsched.timestamps import system_timezone as _system_timezone
@@ -64,10 +74,14 @@ if TYPE_CHECKING:
 
     _Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
-__all__ = ["DEFAULT_STATE_DIR", "build_parser", "main"]
+__all__ = ["DEFAULT_STATE_DIR", "NAMESPACE_ENV", "STORE_ENV", "build_parser", "main"]
 
 #: The state directory used when ``--state-dir`` is not given (relative to the current one).
 DEFAULT_STATE_DIR = ".herdsched"
+#: The environment variable ``--store`` defaults to (empty: not set).
+STORE_ENV = "HERDSCHED_STORE"
+#: The environment variable ``--namespace`` defaults to (empty: not set).
+NAMESPACE_ENV = "HERDSCHED_NAMESPACE"
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -215,7 +229,7 @@ class _Parents(NamedTuple):
     """The option groups several commands share, as argparse parent parsers."""
 
     logging: argparse.ArgumentParser  # -v/-q/--log-level, accepted after the command too
-    state: argparse.ArgumentParser  # --state-dir
+    state: argparse.ArgumentParser  # --state-dir, --store, --namespace
     display: argparse.ArgumentParser  # --tz
     as_json: argparse.ArgumentParser  # --json
 
@@ -225,10 +239,12 @@ def _parent_parsers() -> _Parents:
     state = argparse.ArgumentParser(add_help=False)
     state.add_argument(
         "--state-dir",
-        default=DEFAULT_STATE_DIR,
+        default=None,
         metavar="DIR",
-        help=f"the fleet's state directory (default: {DEFAULT_STATE_DIR})",
+        help=f"the fleet's state directory (default: {DEFAULT_STATE_DIR}, unless --store or "
+        f"{STORE_ENV} is given)",
     )
+    _add_store_options(state)
     display = argparse.ArgumentParser(add_help=False)
     display.add_argument(
         "--tz",
@@ -241,6 +257,24 @@ def _parent_parsers() -> _Parents:
     as_json.add_argument("--json", action="store_true", help="print JSON for scripts")
     logging_options = _add_logging_options(argparse.ArgumentParser(add_help=False))
     return _Parents(logging_options, state, display, as_json)
+
+
+def _add_store_options(parser: argparse.ArgumentParser) -> None:
+    """``--store SPEC`` and ``--namespace NAME`` (their defaults come from the environment
+    when the command runs, see :func:`_store_choice`)."""
+    parser.add_argument(
+        "--store",
+        default=None,
+        metavar="SPEC",
+        help="the fleet's state store: a postgresql:// URL (or libpq 'host=... dbname=...' "
+        f"string) or a state directory (default: ${STORE_ENV}); not with --state-dir",
+    )
+    parser.add_argument(
+        "--namespace",
+        default=None,
+        metavar="NAME",
+        help=f"the namespace within a PostgreSQL store (default: ${NAMESPACE_ENV}, else 'default')",
+    )
 
 
 def _add_run_command(commands: _Commands, parents: _Parents) -> None:
@@ -258,8 +292,9 @@ def _add_run_command(commands: _Commands, parents: _Parents) -> None:
         default=None,
         metavar="DIR",
         help="state directory (default: the fleet file's scheduler.state_dir, else "
-        f"{DEFAULT_STATE_DIR})",
+        f"{DEFAULT_STATE_DIR}, unless --store or {STORE_ENV} is given)",
     )
+    _add_store_options(run)
     run.add_argument(
         "--duration",
         type=_duration_arg,
@@ -278,15 +313,15 @@ def _add_run_command(commands: _Commands, parents: _Parents) -> None:
 
 
 def _add_overview_commands(commands: _Commands, parents: _Parents) -> None:
-    """``status`` and ``list``: read-only views of a state directory's schedules."""
+    """``status`` and ``list``: read-only views of the schedules in the fleet's store."""
     shown = [parents.state, parents.display, parents.as_json, parents.logging]
     status = commands.add_parser(
         "status",
         parents=shown,
         help="the scheduler, its leader and every schedule's state",
-        description="Show whether a scheduler runs the state directory (and where), counts of "
-        "schedules by status, and each schedule's cadence, status, next and last run and last "
-        "error. Works while the fleet runs in another process.",
+        description="Show the store, whether a scheduler leads it (pid, host, since when), "
+        "counts of schedules by status, and each schedule's cadence, status, next and last run "
+        "and last error. Works while the fleet runs in another process.",
     )
     status.add_argument(
         "--long", action="store_true", help="show whole errors instead of cutting them"
@@ -296,7 +331,7 @@ def _add_overview_commands(commands: _Commands, parents: _Parents) -> None:
         "list",
         parents=shown,
         help="list the schedules of the fleet",
-        description="List every schedule of the state directory with its cadence, status, "
+        description="List every schedule of the store with its cadence, status, "
         "owner and next run.",
     )
     listing.set_defaults(handler=_cmd_list)
@@ -332,14 +367,14 @@ def _add_next_command(commands: _Commands, parents: _Parents) -> None:
 
 
 def _add_steering_commands(commands: _Commands, parents: _Parents) -> None:
-    """``trigger``, ``pause`` and ``resume``: writes to the state directory that a running
+    """``trigger``, ``pause`` and ``resume``: writes to the store that a running
     scheduler picks up."""
     trigger = commands.add_parser(
         "trigger",
         parents=[parents.state, parents.logging],
         help="ask the running scheduler to run a schedule now",
         description="Queue a run of AGENT/SCHEDULE (or an ad-hoc run of AGENT's job) for the "
-        "active scheduler of the state directory and print its run id once the request is "
+        "active scheduler of the store and print its run id once the request is "
         "durable. It runs within a few seconds, or once the schedule's current run ends and "
         "its agent has a free slot; 'history' shows it queued, running, then finished.",
     )
@@ -611,19 +646,45 @@ def _log_run(event: Any) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    choice = _store_choice(args)  # a usage error before the fleet's jobs are imported
     fleet = load_fleet(args.fleet)
+    scheduler = _fleet_scheduler(fleet, args, choice)
     stopper = _Stopper()
     try:
-        return _run_fleet(fleet, args, stopper)
+        return _run_fleet(fleet, scheduler, args, stopper)
     finally:
         stopper.restore()
+        if scheduler.state_dir is None:  # a store opened here, not the scheduler's own
+            scheduler.store.close()
 
 
-def _run_fleet(fleet: FleetConfig, args: argparse.Namespace, stopper: _Stopper) -> int:
+def _fleet_scheduler(
+    fleet: FleetConfig, args: argparse.Namespace, choice: _StoreChoice
+) -> ThreadedScheduler:
+    """The fleet's scheduler on the store ``args`` name: a database store opened here, or a
+    state directory (``--state-dir``, ``--store DIR``, the fleet file's, the default)."""
+    if choice.spec is None or not is_database_spec(choice.spec):
+        given = choice.spec if choice.spec is not None else args.state_dir
+        state_dir = Path(given) if given else fleet.state_dir
+        return fleet.create_scheduler(state_dir=state_dir or Path(DEFAULT_STATE_DIR))
+    options = fleet.scheduler_options
+    store_options: dict[str, Any] = {
+        key: options[key] for key in ("max_run_history", "commit_delay") if key in options
+    }
+    if choice.namespace is not None:
+        store_options["namespace"] = choice.namespace
+    store = _open_database(choice.spec, choice.namespace_origin, store_options)
+    try:
+        return ThreadedScheduler(fleet.agents, state_dir=None, store=store, **options)
+    except BaseException:
+        store.close()
+        raise
 
-    state_dir = Path(args.state_dir) if args.state_dir else fleet.state_dir
-    state_dir = state_dir or Path(DEFAULT_STATE_DIR)
-    scheduler = fleet.create_scheduler(state_dir=state_dir)
+
+def _run_fleet(
+    fleet: FleetConfig, scheduler: ThreadedScheduler, args: argparse.Namespace, stopper: _Stopper
+) -> int:
+    """Run ``scheduler`` until a signal, ``--duration`` or a job stops it."""
     scheduler.add_listener(_log_run, events.JobSucceeded)
     stopper.flush = scheduler.store.flush
     stopper.install()
@@ -634,7 +695,7 @@ def _run_fleet(fleet: FleetConfig, args: argparse.Namespace, stopper: _Stopper) 
         fleet.name or fleet.path,
         len(fleet.agents),
         schedules,
-        state_dir,
+        store_location(scheduler.store),
         scheduler.status,
     )
     duration: timedelta | None = args.duration
@@ -657,19 +718,80 @@ def _run_fleet(fleet: FleetConfig, args: argparse.Namespace, stopper: _Stopper) 
 
 
 # --------------------------------------------------------------------------------------------
-# Commands that read the state directory
+# Commands that read the store
 
 
-def _open_store(state_dir: str) -> StateStore:
+class _StoreChoice(NamedTuple):
+    """The store a command works on: a spec from ``--store``/``HERDSCHED_STORE`` (``origin``
+    says which), or ``None`` for the state directory of ``--state-dir``."""
+
+    spec: str | None
+    origin: str
+    namespace: str | None
+    namespace_origin: str
+
+
+def _store_choice(args: argparse.Namespace) -> _StoreChoice:
+    """Which store ``args`` name; a usage error for ``--store`` with ``--state-dir``, for a
+    spec that names no store, and for ``--namespace`` with a state directory."""
+    spec, origin = args.store, "--store"
+    if spec is None and os.environ.get(STORE_ENV):
+        spec, origin = os.environ[STORE_ENV], STORE_ENV
+    namespace, namespace_origin = args.namespace, "--namespace"
+    if namespace is None and os.environ.get(NAMESPACE_ENV):
+        namespace, namespace_origin = os.environ[NAMESPACE_ENV], NAMESPACE_ENV
+    if spec is None:
+        if args.namespace is not None:
+            raise _UsageError("--namespace applies to a PostgreSQL store: give --store too")
+        return _StoreChoice(None, "--state-dir", None, namespace_origin)
+    if args.state_dir is not None:
+        given = "--store" if origin == "--store" else f"--store (from {STORE_ENV})"
+        raise _UsageError(
+            f"{given} {mask_password(spec)!r} and --state-dir {args.state_dir!r} both name the "
+            "store: give one of them"
+        )
+    try:
+        check_spec(spec)
+    except StoreSpecError as exc:
+        raise _UsageError(f"{origin}: {exc}") from None
+    if not is_database_spec(spec) and args.namespace is not None:
+        raise _UsageError(
+            f"--namespace applies to a PostgreSQL store, and {origin} {spec!r} is a state directory"
+        )
+    return _StoreChoice(spec, origin, namespace, namespace_origin)
+
+
+def _open_store(args: argparse.Namespace) -> StateStore:
+    """The store of a command that reads or steers a fleet (which must exist already)."""
+    choice = _store_choice(args)
+    if choice.spec is None:
+        return _open_state_dir(args.state_dir or DEFAULT_STATE_DIR, "--state-dir")
+    if not is_database_spec(choice.spec):
+        return _open_state_dir(choice.spec, choice.origin)
+    options = {} if choice.namespace is None else {"namespace": choice.namespace}
+    return _open_database(choice.spec, choice.namespace_origin, options)
+
+
+def _open_database(spec: str, namespace_origin: str, options: dict[str, Any]) -> StateStore:
+    """The database store ``spec`` names; a bad option (an empty ``--namespace``) is a usage
+    error naming where it came from."""
+    try:
+        return open_store(spec, **options)
+    except StoreSpecError:
+        raise
+    except ValueError as exc:
+        raise _UsageError(f"{namespace_origin}: {exc}") from None
+
+
+def _open_state_dir(state_dir: str, option: str) -> StateStore:
     path = Path(state_dir)
     if path.exists() and not path.is_dir():  # the words of the store, as "run" says them
         raise _Failure(f"state_dir {path} exists but is not a directory")
     if not path.is_dir():
         raise _Failure(
             f"no state directory at {path}: run a fleet first (herdsched run FLEET) or give "
-            "--state-dir"
+            f"{'--state-dir or --store' if option == '--state-dir' else 'another ' + option}"
         )
-
     return YamlStateStore(path)
 
 
@@ -686,9 +808,15 @@ def _agent_states(store: StateStore, agent: str) -> dict[str, ScheduleState]:
     states = store.get_agent_schedule_states(agent)
     if not states:
         known = sorted(store.get_all_schedule_states())
-        hint = f" (known: {', '.join(known)})" if known else " (the state directory is empty)"
+        hint = f" (known: {', '.join(known)})" if known else f" ({_empty_store(store)})"
         raise _Failure(f"agent {agent!r} not found{hint}")
     return states
+
+
+def _empty_store(store: StateStore) -> str:
+    if isinstance(store, YamlStateStore):
+        return "the state directory is empty"
+    return f"no schedules in {store_location(store)}"
 
 
 def _schedule_names(store: StateStore, agent: str, schedule: str | None) -> list[str]:
@@ -703,9 +831,15 @@ def _schedule_names(store: StateStore, agent: str, schedule: str | None) -> list
     return [schedule]
 
 
-def _leader(state_dir: str) -> dict[str, Any] | None:
+def _leader(store: StateStore) -> dict[str, Any] | None:
+    """Who leads the fleet, as every store and face says it (:meth:`Lease.describe`): holder,
+    host, pid, epoch, since (``started_at``), renewal, expiry; ``None`` when nobody does."""
+    lease = store.current_lease()
+    return lease.describe(datetime.now(timezone.utc)) if lease is not None else None
 
-    return read_leader_info(state_dir)
+
+def _state_dir_of(store: StateStore) -> str | None:
+    return str(store.state_dir) if isinstance(store, YamlStateStore) else None
 
 
 def _leader_text(info: dict[str, Any] | None, zone: tzinfo) -> str:
@@ -721,6 +855,14 @@ def _leader_text(info: dict[str, Any] | None, zone: tzinfo) -> str:
     epoch = f", lease epoch {info['epoch']}" if info.get("epoch") else ""
     hung = " - NOT RENEWED: it hangs, a standby takes over" if info.get("expired") else ""
     return f"running (pid {info.get('pid', '?')} on {info.get('host', '?')}{epoch}{when}){hung}"
+
+
+def _store_line(store: StateStore) -> str:
+    """The first line of ``status``: the state directory, or the database store."""
+    state_dir = _state_dir_of(store)
+    if state_dir is not None:
+        return f"State directory: {state_dir}"
+    return f"Store:           {store_location(store)}"
 
 
 def _zone(args: argparse.Namespace) -> tzinfo:
@@ -750,17 +892,20 @@ def _state_json(agent: str, name: str, state: ScheduleState) -> dict[str, Any]:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    store = _open_store(args.state_dir)
+    store = _open_store(args)
     try:
         rows = _state_rows(store)
-        leader = _leader(args.state_dir)
+        leader = _leader(store)
         rejected = store.rejected_definitions()
+        where, state_dir = _store_line(store), _state_dir_of(store)
+        location = store_location(store)
     finally:
         store.close()
     if args.json:
         _json(
             {
-                "state_dir": str(args.state_dir),
+                "state_dir": state_dir,
+                "store": location,
                 "scheduler": "running" if leader else "not running",
                 "leader": leader,
                 "schedules": [_state_json(a, n, s) for a, n, s in rows],
@@ -769,7 +914,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         )
         return EXIT_OK
     zone = _zone(args)
-    _out(f"State directory: {args.state_dir}")
+    _out(where)
     _out(f"Scheduler:       {_leader_text(leader, zone)}")
     counts: dict[str, int] = {}
     for _, _, state in rows:
@@ -820,16 +965,17 @@ def _print_rejected(rejected: list[RejectedDefinition], zone: tzinfo) -> None:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    store = _open_store(args.state_dir)
+    store = _open_store(args)
     try:
         rows = _state_rows(store)
+        location = store_location(store)
     finally:
         store.close()
     if args.json:
         _json([_state_json(a, n, s) for a, n, s in rows])
         return EXIT_OK
     if not rows:
-        _out(f"no schedules in {args.state_dir}")
+        _out(f"no schedules in {location}")
         return EXIT_OK
     zone = _zone(args)
     table = [
@@ -850,7 +996,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 def _cmd_trigger(args: argparse.Namespace) -> int:
     agent, schedule = _target(args.target)
-    store = _open_store(args.state_dir)
+    store = _open_store(args)
     try:
         if schedule is None:
             _agent_states(store, agent)
@@ -858,14 +1004,15 @@ def _cmd_trigger(args: argparse.Namespace) -> int:
         else:
             name = _schedule_names(store, agent, schedule)[0]
         run_id = store.request_trigger(agent, name, prompt=args.prompt)
+        leader = _leader(store)
+        location = store_location(store)
     finally:
         store.close()
     what = f"{agent}/{schedule}" if schedule else f"agent {agent} (ad hoc)"
     _out(f"queued a run of {what} as run {run_id} (follow it: herdsched history {agent}/{name})")
-    leader = _leader(args.state_dir)
     if leader is None:
         _err(
-            f"note: no scheduler is running for {args.state_dir}; the run starts when one "
+            f"note: no scheduler is running for {location}; the run starts when one "
             "starts (herdsched run FLEET)"
         )
     return EXIT_OK
@@ -906,7 +1053,7 @@ def _set_status(
 ) -> int:
     """Pause or resume: a durable user-intent write per targeted schedule, with a line each."""
     agent, schedule = _target(args.target)
-    store = _open_store(args.state_dir)
+    store = _open_store(args)
     try:
         for name in _schedule_names(store, agent, schedule):
             state = store.get_schedule_state(agent, name)
@@ -945,7 +1092,7 @@ def _fleet_history(store: StateStore, limit: int) -> list[RunRecord]:
 
 def _cmd_history(args: argparse.Namespace) -> int:
     agent, schedule = _target(args.target) if args.target else (None, None)
-    store = _open_store(args.state_dir)
+    store = _open_store(args)
     try:
         if agent is None:
             records = _fleet_history(store, args.n)

@@ -50,6 +50,7 @@ def status_table(status: SchedulerStatus) -> str:
     leader = ""
     if status.leader:
         leader = f" · leader pid {escape(str(status.leader.get('pid', '?')))}"
+        leader += _lease_text(status.leader)
     rows = []
     for item in status.schedules:
         rows.append(
@@ -278,7 +279,15 @@ def _lease_text(info: Mapping[str, Any]) -> str:
     return text
 
 
-def _meta(status: SchedulerStatus, pid: int | None, timezone: tzinfo | None, note: str = "") -> str:
+def _meta(
+    status: SchedulerStatus,
+    pid: int | None,
+    timezone: tzinfo | None,
+    note: str = "",
+    store: str | None = None,
+) -> str:
+    """The line above the table: this process, the leader (host, pid, epoch, since), the
+    store, the jobs running here, the zone."""
     leader = status.leader.get("pid") if status.leader else None
     meta = [f"scheduler <b>{escape(status.status)}</b>"]
     if pid is not None:
@@ -288,6 +297,8 @@ def _meta(status: SchedulerStatus, pid: int | None, timezone: tzinfo | None, not
         if leader and status.leader
         else "no active scheduler"
     )
+    if store:
+        meta.append(f"state in <span class='store'>{escape(store)}</span>")
     meta.append(f"{status.active_jobs} job(s) running here")
     if timezone is not None:
         meta.append(f"times in your browser's zone (server: {escape(str(timezone))})")
@@ -368,8 +379,10 @@ def page_update(
     timezone: tzinfo | None = None,
     pid: int | None = None,
     writable: bool = True,
+    store: str | None = None,
 ) -> dict[str, Any]:
-    """What the page's refresh applies in place: counts, the summary, each row's cells."""
+    """What the page's refresh applies in place: counts, the summary, each row's cells, and
+    the line about the leader (``store`` is where the state lives, for people)."""
     rows = []
     for item in schedules:
         agent, name = str(item["agent"]), str(item["name"])
@@ -387,7 +400,7 @@ def page_update(
     return {
         "counts": dict(counts),
         "summary": _summary(paging),
-        "meta": _meta(status, pid, timezone),
+        "meta": _meta(status, pid, timezone, store=store),
         "page": paging["page"],
         "pages": paging["pages"],
         "columns": [column for column, _ in _COLUMNS],
@@ -411,6 +424,7 @@ def status_page(
     paging: Mapping[str, int] | None = None,
     read_only: str | None = None,
     csrf: tuple[str, str] | None = None,
+    store: str | None = None,
 ) -> str:
     """The status page: a complete HTML document.
 
@@ -421,7 +435,8 @@ def status_page(
     ``counts`` (total, running, failing, disabled, paused), ``agents``, ``filters`` and
     ``paging`` (page, pages, per, matching, total) come from :meth:`herdsched.api.RestApi.
     status_page`. ``read_only`` is the reason writes are refused (the buttons are disabled);
-    ``csrf`` is the (header, token) pair the buttons send.
+    ``csrf`` is the (header, token) pair the buttons send; ``store`` where the state lives
+    (:func:`herdsched.store.spec.store_location`), shown beside the leader.
     """
     paging = paging or _default_paging(len(schedules))
     counts = counts or _count(schedules)
@@ -455,7 +470,7 @@ def status_page(
         f"<body data-api='{escape(api_base, quote=True)}' data-refresh='{REFRESH_SECONDS}'"
         f"{csrf_attrs}>"
         f"<h1>{escape(title)}</h1>"
-        f"<div class='meta' id='meta'>{_meta(status, pid, timezone, note)}</div>"
+        f"<div class='meta' id='meta'>{_meta(status, pid, timezone, note, store)}</div>"
         f"{banner}{rejected_html(status)}{_counts_html(counts)}"
         f"{_filters_form(filters or {}, agents, paging)}"
         f"<table><thead><tr>{head}</tr></thead><tbody id='rows'>{body_rows}</tbody></table>"

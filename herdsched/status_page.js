@@ -53,7 +53,7 @@
       if (el) el.textContent = n;
     }
     document.getElementById("summary").textContent = data.summary;
-    document.getElementById("meta").innerHTML = data.meta;
+    setHTML(document.getElementById("meta"), data.meta);
     form.elements.page.value = data.page;
     document.getElementById("prev").disabled = data.page <= 1;
     document.getElementById("next").disabled = data.page >= data.pages;

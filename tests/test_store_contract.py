@@ -1,4 +1,5 @@
-"""The StateStore contract, checked against the in-memory and the YAML store alike."""
+"""The StateStore contract, checked against the in-memory, the YAML and the PostgreSQL store alike
+(the last on a real server: see tests/postgres_server.py)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,17 @@ from herdsched.store.state_codec import PlainYamlCodec
 T0 = datetime(2026, 11, 22, 5, 41, 48, 898000, tzinfo=timezone.utc)
 
 
-@pytest.fixture(params=["memory", "yaml", "yaml-plain-codec"])
+@pytest.fixture(params=["memory", "yaml", "yaml-plain-codec", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore]:
-    if request.param == "memory":
-        made: StateStore = MemoryStateStore(max_run_history=3)
+    if request.param == "postgres":
+        from herdsched.store.postgres import PostgresStateStore
+
+        dsn = request.getfixturevalue("postgres_dsn")
+        made: StateStore = PostgresStateStore(
+            dsn, namespace=request.getfixturevalue("pg_namespace"), max_run_history=3
+        )
+    elif request.param == "memory":
+        made = MemoryStateStore(max_run_history=3)
     elif request.param == "yaml":
         made = YamlStateStore(tmp_path / "state", max_run_history=3)
     else:

@@ -1,8 +1,9 @@
 """Running a scheduler inside a web process (shared by the Flask and Django integrations).
 
-A web server with several worker processes runs one scheduler per worker; the leader lock of
-the state directory makes exactly one of them active and the others stand by (they still serve
-the REST API through the shared state store) and take over when the active one dies.
+A web server with several worker processes runs one scheduler per worker; the lease of the
+state store makes exactly one of them active and the others stand by (they still serve the REST
+API through the shared store) and take over when the active one dies. With a PostgreSQL store
+(``STORE``: a ``postgresql://`` URL) that holds across hosts too.
 
 Pre-fork servers load the application in a master process and then ``fork()`` the workers
 (``gunicorn --preload``, uwsgi without ``--lazy-apps``). Threads do not survive ``fork()``, so a
@@ -24,7 +25,7 @@ import os
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -34,6 +35,15 @@ from herdsched.config import load_fleet
 from herdsched.errors import SchedulerError
 from herdsched.models import Agent, JobFunc
 from herdsched.scheduler import ThreadedScheduler
+from herdsched.store.base import StateStore
+from herdsched.store.spec import (
+    StoreSpecError,
+    check_spec,
+    is_database_spec,
+    mask_password,
+    open_store,
+    store_location,
+)
 
 __all__ = [
     "SETTINGS_KEYS",
@@ -51,7 +61,12 @@ _log = logging.getLogger("herdsched")
 #: Django), with what each means.
 SETTINGS_KEYS: Mapping[str, str] = {
     "STATE_DIR": "state directory shared by every worker (default: the fleet file's, or "
-    "'.herdsched')",
+    "'.herdsched'); not with STORE",
+    "STORE": "the state store: a postgresql:// URL (several hosts; Django also takes "
+    "'django:<alias>' for a database of settings.DATABASES) or a state directory; not with "
+    "STATE_DIR",
+    "NAMESPACE": "the namespace within a PostgreSQL STORE (default 'default'), so that several "
+    "apps or environments share one database",
     "FLEET_FILE": "fleet YAML file with the agents and schedules",
     "TIMEZONE": "IANA time zone for cron schedules (default: the fleet file's or the system's)",
     "AUTOSTART": "start the scheduler in this process (default True)",
@@ -61,7 +76,7 @@ SETTINGS_KEYS: Mapping[str, str] = {
     "SCHEDULER": "a ThreadedScheduler, or its import path ('myapp.jobs:scheduler'), instead "
     "of STATE_DIR/FLEET_FILE/TIMEZONE",
 }
-_BUILD_KEYS = ("STATE_DIR", "FLEET_FILE", "TIMEZONE")
+_BUILD_KEYS = ("STATE_DIR", "STORE", "NAMESPACE", "FLEET_FILE", "TIMEZONE")
 #: Keys the web adapters read themselves (not used to build the scheduler).
 ADAPTER_KEYS = ("AUTOSTART", "AUTH", "MAX_BODY_BYTES")
 
@@ -210,10 +225,10 @@ class EmbeddedScheduler:
                 return
         self.scheduler.start()
         _log.info(
-            "herdsched %s in pid %s (%s)",
+            "herdsched %s in pid %s (state in %s)",
             "active" if self.scheduler.is_leader else "standing by",
             os.getpid(),
-            self.scheduler.state_dir,
+            store_location(self.scheduler.store),
         )
 
     def mark_serving(self) -> None:
@@ -338,7 +353,8 @@ def scheduler_from_settings(
     ``"settings.HERDSCHED"``). Unknown keys are refused by name, so a typo cannot silently
     fall back to a default. With ``FLEET_FILE`` the fleet's agents are registered, their jobs
     passed through ``wrap_job`` (the integrations give jobs their framework's context);
-    otherwise the scheduler starts empty and the application adds agents.
+    otherwise the scheduler starts empty and the application adds agents. ``STORE`` (a
+    database is opened, and connected to, here) and ``STATE_DIR`` exclude each other.
     """
     unknown = sorted(set(settings) - set(SETTINGS_KEYS))
     if unknown:
@@ -352,7 +368,7 @@ def scheduler_from_settings(
         if clash:
             raise SchedulerError(
                 f"{source}: give SCHEDULER or {'/'.join(clash)}, not both (the scheduler "
-                "already has its state directory, fleet and time zone)"
+                "already has its store, fleet and time zone)"
             )
         scheduler = import_object(given, what="SCHEDULER") if isinstance(given, str) else given
         if not isinstance(scheduler, ThreadedScheduler):
@@ -361,7 +377,7 @@ def scheduler_from_settings(
                 f"{type(scheduler).__name__}"
             )
         return scheduler
-    state_dir = settings.get("STATE_DIR")
+    state_dir, database = _store_settings(settings, source)
     timezone = settings.get("TIMEZONE")
     fleet_file = settings.get("FLEET_FILE")
     overrides: dict[str, Any] = {}
@@ -371,8 +387,79 @@ def scheduler_from_settings(
         fleet = load_fleet(Path(fleet_file))
         if wrap_job is not None:
             fleet = attrs.evolve(fleet, agents=[wrap_jobs(a, wrap_job) for a in fleet.agents])
-        return fleet.create_scheduler(state_dir=Path(state_dir) if state_dir else None, **overrides)
-    return ThreadedScheduler(state_dir=Path(state_dir) if state_dir else ".herdsched", **overrides)
+        if database is None:
+            return fleet.create_scheduler(state_dir=state_dir, **overrides)
+        options = {**fleet.scheduler_options, **overrides}
+        return _on_database(database, settings, fleet.agents, options)
+    if database is None:
+        return ThreadedScheduler(state_dir=state_dir or ".herdsched", **overrides)
+    return _on_database(database, settings, [], overrides)
+
+
+def setting_name(source: str, key: str) -> str:
+    """How the user wrote setting ``key`` in ``source``: ``HERDSCHED_STORE`` in Flask's
+    ``app.config``, ``HERDSCHED['STORE']`` in Django's settings, plain ``STORE`` otherwise."""
+    if source == "app.config":
+        return f"HERDSCHED_{key}"
+    if source == "settings.HERDSCHED":
+        return f"HERDSCHED[{key!r}]"
+    return key
+
+
+def _store_settings(settings: Mapping[str, Any], source: str) -> tuple[Path | None, str | None]:
+    """``(state directory, database spec)`` from ``STATE_DIR``/``STORE``/``NAMESPACE``; at most
+    one is set. A ``SchedulerError`` naming the settings for both, for a ``STORE`` that names no
+    store, and for ``NAMESPACE`` without a database."""
+    state_dir, spec = settings.get("STATE_DIR"), settings.get("STORE")
+    namespace = settings.get("NAMESPACE")
+    if spec is not None and state_dir:
+        raise SchedulerError(
+            f"{source}: {setting_name(source, 'STORE')} and {setting_name(source, 'STATE_DIR')} "
+            "both say where the state lives: give one of them"
+        )
+    if spec is not None:
+        try:
+            text = check_spec(spec)
+        except StoreSpecError as exc:
+            raise SchedulerError(f"{setting_name(source, 'STORE')}: {exc}", cause=exc) from exc
+        if is_database_spec(spec):
+            _check_namespace(namespace, source)
+            return None, text
+        state_dir = text
+    if namespace is not None:
+        where = f"{setting_name(source, 'STORE')} {mask_password(str(spec))!r} is a state " + (
+            "directory" if spec is not None else "not set"
+        )
+        raise SchedulerError(
+            f"{source}: {setting_name(source, 'NAMESPACE')} applies to a PostgreSQL store, and "
+            f"{where}"
+        )
+    return (Path(state_dir) if state_dir else None), None
+
+
+def _check_namespace(namespace: Any, source: str) -> None:
+    if namespace is not None and (not isinstance(namespace, str) or not namespace.strip()):
+        raise SchedulerError(
+            f"{source}: {setting_name(source, 'NAMESPACE')} must be a non-empty string, got "
+            f"{namespace!r}"
+        )
+
+
+def _on_database(
+    dsn: str, settings: Mapping[str, Any], agents: Iterable[Agent], options: Mapping[str, Any]
+) -> ThreadedScheduler:
+    """A scheduler for ``agents`` on the PostgreSQL store at ``dsn`` (opened here)."""
+    store_options: dict[str, Any] = {
+        key: options[key] for key in ("max_run_history", "commit_delay") if key in options
+    }
+    if settings.get("NAMESPACE") is not None:
+        store_options["namespace"] = settings["NAMESPACE"]
+    store: StateStore = open_store(dsn, **store_options)
+    try:
+        return ThreadedScheduler(agents, state_dir=None, store=store, **options)
+    except BaseException:
+        store.close()
+        raise
 
 
 def import_object(path: str, *, what: str) -> Any:

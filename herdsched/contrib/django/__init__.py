@@ -9,16 +9,21 @@
         "STATE_DIR": "/var/lib/myproject/herdsched",
         "AUTH": "herdsched.contrib.django.staff_only",
     }
+    # or, with the app on several hosts, the project's own PostgreSQL database as the store:
+    #   "STORE": "django:default",        (any alias of DATABASES, or a postgresql:// URL)
+    #   "NAMESPACE": "myproject-prod",    (optional)
 
     # urls.py
     urlpatterns = [..., path("herdsched/", include("herdsched.contrib.django.urls"))]
 
-``HERDSCHED`` keys are those of :data:`herdsched.contrib.SETTINGS_KEYS`. The app starts the
-scheduler in :meth:`~herdsched.contrib.django.apps.HerdschedConfig.ready` when the process
-serves requests (a WSGI/ASGI server, or the child of ``runserver``'s autoreloader), never in
-the autoreloader's watcher process nor in other management commands. ``manage.py herdsched``
-runs it in a process of its own instead (set ``"AUTOSTART": False`` for the web processes).
-``manage.py check`` checks the ``HERDSCHED`` setting (:mod:`herdsched.contrib.django.checks`).
+``HERDSCHED`` keys are those of :data:`herdsched.contrib.SETTINGS_KEYS`; ``"STORE":
+"django:<alias>"`` connects to ``DATABASES[alias]`` (:mod:`herdsched.contrib.django.database`).
+The app starts the scheduler in :meth:`~herdsched.contrib.django.apps.HerdschedConfig.ready`
+when the process serves requests (a WSGI/ASGI server, or the child of ``runserver``'s
+autoreloader), never in the autoreloader's watcher process nor in other management commands.
+``manage.py herdsched`` runs it in a process of its own instead (set ``"AUTOSTART": False`` for
+the web processes). ``manage.py check`` checks the ``HERDSCHED`` setting
+(:mod:`herdsched.contrib.django.checks`).
 
 Secure by default: without ``"AUTH"`` the API answers reads and refuses writes (403); set
 ``"AUTH": "herdsched.api.ALLOW_ANYONE"`` to open it to everyone. Writes that carry the session
@@ -47,6 +52,7 @@ from herdsched.contrib import (
     import_object,
     scheduler_from_settings,
 )
+from herdsched.contrib.django.database import resolve_store
 from herdsched.errors import SchedulerError
 from herdsched.models import TriggerInfo
 from herdsched.scheduler import ThreadedScheduler
@@ -93,6 +99,8 @@ def get_embedded() -> EmbeddedScheduler:
             limit = settings.get("MAX_BODY_BYTES") or MAX_BODY_BYTES
             for key in ADAPTER_KEYS:
                 settings.pop(key, None)
+            if settings.get("STORE") is not None:
+                settings["STORE"] = resolve_store(settings["STORE"])
             scheduler = scheduler_from_settings(
                 settings, source="settings.HERDSCHED", wrap_job=with_db_connections
             )

@@ -4,7 +4,10 @@ A typo or a missing file is reported when the project is checked, not when the f
 builds the scheduler. Ids: ``herdsched.E001`` the setting is not a dict, ``E002`` unknown keys,
 ``E003`` the fleet file is missing or invalid, ``E004`` the state directory is unusable,
 ``E005`` ``AUTH`` cannot be imported or is not callable, ``E006`` ``MAX_BODY_BYTES`` is not a
-positive integer, ``E007`` ``SCHEDULER`` cannot be imported.
+positive integer, ``E007`` ``SCHEDULER`` cannot be imported, ``E008`` ``STORE`` names no store
+or is given with ``STATE_DIR``, ``E009`` ``STORE`` ``"django:<alias>"`` names no database of
+``settings.DATABASES``, ``E010`` that database is not PostgreSQL (or its settings cannot make a
+connection string), ``E011`` ``NAMESPACE`` is not a non-empty string or has no database store.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from django.core.checks import CheckMessage, Error
 
 from herdsched.config import load_fleet
 from herdsched.contrib import SETTINGS_KEYS, import_object
+from herdsched.contrib.django.database import DjangoDatabaseError, alias_of, database_dsn
 from herdsched.errors import ConfigError, SchedulerError
+from herdsched.store.spec import StoreSpecError, check_spec, is_database_spec, mask_password
 
 __all__ = ["check_settings"]
 
@@ -51,6 +56,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         )
     problems += _fleet_file(value.get("FLEET_FILE"))
     problems += _state_dir(value.get("STATE_DIR"))
+    problems += _store(value.get("STORE"), value.get("STATE_DIR"))
+    problems += _namespace(value)
     problems += _importable(value.get("AUTH"), "AUTH", "herdsched.E005", callable_=True)
     problems += _importable(value.get("SCHEDULER"), "SCHEDULER", "herdsched.E007")
     problems += _body_limit(value.get("MAX_BODY_BYTES"))
@@ -122,5 +129,63 @@ def _body_limit(value: Any) -> list[CheckMessage]:
         Error(
             f"HERDSCHED['MAX_BODY_BYTES'] must be a positive integer, got {value!r}",
             id="herdsched.E006",
+        )
+    ]
+
+
+def _store(store: Any, state_dir: Any) -> list[CheckMessage]:
+    """``STORE``: a spec that names a store, or ``"django:<alias>"`` of a PostgreSQL database;
+    never beside ``STATE_DIR``."""
+    if store is None:
+        return []
+    if state_dir:
+        return [
+            Error(
+                "HERDSCHED['STORE'] and HERDSCHED['STATE_DIR'] both say where the state lives",
+                hint="keep one of them",
+                id="herdsched.E008",
+            )
+        ]
+    alias = alias_of(store)
+    if alias is None:
+        try:
+            check_spec(store)
+        except StoreSpecError as exc:
+            return [Error(f"HERDSCHED['STORE']: {exc}", id="herdsched.E008")]
+        return []
+    try:
+        database_dsn(alias)
+    except DjangoDatabaseError as exc:
+        check_id = "herdsched.E009" if exc.reason == "missing" else "herdsched.E010"
+        return [Error(str(exc), id=check_id)]
+    except SchedulerError as exc:  # psycopg is missing
+        return [Error(str(exc), id="herdsched.E010")]
+    return []
+
+
+def _namespace(value: Mapping[str, Any]) -> list[CheckMessage]:
+    """``NAMESPACE``: a non-empty string, for a database ``STORE`` only."""
+    namespace, store = value.get("NAMESPACE"), value.get("STORE")
+    if namespace is None:
+        return []
+    if not isinstance(namespace, str) or not namespace.strip():
+        return [
+            Error(
+                f"HERDSCHED['NAMESPACE'] must be a non-empty string, got {namespace!r}",
+                id="herdsched.E011",
+            )
+        ]
+    database = alias_of(store) is not None or (
+        isinstance(store, str) and store.strip() != "" and is_database_spec(store)
+    )
+    if database:
+        return []
+    shown = "not set" if store is None else f"{mask_password(str(store))!r}, a state directory"
+    return [
+        Error(
+            f"HERDSCHED['NAMESPACE'] applies to a PostgreSQL store, and HERDSCHED['STORE'] is "
+            f"{shown}",
+            hint="set STORE to a postgresql:// URL or 'django:<alias>', or drop NAMESPACE",
+            id="herdsched.E011",
         )
     ]

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,6 +27,17 @@ from herdsched.errors import StateError
 __all__ = ["Database", "describe_dsn", "state_error"]
 
 log = logging.getLogger("herdsched")
+_databases: weakref.WeakSet[Database] = weakref.WeakSet()
+_abandoned: list[Any] = []  # connections inherited through fork(), kept from being finalised
+
+
+def _forget_in_child() -> None:  # pragma: no cover - runs in forked children
+    for database in list(_databases):
+        database.forget_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 _HINTS: dict[type[Exception], str] = {
     pg_errors.InsufficientPrivilege: (
@@ -53,7 +66,9 @@ def describe_dsn(dsn: str) -> str:
 def state_error(exc: BaseException, doing: str, where: str) -> StateError:
     """A :class:`StateError` saying what failed (``doing``) on which database and why."""
     hint = next((text for kind, text in _HINTS.items() if isinstance(exc, kind)), None)
-    detail = " ".join(str(exc).split()) or type(exc).__name__
+    diag = getattr(exc, "diag", None)
+    primary = diag.message_primary if diag is not None else None
+    detail = " ".join((primary or str(exc)).split()) or type(exc).__name__
     if hint is None and isinstance(exc, psycopg.OperationalError):
         hint = (
             "the server is unreachable or closed the connection; herdsched reconnects on its "
@@ -86,6 +101,8 @@ class Database:
         self._conn: psycopg.Connection[Any] | None = None
         self.backend_pid: int | None = None
         self.generation = 0  # how many connections were made: a new one lost session locks
+        self.transactions = 0  # how many were begun (what the idle benchmark counts)
+        _databases.add(self)
 
     def connect(self) -> psycopg.Connection[Any]:
         """The open connection (caller holds :meth:`locked`), made now when there is none."""
@@ -111,16 +128,33 @@ class Database:
     @contextlib.contextmanager
     def transaction(self, doing: str) -> Iterator[psycopg.Cursor[Any]]:
         """A cursor in one transaction, committed at the end of the block; any database error
-        rolls it back and leaves as a :class:`StateError` saying what was being done."""
+        rolls it back and leaves as a :class:`StateError` saying what was being done.
+
+        A connection found dead at ``BEGIN`` (nothing of ours sent yet) is replaced and the
+        transaction begun again on the new one, so a server restart or a terminated session
+        costs the caller nothing once the server answers again."""
         with self._lock:
-            conn = self.connect()
             try:
-                with conn.transaction(), conn.cursor() as cursor:
-                    yield cursor
+                with contextlib.ExitStack() as stack:  # its end commits (or rolls back)
+                    conn = self._begin(stack, doing)
+                    self.transactions += 1
+                    yield stack.enter_context(conn.cursor())
             except psycopg.Error as exc:
-                if conn.broken or conn.closed:
+                if self._conn is not None and (self._conn.broken or self._conn.closed):
                     self._drop()
                 raise state_error(exc, doing, self.where) from exc
+
+    def _begin(self, stack: contextlib.ExitStack, doing: str) -> psycopg.Connection[Any]:
+        for attempt in (1, 2):
+            conn = self.connect()
+            try:
+                stack.enter_context(conn.transaction())
+                return conn
+            except psycopg.OperationalError as exc:
+                self._drop()
+                if attempt == 2:
+                    raise state_error(exc, doing, self.where) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def read(self, doing: str, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
         """Rows of one read-only statement, tried once more on a fresh connection when the
@@ -140,6 +174,24 @@ class Database:
         if conn is not None:
             with contextlib.suppress(Exception):
                 conn.close()
+
+    def forget_after_fork(self) -> None:
+        """In a forked child (gunicorn ``--preload``): abandon the parent's connection and
+        make a new one on first use.
+
+        The socket is shared with the parent, so the child must neither use it nor close it
+        politely (that would end the parent's session): it is pointed at ``/dev/null`` first,
+        then the connection object is dropped. The lock is new, since a thread of the parent
+        may have held it at the fork."""
+        self._lock = threading.RLock()
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        with contextlib.suppress(Exception):
+            null = os.open(os.devnull, os.O_RDWR)
+            os.dup2(null, conn.pgconn.socket)
+            os.close(null)
+        _abandoned.append(conn)  # never closed in the child: the parent's session lives on
 
     def close(self) -> None:
         with self._lock:

@@ -63,7 +63,7 @@ class Listener:
             except psycopg.Error as exc:
                 self.connected.clear()
                 failures += 1
-                if failures == 1:
+                if failures == 1 and not self._stop.is_set():
                     log.warning(
                         "Lost the notification connection to the PostgreSQL store at %s (%s); "
                         "polling until it is back.",

@@ -104,7 +104,12 @@ _MIGRATIONS = (_VERSION_1,)
 
 
 def migrate(cursor: psycopg.Cursor[Any], where: str) -> None:
-    """Create or upgrade the tables (inside the caller's transaction)."""
+    """Create or upgrade the tables (inside the caller's transaction).
+
+    Tables of the current layout are only read, so a user without CREATE privilege works on
+    tables an owner made."""
+    if _stored_version(cursor) == SCHEMA_VERSION:
+        return
     cursor.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
     cursor.execute("CREATE TABLE IF NOT EXISTS herdsched_schema (version integer NOT NULL)")
     cursor.execute("SELECT version FROM herdsched_schema")
@@ -123,3 +128,13 @@ def migrate(cursor: psycopg.Cursor[Any], where: str) -> None:
         cursor.execute("INSERT INTO herdsched_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
     elif version < SCHEMA_VERSION:
         cursor.execute("UPDATE herdsched_schema SET version = %s", (SCHEMA_VERSION,))
+
+
+def _stored_version(cursor: psycopg.Cursor[Any]) -> int | None:
+    cursor.execute("SELECT to_regclass('herdsched_schema') IS NOT NULL")
+    exists = cursor.fetchone()
+    if not exists or not exists[0]:
+        return None
+    cursor.execute("SELECT version FROM herdsched_schema")
+    row = cursor.fetchone()
+    return int(row[0]) if row is not None else None

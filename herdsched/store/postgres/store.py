@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import date, datetime, timezone
 from typing import Any
@@ -37,10 +39,22 @@ from herdsched.store.base import (
     newest_first,
 )
 from herdsched.store.definitions import check_preconditions, merge_definition
-from herdsched.store.postgres import rows
 from herdsched.store.postgres.connection import Database
 from herdsched.store.postgres.leases import LeaseRow
 from herdsched.store.postgres.listener import Listener
+from herdsched.store.postgres.rows import (
+    CHANNEL,
+    bump,
+    changes_since,
+    delete_claims,
+    insert_claims,
+    read_claims,
+    read_history,
+    read_rejected,
+    read_requests,
+    upsert_states,
+    write_runs,
+)
 from herdsched.store.postgres.schema import migrate
 from herdsched.store.yaml_store import normalise_changes
 from herdsched.timestamps import format_timestamp
@@ -50,6 +64,16 @@ __all__ = ["PostgresStateStore"]
 log = logging.getLogger("herdsched")
 
 Key = tuple[str, str]
+_stores: weakref.WeakSet[PostgresStateStore] = weakref.WeakSet()
+
+
+def _forget_in_child() -> None:  # pragma: no cover - runs in forked children
+    for store in list(_stores):
+        store.forget_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def _check_namespace(namespace: Any) -> str:
@@ -135,6 +159,7 @@ class PostgresStateStore:
         self._checked_at = float("-inf")
         self._listener: Listener | None = None
         self._closed = False
+        _stores.add(self)
         with self._db.transaction("create or migrate the herdsched tables") as cursor:
             migrate(cursor, self.location)
         self._sync()
@@ -173,9 +198,9 @@ class PostgresStateStore:
         if number == self._seen:
             return False
         with self._db.transaction("read the changes of other processes") as cursor:
-            states, definitions = rows.changes_since(cursor, self.namespace, self._seen)
-            requests = rows.read_requests(cursor, self.namespace)
-            rejected = rows.read_rejected(cursor, self.namespace)
+            states, definitions = changes_since(cursor, self.namespace, self._seen)
+            requests = read_requests(cursor, self.namespace)
+            rejected = read_rejected(cursor, self.namespace)
         with self._mem:
             self._install(states)
             for key, definition in definitions.items():
@@ -243,9 +268,11 @@ class PostgresStateStore:
         self._check_open()
         patch = normalise_changes(changes)
         key = (agent, schedule)
+        with self._mem:  # invalid values fail here, naming the field, before anything is written
+            evolve(self._state(key) or ScheduleState(), **patch)
         with self._db.transaction(f"update the state of {agent}/{schedule}") as cursor:
-            number = rows.bump(cursor, self.namespace)
-            written = rows.upsert_states(cursor, self.namespace, number, {key: patch},
+            number = bump(cursor, self.namespace)
+            written = upsert_states(cursor, self.namespace, number, {key: patch},
                                          transition=False)  # fmt: skip
         with self._mem:
             self._install(written)
@@ -261,6 +288,7 @@ class PostgresStateStore:
             current = self._state(key) or ScheduleState()
             if leaves_user_intent(current, patch):
                 del patch["status"]
+            evolve(current, **patch)  # invalid values fail here, naming the field
             self._pending[key] = {**self._pending.get(key, {}), **patch}
             if self._pending_since is None:
                 self._pending_since = self._clock.monotonic()
@@ -269,7 +297,7 @@ class PostgresStateStore:
     def remove_schedule_state(self, agent: str, schedule: str) -> None:
         self._check_open()
         with self._db.transaction(f"remove the state of {agent}/{schedule}") as cursor:
-            number = rows.bump(cursor, self.namespace)
+            number = bump(cursor, self.namespace)
             cursor.execute(
                 "UPDATE herdsched_states SET data = NULL, changed = %s "
                 "WHERE ns = %s AND agent = %s AND schedule = %s",
@@ -284,13 +312,13 @@ class PostgresStateStore:
     def flush(self) -> None:
         """Commit every pending transition and run record in one transaction, fenced by the
         lease once this store handed one out (``LeadershipLostError``: nothing written)."""
-        self._check_open()
         with self._flushing:
             with self._mem:
+                if not self._pending and not self._pending_runs:
+                    return  # nothing to write: no error even once closed (exit hooks flush)
+                self._check_open()
                 taken, self._pending = self._pending, {}
                 runs, self._pending_runs = self._pending_runs, []
-            if not taken and not runs:
-                return
             try:
                 written, number = self._commit(taken, runs)
             except LeadershipLostError:
@@ -312,12 +340,12 @@ class PostgresStateStore:
         self, taken: Mapping[Key, Mapping[str, Any]], runs: Sequence[RunRecord]
     ) -> tuple[dict[Key, ScheduleState | None], int]:
         with self._db.transaction("write the group commit of run transitions") as cursor:
-            number = rows.bump(cursor, self.namespace)
+            number = bump(cursor, self.namespace)
             if self._lease.fenced:
                 self._lease.check_fence(cursor)
-            written = rows.upsert_states(cursor, self.namespace, number, taken, transition=True)
-            rows.write_runs(cursor, self.namespace, runs, self.max_run_history)
-            rows.delete_claims(cursor, self.namespace, self._covered_claims(written))
+            written = upsert_states(cursor, self.namespace, number, taken, transition=True)
+            write_runs(cursor, self.namespace, runs, self.max_run_history)
+            delete_claims(cursor, self.namespace, self._covered_claims(written))
         return written, number
 
     def _covered_claims(self, written: Mapping[Key, ScheduleState | None]) -> list[str]:
@@ -377,7 +405,7 @@ class PostgresStateStore:
             if self._lease.fenced:
                 self._lease.check_fence(cursor)
             epoch = self._lease.held.epoch if self._lease.held is not None else 0
-            rows.insert_claims(cursor, self.namespace, claims, epoch)
+            insert_claims(cursor, self.namespace, claims, epoch)
         with self._mem:
             for claim in claims:
                 self._claims[claim.run_id] = (claim.agent, claim.schedule, claim.run_at)
@@ -387,7 +415,7 @@ class PostgresStateStore:
         them over: this store's flushes drop them once their runs are recorded)."""
         self._check_open()
         with self._db.transaction("read the run claims") as cursor:
-            claims = rows.read_claims(cursor, self.namespace)
+            claims = read_claims(cursor, self.namespace)
         with self._mem:
             for claim in claims:
                 self._claims[claim.run_id] = (claim.agent, claim.schedule, claim.run_at)
@@ -417,7 +445,7 @@ class PostgresStateStore:
             return
         with self._db.transaction("release the scheduler lease") as cursor:
             if self._lease.release(cursor, lease):
-                cursor.execute("SELECT pg_notify(%s, %s)", (rows.CHANNEL, self.namespace))
+                cursor.execute("SELECT pg_notify(%s, %s)", (CHANNEL, self.namespace))
 
     def current_lease(self) -> Lease | None:
         self._check_open()
@@ -460,7 +488,7 @@ class PostgresStateStore:
             ]
         window = limit + len(pending) if schedule is not None else 1_000_000
         with self._db.transaction(f"read the run history of {agent}") as cursor:
-            stored = rows.read_history(cursor, self.namespace, agent, schedule, window)
+            stored = read_history(cursor, self.namespace, agent, schedule, window)
         by_schedule: dict[str, dict[str, RunRecord]] = {}
         for record in stored + pending:  # written order; a later record of a run wins
             runs = by_schedule.setdefault(record.schedule, {})
@@ -486,7 +514,7 @@ class PostgresStateStore:
     def _change(self, doing: str) -> Iterator[Any]:
         """One committed change of the namespace: the cursor, after the change number."""
         with self._db.transaction(doing) as cursor:
-            number = rows.bump(cursor, self.namespace)
+            number = bump(cursor, self.namespace)
             yield cursor
         self._own_write(number)
 
@@ -628,6 +656,17 @@ class PostgresStateStore:
         listener, self._listener = self._listener, None
         if listener is not None:
             listener.stop()
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: the parent's lease, listener and pending work are not its own
+        (the store stays fenced, so the child writes nothing under the parent's epoch)."""
+        self._mem = threading.RLock()
+        self._flushing = threading.Lock()
+        self._listener = None
+        self._lease.held = None
+        self._claims.clear()
+        self._pending, self._pending_runs, self._pending_since = {}, [], None
+        self._stale = True
 
     def close(self) -> None:
         """Flush what is pending, stop listening and disconnect."""

@@ -8,6 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from herdsched.contrib import django as integration
+from herdsched.store.spec import store_location
 
 
 class Command(BaseCommand):
@@ -23,7 +24,7 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Running the herdsched scheduler of settings.HERDSCHED in the foreground (pid "
             f"{os.getpid()}): {len(status.schedules)} schedule(s) of {agents} agent(s), state "
-            f"in {scheduler.state_dir}. Ctrl-C or SIGTERM stops it gracefully."
+            f"in {store_location(scheduler.store)}. Ctrl-C or SIGTERM stops it gracefully."
         )
         scheduler.run_forever()
         self.stdout.write("The herdsched scheduler stopped.")

@@ -1,0 +1,204 @@
+"""Django on a store spec: ``HERDSCHED = {"STORE": "django:default"}`` with ``DATABASES`` pointing
+at a real PostgreSQL server, a ``postgresql://`` URL, ``NAMESPACE``; the leader on the status
+page and API; system checks naming a missing or non-PostgreSQL alias and the other bad settings."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+django = pytest.importorskip("django")
+psycopg = pytest.importorskip("psycopg")
+
+from django.conf import settings  # noqa: E402
+
+if not settings.configured:  # the same settings as tests/test_django.py, whichever runs first
+    settings.configure(
+        DEBUG=False,
+        SECRET_KEY="herdsched-tests",
+        ALLOWED_HOSTS=["testserver", "127.0.0.1", "localhost"],
+        INSTALLED_APPS=["herdsched.contrib.django"],
+        ROOT_URLCONF="apps.django_urls",
+        MIDDLEWARE=[],
+        USE_TZ=True,
+        HERDSCHED={"AUTOSTART": False, "STATE_DIR": None},
+    )
+    django.setup()
+
+from django.test import Client, override_settings  # noqa: E402
+from psycopg.conninfo import conninfo_to_dict  # noqa: E402
+
+from herdsched.contrib import django as integration  # noqa: E402
+from herdsched.contrib.django.checks import check_settings  # noqa: E402
+from herdsched.contrib.django.database import DjangoDatabaseError, database_dsn  # noqa: E402
+from herdsched.errors import SchedulerError  # noqa: E402
+from herdsched.store.postgres import PostgresStateStore  # noqa: E402
+from herdsched.store.spec import open_store  # noqa: E402
+
+#: herdsched reads settings.DATABASES as given; Django's own connections are not used here.
+pytestmark = pytest.mark.filterwarnings("ignore:Overriding setting DATABASES:UserWarning")
+
+API = "/herdsched/api"
+POSTGRES = "django.db.backends.postgresql"
+FLEET = (
+    "version: 1\n"
+    "agents:\n"
+    "  - name: triage\n"
+    "    command: ['true']\n"
+    "    schedules:\n"
+    "      check: {type: cron, cron: '0 9 * * *'}\n"
+)
+
+
+@pytest.fixture(autouse=True)
+def no_prefork_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Start schedulers at once, whether or not gunicorn was imported in this process."""
+    from herdsched import contrib
+
+    monkeypatch.setattr(contrib, "_server", lambda: contrib._Server(False, None))
+
+
+def django_database(dsn: str) -> dict[str, Any]:
+    """``DATABASES["default"]`` of a project whose database is the server at ``dsn``."""
+    parts = conninfo_to_dict(dsn)
+    return {
+        "ENGINE": POSTGRES,
+        "NAME": parts.get("dbname", "postgres"),
+        "USER": parts.get("user", ""),
+        "PASSWORD": parts.get("password", ""),
+        "HOST": parts.get("host", ""),
+        "PORT": parts.get("port", ""),
+        "OPTIONS": {"connect_timeout": 10, "isolation_level": 1},
+    }
+
+
+@pytest.fixture
+def project(tmp_path: Path, postgres_dsn: str, pg_namespace: str) -> Iterator[dict[str, Any]]:
+    """Settings of a project that runs herdsched on its own PostgreSQL database."""
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(FLEET)
+    herdsched = {
+        "STORE": "django:default",
+        "NAMESPACE": pg_namespace,
+        "FLEET_FILE": str(fleet),
+        "AUTOSTART": False,
+        "AUTH": "herdsched.api.ALLOW_ANYONE",
+    }
+    database = {"default": django_database(postgres_dsn)}
+    with override_settings(DATABASES=database), override_settings(HERDSCHED=herdsched):
+        yield herdsched
+        embedded = integration.get_embedded()
+        embedded.stop(timeout=10)
+        embedded.scheduler.store.close()
+
+
+def test_django_default_runs_the_scheduler_on_the_project_database(
+    project: dict[str, Any], postgres_dsn: str, pg_namespace: str
+) -> None:
+    assert check_settings() == []
+    scheduler = integration.get_scheduler()
+    assert isinstance(scheduler.store, PostgresStateStore)
+    assert scheduler.store.namespace == pg_namespace and scheduler.state_dir is None
+    integration.get_embedded().start()
+    assert scheduler.is_leader
+    client = Client()
+    body = client.get(f"{API}/status").json()
+    assert body["status"] == "running" and body["is_leader"] is True
+    assert f"namespace {pg_namespace}" in body["store"]
+    leader = body["leader"]
+    assert (leader["host"], leader["pid"]) == (socket.gethostname(), os.getpid())
+    assert leader["epoch"] >= 1 and leader["started_at"]
+    page = client.get("/herdsched/").content.decode()
+    assert f"active scheduler: pid {os.getpid()} on {socket.gethostname()}" in page
+    assert f"since {leader['started_at']}" in page and f"namespace {pg_namespace}" in page
+    response = client.patch(
+        f"{API}/schedule/triage/check", {"enabled": False}, content_type="application/json"
+    )
+    assert response.status_code == 200, response.content
+    other = open_store(postgres_dsn, namespace=pg_namespace)  # what another host sees
+    try:
+        assert other.get_schedule_state("triage", "check").status.value == "paused"
+        lease = other.current_lease()
+        assert lease is not None and lease.pid == os.getpid()
+    finally:
+        other.close()
+
+
+def test_a_postgresql_url_as_store(postgres_dsn: str, pg_namespace: str) -> None:
+    value = {"STORE": postgres_dsn, "NAMESPACE": pg_namespace, "AUTOSTART": False}
+    with override_settings(HERDSCHED=value):
+        assert check_settings() == []
+        scheduler = integration.get_scheduler()
+        try:
+            assert isinstance(scheduler.store, PostgresStateStore)
+            assert scheduler.store.namespace == pg_namespace
+        finally:
+            scheduler.store.close()
+
+
+def test_connection_string_from_database_settings() -> None:
+    databases = {
+        "default": {
+            "ENGINE": POSTGRES,
+            "NAME": "app",
+            "USER": "app",
+            "PASSWORD": "s3 cr'et",
+            "HOST": "db.internal",
+            "PORT": 5433,
+            "OPTIONS": {"sslmode": "require", "isolation_level": 3, "pool": True},
+        },
+        "maintenance": {"ENGINE": POSTGRES, "NAME": None, "HOST": "db"},
+        "service": {"ENGINE": POSTGRES, "NAME": "", "OPTIONS": {"service": "herdsched"}},
+        "unnamed": {"ENGINE": POSTGRES, "NAME": ""},
+        "odd": {"ENGINE": POSTGRES, "NAME": "app", "OPTIONS": {"cursor_factory": object, "x": []}},
+    }
+    with override_settings(DATABASES=databases):
+        assert conninfo_to_dict(database_dsn("default")) == {
+            "dbname": "app",
+            "user": "app",
+            "password": "s3 cr'et",
+            "host": "db.internal",
+            "port": "5433",
+            "sslmode": "require",
+        }
+        assert conninfo_to_dict(database_dsn("maintenance")) == {"dbname": "postgres", "host": "db"}
+        assert conninfo_to_dict(database_dsn("service")) == {"service": "herdsched"}
+        with pytest.raises(DjangoDatabaseError, match="neither NAME nor OPTIONS"):
+            database_dsn("unnamed")
+        with pytest.raises(DjangoDatabaseError, match=r"\['OPTIONS'\]\['x'\] is not a libpq"):
+            database_dsn("odd")
+
+
+def test_checks_name_a_missing_or_foreign_alias_and_other_bad_settings(tmp_path: Path) -> None:
+    databases = {
+        "default": {"ENGINE": POSTGRES, "NAME": "app"},
+        "local": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(tmp_path / "db.sqlite3")},
+    }
+    cases: list[tuple[dict[str, Any], str, str]] = [
+        ({"STORE": "django:reports"}, "herdsched.E009", "no database 'reports' (known: "),
+        ({"STORE": "django:"}, "herdsched.E009", "no database ''"),
+        ({"STORE": "django:local"}, "herdsched.E010", "DATABASES['local'] is not a PostgreSQL"),
+        ({"STORE": "django:default", "STATE_DIR": "/x"}, "herdsched.E008", "both say where"),
+        ({"STORE": "mysql://root:s3cret@db/app"}, "herdsched.E008", "mysql://root:***@db/app"),
+        ({"STORE": "  "}, "herdsched.E008", "store spec is empty"),
+        ({"NAMESPACE": "prod"}, "herdsched.E011", "HERDSCHED['STORE'] is not set"),
+        ({"STORE": "/srv/state", "NAMESPACE": "prod"}, "herdsched.E011", "a state directory"),
+        ({"STORE": "django:default", "NAMESPACE": ""}, "herdsched.E011", "non-empty string"),
+    ]
+    with override_settings(DATABASES=databases):
+        for value, check_id, text in cases:
+            with override_settings(HERDSCHED={**value, "AUTOSTART": False}):
+                found = {m.id: m.msg for m in check_settings()}
+                assert list(found) == [check_id], (value, found)
+                assert text in found[check_id] and "s3cret" not in found[check_id]
+        local = override_settings(HERDSCHED={"STORE": "django:local", "AUTOSTART": False})
+        with local, pytest.raises(SchedulerError, match=r"DATABASES\['local'\] is not a Postgre"):
+            integration.get_scheduler()
+        both = override_settings(HERDSCHED={"STORE": "django:default", "STATE_DIR": "/x"})
+        with both, pytest.raises(SchedulerError, match=r"HERDSCHED\['STORE'\] and HERDSCHED\["):
+            integration.get_scheduler()

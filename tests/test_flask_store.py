@@ -1,0 +1,170 @@
+"""Flask on a store spec: ``HERDSCHED_STORE`` (a real PostgreSQL server, or a directory) and
+``HERDSCHED_NAMESPACE``; the status page and ``GET /api/status`` show the leader's host, pid and
+since when, and the store; each bad combination of settings is refused by name."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+flask = pytest.importorskip("flask")
+
+from flask import Flask  # noqa: E402
+
+from herdsched.api import ALLOW_ANYONE  # noqa: E402
+from herdsched.contrib.flask import EXTENSION_KEY, FlaskHerdsched, init_app  # noqa: E402
+from herdsched.errors import SchedulerError  # noqa: E402
+from herdsched.store.spec import open_store  # noqa: E402
+from herdsched.store.yaml_store import YamlStateStore  # noqa: E402
+
+API = "/herdsched/api"
+FLEET = (
+    "version: 1\n"
+    "agents:\n"
+    "  - name: triage\n"
+    "    command: ['true']\n"
+    "    schedules:\n"
+    "      check: {type: cron, cron: '0 9 * * *'}\n"
+)
+
+
+@pytest.fixture(autouse=True)
+def no_prefork_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Start schedulers at once, whether or not gunicorn was imported in this process."""
+    from herdsched import contrib
+
+    monkeypatch.setattr(contrib, "_server", lambda: contrib._Server(False, None))
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Path:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(FLEET)
+    return path
+
+
+@pytest.fixture
+def apps() -> Iterator[list[Flask]]:
+    """Flask apps made by a test: their schedulers are stopped and stores closed after it."""
+    made: list[Flask] = []
+    yield made
+    for app in made:
+        ext: FlaskHerdsched = app.extensions[EXTENSION_KEY]
+        ext.embedded.stop(timeout=10)
+        ext.scheduler.store.close()
+
+
+def make_app(apps: list[Flask], **config: Any) -> Flask:
+    app = Flask("store-app")
+    app.config.update(config)
+    init_app(app, auth=ALLOW_ANYONE)
+    apps.append(app)
+    return app
+
+
+def test_the_app_runs_on_postgres_and_shows_its_leader(
+    apps: list[Flask], fleet: Path, postgres_dsn: str, pg_namespace: str
+) -> None:
+    app = make_app(
+        apps,
+        HERDSCHED_STORE=postgres_dsn,
+        HERDSCHED_NAMESPACE=pg_namespace,
+        HERDSCHED_FLEET_FILE=str(fleet),
+    )
+    scheduler = app.extensions[EXTENSION_KEY].scheduler
+    assert scheduler.state_dir is None and scheduler.is_leader
+    client = app.test_client()
+    body = client.get(f"{API}/status").get_json()
+    assert body["status"] == "running" and body["is_leader"] is True
+    assert body["state_dir"] is None and f"namespace {pg_namespace}" in body["store"]
+    leader = body["leader"]
+    assert leader["host"] == socket.gethostname() and leader["pid"] == os.getpid()
+    assert leader["epoch"] >= 1 and leader["expired"] is False
+    since = datetime.fromisoformat(leader["started_at"].replace("Z", "+00:00"))
+    assert abs(since - datetime.now(since.tzinfo)) < timedelta(minutes=1)
+    page = client.get("/herdsched/").get_data(as_text=True)
+    assert f"active scheduler: pid {os.getpid()} on {socket.gethostname()}" in page
+    assert f"since {leader['started_at']}" in page
+    assert f"namespace {pg_namespace}" in page
+    update = client.get("/herdsched/?format=json").get_json()
+    assert f"since {leader['started_at']}" in update["meta"]
+    # a pause through the API is durable in the database, for every host to see
+    response = client.patch(f"{API}/schedule/triage/check", json={"enabled": False})
+    assert response.status_code == 200, response.get_json()
+    other = open_store(postgres_dsn, namespace=pg_namespace)
+    try:
+        assert other.get_schedule_state("triage", "check").status.value == "paused"
+    finally:
+        other.close()
+
+
+def test_a_web_process_that_does_not_run_the_scheduler_queues_run_now(
+    apps: list[Flask], fleet: Path, postgres_dsn: str, pg_namespace: str
+) -> None:
+    app = make_app(
+        apps,
+        HERDSCHED_STORE=postgres_dsn,
+        HERDSCHED_NAMESPACE=pg_namespace,
+        HERDSCHED_FLEET_FILE=str(fleet),
+        HERDSCHED_AUTOSTART=False,
+    )
+    client = app.test_client()
+    body = client.get(f"{API}/status").get_json()
+    assert body["status"] == "stopped" and body["leader"] is None
+    response = client.post(f"{API}/schedule/triage/check/run", json={})
+    assert response.status_code == 202, response.get_json()
+    answer = response.get_json()
+    assert answer["queued"] is True
+    requests = app.extensions[EXTENSION_KEY].scheduler.store.trigger_requests()
+    assert [r.run_id for r in requests] == [answer["run_id"]]
+
+
+def test_a_directory_store(apps: list[Flask], tmp_path: Path) -> None:
+    app = make_app(apps, HERDSCHED_STORE=str(tmp_path / "state"), HERDSCHED_AUTOSTART=False)
+    scheduler = app.extensions[EXTENSION_KEY].scheduler
+    assert isinstance(scheduler.store, YamlStateStore)
+    assert scheduler.state_dir == tmp_path / "state"
+    body = app.test_client().get(f"{API}/status").get_json()
+    assert body["store"] == body["state_dir"] == str(tmp_path / "state")
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (
+            {"HERDSCHED_STORE": "postgresql://a:s3cret@db/app", "HERDSCHED_STATE_DIR": "/x"},
+            "HERDSCHED_STORE and HERDSCHED_STATE_DIR both say where the state lives",
+        ),
+        ({"HERDSCHED_NAMESPACE": "prod"}, "HERDSCHED_NAMESPACE applies to a PostgreSQL store"),
+        (
+            {"HERDSCHED_STORE": "/tmp/state", "HERDSCHED_NAMESPACE": "prod"},
+            "HERDSCHED_STORE '/tmp/state' is a state directory",
+        ),
+        (
+            {"HERDSCHED_STORE": "postgresql://db/app", "HERDSCHED_NAMESPACE": ""},
+            "HERDSCHED_NAMESPACE must be a non-empty string",
+        ),
+        ({"HERDSCHED_STORE": ""}, "HERDSCHED_STORE: the store spec is empty"),
+        (
+            {"HERDSCHED_STORE": "mysql://root:s3cret@db/app"},
+            "HERDSCHED_STORE: store spec 'mysql://root:***@db/app'",
+        ),
+        (
+            {"HERDSCHED_STORE": "postgresql://db/app", "HERDSCHED_SCHEDULER": "x.y:z"},
+            "give SCHEDULER or STORE, not both",
+        ),
+    ],
+)
+def test_bad_settings_are_refused_by_name(config: dict[str, Any], message: str) -> None:
+    app = Flask("bad-store")
+    app.config.update(HERDSCHED_AUTOSTART=False, **config)
+    with pytest.raises(SchedulerError) as caught:
+        init_app(app)
+    assert message in str(caught.value)
+    assert "s3cret" not in str(caught.value)

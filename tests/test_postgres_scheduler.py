@@ -1,0 +1,128 @@
+"""ThreadedScheduler on the PostgreSQL store, with real threads and a real server: runs and
+history, a pause from another host applied at once through NOTIFY (the poll is far away), run-now
+requests from another host, and a standby taking over when the leader stops."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from scheduler_helpers import wait_until
+
+from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo
+from herdsched.store.postgres import PostgresStateStore
+from herdsched.testing import as_separate_processes
+
+
+class Ledger:
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, object]] = []
+        self._lock = threading.Lock()
+
+    def job(self, name: str) -> object:
+        def run(info: TriggerInfo) -> str:
+            with self._lock:
+                self.rows.append((name, info.run_id, info.scheduled_for))
+            return "ok"
+
+        return run
+
+
+@pytest.fixture
+def scheduler_on(postgres_dsn: str, pg_namespace: str) -> Iterator[object]:
+    made: list[ThreadedScheduler] = []
+
+    def make(name: str, ledger: Ledger, **options: object) -> ThreadedScheduler:
+        agent = Agent("ag", schedules={"tick": Schedule.interval("1s")})
+        store = PostgresStateStore(postgres_dsn, namespace=pg_namespace, lease_ttl=2)
+        sched = ThreadedScheduler(
+            [agent], on_trigger=ledger.job(name), store=store, state_dir=None, **options
+        )
+        made.append(sched)
+        return sched
+
+    with as_separate_processes():
+        yield make
+        for sched in made:
+            sched.stop()
+            sched.store.close()
+
+
+def test_runs_are_recorded_in_the_database_and_seen_by_another_host(
+    scheduler_on, postgres_dsn: str, pg_namespace: str
+) -> None:
+    ledger = Ledger()
+    sched = scheduler_on("a", ledger)
+    sched.start()
+    assert sched.is_leader
+    assert wait_until(lambda: len(ledger.rows) >= 2, timeout=10)
+    sched.store.flush()
+    other = PostgresStateStore(postgres_dsn, namespace=pg_namespace)
+    history = other.get_history("ag", "tick")
+    assert {r.run_id for r in history} <= {row[1] for row in ledger.rows}
+    assert len(history) >= 2
+    lease = other.current_lease()
+    assert lease is not None and lease.pid is not None
+    other.close()
+
+
+def test_a_pause_from_another_host_is_applied_at_once_through_a_notification(
+    scheduler_on, postgres_dsn: str, pg_namespace: str
+) -> None:
+    ledger = Ledger()
+    sched = scheduler_on("a", ledger, poll_interval=3600)  # only a notification can tell it
+    sched.start()
+    assert wait_until(lambda: len(ledger.rows) >= 1, timeout=10)
+    other = PostgresStateStore(postgres_dsn, namespace=pg_namespace)
+    other.update_schedule_state("ag", "tick", status="paused")
+    time.sleep(1.0)  # the notification arrives in milliseconds; a run on its way may finish
+    count = len(ledger.rows)
+    time.sleep(2.5)
+    assert len(ledger.rows) == count  # nothing ran while paused
+    other.close()
+
+
+def test_a_run_now_from_another_host_runs_once_under_its_id(
+    scheduler_on, postgres_dsn: str, pg_namespace: str
+) -> None:
+    ledger = Ledger()
+    sched = scheduler_on("a", ledger, poll_interval=3600)
+    sched.start()
+    other = PostgresStateStore(postgres_dsn, namespace=pg_namespace)
+    run_id = other.request_trigger("ag", "tick", prompt="now")
+    assert wait_until(lambda: any(row[1] == run_id for row in ledger.rows), timeout=10)
+    assert wait_until(lambda: run_id in {r.run_id for r in other.get_history("ag")}, timeout=10)
+    assert [row[1] for row in ledger.rows].count(run_id) == 1
+    other.close()
+
+
+def test_a_standby_leads_when_the_leader_stops_and_no_slot_runs_twice(scheduler_on) -> None:
+    ledger = Ledger()
+    first = scheduler_on("a", ledger)
+    second = scheduler_on("b", ledger)
+    first.start()
+    second.start()
+    assert first.is_leader and not second.is_leader
+    assert wait_until(lambda: len(ledger.rows) >= 2, timeout=10)
+    first.stop()
+    assert wait_until(lambda: second.is_leader, timeout=3)  # released: told at once
+    assert wait_until(lambda: any(row[0] == "b" for row in ledger.rows), timeout=10)
+    second.stop()
+    slots = [row[2] for row in ledger.rows]
+    assert len(slots) == len(set(slots))
+
+
+def test_the_several_hosts_page_examples_run(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from test_docs_examples import DOCS, python_blocks
+
+    monkeypatch.setenv("HERDSCHED_STORE", postgres_dsn)
+    namespace: dict[str, object] = {}
+    blocks = python_blocks((DOCS / "hosts.md").read_text())
+    assert blocks
+    with as_separate_processes():
+        for line, code in blocks:
+            exec(compile(code, f"hosts.md:{line}", "exec"), namespace)

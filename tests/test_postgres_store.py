@@ -1,0 +1,318 @@
+"""The PostgreSQL store on a real server: namespaces, migrations, bad input, the lease on the
+server's clock, fencing, notifications and reconnection (see tests/postgres_server.py)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+
+import pytest
+from postgres_server import run_sql, start_server, unique_namespace
+from scheduler_helpers import wait_until
+
+from herdsched.errors import LeadershipLostError, StateError
+from herdsched.models import RunRecord, Status
+from herdsched.store.base import Lease, RunClaim
+from herdsched.store.postgres import PostgresStateStore
+
+T0 = datetime(2026, 11, 24, 9, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def stores(postgres_dsn: str, pg_namespace: str) -> Iterator[list[PostgresStateStore]]:
+    """Two stores on one namespace, as two hosts would have."""
+    made = [PostgresStateStore(postgres_dsn, namespace=pg_namespace) for _ in range(2)]
+    yield made
+    for store in made:
+        store.close()
+
+
+@pytest.fixture
+def fresh_database(postgres_dsn: str) -> str:
+    """The DSN of a database created for this test (no herdsched tables yet)."""
+    name = unique_namespace("db")
+    run_sql(postgres_dsn, f"CREATE DATABASE {name}")
+    return postgres_dsn.rsplit("/", 1)[0] + f"/{name}"
+
+
+def eventually(get: Callable[[], Lease | None], timeout: float = 5.0) -> Lease | None:
+    """``get()`` until it returns a lease (the server ends a terminated session on its own time)."""
+    deadline = time.monotonic() + timeout
+    while (value := get()) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return value
+
+
+def run(run_id: str) -> RunRecord:
+    return RunRecord(
+        run_id=run_id, agent="a", schedule="s", trigger_type="interval", status="success"
+    )
+
+
+def claim(run_id: str) -> RunClaim:
+    return RunClaim("a", "s", run_id, T0)
+
+
+def test_namespaces_share_a_database_without_seeing_each_other(postgres_dsn: str) -> None:
+    one = PostgresStateStore(postgres_dsn, namespace=unique_namespace())
+    two = PostgresStateStore(postgres_dsn, namespace=unique_namespace())
+    one.update_schedule_state("a", "s", status="paused")
+    one.save_definition("a", "s", {"type": "interval", "interval": "5m"})
+    one.request_trigger("a", "s")
+    assert one.acquire_lease("h1", 30) is not None
+    assert two.get_all_schedule_states() == {}
+    assert two.load_definitions() == {}
+    assert two.trigger_requests() == []
+    assert two.acquire_lease("h2", 30) is not None  # each namespace has its own lease
+    one.close()
+    two.close()
+
+
+def test_hosts_starting_at_once_create_the_tables_once(fresh_database: str) -> None:
+    errors: list[BaseException] = []
+
+    def open_store() -> None:
+        try:
+            PostgresStateStore(fresh_database, namespace="n").close()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_store) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert run_sql(fresh_database, "SELECT version FROM herdsched_schema") == [(1,)]
+
+
+def test_a_newer_table_layout_is_refused_naming_both_versions(fresh_database: str) -> None:
+    PostgresStateStore(fresh_database).close()
+    run_sql(fresh_database, "UPDATE herdsched_schema SET version = 99")
+    with pytest.raises(StateError, match=r"layout 99, newer than this herdsched reads \(layout 1"):
+        PostgresStateStore(fresh_database)
+
+
+@pytest.mark.parametrize(
+    ("dsn", "words"),
+    [
+        ("not a dsn", "is not valid"),
+        ("postgresql://app:s3cret@127.0.0.1:1/app", "Connection refused"),
+        ("postgresql://app@127.0.0.1:99999/app", "invalid port"),
+    ],
+)
+def test_bad_dsns_and_refused_connections_are_state_errors(dsn: str, words: str) -> None:
+    with pytest.raises(StateError, match=words) as caught:
+        PostgresStateStore(dsn, connect_timeout=2)
+    assert "s3cret" not in str(caught.value)
+
+
+def test_a_missing_database_is_named(postgres_dsn: str) -> None:
+    dsn = postgres_dsn.rsplit("/", 1)[0] + "/no_such_database"
+    with pytest.raises(StateError, match="does not exist"):
+        PostgresStateStore(dsn)
+
+
+def test_missing_privileges_say_which(postgres_dsn: str, fresh_database: str) -> None:
+    user = unique_namespace("user")
+    run_sql(postgres_dsn, f"CREATE ROLE {user} LOGIN")
+    dsn = fresh_database.replace("postgres@", f"{user}@", 1)
+    # PostgreSQL 15 grants no CREATE on the public schema to other users
+    with pytest.raises(StateError, match="lacks a privilege herdsched needs"):
+        PostgresStateStore(dsn)
+    PostgresStateStore(fresh_database).close()  # the owner creates the tables once
+    run_sql(fresh_database, f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {user}")
+    reader = PostgresStateStore(dsn)
+    with pytest.raises(StateError, match="lacks a privilege"):
+        reader.update_schedule_state("a", "s", status="paused")
+    reader.close()
+
+
+def test_a_lease_is_on_the_servers_clock_and_a_hung_holder_loses_it_after_its_ttl(
+    stores: list[PostgresStateStore],
+) -> None:
+    first, second = stores
+    lease = first.acquire_lease("h1", 1.0)
+    assert lease is not None and lease.epoch == 1
+    assert second.acquire_lease("h2", 1.0) is None
+    time.sleep(1.3)  # the holder's session lives on: only the ttl frees the lease
+    taken = second.acquire_lease("h2", 1.0)
+    assert taken is not None and taken.epoch == 2
+    with pytest.raises(LeadershipLostError):
+        first.renew_lease(lease, 1.0)
+    with pytest.raises(LeadershipLostError):
+        first.claim_runs([claim("late")])
+    assert second.load_claims() == []  # the refused claim was not written
+
+
+def test_a_holder_whose_session_ends_is_replaced_at_once(
+    postgres_dsn: str, stores: list[PostgresStateStore]
+) -> None:
+    first, second = stores
+    lease = first.acquire_lease("h1", 60)
+    assert lease is not None
+    assert second.acquire_lease("h2", 60) is None
+    run_sql(postgres_dsn, f"SELECT pg_terminate_backend({first._db.backend_pid})")
+    taken = eventually(lambda: second.acquire_lease("h2", 60))
+    assert taken is not None and taken.epoch == lease.epoch + 1
+    # the old holder reconnects, and its run writes are refused
+    first.record_transition("a", "s", status="running", last_run_at=T0)
+    first.append_run(run("r1"))
+    with pytest.raises(LeadershipLostError, match="epoch 2"):
+        first.flush()
+    assert first.flush_deadline() is None  # its pending work was dropped, not retried
+    assert second.get_history("a") == []
+    assert second.get_schedule_state("a", "s").status is Status.IDLE
+    first.update_schedule_state("a", "s", status="paused")  # user intent is never fenced
+    assert second.get_schedule_state("a", "s").status is Status.PAUSED
+
+
+def test_a_takeover_waits_for_a_fenced_write_in_flight(stores: list[PostgresStateStore]) -> None:
+    """FOR SHARE: a claim whose fence check passed commits before the lease can change hands,
+    so no stale claim commits after a takeover (a plain read could not promise that)."""
+    first, second = stores
+    assert first.acquire_lease("h1", 0.5) is not None
+    order: list[str] = []
+    with first._db.transaction("hold a fenced write open") as cursor:
+        first._lease.check_fence(cursor)
+        time.sleep(0.8)  # the lease expires while the write is in flight
+
+        def take_over() -> None:
+            second.acquire_lease("h2", 30)
+            order.append("takeover")
+
+        thief = threading.Thread(target=take_over)
+        thief.start()
+        time.sleep(0.5)
+        order.append("fenced write commits")
+    thief.join(timeout=10)
+    assert order == ["fenced write commits", "takeover"]
+
+
+def test_release_lets_a_watching_standby_know_at_once(stores: list[PostgresStateStore]) -> None:
+    first, second = stores
+    lease = first.acquire_lease("h1", 60)
+    assert lease is not None
+    heard = threading.Event()
+    second.watch(heard.set)
+    wait_until(second._listener.connected.is_set, timeout=10)  # type: ignore[union-attr]
+    heard.clear()
+    first.release_lease(lease)
+    assert heard.wait(5)
+    assert second.acquire_lease("h2", 60) is not None
+
+
+def test_a_change_on_one_host_wakes_the_other_and_a_watched_view_costs_no_queries(
+    stores: list[PostgresStateStore],
+) -> None:
+    first, second = stores
+    heard = threading.Event()
+    second.watch(heard.set)
+    wait_until(second._listener.connected.is_set, timeout=10)  # type: ignore[union-attr]
+    second.refresh()
+    heard.clear()
+    before = second._db.transactions
+    for _ in range(50):
+        assert second.refresh() is False
+        second.get_schedule_state("a", "s")
+    assert second._db.transactions == before  # idle: nothing asked of the server
+    first.update_schedule_state("a", "s", status="paused")
+    assert heard.wait(5)
+    assert second.refresh() is True
+    assert second.get_schedule_state("a", "s").status is Status.PAUSED
+
+
+def test_a_terminated_session_is_replaced_without_an_error(
+    postgres_dsn: str, stores: list[PostgresStateStore]
+) -> None:
+    first, _ = stores
+    first.update_schedule_state("a", "s", status="paused")
+    old_pid = first._db.backend_pid
+    run_sql(postgres_dsn, f"SELECT pg_terminate_backend({old_pid})")
+    time.sleep(0.2)
+    first.update_schedule_state("a", "s", status="idle")  # a new session, the same call
+    assert first._db.backend_pid != old_pid
+    assert first.get_schedule_state("a", "s").status is Status.IDLE
+
+
+@pytest.mark.slow
+def test_a_restarted_server_loses_nothing_committed_and_the_store_reconnects() -> None:
+    with start_server() as server:
+        store = PostgresStateStore(server.dsn, namespace="n")
+        store.update_schedule_state("a", "s", status="paused")
+        store.append_run(run("r1"))
+        store.flush()
+        run_id = store.request_trigger("a", "s")
+        lease = store.acquire_lease("h1", 60)
+        assert lease is not None
+        server.stop("immediate")
+        with pytest.raises(StateError, match=r"Could not .* in the PostgreSQL store at"):
+            store.update_schedule_state("a", "s", status="idle")
+        server.start()
+        other = PostgresStateStore(server.dsn, namespace="n")
+        assert other.get_schedule_state("a", "s").status is Status.PAUSED
+        assert [r.run_id for r in other.get_history("a")] == ["r1"]
+        assert [r.run_id for r in other.trigger_requests()] == [run_id]
+        # the holder's session ended with the server: its lease is free, the epoch goes on
+        taken = other.acquire_lease("h2", 60)
+        assert taken is not None and taken.epoch == 2
+        with pytest.raises(LeadershipLostError):
+            store.renew_lease(lease, 60)
+        store.close()
+        other.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_store_made_before_fork_works_in_the_children_and_the_parent(
+    postgres_dsn: str, pg_namespace: str
+) -> None:
+    """gunicorn --preload: the app (and its store) is made once, then the workers fork."""
+    store = PostgresStateStore(postgres_dsn, namespace=pg_namespace)
+    lease = store.acquire_lease("parent", 60)
+    assert lease is not None
+    store.update_schedule_state("a", "parent", status="paused")
+    children = []
+    for index in range(3):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child reports through its exit status
+            code = 0
+            try:
+                for n in range(30):
+                    store.update_schedule_state("a", f"child{index}", consecutive_failures=n)
+                store.claim_runs([claim(f"child{index}")])  # the parent's lease is not its own
+                code = 3
+            except LeadershipLostError:
+                code = 0
+            except BaseException:
+                code = 2
+            os._exit(code)
+        children.append(pid)
+    for n in range(30):
+        store.update_schedule_state("a", "parent", consecutive_failures=n)
+    statuses = [os.waitpid(pid, 0)[1] for pid in children]
+    assert [os.waitstatus_to_exitcode(status) for status in statuses] == [0, 0, 0]
+    states = store.get_agent_schedule_states("a")
+    assert {name: s.consecutive_failures for name, s in states.items()} == {
+        "parent": 29,
+        "child0": 29,
+        "child1": 29,
+        "child2": 29,
+    }
+    assert store.renew_lease(lease, 60).epoch == lease.epoch  # the parent's session lives on
+    store.close()
+
+
+def test_a_closed_store_with_nothing_pending_flushes_quietly(postgres_dsn: str) -> None:
+    """The scheduler's exit hook flushes; an app may have closed the store before that."""
+    store = PostgresStateStore(postgres_dsn, namespace=unique_namespace())
+    store.record_transition("a", "s", status="running", last_run_at=T0)
+    store.close()  # commits what was pending
+    store.flush()
+    with pytest.raises(StateError, match="is closed"):
+        store.update_schedule_state("a", "s", status="paused")
+    other = PostgresStateStore(postgres_dsn, namespace=store.namespace)
+    assert other.get_schedule_state("a", "s").last_run_at == T0
+    other.close()

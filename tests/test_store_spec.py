@@ -1,0 +1,142 @@
+"""Store specs (``herdsched.store.spec``): which strings name a database, which a state
+directory, and the clear errors for the rest, passwords masked."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from herdsched.errors import StateError
+from herdsched.store.memory import MemoryStateStore
+from herdsched.store.spec import (
+    StoreSpecError,
+    check_spec,
+    is_database_spec,
+    mask_password,
+    open_store,
+    store_location,
+)
+from herdsched.store.yaml_store import YamlStateStore
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "postgresql://app@db:5432/app",
+        "postgres://app:secret@db/app",
+        "POSTGRESQL://db/app",
+        "postgresql:///app?host=/var/run/postgresql",
+        "host=db dbname=app user=app",
+        "dbname=app",
+        "user=app host=10.0.0.5",
+        "service=herdsched",
+        "port=5433 hostaddr=10.0.0.5",
+    ],
+)
+def test_database_specs(spec: str) -> None:
+    assert is_database_spec(spec)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [".herdsched", "/var/lib/app/state", "state dir", "user=app", "a=b c", "x host=db", "C:\\x"],
+)
+def test_everything_else_is_a_state_directory(spec: str) -> None:
+    assert not is_database_spec(spec)
+
+
+def test_a_path_object_is_always_a_directory(tmp_path: Path) -> None:
+    assert not is_database_spec(tmp_path / "postgresql:" / "db")
+    store = open_store(tmp_path / "state")
+    try:
+        assert isinstance(store, YamlStateStore) and store.state_dir == tmp_path / "state"
+    finally:
+        store.close()
+
+
+def test_a_directory_string_opens_the_yaml_store_with_its_options(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path / "state"), max_run_history=3, commit_delay=0)
+    try:
+        assert isinstance(store, YamlStateStore)
+        assert store.max_run_history == 3 and store.commit_delay == 0
+        assert store_location(store) == str(tmp_path / "state")
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("spec", "masked"),
+    [
+        ("postgresql://app:s3cret@db/app", "postgresql://app:***@db/app"),
+        ("postgres://app:p%40ss@db:5432,db2:5432/app", "postgres://app:***@db:5432,db2:5432/app"),
+        ("postgresql://db/app?password=s3cret&sslmode=require", "?password=***&sslmode=require"),
+        ("host=db password=s3cret user=app", "host=db password=*** user=app"),
+        ("host=db password='s3 cr\\'et' user=app", "host=db password=*** user=app"),
+        ("mysql://root:s3cret@db/app", "mysql://root:***@db/app"),
+        ("postgresql://app@db/app", "postgresql://app@db/app"),
+    ],
+)
+def test_passwords_are_masked(spec: str, masked: str) -> None:
+    assert masked in mask_password(spec)
+    assert "s3" not in mask_password(spec) and "p%40ss" not in mask_password(spec)
+
+
+@pytest.mark.parametrize("spec", ["", "   ", "\n"])
+def test_an_empty_spec_is_refused(spec: str) -> None:
+    with pytest.raises(StoreSpecError, match="store spec is empty"):
+        open_store(spec)
+
+
+@pytest.mark.parametrize(
+    ("spec", "scheme"),
+    [
+        ("mysql://root:s3cret@db/app", "mysql"),
+        ("sqlite:///var/lib/app.db", "sqlite"),
+        ("redis://cache:6379/0", "redis"),
+        ("file:///var/lib/state", "file"),
+    ],
+)
+def test_other_urls_are_refused_by_name(spec: str, scheme: str) -> None:
+    with pytest.raises(StoreSpecError) as caught:
+        open_store(spec)
+    message = str(caught.value)
+    assert f"no store for {scheme}:// URLs" in message
+    assert mask_password(spec) in message and "s3cret" not in message
+    assert isinstance(caught.value, StateError) and isinstance(caught.value, ValueError)
+
+
+def test_a_spec_of_the_wrong_type_is_refused() -> None:
+    with pytest.raises(StoreSpecError, match=r"must be a string or a path.*int 5432"):
+        check_spec(5432)  # type: ignore[arg-type]
+
+
+def test_a_namespace_is_refused_for_a_state_directory(tmp_path: Path) -> None:
+    with pytest.raises(StoreSpecError, match="namespace='prod' applies to a PostgreSQL store"):
+        open_store(str(tmp_path / "state"), namespace="prod")
+    assert not (tmp_path / "state").exists()
+
+
+def test_without_psycopg_a_database_spec_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in list(sys.modules):
+        if name == "psycopg" or name.startswith(("psycopg.", "herdsched.store.postgres")):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg fails
+    with pytest.raises(StateError) as caught:
+        open_store("postgresql://app:s3cret@db/app")
+    message = str(caught.value)
+    assert "pip install 'herdsched[postgres]'" in message
+    assert "postgresql://app:***@db/app" in message and "s3cret" not in message
+    assert isinstance(caught.value.cause, ImportError)
+
+
+def test_store_location_of_each_store(tmp_path: Path) -> None:
+    assert store_location(MemoryStateStore()).startswith("memory")
+
+    class Located(MemoryStateStore):
+        location = "postgresql://app@db:5432/app (namespace default)"
+
+    assert store_location(Located()) == Located.location
