@@ -17,6 +17,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -184,6 +185,8 @@ def assert_acknowledged_kept(fleet: Fleet, paused_from: datetime, run_id: str) -
     assert wait_for(lambda: all(r.run_id != run_id for r in fleet.store.trigger_requests()))
     time.sleep(1.0)  # a second run of it would have had its chance
     assert [slot for _, _, slot in fleet.rows()].count(run_id) == 1
+    recorded = [r.status for r in fleet.store.get_history("a", "manual", 100) if r.run_id == run_id]
+    assert len(recorded) == 1, recorded  # its outcome (interrupted if its runner was lost)
     assert fleet.store.get_schedule_state("a", "held").status is Status.PAUSED
     late = [slot for _, name, slot in fleet.timed_rows() if name == "held" and slot > paused_from]
     assert late == [], late
@@ -253,20 +256,26 @@ def stopped(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="needs /proc")
-def test_a_leader_stalled_just_before_its_claim_is_refused_after_sigcont(fleet: Fleet) -> None:
+@pytest.mark.parametrize("where", ["before", "inside"])
+def test_a_leader_stalled_at_its_claim_is_replaced_and_after_sigcont_runs_nothing(
+    fleet: Fleet, where: str
+) -> None:
+    """Stopped just before its claim transaction, or inside it with the lease row locked
+    ``FOR SHARE`` (which must not keep the standbys from taking over): after SIGCONT the claim
+    fails (refused by the fence, or its session was ended by the server) and nothing runs."""
     first = start_fleet(fleet)
     since = fleet.server_now()
-    fleet.stall_flag.touch()  # the leader's next claim stops it just before the transaction
+    fleet.stall_flag.write_text(where)  # the leader's next claim stops it there
     assert wait_for(lambda: stopped(first.pid), timeout=10)
     started, stopped_wall = time.monotonic(), datetime.now().astimezone()
-    lease = await_leader(fleet, "the leader stalled before a claim", since, started,
+    lease = await_leader(fleet, f"the leader stalled {where} a claim", since, started,
                          not_pid=first.pid)  # fmt: skip
     time.sleep(max(0.0, TTL + 2.5 - (time.monotonic() - started)))
     assert_runs_go_on(fleet, stopped_wall, {lease.pid})
     resumed_at = len(fleet.rows())
     os.kill(first.pid, signal.SIGCONT)
-    assert wait_for(lambda: "The claim made after the stall was refused" in fleet.log_of(first.pid))
-    assert "lost the lead" in fleet.log_of(first.pid)
+    assert wait_for(lambda: "The claim made after the stall failed" in fleet.log_of(first.pid))
+    assert wait_for(lambda: "lost the lead" in fleet.log_of(first.pid))
     time.sleep(2.0)  # the woken leader has had every chance to run something
     assert [row for row in fleet.rows()[resumed_at:] if row[0] == first.pid] == []
     current = fleet.lease()
@@ -348,3 +357,47 @@ def teardown_module() -> None:
             f"\ntakeover after {fault}: n={len(times)} min {min(times):.2f} s, median "
             f"{statistics.median(times):.2f} s, max {max(times):.2f} s"
         )
+
+
+def test_a_holder_hung_inside_a_pipelined_write_does_not_keep_the_lease_from_a_standby(
+    postgres_dsn: str, pg_namespace: str
+) -> None:
+    """A holder stopped in the middle of a pipeline (statements sent, no Sync yet) keeps the
+    lease row locked, and the server's idle-in-transaction timeout never starts for it: once
+    its lease expired, a standby ends that session and takes over (before the fix it waited
+    for the row lock for as long as the holder hung)."""
+    hung = PostgresStateStore(postgres_dsn, namespace=pg_namespace)
+    standby = PostgresStateStore(postgres_dsn, namespace=pg_namespace)
+    try:
+        first = hung.acquire_lease("hung", 0.5)
+        assert first is not None
+        in_write, failed = threading.Event(), []
+
+        def write_and_hang() -> None:
+            try:
+                with hung._db.transaction("hang inside a fenced write") as cursor:
+                    hung._lease.check_fence(cursor)  # the lease row locked FOR SHARE
+                    with cursor.connection.pipeline():
+                        cursor.execute("SELECT 1")
+                        in_write.set()
+                        time.sleep(6)  # hung: no Sync sent
+            except StateError as exc:
+                failed.append(exc)
+
+        writer = threading.Thread(target=write_and_hang, daemon=True)
+        writer.start()
+        assert in_write.wait(5)
+        time.sleep(0.6)  # the lease expired on the server's clock
+        took: list[Lease | None] = []
+        taker = threading.Thread(target=lambda: took.append(standby.acquire_lease("s", 5)))
+        started = time.monotonic()
+        taker.start()
+        taker.join(4)
+        assert took and took[0] is not None, "the standby still waits for the hung holder"
+        assert took[0].epoch == first.epoch + 1
+        print(f"\ntaken from a holder hung in a write after {time.monotonic() - started:.2f} s")
+        writer.join(10)
+        assert failed, "the hung holder's write must not commit after the takeover"
+    finally:
+        standby.close()
+        hung.close()

@@ -9,8 +9,9 @@ so the parent can check that no slot ran twice across processes. Logs INFO and a
 (the parent looks for "lost the lead" and "Reconnected").
 
 With STALL_FLAG, the process that next claims runs while that file exists (the leader) removes
-it and stops itself (SIGSTOP) just before its claim transaction: a leader stalled in the middle
-of dispatching, whose claim reaches the database only after it is resumed.
+it and stops itself (SIGSTOP) just before its claim transaction (the file says ``before``) or
+inside it, holding the lease row locked (``inside``): a leader stalled in the middle of
+dispatching, whose claim reaches the database only after it is resumed.
 """
 
 from __future__ import annotations
@@ -19,35 +20,75 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Sequence
+from typing import Any
 
 from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo
-from herdsched.errors import LeadershipLostError
+from herdsched.errors import StateError
 from herdsched.store.base import RunClaim
 from herdsched.store.postgres import PostgresStateStore
 from herdsched.timestamps import format_timestamp
 
+log = logging.getLogger("herdsched")
+
+
+def stop_here() -> None:
+    """Stop this process (SIGSTOP) here: the signal may be taken by another thread, so this
+    one waits for the stop to reach it instead of running on."""
+    os.kill(os.getpid(), signal.SIGSTOP)
+    time.sleep(1.0)
+
 
 class StallingStore(PostgresStateStore):
-    """The store, stopping its process before a claim once the stall flag file appears."""
+    """The store, stopping its process at its next claim once the stall flag file appears.
+
+    The flag's text says where: ``before`` the claim's transaction, or ``inside`` it, just
+    after the lease row was locked ``FOR SHARE`` by the fence check."""
 
     stall_flag: str | None = None
+    _stall_inside = False
 
     def claim_runs(self, claims: Sequence[RunClaim]) -> None:
-        if self.stall_flag is None or not claims:
-            super().claim_runs(claims)
-            return
+        where = self._take_flag() if claims else None
+        if where == "before":
+            stop_here()
+        self._stall_inside = where == "inside"
         try:
+            super().claim_runs(claims)
+        except StateError as exc:
+            if where is not None:
+                log.warning("The claim made after the stall failed: %s", exc)
+            raise
+
+    def _take_flag(self) -> str | None:
+        """The flag's text if this process took (removed) it, else ``None``."""
+        if self.stall_flag is None:
+            return None
+        try:
+            with open(self.stall_flag) as flag:
+                where = flag.read().strip()
             os.unlink(self.stall_flag)
         except FileNotFoundError:
-            super().claim_runs(claims)
-            return
-        os.kill(os.getpid(), signal.SIGSTOP)
-        try:
-            super().claim_runs(claims)
-        except LeadershipLostError:
-            logging.getLogger("herdsched").warning("The claim made after the stall was refused.")
-            raise
+            return None
+        return where
+
+    def stall_inside(self) -> None:
+        """Called by the fence check: stop here once, holding the lease row lock."""
+        if self._stall_inside:
+            self._stall_inside = False
+            stop_here()
+
+
+def fence_then_stall(store: StallingStore) -> None:
+    """Make the store's fence check stop the process after it when a stall inside is due."""
+    check = store._lease.check_fence
+
+    def check_fence(cursor: Any) -> None:
+        check(cursor)
+        store.stall_inside()
+
+    store._lease.check_fence = check_fence  # type: ignore[method-assign]
 
 
 def main() -> None:
@@ -68,6 +109,7 @@ def main() -> None:
 
     store = StallingStore(dsn, namespace=namespace, commit_delay=0.1, connect_timeout=3)
     store.stall_flag = sys.argv[5] if len(sys.argv) > 5 else None
+    fence_then_stall(store)
     sched = ThreadedScheduler(
         store=store,
         max_sleep=0.2,

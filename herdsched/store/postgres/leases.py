@@ -19,11 +19,13 @@ under READ COMMITTED it could check an epoch that a takeover changes before the 
 
 from __future__ import annotations
 
+import logging
 import zlib
 from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg import errors as pg_errors
 
 from herdsched.store.base import Lease
 from herdsched.store.lease_rules import check_fence as check_same_lease
@@ -31,14 +33,20 @@ from herdsched.store.lease_rules import grant, renewed
 
 __all__ = ["LeaseRow"]
 
+log = logging.getLogger("herdsched")
+
 _COLUMNS = "holder, epoch, acquired_at, renewed_at, expires_at, pid, host"
 #: Whether the session that took the lease of epoch ``{epoch}`` still holds its advisory lock
 #: (keys as pg_locks shows a two-key lock: classid, objid, objsubid 2).
-_ALIVE = (
-    "EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND database = "
+_HOLDS = (
+    "l.locktype = 'advisory' AND l.granted AND l.database = "
     "(SELECT oid FROM pg_database WHERE datname = current_database()) AND "
-    "classid = %(key)s::oid AND objid = ({epoch} %% 4294967296)::oid AND objsubid = 2)"
+    "l.classid = %(key)s::oid AND l.objid = ({epoch} %% 4294967296)::oid AND l.objsubid = 2"
 )
+_ALIVE = "EXISTS (SELECT 1 FROM pg_locks l WHERE " + _HOLDS + ")"
+#: Seconds a takeover waits for the lease row before ending the session of a holder whose
+#: lease expired (a fenced write holds the row for milliseconds).
+_HUNG_WRITE = 1.0
 
 
 def _lock_key(namespace: str) -> int:
@@ -103,7 +111,7 @@ class LeaseRow:
             "INSERT INTO herdsched_leases (ns) VALUES (%s) ON CONFLICT (ns) DO NOTHING",
             (self.namespace,),
         )
-        current = self._select(cursor, "FOR UPDATE")
+        current = self._lock_row(cursor)
         cursor.execute("SELECT epoch FROM herdsched_leases WHERE ns = %s", (self.namespace,))
         epoch_row = cursor.fetchone()
         last_epoch = int(epoch_row[0]) if epoch_row else 0
@@ -121,6 +129,38 @@ class LeaseRow:
         cursor.execute("SELECT pg_advisory_lock(%s, %s)", (self.key, _int4(lease.epoch)))
         self.held, self.fenced = lease, True
         return lease
+
+    def _lock_row(self, cursor: psycopg.Cursor[Any]) -> Lease | None:
+        """The stored lease, its row locked ``FOR UPDATE`` for a takeover.
+
+        The caller found the lease expired or its holder dead, so a holder still keeping the
+        row locked after ``_HUNG_WRITE`` seconds is stopped inside a fenced write (SIGSTOP, a
+        frozen VM, a debugger), and would keep every standby waiting for as long as it hangs
+        (the server's idle-in-transaction timeout does not start for a client stopped in the
+        middle of a pipeline). Its session is ended (allowed between sessions of one database
+        user), which also keeps that write from ever committing, and the row is locked again.
+        """
+        cursor.execute(f"SET LOCAL lock_timeout = {round(_HUNG_WRITE * 1000)}")
+        try:
+            with cursor.connection.transaction():  # a savepoint: a timeout undoes only this
+                return self._select(cursor, "FOR UPDATE")
+        except pg_errors.LockNotAvailable:
+            pass
+        holds = _HOLDS.format(epoch="h.epoch")
+        cursor.execute(
+            "SELECT l.pid, pg_terminate_backend(l.pid) FROM herdsched_leases h, pg_locks l "
+            f"WHERE h.ns = %(ns)s AND l.pid <> pg_backend_pid() AND {holds}",
+            {"ns": self.namespace, "key": self.key & 0xFFFFFFFF},
+        )
+        ended = [row[0] for row in cursor.fetchall()]
+        log.warning(
+            "The scheduler lease of %s expired while its holder kept it locked inside a write "
+            "for over %g s: ending the holder's database session(s) %s to take over.",
+            self.where,
+            _HUNG_WRITE,
+            ended or "(none found)",
+        )
+        return self._select(cursor, "FOR UPDATE")
 
     def renew(self, cursor: psycopg.Cursor[Any], lease: Lease, ttl: float) -> Lease:
         """Extend ``lease`` on the server's clock; ``LeadershipLostError`` when it changed hands.
