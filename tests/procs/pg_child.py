@@ -5,7 +5,8 @@ Usage: pg_child.py DSN NAMESPACE LEDGER LEASE_TTL [STALL_FLAG]
 Runs schedules on a 1-second cadence (``tick`` and ``held``: cron every second; ``every``: a
 1-second interval) and ``manual`` (hourly, for run-now requests) whose job appends
 ``pid schedule slot`` to LEDGER (O_APPEND, one write per line; a run-now's slot is its run id),
-so the parent can check that no slot ran twice across processes. Logs INFO and above to stderr
+so the parent can check that no slot ran twice across processes. A run-now whose prompt is
+``wait:PATH`` goes on running until PATH exists. Logs INFO and above to stderr
 (the parent looks for "lost the lead" and "Reconnected").
 
 With STALL_FLAG, the process that next claims runs while that file exists (the leader) removes
@@ -105,6 +106,10 @@ def main() -> None:
             os.write(fd, line)
         finally:
             os.close(fd)
+        if info.prompt.startswith("wait:"):  # a run-now kept running until the file exists
+            gate = info.prompt.removeprefix("wait:")
+            while not os.path.exists(gate) and not info.cancelled:
+                time.sleep(0.05)
         return "ran"
 
     store = StallingStore(dsn, namespace=namespace, commit_delay=0.1, connect_timeout=3)
