@@ -46,7 +46,7 @@ _HOLDS = (
 _ALIVE = "EXISTS (SELECT 1 FROM pg_locks l WHERE " + _HOLDS + ")"
 #: Seconds a takeover waits for the lease row before ending the session of a holder whose
 #: lease expired (a fenced write holds the row for milliseconds).
-_HUNG_WRITE = 1.0
+_HUNG_WRITE = 0.5
 
 
 def _lock_key(namespace: str) -> int:
