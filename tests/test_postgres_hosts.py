@@ -376,34 +376,39 @@ def teardown_module() -> None:
         )
 
 
+def hang_inside_a_write(store: PostgresStateStore, seconds: float) -> list[StateError]:
+    """Hold the lease row locked ``FOR SHARE`` in a fenced write stopped in the middle of a
+    pipeline (statements sent, no Sync yet: the server's idle-in-transaction timeout never
+    starts) for ``seconds``, in a thread; the errors the write ends with (filled later)."""
+    in_write, failed = threading.Event(), []
+
+    def write_and_hang() -> None:
+        try:
+            with store._db.transaction("hang inside a fenced write") as cursor:
+                store._lease.check_fence(cursor)
+                with cursor.connection.pipeline():
+                    cursor.execute("SELECT 1")
+                    in_write.set()
+                    time.sleep(seconds)
+        except StateError as exc:
+            failed.append(exc)
+
+    threading.Thread(target=write_and_hang, daemon=True).start()
+    assert in_write.wait(5)
+    return failed
+
+
 def test_a_holder_hung_inside_a_pipelined_write_does_not_keep_the_lease_from_a_standby(
     postgres_dsn: str, pg_namespace: str
 ) -> None:
-    """A holder stopped in the middle of a pipeline (statements sent, no Sync yet) keeps the
-    lease row locked, and the server's idle-in-transaction timeout never starts for it: once
-    its lease expired, a standby ends that session and takes over (before the fix it waited
-    for the row lock for as long as the holder hung)."""
+    """Once its lease expired, a standby ends the hung holder's session and takes over (before
+    the fix it waited for the row lock for as long as the holder hung)."""
     hung = PostgresStateStore(postgres_dsn, namespace=pg_namespace)
     standby = PostgresStateStore(postgres_dsn, namespace=pg_namespace)
     try:
         first = hung.acquire_lease("hung", 0.5)
         assert first is not None
-        in_write, failed = threading.Event(), []
-
-        def write_and_hang() -> None:
-            try:
-                with hung._db.transaction("hang inside a fenced write") as cursor:
-                    hung._lease.check_fence(cursor)  # the lease row locked FOR SHARE
-                    with cursor.connection.pipeline():
-                        cursor.execute("SELECT 1")
-                        in_write.set()
-                        time.sleep(6)  # hung: no Sync sent
-            except StateError as exc:
-                failed.append(exc)
-
-        writer = threading.Thread(target=write_and_hang, daemon=True)
-        writer.start()
-        assert in_write.wait(5)
+        failed = hang_inside_a_write(hung, 6)
         time.sleep(0.6)  # the lease expired on the server's clock
         took: list[Lease | None] = []
         taker = threading.Thread(target=lambda: took.append(standby.acquire_lease("s", 5)))
@@ -413,8 +418,28 @@ def test_a_holder_hung_inside_a_pipelined_write_does_not_keep_the_lease_from_a_s
         assert took and took[0] is not None, "the standby still waits for the hung holder"
         assert took[0].epoch == first.epoch + 1
         print(f"\ntaken from a holder hung in a write after {time.monotonic() - started:.2f} s")
-        writer.join(10)
-        assert failed, "the hung holder's write must not commit after the takeover"
+        assert wait_for(lambda: failed, timeout=10), "the hung write must not commit"
     finally:
         standby.close()
         hung.close()
+
+
+def test_a_standby_not_allowed_to_end_the_hung_holders_session_says_what_to_do() -> None:
+    with start_server() as server:
+        hung = PostgresStateStore(server.dsn, namespace="n")  # a superuser, owning the tables
+        server.sql("CREATE ROLE standby LOGIN")
+        server.sql("GRANT USAGE, CREATE ON SCHEMA public TO standby")
+        server.sql("GRANT ALL ON ALL TABLES IN SCHEMA public TO standby")
+        server.sql("GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO standby")
+        standby = PostgresStateStore(server.dsn.replace("postgres@", "standby@"), namespace="n")
+        try:
+            assert hung.acquire_lease("hung", 0.5) is not None
+            hang_inside_a_write(hung, 4)
+            time.sleep(0.6)
+            with pytest.raises(StateError, match="pg_signal_backend") as caught:
+                standby.acquire_lease("s", 5)
+            print(f"\n{caught.value}")
+            assert hung.current_lease() is not None  # nothing changed hands
+        finally:
+            standby.close()
+            hung.close()

@@ -27,6 +27,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 
+from herdsched.errors import StateError
 from herdsched.store.base import Lease
 from herdsched.store.lease_rules import check_fence as check_same_lease
 from herdsched.store.lease_rules import grant, renewed
@@ -146,13 +147,7 @@ class LeaseRow:
                 return self._select(cursor, "FOR UPDATE")
         except pg_errors.LockNotAvailable:
             pass
-        holds = _HOLDS.format(epoch="h.epoch")
-        cursor.execute(
-            "SELECT l.pid, pg_terminate_backend(l.pid) FROM herdsched_leases h, pg_locks l "
-            f"WHERE h.ns = %(ns)s AND l.pid <> pg_backend_pid() AND {holds}",
-            {"ns": self.namespace, "key": self.key & 0xFFFFFFFF},
-        )
-        ended = [row[0] for row in cursor.fetchall()]
+        ended = self._end_holder_sessions(cursor)
         log.warning(
             "The scheduler lease of %s expired while its holder kept it locked inside a write "
             "for over %g s: ending the holder's database session(s) %s to take over.",
@@ -161,6 +156,29 @@ class LeaseRow:
             ended or "(none found)",
         )
         return self._select(cursor, "FOR UPDATE")
+
+    def _end_holder_sessions(self, cursor: psycopg.Cursor[Any]) -> list[int]:
+        """End the sessions holding the stored epoch's advisory lock; their backend pids.
+        A clear ``StateError`` when this database user may not end them."""
+        holds = _HOLDS.format(epoch="h.epoch")
+        try:
+            with cursor.connection.transaction():
+                cursor.execute(
+                    "SELECT l.pid, pg_terminate_backend(l.pid) FROM herdsched_leases h, "
+                    f"pg_locks l WHERE h.ns = %(ns)s AND l.pid <> pg_backend_pid() AND {holds}",
+                    {"ns": self.namespace, "key": self.key & 0xFFFFFFFF},
+                )
+                return [row[0] for row in cursor.fetchall()]
+        except pg_errors.InsufficientPrivilege as exc:
+            raise StateError(
+                f"The scheduler lease of {self.where} expired but its holder keeps it locked "
+                f"inside a write, and this database user may not end the holder's session "
+                f"({exc.diag.message_primary or exc}): grant it the pg_signal_backend role, or "
+                "let every host connect as the same user. Until then the lease changes hands "
+                "only once the holder resumes or its session ends.",
+                path=self.where,
+                cause=exc,
+            ) from exc
 
     def renew(self, cursor: psycopg.Cursor[Any], lease: Lease, ttl: float) -> Lease:
         """Extend ``lease`` on the server's clock; ``LeadershipLostError`` when it changed hands.
