@@ -3,10 +3,14 @@
 Each test has a private server (``postgres_server.start_server()``) so restarting it disturbs no
 other test, and runs three real scheduler processes (``tests/procs/pg_child.py``) on one
 namespace with ``lease_ttl=2``. Their job appends ``pid schedule slot`` to a ledger. The faults:
-``kill -9`` of the leader, SIGSTOP and SIGCONT of the leader, the server terminating the leader's
-sessions, the server restarted (fast and immediate). In every one: a process leads again within
-``lease_ttl`` + 2 s (measured on the lease, printed), runs go on, no slot runs twice, a pause
-written before the fault still holds after it and a run-now requested before it runs exactly once.
+``kill -9`` of the leader; SIGSTOP and SIGCONT of the leader, anywhere or exactly before or
+inside its claim transaction (the lease row locked); the server terminating the leader's
+sessions; the server restarted (fast, immediate, and down for longer than the ttl). In every
+one: a process leads again within ``lease_ttl`` + 2 s (measured on the lease, printed), runs go
+on, no slot runs twice; in the leader and server faults a pause written before the fault still
+holds after it and a run-now requested before it runs exactly once. Two tests in one process
+show a standby ending the session of a holder hung inside a write (and saying so when the
+database user may not).
 """
 
 from __future__ import annotations
