@@ -302,13 +302,14 @@ class PostgresStateStore:
         lease once this store handed one out (``LeadershipLostError``: nothing written)."""
         self._check_open()
         with self._flushing:
-            with self._mem:
+            with self._mem:  # read first, take second: the claims shown by what is taken
+                if not self._pending and not self._pending_runs:
+                    return
+                covered = self._covered_claims()
                 taken, self._pending = self._pending, {}
                 runs, self._pending_runs = self._pending_runs, []
-            if not taken and not runs:
-                return
             try:
-                written, number = self._commit(taken, runs)
+                written, number = self._commit(taken, runs, list(covered))
             except LeadershipLostError:
                 self._drop_lost_work(len(taken), len(runs))
                 raise
@@ -317,6 +318,7 @@ class PostgresStateStore:
                     for key, patch in taken.items():
                         self._pending[key] = {**patch, **self._pending.get(key, {})}
                     self._pending_runs = runs + self._pending_runs
+                    self._claims = {**covered, **self._claims}  # older than any made since
                 raise
             with self._mem:
                 self._install(written)
@@ -325,7 +327,7 @@ class PostgresStateStore:
                     self._pending_since = None
 
     def _commit(
-        self, taken: Mapping[Key, Mapping[str, Any]], runs: Sequence[RunRecord]
+        self, taken: Mapping[Key, Mapping[str, Any]], runs: Sequence[RunRecord], covered: list[str]
     ) -> tuple[dict[Key, ScheduleState | None], int]:
         with self._db.transaction("write the group commit of run transitions") as cursor:
             number = rows.bump(cursor, self.namespace)
@@ -333,29 +335,31 @@ class PostgresStateStore:
                 self._lease.check_fence(cursor)
             written = rows.upsert_states(cursor, self.namespace, number, taken, transition=True)
             rows.write_runs(cursor, self.namespace, runs, self.max_run_history)
-            rows.delete_claims(cursor, self.namespace, self._covered_claims(written))
+            rows.delete_claims(cursor, self.namespace, covered)
         return written, number
 
-    def _covered_claims(self, written: Mapping[Key, ScheduleState | None]) -> list[str]:
-        """Held claims whose runs the states being written show (as the YAML store's journal:
-        the latest claim of a schedule by its very start time, earlier ones by any run)."""
-        with self._mem:
-            latest: dict[Key, str] = {}
-            for run_id, (agent, name, _) in self._claims.items():
-                latest[(agent, name)] = run_id
-            covered = []
-            for run_id, (agent, name, run_at) in self._claims.items():
-                key = (agent, name)
-                state = written[key] if key in written else self._state(key)
-                if (
-                    state is None
-                    or (state.last_run_at is not None and latest[key] != run_id)
-                    or state.last_run_at == run_at
-                ):
-                    covered.append(run_id)
-            for run_id in covered:
-                del self._claims[run_id]
-            return covered
+    def _covered_claims(self) -> dict[str, tuple[str, str, datetime]]:
+        """Take the held claims whose runs the view shows (as the YAML store's journal: the
+        latest claim of a schedule by its very start time, earlier ones by any run).
+
+        The caller holds ``_mem`` and takes every pending transition in the same breath, so
+        what shows a claim's run is committed with the claim's removal, never after it."""
+        latest: dict[Key, str] = {}
+        for run_id, (agent, name, _) in self._claims.items():
+            latest[(agent, name)] = run_id
+        covered = {}
+        for run_id, (agent, name, run_at) in self._claims.items():
+            key = (agent, name)
+            state = self._state(key)
+            if (
+                state is None
+                or (state.last_run_at is not None and latest[key] != run_id)
+                or state.last_run_at == run_at
+            ):
+                covered[run_id] = (agent, name, run_at)
+        for run_id in covered:
+            del self._claims[run_id]
+        return covered
 
     def _drop_lost_work(self, states: int, runs: int) -> None:
         with self._mem:
