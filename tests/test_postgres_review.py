@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
+from herdsched import Agent, Schedule, ThreadedScheduler
 from herdsched.models import Status
 from herdsched.store.base import RunClaim
 from herdsched.store.postgres import PostgresStateStore
+from herdsched.testing import as_separate_processes
 
 T0 = datetime(2026, 11, 24, 9, 0, tzinfo=timezone.utc)
 
@@ -59,3 +61,69 @@ def test_a_claim_is_kept_until_the_state_showing_its_run_is_committed(
         assert shown or claimed == ["run-1"], "the run is neither claimed nor shown: it may rerun"
     finally:
         after.close()
+
+
+def test_a_schedule_removed_then_added_again_keeps_its_transitions(
+    hosts: list[PostgresStateStore],
+) -> None:
+    """Adding a schedule removes its namesake's state first (engine/changes.py); the new
+    schedule's run transitions must then be written, as in the YAML store, and its claims kept
+    until they are."""
+    store, other = hosts
+    store.update_schedule_state("a", "s", next_run_at=T0)
+    store.remove_schedule_state("a", "s")
+    store.record_transition("a", "s", next_run_at=T0 + timedelta(hours=1))
+    store.flush()
+    store.record_transition("a", "s", last_run_at=T0, status=Status.RUNNING)
+    store.claim_runs([RunClaim("a", "s", "run-1", T0, T0)])
+    store.flush()
+    assert store.get_schedule_state("a", "s").last_run_at == T0
+    seen = other.get_schedule_state("a", "s")
+    assert seen.next_run_at == T0 + timedelta(hours=1)
+    assert seen.last_run_at == T0
+    assert seen.status is Status.RUNNING
+
+
+def test_a_schedule_removed_by_another_host_stays_removed(
+    hosts: list[PostgresStateStore],
+) -> None:
+    """The other side of the rule: a removal this view had not seen wins over a pending
+    transition of a schedule it knew."""
+    store, other = hosts
+    store.update_schedule_state("a", "s", next_run_at=T0)
+    store.record_transition("a", "s", last_run_at=T0)
+    other.remove_schedule_state("a", "s")
+    store.flush()
+    assert "s" not in other.get_agent_schedule_states("a")
+    with restarted(store) as after:
+        assert "s" not in after.get_agent_schedule_states("a")
+
+
+def test_a_schedule_added_again_at_run_time_keeps_its_state(
+    postgres_dsn: str, pg_namespace: str
+) -> None:
+    """add_schedule(persist=True) clears a namesake's stored state before the schedule starts:
+    the runs of the schedule added again must still reach the database."""
+    agent = Agent("ag", schedules={"tick": Schedule.interval("1h")})
+    store = PostgresStateStore(postgres_dsn, namespace=pg_namespace)
+    with as_separate_processes():
+        sched = ThreadedScheduler([agent], on_trigger=lambda info: "ok", store=store)
+        sched.start()
+        try:
+            sched.add_schedule("ag", "added", Schedule.interval("1h"), persist=True)
+            assert sched.trigger("ag", "added", wait=True).success
+            store.flush()
+            sched.remove_schedule("ag", "added")
+            sched.add_schedule("ag", "added", Schedule.interval("1h"), persist=True)
+            second = sched.trigger("ag", "added", wait=True)
+            assert second.success
+        finally:
+            sched.stop()
+            store.close()
+    with PostgresStateStore(postgres_dsn, namespace=pg_namespace) as other:
+        state = other.get_schedule_state("ag", "added")
+        newest = other.get_history("ag", "added", limit=1)[0]
+        assert newest.run_id == second.run_id
+        assert newest.started_at is not None
+        assert state.last_run_at is not None and state.last_finished_at is not None
+        assert state.last_finished_at >= newest.started_at  # the second run's end

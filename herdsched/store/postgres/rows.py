@@ -63,22 +63,24 @@ def bump(cursor: Cursor, namespace: str) -> int:
 
 def upsert_states(
     cursor: Cursor, namespace: str, changed: int, patches: Mapping[Key, Mapping[str, Any]], *,
-    transition: bool,
+    transition: bool, revive: bool = False,
 ) -> dict[Key, ScheduleState | None]:  # fmt: skip
     """Merge each patch into its stored state (field by field, on the server) and return the
     states as written.
 
     ``transition``: a run's status never takes a schedule out of a user-intent status stored by
-    anyone (see base.py), and a schedule removed meanwhile stays removed."""
+    anyone (see base.py), and a schedule removed meanwhile stays removed, unless ``revive``:
+    the writer knew of the removal, and the schedule was added again since."""
     if not patches:
         return {}
     rows = [[agent, name, patch_json(patch)] for (agent, name), patch in patches.items()]
     if transition:
+        removed = "" if revive else "WHEN s.data IS NULL THEN NULL "
         merged = (
-            "CASE WHEN s.data IS NULL THEN NULL "
-            "WHEN s.data->>'status' = ANY(%(intent)s) AND NOT (EXCLUDED.data->>'status' = "
-            "ANY(%(intent)s)) THEN s.data || (EXCLUDED.data - 'status') "
-            "ELSE s.data || EXCLUDED.data END"
+            f"CASE {removed}WHEN s.data->>'status' = ANY(%(intent)s) AND NOT "
+            "(EXCLUDED.data->>'status' = ANY(%(intent)s)) "
+            "THEN s.data || (EXCLUDED.data - 'status') "
+            "ELSE COALESCE(s.data, '{}'::jsonb) || EXCLUDED.data END"
         )
     else:
         merged = "COALESCE(s.data, '{}'::jsonb) || EXCLUDED.data"

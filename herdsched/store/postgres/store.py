@@ -308,8 +308,9 @@ class PostgresStateStore:
                 covered = self._covered_claims()
                 taken, self._pending = self._pending, {}
                 runs, self._pending_runs = self._pending_runs, []
+                known = {key for key in taken if key in self._disk}
             try:
-                written, number = self._commit(taken, runs, list(covered))
+                written, number = self._commit(taken, runs, list(covered), known)
             except LeadershipLostError:
                 self._drop_lost_work(len(taken), len(runs))
                 raise
@@ -327,13 +328,29 @@ class PostgresStateStore:
                     self._pending_since = None
 
     def _commit(
-        self, taken: Mapping[Key, Mapping[str, Any]], runs: Sequence[RunRecord], covered: list[str]
+        self,
+        taken: Mapping[Key, Mapping[str, Any]],
+        runs: Sequence[RunRecord],
+        covered: list[str],
+        known: set[Key],
     ) -> tuple[dict[Key, ScheduleState | None], int]:
+        """One fenced transaction of ``taken`` transitions, ``runs`` and dropped claims.
+
+        A schedule the view knew stored (``known``) stays removed if it was removed since (the
+        removal wins); any other is written afresh, as a schedule added again after its
+        namesake's removal must be."""
         with self._db.transaction("write the group commit of run transitions") as cursor:
             number = rows.bump(cursor, self.namespace)
             if self._lease.fenced:
                 self._lease.check_fence(cursor)
-            written = rows.upsert_states(cursor, self.namespace, number, taken, transition=True)
+            written = rows.upsert_states(
+                cursor, self.namespace, number, {k: p for k, p in taken.items() if k in known},
+                transition=True,
+            )  # fmt: skip
+            written |= rows.upsert_states(
+                cursor, self.namespace, number,
+                {k: p for k, p in taken.items() if k not in known}, transition=True, revive=True,
+            )  # fmt: skip
             rows.write_runs(cursor, self.namespace, runs, self.max_run_history)
             rows.delete_claims(cursor, self.namespace, covered)
         return written, number
