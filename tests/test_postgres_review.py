@@ -5,7 +5,8 @@ leaves nothing behind in the view (see tests/postgres_server.py for the server).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -97,6 +98,60 @@ def test_a_schedule_removed_by_another_host_stays_removed(
     assert "s" not in other.get_agent_schedule_states("a")
     with restarted(store) as after:
         assert "s" not in after.get_agent_schedule_states("a")
+
+
+def after_commit(
+    store: PostgresStateStore,
+    monkeypatch: pytest.MonkeyPatch,
+    doing: str,
+    meanwhile: Callable[[], object],
+) -> None:
+    """Run ``meanwhile`` once, right after the store commits its next transaction whose
+    description starts with ``doing`` and before it adopts what it wrote: what another thread
+    of the process (or another host) may do in that moment."""
+    real = store._db.transaction
+
+    @contextlib.contextmanager
+    def transaction(description: str) -> Iterator[Any]:
+        with real(description) as cursor:
+            yield cursor
+        if description.startswith(doing):
+            monkeypatch.setattr(store._db, "transaction", real)
+            meanwhile()
+
+    monkeypatch.setattr(store._db, "transaction", transaction)
+
+
+def test_an_own_write_does_not_hide_a_newer_change_adopted_meanwhile(
+    hosts: list[PostgresStateStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between this store's commit and its adopting what it wrote, another host pauses the
+    schedule and another thread of this process catches up: the view must end with the pause."""
+    store, other = hosts
+    store.update_schedule_state("a", "s", status=Status.IDLE)
+
+    def another_host_pauses_and_the_timer_polls() -> None:
+        other.update_schedule_state("a", "s", status=Status.PAUSED)
+        store.refresh()
+
+    after_commit(store, monkeypatch, "update the state", another_host_pauses_and_the_timer_polls)
+    store.update_schedule_state("a", "s", session_id="session-1")
+    store.refresh()
+    with restarted(store) as after:
+        assert after.get_schedule_state("a", "s").status is Status.PAUSED
+    assert store.get_schedule_state("a", "s").status is Status.PAUSED
+    assert store.get_schedule_state("a", "s").session_id == "session-1"
+
+
+def test_a_run_now_request_adopted_meanwhile_is_listed_once(
+    hosts: list[PostgresStateStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A poll by another thread between the request's commit and its adoption already lists
+    the request: it must not be listed twice."""
+    store = hosts[0]
+    after_commit(store, monkeypatch, "queue a run", store.refresh)
+    run_id = store.request_trigger("a", "s")
+    assert [r.run_id for r in store.trigger_requests()] == [run_id]
 
 
 def test_a_schedule_added_again_at_run_time_keeps_its_state(

@@ -223,14 +223,20 @@ class PostgresStateStore:
             return stored
         return evolve(stored or ScheduleState(), **patch)
 
-    def _own_write(self, number: int) -> None:
-        """Note a change number this store wrote: the next one after what the view saw means
-        nobody else wrote in between; anything else means the view must catch up."""
-        with self._mem:
-            if number == self._seen + 1:
-                self._seen = number
-            else:
-                self._stale = True
+    def _own_write(self, number: int) -> bool:
+        """Note a change number this store wrote (caller holds ``_mem``): the next one after
+        what the view saw means nobody else wrote in between; anything else means the view
+        must catch up.
+
+        Returns whether the view should adopt what the write returned: not when a catch-up by
+        another thread, since the commit, already adopted it or something newer."""
+        if number <= self._seen:
+            return False
+        if number == self._seen + 1:
+            self._seen = number
+        else:
+            self._stale = True
+        return True
 
     # -- schedule state ------------------------------------------------------------------
     def get_schedule_state(self, agent: str, schedule: str) -> ScheduleState:
@@ -263,8 +269,8 @@ class PostgresStateStore:
             written = rows.upsert_states(cursor, self.namespace, number, {key: patch},
                                          transition=False)  # fmt: skip
         with self._mem:
-            self._install(written)
-            self._own_write(number)
+            if self._own_write(number):
+                self._install(written)
             return self._state(key) or ScheduleState()
 
     def record_transition(self, agent: str, schedule: str, **changes: Any) -> ScheduleState:
@@ -292,9 +298,9 @@ class PostgresStateStore:
                 (number, self.namespace, agent, schedule),
             )
         with self._mem:
-            self._disk.pop((agent, schedule), None)
             self._pending.pop((agent, schedule), None)
-            self._own_write(number)
+            if self._own_write(number):
+                self._disk.pop((agent, schedule), None)
 
     # -- group commit and claims ------------------------------------------------------------
     def flush(self) -> None:
@@ -322,8 +328,8 @@ class PostgresStateStore:
                     self._claims = {**covered, **self._claims}  # older than any made since
                 raise
             with self._mem:
-                self._install(written)
-                self._own_write(number)
+                if self._own_write(number):
+                    self._install(written)
                 if not self._pending and not self._pending_runs:
                     self._pending_since = None
 
@@ -520,12 +526,18 @@ class PostgresStateStore:
             return result
 
     @contextlib.contextmanager
-    def _change(self, doing: str) -> Iterator[Any]:
-        """One committed change of the namespace: the cursor, after the change number."""
+    def _change(self, doing: str) -> Iterator[tuple[Any, list[Callable[[], None]]]]:
+        """One committed change of the namespace: the cursor, after the change number, and a
+        list of steps that bring the view up to the change, run (under ``_mem``) once it is
+        committed and unless the view adopted it, or something newer, meanwhile."""
+        adopt: list[Callable[[], None]] = []
         with self._db.transaction(doing) as cursor:
             number = rows.bump(cursor, self.namespace)
-            yield cursor
-        self._own_write(number)
+            yield cursor, adopt
+        with self._mem:
+            if self._own_write(number):
+                for step in adopt:
+                    step()
 
     def _stored_definition(self, cursor: Any, key: Key) -> dict[str, Any] | None:
         cursor.execute(
@@ -563,7 +575,7 @@ class PostgresStateStore:
         self._check_open()
         key = (agent, schedule)
         new = _json_definition(definition)
-        with self._change(f"save the definition of {agent}/{schedule}") as cursor:
+        with self._change(f"save the definition of {agent}/{schedule}") as (cursor, _):
             current = self._stored_definition(cursor, key)
             check_preconditions(current, agent, schedule, exists=exists, owner=owner)
             base_json = _json_definition(base) if base is not None else None
@@ -572,7 +584,7 @@ class PostgresStateStore:
     def delete_definition(self, agent: str, schedule: str, *, owner: str | None = None) -> None:
         self._check_open()
         key = (agent, schedule)
-        with self._change(f"delete the definition of {agent}/{schedule}") as cursor:
+        with self._change(f"delete the definition of {agent}/{schedule}") as (cursor, _):
             current = self._stored_definition(cursor, key)
             check_preconditions(current, agent, schedule, exists=None, owner=owner)
             if current is not None:
@@ -581,7 +593,7 @@ class PostgresStateStore:
     def reject_definition(self, agent: str, schedule: str, reason: str) -> None:
         self._check_open()
         key = (agent, schedule)
-        with self._change(f"set aside the definition of {agent}/{schedule}") as cursor:
+        with self._change(f"set aside the definition of {agent}/{schedule}") as (cursor, adopt):
             current = self._stored_definition(cursor, key)
             if current is None:
                 return
@@ -593,8 +605,8 @@ class PostgresStateStore:
                 (self.namespace, agent, schedule, reason, Jsonb(current)),
             )
             at = cursor.fetchone()[0]
-        with self._mem:
-            self._rejected.append(RejectedDefinition(agent, schedule, reason, at, current))
+            rejected = RejectedDefinition(agent, schedule, reason, at, current)
+            adopt.append(lambda: self._rejected.append(rejected))
 
     def rejected_definitions(self) -> list[RejectedDefinition]:
         self._fresh()
@@ -606,14 +618,13 @@ class PostgresStateStore:
         """Queue a "run now" for the leading scheduler (on any host); committed on return."""
         self._check_open()
         request = TriggerRequest(new_run_id(), agent, schedule, datetime.now(timezone.utc), prompt)
-        with self._change(f"queue a run of {agent}/{schedule}") as cursor:
+        with self._change(f"queue a run of {agent}/{schedule}") as (cursor, adopt):
             cursor.execute(
                 "INSERT INTO herdsched_requests (ns, run_id, agent, schedule, requested_at, "
                 "prompt) VALUES (%s, %s, %s, %s, %s, %s)",
                 (self.namespace, request.run_id, agent, schedule, request.requested_at, prompt),
             )
-        with self._mem:
-            self._requests.append(request)
+            adopt.append(lambda: self._requests.append(request))
         return request.run_id
 
     def trigger_requests(self) -> list[TriggerRequest]:
@@ -623,25 +634,29 @@ class PostgresStateStore:
 
     def mark_trigger_started(self, run_id: str, at: datetime) -> None:
         self._check_open()
-        with self._change("mark a requested run as started") as cursor:
+        with self._change("mark a requested run as started") as (cursor, adopt):
             cursor.execute(
                 "UPDATE herdsched_requests SET started_at = %s WHERE ns = %s AND run_id = %s",
                 (at, self.namespace, run_id),
             )
-        with self._mem:
-            self._requests = [
-                evolve(r, started_at=at) if r.run_id == run_id else r for r in self._requests
-            ]
+            adopt.append(lambda: self._mark_started(run_id, at))
 
     def settle_trigger_request(self, run_id: str) -> None:
         self._check_open()
-        with self._change("remove a finished run request") as cursor:
+        with self._change("remove a finished run request") as (cursor, adopt):
             cursor.execute(
                 "DELETE FROM herdsched_requests WHERE ns = %s AND run_id = %s",
                 (self.namespace, run_id),
             )
-        with self._mem:
-            self._requests = [r for r in self._requests if r.run_id != run_id]
+            adopt.append(lambda: self._forget_request(run_id))
+
+    def _mark_started(self, run_id: str, at: datetime) -> None:
+        self._requests = [
+            evolve(r, started_at=at) if r.run_id == run_id else r for r in self._requests
+        ]
+
+    def _forget_request(self, run_id: str) -> None:
+        self._requests = [r for r in self._requests if r.run_id != run_id]
 
     # -- wake-ups and lifecycle ------------------------------------------------------------
     def watch(self, on_change: Callable[[], None]) -> None:
