@@ -10,9 +10,11 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import psycopg
 import pytest
 
 from herdsched import Agent, Schedule, ThreadedScheduler
+from herdsched.errors import StateError
 from herdsched.models import Status
 from herdsched.store.base import RunClaim
 from herdsched.store.postgres import PostgresStateStore
@@ -152,6 +154,27 @@ def test_a_run_now_request_adopted_meanwhile_is_listed_once(
     after_commit(store, monkeypatch, "queue a run", store.refresh)
     run_id = store.request_trigger("a", "s")
     assert [r.run_id for r in store.trigger_requests()] == [run_id]
+
+
+def test_a_definition_whose_commit_failed_is_not_in_the_view(
+    hosts: list[PostgresStateStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server ends the session just before the commit: save_definition raises, and neither
+    this store nor another host lists the definition."""
+    store, other = hosts
+    write = store._write_definition
+
+    def and_the_session_is_terminated(*args: Any) -> None:
+        write(*args)
+        with psycopg.connect(store.dsn, autocommit=True) as killer:
+            killer.execute("SELECT pg_terminate_backend(%s)", (store._db.backend_pid,))
+
+    monkeypatch.setattr(store, "_write_definition", and_the_session_is_terminated)
+    with pytest.raises(StateError):
+        store.save_definition("a", "s", {"interval": "1h"}, exists=False)
+    monkeypatch.undo()
+    assert other.load_definitions() == {}
+    assert store.load_definitions() == {}
 
 
 def test_a_schedule_added_again_at_run_time_keeps_its_state(

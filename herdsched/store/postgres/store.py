@@ -547,7 +547,10 @@ class PostgresStateStore:
         row = cursor.fetchone()
         return row[0] if row is not None else None
 
-    def _write_definition(self, cursor: Any, key: Key, data: Mapping[str, Any] | None) -> None:
+    def _write_definition(
+        self, cursor: Any, adopt: list[Callable[[], None]], key: Key, data: Mapping[str, Any] | None
+    ) -> None:
+        """Write one definition (``None``: delete it); the view follows once it is committed."""
         cursor.execute(
             "INSERT INTO herdsched_definitions AS d (ns, agent, schedule, data, changed) "
             "VALUES (%s, %s, %s, %s, (SELECT changed FROM herdsched_namespaces WHERE ns = %s)) "
@@ -555,11 +558,15 @@ class PostgresStateStore:
             "changed = EXCLUDED.changed",
             (self.namespace, *key, Jsonb(data) if data is not None else None, self.namespace),
         )
-        with self._mem:
-            if data is None:
+        stored = dict(data) if data is not None else None
+
+        def adopted() -> None:
+            if stored is None:
                 self._definitions.pop(key, None)
             else:
-                self._definitions[key] = dict(data)
+                self._definitions[key] = stored
+
+        adopt.append(adopted)
 
     def save_definition(
         self,
@@ -575,20 +582,20 @@ class PostgresStateStore:
         self._check_open()
         key = (agent, schedule)
         new = _json_definition(definition)
-        with self._change(f"save the definition of {agent}/{schedule}") as (cursor, _):
+        with self._change(f"save the definition of {agent}/{schedule}") as (cursor, adopt):
             current = self._stored_definition(cursor, key)
             check_preconditions(current, agent, schedule, exists=exists, owner=owner)
             base_json = _json_definition(base) if base is not None else None
-            self._write_definition(cursor, key, merge_definition(current, base_json, new))
+            self._write_definition(cursor, adopt, key, merge_definition(current, base_json, new))
 
     def delete_definition(self, agent: str, schedule: str, *, owner: str | None = None) -> None:
         self._check_open()
         key = (agent, schedule)
-        with self._change(f"delete the definition of {agent}/{schedule}") as (cursor, _):
+        with self._change(f"delete the definition of {agent}/{schedule}") as (cursor, adopt):
             current = self._stored_definition(cursor, key)
             check_preconditions(current, agent, schedule, exists=None, owner=owner)
             if current is not None:
-                self._write_definition(cursor, key, None)
+                self._write_definition(cursor, adopt, key, None)
 
     def reject_definition(self, agent: str, schedule: str, reason: str) -> None:
         self._check_open()
@@ -597,7 +604,7 @@ class PostgresStateStore:
             current = self._stored_definition(cursor, key)
             if current is None:
                 return
-            self._write_definition(cursor, key, None)
+            self._write_definition(cursor, adopt, key, None)
             cursor.execute(
                 "INSERT INTO herdsched_rejected (ns, agent, schedule, reason, rejected_at, "
                 "definition) VALUES (%s, %s, %s, %s, statement_timestamp(), %s) "
