@@ -12,10 +12,11 @@ from typing import Any
 
 import psycopg
 import pytest
+from attrs import evolve
 
 from herdsched import Agent, Schedule, ThreadedScheduler
 from herdsched.errors import StateError
-from herdsched.models import Status
+from herdsched.models import RunRecord, RunStatus, Status
 from herdsched.store.base import RunClaim
 from herdsched.store.postgres import PostgresStateStore
 from herdsched.testing import as_separate_processes
@@ -205,3 +206,21 @@ def test_a_schedule_added_again_at_run_time_keeps_its_state(
         assert newest.started_at is not None
         assert state.last_run_at is not None and state.last_finished_at is not None
         assert state.last_finished_at >= newest.started_at  # the second run's end
+
+
+def test_a_run_recorded_twice_before_a_flush_keeps_its_later_record(
+    hosts: list[PostgresStateStore],
+) -> None:
+    """Two records of one run in one group commit (as the YAML store takes them): the later
+    one wins, instead of the commit failing, and failing again on every retry."""
+    store, other = hosts
+    first = RunRecord(run_id="r1", agent="a", schedule="s", trigger_type="manual",
+                      status="interrupted")  # fmt: skip
+    store.append_run(first)
+    store.append_run(evolve(first, status="success"))
+    store.append_run(evolve(first, run_id="r2"))
+    store.flush()
+    assert [(r.run_id, r.status) for r in other.get_history("a", "s")] == [
+        ("r2", RunStatus.INTERRUPTED),
+        ("r1", RunStatus.SUCCESS),
+    ]

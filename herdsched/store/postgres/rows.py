@@ -140,7 +140,11 @@ def write_runs(cursor: Cursor, namespace: str, records: Sequence[RunRecord], kee
     end) and trim each touched schedule's history to its newest ``keep`` records."""
     if not records:
         return
-    rows = [[r.run_id, r.agent, r.schedule, record_to_dict(r)] for r in records]
+    latest: dict[str, RunRecord] = {}
+    for record in records:  # one row per run: ON CONFLICT cannot update a row twice
+        latest.pop(record.run_id, None)
+        latest[record.run_id] = record
+    rows = [[r.run_id, r.agent, r.schedule, record_to_dict(r)] for r in latest.values()]
     cursor.execute(
         "INSERT INTO herdsched_runs AS r (ns, run_id, agent, schedule, record) "
         "SELECT %(ns)s, e->>0, e->>1, e->>2, e->3 FROM jsonb_array_elements(%(rows)s) e "
