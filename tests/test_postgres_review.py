@@ -6,6 +6,7 @@ leaves nothing behind in the view (see tests/postgres_server.py for the server).
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -224,3 +225,25 @@ def test_a_run_recorded_twice_before_a_flush_keeps_its_later_record(
         ("r2", RunStatus.INTERRUPTED),
         ("r1", RunStatus.SUCCESS),
     ]
+
+
+def test_a_removal_while_a_group_commit_is_on_its_way_is_not_undone(
+    hosts: list[PostgresStateStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flusher took a new schedule's transitions; another thread removes the schedule
+    before they are written: the commit must not bring the state back."""
+    store, other = hosts
+    store.record_transition("a", "s", next_run_at=T0)
+    commit = store._commit
+    remover = threading.Thread(target=store.remove_schedule_state, args=("a", "s"))
+
+    def while_another_thread_removes(*args: Any) -> Any:
+        remover.start()
+        remover.join(timeout=1.0)  # at once, unless the removal waits for this commit
+        return commit(*args)
+
+    monkeypatch.setattr(store, "_commit", while_another_thread_removes)
+    store.flush()
+    remover.join()
+    assert "s" not in other.get_agent_schedule_states("a")
+    assert "s" not in store.get_agent_schedule_states("a")

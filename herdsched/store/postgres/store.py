@@ -289,18 +289,21 @@ class PostgresStateStore:
             return self._state(key) or ScheduleState()
 
     def remove_schedule_state(self, agent: str, schedule: str) -> None:
+        """Forget a schedule's state, committed on return; not while a group commit is on its
+        way, which would write the transitions it took after the removal."""
         self._check_open()
-        with self._db.transaction(f"remove the state of {agent}/{schedule}") as cursor:
-            number = rows.bump(cursor, self.namespace)
-            cursor.execute(
-                "UPDATE herdsched_states SET data = NULL, changed = %s "
-                "WHERE ns = %s AND agent = %s AND schedule = %s",
-                (number, self.namespace, agent, schedule),
-            )
-        with self._mem:
-            self._pending.pop((agent, schedule), None)
-            if self._own_write(number):
-                self._disk.pop((agent, schedule), None)
+        with self._flushing:
+            with self._db.transaction(f"remove the state of {agent}/{schedule}") as cursor:
+                number = rows.bump(cursor, self.namespace)
+                cursor.execute(
+                    "UPDATE herdsched_states SET data = NULL, changed = %s "
+                    "WHERE ns = %s AND agent = %s AND schedule = %s",
+                    (number, self.namespace, agent, schedule),
+                )
+            with self._mem:
+                self._pending.pop((agent, schedule), None)
+                if self._own_write(number):
+                    self._disk.pop((agent, schedule), None)
 
     # -- group commit and claims ------------------------------------------------------------
     def flush(self) -> None:
