@@ -247,3 +247,15 @@ def test_a_removal_while_a_group_commit_is_on_its_way_is_not_undone(
     remover.join()
     assert "s" not in other.get_agent_schedule_states("a")
     assert "s" not in store.get_agent_schedule_states("a")
+
+
+def test_no_commit_is_due_once_the_pending_work_is_gone(hosts: list[PostgresStateStore]) -> None:
+    """A removal (or a purge) can leave nothing to commit: the flush deadline must then be
+    gone too, or the scheduler's timer wakes for a commit again and again."""
+    store = hosts[0]
+    store.record_transition("a", "s", next_run_at=T0)
+    store.remove_schedule_state("a", "s")
+    store.append_run(RunRecord(run_id="r1", agent="a", schedule="t", trigger_type="manual"))
+    store.purge_history("a", "t")
+    store.flush()
+    assert store.flush_deadline() is None

@@ -313,6 +313,7 @@ class PostgresStateStore:
         with self._flushing:
             with self._mem:  # read first, take second: the claims shown by what is taken
                 if not self._pending and not self._pending_runs:
+                    self._pending_since = None  # removed or purged since: nothing is due
                     return
                 covered = self._covered_claims()
                 taken, self._pending = self._pending, {}
