@@ -255,7 +255,9 @@ def test_no_commit_is_due_once_the_pending_work_is_gone(hosts: list[PostgresStat
     store = hosts[0]
     store.record_transition("a", "s", next_run_at=T0)
     store.remove_schedule_state("a", "s")
-    store.append_run(RunRecord(run_id="r1", agent="a", schedule="t", trigger_type="manual"))
+    store.append_run(
+        RunRecord(run_id="r1", agent="a", schedule="t", trigger_type="manual", status="success")
+    )
     store.purge_history("a", "t")
     store.flush()
     assert store.flush_deadline() is None
