@@ -261,3 +261,24 @@ def test_no_commit_is_due_once_the_pending_work_is_gone(hosts: list[PostgresStat
     store.purge_history("a", "t")
     store.flush()
     assert store.flush_deadline() is None
+
+
+def test_a_slower_catch_up_does_not_lay_older_states_over_a_newer_one(
+    hosts: list[PostgresStateStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two threads catch up at once: the one that read the database first adopts what it
+    read last. The view must keep the newer state (a pause)."""
+    store, other = hosts
+    store.update_schedule_state("a", "s", status=Status.IDLE)
+    other.update_schedule_state("a", "s", session_id="session-1")
+
+    def another_host_pauses_and_another_thread_catches_up() -> None:
+        other.update_schedule_state("a", "s", status=Status.PAUSED)
+        store.refresh()
+
+    after_commit(
+        store, monkeypatch, "read the changes", another_host_pauses_and_another_thread_catches_up
+    )
+    store.refresh()
+    assert store.get_schedule_state("a", "s").status is Status.PAUSED
+    assert store.get_schedule_state("a", "s").session_id == "session-1"

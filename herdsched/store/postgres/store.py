@@ -190,6 +190,9 @@ class PostgresStateStore:
             requests = rows.read_requests(cursor, self.namespace)
             rejected = rows.read_rejected(cursor, self.namespace)
         with self._mem:
+            if number <= self._seen:  # another thread caught up meanwhile, maybe further
+                self._stale = True  # what either read after that number is fetched again
+                return False
             self._install(states)
             for key, definition in definitions.items():
                 if definition is None:
