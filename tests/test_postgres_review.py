@@ -16,7 +16,7 @@ import pytest
 from attrs import evolve
 
 from herdsched import Agent, Schedule, ThreadedScheduler
-from herdsched.errors import StateError
+from herdsched.errors import LeadershipLostError, StateError
 from herdsched.models import RunRecord, RunStatus, Status
 from herdsched.store.base import RunClaim
 from herdsched.store.postgres import PostgresStateStore
@@ -282,3 +282,45 @@ def test_a_slower_catch_up_does_not_lay_older_states_over_a_newer_one(
     store.refresh()
     assert store.get_schedule_state("a", "s").status is Status.PAUSED
     assert store.get_schedule_state("a", "s").session_id == "session-1"
+
+
+def test_a_lost_lease_drops_every_pending_transition_not_only_those_taken(
+    hosts: list[PostgresStateStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Transitions recorded while the refused group commit was on its way belong to the lost
+    lease too: none of them may be written when this store leads again."""
+    first, second = hosts
+    first.update_schedule_state("a", "s", next_run_at=T0)
+    lease = first.acquire_lease("h1", 60)
+    assert lease is not None
+    with psycopg.connect(first.dsn, autocommit=True) as killer:
+        killer.execute("SELECT pg_terminate_backend(%s)", (first._db.backend_pid,))
+    taken = None
+    for _ in range(200):  # the server ends the session on its own time
+        if (taken := second.acquire_lease("h2", 60)) is not None:
+            break
+        threading.Event().wait(0.05)
+    assert taken is not None
+    first.record_transition("a", "s", status=Status.RUNNING, last_run_at=T0)
+    with pytest.raises(LeadershipLostError):
+        first.claim_runs([RunClaim("a", "s", "run-1", T0, T0)])
+    assert first.flush_deadline() is None  # the refused run's transition went with it
+    assert first.get_schedule_state("a", "s").status is Status.IDLE
+    first.record_transition("a", "s", next_run_at=T0 + timedelta(hours=1))
+    commit = first._commit
+
+    def while_the_timer_records_more(*args: Any) -> Any:
+        first.record_transition("a", "s", status=Status.RUNNING, last_run_at=T0)
+        return commit(*args)
+
+    monkeypatch.setattr(first, "_commit", while_the_timer_records_more)
+    with pytest.raises(LeadershipLostError):
+        first.flush()
+    monkeypatch.undo()
+    assert first.flush_deadline() is None
+    assert first.get_schedule_state("a", "s").status is Status.IDLE
+    second.release_lease(taken)
+    assert first.acquire_lease("h1", 60) is not None
+    first.flush()
+    state = second.get_schedule_state("a", "s")
+    assert (state.status, state.last_run_at, state.next_run_at) == (Status.IDLE, None, T0)

@@ -392,9 +392,14 @@ class PostgresStateStore:
         return covered
 
     def _drop_lost_work(self, states: int, runs: int) -> None:
+        """Forget the claims and every pending transition and record, also those recorded
+        since the refused commit took its own: all belong to the lease that is gone (the view
+        shows the stored states again, as the YAML store's does)."""
         with self._mem:
             self._claims.clear()
-            self._pending_since = None if not self._pending_runs else self._pending_since
+            states += len(self._pending)
+            runs += len(self._pending_runs)
+            self._pending, self._pending_runs, self._pending_since = {}, [], None
         if states or runs:
             log.warning(
                 "%d schedule transition(s) and %d run record(s) of %s were not written: this "
@@ -423,11 +428,15 @@ class PostgresStateStore:
         self._check_open()
         if not claims:
             return
-        with self._db.transaction(f"claim {len(claims)} run(s)") as cursor:
-            if self._lease.fenced:
-                self._lease.check_fence(cursor)
-            epoch = self._lease.held.epoch if self._lease.held is not None else 0
-            rows.insert_claims(cursor, self.namespace, claims, epoch)
+        try:
+            with self._db.transaction(f"claim {len(claims)} run(s)") as cursor:
+                if self._lease.fenced:
+                    self._lease.check_fence(cursor)
+                epoch = self._lease.held.epoch if self._lease.held is not None else 0
+                rows.insert_claims(cursor, self.namespace, claims, epoch)
+        except LeadershipLostError:
+            self._drop_lost_work(0, 0)
+            raise
         with self._mem:
             for claim in claims:
                 self._claims[claim.run_id] = (claim.agent, claim.schedule, claim.run_at)
