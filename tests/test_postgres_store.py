@@ -303,3 +303,16 @@ def test_a_store_made_before_fork_works_in_the_children_and_the_parent(
     }
     assert store.renew_lease(lease, 60).epoch == lease.epoch  # the parent's session lives on
     store.close()
+
+
+def test_a_closed_store_with_nothing_pending_flushes_quietly(postgres_dsn: str) -> None:
+    """The scheduler's exit hook flushes; an app may have closed the store before that."""
+    store = PostgresStateStore(postgres_dsn, namespace=unique_namespace())
+    store.record_transition("a", "s", status="running", last_run_at=T0)
+    store.close()  # commits what was pending
+    store.flush()
+    with pytest.raises(StateError, match="is closed"):
+        store.update_schedule_state("a", "s", status="paused")
+    other = PostgresStateStore(postgres_dsn, namespace=store.namespace)
+    assert other.get_schedule_state("a", "s").last_run_at == T0
+    other.close()

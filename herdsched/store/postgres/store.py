@@ -39,10 +39,22 @@ from herdsched.store.base import (
     newest_first,
 )
 from herdsched.store.definitions import check_preconditions, merge_definition
-from herdsched.store.postgres import rows
 from herdsched.store.postgres.connection import Database
 from herdsched.store.postgres.leases import LeaseRow
 from herdsched.store.postgres.listener import Listener
+from herdsched.store.postgres.rows import (
+    CHANNEL,
+    bump,
+    changes_since,
+    delete_claims,
+    insert_claims,
+    read_claims,
+    read_history,
+    read_rejected,
+    read_requests,
+    upsert_states,
+    write_runs,
+)
 from herdsched.store.postgres.schema import migrate
 from herdsched.store.yaml_store import normalise_changes
 from herdsched.timestamps import format_timestamp
@@ -186,9 +198,9 @@ class PostgresStateStore:
         if number == self._seen:
             return False
         with self._db.transaction("read the changes of other processes") as cursor:
-            states, definitions = rows.changes_since(cursor, self.namespace, self._seen)
-            requests = rows.read_requests(cursor, self.namespace)
-            rejected = rows.read_rejected(cursor, self.namespace)
+            states, definitions = changes_since(cursor, self.namespace, self._seen)
+            requests = read_requests(cursor, self.namespace)
+            rejected = read_rejected(cursor, self.namespace)
         with self._mem:
             if number <= self._seen:  # another thread caught up meanwhile, maybe further
                 self._stale = True  # what either read after that number is fetched again
@@ -268,8 +280,8 @@ class PostgresStateStore:
         with self._mem:  # invalid values fail here, naming the field, before anything is written
             evolve(self._state(key) or ScheduleState(), **patch)
         with self._db.transaction(f"update the state of {agent}/{schedule}") as cursor:
-            number = rows.bump(cursor, self.namespace)
-            written = rows.upsert_states(cursor, self.namespace, number, {key: patch},
+            number = bump(cursor, self.namespace)
+            written = upsert_states(cursor, self.namespace, number, {key: patch},
                                          transition=False)  # fmt: skip
         with self._mem:
             if self._own_write(number):
@@ -297,7 +309,7 @@ class PostgresStateStore:
         self._check_open()
         with self._flushing:
             with self._db.transaction(f"remove the state of {agent}/{schedule}") as cursor:
-                number = rows.bump(cursor, self.namespace)
+                number = bump(cursor, self.namespace)
                 cursor.execute(
                     "UPDATE herdsched_states SET data = NULL, changed = %s "
                     "WHERE ns = %s AND agent = %s AND schedule = %s",
@@ -312,12 +324,12 @@ class PostgresStateStore:
     def flush(self) -> None:
         """Commit every pending transition and run record in one transaction, fenced by the
         lease once this store handed one out (``LeadershipLostError``: nothing written)."""
-        self._check_open()
         with self._flushing:
             with self._mem:  # read first, take second: the claims shown by what is taken
                 if not self._pending and not self._pending_runs:
                     self._pending_since = None  # removed or purged since: nothing is due
-                    return
+                    return  # nothing to write: no error even once closed (exit hooks flush)
+                self._check_open()
                 covered = self._covered_claims()
                 taken, self._pending = self._pending, {}
                 runs, self._pending_runs = self._pending_runs, []
@@ -353,19 +365,19 @@ class PostgresStateStore:
         removal wins); any other is written afresh, as a schedule added again after its
         namesake's removal must be."""
         with self._db.transaction("write the group commit of run transitions") as cursor:
-            number = rows.bump(cursor, self.namespace)
+            number = bump(cursor, self.namespace)
             if self._lease.fenced:
                 self._lease.check_fence(cursor)
-            written = rows.upsert_states(
+            written = upsert_states(
                 cursor, self.namespace, number, {k: p for k, p in taken.items() if k in known},
                 transition=True,
             )  # fmt: skip
-            written |= rows.upsert_states(
+            written |= upsert_states(
                 cursor, self.namespace, number,
                 {k: p for k, p in taken.items() if k not in known}, transition=True, revive=True,
             )  # fmt: skip
-            rows.write_runs(cursor, self.namespace, runs, self.max_run_history)
-            rows.delete_claims(cursor, self.namespace, covered)
+            write_runs(cursor, self.namespace, runs, self.max_run_history)
+            delete_claims(cursor, self.namespace, covered)
         return written, number
 
     def _covered_claims(self) -> dict[str, tuple[str, str, datetime]]:
@@ -433,7 +445,7 @@ class PostgresStateStore:
                 if self._lease.fenced:
                     self._lease.check_fence(cursor)
                 epoch = self._lease.held.epoch if self._lease.held is not None else 0
-                rows.insert_claims(cursor, self.namespace, claims, epoch)
+                insert_claims(cursor, self.namespace, claims, epoch)
         except LeadershipLostError:
             self._drop_lost_work(0, 0)
             raise
@@ -446,7 +458,7 @@ class PostgresStateStore:
         them over: this store's flushes drop them once their runs are recorded)."""
         self._check_open()
         with self._db.transaction("read the run claims") as cursor:
-            claims = rows.read_claims(cursor, self.namespace)
+            claims = read_claims(cursor, self.namespace)
         with self._mem:
             for claim in claims:
                 self._claims[claim.run_id] = (claim.agent, claim.schedule, claim.run_at)
@@ -476,7 +488,7 @@ class PostgresStateStore:
             return
         with self._db.transaction("release the scheduler lease") as cursor:
             if self._lease.release(cursor, lease):
-                cursor.execute("SELECT pg_notify(%s, %s)", (rows.CHANNEL, self.namespace))
+                cursor.execute("SELECT pg_notify(%s, %s)", (CHANNEL, self.namespace))
 
     def current_lease(self) -> Lease | None:
         self._check_open()
@@ -519,7 +531,7 @@ class PostgresStateStore:
             ]
         window = limit + len(pending) if schedule is not None else 1_000_000
         with self._db.transaction(f"read the run history of {agent}") as cursor:
-            stored = rows.read_history(cursor, self.namespace, agent, schedule, window)
+            stored = read_history(cursor, self.namespace, agent, schedule, window)
         by_schedule: dict[str, dict[str, RunRecord]] = {}
         for record in stored + pending:  # written order; a later record of a run wins
             runs = by_schedule.setdefault(record.schedule, {})
@@ -548,7 +560,7 @@ class PostgresStateStore:
         committed and unless the view adopted it, or something newer, meanwhile."""
         adopt: list[Callable[[], None]] = []
         with self._db.transaction(doing) as cursor:
-            number = rows.bump(cursor, self.namespace)
+            number = bump(cursor, self.namespace)
             yield cursor, adopt
         with self._mem:
             if self._own_write(number):
