@@ -324,3 +324,21 @@ def test_a_lost_lease_drops_every_pending_transition_not_only_those_taken(
     first.flush()
     state = second.get_schedule_state("a", "s")
     assert (state.status, state.last_run_at, state.next_run_at) == (Status.IDLE, None, T0)
+
+
+def test_catching_up_with_its_own_removal_keeps_the_schedule_added_since(
+    hosts: list[PostgresStateStore],
+) -> None:
+    """This store removed a schedule (while another host wrote too, so its view must catch up)
+    and the schedule was added again: the catch-up that reads the removal back must not drop
+    the new schedule's pending transitions as if another host had removed it."""
+    store, other = hosts
+    store.update_schedule_state("a", "s", next_run_at=T0)
+    other.update_schedule_state("a", "elsewhere", next_run_at=T0)
+    store.remove_schedule_state("a", "s")
+    store.record_transition("a", "s", status=Status.RUNNING, last_run_at=T0)
+    store.claim_runs([RunClaim("a", "s", "run-1", T0, T0)])
+    store.refresh()
+    assert store.get_schedule_state("a", "s").last_run_at == T0
+    store.flush()
+    assert other.get_schedule_state("a", "s").last_run_at == T0

@@ -218,12 +218,14 @@ class PostgresStateStore:
 
     def _install(self, states: Mapping[Key, ScheduleState | None]) -> None:
         """Adopt stored states (caller holds ``_mem``); a pending transition does not take a
-        schedule out of a user-intent status set elsewhere, and a removal wins."""
+        schedule out of a user-intent status set elsewhere, and a removal wins over the pending
+        transitions of a schedule the view knew stored (as in the YAML store: one it knew
+        absent was added since, and its transitions are its own)."""
         for key, state in states.items():
             patch = self._pending.get(key)
             if state is None:
-                self._disk.pop(key, None)
-                if self._pending.pop(key, None) is not None:
+                known = self._disk.pop(key, None) is not None
+                if known and self._pending.pop(key, None) is not None:
                     log.info("Dropping pending changes of %s/%s: removed elsewhere", *key)
                 continue
             self._disk[key] = state
