@@ -18,7 +18,7 @@ from attrs import evolve
 from herdsched import Agent, Schedule, ThreadedScheduler
 from herdsched.errors import LeadershipLostError, StateError
 from herdsched.models import RunRecord, RunStatus, Status
-from herdsched.store.base import RunClaim
+from herdsched.store.base import Lease, RunClaim
 from herdsched.store.postgres import PostgresStateStore
 from herdsched.testing import as_separate_processes
 
@@ -284,6 +284,18 @@ def test_a_slower_catch_up_does_not_lay_older_states_over_a_newer_one(
     assert store.get_schedule_state("a", "s").session_id == "session-1"
 
 
+def take_over(first: PostgresStateStore, second: PostgresStateStore) -> Lease:
+    """``first`` leads, its session ends, ``second`` takes the lease over."""
+    assert first.acquire_lease("h1", 60) is not None
+    with psycopg.connect(first.dsn, autocommit=True) as killer:
+        killer.execute("SELECT pg_terminate_backend(%s)", (first._db.backend_pid,))
+    for _ in range(200):  # the server ends the session on its own time
+        if (taken := second.acquire_lease("h2", 60)) is not None:
+            return taken
+        threading.Event().wait(0.05)
+    raise AssertionError("no takeover within 10 s")
+
+
 def test_a_lost_lease_drops_every_pending_transition_not_only_those_taken(
     hosts: list[PostgresStateStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -291,16 +303,7 @@ def test_a_lost_lease_drops_every_pending_transition_not_only_those_taken(
     lease too: none of them may be written when this store leads again."""
     first, second = hosts
     first.update_schedule_state("a", "s", next_run_at=T0)
-    lease = first.acquire_lease("h1", 60)
-    assert lease is not None
-    with psycopg.connect(first.dsn, autocommit=True) as killer:
-        killer.execute("SELECT pg_terminate_backend(%s)", (first._db.backend_pid,))
-    taken = None
-    for _ in range(200):  # the server ends the session on its own time
-        if (taken := second.acquire_lease("h2", 60)) is not None:
-            break
-        threading.Event().wait(0.05)
-    assert taken is not None
+    taken = take_over(first, second)
     first.record_transition("a", "s", status=Status.RUNNING, last_run_at=T0)
     with pytest.raises(LeadershipLostError):
         first.claim_runs([RunClaim("a", "s", "run-1", T0, T0)])
@@ -342,3 +345,24 @@ def test_catching_up_with_its_own_removal_keeps_the_schedule_added_since(
     assert store.get_schedule_state("a", "s").last_run_at == T0
     store.flush()
     assert other.get_schedule_state("a", "s").last_run_at == T0
+
+
+def test_a_renewal_refused_drops_the_pending_work_of_the_lost_lease(
+    hosts: list[PostgresStateStore],
+) -> None:
+    """As a refused claim or commit does (and the YAML store's renewal): nothing recorded under
+    the lost lease is written when this store leads again."""
+    first, second = hosts
+    first.update_schedule_state("a", "s", next_run_at=T0)
+    lease = first.acquire_lease("h1", 60)
+    assert lease is not None
+    taken = take_over(first, second)
+    first.record_transition("a", "s", status=Status.RUNNING, last_run_at=T0)
+    with pytest.raises(LeadershipLostError):
+        first.renew_lease(lease, 60)
+    assert first.flush_deadline() is None
+    assert first.get_schedule_state("a", "s").status is Status.IDLE
+    second.release_lease(taken)
+    assert first.acquire_lease("h1", 60) is not None
+    first.flush()
+    assert second.get_schedule_state("a", "s").status is Status.IDLE

@@ -480,8 +480,12 @@ class PostgresStateStore:
     def renew_lease(self, lease: Lease, ttl: float) -> Lease:
         self._check_open()
         ttl = check_ttl(ttl)
-        with self._db.transaction("renew the scheduler lease") as cursor:
-            return self._lease.renew(cursor, lease, ttl)
+        try:
+            with self._db.transaction("renew the scheduler lease") as cursor:
+                return self._lease.renew(cursor, lease, ttl)
+        except LeadershipLostError:
+            self._drop_lost_work(0, 0)
+            raise
 
     def release_lease(self, lease: Lease) -> None:
         """Give the lease up and tell the standbys at once (NOTIFY)."""
