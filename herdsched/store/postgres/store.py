@@ -64,6 +64,7 @@ __all__ = ["PostgresStateStore"]
 log = logging.getLogger("herdsched")
 
 Key = tuple[str, str]
+_LISTEN_WAIT = 2.0  # seconds watch() waits for the listener's connection
 _stores: weakref.WeakSet[PostgresStateStore] = weakref.WeakSet()
 
 
@@ -715,6 +716,9 @@ class PostgresStateStore:
             self._db.conninfo, self.namespace, changed, lambda: self._db.backend_pid, self.location
         )
         self._listener.start()
+        # a moment for the LISTEN to take effect, so that the reads right after (recovery) are
+        # served from the view; without it they simply ask the database
+        self._listener.connected.wait(_LISTEN_WAIT)
 
     def unwatch(self) -> None:
         """Stop listening (the scheduler stops); reads check the database again each time."""
