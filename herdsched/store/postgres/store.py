@@ -39,6 +39,7 @@ from herdsched.store.base import (
     newest_first,
 )
 from herdsched.store.definitions import check_preconditions, merge_definition
+from herdsched.store.lease_rules import log_lost_work
 from herdsched.store.postgres.connection import Database
 from herdsched.store.postgres.leases import LeaseRow
 from herdsched.store.postgres.listener import Listener
@@ -415,14 +416,7 @@ class PostgresStateStore:
             states += len(self._pending)
             runs += len(self._pending_runs)
             self._pending, self._pending_runs, self._pending_since = {}, [], None
-        if states or runs:
-            log.warning(
-                "%d schedule transition(s) and %d run record(s) of %s were not written: this "
-                "scheduler no longer holds the lease, so they are not its to write.",
-                states,
-                runs,
-                self.location,
-            )
+        log_lost_work(states, runs, self.location)
 
     def flush_deadline(self) -> float | None:
         with self._mem:
