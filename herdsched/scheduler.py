@@ -263,13 +263,16 @@ class ThreadedScheduler:
                 raise SchedulerShutdownError("cannot start while stop() is in progress")
             if self.state_dir is not None and self._owns_store:
                 check_state_dir(self.state_dir)
-            core.store.refresh()
+            # listening first: a database store then answers recovery's reads from its view
+            _call_if_offered(core.store, "watch", self._timer.changed_elsewhere)
             self._started_at = self.clock.now()
             core.status = "standby"
             try:
+                core.store.refresh()
                 leading = self._leadership.try_lead()
             except BaseException:
                 core.status = "stopped"
+                _call_if_offered(core.store, "unwatch")
                 raise
             core.status = "running" if leading else "standby"
             if not leading:
@@ -277,7 +280,6 @@ class ThreadedScheduler:
             core.wake.clear()
             self._timer.start()
             self._commits.start()
-            _call_if_offered(core.store, "watch", self._timer.changed_elsewhere)
             core.emit(ev.SchedulerStarted(at=self.clock.now(), status=core.status))
         core.listeners.deliver()
 

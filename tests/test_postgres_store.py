@@ -316,3 +316,24 @@ def test_a_closed_store_with_nothing_pending_flushes_quietly(postgres_dsn: str) 
     other = PostgresStateStore(postgres_dsn, namespace=store.namespace)
     assert other.get_schedule_state("a", "s").last_run_at == T0
     other.close()
+
+
+def test_a_callback_that_raises_does_not_stop_the_listening(
+    stores: list[PostgresStateStore],
+) -> None:
+    first, second = stores
+    heard: list[int] = []
+
+    def flaky() -> None:
+        heard.append(1)
+        if len(heard) == 2:
+            raise RuntimeError("a callback bug")
+
+    second.watch(flaky)
+    assert second._listener is not None and second._listener.connected.is_set()
+    first.update_schedule_state("a", "s", status="paused")  # heard, and the callback raises
+    assert wait_until(lambda: len(heard) >= 2, timeout=5)
+    wait_until(lambda: len(heard) >= 3, timeout=10)  # listening again tells "changed" once
+    count = len(heard)
+    first.update_schedule_state("a", "s", status="idle")
+    assert wait_until(lambda: len(heard) > count, timeout=5)

@@ -17,7 +17,7 @@ from herdsched.errors import LeadershipLostError
 from herdsched.store.base import Lease
 from herdsched.timestamps import format_timestamp
 
-__all__ = ["check_fence", "grant", "new_holder_id", "renewed"]
+__all__ = ["check_fence", "grant", "log_lost_work", "new_holder_id", "renewed"]
 
 log = logging.getLogger("herdsched")
 
@@ -112,3 +112,15 @@ def check_fence(held: Lease | None, current: Lease | None, where: object) -> Non
         held_epoch=held_epoch,
         current_epoch=current_epoch,
     )
+
+
+def log_lost_work(states: int, runs: int, where: object) -> None:
+    """Say what a store dropped when its lease was lost (nothing when it dropped nothing)."""
+    if states or runs:
+        log.warning(
+            "%d schedule transition(s) and %d run record(s) of %s were not written: this "
+            "scheduler no longer holds the lease, so they are not its to write.",
+            states,
+            runs,
+            where,
+        )

@@ -52,6 +52,7 @@ from herdsched.store.definitions import DefinitionsFile
 from herdsched.store.document import GuardedYamlFile
 from herdsched.store.files import sweep_temp_files
 from herdsched.store.history import RunHistory
+from herdsched.store.lease_rules import log_lost_work
 from herdsched.store.leases import LeaseFile
 from herdsched.store.requests import TriggerRequestQueue
 from herdsched.store.state_codec import FastStateCodec, StateCodec
@@ -496,14 +497,7 @@ class YamlStateStore:
             self._pending, self._pending_runs = {}, []
             self._settle()
             self._view = {agent: dict(view) for agent, view in self._disk.states.items()}
-        if states or runs:
-            log.warning(
-                "%d schedule transition(s) and %d run record(s) of %s were not written: this "
-                "scheduler no longer holds the lease, so they are not its to write.",
-                states,
-                runs,
-                self.state_dir,
-            )
+        log_lost_work(states, runs, self.state_dir)
 
     def flush_deadline(self) -> float | None:
         """Monotonic time by which :meth:`flush` should run; ``None`` when nothing is pending."""

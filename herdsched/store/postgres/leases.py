@@ -9,7 +9,8 @@ every store; this module supplies the two things a store decides itself:
   advisory lock keyed by namespace and epoch on its connection, which the server releases the
   moment that session ends (a ``kill -9``, a terminated backend, a dropped network connection
   noticed by the server). A hung holder keeps its session and is replaced once its lease
-  expires.
+  expires. The lock is only tried (``pg_try_advisory_lock``): should another lock of the
+  database share its keys, liveness falls back to the lease's expiry instead of blocking.
 
 Fencing: :func:`check_fence` locks the lease row ``FOR SHARE`` inside the caller's write
 transaction, so a takeover (which updates the row) waits for that write to commit, and a write
@@ -127,7 +128,7 @@ class LeaseRow:
             (lease.holder, lease.epoch, lease.acquired_at, lease.renewed_at, lease.expires_at,
              lease.pid, lease.host, self.namespace),
         )  # fmt: skip
-        cursor.execute("SELECT pg_advisory_lock(%s, %s)", (self.key, _int4(lease.epoch)))
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", (self.key, _int4(lease.epoch)))
         self.held, self.fenced = lease, True
         return lease
 
@@ -192,7 +193,7 @@ class LeaseRow:
             (fresh.renewed_at, fresh.expires_at, self.namespace),
         )
         if not self._holder_alive(cursor, fresh):
-            cursor.execute("SELECT pg_advisory_lock(%s, %s)", (self.key, _int4(fresh.epoch)))
+            cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", (self.key, _int4(fresh.epoch)))
         self.held = fresh
         return fresh
 

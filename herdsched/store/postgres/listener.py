@@ -60,13 +60,13 @@ class Listener:
             try:
                 self._listen()
                 failures = 0
-            except psycopg.Error as exc:
+            except Exception as exc:  # a database error, or one of a callback: listen again
                 self.connected.clear()
                 failures += 1
                 if failures == 1 and not self._stop.is_set():
                     log.warning(
-                        "Lost the notification connection to the PostgreSQL store at %s (%s); "
-                        "polling until it is back.",
+                        "Stopped listening for changes of the PostgreSQL store at %s (%s); "
+                        "polling until it listens again.",
                         self._where,
                         " ".join(str(exc).split()),
                     )

@@ -63,22 +63,24 @@ def bump(cursor: Cursor, namespace: str) -> int:
 
 def upsert_states(
     cursor: Cursor, namespace: str, changed: int, patches: Mapping[Key, Mapping[str, Any]], *,
-    transition: bool,
+    transition: bool, revive: bool = False,
 ) -> dict[Key, ScheduleState | None]:  # fmt: skip
     """Merge each patch into its stored state (field by field, on the server) and return the
     states as written.
 
     ``transition``: a run's status never takes a schedule out of a user-intent status stored by
-    anyone (see base.py), and a schedule removed meanwhile stays removed."""
+    anyone (see base.py), and a schedule removed meanwhile stays removed, unless ``revive``:
+    the writer knew of the removal, and the schedule was added again since."""
     if not patches:
         return {}
     rows = [[agent, name, patch_json(patch)] for (agent, name), patch in patches.items()]
     if transition:
+        removed = "" if revive else "WHEN s.data IS NULL THEN NULL "
         merged = (
-            "CASE WHEN s.data IS NULL THEN NULL "
-            "WHEN s.data->>'status' = ANY(%(intent)s) AND NOT (EXCLUDED.data->>'status' = "
-            "ANY(%(intent)s)) THEN s.data || (EXCLUDED.data - 'status') "
-            "ELSE s.data || EXCLUDED.data END"
+            f"CASE {removed}WHEN s.data->>'status' = ANY(%(intent)s) AND NOT "
+            "(EXCLUDED.data->>'status' = ANY(%(intent)s)) "
+            "THEN s.data || (EXCLUDED.data - 'status') "
+            "ELSE COALESCE(s.data, '{}'::jsonb) || EXCLUDED.data END"
         )
     else:
         merged = "COALESCE(s.data, '{}'::jsonb) || EXCLUDED.data"
@@ -138,7 +140,11 @@ def write_runs(cursor: Cursor, namespace: str, records: Sequence[RunRecord], kee
     end) and trim each touched schedule's history to its newest ``keep`` records."""
     if not records:
         return
-    rows = [[r.run_id, r.agent, r.schedule, record_to_dict(r)] for r in records]
+    latest: dict[str, RunRecord] = {}
+    for record in records:  # one row per run: ON CONFLICT cannot update a row twice
+        latest.pop(record.run_id, None)
+        latest[record.run_id] = record
+    rows = [[r.run_id, r.agent, r.schedule, record_to_dict(r)] for r in latest.values()]
     cursor.execute(
         "INSERT INTO herdsched_runs AS r (ns, run_id, agent, schedule, record) "
         "SELECT %(ns)s, e->>0, e->>1, e->>2, e->3 FROM jsonb_array_elements(%(rows)s) e "

@@ -39,6 +39,7 @@ from herdsched.store.base import (
     newest_first,
 )
 from herdsched.store.definitions import check_preconditions, merge_definition
+from herdsched.store.lease_rules import log_lost_work
 from herdsched.store.postgres.connection import Database
 from herdsched.store.postgres.leases import LeaseRow
 from herdsched.store.postgres.listener import Listener
@@ -64,6 +65,7 @@ __all__ = ["PostgresStateStore"]
 log = logging.getLogger("herdsched")
 
 Key = tuple[str, str]
+_LISTEN_WAIT = 2.0  # seconds watch() waits for the listener's connection
 _stores: weakref.WeakSet[PostgresStateStore] = weakref.WeakSet()
 
 
@@ -202,6 +204,9 @@ class PostgresStateStore:
             requests = read_requests(cursor, self.namespace)
             rejected = read_rejected(cursor, self.namespace)
         with self._mem:
+            if number <= self._seen:  # another thread caught up meanwhile, maybe further
+                self._stale = True  # what either read after that number is fetched again
+                return False
             self._install(states)
             for key, definition in definitions.items():
                 if definition is None:
@@ -215,12 +220,14 @@ class PostgresStateStore:
 
     def _install(self, states: Mapping[Key, ScheduleState | None]) -> None:
         """Adopt stored states (caller holds ``_mem``); a pending transition does not take a
-        schedule out of a user-intent status set elsewhere, and a removal wins."""
+        schedule out of a user-intent status set elsewhere, and a removal wins over the pending
+        transitions of a schedule the view knew stored (as in the YAML store: one it knew
+        absent was added since, and its transitions are its own)."""
         for key, state in states.items():
             patch = self._pending.get(key)
             if state is None:
-                self._disk.pop(key, None)
-                if self._pending.pop(key, None) is not None:
+                known = self._disk.pop(key, None) is not None
+                if known and self._pending.pop(key, None) is not None:
                     log.info("Dropping pending changes of %s/%s: removed elsewhere", *key)
                 continue
             self._disk[key] = state
@@ -235,14 +242,20 @@ class PostgresStateStore:
             return stored
         return evolve(stored or ScheduleState(), **patch)
 
-    def _own_write(self, number: int) -> None:
-        """Note a change number this store wrote: the next one after what the view saw means
-        nobody else wrote in between; anything else means the view must catch up."""
-        with self._mem:
-            if number == self._seen + 1:
-                self._seen = number
-            else:
-                self._stale = True
+    def _own_write(self, number: int) -> bool:
+        """Note a change number this store wrote (caller holds ``_mem``): the next one after
+        what the view saw means nobody else wrote in between; anything else means the view
+        must catch up.
+
+        Returns whether the view should adopt what the write returned: not when a catch-up by
+        another thread, since the commit, already adopted it or something newer."""
+        if number <= self._seen:
+            return False
+        if number == self._seen + 1:
+            self._seen = number
+        else:
+            self._stale = True
+        return True
 
     # -- schedule state ------------------------------------------------------------------
     def get_schedule_state(self, agent: str, schedule: str) -> ScheduleState:
@@ -275,8 +288,8 @@ class PostgresStateStore:
             written = upsert_states(cursor, self.namespace, number, {key: patch},
                                          transition=False)  # fmt: skip
         with self._mem:
-            self._install(written)
-            self._own_write(number)
+            if self._own_write(number):
+                self._install(written)
             return self._state(key) or ScheduleState()
 
     def record_transition(self, agent: str, schedule: str, **changes: Any) -> ScheduleState:
@@ -295,32 +308,38 @@ class PostgresStateStore:
             return self._state(key) or ScheduleState()
 
     def remove_schedule_state(self, agent: str, schedule: str) -> None:
+        """Forget a schedule's state, committed on return; not while a group commit is on its
+        way, which would write the transitions it took after the removal."""
         self._check_open()
-        with self._db.transaction(f"remove the state of {agent}/{schedule}") as cursor:
-            number = bump(cursor, self.namespace)
-            cursor.execute(
-                "UPDATE herdsched_states SET data = NULL, changed = %s "
-                "WHERE ns = %s AND agent = %s AND schedule = %s",
-                (number, self.namespace, agent, schedule),
-            )
-        with self._mem:
-            self._disk.pop((agent, schedule), None)
-            self._pending.pop((agent, schedule), None)
-            self._own_write(number)
+        with self._flushing:
+            with self._db.transaction(f"remove the state of {agent}/{schedule}") as cursor:
+                number = bump(cursor, self.namespace)
+                cursor.execute(
+                    "UPDATE herdsched_states SET data = NULL, changed = %s "
+                    "WHERE ns = %s AND agent = %s AND schedule = %s",
+                    (number, self.namespace, agent, schedule),
+                )
+            with self._mem:
+                self._pending.pop((agent, schedule), None)
+                if self._own_write(number):
+                    self._disk.pop((agent, schedule), None)
 
     # -- group commit and claims ------------------------------------------------------------
     def flush(self) -> None:
         """Commit every pending transition and run record in one transaction, fenced by the
         lease once this store handed one out (``LeadershipLostError``: nothing written)."""
         with self._flushing:
-            with self._mem:
+            with self._mem:  # read first, take second: the claims shown by what is taken
                 if not self._pending and not self._pending_runs:
+                    self._pending_since = None  # removed or purged since: nothing is due
                     return  # nothing to write: no error even once closed (exit hooks flush)
                 self._check_open()
+                covered = self._covered_claims()
                 taken, self._pending = self._pending, {}
                 runs, self._pending_runs = self._pending_runs, []
+                known = {key for key in taken if key in self._disk}
             try:
-                written, number = self._commit(taken, runs)
+                written, number = self._commit(taken, runs, list(covered), known)
             except LeadershipLostError:
                 self._drop_lost_work(len(taken), len(runs))
                 raise
@@ -329,58 +348,75 @@ class PostgresStateStore:
                     for key, patch in taken.items():
                         self._pending[key] = {**patch, **self._pending.get(key, {})}
                     self._pending_runs = runs + self._pending_runs
+                    self._claims = {**covered, **self._claims}  # older than any made since
                 raise
             with self._mem:
-                self._install(written)
-                self._own_write(number)
+                if self._own_write(number):
+                    self._install(written)
                 if not self._pending and not self._pending_runs:
                     self._pending_since = None
 
     def _commit(
-        self, taken: Mapping[Key, Mapping[str, Any]], runs: Sequence[RunRecord]
+        self,
+        taken: Mapping[Key, Mapping[str, Any]],
+        runs: Sequence[RunRecord],
+        covered: list[str],
+        known: set[Key],
     ) -> tuple[dict[Key, ScheduleState | None], int]:
+        """One fenced transaction of ``taken`` transitions, ``runs`` and dropped claims.
+
+        A schedule the view knew stored (``known``) stays removed if it was removed since (the
+        removal wins); any other is written afresh, as a schedule added again after its
+        namesake's removal must be."""
         with self._db.transaction("write the group commit of run transitions") as cursor:
             number = bump(cursor, self.namespace)
             if self._lease.fenced:
                 self._lease.check_fence(cursor)
-            written = upsert_states(cursor, self.namespace, number, taken, transition=True)
+            written = upsert_states(
+                cursor, self.namespace, number, {k: p for k, p in taken.items() if k in known},
+                transition=True,
+            )  # fmt: skip
+            written |= upsert_states(
+                cursor, self.namespace, number,
+                {k: p for k, p in taken.items() if k not in known}, transition=True, revive=True,
+            )  # fmt: skip
             write_runs(cursor, self.namespace, runs, self.max_run_history)
-            delete_claims(cursor, self.namespace, self._covered_claims(written))
+            delete_claims(cursor, self.namespace, covered)
         return written, number
 
-    def _covered_claims(self, written: Mapping[Key, ScheduleState | None]) -> list[str]:
-        """Held claims whose runs the states being written show (as the YAML store's journal:
-        the latest claim of a schedule by its very start time, earlier ones by any run)."""
-        with self._mem:
-            latest: dict[Key, str] = {}
-            for run_id, (agent, name, _) in self._claims.items():
-                latest[(agent, name)] = run_id
-            covered = []
-            for run_id, (agent, name, run_at) in self._claims.items():
-                key = (agent, name)
-                state = written[key] if key in written else self._state(key)
-                if (
-                    state is None
-                    or (state.last_run_at is not None and latest[key] != run_id)
-                    or state.last_run_at == run_at
-                ):
-                    covered.append(run_id)
-            for run_id in covered:
-                del self._claims[run_id]
-            return covered
+    def _covered_claims(self) -> dict[str, tuple[str, str, datetime]]:
+        """Take the held claims whose runs the view shows (as the YAML store's journal: the
+        latest claim of a schedule by its very start time, earlier ones by any run).
+
+        The caller holds ``_mem`` and takes every pending transition in the same breath, so
+        what shows a claim's run is committed with the claim's removal, never after it."""
+        latest: dict[Key, str] = {}
+        for run_id, (agent, name, _) in self._claims.items():
+            latest[(agent, name)] = run_id
+        covered = {}
+        for run_id, (agent, name, run_at) in self._claims.items():
+            key = (agent, name)
+            state = self._state(key)
+            if (
+                state is None
+                or (state.last_run_at is not None and latest[key] != run_id)
+                or state.last_run_at == run_at
+            ):
+                covered[run_id] = (agent, name, run_at)
+        for run_id in covered:
+            del self._claims[run_id]
+        return covered
 
     def _drop_lost_work(self, states: int, runs: int) -> None:
+        """Forget the claims and every pending transition and record, also those recorded
+        since the refused commit took its own: all belong to the lease that is gone (the view
+        shows the stored states again, as the YAML store's does)."""
         with self._mem:
             self._claims.clear()
-            self._pending_since = None if not self._pending_runs else self._pending_since
-        if states or runs:
-            log.warning(
-                "%d schedule transition(s) and %d run record(s) of %s were not written: this "
-                "scheduler no longer holds the lease, so they are not its to write.",
-                states,
-                runs,
-                self.location,
-            )
+            states += len(self._pending)
+            runs += len(self._pending_runs)
+            self._pending, self._pending_runs, self._pending_since = {}, [], None
+        log_lost_work(states, runs, self.location)
 
     def flush_deadline(self) -> float | None:
         with self._mem:
@@ -401,11 +437,15 @@ class PostgresStateStore:
         self._check_open()
         if not claims:
             return
-        with self._db.transaction(f"claim {len(claims)} run(s)") as cursor:
-            if self._lease.fenced:
-                self._lease.check_fence(cursor)
-            epoch = self._lease.held.epoch if self._lease.held is not None else 0
-            insert_claims(cursor, self.namespace, claims, epoch)
+        try:
+            with self._db.transaction(f"claim {len(claims)} run(s)") as cursor:
+                if self._lease.fenced:
+                    self._lease.check_fence(cursor)
+                epoch = self._lease.held.epoch if self._lease.held is not None else 0
+                insert_claims(cursor, self.namespace, claims, epoch)
+        except LeadershipLostError:
+            self._drop_lost_work(0, 0)
+            raise
         with self._mem:
             for claim in claims:
                 self._claims[claim.run_id] = (claim.agent, claim.schedule, claim.run_at)
@@ -435,8 +475,12 @@ class PostgresStateStore:
     def renew_lease(self, lease: Lease, ttl: float) -> Lease:
         self._check_open()
         ttl = check_ttl(ttl)
-        with self._db.transaction("renew the scheduler lease") as cursor:
-            return self._lease.renew(cursor, lease, ttl)
+        try:
+            with self._db.transaction("renew the scheduler lease") as cursor:
+                return self._lease.renew(cursor, lease, ttl)
+        except LeadershipLostError:
+            self._drop_lost_work(0, 0)
+            raise
 
     def release_lease(self, lease: Lease) -> None:
         """Give the lease up and tell the standbys at once (NOTIFY)."""
@@ -511,12 +555,18 @@ class PostgresStateStore:
             return result
 
     @contextlib.contextmanager
-    def _change(self, doing: str) -> Iterator[Any]:
-        """One committed change of the namespace: the cursor, after the change number."""
+    def _change(self, doing: str) -> Iterator[tuple[Any, list[Callable[[], None]]]]:
+        """One committed change of the namespace: the cursor, after the change number, and a
+        list of steps that bring the view up to the change, run (under ``_mem``) once it is
+        committed and unless the view adopted it, or something newer, meanwhile."""
+        adopt: list[Callable[[], None]] = []
         with self._db.transaction(doing) as cursor:
             number = bump(cursor, self.namespace)
-            yield cursor
-        self._own_write(number)
+            yield cursor, adopt
+        with self._mem:
+            if self._own_write(number):
+                for step in adopt:
+                    step()
 
     def _stored_definition(self, cursor: Any, key: Key) -> dict[str, Any] | None:
         cursor.execute(
@@ -526,7 +576,10 @@ class PostgresStateStore:
         row = cursor.fetchone()
         return row[0] if row is not None else None
 
-    def _write_definition(self, cursor: Any, key: Key, data: Mapping[str, Any] | None) -> None:
+    def _write_definition(
+        self, cursor: Any, adopt: list[Callable[[], None]], key: Key, data: Mapping[str, Any] | None
+    ) -> None:
+        """Write one definition (``None``: delete it); the view follows once it is committed."""
         cursor.execute(
             "INSERT INTO herdsched_definitions AS d (ns, agent, schedule, data, changed) "
             "VALUES (%s, %s, %s, %s, (SELECT changed FROM herdsched_namespaces WHERE ns = %s)) "
@@ -534,11 +587,15 @@ class PostgresStateStore:
             "changed = EXCLUDED.changed",
             (self.namespace, *key, Jsonb(data) if data is not None else None, self.namespace),
         )
-        with self._mem:
-            if data is None:
+        stored = dict(data) if data is not None else None
+
+        def adopted() -> None:
+            if stored is None:
                 self._definitions.pop(key, None)
             else:
-                self._definitions[key] = dict(data)
+                self._definitions[key] = stored
+
+        adopt.append(adopted)
 
     def save_definition(
         self,
@@ -554,29 +611,29 @@ class PostgresStateStore:
         self._check_open()
         key = (agent, schedule)
         new = _json_definition(definition)
-        with self._change(f"save the definition of {agent}/{schedule}") as cursor:
+        with self._change(f"save the definition of {agent}/{schedule}") as (cursor, adopt):
             current = self._stored_definition(cursor, key)
             check_preconditions(current, agent, schedule, exists=exists, owner=owner)
             base_json = _json_definition(base) if base is not None else None
-            self._write_definition(cursor, key, merge_definition(current, base_json, new))
+            self._write_definition(cursor, adopt, key, merge_definition(current, base_json, new))
 
     def delete_definition(self, agent: str, schedule: str, *, owner: str | None = None) -> None:
         self._check_open()
         key = (agent, schedule)
-        with self._change(f"delete the definition of {agent}/{schedule}") as cursor:
+        with self._change(f"delete the definition of {agent}/{schedule}") as (cursor, adopt):
             current = self._stored_definition(cursor, key)
             check_preconditions(current, agent, schedule, exists=None, owner=owner)
             if current is not None:
-                self._write_definition(cursor, key, None)
+                self._write_definition(cursor, adopt, key, None)
 
     def reject_definition(self, agent: str, schedule: str, reason: str) -> None:
         self._check_open()
         key = (agent, schedule)
-        with self._change(f"set aside the definition of {agent}/{schedule}") as cursor:
+        with self._change(f"set aside the definition of {agent}/{schedule}") as (cursor, adopt):
             current = self._stored_definition(cursor, key)
             if current is None:
                 return
-            self._write_definition(cursor, key, None)
+            self._write_definition(cursor, adopt, key, None)
             cursor.execute(
                 "INSERT INTO herdsched_rejected (ns, agent, schedule, reason, rejected_at, "
                 "definition) VALUES (%s, %s, %s, %s, statement_timestamp(), %s) "
@@ -584,8 +641,8 @@ class PostgresStateStore:
                 (self.namespace, agent, schedule, reason, Jsonb(current)),
             )
             at = cursor.fetchone()[0]
-        with self._mem:
-            self._rejected.append(RejectedDefinition(agent, schedule, reason, at, current))
+            rejected = RejectedDefinition(agent, schedule, reason, at, current)
+            adopt.append(lambda: self._rejected.append(rejected))
 
     def rejected_definitions(self) -> list[RejectedDefinition]:
         self._fresh()
@@ -597,14 +654,13 @@ class PostgresStateStore:
         """Queue a "run now" for the leading scheduler (on any host); committed on return."""
         self._check_open()
         request = TriggerRequest(new_run_id(), agent, schedule, datetime.now(timezone.utc), prompt)
-        with self._change(f"queue a run of {agent}/{schedule}") as cursor:
+        with self._change(f"queue a run of {agent}/{schedule}") as (cursor, adopt):
             cursor.execute(
                 "INSERT INTO herdsched_requests (ns, run_id, agent, schedule, requested_at, "
                 "prompt) VALUES (%s, %s, %s, %s, %s, %s)",
                 (self.namespace, request.run_id, agent, schedule, request.requested_at, prompt),
             )
-        with self._mem:
-            self._requests.append(request)
+            adopt.append(lambda: self._requests.append(request))
         return request.run_id
 
     def trigger_requests(self) -> list[TriggerRequest]:
@@ -614,25 +670,29 @@ class PostgresStateStore:
 
     def mark_trigger_started(self, run_id: str, at: datetime) -> None:
         self._check_open()
-        with self._change("mark a requested run as started") as cursor:
+        with self._change("mark a requested run as started") as (cursor, adopt):
             cursor.execute(
                 "UPDATE herdsched_requests SET started_at = %s WHERE ns = %s AND run_id = %s",
                 (at, self.namespace, run_id),
             )
-        with self._mem:
-            self._requests = [
-                evolve(r, started_at=at) if r.run_id == run_id else r for r in self._requests
-            ]
+            adopt.append(lambda: self._mark_started(run_id, at))
 
     def settle_trigger_request(self, run_id: str) -> None:
         self._check_open()
-        with self._change("remove a finished run request") as cursor:
+        with self._change("remove a finished run request") as (cursor, adopt):
             cursor.execute(
                 "DELETE FROM herdsched_requests WHERE ns = %s AND run_id = %s",
                 (self.namespace, run_id),
             )
-        with self._mem:
-            self._requests = [r for r in self._requests if r.run_id != run_id]
+            adopt.append(lambda: self._forget_request(run_id))
+
+    def _mark_started(self, run_id: str, at: datetime) -> None:
+        self._requests = [
+            evolve(r, started_at=at) if r.run_id == run_id else r for r in self._requests
+        ]
+
+    def _forget_request(self, run_id: str) -> None:
+        self._requests = [r for r in self._requests if r.run_id != run_id]
 
     # -- wake-ups and lifecycle ------------------------------------------------------------
     def watch(self, on_change: Callable[[], None]) -> None:
@@ -650,6 +710,9 @@ class PostgresStateStore:
             self._db.conninfo, self.namespace, changed, lambda: self._db.backend_pid, self.location
         )
         self._listener.start()
+        # a moment for the LISTEN to take effect, so that the reads right after (recovery) are
+        # served from the view; without it they simply ask the database
+        self._listener.connected.wait(_LISTEN_WAIT)
 
     def unwatch(self) -> None:
         """Stop listening (the scheduler stops); reads check the database again each time."""
