@@ -145,7 +145,7 @@ def run_sql(dsn: str, statement: str) -> list[tuple[Any, ...]]:
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-        cursor = conn.execute(statement)  # type: ignore[arg-type]
+        cursor = conn.execute(statement)
         return list(cursor.fetchall()) if cursor.description else []
 
 
