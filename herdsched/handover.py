@@ -25,7 +25,7 @@ __all__ = ["Successor", "hand_over", "separate_processes"]
 
 _log = logging.getLogger("herdsched")
 _lock = threading.Lock()
-_latest: dict[Path, weakref.ref[Successor]] = {}
+_latest: dict[Path | str, weakref.ref[Successor]] = {}
 _separate = [0]  # > 0 while tests imitate separate processes
 
 
@@ -39,15 +39,16 @@ class Successor(Protocol):
     def stop(self, wait_for_jobs: bool = True, timeout: float | None = 30.0) -> None: ...
 
 
-def hand_over(state_dir: Path, new: Successor, lead_now: Callable[[], None]) -> bool:
-    """Record ``new`` as this process's scheduler of ``state_dir`` and stop the older one.
+def hand_over(state_dir: Path | str, new: Successor, lead_now: Callable[[], None]) -> bool:
+    """Record ``new`` as this process's scheduler of ``state_dir`` (a directory, or the
+    location of a database store) and stop the older one.
 
     Returns ``True`` when the older one is still finishing its running jobs: then it stops on a
     short-lived thread (``herdsched-handover``) and calls ``lead_now`` when it has let go, so
     that ``new`` takes the lead without waiting for its next standby attempt. Returns ``False``
     when nothing was in the way or the older one stopped at once.
     """
-    key = state_dir.resolve()
+    key = state_dir.resolve() if isinstance(state_dir, Path) else state_dir
     with _lock:
         if _separate[0]:
             return False

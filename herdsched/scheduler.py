@@ -127,7 +127,7 @@ class ThreadedScheduler:
         commit_delay: float = 0.5,
         lock_timeout: float = 10.0,
         executor_factory: ExecutorFactory | None = None,
-        lease_ttl: float = DEFAULT_LEASE_TTL,
+        lease_ttl: float | None = None,
     ) -> None:
         self.settings = EngineSettings(
             timezone=timezone,
@@ -149,8 +149,11 @@ class ThreadedScheduler:
         self.clock: Clock = clock or SystemClock()
         self.log = logger or logging.getLogger("herdsched")
         self.state_dir = Path(state_dir) if state_dir is not None else None
+        self._owns_store = store is None
         if store is None:
             store = self._default_store(max_run_history)
+        if lease_ttl is None:
+            lease_ttl = getattr(store, "lease_ttl", None) or DEFAULT_LEASE_TTL
         self._core = EngineCore(
             self.settings,
             store,
@@ -250,14 +253,15 @@ class ThreadedScheduler:
         state directory cannot be created or written.
         """
         core = self._core
-        if self.state_dir is not None and self._leadership.enabled:
-            handover.hand_over(self.state_dir, self, self._timer.lead_soon)
+        where = self._location()
+        if where is not None and self._leadership.enabled:
+            handover.hand_over(where, self, self._timer.lead_soon)
         with core.lock:
             if core.status in ("running", "standby"):
                 return
             if core.status == "stopping":
                 raise SchedulerShutdownError("cannot start while stop() is in progress")
-            if self.state_dir is not None:
+            if self.state_dir is not None and self._owns_store:
                 check_state_dir(self.state_dir)
             core.store.refresh()
             self._started_at = self.clock.now()
@@ -273,6 +277,7 @@ class ThreadedScheduler:
             core.wake.clear()
             self._timer.start()
             self._commits.start()
+            _call_if_offered(core.store, "watch", self._timer.changed_elsewhere)
             core.emit(ev.SchedulerStarted(at=self.clock.now(), status=core.status))
         core.listeners.deliver()
 
@@ -305,6 +310,7 @@ class ThreadedScheduler:
                 )
             )
         self._leadership.release()
+        _call_if_offered(core.store, "unwatch")
         core.listeners.deliver()
         self.log.info("The scheduler stopped.")
         if timed_out:
@@ -359,11 +365,20 @@ class ThreadedScheduler:
     ) -> None:
         self.stop()
 
+    def _location(self) -> Path | str | None:
+        """Where this scheduler's state lives: its state directory, or the location of the
+        store it was given (a database names itself; a YAML store its directory)."""
+        if self._owns_store:
+            return self.state_dir
+        store = self._core.store
+        location = getattr(store, "location", None) or getattr(store, "state_dir", None)
+        return location if isinstance(location, (str, Path)) else None
+
     def _log_standby(self) -> None:
         holder = self._leadership.holder()
         self.log.info(
             "Another scheduler is active for %s (%s); this one is standing by.",
-            self.state_dir,
+            self._location(),
             holder or "holder unknown",
         )
 
@@ -728,3 +743,11 @@ class ThreadedScheduler:
 
 def _skipped(reason: SkipReason, error: str) -> TriggerResult:
     return TriggerResult(success=False, error=error, skipped=True, skip_reason=reason)
+
+
+def _call_if_offered(store: StateStore, method: str, *args: Any) -> None:
+    """Call an optional store method: a database store listens for other hosts' changes
+    (``watch``/``unwatch``); a file or memory store needs nothing of the kind."""
+    found = getattr(store, method, None)
+    if callable(found):
+        found(*args)

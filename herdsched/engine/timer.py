@@ -61,6 +61,13 @@ class Timer:
         self._next_leader_try = 0.0
         self.core.wake.set()
 
+    def changed_elsewhere(self) -> None:
+        """Another process changed the store (a database notification): poll, or try to lead,
+        on a pass that begins now instead of at the next ``poll_interval``."""
+        self._next_poll = 0.0
+        self._next_leader_try = 0.0
+        self.core.wake.set()
+
     def join(self) -> None:
         """Wait (up to 5 s) for the thread to end after the status left running/standby."""
         thread, self._thread = self._thread, None

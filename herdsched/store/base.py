@@ -48,6 +48,7 @@ __all__ = [
     "StateStore",
     "TriggerRequest",
     "check_ttl",
+    "leaves_user_intent",
     "newest_first",
 ]
 
@@ -55,6 +56,17 @@ __all__ = [
 USER_INTENT_STATUSES = frozenset({"paused", "disabled", "completed"})
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def leaves_user_intent(before: Any, changes: Mapping[str, Any]) -> bool:
+    """Would ``changes`` take the state ``before`` out of a user-intent status (no run
+    transition may, see the module docstring)?"""
+    status = changes.get("status")
+    return (
+        status is not None
+        and before.status in USER_INTENT_STATUSES
+        and status not in USER_INTENT_STATUSES
+    )
 
 
 def _moment(record: RunRecord) -> datetime:

@@ -18,11 +18,11 @@ from herdsched.clock import Clock, SystemClock
 from herdsched.models import RejectedDefinition, RunRecord, ScheduleState
 from herdsched.runner import new_run_id
 from herdsched.store.base import (
-    USER_INTENT_STATUSES,
     Lease,
     RunClaim,
     TriggerRequest,
     check_ttl,
+    leaves_user_intent,
     newest_first,
 )
 from herdsched.store.definitions import check_preconditions, merge_definition
@@ -77,7 +77,7 @@ class MemoryStateStore:
         with self._lock:
             states = self._states.setdefault(agent, {})
             current = states.get(schedule) or ScheduleState()
-            if transition and _leaves_user_intent(current, changes):
+            if transition and leaves_user_intent(current, changes):
                 del changes["status"]
             updated = evolve(current, **changes)
             states[schedule] = updated
@@ -228,13 +228,3 @@ class MemoryStateStore:
 
     def close(self) -> None:
         """Nothing to release."""
-
-
-def _leaves_user_intent(before: ScheduleState, changes: Mapping[str, Any]) -> bool:
-    """Would ``changes`` take ``before`` out of a user-intent status (no transition may)?"""
-    status = changes.get("status")
-    return (
-        status is not None
-        and before.status in USER_INTENT_STATUSES
-        and status not in USER_INTENT_STATUSES
-    )

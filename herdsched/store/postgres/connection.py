@@ -1,0 +1,146 @@
+"""One psycopg connection to the store's database, shared by the threads of one store.
+
+A call takes the connection under a lock, runs one transaction and commits. A connection the
+server closed (a restart, ``pg_terminate_backend``, a network cut) is dropped and a new one is
+made on the next call: reads are tried once more at once, writes are not (their commit may have
+happened), they raise :class:`~herdsched.errors.StateError` and the caller decides, as for a
+full disk. Every psycopg error leaves as a ``StateError`` whose message names the database (never
+its password) and says what to do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from herdsched.errors import StateError
+
+__all__ = ["Database", "describe_dsn", "state_error"]
+
+log = logging.getLogger("herdsched")
+
+_HINTS: dict[type[Exception], str] = {
+    pg_errors.InsufficientPrivilege: (
+        "the database user lacks a privilege herdsched needs (CREATE on the schema to make its "
+        "tables the first time, then SELECT, INSERT, UPDATE and DELETE on the herdsched_ tables)"
+    ),
+    pg_errors.InvalidCatalogName: "the database does not exist: create it first",
+    pg_errors.InvalidPassword: "the password was refused: check the DSN or ~/.pgpass",
+    pg_errors.InvalidAuthorizationSpecification: "the user was refused: check the DSN",
+}
+
+
+def describe_dsn(dsn: str) -> str:
+    """``dsn`` as a URL without its password, for messages and status pages."""
+    try:
+        parts = conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return "an unreadable DSN"
+    user = parts.get("user", "")
+    host = parts.get("host") or parts.get("hostaddr") or "localhost"
+    port = parts.get("port", "5432")
+    name = parts.get("dbname", user or "")
+    return f"postgresql://{user}{'@' if user else ''}{host}:{port}/{name}"
+
+
+def state_error(exc: BaseException, doing: str, where: str) -> StateError:
+    """A :class:`StateError` saying what failed (``doing``) on which database and why."""
+    hint = next((text for kind, text in _HINTS.items() if isinstance(exc, kind)), None)
+    detail = " ".join(str(exc).split()) or type(exc).__name__
+    if hint is None and isinstance(exc, psycopg.OperationalError):
+        hint = (
+            "the server is unreachable or closed the connection; herdsched reconnects on its "
+            "next call"
+        )
+    message = f"Could not {doing} in the PostgreSQL store at {where}: {detail}"
+    if hint:
+        message += f" ({hint})"
+    return StateError(message, path=where, cause=exc)
+
+
+class Database:
+    """The store's connection: made on first need, remade after the server dropped it."""
+
+    def __init__(self, dsn: str, *, connect_timeout: float, application_name: str) -> None:
+        try:
+            self.conninfo = make_conninfo(
+                dsn,
+                connect_timeout=max(1, round(connect_timeout)),
+                application_name=application_name,
+            )
+        except psycopg.Error as exc:
+            raise StateError(
+                f"The PostgreSQL store's DSN {describe_dsn(dsn)!r} is not valid: {exc}; "
+                "give a URL such as postgresql://user@host:5432/dbname",
+                cause=exc,
+            ) from exc
+        self.where = describe_dsn(dsn)
+        self._lock = threading.RLock()
+        self._conn: psycopg.Connection[Any] | None = None
+        self.backend_pid: int | None = None
+        self.generation = 0  # how many connections were made: a new one lost session locks
+
+    def connect(self) -> psycopg.Connection[Any]:
+        """The open connection (caller holds :meth:`locked`), made now when there is none."""
+        if self._conn is not None and not self._conn.closed and not self._conn.broken:
+            return self._conn
+        self._drop()
+        try:
+            conn = psycopg.connect(self.conninfo, autocommit=True)
+        except psycopg.Error as exc:
+            raise state_error(exc, "connect", self.where) from exc
+        self._conn = conn
+        self.backend_pid = conn.info.backend_pid
+        self.generation += 1
+        if self.generation > 1:
+            log.info("Reconnected to the PostgreSQL store at %s.", self.where)
+        return conn
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        with self._lock:
+            yield
+
+    @contextlib.contextmanager
+    def transaction(self, doing: str) -> Iterator[psycopg.Cursor[Any]]:
+        """A cursor in one transaction, committed at the end of the block; any database error
+        rolls it back and leaves as a :class:`StateError` saying what was being done."""
+        with self._lock:
+            conn = self.connect()
+            try:
+                with conn.transaction(), conn.cursor() as cursor:
+                    yield cursor
+            except psycopg.Error as exc:
+                if conn.broken or conn.closed:
+                    self._drop()
+                raise state_error(exc, doing, self.where) from exc
+
+    def read(self, doing: str, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+        """Rows of one read-only statement, tried once more on a fresh connection when the
+        first one was found closed by the server."""
+        for attempt in (1, 2):
+            try:
+                with self.transaction(doing) as cursor:
+                    cursor.execute(sql, params)
+                    return list(cursor.fetchall())
+            except StateError as exc:
+                if attempt == 2 or not isinstance(exc.cause, psycopg.OperationalError):
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()

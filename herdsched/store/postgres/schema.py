@@ -1,0 +1,125 @@
+"""The store's tables, created and migrated on first use.
+
+Every table is named ``herdsched_*`` and keyed by namespace, so several apps or environments
+share one database without seeing each other. ``herdsched_schema`` holds the version of the
+layout; a store brings an older layout up to its own version in one transaction under a
+transaction-level advisory lock, so several hosts starting at once migrate it exactly once, and
+refuses a newer layout (written by a newer herdsched) instead of guessing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from herdsched.errors import StateError
+
+__all__ = ["SCHEMA_VERSION", "migrate"]
+
+#: The layout this version of herdsched reads and writes.
+SCHEMA_VERSION = 1
+
+#: Key of the advisory lock that serialises migrations (any constant, "hsch" in ASCII).
+_MIGRATION_LOCK = 0x68736368
+
+_VERSION_1 = """
+CREATE TABLE herdsched_namespaces (
+    ns text PRIMARY KEY,
+    changed bigint NOT NULL DEFAULT 0
+);
+CREATE TABLE herdsched_states (
+    ns text NOT NULL,
+    agent text NOT NULL,
+    schedule text NOT NULL,
+    data jsonb,
+    changed bigint NOT NULL,
+    PRIMARY KEY (ns, agent, schedule)
+);
+CREATE INDEX herdsched_states_changed ON herdsched_states (ns, changed);
+CREATE TABLE herdsched_definitions (
+    ns text NOT NULL,
+    agent text NOT NULL,
+    schedule text NOT NULL,
+    data jsonb,
+    changed bigint NOT NULL,
+    PRIMARY KEY (ns, agent, schedule)
+);
+CREATE TABLE herdsched_rejected (
+    ns text NOT NULL,
+    seq bigserial,
+    agent text NOT NULL,
+    schedule text NOT NULL,
+    reason text NOT NULL,
+    rejected_at timestamptz NOT NULL,
+    definition jsonb NOT NULL,
+    PRIMARY KEY (ns, seq)
+);
+CREATE TABLE herdsched_runs (
+    ns text NOT NULL,
+    run_id text NOT NULL,
+    seq bigserial,
+    agent text NOT NULL,
+    schedule text NOT NULL,
+    record jsonb NOT NULL,
+    PRIMARY KEY (ns, run_id)
+);
+CREATE INDEX herdsched_runs_schedule ON herdsched_runs (ns, agent, schedule, seq);
+CREATE TABLE herdsched_requests (
+    ns text NOT NULL,
+    run_id text NOT NULL,
+    seq bigserial,
+    agent text NOT NULL,
+    schedule text NOT NULL,
+    requested_at timestamptz NOT NULL,
+    prompt text,
+    started_at timestamptz,
+    PRIMARY KEY (ns, run_id)
+);
+CREATE TABLE herdsched_claims (
+    ns text NOT NULL,
+    run_id text NOT NULL,
+    seq bigserial,
+    agent text NOT NULL,
+    schedule text NOT NULL,
+    run_at timestamptz NOT NULL,
+    slot timestamptz,
+    epoch bigint NOT NULL,
+    PRIMARY KEY (ns, run_id)
+);
+CREATE TABLE herdsched_leases (
+    ns text PRIMARY KEY,
+    holder text,
+    epoch bigint NOT NULL DEFAULT 0,
+    acquired_at timestamptz,
+    renewed_at timestamptz,
+    expires_at timestamptz,
+    pid integer,
+    host text
+);
+"""
+
+#: Statements that bring layout ``n - 1`` to ``n`` (index ``n - 1``).
+_MIGRATIONS = (_VERSION_1,)
+
+
+def migrate(cursor: psycopg.Cursor[Any], where: str) -> None:
+    """Create or upgrade the tables (inside the caller's transaction)."""
+    cursor.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+    cursor.execute("CREATE TABLE IF NOT EXISTS herdsched_schema (version integer NOT NULL)")
+    cursor.execute("SELECT version FROM herdsched_schema")
+    row = cursor.fetchone()
+    version = int(row[0]) if row is not None else 0
+    if version > SCHEMA_VERSION:
+        raise StateError(
+            f"The PostgreSQL store at {where} has herdsched tables of layout {version}, newer "
+            f"than this herdsched reads (layout {SCHEMA_VERSION}): upgrade herdsched on this "
+            "host to the version the others run",
+            path=where,
+        )
+    for step in _MIGRATIONS[version:]:
+        cursor.execute(step)
+    if row is None:
+        cursor.execute("INSERT INTO herdsched_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
+    elif version < SCHEMA_VERSION:
+        cursor.execute("UPDATE herdsched_schema SET version = %s", (SCHEMA_VERSION,))

@@ -1,0 +1,649 @@
+"""The PostgreSQL state store: one truth for schedulers on several hosts.
+
+Everything the YAML store keeps in a state directory lives in ``herdsched_*`` tables of one
+database, keyed by ``namespace`` (see :mod:`.schema`). The same two durability promises hold
+(base.py): user intent (pauses, definitions, run-now requests) is committed when the call
+returns; run transitions and records are group-committed by :meth:`PostgresStateStore.flush`,
+one transaction fenced by the lease's epoch together with the claims it covers.
+
+Reads are served from this process's view of the namespace. Every change anywhere raises the
+namespace's change number and sends a NOTIFY; the view catches up by fetching only the rows
+changed since the number it saw: before every read while nobody listens, and once a scheduler
+listens (:meth:`watch`) only when a notification arrived or ``max_staleness`` seconds passed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import date, datetime, timezone
+from typing import Any
+
+from attrs import evolve
+from psycopg.types.json import Jsonb
+
+from herdsched.clock import Clock, SystemClock
+from herdsched.errors import LeadershipLostError, StateError
+from herdsched.models import RejectedDefinition, RunRecord, ScheduleState
+from herdsched.runner import new_run_id
+from herdsched.store.base import (
+    Lease,
+    RunClaim,
+    TriggerRequest,
+    check_ttl,
+    leaves_user_intent,
+    newest_first,
+)
+from herdsched.store.definitions import check_preconditions, merge_definition
+from herdsched.store.postgres import rows
+from herdsched.store.postgres.connection import Database
+from herdsched.store.postgres.leases import LeaseRow
+from herdsched.store.postgres.listener import Listener
+from herdsched.store.postgres.schema import migrate
+from herdsched.store.yaml_store import normalise_changes
+from herdsched.timestamps import format_timestamp
+
+__all__ = ["PostgresStateStore"]
+
+log = logging.getLogger("herdsched")
+
+Key = tuple[str, str]
+
+
+def _check_namespace(namespace: Any) -> str:
+    if not isinstance(namespace, str) or not namespace.strip() or len(namespace) > 200:
+        raise ValueError(
+            f"namespace must be a non-empty string of at most 200 characters, got {namespace!r}"
+        )
+    return namespace
+
+
+def _json_definition(value: Any) -> Any:
+    """A definition as JSON can hold it: dates and times as ISO-8601 strings."""
+    if isinstance(value, datetime):
+        return format_timestamp(value) if value.utcoffset() is not None else value.isoformat()
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, Mapping):
+        return {key: _json_definition(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_definition(item) for item in value]
+    return value
+
+
+class PostgresStateStore:
+    """A :class:`~herdsched.store.base.StateStore` in a PostgreSQL database (psycopg 3).
+
+    Args:
+        dsn: a libpq connection string or URL, such as ``postgresql://app@db:5432/app``.
+        namespace: schedulers sharing a namespace share one truth; other namespaces in the
+            same database are invisible to them (one per app or environment).
+        lease_ttl: the lease duration a scheduler on this store uses unless it is given its
+            own ``lease_ttl``.
+        max_run_history: records kept per schedule.
+        commit_delay: the group-commit window (as the YAML store's).
+        connect_timeout: seconds to wait for the server when connecting.
+        max_staleness: the longest a watched view goes without a look at the database (the
+            fallback in case a notification was missed).
+        clock: supplies ``monotonic()`` for the flush deadline (lease times are the server's).
+
+    Connects, creates or migrates the tables at once; a wrong DSN, a refused connection or
+    missing privileges raise :class:`~herdsched.errors.StateError` saying which.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        namespace: str = "default",
+        lease_ttl: float | None = None,
+        max_run_history: int = 20,
+        commit_delay: float = 0.5,
+        connect_timeout: float = 10.0,
+        max_staleness: float = 60.0,
+        clock: Clock | None = None,
+    ) -> None:
+        if not isinstance(dsn, str) or not dsn.strip():
+            raise ValueError(f"dsn must be a non-empty connection string, got {dsn!r}")
+        if max_run_history < 1:
+            raise ValueError(f"max_run_history must be at least 1, got {max_run_history!r}")
+        self.dsn = dsn
+        self.namespace = _check_namespace(namespace)
+        self.lease_ttl = check_ttl(lease_ttl) if lease_ttl is not None else None
+        self.max_run_history = max_run_history
+        self.commit_delay = commit_delay
+        self.max_staleness = max_staleness
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._db = Database(dsn, connect_timeout=connect_timeout, application_name="herdsched")
+        self.location = f"{self._db.where} (namespace {self.namespace})"
+        self._lease = LeaseRow(self.namespace, self.location)
+        self._mem = threading.RLock()
+        self._flushing = threading.Lock()
+        self._disk: dict[Key, ScheduleState] = {}
+        self._pending: dict[Key, dict[str, Any]] = {}
+        self._pending_runs: list[RunRecord] = []
+        self._pending_since: float | None = None
+        self._definitions: dict[Key, dict[str, Any]] = {}
+        self._requests: list[TriggerRequest] = []
+        self._rejected: list[RejectedDefinition] = []
+        self._claims: dict[str, tuple[str, str, datetime]] = {}  # held: run id → key, run_at
+        self._seen = -1
+        self._stale = True
+        self._absorbed = False
+        self._checked_at = float("-inf")
+        self._listener: Listener | None = None
+        self._closed = False
+        with self._db.transaction("create or migrate the herdsched tables") as cursor:
+            migrate(cursor, self.location)
+        self._sync()
+        self._absorbed = False
+
+    def __repr__(self) -> str:
+        return f"PostgresStateStore({self.location!r})"
+
+    # -- the view ------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StateError(f"the store {self.location} is closed", path=self.location)
+
+    def _watched(self) -> bool:
+        return self._listener is not None and self._listener.connected.is_set()
+
+    def _fresh(self) -> None:
+        """Catch up before a read when the view may be behind: always when nobody listens for
+        notifications (one indexed read of the change number), else when one arrived or the
+        last look is ``max_staleness`` old."""
+        self._check_open()
+        age = self._clock.monotonic() - self._checked_at
+        if self._stale or not self._watched() or age > self.max_staleness:
+            self._sync()
+
+    def _sync(self) -> bool:
+        """Fetch what changed since the change number this view saw; whether anything did."""
+        self._stale = False
+        self._checked_at = self._clock.monotonic()
+        found = self._db.read(
+            "read the namespace's change number",
+            "SELECT changed FROM herdsched_namespaces WHERE ns = %s",
+            (self.namespace,),
+        )
+        number = int(found[0][0]) if found else 0
+        if number == self._seen:
+            return False
+        with self._db.transaction("read the changes of other processes") as cursor:
+            states, definitions = rows.changes_since(cursor, self.namespace, self._seen)
+            requests = rows.read_requests(cursor, self.namespace)
+            rejected = rows.read_rejected(cursor, self.namespace)
+        with self._mem:
+            self._install(states)
+            for key, definition in definitions.items():
+                if definition is None:
+                    self._definitions.pop(key, None)
+                else:
+                    self._definitions[key] = definition
+            self._requests, self._rejected = requests, rejected
+            self._seen = max(self._seen, number)
+            self._absorbed = True
+        return True
+
+    def _install(self, states: Mapping[Key, ScheduleState | None]) -> None:
+        """Adopt stored states (caller holds ``_mem``); a pending transition does not take a
+        schedule out of a user-intent status set elsewhere, and a removal wins."""
+        for key, state in states.items():
+            patch = self._pending.get(key)
+            if state is None:
+                self._disk.pop(key, None)
+                if self._pending.pop(key, None) is not None:
+                    log.info("Dropping pending changes of %s/%s: removed elsewhere", *key)
+                continue
+            self._disk[key] = state
+            if patch is not None and leaves_user_intent(state, patch):
+                del patch["status"]
+
+    def _state(self, key: Key) -> ScheduleState | None:
+        """The view of one schedule: stored state plus pending transitions (holds ``_mem``)."""
+        stored = self._disk.get(key)
+        patch = self._pending.get(key)
+        if patch is None:
+            return stored
+        return evolve(stored or ScheduleState(), **patch)
+
+    def _own_write(self, number: int) -> None:
+        """Note a change number this store wrote: the next one after what the view saw means
+        nobody else wrote in between; anything else means the view must catch up."""
+        with self._mem:
+            if number == self._seen + 1:
+                self._seen = number
+            else:
+                self._stale = True
+
+    # -- schedule state ------------------------------------------------------------------
+    def get_schedule_state(self, agent: str, schedule: str) -> ScheduleState:
+        self._fresh()
+        with self._mem:
+            return self._state((agent, schedule)) or ScheduleState()
+
+    def get_agent_schedule_states(self, agent: str) -> dict[str, ScheduleState]:
+        return self.get_all_schedule_states().get(agent, {})
+
+    def get_all_schedule_states(self) -> dict[str, dict[str, ScheduleState]]:
+        self._fresh()
+        with self._mem:
+            result: dict[str, dict[str, ScheduleState]] = {}
+            for key in set(self._disk) | set(self._pending):
+                state = self._state(key)
+                if state is not None:
+                    result.setdefault(key[0], {})[key[1]] = state
+            return result
+
+    def update_schedule_state(self, agent: str, schedule: str, **changes: Any) -> ScheduleState:
+        """Merge ``changes`` into the stored state in one transaction; committed on return."""
+        self._check_open()
+        patch = normalise_changes(changes)
+        key = (agent, schedule)
+        with self._db.transaction(f"update the state of {agent}/{schedule}") as cursor:
+            number = rows.bump(cursor, self.namespace)
+            written = rows.upsert_states(cursor, self.namespace, number, {key: patch},
+                                         transition=False)  # fmt: skip
+        with self._mem:
+            self._install(written)
+            self._own_write(number)
+            return self._state(key) or ScheduleState()
+
+    def record_transition(self, agent: str, schedule: str, **changes: Any) -> ScheduleState:
+        """Like :meth:`update_schedule_state`, but group-committed by :meth:`flush`."""
+        self._check_open()
+        patch = normalise_changes(changes)
+        key = (agent, schedule)
+        with self._mem:
+            current = self._state(key) or ScheduleState()
+            if leaves_user_intent(current, patch):
+                del patch["status"]
+            self._pending[key] = {**self._pending.get(key, {}), **patch}
+            if self._pending_since is None:
+                self._pending_since = self._clock.monotonic()
+            return self._state(key) or ScheduleState()
+
+    def remove_schedule_state(self, agent: str, schedule: str) -> None:
+        self._check_open()
+        with self._db.transaction(f"remove the state of {agent}/{schedule}") as cursor:
+            number = rows.bump(cursor, self.namespace)
+            cursor.execute(
+                "UPDATE herdsched_states SET data = NULL, changed = %s "
+                "WHERE ns = %s AND agent = %s AND schedule = %s",
+                (number, self.namespace, agent, schedule),
+            )
+        with self._mem:
+            self._disk.pop((agent, schedule), None)
+            self._pending.pop((agent, schedule), None)
+            self._own_write(number)
+
+    # -- group commit and claims ------------------------------------------------------------
+    def flush(self) -> None:
+        """Commit every pending transition and run record in one transaction, fenced by the
+        lease once this store handed one out (``LeadershipLostError``: nothing written)."""
+        self._check_open()
+        with self._flushing:
+            with self._mem:
+                taken, self._pending = self._pending, {}
+                runs, self._pending_runs = self._pending_runs, []
+            if not taken and not runs:
+                return
+            try:
+                written, number = self._commit(taken, runs)
+            except LeadershipLostError:
+                self._drop_lost_work(len(taken), len(runs))
+                raise
+            except BaseException:
+                with self._mem:
+                    for key, patch in taken.items():
+                        self._pending[key] = {**patch, **self._pending.get(key, {})}
+                    self._pending_runs = runs + self._pending_runs
+                raise
+            with self._mem:
+                self._install(written)
+                self._own_write(number)
+                if not self._pending and not self._pending_runs:
+                    self._pending_since = None
+
+    def _commit(
+        self, taken: Mapping[Key, Mapping[str, Any]], runs: Sequence[RunRecord]
+    ) -> tuple[dict[Key, ScheduleState | None], int]:
+        with self._db.transaction("write the group commit of run transitions") as cursor:
+            number = rows.bump(cursor, self.namespace)
+            if self._lease.fenced:
+                self._lease.check_fence(cursor)
+            written = rows.upsert_states(cursor, self.namespace, number, taken, transition=True)
+            rows.write_runs(cursor, self.namespace, runs, self.max_run_history)
+            rows.delete_claims(cursor, self.namespace, self._covered_claims(written))
+        return written, number
+
+    def _covered_claims(self, written: Mapping[Key, ScheduleState | None]) -> list[str]:
+        """Held claims whose runs the states being written show (as the YAML store's journal:
+        the latest claim of a schedule by its very start time, earlier ones by any run)."""
+        with self._mem:
+            latest: dict[Key, str] = {}
+            for run_id, (agent, name, _) in self._claims.items():
+                latest[(agent, name)] = run_id
+            covered = []
+            for run_id, (agent, name, run_at) in self._claims.items():
+                key = (agent, name)
+                state = written[key] if key in written else self._state(key)
+                if (
+                    state is None
+                    or (state.last_run_at is not None and latest[key] != run_id)
+                    or state.last_run_at == run_at
+                ):
+                    covered.append(run_id)
+            for run_id in covered:
+                del self._claims[run_id]
+            return covered
+
+    def _drop_lost_work(self, states: int, runs: int) -> None:
+        with self._mem:
+            self._claims.clear()
+            self._pending_since = None if not self._pending_runs else self._pending_since
+        if states or runs:
+            log.warning(
+                "%d schedule transition(s) and %d run record(s) of %s were not written: this "
+                "scheduler no longer holds the lease, so they are not its to write.",
+                states,
+                runs,
+                self.location,
+            )
+
+    def flush_deadline(self) -> float | None:
+        with self._mem:
+            if self._pending_since is None:
+                return None
+            return self._pending_since + self.commit_delay
+
+    def refresh(self) -> bool:
+        """Catch up with other processes' changes; whether any were adopted since the last
+        call (also by a read in between). Costs a query only when the view may be behind."""
+        self._fresh()
+        with self._mem:
+            absorbed, self._absorbed = self._absorbed, False
+        return absorbed
+
+    def claim_runs(self, claims: Sequence[RunClaim]) -> None:
+        """Commit ``claims`` before their jobs start, fenced by the lease's epoch."""
+        self._check_open()
+        if not claims:
+            return
+        with self._db.transaction(f"claim {len(claims)} run(s)") as cursor:
+            if self._lease.fenced:
+                self._lease.check_fence(cursor)
+            epoch = self._lease.held.epoch if self._lease.held is not None else 0
+            rows.insert_claims(cursor, self.namespace, claims, epoch)
+        with self._mem:
+            for claim in claims:
+                self._claims[claim.run_id] = (claim.agent, claim.schedule, claim.run_at)
+
+    def load_claims(self) -> list[RunClaim]:
+        """Claims not yet covered by a group commit (read by restart recovery, which takes
+        them over: this store's flushes drop them once their runs are recorded)."""
+        self._check_open()
+        with self._db.transaction("read the run claims") as cursor:
+            claims = rows.read_claims(cursor, self.namespace)
+        with self._mem:
+            for claim in claims:
+                self._claims[claim.run_id] = (claim.agent, claim.schedule, claim.run_at)
+        return claims
+
+    # -- leadership lease ----------------------------------------------------------------
+    def acquire_lease(self, holder: str, ttl: float) -> Lease | None:
+        """Take the namespace's lease if it is free, released, its holder's session is gone or
+        it expired on the server's clock; ``None`` while a live holder keeps it."""
+        self._check_open()
+        ttl = check_ttl(ttl)
+        with self._db.transaction("take the scheduler lease") as cursor:
+            if self._lease.busy(cursor, holder):
+                return None
+            return self._lease.acquire(cursor, holder, ttl)
+
+    def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        self._check_open()
+        ttl = check_ttl(ttl)
+        with self._db.transaction("renew the scheduler lease") as cursor:
+            return self._lease.renew(cursor, lease, ttl)
+
+    def release_lease(self, lease: Lease) -> None:
+        """Give the lease up and tell the standbys at once (NOTIFY)."""
+        self._lease.held = None if self._lease.held == lease else self._lease.held
+        if self._closed:
+            return
+        with self._db.transaction("release the scheduler lease") as cursor:
+            if self._lease.release(cursor, lease):
+                cursor.execute("SELECT pg_notify(%s, %s)", (rows.CHANNEL, self.namespace))
+
+    def current_lease(self) -> Lease | None:
+        self._check_open()
+        with self._db.transaction("read the scheduler lease") as cursor:
+            return self._lease.current(cursor)
+
+    # -- run history ---------------------------------------------------------------------
+    def append_run(self, record: RunRecord) -> None:
+        self._check_open()
+        with self._mem:
+            self._pending_runs.append(record)
+            if self._pending_since is None:
+                self._pending_since = self._clock.monotonic()
+
+    def purge_history(self, agent: str, schedule: str) -> None:
+        self._check_open()
+        with self._db.transaction(f"delete the history of {agent}/{schedule}") as cursor:
+            cursor.execute(
+                "DELETE FROM herdsched_runs WHERE ns = %s AND agent = %s AND schedule = %s",
+                (self.namespace, agent, schedule),
+            )
+        with self._mem:
+            self._pending_runs = [
+                r for r in self._pending_runs if (r.agent, r.schedule) != (agent, schedule)
+            ]
+
+    def get_history(
+        self, agent: str, schedule: str | None = None, limit: int = 20
+    ) -> list[RunRecord]:
+        """Records newest first (committed and pending); at most ``max_run_history`` per
+        schedule."""
+        self._check_open()
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValueError(f"limit must be a non-negative integer, got {limit!r}")
+        with self._mem:
+            pending = [
+                r
+                for r in self._pending_runs
+                if r.agent == agent and (schedule is None or r.schedule == schedule)
+            ]
+        window = limit + len(pending) if schedule is not None else 1_000_000
+        with self._db.transaction(f"read the run history of {agent}") as cursor:
+            stored = rows.read_history(cursor, self.namespace, agent, schedule, window)
+        by_schedule: dict[str, dict[str, RunRecord]] = {}
+        for record in stored + pending:  # written order; a later record of a run wins
+            runs = by_schedule.setdefault(record.schedule, {})
+            runs.pop(record.run_id, None)
+            runs[record.run_id] = record
+        records = [
+            record
+            for runs in by_schedule.values()
+            for record in list(runs.values())[-self.max_run_history :]
+        ]
+        return newest_first(records)[:limit]
+
+    # -- definitions created at run time -------------------------------------------------
+    def load_definitions(self) -> dict[str, dict[str, dict[str, Any]]]:
+        self._fresh()
+        with self._mem:
+            result: dict[str, dict[str, dict[str, Any]]] = {}
+            for (agent, name), definition in self._definitions.items():
+                result.setdefault(agent, {})[name] = dict(definition)
+            return result
+
+    @contextlib.contextmanager
+    def _change(self, doing: str) -> Iterator[Any]:
+        """One committed change of the namespace: the cursor, after the change number."""
+        with self._db.transaction(doing) as cursor:
+            number = rows.bump(cursor, self.namespace)
+            yield cursor
+        self._own_write(number)
+
+    def _stored_definition(self, cursor: Any, key: Key) -> dict[str, Any] | None:
+        cursor.execute(
+            "SELECT data FROM herdsched_definitions WHERE ns = %s AND agent = %s AND schedule = %s",
+            (self.namespace, *key),
+        )
+        row = cursor.fetchone()
+        return row[0] if row is not None else None
+
+    def _write_definition(self, cursor: Any, key: Key, data: Mapping[str, Any] | None) -> None:
+        cursor.execute(
+            "INSERT INTO herdsched_definitions AS d (ns, agent, schedule, data, changed) "
+            "VALUES (%s, %s, %s, %s, (SELECT changed FROM herdsched_namespaces WHERE ns = %s)) "
+            "ON CONFLICT (ns, agent, schedule) DO UPDATE SET data = EXCLUDED.data, "
+            "changed = EXCLUDED.changed",
+            (self.namespace, *key, Jsonb(data) if data is not None else None, self.namespace),
+        )
+        with self._mem:
+            if data is None:
+                self._definitions.pop(key, None)
+            else:
+                self._definitions[key] = dict(data)
+
+    def save_definition(
+        self,
+        agent: str,
+        schedule: str,
+        definition: Mapping[str, Any],
+        *,
+        exists: bool | None = None,
+        owner: str | None = None,
+        base: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Store one definition; its preconditions are checked in the writing transaction."""
+        self._check_open()
+        key = (agent, schedule)
+        new = _json_definition(definition)
+        with self._change(f"save the definition of {agent}/{schedule}") as cursor:
+            current = self._stored_definition(cursor, key)
+            check_preconditions(current, agent, schedule, exists=exists, owner=owner)
+            base_json = _json_definition(base) if base is not None else None
+            self._write_definition(cursor, key, merge_definition(current, base_json, new))
+
+    def delete_definition(self, agent: str, schedule: str, *, owner: str | None = None) -> None:
+        self._check_open()
+        key = (agent, schedule)
+        with self._change(f"delete the definition of {agent}/{schedule}") as cursor:
+            current = self._stored_definition(cursor, key)
+            check_preconditions(current, agent, schedule, exists=None, owner=owner)
+            if current is not None:
+                self._write_definition(cursor, key, None)
+
+    def reject_definition(self, agent: str, schedule: str, reason: str) -> None:
+        self._check_open()
+        key = (agent, schedule)
+        with self._change(f"set aside the definition of {agent}/{schedule}") as cursor:
+            current = self._stored_definition(cursor, key)
+            if current is None:
+                return
+            self._write_definition(cursor, key, None)
+            cursor.execute(
+                "INSERT INTO herdsched_rejected (ns, agent, schedule, reason, rejected_at, "
+                "definition) VALUES (%s, %s, %s, %s, statement_timestamp(), %s) "
+                "RETURNING rejected_at",
+                (self.namespace, agent, schedule, reason, Jsonb(current)),
+            )
+            at = cursor.fetchone()[0]
+        with self._mem:
+            self._rejected.append(RejectedDefinition(agent, schedule, reason, at, current))
+
+    def rejected_definitions(self) -> list[RejectedDefinition]:
+        self._fresh()
+        with self._mem:
+            return list(self._rejected)
+
+    # -- run-now requests ----------------------------------------------------------------
+    def request_trigger(self, agent: str, schedule: str, *, prompt: str | None = None) -> str:
+        """Queue a "run now" for the leading scheduler (on any host); committed on return."""
+        self._check_open()
+        request = TriggerRequest(new_run_id(), agent, schedule, datetime.now(timezone.utc), prompt)
+        with self._change(f"queue a run of {agent}/{schedule}") as cursor:
+            cursor.execute(
+                "INSERT INTO herdsched_requests (ns, run_id, agent, schedule, requested_at, "
+                "prompt) VALUES (%s, %s, %s, %s, %s, %s)",
+                (self.namespace, request.run_id, agent, schedule, request.requested_at, prompt),
+            )
+        with self._mem:
+            self._requests.append(request)
+        return request.run_id
+
+    def trigger_requests(self) -> list[TriggerRequest]:
+        self._fresh()
+        with self._mem:
+            return list(self._requests)
+
+    def mark_trigger_started(self, run_id: str, at: datetime) -> None:
+        self._check_open()
+        with self._change("mark a requested run as started") as cursor:
+            cursor.execute(
+                "UPDATE herdsched_requests SET started_at = %s WHERE ns = %s AND run_id = %s",
+                (at, self.namespace, run_id),
+            )
+        with self._mem:
+            self._requests = [
+                evolve(r, started_at=at) if r.run_id == run_id else r for r in self._requests
+            ]
+
+    def settle_trigger_request(self, run_id: str) -> None:
+        self._check_open()
+        with self._change("remove a finished run request") as cursor:
+            cursor.execute(
+                "DELETE FROM herdsched_requests WHERE ns = %s AND run_id = %s",
+                (self.namespace, run_id),
+            )
+        with self._mem:
+            self._requests = [r for r in self._requests if r.run_id != run_id]
+
+    # -- wake-ups and lifecycle ------------------------------------------------------------
+    def watch(self, on_change: Callable[[], None]) -> None:
+        """Call ``on_change`` (from the ``herdsched-listener`` thread) whenever another process
+        changes this namespace; the scheduler polls at once instead of waiting."""
+        self._check_open()
+        if self._listener is not None:
+            return
+
+        def changed() -> None:
+            self._stale = True
+            on_change()
+
+        self._listener = Listener(
+            self._db.conninfo, self.namespace, changed, lambda: self._db.backend_pid, self.location
+        )
+        self._listener.start()
+
+    def unwatch(self) -> None:
+        """Stop listening (the scheduler stops); reads check the database again each time."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.stop()
+
+    def close(self) -> None:
+        """Flush what is pending, stop listening and disconnect."""
+        if self._closed:
+            return
+        try:
+            self.flush()
+        except StateError as exc:
+            log.warning("Closing %s without its last group commit: %s", self.location, exc)
+        finally:
+            self._closed = True
+            self.unwatch()
+            self._db.close()
+
+    def __enter__(self) -> PostgresStateStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
