@@ -1,11 +1,11 @@
 """The idle scenario on PostgreSQL: how many queries each host sends while nothing is due.
 
+The main figure is the statements the server logged for each host within the window
+(:func:`bench.postgres.count_statements`), each host connecting as a database user of its own.
 Each case gets a database of its own on the throwaway server, so the database's transaction
-counter (``pg_stat_database``) counts that case's sessions only; it is the cross-check of the
-main figure, the statements the server logged for each host's ``application_name`` within the
-window (:func:`bench.postgres.count_statements`). On an existing server
-(``HERDSCHED_BENCH_PG_DSN``) the log is out of reach and the database is shared: only the
-transaction counter is given, and it counts every session of that database.
+counter (``pg_stat_database``), the cross-check, counts that case's sessions only. On an
+existing server (``HERDSCHED_BENCH_PG_DSN``) the log is out of reach and the database is
+shared: only the transaction counter is given, and it counts every session of that database.
 
 A *query* is a statement other than ``BEGIN``, ``COMMIT`` or ``ROLLBACK``; the statements
 including those are given too. Figures are per ``max_sleep`` (the window divided by it).
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,21 +29,36 @@ from bench.postgres import (
     with_connection_options,
 )
 
-__all__ = ["IdleWindow", "pg_idle_database"]
+__all__ = ["IdleDatabase", "IdleWindow", "pg_idle_database"]
+
+
+@dataclass(frozen=True)
+class IdleDatabase:
+    """Where one case runs: ``dsn`` (as superuser) and each host's user and DSN."""
+
+    dsn: str
+    hosts: list[tuple[str, str]]
 
 
 @contextlib.contextmanager
-def pg_idle_database(database: BenchDatabase, name: str) -> Iterator[str]:
-    """The DSN of a fresh database called ``name`` on the throwaway server (dropped after),
-    or the existing server's DSN as given."""
+def pg_idle_database(database: BenchDatabase, name: str, hosts: int) -> Iterator[IdleDatabase]:
+    """A fresh database called ``name`` on the throwaway server with a user per host
+    (``<name>_h<i>``; all dropped after), or the existing server's DSN as given for every
+    host."""
     if not database.own:
-        yield database.dsn
+        yield IdleDatabase(database.dsn, [(f"{name}_h{i}", database.dsn) for i in range(hosts)])
         return
+    users = [f"{name}_h{i}" for i in range(hosts)]
     run_sql(database.dsn, f'CREATE DATABASE "{name}"')
     try:
-        yield with_connection_options(database.dsn, dbname=name)
+        for user in users:
+            run_sql(database.dsn, f'CREATE ROLE "{user}" LOGIN SUPERUSER')
+        dsn = with_connection_options(database.dsn, dbname=name)
+        yield IdleDatabase(dsn, [(u, with_connection_options(dsn, user=u)) for u in users])
     finally:
         run_sql(database.dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        for user in users:
+            run_sql(database.dsn, f'DROP ROLE IF EXISTS "{user}"')
 
 
 class IdleWindow:

@@ -4,9 +4,11 @@
 ``pg_ctl`` on 127.0.0.1 with a free port, in a temporary directory, as the ``postgres`` user
 when the benchmark runs as root: the server refuses to run as root) and stops and deletes it
 afterwards. Its log carries every statement of a connection that asks for it (see
-:func:`with_connection_options`) with the sender's ``application_name`` and the time as a
-Unix epoch, so the idle scenario can count each process's queries server-side
-(:func:`count_statements`).
+:func:`with_connection_options`) with the sender's database user and the time as a Unix
+epoch, so the idle scenario can count each process's queries server-side
+(:func:`count_statements`), each process connecting as a user of its own (the store names its
+connections ``herdsched`` whatever the DSN says, so ``application_name`` cannot tell them
+apart).
 
 ``HERDSCHED_BENCH_PG_DSN`` points the benchmark at an existing server instead; its log is out
 of reach, so the idle scenario falls back on the database's transaction counters.
@@ -50,9 +52,11 @@ __all__ = [
 ENV_DSN = "HERDSCHED_BENCH_PG_DSN"
 _AS_POSTGRES = hasattr(os, "geteuid") and os.geteuid() == 0
 
-#: every log line starts with the epoch time, the process id and the application name
-_LOG_PREFIX = "@%n [%p] app=%a: "
-_LOG_LINE = re.compile(r"^@(?P<at>\d+\.\d+) \[\d+\] app=(?P<app>[^:]*): LOG:\s+(?P<msg>.*)")
+#: every log line starts with the epoch time, the process id, the user and the application name
+_LOG_PREFIX = "@%n [%p] user=%u app=%a: "
+_LOG_LINE = re.compile(
+    r"^@(?P<at>\d+\.\d+) \[\d+\] user=(?P<user>\S*) app=[^:]*: LOG:\s+(?P<msg>.*)"
+)
 _STATEMENT = re.compile(r"^(?:statement: |execute [^:]*: )(?P<sql>.*)")
 _TRANSACTION_CONTROL = re.compile(r"^\s*(BEGIN|COMMIT|ROLLBACK|START TRANSACTION)\b", re.I)
 
@@ -243,21 +247,21 @@ class StatementCount:
 
 
 def count_statements(
-    log: Path, start: float, end: float, apps: set[str]
+    log: Path, start: float, end: float, users: set[str]
 ) -> dict[str, StatementCount]:
-    """Per application name: the statements logged between ``start`` and ``end`` (epoch s)."""
-    counts = {app: StatementCount() for app in apps}
+    """Per database user: the statements logged between ``start`` and ``end`` (epoch s)."""
+    counts = {user: StatementCount() for user in users}
     with log.open(encoding="utf-8", errors="replace") as handle:
         for line in handle:
             match = _LOG_LINE.match(line)
-            if not match or match["app"] not in counts:
+            if not match or match["user"] not in counts:
                 continue
             if not start <= float(match["at"]) < end:
                 continue
             statement = _STATEMENT.match(match["msg"])
             if statement is None:
                 continue
-            count = counts[match["app"]]
+            count = counts[match["user"]]
             count.statements += 1
             if _TRANSACTION_CONTROL.match(statement["sql"]):
                 count.transaction_control += 1

@@ -366,22 +366,19 @@ class Runner:
         the statements each sends within the window, counted from the server's log."""
         assert self.database is not None
         case_dir = self._case_dir("pg-idle", variant.key, hosts, run)
-        extra = self._pg_case(variant, "pg-idle", run)
-        with pg_idle_database(self.database, extra["pg_namespace"]) as dsn:
+        namespace = self._pg_case(variant, "pg-idle", run)["pg_namespace"]
+        with pg_idle_database(self.database, namespace, hosts) as database:
             cases: list[_Case] = []
-            for host in range(hosts):
-                app = f"{variant.key}-{run}-h{host}"
-                case = self._start(
-                    variant, "pg_idle", case_dir, interactive=True,
-                    **dict(extra, pg_app=app, pg_dsn=dsn),
-                )  # fmt: skip
+            for user, dsn in database.hosts:
+                extra = {"pg_namespace": namespace, "pg_app": user, "pg_dsn": dsn}
+                case = self._start(variant, "pg_idle", case_dir, interactive=True, **extra)
                 cases.append(case)
                 if not case.wait_ready():  # it died: finish() says why
                     return self._abandon(cases)
             start = time.time() + self.scale.pg_idle_settle
             for case in cases:
                 case.send(f"{start!r}\n")
-            window = IdleWindow(dsn, start, start + self.scale.pg_idle_seconds)
+            window = IdleWindow(database.dsn, start, start + self.scale.pg_idle_seconds)
             window.watch()
             workers = [case.finish() for case in cases]
         failed = [w for w in workers if not w.get("ok")]

@@ -316,22 +316,22 @@ def test_postgres_variants_run_only_when_asked_for(tmp_path: Path) -> None:
     assert Runner(QUICK, workdir=tmp_path).wanted("pg-idle") == []
 
 
-def test_statements_are_counted_per_application_within_the_window(tmp_path: Path) -> None:
+def test_statements_are_counted_per_database_user_within_the_window(tmp_path: Path) -> None:
     from bench.postgres import count_statements
 
     log = tmp_path / "server.log"
     log.write_text(
-        "@99.000 [1] app=a: LOG:  statement: SELECT 0\n"  # before the window
-        "@100.000 [1] app=a: LOG:  statement: BEGIN\n"
-        "@100.001 [1] app=a: LOG:  execute <unnamed>: SELECT lease FROM t\n"
+        "@99.000 [1] user=a app=herdsched: LOG:  statement: SELECT 0\n"  # before the window
+        "@100.000 [1] user=a app=herdsched: LOG:  statement: BEGIN\n"
+        "@100.001 [1] user=a app=herdsched: LOG:  execute <unnamed>: SELECT lease FROM t\n"
         "\tWHERE x = $1\n"  # a statement's second line
-        "@100.001 [1] app=a: DETAIL:  parameters: $1 = 'x'\n"
-        "@100.002 [1] app=a: LOG:  execute _pg3_0: UPDATE t SET y = 1\n"
-        "@100.003 [1] app=a: LOG:  statement: COMMIT\n"
-        "@100.500 [2] app=b: LOG:  statement: SELECT 1\n"
-        "@100.600 [3] app=c: LOG:  statement: SELECT 1\n"  # not a host of the case
-        "@101.000 [4] app=: LOG:  checkpoint starting: time\n"
-        "@110.000 [1] app=a: LOG:  statement: SELECT 2\n",  # at the window's end
+        "@100.001 [1] user=a app=herdsched: DETAIL:  parameters: $1 = 'x'\n"
+        "@100.002 [1] user=a app=herdsched: LOG:  execute _pg3_0: UPDATE t SET y = 1\n"
+        "@100.003 [1] user=a app=herdsched: LOG:  statement: COMMIT\n"
+        "@100.500 [2] user=b app=herdsched: LOG:  statement: SELECT 1\n"
+        "@100.600 [3] user=c app=herdsched: LOG:  statement: SELECT 1\n"  # not a host of the case
+        "@101.000 [4] user= app=herdsched: LOG:  checkpoint starting: time\n"
+        "@110.000 [1] user=a app=herdsched: LOG:  statement: SELECT 2\n",  # at the window's end
         encoding="utf-8",
     )
     counts = count_statements(log, 100.0, 110.0, {"a", "b"})
