@@ -171,6 +171,7 @@ class Scale:
     lateness_settle: float  # quiet seconds that end the wait for the window's last runs
     burst_schedules: int
     burst_lead: float  # seconds from registering the burst to its due time (covers setup)
+    burst_lead_database: float  # the same for the postgres variants (setup is much slower)
     idle_schedules: int
     idle_seconds: float
     idle_settle: float  # seconds between start() and the measured window
@@ -218,6 +219,7 @@ QUICK = Scale(
     lateness_settle=0.2,
     burst_schedules=50,
     burst_lead=0.5,
+    burst_lead_database=3.0,
     idle_schedules=200,
     idle_seconds=1.0,
     idle_settle=0.1,
@@ -260,6 +262,7 @@ FULL = Scale(
     lateness_settle=1.0,
     burst_schedules=10_000,
     burst_lead=3.0,
+    burst_lead_database=90.0,
     idle_schedules=10_000,
     idle_seconds=120.0,
     idle_settle=2.0,

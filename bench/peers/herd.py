@@ -126,7 +126,8 @@ def burst(variant: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
     count = params["burst_schedules"]
     timeout = params["case_timeout"]
     finished = Countdown(count)
-    due_wall = time.time() + params["burst_lead"]
+    lead = params["burst_lead_database" if variant.get("database") else "burst_lead"]
+    due_wall = time.time() + lead
     due = datetime.fromtimestamp(due_wall, timezone.utc)
     scheduler = _scheduler(variant, params)
     scheduler.add_agent(
