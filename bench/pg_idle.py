@@ -8,7 +8,8 @@ existing server (``HERDSCHED_BENCH_PG_DSN``) the log is out of reach and the dat
 shared: only the transaction counter is given, and it counts every session of that database.
 
 A *query* is a statement other than ``BEGIN``, ``COMMIT`` or ``ROLLBACK``; the statements
-including those are given too. Figures are per ``max_sleep`` (the window divided by it).
+including those, and the transactions they make, are given too. Figures are per ``max_sleep``
+(the window divided by it).
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ class IdleWindow:
                 "leader": bool(w.get("leader")),
                 "statements": counts[w["app"]].statements,
                 "queries": counts[w["app"]].queries,
+                "transactions": counts[w["app"]].transactions,
             }
             for w in workers
         ]
@@ -121,5 +123,11 @@ class IdleWindow:
                 result[f"{role}_statements_per_max_sleep"] = (
                     max(h["statements"] for h in of_role) / periods
                 )
+                result[f"{role}_transactions_per_max_sleep"] = (
+                    max(h["transactions"] for h in of_role) / periods
+                )
         result["max_queries_per_max_sleep"] = max(h["queries"] for h in per_host) / periods
+        result["max_transactions_per_max_sleep"] = (
+            max(h["transactions"] for h in per_host) / periods
+        )
         return result

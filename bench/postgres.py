@@ -55,10 +55,11 @@ _AS_POSTGRES = hasattr(os, "geteuid") and os.geteuid() == 0
 #: every log line starts with the epoch time, the process id, the user and the application name
 _LOG_PREFIX = "@%n [%p] user=%u app=%a: "
 _LOG_LINE = re.compile(
-    r"^@(?P<at>\d+\.\d+) \[\d+\] user=(?P<user>\S*) app=[^:]*: LOG:\s+(?P<msg>.*)"
+    r"^@(?P<at>\d+\.\d+) \[(?P<pid>\d+)\] user=(?P<user>\S*) app=[^:]*: LOG:\s+(?P<msg>.*)"
 )
 _STATEMENT = re.compile(r"^(?:statement: |execute [^:]*: )(?P<sql>.*)")
 _TRANSACTION_CONTROL = re.compile(r"^\s*(BEGIN|COMMIT|ROLLBACK|START TRANSACTION)\b", re.I)
+_TRANSACTION_START = re.compile(r"^\s*(BEGIN|START TRANSACTION)\b", re.I)
 
 
 def server_binaries() -> Path | None:
@@ -236,10 +237,11 @@ def database_transactions(dsn: str) -> int:
 
 @dataclass
 class StatementCount:
-    """Statements one application sent in a window, read from the server's log."""
+    """Statements one host sent in a window, read from the server's log."""
 
     statements: int = 0
     transaction_control: int = 0  # BEGIN, COMMIT, ROLLBACK among them
+    transactions: int = 0  # each BEGIN ... COMMIT, and each statement outside one
 
     @property
     def queries(self) -> int:
@@ -249,22 +251,32 @@ class StatementCount:
 def count_statements(
     log: Path, start: float, end: float, users: set[str]
 ) -> dict[str, StatementCount]:
-    """Per database user: the statements logged between ``start`` and ``end`` (epoch s)."""
+    """Per database user: the statements logged between ``start`` and ``end`` (epoch s), and
+    the transactions they make (a session is inside one from ``BEGIN`` to ``COMMIT``)."""
     counts = {user: StatementCount() for user in users}
+    open_sessions: set[str] = set()  # server process ids inside a transaction
     with log.open(encoding="utf-8", errors="replace") as handle:
         for line in handle:
             match = _LOG_LINE.match(line)
             if not match or match["user"] not in counts:
                 continue
-            if not start <= float(match["at"]) < end:
-                continue
             statement = _STATEMENT.match(match["msg"])
             if statement is None:
                 continue
+            sql, pid = statement["sql"], match["pid"]
+            control = _TRANSACTION_CONTROL.match(sql) is not None
+            began = pid in open_sessions or _TRANSACTION_START.match(sql) is not None
+            if _TRANSACTION_START.match(sql):
+                open_sessions.add(pid)
+            elif control:
+                open_sessions.discard(pid)
+            if not start <= float(match["at"]) < end:
+                continue
             count = counts[match["user"]]
             count.statements += 1
-            if _TRANSACTION_CONTROL.match(statement["sql"]):
-                count.transaction_control += 1
+            count.transaction_control += control
+            if _TRANSACTION_START.match(sql) or not began:
+                count.transactions += 1
     return counts
 
 

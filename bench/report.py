@@ -82,9 +82,11 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("max_sleep", "max_sleep s", "s1"),
         ("leader_queries_per_max_sleep", "leader queries/max_sleep", "f2"),
         ("standby_queries_per_max_sleep", "standby queries/max_sleep", "f2"),
+        ("leader_transactions_per_max_sleep", "leader xacts/max_sleep", "f2"),
+        ("standby_transactions_per_max_sleep", "standby xacts/max_sleep", "f2"),
         ("leader_statements_per_max_sleep", "leader stmts/max_sleep", "f2"),
         ("standby_statements_per_max_sleep", "standby stmts/max_sleep", "f2"),
-        ("db_tx_per_max_sleep_per_host", "db xacts/max_sleep/host", "f2"),
+        ("db_tx_per_max_sleep_per_host", "db counter xacts/max_sleep/host", "f2"),
         ("cpu_s", "CPU s (busiest)", "s"),
     ],
 }
@@ -342,11 +344,10 @@ def _postgres_targets(rows: dict[str, dict[str, Row]], add: Callable[..., None])
             f"idle on PostgreSQL <= 1 query per max_sleep per host ({row_label(key)})",
             [
                 _get(rows, "pg-idle", key, "max_queries_per_max_sleep"),
-                _get(rows, "pg-idle", key, "db_tx_per_max_sleep_per_host"),
+                _get(rows, "pg-idle", key, "max_transactions_per_max_sleep"),
             ],
             lambda q, _: q <= 1.0,
-            "busiest host {0:.2f} queries per max_sleep (database: {1:.2f} transactions per "
-            "max_sleep per host)",
+            "busiest host {0:.2f} queries ({1:.2f} transactions) per max_sleep",
         )
 
 

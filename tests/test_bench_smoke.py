@@ -340,7 +340,8 @@ def test_statements_are_counted_per_database_user_within_the_window(tmp_path: Pa
         2,
         2,
     )
-    assert (counts["b"].statements, counts["b"].queries) == (1, 1)
+    assert counts["a"].transactions == 1  # BEGIN ... COMMIT
+    assert (counts["b"].statements, counts["b"].queries, counts["b"].transactions) == (1, 1, 1)
 
 
 def test_sqlalchemy_url_keeps_every_connection_parameter() -> None:
@@ -360,11 +361,11 @@ def test_postgres_targets_appear_when_the_store_was_measured() -> None:
         "pg-idle": {
             "herdsched-postgres|1": {
                 "max_queries_per_max_sleep": 1.0,
-                "db_tx_per_max_sleep_per_host": 1.0,
+                "max_transactions_per_max_sleep": 1.0,
             },
             "herdsched-postgres|3": {
                 "max_queries_per_max_sleep": 1.5,
-                "db_tx_per_max_sleep_per_host": 1.2,
+                "max_transactions_per_max_sleep": 1.2,
             },
         },
     }
