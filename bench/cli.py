@@ -1,6 +1,8 @@
 """``python -m bench --quick|--full [--plot]``: run the scenarios and print the report.
 
 ``--fleet-seconds``, ``--fleet-agents`` and ``--repeat-fleet`` size the agent fleet (scenario 6).
+``--postgres`` adds the PostgreSQL variants (burst, lateness and scenario 7, idle queries) on a
+throwaway server, or on the one ``HERDSCHED_BENCH_PG_DSN`` names.
 
 Progress goes to stderr, the report to stdout. ``--json`` keeps the raw figures (every run, with
 the lateness quantiles) and ``--from-json`` prints the report (and plot) again from such a file.
@@ -21,7 +23,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench.config import FULL, QUICK, SCENARIOS, VARIANTS, Scale, missing_libraries
+from bench.config import FULL, QUICK, SCENARIOS, VARIANTS, Scale
 from bench.plot import plot_lateness
 from bench.report import render, row_label
 from bench.runner import REPO_ROOT, Runner
@@ -81,7 +83,7 @@ def machine_description() -> dict[str, str]:
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "libraries": ", ".join(
             f"{name} {_version(name)}"
-            for name in ("herdsched", "APScheduler", "schedule", "SQLAlchemy", "PyYAML")
+            for name in ("herdsched", "APScheduler", "schedule", "SQLAlchemy", "PyYAML", "psycopg")
         ),
     }
 
@@ -107,6 +109,11 @@ def _parser() -> argparse.ArgumentParser:
         choices=sorted(VARIANTS),
         metavar="VARIANT",
         help=f"run only these variants ({', '.join(VARIANTS)})",
+    )
+    parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="also run the PostgreSQL variants (a throwaway server, or HERDSCHED_BENCH_PG_DSN)",
     )
     parser.add_argument("--repeat", type=int, help="runs of burst, cold start and state updates")
     parser.add_argument(
@@ -175,21 +182,26 @@ def main(argv: list[str] | None = None) -> int:
             repeat=args.repeat,
             repeat_long=args.repeat_long,
             keep=args.keep,
+            postgres=args.postgres,
             progress=_progress,
         )
+        scenarios = args.only or list(SCENARIOS)
         meta = {
             "scale": scale.name,
             "params": runner.params,
             "repeat": runner.repeat,
             "repeat_long": runner.repeat_long,
             "machine": machine_description(),
-            "skipped": [f"{k} (needs {m})" for k, m in sorted(missing_libraries().items())],
+            "skipped": runner.skipped(scenarios),
             "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "source": args.source or _source(),
         }
         began = time.monotonic()
         try:
-            results = runner.run(args.only or list(SCENARIOS))
+            results = runner.run(scenarios)
+            if runner.database is not None:
+                where = "throwaway server" if runner.database.own else "HERDSCHED_BENCH_PG_DSN"
+                meta["postgres"] = f"PostgreSQL {runner.database.version} ({where})"
         finally:
             runner.close()
         meta["seconds"] = round(time.monotonic() - began, 1)

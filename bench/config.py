@@ -27,6 +27,9 @@ class Variant:
     label: str
     persistent: bool
     options: dict[str, Any] = field(default_factory=dict)
+    #: "postgres": the variant needs a PostgreSQL server (the runner provides one) and runs
+    #: only when asked for (``--postgres`` or named in ``--variants``)
+    database: str | None = None
 
     @property
     def is_herdsched(self) -> bool:
@@ -39,6 +42,7 @@ class Variant:
             "label": self.label,
             "persistent": self.persistent,
             "options": dict(self.options),
+            "database": self.database,
         }
 
 
@@ -61,6 +65,20 @@ HERD_YAML_NOPOLL = Variant(
 APS_MEM = Variant("aps-mem", "apscheduler", "APScheduler 3, MemoryJobStore", False)
 APS_SQLITE = Variant("aps-sqlite", "apscheduler", "APScheduler 3, SQLAlchemyJobStore/SQLite", True)
 SCHEDULE = Variant("schedule", "schedule", "schedule (in memory, one thread)", False)
+HERD_POSTGRES = Variant(
+    "herdsched-postgres",
+    "herdsched",
+    "herdsched, PostgreSQL store",
+    True,
+    database="postgres",
+)
+APS_POSTGRES = Variant(
+    "aps-postgres",
+    "apscheduler",
+    "APScheduler 3, SQLAlchemyJobStore/PostgreSQL",
+    True,
+    database="postgres",
+)
 
 VARIANTS: dict[str, Variant] = {
     v.key: v
@@ -72,15 +90,18 @@ VARIANTS: dict[str, Variant] = {
         APS_MEM,
         APS_SQLITE,
         SCHEDULE,
+        HERD_POSTGRES,
+        APS_POSTGRES,
     )
 }
 
 _MAIN = ("herdsched-mem", "herdsched-yaml", "aps-mem", "aps-sqlite", "schedule")
+_POSTGRES = ("herdsched-postgres", "aps-postgres")
 
 #: scenario key → (title, the variants it fits, in table order)
 SCENARIOS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "lateness": ("1. Firing lateness", _MAIN),
-    "burst": ("2. Burst dispatch", _MAIN),
+    "lateness": ("1. Firing lateness", _MAIN + _POSTGRES),
+    "burst": ("2. Burst dispatch", _MAIN + _POSTGRES),
     "idle": (
         "3. Idle cost",
         (
@@ -96,6 +117,7 @@ SCENARIOS: dict[str, tuple[str, tuple[str, ...]]] = {
     "cold": ("4. Cold start and memory", _MAIN),
     "state": ("5. Durable state updates", ("herdsched-yaml", "aps-sqlite")),
     "fleet": ("6. Agent fleet", ("herdsched-mem", "herdsched-yaml", "aps-mem", "aps-sqlite")),
+    "pg-idle": ("7. Idle queries on PostgreSQL", _POSTGRES),
 }
 
 #: variant key → modules it needs beyond herdsched itself
@@ -105,6 +127,8 @@ _REQUIRES: dict[str, tuple[str, ...]] = {
     "aps-mem": ("apscheduler",),
     "aps-sqlite": ("apscheduler", "sqlalchemy"),
     "schedule": ("schedule",),
+    "herdsched-postgres": ("psycopg", "herdsched.store.postgres"),
+    "aps-postgres": ("apscheduler", "sqlalchemy", "psycopg"),
 }
 
 
@@ -127,6 +151,7 @@ def missing_libraries() -> dict[str, str]:
 
 
 def available_variants(keys: tuple[str, ...]) -> list[Variant]:
+    """The variants among ``keys`` whose libraries are installed."""
     missing = missing_libraries()
     return [VARIANTS[k] for k in keys if k not in missing]
 
@@ -146,6 +171,7 @@ class Scale:
     lateness_settle: float  # quiet seconds that end the wait for the window's last runs
     burst_schedules: int
     burst_lead: float  # seconds from registering the burst to its due time (covers setup)
+    burst_lead_database: float  # the same for the postgres variants (setup is much slower)
     idle_schedules: int
     idle_seconds: float
     idle_settle: float  # seconds between start() and the measured window
@@ -167,11 +193,18 @@ class Scale:
     fleet_max_concurrent: int  # per agent; APScheduler's pool is agents x this
     fleet_seed: int
     fleet_repeat: int  # runs of the fleet scenario
+    pg_idle_schedules: int  # schedules next due in an hour
+    pg_idle_seconds: float  # the measured window
+    pg_idle_settle: float  # seconds from the last host's start to the window's start
+    pg_idle_max_sleep: float  # the schedulers' max_sleep: the unit queries are counted in
+    pg_idle_hosts: tuple[int, ...]  # scheduler processes on one namespace: a leader + standbys
     case_timeout: float  # seconds before a case is abandoned and reported as failed
     concurrent_cases: bool  # run the variants of a scenario side by side (smoke runs only)
 
     def as_params(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "name"}
+        params = {k: v for k, v in self.__dict__.items() if k != "name"}
+        params.update(pg_idle_hosts=list(self.pg_idle_hosts))
+        return params
 
 
 QUICK = Scale(
@@ -186,6 +219,7 @@ QUICK = Scale(
     lateness_settle=0.2,
     burst_schedules=50,
     burst_lead=0.5,
+    burst_lead_database=3.0,
     idle_schedules=200,
     idle_seconds=1.0,
     idle_settle=0.1,
@@ -207,6 +241,11 @@ QUICK = Scale(
     fleet_max_concurrent=2,
     fleet_seed=16,
     fleet_repeat=1,
+    pg_idle_schedules=20,
+    pg_idle_seconds=3.0,
+    pg_idle_settle=1.0,
+    pg_idle_max_sleep=1.0,
+    pg_idle_hosts=(1, 3),
     case_timeout=60.0,
     concurrent_cases=True,
 )
@@ -223,6 +262,7 @@ FULL = Scale(
     lateness_settle=1.0,
     burst_schedules=10_000,
     burst_lead=3.0,
+    burst_lead_database=90.0,
     idle_schedules=10_000,
     idle_seconds=120.0,
     idle_settle=2.0,
@@ -244,6 +284,11 @@ FULL = Scale(
     fleet_max_concurrent=2,
     fleet_seed=16,
     fleet_repeat=3,
+    pg_idle_schedules=100,
+    pg_idle_seconds=150.0,
+    pg_idle_settle=10.0,
+    pg_idle_max_sleep=10.0,
+    pg_idle_hosts=(1, 3),
     case_timeout=900.0,
     concurrent_cases=False,
 )

@@ -75,11 +75,27 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("cpu_s", "CPU s", "s"),
         ("cpu_per_run_ms", "CPU ms/run", "ms"),
     ],
+    "pg-idle": [
+        ("hosts", "hosts", "int"),
+        ("leaders", "leading", "int"),
+        ("seconds", "window s", "s1"),
+        ("max_sleep", "max_sleep s", "s1"),
+        ("leader_queries_per_max_sleep", "leader queries/max_sleep", "f2"),
+        ("standby_queries_per_max_sleep", "standby queries/max_sleep", "f2"),
+        ("leader_transactions_per_max_sleep", "leader xacts/max_sleep", "f2"),
+        ("standby_transactions_per_max_sleep", "standby xacts/max_sleep", "f2"),
+        ("leader_statements_per_max_sleep", "leader stmts/max_sleep", "f2"),
+        ("standby_statements_per_max_sleep", "standby stmts/max_sleep", "f2"),
+        ("db_tx_per_max_sleep_per_host", "db counter xacts/max_sleep/host", "f2"),
+        ("cpu_s", "CPU s (busiest)", "s"),
+    ],
 }
 
 #: scenario → (field, herdsched row, peer row, better when) for the ratio table
 RATIOS: dict[str, list[tuple[str, str, str, str]]] = {
     "lateness": [
+        ("p99_ms", "herdsched-postgres", "herdsched-yaml", "lower"),
+        ("p99_ms", "herdsched-postgres", "aps-postgres", "lower"),
         ("p99_ms", "herdsched-yaml", "aps-mem", "lower"),
         ("p99_ms", "herdsched-yaml", "aps-sqlite", "lower"),
         ("p99_ms", "herdsched-mem", "aps-mem", "lower"),
@@ -91,6 +107,7 @@ RATIOS: dict[str, list[tuple[str, str, str, str]]] = {
         ("cpu_per_run_us", "herdsched-mem", "aps-mem", "lower"),
     ],
     "burst": [
+        ("done_s", "herdsched-postgres", "aps-postgres", "lower"),
         ("done_s", "herdsched-yaml", "aps-sqlite", "lower"),
         ("done_s", "herdsched-yaml", "aps-mem", "lower"),
         ("done_s", "herdsched-mem", "aps-mem", "lower"),
@@ -170,7 +187,8 @@ def aggregate(runs: list[dict[str, Any]]) -> Row:
         row["quantiles_ms"] = with_p99[len(with_p99) // 2].get("quantiles_ms", [])
     if "seconds" in row and "cpu_s" in row and row.get("seconds"):
         row["cpu_pct"] = 100.0 * row["cpu_s"] / row["seconds"]
-        row["wakeups_per_min"] = 60.0 * row["wakeups"] / row["seconds"]
+        if row.get("wakeups") is not None:
+            row["wakeups_per_min"] = 60.0 * row["wakeups"] / row["seconds"]
     if "expected_runs" in row and row.get("runs"):
         row["cpu_per_run_us"] = 1e6 * row["cpu_s"] / row["runs"]
     if "rss_per_schedule_b" in row:
@@ -193,6 +211,8 @@ def _fmt(value: Any, kind: str) -> str:
         return f"{value:.1f}"
     if kind == "f1":
         return f"{value:,.1f}"
+    if kind == "f2":
+        return f"{value:,.2f}"
     if kind == "f3":
         return f"{value:.3f}"
     raise ValueError(f"unknown format {kind!r}")
@@ -293,7 +313,42 @@ def evaluate_targets(rows: dict[str, dict[str, Row]]) -> list[Target]:
             lambda p99, threads, budget: p99 < FLEET_P99_GOAL_MS and threads <= budget,
             "p99 {0:.1f} ms, peak {1:.0f} threads, budget {2:.0f}",
         )
+    if any("herdsched-postgres" in key for by_key in rows.values() for key in by_key):
+        _postgres_targets(rows, add)
     return targets
+
+
+def _postgres_targets(rows: dict[str, dict[str, Row]], add: Callable[..., None]) -> None:
+    """Issue 18's targets for the PostgreSQL store (given when it was measured)."""
+    add(
+        "durable burst (PostgreSQL store) >= 5x faster than APScheduler + PostgreSQL",
+        [
+            _get(rows, "burst", "herdsched-postgres", "done_s"),
+            _get(rows, "burst", "aps-postgres", "done_s"),
+        ],
+        lambda h, p: p >= 5 * h,
+        "{0:.3f} s vs {1:.3f} s",
+    )
+    add(
+        "lateness p99 (PostgreSQL store) <= 2x herdsched's YAML store",
+        [
+            _get(rows, "lateness", "herdsched-postgres", "p99_ms"),
+            _get(rows, "lateness", "herdsched-yaml", "p99_ms"),
+        ],
+        lambda h, y: h <= 2 * y,
+        "{0:.1f} ms vs {1:.1f} ms",
+    )
+    idle = sorted(k for k in rows.get("pg-idle", {}) if k.startswith("herdsched-postgres|"))
+    for key in idle or ["herdsched-postgres|1"]:
+        add(
+            f"idle on PostgreSQL <= 1 query per max_sleep per host ({row_label(key)})",
+            [
+                _get(rows, "pg-idle", key, "max_queries_per_max_sleep"),
+                _get(rows, "pg-idle", key, "max_transactions_per_max_sleep"),
+            ],
+            lambda q, _: q <= 1.0,
+            "busiest host {0:.2f} queries ({1:.2f} transactions) per max_sleep",
+        )
 
 
 def evaluate_checks(rows: dict[str, dict[str, Row]]) -> list[Target]:
@@ -349,7 +404,11 @@ def render(results: Results, meta: dict[str, Any]) -> str:
         out.append(f"  {name}: {value}")
     if meta.get("skipped"):
         out.append("  not installed, skipped: " + ", ".join(meta["skipped"]))
+    if meta.get("postgres"):
+        out.append(f"  postgres: {meta['postgres']}")
     for scenario, by_key in rows.items():
+        if not by_key:
+            continue
         out.append("")
         out.append(f"## {SCENARIOS[scenario][0]}")
         out.append("")

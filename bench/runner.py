@@ -1,12 +1,18 @@
 """Runs the scenarios: one fresh worker process per case, collecting figures per variant.
 
 Results have the shape ``{scenario: {row key: [figures of run 1, run 2, ...]}}``; a row key is a
-variant key, or ``"<variant>|<processes>"`` for the state-update scenario. A case that fails or
-times out is kept as ``{"ok": False, "error": ...}`` so the report shows it instead of hiding it.
+variant key, or ``"<variant>|<processes>"`` for the state-update and PostgreSQL idle scenarios.
+A case that fails or times out is kept as ``{"ok": False, "error": ...}`` so the report shows it
+instead of hiding it.
+
+The postgres variants run only when asked for (``postgres=True`` or named in ``variants``);
+then the runner starts a throwaway PostgreSQL server for the whole run, or uses
+``HERDSCHED_BENCH_PG_DSN`` (see :mod:`bench.postgres`), and gives every case a fresh namespace.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -20,8 +26,10 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from bench.config import SCENARIOS, Scale, Variant, available_variants
+from bench.config import SCENARIOS, VARIANTS, Scale, Variant, missing_libraries
 from bench.peers.common import READY_LINE
+from bench.pg_idle import IdleWindow, pg_idle_database
+from bench.postgres import BenchDatabase, bench_database, unique_name
 from bench.worker import RESULT_PREFIX
 
 __all__ = ["REPO_ROOT", "Runner"]
@@ -108,9 +116,13 @@ class Runner:
         repeat: int | None = None,
         repeat_long: int | None = None,
         keep: bool = False,
+        postgres: bool = False,
         progress: Callable[[str], None] | None = None,
     ) -> None:
         self.scale = scale
+        self.postgres = postgres
+        self.database: BenchDatabase | None = None
+        self._database_context = contextlib.ExitStack()
         self.repeat = repeat if repeat is not None else scale.repeat
         self.repeat_long = repeat_long if repeat_long is not None else scale.repeat_long
         self.only_variants = set(variants) if variants else None
@@ -126,11 +138,50 @@ class Runner:
 
     # ------------------------------------------------------------------------------ plumbing
 
+    def wanted(self, scenario: str) -> list[Variant]:
+        """The scenario's variants this run asks for, installed or not: ``variants`` when
+        given (plus the postgres ones with ``postgres``), else all but the postgres ones
+        (unless ``postgres``)."""
+        chosen = [VARIANTS[k] for k in SCENARIOS[scenario][1]]
+        return [
+            v
+            for v in chosen
+            if (self.postgres and v.database is not None)
+            or (v.key in self.only_variants if self.only_variants is not None else not v.database)
+        ]
+
     def variants(self, scenario: str) -> list[Variant]:
-        chosen = available_variants(SCENARIOS[scenario][1])
-        if self.only_variants is not None:
-            chosen = [v for v in chosen if v.key in self.only_variants]
-        return chosen
+        """The wanted variants whose libraries are installed."""
+        missing = missing_libraries()
+        return [v for v in self.wanted(scenario) if v.key not in missing]
+
+    def skipped(self, scenarios: Iterable[str]) -> list[str]:
+        """The wanted variants that cannot run, each with the module it lacks."""
+        missing = missing_libraries()
+        keys = {v.key for scenario in scenarios for v in self.wanted(scenario)}
+        return [f"{key} (needs {missing[key]})" for key in sorted(keys & set(missing))]
+
+    def _open_database(self, scenarios: list[str]) -> None:
+        """Start (or reach) the PostgreSQL server when a chosen variant needs one."""
+        if self.database is not None:
+            return
+        if any(v.database for scenario in scenarios for v in self.variants(scenario)):
+            self.progress("PostgreSQL: starting a throwaway server (or HERDSCHED_BENCH_PG_DSN) ...")
+            self.database = self._database_context.enter_context(bench_database())
+            self.params["pg_dsn"] = self.database.dsn
+            self.params["pg_log"] = self.database.own
+            self.params["pg_server"] = self.database.version
+            where = "a throwaway server" if self.database.own else "HERDSCHED_BENCH_PG_DSN"
+            self.progress(f"PostgreSQL {self.database.version} on {where}")
+
+    def _pg_case(self, variant: Variant, scenario: str, run: int, host: int = 0) -> dict[str, Any]:
+        """A postgres case's own namespace (or APScheduler table) and connection name."""
+        if not variant.database:
+            return {}
+        return {
+            "pg_namespace": unique_name(f"bench_{scenario.replace('-', '_')}_{run}"),
+            "pg_app": f"{variant.key}-{run}-{host}",
+        }
 
     def _case_dir(self, *parts: object) -> Path:
         path = self.workdir.joinpath("-".join(str(p) for p in parts))
@@ -162,16 +213,22 @@ class Runner:
         self.progress(f"  {scenario:<8} {key:<24} {status}")
 
     def close(self) -> None:
+        self._database_context.close()
+        self.database = None
         if self._own_workdir and not self.keep:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     # ----------------------------------------------------------------------------- scenarios
 
     def run(self, scenarios: Iterable[str]) -> Results:
+        """The scenarios that have a variant to run, in order (the server is started first
+        when a postgres variant is among them)."""
+        chosen = [s for s in scenarios if self.variants(s)]
+        self._open_database(chosen)
         results: Results = {}
-        for scenario in scenarios:
+        for scenario in chosen:
             self.progress(f"{SCENARIOS[scenario][0]} ...")
-            results[scenario] = getattr(self, f"_{scenario}")()
+            results[scenario] = getattr(self, f"_{scenario.replace('-', '_')}")()
         return results
 
     def _each(
@@ -206,7 +263,8 @@ class Runner:
 
     def _simple(self, scenario: str, phase: str, repeat: int) -> dict[str, list[dict[str, Any]]]:
         def case(variant: Variant, run: int) -> dict[str, dict[str, Any]]:
-            result = self._run(variant, phase, self._case_dir(scenario, variant.key, run))
+            case_dir = self._case_dir(scenario, variant.key, run)
+            result = self._run(variant, phase, case_dir, **self._pg_case(variant, scenario, run))
             return {variant.key: result}
 
         return self._repeat(scenario, repeat, case)
@@ -288,3 +346,51 @@ class Runner:
             "late_start_s": max(float(w.get("late_start_s", 0.0)) for w in workers),
             "state_bytes": prepared.get("state_bytes"),
         }
+
+    def _pg_idle(self) -> dict[str, list[dict[str, Any]]]:
+        """Each case alone (the database's transaction counter, the cross-check, counts every
+        session): herdsched with one host and with a leader and standbys, APScheduler alone
+        (it cannot share a job store between schedulers)."""
+        rows: dict[str, list[dict[str, Any]]] = {}
+        for run in range(self.repeat_long):
+            for variant in self.variants("pg-idle"):
+                for hosts in self.scale.pg_idle_hosts if variant.is_herdsched else (1,):
+                    key = f"{variant.key}|{hosts}"
+                    result = self._pg_idle_case(variant, hosts, run)
+                    rows.setdefault(key, []).append(result)
+                    self._note("pg-idle", key, result)
+        return rows
+
+    def _pg_idle_case(self, variant: Variant, hosts: int, run: int) -> dict[str, Any]:
+        """``hosts`` processes on one namespace, started one after another (the first leads);
+        the statements each sends within the window, counted from the server's log."""
+        assert self.database is not None
+        case_dir = self._case_dir("pg-idle", variant.key, hosts, run)
+        namespace = self._pg_case(variant, "pg-idle", run)["pg_namespace"]
+        with pg_idle_database(self.database, namespace, hosts) as database:
+            cases: list[_Case] = []
+            for user, dsn in database.hosts:
+                extra = {"pg_namespace": namespace, "pg_app": user, "pg_dsn": dsn}
+                case = self._start(variant, "pg_idle", case_dir, interactive=True, **extra)
+                cases.append(case)
+                if not case.wait_ready():  # it died: finish() says why
+                    return self._abandon(cases)
+            start = time.time() + self.scale.pg_idle_settle
+            for case in cases:
+                case.send(f"{start!r}\n")
+            window = IdleWindow(database.dsn, start, start + self.scale.pg_idle_seconds)
+            window.watch()
+            workers = [case.finish() for case in cases]
+        failed = [w for w in workers if not w.get("ok")]
+        if failed:
+            return failed[0]
+        return window.result(workers, self.database.log, self.scale.pg_idle_max_sleep)
+
+    @staticmethod
+    def _abandon(cases: list[_Case]) -> dict[str, Any]:
+        """End the hosts started before the last one, which died: its failure is the result."""
+        failed = cases[-1].finish()
+        for case in cases[:-1]:
+            case.process.kill()
+            case.finish()
+        return failed

@@ -7,6 +7,7 @@ rows; it never asserts anything about speed (machines differ, CI is noisy).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -293,3 +294,141 @@ def test_run_path_measures_every_round_through_the_public_api(persistent: bool) 
     passes, runs = measure(persistent, schedules=20, rounds=3)
     assert len(passes) == len(runs) == 3
     assert all(value > 0 for value in passes + runs)
+
+
+def test_postgres_variants_run_only_when_asked_for(tmp_path: Path) -> None:
+    from bench.config import QUICK
+    from bench.runner import Runner
+
+    def keys(**options: Any) -> list[str]:
+        runner = Runner(QUICK, workdir=tmp_path, **options)
+        return [v.key for v in runner.wanted("burst")]
+
+    assert "herdsched-postgres" not in keys()
+    assert "aps-postgres" not in keys()
+    assert keys(postgres=True)[-2:] == ["herdsched-postgres", "aps-postgres"]
+    assert keys(variants=["aps-postgres", "aps-mem"]) == ["aps-mem", "aps-postgres"]
+    assert keys(variants=["aps-mem"], postgres=True) == [
+        "aps-mem",
+        "herdsched-postgres",
+        "aps-postgres",
+    ]
+    assert Runner(QUICK, workdir=tmp_path).wanted("pg-idle") == []
+
+
+def test_statements_are_counted_per_database_user_within_the_window(tmp_path: Path) -> None:
+    from bench.postgres import count_statements
+
+    log = tmp_path / "server.log"
+    log.write_text(
+        "@99.000 [1] user=a app=herdsched: LOG:  statement: SELECT 0\n"  # before the window
+        "@100.000 [1] user=a app=herdsched: LOG:  statement: BEGIN\n"
+        "@100.001 [1] user=a app=herdsched: LOG:  execute <unnamed>: SELECT lease FROM t\n"
+        "\tWHERE x = $1\n"  # a statement's second line
+        "@100.001 [1] user=a app=herdsched: DETAIL:  parameters: $1 = 'x'\n"
+        "@100.002 [1] user=a app=herdsched: LOG:  execute _pg3_0: UPDATE t SET y = 1\n"
+        "@100.003 [1] user=a app=herdsched: LOG:  statement: COMMIT\n"
+        "@100.500 [2] user=b app=herdsched: LOG:  statement: SELECT 1\n"
+        "@100.600 [3] user=c app=herdsched: LOG:  statement: SELECT 1\n"  # not a host of the case
+        "@101.000 [4] user= app=herdsched: LOG:  checkpoint starting: time\n"
+        "@110.000 [1] user=a app=herdsched: LOG:  statement: SELECT 2\n",  # at the window's end
+        encoding="utf-8",
+    )
+    counts = count_statements(log, 100.0, 110.0, {"a", "b"})
+    assert (counts["a"].statements, counts["a"].transaction_control, counts["a"].queries) == (
+        4,
+        2,
+        2,
+    )
+    assert counts["a"].transactions == 1  # BEGIN ... COMMIT
+    assert (counts["b"].statements, counts["b"].queries, counts["b"].transactions) == (1, 1, 1)
+
+
+def test_sqlalchemy_url_keeps_every_connection_parameter() -> None:
+    from bench.postgres import sqlalchemy_url
+
+    url = sqlalchemy_url("host=db.example port=5433 dbname=app user=u password=p%w sslmode=require")
+    assert url.startswith("postgresql+psycopg://u:p%25w@db.example:5433/app?")
+    assert "sslmode=require" in url
+    url = sqlalchemy_url("postgresql://postgres@127.0.0.1:5432/postgres", application_name="x y")
+    assert url == "postgresql+psycopg://postgres@127.0.0.1:5432/postgres?application_name=x+y"
+
+
+def test_postgres_targets_appear_when_the_store_was_measured() -> None:
+    rows = {
+        "burst": {"herdsched-postgres": {"done_s": 1.0}, "aps-postgres": {"done_s": 6.0}},
+        "lateness": {"herdsched-postgres": {"p99_ms": 9.0}, "herdsched-yaml": {"p99_ms": 4.0}},
+        "pg-idle": {
+            "herdsched-postgres|1": {
+                "max_queries_per_max_sleep": 1.0,
+                "max_transactions_per_max_sleep": 1.0,
+            },
+            "herdsched-postgres|3": {
+                "max_queries_per_max_sleep": 1.5,
+                "max_transactions_per_max_sleep": 1.2,
+            },
+        },
+    }
+    verdicts = {t.name: t.met for t in evaluate_targets(rows)}
+    assert verdicts["durable burst (PostgreSQL store) >= 5x faster than APScheduler + PostgreSQL"]
+    assert verdicts["lateness p99 (PostgreSQL store) <= 2x herdsched's YAML store"] is False
+    idle = "idle on PostgreSQL <= 1 query per max_sleep per host (herdsched, PostgreSQL store, "
+    assert verdicts[idle + "1 process)"] is True
+    assert verdicts[idle + "3 processes)"] is False
+    assert not any("PostgreSQL" in t.name for t in evaluate_targets({"burst": {}}))
+
+
+@pytest.mark.parametrize("key", ["herdsched-postgres", "aps-postgres"])
+def test_postgres_burst_smoke_run(
+    key: str, tmp_path: Path, postgres_dsn: str, pg_namespace: str
+) -> None:
+    """The durable burst of 50 schedules on PostgreSQL, in this process: all ran, durable."""
+    from bench.config import QUICK, VARIANTS, missing_libraries
+    from bench.worker import run_spec
+
+    if key in missing_libraries():
+        pytest.skip(f"{key} needs {missing_libraries()[key]}")
+    params = dict(
+        QUICK.as_params(),
+        workdir=str(tmp_path),
+        pg_dsn=postgres_dsn,
+        pg_namespace=pg_namespace,
+        pg_app="smoke",
+    )
+    result = run_spec({"variant": VARIANTS[key].spec(), "phase": "burst", "params": params})
+    assert result["complete"] is True
+    assert result["jobs"] == QUICK.burst_schedules
+    assert 0 < result["ran_s"] <= result["durable_s"] == result["done_s"] < 30
+    json.dumps(result)
+
+
+@pytest.mark.slow
+def test_quick_run_of_the_postgres_variants(tmp_path: Path) -> None:
+    """Burst, lateness and idle queries on a throwaway server, through the command line."""
+    from bench.config import missing_libraries
+    from bench.postgres import ENV_DSN, server_binaries
+
+    if server_binaries() is None and not os.environ.get(ENV_DSN):
+        pytest.skip("no PostgreSQL server binaries and no HERDSCHED_BENCH_PG_DSN")
+    if "herdsched-postgres" in missing_libraries():
+        pytest.skip("herdsched.store.postgres is not installed")
+    raw = tmp_path / "results.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--postgres", "--variants", "herdsched-yaml",
+         "--only", "burst", "lateness", "pg-idle", "--json", str(raw),
+         "--workdir", str(tmp_path / "work")],
+        cwd=ROOT, capture_output=True, text=True, timeout=110, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    results = json.loads(raw.read_text(encoding="utf-8"))["results"]
+    assert sorted(results["burst"]) == ["aps-postgres", "herdsched-postgres", "herdsched-yaml"]
+    assert sorted(results["pg-idle"]) == [
+        "aps-postgres|1",
+        "herdsched-postgres|1",
+        "herdsched-postgres|3",
+    ]
+    for runs in results["pg-idle"].values():
+        assert all(run["ok"] and run["leaders"] == 1 for run in runs), runs
+        assert all(run["max_queries_per_max_sleep"] is not None for run in runs)
+    assert "## 7. Idle queries on PostgreSQL" in done.stdout
+    assert "idle on PostgreSQL <= 1 query per max_sleep per host" in done.stdout

@@ -1,5 +1,6 @@
 """APScheduler 3 in the benchmark scenarios: ``BackgroundScheduler`` with ``MemoryJobStore``, or
-with ``SQLAlchemyJobStore`` on SQLite (SQLite's defaults: rollback journal, ``synchronous=FULL``).
+with ``SQLAlchemyJobStore`` on SQLite (SQLite's defaults: rollback journal, ``synchronous=FULL``)
+or on PostgreSQL (psycopg 3, the server's durable defaults; a fresh table per case).
 
 Jobs use APScheduler's default thread pool size (10), ``coalesce=True``, ``max_instances=1``
 and ``misfire_grace_time=None`` (a late job still runs, as in herdsched, so lateness is measured
@@ -7,7 +8,8 @@ rather than hidden). Timer wakeups are calls of the scheduler's ``_process_jobs`
 
 Loading thousands of jobs through APScheduler into SQLite costs one fsynced transaction each;
 setup phases therefore load through a second engine with ``PRAGMA synchronous=OFF`` and the
-measured scheduler opens the database with the default, durable settings.
+measured scheduler opens the database with the default, durable settings. On PostgreSQL the
+setup phases load with ``synchronous_commit=off`` for the same reason.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from bench.peers.common import (
     settle_samples,
 )
 from bench.peers.fleet import FleetPlan, FleetRecorder, configure_jobs, cron_every, sleep_for_run
+from bench.postgres import run_sql, sqlalchemy_url
 
 __all__ = [
     "burst",
@@ -46,6 +49,7 @@ __all__ = [
     "lateness",
     "mark_first",
     "noop",
+    "pg_idle",
     "state_prepare",
     "state_worker",
 ]
@@ -129,16 +133,55 @@ def _db_url(params: dict[str, Any]) -> str:
     return f"sqlite:///{Path(params['workdir']) / 'apscheduler.sqlite'}"
 
 
+def _on_postgres(variant: dict[str, Any]) -> bool:
+    return variant.get("database") == "postgres"
+
+
+def _postgres_url(params: dict[str, Any], **settings: str) -> str:
+    """The case's server as a SQLAlchemy URL, its connections named after this process and,
+    when ``pg_log`` is set, every statement logged; ``settings`` are server settings."""
+    options = [f"-c {name}={value}" for name, value in settings.items()]
+    if params.get("pg_log"):
+        options.append("-c log_statement=all")
+    query = {"application_name": params.get("pg_app", "aps-bench")}
+    if options:
+        query["options"] = " ".join(options)
+    return sqlalchemy_url(params["pg_dsn"], **query)
+
+
+def _job_store(variant: dict[str, Any], params: dict[str, Any], *, loading: bool = False) -> Any:
+    """The variant's SQLAlchemyJobStore; ``loading``: through a fast, non-durable connection
+    (only setup phases load that way)."""
+    from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
+    from sqlalchemy import create_engine, event
+
+    if _on_postgres(variant):
+        url = _postgres_url(params, synchronous_commit="off") if loading else _postgres_url(params)
+        return SQLAlchemyJobStore(url=url, tablename=params["pg_namespace"])
+    if not loading:
+        return SQLAlchemyJobStore(url=_db_url(params))
+    engine = create_engine(_db_url(params))
+
+    @event.listens_for(engine, "connect")
+    def _unsynced(dbapi_connection: Any, connection_record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA synchronous=OFF")
+        cursor.close()
+
+    return SQLAlchemyJobStore(engine=engine)
+
+
+def _drop_table(variant: dict[str, Any], params: dict[str, Any]) -> None:
+    """Remove the case's job table from the PostgreSQL server (it may be a shared one)."""
+    if _on_postgres(variant):
+        run_sql(params["pg_dsn"], f'DROP TABLE IF EXISTS "{params["pg_namespace"]}"')
+
+
 def _scheduler(
     variant: dict[str, Any], params: dict[str, Any], executor: Any = None
 ) -> tuple[BackgroundScheduler, list[int]]:
     """A scheduler and its wakeup counter (calls of ``_process_jobs``)."""
-    if variant["persistent"]:
-        from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
-
-        store: Any = SQLAlchemyJobStore(url=_db_url(params))
-    else:
-        store = MemoryJobStore()
+    store = _job_store(variant, params) if variant["persistent"] else MemoryJobStore()
     scheduler = BackgroundScheduler(
         timezone="UTC",
         jobstores={"default": store},
@@ -162,33 +205,22 @@ JobSpec = tuple[str, Callable[..., None], dict[str, Any]]  # id, function, add_j
 def _load(
     variant: dict[str, Any], params: dict[str, Any], scheduler: Any, jobs: Iterable[JobSpec]
 ) -> None:
-    """Put jobs in the scheduler's store: directly for memory, by a fast bulk load for SQLite."""
+    """Put jobs in the scheduler's store: directly for memory, by a fast bulk load for a
+    database."""
     if not variant["persistent"]:
         for job_id, func, kwargs in jobs:
             scheduler.add_job(func, id=job_id, **kwargs)
         return
-    from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
-    from sqlalchemy import create_engine, event
-
-    engine = create_engine(_db_url(params))
-
-    @event.listens_for(engine, "connect")
-    def _unsynced(dbapi_connection: Any, connection_record: Any) -> None:
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA synchronous=OFF")
-        cursor.close()
-
+    store = _job_store(variant, params, loading=True)
     loader = BackgroundScheduler(
-        timezone="UTC",
-        jobstores={"default": SQLAlchemyJobStore(engine=engine)},
-        job_defaults=JOB_DEFAULTS,
+        timezone="UTC", jobstores={"default": store}, job_defaults=JOB_DEFAULTS
     )
     loader._process_jobs = lambda: None  # never run a job, not even while shutting down
     loader.start(paused=True)
     for job_id, func, kwargs in jobs:
         loader.add_job(func, id=job_id, replace_existing=True, **kwargs)
     loader.shutdown(wait=False)
-    engine.dispose()
+    store.engine.dispose()
 
 
 def lateness(variant: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
@@ -209,6 +241,7 @@ def lateness(variant: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
     checks = wakeups[0] - checks
     settle_samples(samples, window.end, params["lateness_settle"])
     scheduler.shutdown(wait=True)
+    _drop_table(variant, params)
     return lateness_result(samples, window, count, cpu, checks)
 
 
@@ -250,6 +283,7 @@ def burst(variant: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
         "wakeups": wakeups[0] - before,
     }
     scheduler.shutdown(wait=True)
+    _drop_table(variant, params)
     return result
 
 
@@ -268,6 +302,25 @@ def idle(variant: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
     checks = wakeups[0] - checks
     scheduler.shutdown(wait=True)
     return {"seconds": elapsed, "wakeups": checks, "cpu_s": cpu}
+
+
+def pg_idle(variant: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """The idle scenario on PostgreSQL (one process: APScheduler 3 cannot share a job store
+    between schedulers): N jobs next due in an hour; the runner counts the statements."""
+    count = params["pg_idle_schedules"]
+    scheduler, wakeups = _scheduler(variant, params)
+    trigger = {"trigger": "interval", "hours": 1}
+    _load(variant, params, scheduler, ((f"s{i}", noop, trigger) for i in range(count)))
+    scheduler.start()
+    start = await_start()
+    checks, cpu = wakeups[0], cpu_seconds()
+    sleep_until(start + params["pg_idle_seconds"])
+    cpu = cpu_seconds() - cpu
+    checks = wakeups[0] - checks
+    time.sleep(0.5)  # the window's last statements reach the server's log
+    scheduler.shutdown(wait=True)
+    _drop_table(variant, params)
+    return {"app": params.get("pg_app"), "leader": True, "wakeups": checks, "cpu_s": cpu}
 
 
 def _fleet_jobs(plan: FleetPlan) -> Iterable[JobSpec]:

@@ -1,4 +1,5 @@
-"""herdsched in the benchmark scenarios: in memory (``state_dir=None``) or with the YAML store.
+"""herdsched in the benchmark scenarios: in memory (``state_dir=None``), with the YAML store, or
+with the PostgreSQL store (a fresh namespace per case on the runner's server).
 
 All schedules belong to one agent whose ``max_concurrent`` equals the peers' worker-pool size,
 so every library has the same number of threads to run jobs on.
@@ -21,6 +22,7 @@ from bench.peers.common import (
     settle_samples,
 )
 from bench.peers.fleet import FleetPlan, FleetRecorder, configure_jobs, cron_every, sleep_for_run
+from bench.postgres import with_connection_options
 from herdsched import Agent, JobStarted, JobSucceeded, Schedule, ThreadedScheduler, TriggerInfo
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "fleet",
     "idle",
     "lateness",
+    "pg_idle",
     "state_prepare",
     "state_worker",
 ]
@@ -45,9 +48,28 @@ def _state_dir(params: dict[str, Any]) -> Path:
     return Path(params["workdir"]) / "herdsched"
 
 
-def _scheduler(variant: dict[str, Any], params: dict[str, Any]) -> ThreadedScheduler:
+def _scheduler(
+    variant: dict[str, Any], params: dict[str, Any], **settings: Any
+) -> ThreadedScheduler:
+    """The variant's scheduler: in memory, on the YAML store, or on the PostgreSQL store."""
+    if variant.get("database") == "postgres":
+        return ThreadedScheduler(
+            state_dir=None, store=_postgres_store(params), **variant["options"], **settings
+        )
     state_dir = _state_dir(params) if variant["persistent"] else None
-    return ThreadedScheduler(state_dir=state_dir, **variant["options"])
+    return ThreadedScheduler(state_dir=state_dir, **variant["options"], **settings)
+
+
+def _postgres_store(params: dict[str, Any]) -> Any:
+    """The PostgreSQL store on the case's namespace, its connections named after this process
+    (``pg_app``) and, when ``pg_log`` is set, every statement logged by the server."""
+    from herdsched.store.postgres import PostgresStateStore
+
+    options = {"application_name": params.get("pg_app", "herdsched-bench")}
+    if params.get("pg_log"):
+        options["options"] = "-c log_statement=all"
+    dsn = with_connection_options(params["pg_dsn"], **options)
+    return PostgresStateStore(dsn, namespace=params["pg_namespace"])
 
 
 def _yaml_store(params: dict[str, Any]) -> Any:
@@ -104,7 +126,8 @@ def burst(variant: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
     count = params["burst_schedules"]
     timeout = params["case_timeout"]
     finished = Countdown(count)
-    due_wall = time.time() + params["burst_lead"]
+    lead = params["burst_lead_database" if variant.get("database") else "burst_lead"]
+    due_wall = time.time() + lead
     due = datetime.fromtimestamp(due_wall, timezone.utc)
     scheduler = _scheduler(variant, params)
     scheduler.add_agent(
@@ -172,6 +195,47 @@ def idle(variant: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
         "cpu_s": cpu,
         "max_sleep": max_sleep,
         "poll_interval": scheduler.poll_interval,
+    }
+
+
+def pg_idle(variant: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """One host of the idle scenario on PostgreSQL: N schedules next due in an hour.
+
+    Every host adds the same agent, as each replica of an app does. The process says it is
+    ready once started (the first host started leads, the others stand by), is given the
+    window's start, and stays until the window is over; the runner counts the statements the
+    server logged for this process's ``application_name`` within the window.
+    """
+    count = params["pg_idle_schedules"]
+    start_at = datetime.now(timezone.utc) + timedelta(hours=1)
+    scheduler = _scheduler(variant, params, max_sleep=params["pg_idle_max_sleep"])
+    scheduler.add_agent(
+        Agent(
+            AGENT,
+            max_concurrent=params["workers"],
+            job=_noop,
+            schedules={f"s{i}": Schedule.interval("1h", start_at=start_at) for i in range(count)},
+        )
+    )
+    scheduler.start()
+    _wait_durable(scheduler, 60)
+    led_at_start = scheduler.is_leader
+    start = await_start()
+    checks, cpu = scheduler.get_state().check_count, cpu_seconds()
+    sleep_until(start + params["pg_idle_seconds"])
+    cpu = cpu_seconds() - cpu
+    checks = scheduler.get_state().check_count - checks
+    leading = scheduler.is_leader
+    time.sleep(0.5)  # the window's last statements reach the server's log
+    scheduler.stop(wait_for_jobs=True, timeout=60)
+    return {
+        "app": params.get("pg_app"),
+        "leader": leading,
+        "led_at_start": led_at_start,
+        "max_sleep": scheduler.max_sleep,
+        "poll_interval": scheduler.poll_interval,
+        "wakeups": checks,
+        "cpu_s": cpu,
     }
 
 
