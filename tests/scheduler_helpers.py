@@ -110,12 +110,15 @@ def trace_on_disk(state_dir: Path, schedule: str) -> tuple[Status, list[str]]:
 
 def fail_next_claim_write(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Make the claim journal's next ``os.write`` fail (ENOSPC) while the returned flag is
-    true; the flag turns false once it has failed."""
+    true; the flag turns false once it has failed.
+
+    ``os`` is one module for the whole process, so only a write of claim lines fails: another
+    thread's write (the lease file, a log) must not take the failure meant for a claim."""
     real_write = os.write
     failing = [False]
 
     def write(fd: int, data: Any) -> int:
-        if failing[0]:
+        if failing[0] and b'"run_at"' in bytes(data):
             failing[0] = False
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_write(fd, data)

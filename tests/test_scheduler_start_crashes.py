@@ -4,6 +4,9 @@ run, so a crash at any moment leaves the run recoverable as interrupted."""
 
 from __future__ import annotations
 
+import errno
+import os
+import threading
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -14,7 +17,6 @@ from scheduler_helpers import (
     T0,
     Blocker,
     crash_copy,
-    fail_next_claim_write,
     trace_on_disk,
     wait_until,
 )
@@ -229,13 +231,23 @@ def test_a_failed_claim_does_not_let_a_later_runs_claim_be_dropped(
             },
         )
     )
-    failing = fail_next_claim_write(monkeypatch)
-    failing[0] = True  # before start: the timer thread's first pass may take f and g itself
+    # every claim append fails until run_pending() returns: the timer thread's first pass may
+    # take f and g itself, and a pass after a failed one may try them again
+    real_write = os.write
+    full = threading.Event()
+    full.set()
+
+    def write(fd: int, data: Any) -> int:
+        if full.is_set() and b'"run_at"' in bytes(data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr("herdsched.store.claims.os.write", write)
     try:
         with sched:
-            sched.run_pending()  # f and g are due: one append, which fails; they do not start
+            sched.run_pending()  # f and g are due: their append fails; they do not start
             assert not jobs["f"].began.is_set() and not jobs["g"].began.is_set()
-            assert not failing[0]
+            full.clear()
             clock.advance(0.1)
             assert sched.trigger("a", "u").success
             assert jobs["u"].began.wait(10)
