@@ -49,6 +49,7 @@ __all__ = [
     "TriggerRequest",
     "check_ttl",
     "leaves_user_intent",
+    "merged_history",
     "newest_first",
 ]
 
@@ -82,6 +83,21 @@ def newest_first(appended: Sequence[RunRecord]) -> list[RunRecord]:
     records = list(reversed(appended))
     records.sort(key=_moment, reverse=True)  # stable: equal moments keep newest-written first
     return records
+
+
+def merged_history(written: Sequence[RunRecord], per_schedule: int, limit: int) -> list[RunRecord]:
+    """The history a store shows from its records in written order (stored, then pending):
+    a later record of a run replaces the earlier one, each schedule keeps its newest
+    ``per_schedule``, and the result is newest first, at most ``limit``."""
+    by_schedule: dict[str, dict[str, RunRecord]] = {}
+    for record in written:
+        runs = by_schedule.setdefault(record.schedule, {})
+        runs.pop(record.run_id, None)
+        runs[record.run_id] = record
+    records = [
+        record for runs in by_schedule.values() for record in list(runs.values())[-per_schedule:]
+    ]
+    return newest_first(records)[:limit]
 
 
 @attrs.frozen

@@ -45,7 +45,7 @@ from herdsched.store.base import (
     RunClaim,
     TriggerRequest,
     check_ttl,
-    newest_first,
+    merged_history,
 )
 from herdsched.store.claims import ClaimJournal
 from herdsched.store.definitions import DefinitionsFile
@@ -594,17 +594,7 @@ class YamlStateStore:
                     for r in self._pending_runs
                     if r.agent == agent and (schedule is None or r.schedule == schedule)
                 ]
-        by_schedule: dict[str, dict[str, RunRecord]] = {}
-        for record in stored + pending:  # appended order; a later record of a run wins
-            runs = by_schedule.setdefault(record.schedule, {})
-            runs.pop(record.run_id, None)
-            runs[record.run_id] = record
-        records = [
-            record
-            for runs in by_schedule.values()
-            for record in list(runs.values())[-self.max_run_history :]
-        ]
-        return newest_first(records)[:limit]
+        return merged_history(stored + pending, self.max_run_history, limit)
 
     # -- definitions created at run time -------------------------------------------------
     def load_definitions(self) -> dict[str, dict[str, dict[str, Any]]]:

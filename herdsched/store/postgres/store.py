@@ -36,7 +36,7 @@ from herdsched.store.base import (
     TriggerRequest,
     check_ttl,
     leaves_user_intent,
-    newest_first,
+    merged_history,
 )
 from herdsched.store.definitions import check_preconditions, merge_definition
 from herdsched.store.lease_rules import log_lost_work
@@ -533,17 +533,7 @@ class PostgresStateStore:
         window = limit + len(pending) if schedule is not None else 1_000_000
         with self._db.transaction(f"read the run history of {agent}") as cursor:
             stored = read_history(cursor, self.namespace, agent, schedule, window)
-        by_schedule: dict[str, dict[str, RunRecord]] = {}
-        for record in stored + pending:  # written order; a later record of a run wins
-            runs = by_schedule.setdefault(record.schedule, {})
-            runs.pop(record.run_id, None)
-            runs[record.run_id] = record
-        records = [
-            record
-            for runs in by_schedule.values()
-            for record in list(runs.values())[-self.max_run_history :]
-        ]
-        return newest_first(records)[:limit]
+        return merged_history(stored + pending, self.max_run_history, limit)
 
     # -- definitions created at run time -------------------------------------------------
     def load_definitions(self) -> dict[str, dict[str, dict[str, Any]]]:
