@@ -12,6 +12,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from scheduler_helpers import T0
 from herdsched import Agent, RunStatus, Schedule, ThreadedScheduler, TriggerInfo
 from herdsched.api import RestApi
 from herdsched.cli import main
+from herdsched.errors import StateError
 from herdsched.runner import new_run_id
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.testing import FakeClock, as_separate_processes
@@ -361,3 +363,24 @@ def test_the_cli_prints_the_run_id_and_history_follows_it(
     assert main(["history", "a/s", "--state-dir", str(tmp_path), "--json"]) == 0
     (done,) = json.loads(capsys.readouterr().out)
     assert (done["run_id"], done["status"]) == (run_id, "success")
+
+
+def test_a_request_the_store_could_not_mark_started_keeps_its_turn(
+    pair: Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed write of the first request's start must not let the next one go first."""
+    leader, standby, jobs, clock = pair
+    given = [standby.trigger("a", "s", prompt=f"p{i}").run_id for i in range(3)]
+    real = leader.store.mark_trigger_started
+    failed: list[str] = []
+
+    def mark_once_failing(run_id: str, at: datetime) -> None:
+        if not failed:
+            failed.append(run_id)
+            raise StateError("disk full for a moment")
+        real(run_id, at)
+
+    monkeypatch.setattr(leader.store, "mark_trigger_started", mark_once_failing)
+    drive(leader, clock, lambda: len(jobs.run_ids) >= 3)
+    assert failed == [given[0]]
+    assert jobs.run_ids == given

@@ -66,8 +66,8 @@ class RunRequests:
                 continue
             if request.started_at is not None:
                 self._close_orphan(request)
-            else:
-                self._try_start(request)
+            elif not self._try_start(request):
+                return  # the store refused to mark it started: later ones wait their turn
 
     def _settle_finished(self) -> None:
         """Remove the requests whose runs ended here, once their records are durable."""
@@ -83,26 +83,27 @@ class RunRequests:
         except Exception as exc:  # retried on the next poll
             core.state_error(exc)
 
-    def _try_start(self, request: TriggerRequest) -> None:
+    def _try_start(self, request: TriggerRequest) -> bool:
         """Start ``request``'s run if its schedule and agent are free; record it skipped if it
-        can never run; otherwise leave it waiting."""
+        can never run; otherwise leave it waiting. ``False`` when it could not be marked
+        started (the store failed): it is retried on the next poll, before any later one."""
         core = self.core
         with core.lock:
             if not core.leading:
-                return
+                return True
             entry, problem = self._entry_for(request)
             if entry is None:
                 run = None
             elif entry.run is not None or core.is_full(core.agents[entry.agent]):
                 self._note_waiting(request, entry)
-                return
+                return True
             else:
                 run = self._prepare(request, entry)
                 if run is None:
-                    return  # could not be marked started: retried on the next poll
+                    return False
         if run is None:
             self._skip(request, problem)
-            return
+            return True
         self._waiting.discard(request.run_id)
         self.dispatch.launch([run])
         core.log.info(
@@ -111,6 +112,7 @@ class RunRequests:
             request.schedule,
             run.run_id,
         )
+        return True
 
     def _entry_for(self, request: TriggerRequest) -> tuple[Entry | None, str]:
         """The entry ``request`` runs, or ``None`` and why it cannot run (caller holds the
