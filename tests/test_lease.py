@@ -11,6 +11,7 @@ import pickle
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 from scheduler_helpers import Recorder, wait_until
@@ -24,7 +25,7 @@ from herdsched.store.base import Lease, RunClaim, StateStore
 from herdsched.store.leases import read_leader_info
 from herdsched.store.memory import MemoryStateStore
 from herdsched.store.yaml_store import YamlStateStore
-from herdsched.testing import FakeClock
+from herdsched.testing import FakeClock, as_separate_processes
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 TTL = 30.0
@@ -485,3 +486,51 @@ def test_two_passes_renewing_at_once_both_go_on_leading() -> None:
         assert sched.is_leader
     finally:
         sched.stop()
+
+
+class _AdvisingStore(YamlStateStore):
+    """A store that asks standbys to try the lease every 20 s (as a database store would)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tries = 0
+        self.advised: list[float] = []
+
+    def acquire_lease(self, holder: str, ttl: float) -> Lease | None:
+        self.tries += 1
+        return super().acquire_lease(holder, ttl)
+
+    def lease_retry_in(self, ttl: float) -> float:
+        self.advised.append(ttl)
+        return 20.0
+
+
+def test_a_standby_tries_the_lease_as_often_as_its_store_advises(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    def make() -> ThreadedScheduler:
+        store = _AdvisingStore(tmp_path, clock=clock, commit_delay=0)
+        sched = ThreadedScheduler(state_dir=None, store=store, clock=clock, timezone="UTC")
+        sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.manual()}))
+        return sched
+
+    with as_separate_processes():
+        leader, standby = make(), make()
+        leader.start()
+        standby.start()
+    store = standby.store
+    assert isinstance(store, _AdvisingStore)
+    try:
+        assert (leader.status, standby.status) == ("running", "standby")
+        wait_until(lambda: store.tries == 2, timeout=10)  # at start(), then the timer's pass
+        tries = store.tries
+        clock.advance(6)  # past the default retry (5 s), within the advised 20 s
+        standby.run_pending()
+        assert store.tries == tries
+        clock.advance(15)
+        standby.run_pending()
+        assert store.tries == tries + 1 and standby.status == "standby"
+        assert set(store.advised) == {TTL}
+    finally:
+        standby.stop(timeout=10)
+        leader.stop(timeout=10)

@@ -3,8 +3,8 @@
 Each test has a private server (``postgres_server.start_server()``) so restarting it disturbs no
 other test, and runs three real scheduler processes (``tests/procs/pg_child.py``) on one
 namespace with ``lease_ttl=2``. Their job appends ``pid schedule slot`` to a ledger. The faults:
-``kill -9`` of the leader; SIGSTOP and SIGCONT of the leader, anywhere or exactly before or
-inside its claim transaction (the lease row locked); the server terminating the leader's
+``kill -9`` of the leader; SIGSTOP and SIGCONT of the leader, anywhere, exactly before a claim,
+or inside a group commit's transaction (the lease row locked); the server terminating the leader's
 sessions; the server restarted (fast, immediate, and down for longer than the ttl). In every
 one: a process leads again within ``lease_ttl`` + 2 s (measured on the lease, printed), runs go
 on, no slot runs twice; in the leader and server faults a pause written before the fault still
@@ -275,24 +275,25 @@ def stopped(pid: int) -> bool:
 
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="needs /proc")
 @pytest.mark.parametrize("where", ["before", "inside"])
-def test_a_leader_stalled_at_its_claim_is_replaced_and_after_sigcont_runs_nothing(
+def test_a_leader_stalled_at_a_fenced_write_is_replaced_and_after_sigcont_runs_nothing(
     fleet: Fleet, where: str
 ) -> None:
-    """Stopped just before its claim transaction, or inside it with the lease row locked
-    ``FOR SHARE`` (which must not keep the standbys from taking over): after SIGCONT the claim
+    """Stopped just before a claim, or inside a group commit with the lease row locked
+    ``FOR SHARE`` (which must not keep the standbys from taking over): after SIGCONT the write
     fails (refused by the fence, or its session was ended by the server) and nothing runs."""
     first = start_fleet(fleet)
     since = fleet.server_now()
-    fleet.stall_flag.write_text(where)  # the leader's next claim stops it there
+    fleet.stall_flag.write_text(where)  # the leader's next claim or commit stops it there
     assert wait_for(lambda: stopped(first.pid), timeout=10)
     started, stopped_wall = time.monotonic(), datetime.now().astimezone()
-    lease = await_leader(fleet, f"the leader stalled {where} a claim", since, started,
+    doing = "before a claim" if where == "before" else "inside a commit"
+    lease = await_leader(fleet, f"the leader stalled {doing}", since, started,
                          not_pid=first.pid)  # fmt: skip
     time.sleep(max(0.0, TTL + 2.5 - (time.monotonic() - started)))
     assert_runs_go_on(fleet, stopped_wall, {lease.pid})
     resumed_at = len(fleet.rows())
     os.kill(first.pid, signal.SIGCONT)
-    assert wait_for(lambda: "The claim made after the stall failed" in fleet.log_of(first.pid))
+    assert wait_for(lambda: "The write made after the stall failed" in fleet.log_of(first.pid))
     assert wait_for(lambda: "lost the lead" in fleet.log_of(first.pid))
     time.sleep(2.0)  # the woken leader has had every chance to run something
     assert [row for row in fleet.rows()[resumed_at:] if row[0] == first.pid] == []

@@ -192,6 +192,86 @@ def test_a_takeover_waits_for_a_fenced_write_in_flight(stores: list[PostgresStat
     assert order == ["fenced write commits", "takeover"]
 
 
+def test_a_claim_behind_a_takeover_in_flight_waits_and_is_refused(
+    stores: list[PostgresStateStore],
+) -> None:
+    """The claim statement locks the lease row FOR SHARE: it waits for a takeover that holds the
+    row, then finds the new holder and writes nothing."""
+    first, second = stores
+    assert first.acquire_lease("h1", 0.5) is not None
+    time.sleep(0.8)
+    outcome: list[BaseException | None] = []
+
+    def claim_late() -> None:
+        try:
+            first.claim_runs([claim("late")])
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    with second._db.transaction("take over, slowly") as cursor:
+        assert second._lease.acquire(cursor, "h2", 30) is not None
+        claimer = threading.Thread(target=claim_late)
+        claimer.start()
+        claimer.join(timeout=0.5)
+        assert claimer.is_alive()  # waiting for the takeover to commit
+    claimer.join(timeout=10)
+    assert len(outcome) == 1 and isinstance(outcome[0], LeadershipLostError)
+    assert "epoch 2" in str(outcome[0])
+    assert second.load_claims() == []
+
+
+def test_a_renewal_on_a_new_session_takes_the_liveness_lock_again(
+    postgres_dsn: str, stores: list[PostgresStateStore]
+) -> None:
+    """The advisory lock that tells standbys the holder lives ends with its session; the next
+    renewal, made on a new session, takes it again (before it, the holder looks dead)."""
+    first, second = stores
+    lease = first.acquire_lease("h1", 60)
+    assert lease is not None
+    run_sql(postgres_dsn, f"SELECT pg_terminate_backend({first._db.backend_pid})")
+    wait_until(lambda: second.current_lease() is None, timeout=10)
+    renewed = first.renew_lease(lease, 60)
+    assert renewed.epoch == lease.epoch and renewed.expires_at >= lease.expires_at
+    assert second.current_lease() is not None
+    assert second.acquire_lease("h2", 60) is None
+
+
+def test_a_renewal_and_a_standbys_try_are_one_statement_each(
+    stores: list[PostgresStateStore],
+) -> None:
+    """Idle cost: the leader's heartbeat and a standby's try each send one statement (one round
+    trip, no BEGIN/COMMIT), and a claim is one statement whatever the number of runs."""
+    first, second = stores
+    lease = first.acquire_lease("h1", 60)
+    assert lease is not None
+    sent = []
+    for call in (
+        lambda: first.renew_lease(lease, 60),
+        lambda: second.acquire_lease("h2", 60),
+        lambda: first.claim_runs([claim(f"r{i}") for i in range(25)]),
+    ):
+        before = (first._db.transactions, second._db.transactions)
+        call()
+        sent.append(first._db.transactions + second._db.transactions - sum(before))
+    assert sent == [1, 1, 1]
+    assert len(second.load_claims()) == 25
+
+
+def test_a_standby_is_advised_to_try_every_third_of_the_ttl_or_at_the_expiry_it_saw(
+    stores: list[PostgresStateStore],
+) -> None:
+    first, second = stores
+    assert first.acquire_lease("h1", 1.5) is not None
+    assert second.lease_retry_in(60) == 20  # nothing seen yet: a third of the ttl
+    assert second.acquire_lease("h2", 1.5) is None
+    assert 1.0 < second.lease_retry_in(60) <= 1.55  # the holder's lease expires sooner
+    time.sleep(second.lease_retry_in(60))
+    taken = second.acquire_lease("h2", 60)  # a hung holder is replaced at its expiry
+    assert taken is not None and taken.epoch == 2
+    assert first.lease_retry_in(60) == 20 and second.lease_retry_in(60) == 20
+
+
 def test_release_lets_a_watching_standby_know_at_once(stores: list[PostgresStateStore]) -> None:
     first, second = stores
     lease = first.acquire_lease("h1", 60)

@@ -117,17 +117,27 @@ class Timer:
         return self._sleep_for(plan=timer_thread)
 
     def _standby_pass(self, mono: float) -> float:
-        retry = min(self.core.settings.max_sleep, _STANDBY_RETRY, self.leadership.ttl / 3)
         core = self.core
         if mono >= self._next_leader_try:
-            self._next_leader_try = mono + retry
+            self._next_leader_try = mono + min(  # in case the try raises
+                self.core.settings.max_sleep, _STANDBY_RETRY, self.leadership.ttl / 3
+            )
             with core.lock:
                 if core.status == "standby" and self.leadership.try_lead():
                     core.status = "running"
                     self.core.log.info("This scheduler took over as the active one.")
                     core.wake.set()
                     return 0.0
-        return retry
+            self._next_leader_try = mono + self._standby_retry()
+        return max(0.0, self._next_leader_try - mono)
+
+    def _standby_retry(self) -> float:
+        """Seconds until a standby's next try: what the store advises (``lease_retry_in``),
+        else ``min(5 s, lease_ttl / 3)``; never longer than ``max_sleep``."""
+        ttl = self.leadership.ttl
+        advise = getattr(self.core.store, "lease_retry_in", None)
+        retry = float(advise(ttl)) if callable(advise) else min(_STANDBY_RETRY, ttl / 3)
+        return min(self.core.settings.max_sleep, retry)
 
     def _sleep_for(self, *, plan: bool) -> float:
         """How long the timer may sleep: until the next due time, timeout, commit or poll.

@@ -28,6 +28,11 @@ transitions and records are dropped: they belong to a lease that is gone). User-
 never fenced. Safety never depends on clocks: a takeover always raises the epoch, and a stale
 leader's next claim or commit is refused whatever its clock says. One store object serves one
 scheduler.
+
+A store may also say how long a standby waits between tries, with an optional method
+``lease_retry_in(ttl: float) -> float`` (seconds after an :meth:`StateStore.acquire_lease` that
+returned ``None``): a database store, where a try is a query, tries less often than a file store
+and wakes for the expiry it saw. Without it a standby tries every ``min(5 s, ttl / 3)``.
 """
 
 from __future__ import annotations

@@ -9,10 +9,10 @@ so the parent can check that no slot ran twice across processes. A run-now whose
 ``wait:PATH`` goes on running until PATH exists. Logs INFO and above to stderr
 (the parent looks for "lost the lead" and "Reconnected").
 
-With STALL_FLAG, the process that next claims runs while that file exists (the leader) removes
-it and stops itself (SIGSTOP) just before its claim transaction (the file says ``before``) or
-inside it, holding the lease row locked (``inside``): a leader stalled in the middle of
-dispatching, whose claim reaches the database only after it is resumed.
+With STALL_FLAG, the leader removes that file once it appears and stops itself (SIGSTOP) just
+before its next claim (the file says ``before``: a leader stalled in the middle of dispatching,
+whose claim reaches the database only after it is resumed) or inside its next group commit,
+holding the lease row locked (``inside``).
 """
 
 from __future__ import annotations
@@ -42,37 +42,46 @@ def stop_here() -> None:
 
 
 class StallingStore(PostgresStateStore):
-    """The store, stopping its process at its next claim once the stall flag file appears.
-
-    The flag's text says where: ``before`` the claim's transaction, or ``inside`` it, just
-    after the lease row was locked ``FOR SHARE`` by the fence check."""
+    """The store, stopping its process once the stall flag file appears: at its next claim
+    (the flag says ``before``) or inside its next group commit, just after the fence check
+    locked the lease row ``FOR SHARE`` (``inside``). A claim is one statement that commits on
+    its own, so a client stopped mid-claim holds no lock; a group commit is a transaction."""
 
     stall_flag: str | None = None
     _stall_inside = False
 
     def claim_runs(self, claims: Sequence[RunClaim]) -> None:
-        where = self._take_flag() if claims else None
-        if where == "before":
+        stalled = bool(claims) and self._take_flag("before")
+        if stalled:
             stop_here()
-        self._stall_inside = where == "inside"
+        self._after_stall(stalled, super().claim_runs, claims)
+
+    def flush(self) -> None:
+        stalled = self.flush_deadline() is not None and self._take_flag("inside")
+        self._stall_inside = stalled
+        self._after_stall(stalled, super().flush)
+
+    @staticmethod
+    def _after_stall(stalled: bool, write: Any, *args: Any) -> None:
         try:
-            super().claim_runs(claims)
+            write(*args)
         except StateError as exc:
-            if where is not None:
-                log.warning("The claim made after the stall failed: %s", exc)
+            if stalled:
+                log.warning("The write made after the stall failed: %s", exc)
             raise
 
-    def _take_flag(self) -> str | None:
-        """The flag's text if this process took (removed) it, else ``None``."""
+    def _take_flag(self, where: str) -> bool:
+        """Whether the flag says ``where`` and this process took (removed) it."""
         if self.stall_flag is None:
-            return None
+            return False
         try:
             with open(self.stall_flag) as flag:
-                where = flag.read().strip()
+                if flag.read().strip() != where:
+                    return False
             os.unlink(self.stall_flag)
         except FileNotFoundError:
-            return None
-        return where
+            return False
+        return True
 
     def stall_inside(self) -> None:
         """Called by the fence check: stop here once, holding the lease row lock."""

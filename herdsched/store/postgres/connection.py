@@ -15,8 +15,8 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -27,6 +27,7 @@ from herdsched.errors import StateError
 __all__ = ["Database", "describe_dsn", "state_error"]
 
 log = logging.getLogger("herdsched")
+T = TypeVar("T")
 _databases: weakref.WeakSet[Database] = weakref.WeakSet()
 _abandoned: list[Any] = []  # connections inherited through fork(), kept from being finalised
 
@@ -156,17 +157,27 @@ class Database:
                     raise state_error(exc, doing, self.where) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def read(self, doing: str, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
-        """Rows of one read-only statement, tried once more on a fresh connection when the
-        first one was found closed by the server."""
+    def autocommit(self, doing: str, work: Callable[[psycopg.Cursor[Any]], T]) -> T:
+        """What ``work`` returns from a cursor outside a transaction block: each statement it
+        runs commits on its own, in one round trip (``work`` runs one statement).
+
+        Only for work that may run twice with the same effect (reads, fenced claims that skip
+        runs claimed already, a lease renewal): work that failed on a connection found closed
+        by the server is done once more on a fresh one, since whether the first attempt
+        reached the server cannot be known."""
         for attempt in (1, 2):
-            try:
-                with self.transaction(doing) as cursor:
-                    cursor.execute(sql, params)
-                    return list(cursor.fetchall())
-            except StateError as exc:
-                if attempt == 2 or not isinstance(exc.cause, psycopg.OperationalError):
-                    raise
+            with self._lock:
+                try:
+                    conn = self.connect()
+                    self.transactions += 1
+                    with conn.cursor() as cursor:
+                        return work(cursor)
+                except psycopg.Error as exc:
+                    dead = self._conn is not None and (self._conn.broken or self._conn.closed)
+                    if dead:
+                        self._drop()
+                    if attempt == 2 or not dead or not isinstance(exc, psycopg.OperationalError):
+                        raise state_error(exc, doing, self.where) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _drop(self) -> None:

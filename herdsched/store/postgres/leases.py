@@ -26,12 +26,13 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from attrs import evolve
 from psycopg import errors as pg_errors
 
 from herdsched.errors import StateError
 from herdsched.store.base import Lease
 from herdsched.store.lease_rules import check_fence as check_same_lease
-from herdsched.store.lease_rules import grant, renewed
+from herdsched.store.lease_rules import grant
 
 __all__ = ["LeaseRow"]
 
@@ -87,17 +88,18 @@ class LeaseRow:
         row = cursor.fetchone()
         return bool(row and row[0])
 
-    def busy(self, cursor: psycopg.Cursor[Any], holder: str) -> bool:
-        """Whether another live holder keeps an unexpired lease: one read without row locks,
-        so a standby's regular try costs a single statement while the leader is well."""
+    def busy(self, cursor: psycopg.Cursor[Any], holder: str) -> float | None:
+        """Seconds until the lease of another live holder expires (server clock), ``None``
+        when no such lease keeps ``holder`` out: one read without row locks, so a standby's
+        regular try costs a single statement while the leader is well."""
         cursor.execute(
-            "SELECT holder IS NOT NULL AND holder <> %(holder)s AND expires_at > "
-            f"statement_timestamp() AND {_ALIVE.format(epoch='epoch')} "
-            "FROM herdsched_leases WHERE ns = %(ns)s",
+            "SELECT extract(epoch FROM expires_at - statement_timestamp()) FROM herdsched_leases "
+            "WHERE ns = %(ns)s AND holder IS NOT NULL AND holder <> %(holder)s AND expires_at > "
+            f"statement_timestamp() AND {_ALIVE.format(epoch='epoch')}",
             {"holder": holder, "ns": self.namespace, "key": self.key & 0xFFFFFFFF},
         )
         row = cursor.fetchone()
-        return bool(row and row[0])
+        return float(row[0]) if row is not None else None
 
     @staticmethod
     def _now(cursor: psycopg.Cursor[Any]) -> datetime:
@@ -181,21 +183,25 @@ class LeaseRow:
                 cause=exc,
             ) from exc
 
-    def renew(self, cursor: psycopg.Cursor[Any], lease: Lease, ttl: float) -> Lease:
-        """Extend ``lease`` on the server's clock; ``LeadershipLostError`` when it changed hands.
+    def renew(self, cursor: psycopg.Cursor[Any], lease: Lease, ttl: float, *, relock: bool) -> bool:
+        """Extend ``lease`` on the server's clock in one statement; whether it was still the
+        stored lease (``False``: it changed hands, nothing written).
 
-        Taken again on a new connection, the advisory lock follows the holder's session."""
-        current = self._select(cursor, "FOR UPDATE")
-        check_same_lease(lease, current, self.where)
-        fresh = renewed(lease, ttl, self._now(cursor))
+        ``relock``: the connection is new since the advisory lock was taken, so the statement
+        takes it again (the lock follows the holder's session)."""
+        lock = ", pg_try_advisory_lock(%(key)s, %(lock)s)" if relock else ""
         cursor.execute(
-            "UPDATE herdsched_leases SET renewed_at = %s, expires_at = %s WHERE ns = %s",
-            (fresh.renewed_at, fresh.expires_at, self.namespace),
-        )
-        if not self._holder_alive(cursor, fresh):
-            cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", (self.key, _int4(fresh.epoch)))
-        self.held = fresh
-        return fresh
+            "UPDATE herdsched_leases SET renewed_at = statement_timestamp(), expires_at = "
+            "statement_timestamp() + make_interval(secs => %(ttl)s) WHERE ns = %(ns)s AND "
+            f"holder = %(holder)s AND epoch = %(epoch)s RETURNING renewed_at, expires_at{lock}",
+            {"ns": self.namespace, "holder": lease.holder, "epoch": lease.epoch, "ttl": ttl,
+             "key": self.key, "lock": _int4(lease.epoch)},
+        )  # fmt: skip
+        row = cursor.fetchone()
+        if row is None:
+            return False
+        self.held = evolve(lease, renewed_at=row[0], expires_at=row[1])
+        return True
 
     def release(self, cursor: psycopg.Cursor[Any], lease: Lease) -> bool:
         """Give ``lease`` up if it is still the stored one; whether it was."""

@@ -15,11 +15,12 @@ from psycopg.types.json import Jsonb
 
 from herdsched.converter import converter, record_from_dict, record_to_dict, state_from_dict
 from herdsched.models import RejectedDefinition, RunRecord, ScheduleState
-from herdsched.store.base import USER_INTENT_STATUSES, RunClaim, TriggerRequest
+from herdsched.store.base import USER_INTENT_STATUSES, Lease, RunClaim, TriggerRequest
 
 __all__ = [
     "CHANNEL",
     "bump",
+    "change_number",
     "changes_since",
     "delete_claims",
     "insert_claims",
@@ -59,6 +60,13 @@ def bump(cursor: Cursor, namespace: str) -> int:
     assert row is not None
     cursor.execute("SELECT pg_notify(%s, %s)", (CHANNEL, namespace))
     return int(row[0])
+
+
+def change_number(cursor: Cursor, namespace: str) -> int:
+    """The number of the namespace's latest change (0 before the first)."""
+    cursor.execute("SELECT changed FROM herdsched_namespaces WHERE ns = %s", (namespace,))
+    row = cursor.fetchone()
+    return int(row[0]) if row is not None else 0
 
 
 def upsert_states(
@@ -152,12 +160,21 @@ def write_runs(cursor: Cursor, namespace: str, records: Sequence[RunRecord], kee
         "seq = nextval(pg_get_serial_sequence('herdsched_runs', 'seq'))",
         {"ns": namespace, "rows": Jsonb(rows)},
     )
-    keys = sorted({(r.agent, r.schedule) for r in records})
+    _trim(cursor, namespace, sorted({(r.agent, r.schedule) for r in records}), keep)
+
+
+def _trim(cursor: Cursor, namespace: str, keys: Sequence[Key], keep: int) -> None:
+    """Delete each schedule's records beyond its newest ``keep``.
+
+    Per schedule through the index ``(ns, agent, schedule, seq)``: a backward scan of each
+    touched schedule passes its newest ``keep`` records and yields the rest, deleted by primary
+    key. A commit's cost grows with the schedules it touched, never with the table (a window
+    over the namespace's rows took up to 435 ms per commit once other cases' runs filled it)."""
     cursor.execute(
-        "DELETE FROM herdsched_runs WHERE ns = %(ns)s AND run_id IN (SELECT run_id FROM ("
-        "SELECT run_id, row_number() OVER (PARTITION BY agent, schedule ORDER BY seq DESC) AS n "
-        "FROM herdsched_runs WHERE ns = %(ns)s AND (agent, schedule) IN "
-        "(SELECT e->>0, e->>1 FROM jsonb_array_elements(%(keys)s) e)) t WHERE n > %(keep)s)",
+        "DELETE FROM herdsched_runs r WHERE r.ns = %(ns)s AND r.run_id IN (SELECT x.run_id "
+        "FROM (SELECT e->>0 AS agent, e->>1 AS schedule FROM jsonb_array_elements(%(keys)s) e) k, "
+        "LATERAL (SELECT y.run_id FROM herdsched_runs y WHERE y.ns = %(ns)s AND "
+        "y.agent = k.agent AND y.schedule = k.schedule ORDER BY y.seq DESC OFFSET %(keep)s) x)",
         {"ns": namespace, "keys": Jsonb([list(k) for k in keys]), "keep": keep},
     )
 
@@ -175,12 +192,37 @@ def read_history(
     return [record_from_dict(row[0]) for row in reversed(cursor.fetchall())]
 
 
-def insert_claims(cursor: Cursor, namespace: str, claims: Sequence[RunClaim], epoch: int) -> None:
-    cursor.executemany(
+def insert_claims(
+    cursor: Cursor, namespace: str, claims: Sequence[RunClaim], fence: Lease | None
+) -> bool:
+    """Insert ``claims`` (those of runs claimed already are kept as they are) in one statement,
+    fenced by ``fence`` unless ``None``; whether the fence held (``False``: nothing written).
+
+    The statement locks the lease row ``FOR SHARE`` while it inserts, and commits on its own
+    (outside a transaction block, one round trip): a takeover, which updates the row, waits
+    for the claim to commit; a claim that comes after the takeover finds the new holder and
+    writes nothing. Running it twice writes the claims once."""
+    rows = [[c.run_id, c.agent, c.schedule, c.run_at.isoformat(),
+             c.slot.isoformat() if c.slot is not None else None] for c in claims]  # fmt: skip
+    insert = (
         "INSERT INTO herdsched_claims (ns, run_id, agent, schedule, run_at, slot, epoch) "
-        "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (ns, run_id) DO NOTHING",
-        [(namespace, c.run_id, c.agent, c.schedule, c.run_at, c.slot, epoch) for c in claims],
+        "SELECT %(ns)s, e->>0, e->>1, e->>2, (e->>3)::timestamptz, (e->>4)::timestamptz, "
+        "%(epoch)s FROM jsonb_array_elements(%(rows)s) e {where} "
+        "ON CONFLICT (ns, run_id) DO NOTHING"
     )
+    params = {"ns": namespace, "rows": Jsonb(rows), "epoch": fence.epoch if fence else 0}
+    if fence is None:
+        cursor.execute(insert.format(where=""), params)
+        return True
+    cursor.execute(
+        "WITH fence AS (SELECT 1 FROM herdsched_leases WHERE ns = %(ns)s AND holder = "
+        "%(holder)s AND epoch = %(epoch)s FOR SHARE), claimed AS ("
+        + insert.format(where="WHERE EXISTS (SELECT 1 FROM fence)")
+        + ") SELECT EXISTS (SELECT 1 FROM fence)",
+        {**params, "holder": fence.holder},
+    )
+    row = cursor.fetchone()
+    return bool(row and row[0])
 
 
 def read_claims(cursor: Cursor, namespace: str) -> list[RunClaim]:

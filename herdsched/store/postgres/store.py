@@ -21,7 +21,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import date, datetime, timezone
-from typing import Any
+from typing import Any, NoReturn
 
 from attrs import evolve
 from psycopg.types.json import Jsonb
@@ -46,6 +46,7 @@ from herdsched.store.postgres.listener import Listener
 from herdsched.store.postgres.rows import (
     CHANNEL,
     bump,
+    change_number,
     changes_since,
     delete_claims,
     insert_claims,
@@ -160,6 +161,8 @@ class PostgresStateStore:
         self._absorbed = False
         self._checked_at = float("-inf")
         self._listener: Listener | None = None
+        self._locked_generation = 0  # the connection that took the lease's advisory lock
+        self._busy_until: float | None = None  # monotonic: when the lease last seen held expires
         self._closed = False
         _stores.add(self)
         with self._db.transaction("create or migrate the herdsched tables") as cursor:
@@ -191,12 +194,10 @@ class PostgresStateStore:
         """Fetch what changed since the change number this view saw; whether anything did."""
         self._stale = False
         self._checked_at = self._clock.monotonic()
-        found = self._db.read(
+        number = self._db.autocommit(
             "read the namespace's change number",
-            "SELECT changed FROM herdsched_namespaces WHERE ns = %s",
-            (self.namespace,),
+            lambda cursor: change_number(cursor, self.namespace),
         )
-        number = int(found[0][0]) if found else 0
         if number == self._seen:
             return False
         with self._db.transaction("read the changes of other processes") as cursor:
@@ -433,22 +434,35 @@ class PostgresStateStore:
         return absorbed
 
     def claim_runs(self, claims: Sequence[RunClaim]) -> None:
-        """Commit ``claims`` before their jobs start, fenced by the lease's epoch."""
+        """Commit ``claims`` before their jobs start, fenced by the lease's epoch (one
+        statement, one round trip: a burst claims once per timer pass)."""
         self._check_open()
         if not claims:
             return
-        try:
-            with self._db.transaction(f"claim {len(claims)} run(s)") as cursor:
-                if self._lease.fenced:
-                    self._lease.check_fence(cursor)
-                epoch = self._lease.held.epoch if self._lease.held is not None else 0
-                insert_claims(cursor, self.namespace, claims, epoch)
-        except LeadershipLostError:
-            self._drop_lost_work(0, 0)
-            raise
+        fence = self._lease.held
+        if self._lease.fenced and fence is None:
+            self._lease_lost()
+        held = self._db.autocommit(
+            f"claim {len(claims)} run(s)",
+            lambda cursor: insert_claims(
+                cursor, self.namespace, claims, fence if self._lease.fenced else None
+            ),
+        )
+        if not held:
+            self._lease_lost()
         with self._mem:
             for claim in claims:
                 self._claims[claim.run_id] = (claim.agent, claim.schedule, claim.run_at)
+
+    def _lease_lost(self) -> NoReturn:
+        """Drop the lost lease's work and raise ``LeadershipLostError`` naming who holds the
+        lease now."""
+        try:
+            with self._db.transaction("read the scheduler lease") as cursor:
+                self._lease.check_fence(cursor)
+        finally:
+            self._drop_lost_work(0, 0)
+        raise AssertionError("unreachable: the fence failed a moment ago")  # pragma: no cover
 
     def load_claims(self) -> list[RunClaim]:
         """Claims not yet covered by a group commit (read by restart recovery, which takes
@@ -467,20 +481,44 @@ class PostgresStateStore:
         it expired on the server's clock; ``None`` while a live holder keeps it."""
         self._check_open()
         ttl = check_ttl(ttl)
+        busy = self._db.autocommit(
+            "read the scheduler lease", lambda c: self._lease.busy(c, holder)
+        )
+        self._busy_until = None if busy is None else self._clock.monotonic() + busy
+        if busy is not None:
+            return None  # a standby's regular try: one statement while the leader is well
         with self._db.transaction("take the scheduler lease") as cursor:
-            if self._lease.busy(cursor, holder):
-                return None
-            return self._lease.acquire(cursor, holder, ttl)
+            lease = self._lease.acquire(cursor, holder, ttl)
+        if lease is not None:
+            self._locked_generation = self._db.generation
+        return lease
+
+    def lease_retry_in(self, ttl: float) -> float:
+        """A standby's next try after one that found the lease held: a third of ``ttl`` (a dead
+        holder is noticed by then), or just after the lease it saw expires if that is sooner
+        (a hung holder is replaced at its expiry). One query per try: see docs/hosts.md."""
+        retry = ttl / 3
+        if self._busy_until is not None:
+            retry = min(retry, max(0.0, self._busy_until - self._clock.monotonic()) + 0.05)
+        return retry
 
     def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        """Extend ``lease`` (one statement on the server's clock); ``LeadershipLostError`` when
+        it changed hands."""
         self._check_open()
         ttl = check_ttl(ttl)
-        try:
-            with self._db.transaction("renew the scheduler lease") as cursor:
-                return self._lease.renew(cursor, lease, ttl)
-        except LeadershipLostError:
-            self._drop_lost_work(0, 0)
-            raise
+
+        def renew(cursor: Any) -> bool:
+            relock = self._db.generation != self._locked_generation
+            if self._lease.renew(cursor, lease, ttl, relock=relock):
+                self._locked_generation = self._db.generation
+                return True
+            return False
+
+        if not self._db.autocommit("renew the scheduler lease", renew):
+            self._lease_lost()
+        assert self._lease.held is not None
+        return self._lease.held
 
     def release_lease(self, lease: Lease) -> None:
         """Give the lease up and tell the standbys at once (NOTIFY)."""
