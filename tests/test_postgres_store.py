@@ -417,3 +417,33 @@ def test_a_callback_that_raises_does_not_stop_the_listening(
     count = len(heard)
     first.update_schedule_state("a", "s", status="idle")
     assert wait_until(lambda: len(heard) > count, timeout=5)
+
+
+def test_a_group_commit_of_thousands_of_schedules_trims_their_history_through_the_index(
+    fresh_database: str,
+) -> None:
+    """The trim beyond ``max_run_history`` keeps each schedule's newest records when a commit
+    touches thousands of schedules on new tables (no statistics yet), and stays cheap: the
+    session's statement_timeout (15 s, for work of well under a second) turns a plan that joins
+    every stored run with every key into a failed commit."""
+    from psycopg.conninfo import make_conninfo
+
+    dsn = make_conninfo(fresh_database, options="-c statement_timeout=15s")
+    store = PostgresStateStore(dsn, max_run_history=2)
+    try:
+        for round_ in range(3):
+            for i in range(4000):
+                store.append_run(
+                    RunRecord(
+                        run_id=f"r{round_}-{i}",
+                        agent="a",
+                        schedule=f"s{i}",
+                        trigger_type="interval",
+                        status="success",
+                    )
+                )
+            store.flush()
+        assert [r.run_id for r in store.get_history("a", "s7")] == ["r2-7", "r1-7"]
+        assert run_sql(fresh_database, "SELECT count(*) FROM herdsched_runs") == [(8000,)]
+    finally:
+        store.close()

@@ -166,16 +166,18 @@ def write_runs(cursor: Cursor, namespace: str, records: Sequence[RunRecord], kee
 def _trim(cursor: Cursor, namespace: str, keys: Sequence[Key], keep: int) -> None:
     """Delete each schedule's records beyond its newest ``keep``.
 
-    Per schedule through the index ``(ns, agent, schedule, seq)``: a backward scan of each
-    touched schedule passes its newest ``keep`` records and yields the rest, deleted by primary
-    key. A commit's cost grows with the schedules it touched, never with the table (a window
-    over the namespace's rows took up to 435 ms per commit once other cases' runs filled it)."""
-    cursor.execute(
-        "DELETE FROM herdsched_runs r WHERE r.ns = %(ns)s AND r.run_id IN (SELECT x.run_id "
-        "FROM (SELECT e->>0 AS agent, e->>1 AS schedule FROM jsonb_array_elements(%(keys)s) e) k, "
-        "LATERAL (SELECT y.run_id FROM herdsched_runs y WHERE y.ns = %(ns)s AND "
-        "y.agent = k.agent AND y.schedule = k.schedule ORDER BY y.seq DESC OFFSET %(keep)s) x)",
-        {"ns": namespace, "keys": Jsonb([list(k) for k in keys]), "keep": keep},
+    One statement per touched schedule, sent together (psycopg pipelines ``executemany``):
+    with the schedule's key as constants the server always walks the index ``(ns, agent,
+    schedule, seq)`` backwards past the newest ``keep`` records, so a commit costs the same
+    whatever the size of the table or the age of its statistics. (A single statement over all
+    keys let the planner pick a join that, on a table not analysed yet, took minutes for
+    10,000 schedules; a window over the namespace's rows grew with the table.)"""
+    cursor.executemany(
+        "DELETE FROM herdsched_runs WHERE ns = %(ns)s AND agent = %(agent)s AND "
+        "schedule = %(schedule)s AND seq <= (SELECT seq FROM herdsched_runs WHERE ns = %(ns)s "
+        "AND agent = %(agent)s AND schedule = %(schedule)s ORDER BY seq DESC "
+        "OFFSET %(keep)s LIMIT 1)",
+        [{"ns": namespace, "agent": agent, "schedule": name, "keep": keep} for agent, name in keys],
     )
 
 
