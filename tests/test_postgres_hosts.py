@@ -333,11 +333,19 @@ def test_the_leaders_sessions_terminated_by_the_server_a_leader_again_and_it_rec
         f"'herdsched' AND client_port IN ({ports})"
     )
     started, cut_wall = time.monotonic(), datetime.now().astimezone()
-    assert len(terminated) == 2, terminated  # its store's connection and its listener's
+    assert len(terminated) == 3, terminated  # its store's, its claims' and its listener's
     await_leader(fleet, "the leader's sessions terminated", since, started)
     assert_runs_go_on(fleet, cut_wall, {proc.pid for proc in fleet.procs})
     assert wait_for(lambda: "Reconnected to the PostgreSQL store" in fleet.log_of(first.pid))
-    assert wait_for(lambda: len(client_ports(first.pid)) == 2)  # its listener is back too
+
+    def listening_again() -> bool:
+        ports = ", ".join(str(port) for port in client_ports(first.pid)) or "0"
+        return bool(fleet.server.sql(
+            "SELECT 1 FROM pg_stat_activity WHERE query LIKE 'LISTEN%' AND "
+            f"client_port IN ({ports})"
+        ))  # fmt: skip
+
+    assert wait_for(listening_again)  # its listener is back too
     fleet.gate.touch()
     assert_acknowledged_kept(fleet, paused_from, run_id)
     fleet.assert_no_slot_twice()

@@ -144,6 +144,12 @@ class PostgresStateStore:
         self.max_staleness = max_staleness
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._db = Database(dsn, connect_timeout=connect_timeout, application_name="herdsched")
+        # the timer's claims go on a connection of their own (made at the first claim, so only
+        # a leader has it): a run starts one round trip after its pass, never behind a group
+        # commit that holds the main connection
+        self._claims_db = Database(
+            dsn, connect_timeout=connect_timeout, application_name="herdsched"
+        )
         self.location = f"{self._db.where} (namespace {self.namespace})"
         self._lease = LeaseRow(self.namespace, self.location)
         self._mem = threading.RLock()
@@ -442,7 +448,7 @@ class PostgresStateStore:
         fence = self._lease.held
         if self._lease.fenced and fence is None:
             self._lease_lost()
-        held = self._db.autocommit(
+        held = self._claims_db.autocommit(
             f"claim {len(claims)} run(s)",
             lambda cursor: insert_claims(
                 cursor, self.namespace, claims, fence if self._lease.fenced else None
@@ -771,6 +777,7 @@ class PostgresStateStore:
             self._closed = True
             self.unwatch()
             self._db.close()
+            self._claims_db.close()
 
     def __enter__(self) -> PostgresStateStore:
         return self
