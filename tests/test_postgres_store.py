@@ -448,3 +448,37 @@ def test_a_group_commit_of_thousands_of_schedules_trims_their_history_through_th
         assert run_sql(fresh_database, "SELECT count(*) FROM herdsched_runs") == [(8000,)]
     finally:
         store.close()
+
+
+def test_the_leases_statements_tell_an_idle_view_it_is_current(
+    postgres_dsn: str, pg_namespace: str
+) -> None:
+    """Idle cost: the renewal and a standby's try return the namespace's change number, so a
+    watched view whose last own look is older than ``max_staleness`` asks nothing more."""
+    from herdsched.testing import FakeClock
+
+    clock = FakeClock(T0)
+    leader, standby, writer = (
+        PostgresStateStore(postgres_dsn, namespace=pg_namespace, max_staleness=60, clock=clock)
+        for _ in range(3)
+    )
+    try:
+        for store in (leader, standby):
+            store.watch(lambda: None)
+            wait_until(store._listener.connected.is_set, timeout=10)  # type: ignore[union-attr]
+            store.refresh()
+        lease = leader.acquire_lease("h1", 60)
+        assert lease is not None
+        clock.advance(50)
+        leader.renew_lease(lease, 60)
+        assert standby.acquire_lease("h2", 60) is None
+        clock.advance(20)  # 70 s since the views' own looks, 20 s since the lease statements
+        before = [leader._db.transactions, standby._db.transactions]
+        leader.get_schedule_state("a", "s")
+        standby.get_schedule_state("a", "s")
+        assert [leader._db.transactions, standby._db.transactions] == before
+        writer.update_schedule_state("a", "s", status="paused")
+        wait_until(lambda: standby.get_schedule_state("a", "s").status is Status.PAUSED)
+    finally:
+        for store in (leader, standby, writer):
+            store.close()

@@ -47,6 +47,9 @@ _HOLDS = (
     "l.classid = %(key)s::oid AND l.objid = ({epoch} %% 4294967296)::oid AND l.objsubid = 2"
 )
 _ALIVE = "EXISTS (SELECT 1 FROM pg_locks l WHERE " + _HOLDS + ")"
+#: The namespace's change number (0 before its first change): the lease's statements return it,
+#: so a scheduler's heartbeat or standby try also tells its view whether it is behind.
+_CHANGED = "SELECT COALESCE(max(changed), 0) FROM herdsched_namespaces WHERE ns = %(ns)s"
 #: Seconds a takeover waits for the lease row before ending the session of a holder whose
 #: lease expired (a fenced write holds the row for milliseconds).
 _HUNG_WRITE = 0.5
@@ -88,18 +91,21 @@ class LeaseRow:
         row = cursor.fetchone()
         return bool(row and row[0])
 
-    def busy(self, cursor: psycopg.Cursor[Any], holder: str) -> float | None:
+    def busy(self, cursor: psycopg.Cursor[Any], holder: str) -> tuple[float | None, int]:
         """Seconds until the lease of another live holder expires (server clock), ``None``
-        when no such lease keeps ``holder`` out: one read without row locks, so a standby's
-        regular try costs a single statement while the leader is well."""
+        when no such lease keeps ``holder`` out; and the namespace's change number. One read
+        without row locks, so a standby's regular try costs a single statement while the
+        leader is well, and tells its view whether anything changed."""
         cursor.execute(
-            "SELECT extract(epoch FROM expires_at - statement_timestamp()) FROM herdsched_leases "
-            "WHERE ns = %(ns)s AND holder IS NOT NULL AND holder <> %(holder)s AND expires_at > "
-            f"statement_timestamp() AND {_ALIVE.format(epoch='epoch')}",
+            f"SELECT ({_CHANGED}), (SELECT extract(epoch FROM expires_at - "
+            "statement_timestamp()) FROM herdsched_leases WHERE ns = %(ns)s AND holder IS NOT "
+            "NULL AND holder <> %(holder)s AND expires_at > statement_timestamp() AND "
+            f"{_ALIVE.format(epoch='epoch')})",
             {"holder": holder, "ns": self.namespace, "key": self.key & 0xFFFFFFFF},
         )
         row = cursor.fetchone()
-        return float(row[0]) if row is not None else None
+        assert row is not None
+        return (float(row[1]) if row[1] is not None else None), int(row[0])
 
     @staticmethod
     def _now(cursor: psycopg.Cursor[Any]) -> datetime:
@@ -183,9 +189,11 @@ class LeaseRow:
                 cause=exc,
             ) from exc
 
-    def renew(self, cursor: psycopg.Cursor[Any], lease: Lease, ttl: float, *, relock: bool) -> bool:
-        """Extend ``lease`` on the server's clock in one statement; whether it was still the
-        stored lease (``False``: it changed hands, nothing written).
+    def renew(
+        self, cursor: psycopg.Cursor[Any], lease: Lease, ttl: float, *, relock: bool
+    ) -> int | None:
+        """Extend ``lease`` on the server's clock in one statement; the namespace's change
+        number, or ``None`` when the lease changed hands (nothing written).
 
         ``relock``: the connection is new since the advisory lock was taken, so the statement
         takes it again (the lock follows the holder's session)."""
@@ -193,15 +201,16 @@ class LeaseRow:
         cursor.execute(
             "UPDATE herdsched_leases SET renewed_at = statement_timestamp(), expires_at = "
             "statement_timestamp() + make_interval(secs => %(ttl)s) WHERE ns = %(ns)s AND "
-            f"holder = %(holder)s AND epoch = %(epoch)s RETURNING renewed_at, expires_at{lock}",
+            "holder = %(holder)s AND epoch = %(epoch)s "
+            f"RETURNING renewed_at, expires_at, ({_CHANGED}){lock}",
             {"ns": self.namespace, "holder": lease.holder, "epoch": lease.epoch, "ttl": ttl,
              "key": self.key, "lock": _int4(lease.epoch)},
         )  # fmt: skip
         row = cursor.fetchone()
         if row is None:
-            return False
+            return None
         self.held = evolve(lease, renewed_at=row[0], expires_at=row[1])
-        return True
+        return int(row[2])
 
     def release(self, cursor: psycopg.Cursor[Any], lease: Lease) -> bool:
         """Give ``lease`` up if it is still the stored one; whether it was."""

@@ -225,6 +225,16 @@ class PostgresStateStore:
             self._absorbed = True
         return True
 
+    def _looked(self, number: int) -> None:
+        """The namespace's change number, read in passing (by a lease statement): a view that
+        saw it is current and needs no look of its own for ``max_staleness``; one behind it
+        catches up at its next read."""
+        with self._mem:
+            if number == self._seen:
+                self._checked_at = self._clock.monotonic()
+            elif number > self._seen:
+                self._stale = True
+
     def _install(self, states: Mapping[Key, ScheduleState | None]) -> None:
         """Adopt stored states (caller holds ``_mem``); a pending transition does not take a
         schedule out of a user-intent status set elsewhere, and a removal wins over the pending
@@ -487,9 +497,10 @@ class PostgresStateStore:
         it expired on the server's clock; ``None`` while a live holder keeps it."""
         self._check_open()
         ttl = check_ttl(ttl)
-        busy = self._db.autocommit(
-            "read the scheduler lease", lambda c: self._lease.busy(c, holder)
+        busy, number = self._db.autocommit(
+            "read the scheduler lease", lambda cursor: self._lease.busy(cursor, holder)
         )
+        self._looked(number)
         self._busy_until = None if busy is None else self._clock.monotonic() + busy
         if busy is not None:
             return None  # a standby's regular try: one statement while the leader is well
@@ -514,15 +525,17 @@ class PostgresStateStore:
         self._check_open()
         ttl = check_ttl(ttl)
 
-        def renew(cursor: Any) -> bool:
+        def renew(cursor: Any) -> int | None:
             relock = self._db.generation != self._locked_generation
-            if self._lease.renew(cursor, lease, ttl, relock=relock):
+            number = self._lease.renew(cursor, lease, ttl, relock=relock)
+            if number is not None:
                 self._locked_generation = self._db.generation
-                return True
-            return False
+            return number
 
-        if not self._db.autocommit("renew the scheduler lease", renew):
+        number = self._db.autocommit("renew the scheduler lease", renew)
+        if number is None:
             self._lease_lost()
+        self._looked(number)
         assert self._lease.held is not None
         return self._lease.held
 
