@@ -33,6 +33,7 @@ from herdsched.errors import StateError
 from herdsched.store.base import Lease
 from herdsched.store.lease_rules import check_fence as check_same_lease
 from herdsched.store.lease_rules import grant
+from herdsched.store.postgres.rows import CHANGE_NUMBER
 
 __all__ = ["LeaseRow"]
 
@@ -47,9 +48,6 @@ _HOLDS = (
     "l.classid = %(key)s::oid AND l.objid = ({epoch} %% 4294967296)::oid AND l.objsubid = 2"
 )
 _ALIVE = "EXISTS (SELECT 1 FROM pg_locks l WHERE " + _HOLDS + ")"
-#: The namespace's change number (0 before its first change): the lease's statements return it,
-#: so a scheduler's heartbeat or standby try also tells its view whether it is behind.
-_CHANGED = "SELECT COALESCE(max(changed), 0) FROM herdsched_namespaces WHERE ns = %(ns)s"
 #: Seconds a takeover waits for the lease row before ending the session of a holder whose
 #: lease expired (a fenced write holds the row for milliseconds).
 _HUNG_WRITE = 0.5
@@ -97,7 +95,7 @@ class LeaseRow:
         without row locks, so a standby's regular try costs a single statement while the
         leader is well, and tells its view whether anything changed."""
         cursor.execute(
-            f"SELECT ({_CHANGED}), (SELECT extract(epoch FROM expires_at - "
+            f"SELECT ({CHANGE_NUMBER}), (SELECT extract(epoch FROM expires_at - "
             "statement_timestamp()) FROM herdsched_leases WHERE ns = %(ns)s AND holder IS NOT "
             "NULL AND holder <> %(holder)s AND expires_at > statement_timestamp() AND "
             f"{_ALIVE.format(epoch='epoch')})",
@@ -202,7 +200,7 @@ class LeaseRow:
             "UPDATE herdsched_leases SET renewed_at = statement_timestamp(), expires_at = "
             "statement_timestamp() + make_interval(secs => %(ttl)s) WHERE ns = %(ns)s AND "
             "holder = %(holder)s AND epoch = %(epoch)s "
-            f"RETURNING renewed_at, expires_at, ({_CHANGED}){lock}",
+            f"RETURNING renewed_at, expires_at, ({CHANGE_NUMBER}){lock}",
             {"ns": self.namespace, "holder": lease.holder, "epoch": lease.epoch, "ttl": ttl,
              "key": self.key, "lock": _int4(lease.epoch)},
         )  # fmt: skip

@@ -18,6 +18,7 @@ from herdsched.models import RejectedDefinition, RunRecord, ScheduleState
 from herdsched.store.base import USER_INTENT_STATUSES, Lease, RunClaim, TriggerRequest
 
 __all__ = [
+    "CHANGE_NUMBER",
     "CHANNEL",
     "bump",
     "change_number",
@@ -62,11 +63,17 @@ def bump(cursor: Cursor, namespace: str) -> int:
     return int(row[0])
 
 
+#: The namespace's change number (0 before its first change), as a sub-query: the lease's
+#: statements return it too, so a heartbeat or a standby's try tells a view whether it is behind.
+CHANGE_NUMBER = "SELECT COALESCE(max(changed), 0) FROM herdsched_namespaces WHERE ns = %(ns)s"
+
+
 def change_number(cursor: Cursor, namespace: str) -> int:
     """The number of the namespace's latest change (0 before the first)."""
-    cursor.execute("SELECT changed FROM herdsched_namespaces WHERE ns = %s", (namespace,))
+    cursor.execute(CHANGE_NUMBER, {"ns": namespace})
     row = cursor.fetchone()
-    return int(row[0]) if row is not None else 0
+    assert row is not None
+    return int(row[0])
 
 
 def upsert_states(
