@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scheduler_helpers import T0
+from scheduler_helpers import T0, wait_until
 
 from herdsched import Agent, RunStatus, Schedule, ThreadedScheduler, TriggerInfo
 from herdsched.api import RestApi
 from herdsched.cli import main
+from herdsched.engine.requests import RunRequests
 from herdsched.errors import StateError
 from herdsched.runner import new_run_id
 from herdsched.store.yaml_store import YamlStateStore
@@ -120,6 +121,62 @@ def test_every_request_queued_through_a_standby_runs_once_under_its_id(pair: Pai
     assert jobs.run_ids == given  # each once, in the order asked
     assert jobs.prompts == ["p0", "p1", "p2", "p3"]
     assert statuses(standby) == dict.fromkeys(given, RunStatus.SUCCESS)
+
+
+def test_requests_start_in_order_when_a_run_ends_during_a_poll(
+    pair: Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bug (seen under load): a poll found p1 waiting for its schedule, the running p0
+    ended before the same poll came to p2, and p2 started first. A later request now waits
+    behind an earlier one for the same schedule or slot."""
+    leader, standby, jobs, clock = pair
+    jobs.gate.clear()
+    first = leader.trigger("a", "s", prompt="p0").run_id  # runs at once, held by the gate
+    assert jobs.started.wait(5)
+    second = standby.trigger("a", "s", prompt="p1").run_id
+    third = standby.trigger("a", "s", prompt="p2").run_id
+    original = RunRequests._try_start
+
+    def run_ends_after_the_second_waits(self: RunRequests, request: Any, *args: Any) -> bool:
+        started = original(self, request, *args)
+        if request.run_id == second and not jobs.gate.is_set():
+            jobs.gate.set()  # p0 returns and frees its schedule before the poll reaches p2
+            assert leader.wait_until_idle(10)
+        return started
+
+    monkeypatch.setattr(RunRequests, "_try_start", run_ends_after_the_second_waits)
+    drive(leader, clock, lambda: len(jobs.run_ids) >= 3)
+    drive(leader, clock, lambda: not leader.store.trigger_requests())
+    assert jobs.run_ids == [first, second, third]
+    assert jobs.prompts == ["p0", "p1", "p2"]
+
+
+def test_a_request_waiting_for_its_schedule_does_not_hold_up_another_schedule(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock(T0)
+    jobs = Jobs()
+    leader, standby = build(tmp_path, clock, jobs, slots=2), build(tmp_path, clock, jobs, slots=2)
+    leader.start()
+    standby.start()
+    try:
+        jobs.gate.clear()
+        busy = leader.trigger("a", "s").run_id  # holds schedule s, one of two slots
+        assert jobs.started.wait(5)
+        waiting = standby.trigger("a", "s").run_id
+        other = standby.trigger("a", "t").run_id
+        clock.advance("2s")
+        leader.run_pending()
+        assert wait_until(lambda: len(jobs.run_ids) == 2)
+        assert jobs.run_ids == [busy, other]
+        assert statuses(standby)[waiting] is RunStatus.QUEUED  # type: ignore[index]
+        jobs.gate.set()
+        drive(leader, clock, lambda: len(jobs.run_ids) == 3)
+        assert jobs.run_ids == [busy, other, waiting]
+    finally:
+        jobs.gate.set()
+        standby.stop(timeout=10)
+        leader.stop(timeout=10)
 
 
 def test_a_request_is_durable_when_trigger_returns(pair: Pair, tmp_path: Path) -> None:

@@ -61,12 +61,16 @@ class RunRequests:
             self._serve(requests)
 
     def _serve(self, requests: list[TriggerRequest]) -> None:
+        # what an earlier request of this pass waits for (its schedule, its agent, the fleet):
+        # later requests for the same wait too, even if a run ends meanwhile and frees it, so
+        # requests start in the order they came
+        blocked: set[tuple[str | None, str | None]] = set()
         for request in requests:
             if request.run_id in self._active:
                 continue
             if request.started_at is not None:
                 self._close_orphan(request)
-            elif not self._try_start(request):
+            elif not self._try_start(request, blocked):
                 return  # the store refused to mark it started: later ones wait their turn
 
     def _settle_finished(self) -> None:
@@ -83,10 +87,13 @@ class RunRequests:
         except Exception as exc:  # retried on the next poll
             core.state_error(exc)
 
-    def _try_start(self, request: TriggerRequest) -> bool:
-        """Start ``request``'s run if its schedule and agent are free; record it skipped if it
-        can never run; otherwise leave it waiting. ``False`` when it could not be marked
-        started (the store failed): it is retried on the next poll, before any later one."""
+    def _try_start(
+        self, request: TriggerRequest, blocked: set[tuple[str | None, str | None]]
+    ) -> bool:
+        """Start ``request``'s run if its schedule and agent are free and no earlier request
+        waits for them (``blocked``, updated here); record it skipped if it can never run;
+        otherwise leave it waiting. ``False`` when it could not be marked started (the store
+        failed): it is retried on the next poll, before any later one."""
         core = self.core
         with core.lock:
             if not core.leading:
@@ -94,7 +101,7 @@ class RunRequests:
             entry, problem = self._entry_for(request)
             if entry is None:
                 run = None
-            elif entry.run is not None or core.is_full(core.agents[entry.agent]):
+            elif self._must_wait(entry, blocked):
                 self._note_waiting(request, entry)
                 return True
             else:
@@ -130,6 +137,22 @@ class RunRequests:
             return None, f"no job: {request.agent}/{request.schedule} has nothing to run"
         return entry, ""
 
+    def _must_wait(self, entry: Entry, blocked: set[tuple[str | None, str | None]]) -> bool:
+        """Whether a request for ``entry`` waits: for its running schedule, for a slot, or
+        behind an earlier request waiting for either; if so, later requests for the same
+        schedule, agent or fleet wait behind it (caller holds the lock)."""
+        core = self.core
+        agent = core.agents[entry.agent]
+        keys = {(entry.agent, entry.name), (entry.agent, None), (None, None)}
+        if entry.run is None and not core.is_full(agent) and not keys & blocked:
+            return False
+        blocked.add((entry.agent, entry.name))
+        if core.capacity.running(agent.name) >= agent.max_concurrent:
+            blocked.add((agent.name, None))
+        elif core.is_full(agent):
+            blocked.add((None, None))
+        return True
+
     def _prepare(self, request: TriggerRequest, entry: Entry) -> Run | None:
         """Mark ``request`` started durably, then take its slot (caller holds the lock)."""
         core = self.core
@@ -151,7 +174,12 @@ class RunRequests:
         if request.run_id in self._waiting:
             return
         self._waiting.add(request.run_id)
-        why = "its schedule is running" if entry.run is not None else "the agent is at capacity"
+        if entry.run is not None:
+            why = "its schedule is running"
+        elif self.core.is_full(self.core.agents[entry.agent]):
+            why = "the agent is at capacity"
+        else:
+            why = "an earlier request waits for the same schedule or slot"
         self.core.log.info(
             "The run-now request %s for %s/%s waits: %s.",
             request.run_id,
