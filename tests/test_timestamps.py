@@ -9,7 +9,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 import yaml
+from dateutil import parser as dateutil_parser
 from dateutil import tz as dateutil_tz
+from hypothesis import given
+from hypothesis import strategies as st
 
 from herdsched import Schedule, calculate_next_cron_trigger, calculate_next_trigger, timestamps
 from herdsched.cadence import Interval
@@ -100,6 +103,40 @@ def test_parse_other_iso_shapes() -> None:
     assert parse_timestamp("2026-11-22") == datetime(2026, 11, 22, tzinfo=UTC)
     assert parse_timestamp("2026-11-22T05:41Z") == datetime(2026, 11, 22, 5, 41, tzinfo=UTC)
     assert parse_timestamp("20261122T054148Z") == datetime(2026, 11, 22, 5, 41, 48, tzinfo=UTC)
+
+
+def test_parse_reads_what_only_dateutil_reads() -> None:
+    """The standard library reads the stored form; dateutil still reads the rest."""
+    assert parse_timestamp("2026-11") == datetime(2026, 11, 1, tzinfo=UTC)
+    assert parse_timestamp("2026-11-22T24:00Z") == datetime(2026, 11, 23, tzinfo=UTC)
+
+
+@given(
+    moment=st.datetimes(min_value=datetime(1900, 1, 1), max_value=datetime(2200, 1, 1)),
+    offset_minutes=st.integers(min_value=-14 * 60, max_value=14 * 60),
+    shape=st.sampled_from(
+        [
+            "%Y-%m-%dT%H:%M:%S.%f{tz}",
+            "%Y-%m-%dT%H:%M:%S{tz}",
+            "%Y-%m-%d %H:%M{tz}",
+            "%Y%m%dT%H%M%S{tz}",
+            "%Y-%m-%dT%H{tz}",
+            "%Y-%m-%d",
+        ]
+    ),
+    zone=st.sampled_from(["Z", "{sign}{hh}:{mm}", "{sign}{hh}{mm}", ""]),
+)
+def test_parse_agrees_with_dateutil_on_every_iso_shape(
+    moment: datetime, offset_minutes: int, shape: str, zone: str
+) -> None:
+    hours, minutes = divmod(abs(offset_minutes), 60)
+    sign = "-" if offset_minutes < 0 else "+"
+    tz = zone.format(sign=sign, hh=f"{hours:02d}", mm=f"{minutes:02d}")
+    text = moment.strftime(shape.format(tz=tz))
+    expected = dateutil_parser.isoparse(text)
+    if expected.tzinfo is None:
+        expected = expected.replace(tzinfo=UTC)
+    assert parse_timestamp(text) == timestamps.to_utc(expected)
 
 
 def test_parse_naive_string_is_utc_even_with_a_local_zone(local_kolkata: None) -> None:
