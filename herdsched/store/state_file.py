@@ -31,7 +31,7 @@ from __future__ import annotations
 import enum
 import typing
 from collections.abc import Callable, Iterator, Mapping
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 import attrs
@@ -118,21 +118,12 @@ def _field_kinds() -> dict[str, tuple[bool, tuple[type, ...]]]:
 
 
 _KINDS = _field_kinds()
-_UTC = timezone.utc
 
 
 def _fast_time(value: Any) -> datetime | None:
+    """A stored timestamp (``2026-11-22T05:41:48.898Z``, already UTC with milliseconds)."""
     if type(value) is str and len(value) == 24 and value[-1] == "Z" and value[10] == "T":
-        return datetime(
-            int(value[0:4]),
-            int(value[5:7]),
-            int(value[8:10]),
-            int(value[11:13]),
-            int(value[14:16]),
-            int(value[17:19]),
-            int(value[20:23]) * 1000,
-            tzinfo=_UTC,
-        )
+        return datetime.fromisoformat(value)
     if isinstance(value, datetime):
         return to_utc(value)
     raise ValueError(value)
