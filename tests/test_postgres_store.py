@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
+from typing import Any
 
 import pytest
 from postgres_server import run_sql, start_server, unique_namespace
@@ -16,7 +17,8 @@ from scheduler_helpers import wait_until
 from herdsched.errors import LeadershipLostError, StateError
 from herdsched.models import RunRecord, Status
 from herdsched.store.base import Lease, RunClaim
-from herdsched.store.postgres import PostgresStateStore
+from herdsched.store.postgres import PostgresStateStore, connection, rows
+from herdsched.store.postgres import store as store_module
 
 T0 = datetime(2026, 11, 24, 9, 0, tzinfo=timezone.utc)
 
@@ -190,6 +192,90 @@ def test_a_takeover_waits_for_a_fenced_write_in_flight(stores: list[PostgresStat
         order.append("fenced write commits")
     thief.join(timeout=10)
     assert order == ["fenced write commits", "takeover"]
+
+
+def test_a_session_stopped_inside_a_change_holds_up_other_hosts_only_briefly(
+    postgres_dsn: str, pg_namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bug: a process stopped (SIGSTOP, a paused VM) inside any change held the namespace's
+    row lock, so every other host's writes waited until it resumed. The server now ends a
+    session idle inside a transaction after STALL_LIMIT_MS, and its commit fails."""
+    monkeypatch.setattr(connection, "STALL_LIMIT_MS", 300)
+    stopped, other = (PostgresStateStore(postgres_dsn, namespace=pg_namespace) for _ in range(2))
+    written = threading.Event()
+
+    def pause() -> None:
+        other.update_schedule_state("a", "s", status=Status.PAUSED)
+        written.set()
+
+    writer = threading.Thread(target=pause)
+    with (
+        pytest.raises(
+            StateError,
+            match=r"Could not change, then stop .* idle-in-transaction timeout .*ended the session",
+        ),
+        stopped._db.transaction("change, then stop") as cursor,
+    ):
+        rows.bump(cursor, pg_namespace)  # holds the namespace's row, as every change does
+        writer.start()
+        assert written.wait(10)  # while this transaction is still open
+    writer.join(timeout=10)
+    assert other.get_schedule_state("a", "s").status is Status.PAUSED
+    stopped.update_schedule_state("a", "s", status=Status.IDLE)  # reconnects on its next call
+    assert other.get_schedule_state("a", "s").status is Status.IDLE
+    stopped.close()
+    other.close()
+
+
+def test_a_leader_stopped_inside_a_group_commit_holds_the_lease_row_so_a_standby_ends_it(
+    postgres_dsn: str, pg_namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The group commit locks the lease row before the namespace's: a leader stopped anywhere
+    after its first statement is found by a standby's takeover, which ends its session, and
+    other writes go on. (Locked the other way round, a leader stopped between the two held the
+    namespace's row while the standby took over freely, holding up every write.)"""
+    monkeypatch.setattr(connection, "STALL_LIMIT_MS", 60_000)  # not the server's safety net
+    leader, standby = (PostgresStateStore(postgres_dsn, namespace=pg_namespace) for _ in range(2))
+    assert leader.acquire_lease("h1", 0.5) is not None
+    leader.record_transition("a", "s", status=Status.RUNNING)
+    resume, stopped, written = threading.Event(), threading.Event(), threading.Event()
+    real_bump = store_module.bump
+
+    def bump_then_stop(cursor: Any, namespace: str) -> int:
+        number = real_bump(cursor, namespace)
+        if threading.current_thread().name == "commit":
+            stopped.set()
+            resume.wait(30)
+        return number
+
+    monkeypatch.setattr(store_module, "bump", bump_then_stop)
+    failed: list[BaseException] = []
+
+    def commit() -> None:
+        try:
+            leader.flush()
+        except BaseException as exc:
+            failed.append(exc)
+
+    def take_over_and_pause() -> None:
+        assert standby.acquire_lease("h2", 30) is not None
+        standby.update_schedule_state("a", "s", status=Status.PAUSED)
+        written.set()
+
+    committer = threading.Thread(target=commit, name="commit")
+    committer.start()
+    try:
+        assert stopped.wait(10)
+        time.sleep(0.6)  # the lease expires
+        threading.Thread(target=take_over_and_pause, daemon=True).start()
+        assert written.wait(10)  # while the leader is still stopped
+    finally:
+        resume.set()
+        committer.join(timeout=10)
+    assert len(failed) == 1 and isinstance(failed[0], StateError)
+    assert standby.get_schedule_state("a", "s").status is Status.PAUSED
+    leader.close()
+    standby.close()
 
 
 def test_a_claim_behind_a_takeover_in_flight_waits_and_is_refused(

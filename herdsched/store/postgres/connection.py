@@ -24,10 +24,13 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from herdsched.errors import StateError
 
-__all__ = ["Database", "describe_dsn", "state_error"]
+__all__ = ["STALL_LIMIT_MS", "Database", "describe_dsn", "state_error"]
 
 log = logging.getLogger("herdsched")
 T = TypeVar("T")
+#: how long a session of the store may sit inside a transaction without sending anything
+#: before the server ends it, releasing its locks (milliseconds)
+STALL_LIMIT_MS = 5000
 _databases: weakref.WeakSet[Database] = weakref.WeakSet()
 _abandoned: list[Any] = []  # connections inherited through fork(), kept from being finalised
 
@@ -44,6 +47,11 @@ _HINTS: dict[type[Exception], str] = {
     pg_errors.InsufficientPrivilege: (
         "the database user lacks a privilege herdsched needs (CREATE on the schema to make its "
         "tables the first time, then SELECT, INSERT, UPDATE and DELETE on the herdsched_ tables)"
+    ),
+    pg_errors.IdleInTransactionSessionTimeout: (
+        "this process sent nothing inside a transaction for longer than the store allows (it "
+        "was stopped or starved of CPU), so the server ended the session to free the other "
+        "hosts' writes; nothing of the transaction was written, and herdsched reconnects"
     ),
     pg_errors.InvalidCatalogName: "the database does not exist: create it first",
     pg_errors.InvalidPassword: "the password was refused: check the DSN or ~/.pgpass",
@@ -112,6 +120,10 @@ class Database:
         self._drop()
         try:
             conn = psycopg.connect(self.conninfo, autocommit=True)
+            # a process stopped inside a transaction (SIGSTOP, a paused VM) would hold its row
+            # locks, and with them every other host's writes, until it resumed: the server
+            # ends such a session after STALL_LIMIT_MS (a healthy one idles microseconds)
+            conn.execute(f"SET idle_in_transaction_session_timeout = {int(STALL_LIMIT_MS)}")
         except psycopg.Error as exc:
             raise state_error(exc, "connect", self.where) from exc
         self._conn = conn

@@ -386,9 +386,9 @@ class PostgresStateStore:
         removal wins); any other is written afresh, as a schedule added again after its
         namesake's removal must be."""
         with self._db.transaction("write the group commit of run transitions") as cursor:
+            if self._lease.fenced:  # first: a leader stopped later in this transaction holds
+                self._lease.check_fence(cursor)  # the lease row, so a standby ends its session
             number = bump(cursor, self.namespace)
-            if self._lease.fenced:
-                self._lease.check_fence(cursor)
             written = upsert_states(
                 cursor, self.namespace, number, {k: p for k, p in taken.items() if k in known},
                 transition=True,
