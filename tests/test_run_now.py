@@ -151,6 +151,52 @@ def test_requests_start_in_order_when_a_run_ends_during_a_poll(
     assert jobs.prompts == ["p0", "p1", "p2"]
 
 
+def test_a_request_waiting_for_its_agent_and_the_fleet_is_not_overtaken_by_another_agent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``max_total_concurrent=1`` a request for agent a waits for a's slot and the fleet's;
+    the run holding both ends during the poll; a later request for agent b must not start
+    first (it did while only the agent's wait held back later requests)."""
+    clock = FakeClock(T0)
+    jobs = Jobs()
+
+    def fleet() -> ThreadedScheduler:
+        sched = ThreadedScheduler(
+            state_dir=tmp_path, clock=clock, poll_interval=1.0, max_total_concurrent=1
+        )
+        manual = {"s": Schedule.manual(), "t": Schedule.manual()}
+        sched.add_agent(Agent("a", job=jobs, schedules=manual))
+        sched.add_agent(Agent("b", job=jobs, schedules={"s": Schedule.manual()}))
+        return sched
+
+    leader, standby = fleet(), fleet()
+    leader.start()
+    standby.start()
+    try:
+        jobs.gate.clear()
+        busy = leader.trigger("a", "s", prompt="busy").run_id  # a's slot and the fleet's
+        assert jobs.started.wait(5)
+        first = standby.trigger("a", "t", prompt="first").run_id
+        standby.trigger("b", "s", prompt="later")
+        original = RunRequests._try_start
+
+        def run_ends_after_the_first_waits(self: RunRequests, request: Any, *args: Any) -> bool:
+            started = original(self, request, *args)
+            if request.run_id == first and not jobs.gate.is_set():
+                jobs.gate.set()
+                assert leader.wait_until_idle(10)
+            return started
+
+        monkeypatch.setattr(RunRequests, "_try_start", run_ends_after_the_first_waits)
+        drive(leader, clock, lambda: len(jobs.run_ids) >= 3)
+        assert jobs.prompts == ["busy", "first", "later"]
+        assert jobs.run_ids[:2] == [busy, first]
+    finally:
+        jobs.gate.set()
+        standby.stop(timeout=10)
+        leader.stop(timeout=10)
+
+
 def test_a_request_waiting_for_its_schedule_does_not_hold_up_another_schedule(
     tmp_path: Path,
 ) -> None:

@@ -26,8 +26,10 @@ class Capacity:
 
     def is_full(self, agent: str, max_concurrent: int) -> bool:
         """Whether ``agent`` (or the whole scheduler) has no free slot."""
-        if self._per_agent[agent] >= max_concurrent:
-            return True
+        return self._per_agent[agent] >= max_concurrent or self.fleet_is_full()
+
+    def fleet_is_full(self) -> bool:
+        """Whether ``max_total_concurrent`` jobs run."""
         return self.max_total is not None and self.total >= self.max_total
 
     def take(self, agent: str) -> None:

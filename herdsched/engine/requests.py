@@ -149,7 +149,7 @@ class RunRequests:
         blocked.add((entry.agent, entry.name))
         if core.capacity.running(agent.name) >= agent.max_concurrent:
             blocked.add((agent.name, None))
-        elif core.is_full(agent):
+        if core.capacity.fleet_is_full():  # both may hold: each frees on its own
             blocked.add((None, None))
         return True
 
@@ -174,10 +174,13 @@ class RunRequests:
         if request.run_id in self._waiting:
             return
         self._waiting.add(request.run_id)
+        capacity = self.core.capacity
         if entry.run is not None:
             why = "its schedule is running"
-        elif self.core.is_full(self.core.agents[entry.agent]):
+        elif capacity.running(entry.agent) >= self.core.agents[entry.agent].max_concurrent:
             why = "the agent is at capacity"
+        elif capacity.fleet_is_full():
+            why = "the scheduler is at max_total_concurrent"
         else:
             why = "an earlier request waits for the same schedule or slot"
         self.core.log.info(
