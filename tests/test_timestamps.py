@@ -139,6 +139,22 @@ def test_parse_agrees_with_dateutil_on_every_iso_shape(
     assert parse_timestamp(text) == timestamps.to_utc(expected)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2026-11-22T05:30.5Z",  # a fractional minute (the standard library read 05:30:00.5)
+        "2026-11-22T05.5Z",  # a fractional hour
+        "20261122T0541485Z",  # a digit too many
+        "20261122T05414Z",  # a digit too few
+        "2026-11-22 05:413+01:00",
+        "2026-11-22T05:41:48.Z",  # a dangling decimal point
+    ],
+)
+def test_parse_refuses_fractions_and_stray_digits_instead_of_misreading_them(text: str) -> None:
+    with pytest.raises(ValueError, match="is not an ISO-8601 date-time"):
+        parse_timestamp(text, what="once time 'at'")
+
+
 def test_parse_naive_string_is_utc_even_with_a_local_zone(local_kolkata: None) -> None:
     assert parse_timestamp("2026-11-22T05:41:48.898") == STAMP
 
