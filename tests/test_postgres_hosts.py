@@ -37,7 +37,6 @@ from herdsched import Status
 from herdsched.errors import StateError
 from herdsched.store.base import Lease
 from herdsched.store.postgres import PostgresStateStore
-from herdsched.store.postgres.connection import STALL_LIMIT_MS
 from herdsched.timestamps import parse_timestamp
 
 pytestmark = [
@@ -246,11 +245,12 @@ def test_a_stopped_leader_is_replaced_and_after_sigcont_its_claims_are_refused(
     os.kill(first.pid, signal.SIGSTOP)
     started, stopped_wall = time.monotonic(), datetime.now().astimezone()
     # queued while the leader is stopped, perhaps inside a change holding the namespace's row:
-    # acknowledged once a standby or the server (idle_in_transaction_session_timeout) ends it
+    # acknowledged once a standby or the server (idle_in_transaction_session_timeout, the
+    # store's lease_ttl) ends it
     with ThreadPoolExecutor(1) as pool:
         queued = pool.submit(fleet.store.request_trigger, "a", "manual")
         lease = await_leader(fleet, "SIGSTOP of the leader", since, started, not_pid=first.pid)
-        run_id = queued.result(timeout=STALL_LIMIT_MS / 1000 + 10)
+        run_id = queued.result(timeout=TTL + 10)
     assert lease.epoch > first.epoch
     time.sleep(max(0.0, TTL + 2.5 - (time.monotonic() - started)))
     assert_runs_go_on(fleet, stopped_wall, {lease.pid})

@@ -17,7 +17,7 @@ from scheduler_helpers import wait_until
 from herdsched.errors import LeadershipLostError, StateError
 from herdsched.models import RunRecord, Status
 from herdsched.store.base import Lease, RunClaim
-from herdsched.store.postgres import PostgresStateStore, connection, rows
+from herdsched.store.postgres import PostgresStateStore, rows
 from herdsched.store.postgres import store as store_module
 
 T0 = datetime(2026, 11, 24, 9, 0, tzinfo=timezone.utc)
@@ -195,13 +195,17 @@ def test_a_takeover_waits_for_a_fenced_write_in_flight(stores: list[PostgresStat
 
 
 def test_a_session_stopped_inside_a_change_holds_up_other_hosts_only_briefly(
-    postgres_dsn: str, pg_namespace: str, monkeypatch: pytest.MonkeyPatch
+    postgres_dsn: str, pg_namespace: str
 ) -> None:
     """The bug: a process stopped (SIGSTOP, a paused VM) inside any change held the namespace's
     row lock, so every other host's writes waited until it resumed. The server now ends a
-    session idle inside a transaction after STALL_LIMIT_MS, and its commit fails."""
-    monkeypatch.setattr(connection, "STALL_LIMIT_MS", 300)
-    stopped, other = (PostgresStateStore(postgres_dsn, namespace=pg_namespace) for _ in range(2))
+    session idle inside a transaction after the store's ``lease_ttl`` (never sooner: a leader
+    stuck that long has stepped down by its own deadline), and its commit fails."""
+    stopped = PostgresStateStore(postgres_dsn, namespace=pg_namespace, lease_ttl=0.3)
+    other = PostgresStateStore(postgres_dsn, namespace=pg_namespace)
+    with other._db.transaction("read the limit") as cursor:
+        cursor.execute("SHOW idle_in_transaction_session_timeout")
+        assert cursor.fetchone() == ("30s",)  # the default lease_ttl
     written = threading.Event()
 
     def pause() -> None:
@@ -234,7 +238,6 @@ def test_a_leader_stopped_inside_a_group_commit_holds_the_lease_row_so_a_standby
     after its first statement is found by a standby's takeover, which ends its session, and
     other writes go on. (Locked the other way round, a leader stopped between the two held the
     namespace's row while the standby took over freely, holding up every write.)"""
-    monkeypatch.setattr(connection, "STALL_LIMIT_MS", 60_000)  # not the server's safety net
     leader, standby = (PostgresStateStore(postgres_dsn, namespace=pg_namespace) for _ in range(2))
     assert leader.acquire_lease("h1", 0.5) is not None
     leader.record_transition("a", "s", status=Status.RUNNING)

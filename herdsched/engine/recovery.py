@@ -28,7 +28,7 @@ from herdsched.engine.planning import Entry, due_after_downtime, fresh_due
 from herdsched.errors import LeadershipLostError, StateError
 from herdsched.models import RunRecord, RunStatus, Status, TriggerType
 from herdsched.runner import new_run_id
-from herdsched.store.base import Lease, RunClaim, StateStore, check_ttl
+from herdsched.store.base import DEFAULT_LEASE_TTL, Lease, RunClaim, StateStore, check_ttl
 from herdsched.store.lease_rules import new_holder_id
 
 __all__ = [
@@ -39,10 +39,6 @@ __all__ = [
     "replan_after_jump",
 ]
 
-#: Seconds a lease lasts without renewal. Renewed every ttl/3 (10 s), a leader survives two
-#: missed heartbeats (a slow disk, a long pass) before anyone may take over, and a hung leader
-#: is replaced within about 30 s; a dead one (``kill -9``) is replaced at a standby's next try.
-DEFAULT_LEASE_TTL = 30.0
 #: How soon a failed renewal is tried again (before the deadline makes the leader step down).
 _RENEW_RETRY = 1.0
 _LEASE_METHODS = ("acquire_lease", "renew_lease", "release_lease", "current_lease")

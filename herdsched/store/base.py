@@ -47,6 +47,7 @@ from herdsched.models import RejectedDefinition, RunRecord, ScheduleState
 from herdsched.timestamps import format_timestamp
 
 __all__ = [
+    "DEFAULT_LEASE_TTL",
     "USER_INTENT_STATUSES",
     "Lease",
     "RunClaim",
@@ -183,6 +184,12 @@ class Lease:
         if now is not None:
             info["expired"] = self.expired(now)
         return info
+
+
+#: Seconds a lease lasts without renewal. Renewed every ttl/3 (10 s), a leader survives two
+#: missed heartbeats (a slow disk, a long pass) before anyone may take over, and a hung leader
+#: is replaced within about 30 s; a dead one (``kill -9``) is replaced at a standby's next try.
+DEFAULT_LEASE_TTL = 30.0
 
 
 def check_ttl(ttl: float) -> float:

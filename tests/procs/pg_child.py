@@ -121,7 +121,9 @@ def main() -> None:
                 time.sleep(0.05)
         return "ran"
 
-    store = StallingStore(dsn, namespace=namespace, commit_delay=0.1, connect_timeout=3)
+    store = StallingStore(
+        dsn, namespace=namespace, lease_ttl=ttl, commit_delay=0.1, connect_timeout=3
+    )
     store.stall_flag = sys.argv[5] if len(sys.argv) > 5 else None
     fence_then_stall(store)
     sched = ThreadedScheduler(
@@ -129,8 +131,7 @@ def main() -> None:
         max_sleep=0.2,
         min_interval=0,
         poll_interval=0.2,
-        lease_ttl=ttl,
-    )
+    )  # the store's lease_ttl
     every_second = Schedule.cron("* * * * * *")
     schedules = {
         "tick": every_second,

@@ -24,13 +24,10 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from herdsched.errors import StateError
 
-__all__ = ["STALL_LIMIT_MS", "Database", "describe_dsn", "state_error"]
+__all__ = ["Database", "describe_dsn", "state_error"]
 
 log = logging.getLogger("herdsched")
 T = TypeVar("T")
-#: how long a session of the store may sit inside a transaction without sending anything
-#: before the server ends it, releasing its locks (milliseconds)
-STALL_LIMIT_MS = 5000
 _databases: weakref.WeakSet[Database] = weakref.WeakSet()
 _abandoned: list[Any] = []  # connections inherited through fork(), kept from being finalised
 
@@ -92,7 +89,11 @@ def state_error(exc: BaseException, doing: str, where: str) -> StateError:
 class Database:
     """The store's connection: made on first need, remade after the server dropped it."""
 
-    def __init__(self, dsn: str, *, connect_timeout: float, application_name: str) -> None:
+    def __init__(
+        self, dsn: str, *, connect_timeout: float, application_name: str, stall_limit: float
+    ) -> None:
+        """``stall_limit``: seconds a session may sit inside a transaction without sending
+        anything before the server ends it (``idle_in_transaction_session_timeout``)."""
         try:
             self.conninfo = make_conninfo(
                 dsn,
@@ -106,6 +107,7 @@ class Database:
                 cause=exc,
             ) from exc
         self.where = describe_dsn(dsn)
+        self.stall_limit = stall_limit
         self._lock = threading.RLock()
         self._conn: psycopg.Connection[Any] | None = None
         self.backend_pid: int | None = None
@@ -120,11 +122,16 @@ class Database:
         self._drop()
         try:
             conn = psycopg.connect(self.conninfo, autocommit=True)
+        except psycopg.Error as exc:
+            raise state_error(exc, "connect", self.where) from exc
+        try:
             # a process stopped inside a transaction (SIGSTOP, a paused VM) would hold its row
             # locks, and with them every other host's writes, until it resumed: the server
-            # ends such a session after STALL_LIMIT_MS (a healthy one idles microseconds)
-            conn.execute(f"SET idle_in_transaction_session_timeout = {int(STALL_LIMIT_MS)}")
+            # ends such a session after stall_limit (a healthy one idles microseconds)
+            ms = max(1, round(self.stall_limit * 1000))
+            conn.execute(f"SET idle_in_transaction_session_timeout = {ms}")
         except psycopg.Error as exc:
+            conn.close()
             raise state_error(exc, "connect", self.where) from exc
         self._conn = conn
         self.backend_pid = conn.info.backend_pid
