@@ -269,6 +269,7 @@ class ThreadedScheduler:
             core.status = "standby"
             try:
                 core.store.refresh()
+                core.unadopted = True  # what others changed since add_agent: at the next look
                 leading = self._leadership.try_lead()
             except BaseException:
                 core.status = "stopped"

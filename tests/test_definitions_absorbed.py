@@ -8,11 +8,15 @@ until somebody writes again. Two schedulers on one state directory stand for two
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
 
+import pytest
+
 from herdsched import Agent, Schedule, ThreadedScheduler
 from herdsched.api import RestApi
+from herdsched.errors import ScheduleNotFoundError
 from herdsched.store.definitions import DefinitionsFile
 from herdsched.testing import FakeClock, as_separate_processes
 
@@ -70,3 +74,93 @@ def test_refresh_reports_what_a_write_or_a_load_took_in(tmp_path: Path) -> None:
     finally:
         mine.close()
         theirs.close()
+
+
+def test_a_reader_waits_for_the_refresh_in_progress_instead_of_answering_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bug (a web worker answered 404 right after another worker's PUT returned 201): the
+    store reports a change once, so a request that refreshed while the timer was between its
+    refresh and applying it found "nothing new" and answered from the view before the change.
+    """
+    clock = FakeClock(START)
+    one, two = build(tmp_path, clock), build(tmp_path, clock)
+    with as_separate_processes():
+        one.start()
+        two.start()
+    try:
+        assert two.status == "standby"
+        one.add_schedule("a", "new", Schedule.interval("1h", prompt="made"), persist=True)
+        found, go = threading.Event(), threading.Event()
+        real_refresh = two.store.refresh
+
+        def refresh_then_pause() -> bool:
+            changed = real_refresh()
+            if threading.current_thread().name == "poll" and changed:
+                found.set()  # the change is taken from the store, not yet applied
+                assert go.wait(10)
+            return changed
+
+        monkeypatch.setattr(two.store, "refresh", refresh_then_pause)
+        poll = threading.Thread(target=two.refresh, name="poll")
+        poll.start()
+        assert found.wait(10)
+        answers: list[object] = []
+
+        def ask() -> None:
+            try:
+                answers.append(two.get_schedule("a", "new").prompt)
+            except ScheduleNotFoundError as exc:
+                answers.append(exc)
+
+        reader = threading.Thread(target=ask)
+        reader.start()
+        reader.join(timeout=0.5)  # answered at once before the fix: not found
+        go.set()
+        poll.join(timeout=10)
+        reader.join(timeout=10)
+        assert answers == ["made"]
+    finally:
+        two.stop()
+        one.stop()
+
+
+def test_a_definition_written_before_a_standby_started_is_seen_by_it(tmp_path: Path) -> None:
+    """The bug (a gunicorn worker answered 404 right after another worker's PUT): the worker
+    started its scheduler on its first request; start() re-read the store, which then reported
+    nothing new, and the standby's view never took in the definition."""
+    clock = FakeClock(START)
+    one, two = build(tmp_path, clock), build(tmp_path, clock)
+    try:
+        with as_separate_processes():
+            one.start()
+            one.add_schedule("a", "new", Schedule.interval("1h", prompt="made"), persist=True)
+            two.start()
+        assert two.status == "standby"
+        assert two.get_schedule("a", "new").prompt == "made"
+        assert RestApi(two).handle("GET", "/api/schedule/a/new").status == 200
+    finally:
+        two.stop()
+        one.stop()
+
+
+def test_a_definition_written_before_a_takeover_is_seen_by_the_new_leader(
+    tmp_path: Path,
+) -> None:
+    """Restart recovery re-reads the store at a takeover: what it read must still be taken in."""
+    clock = FakeClock(START)
+    one, two = build(tmp_path, clock), build(tmp_path, clock)
+    try:
+        with as_separate_processes():
+            one.start()
+            two.start()
+            assert two.status == "standby"
+            one.add_schedule("a", "new", Schedule.interval("1h", prompt="made"), persist=True)
+            one.stop()  # releases the lease: the standby takes over at its next pass
+        clock.advance("6s")  # past the standby's next try
+        two.run_pending()
+        assert two.status == "running"
+        assert two.get_schedule("a", "new").prompt == "made"
+    finally:
+        two.stop()
+        one.stop()

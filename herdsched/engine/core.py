@@ -89,6 +89,9 @@ class EngineCore:
         self.rng = random.Random()
         self.status = "stopped"
         self.trigger_count = 0
+        #: the store was re-read (at start, at a takeover) without taking in what other
+        #: processes changed: the next adoption does, even if the store reports nothing new
+        self.unadopted = False
         # when the sleeping timer thread wakes next (wall, monotonic); None while a pass runs
         self.planned_wake: tuple[datetime, float] | None = None
         # what a store refusing a write for a lost lease calls (set by the leadership)

@@ -208,6 +208,7 @@ class Leadership:
 def recover_all(core: EngineCore) -> None:
     """Plan every schedule from the store, recording runs a dead process left unfinished."""
     core.store.refresh()
+    core.unadopted = True  # definitions other processes changed are taken in at the next look
     now = core.clock.now()
     claimed = _unfinished_claims(core)
     for entry in list(core.entries.values()):

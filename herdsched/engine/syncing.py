@@ -50,24 +50,31 @@ class OtherProcesses:
             except Exception as exc:
                 core.state_error(exc)
                 return
+            unadopted, core.unadopted = core.unadopted, False
             if changed:
                 core.store_call(core.store.flush)  # ours first: the store is then the truth
                 self._apply_status_changes()
+            if changed or unadopted:  # recovery planned from the stored states already
                 self._apply_definitions()
 
     def refresh_view(self) -> None:
-        """A standby's refresh: take every state and definition from the store as it is."""
+        """A standby's refresh: take every state and definition from the store as it is.
+
+        All under ``changes``: the store's refresh reports a change once, so a second caller
+        (a web request while the timer polls) that found nothing new must wait until the
+        first has applied what it found, or it would answer from the view before it."""
         core = self.core
-        try:
-            if not core.store.refresh():
-                return
-            with core.changes:
+        with core.changes:
+            try:
+                if not (core.store.refresh() or core.unadopted):
+                    return
+                core.unadopted = False
                 self._apply_definitions()
-            with core.lock:
-                for entry in core.entries.values():
-                    entry.state = core.store.get_schedule_state(entry.agent, entry.name)
-        except Exception as exc:
-            core.state_error(exc)
+                with core.lock:
+                    for entry in core.entries.values():
+                        entry.state = core.store.get_schedule_state(entry.agent, entry.name)
+            except Exception as exc:
+                core.state_error(exc)
 
     def _apply_status_changes(self) -> None:
         """Apply pauses, resumes and disables written by other processes."""
