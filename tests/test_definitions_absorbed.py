@@ -9,6 +9,7 @@ until somebody writes again. Two schedulers on one state directory stand for two
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -29,30 +30,38 @@ def build(state_dir: Path, clock: FakeClock) -> ThreadedScheduler:
     return sched
 
 
-def test_a_change_absorbed_by_a_write_is_still_taken_in(tmp_path: Path) -> None:
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[ThreadedScheduler, ThreadedScheduler]]:
+    """Two started schedulers on one state directory: the active one and a standby."""
     clock = FakeClock(START)
     one, two = build(tmp_path, clock), build(tmp_path, clock)
     with as_separate_processes():
         one.start()
         two.start()
     try:
-        for sched in (one, two):
-            assert sched.status in ("running", "standby")
-        one.add_schedule("a", "x", Schedule.interval("1h", prompt="old"), persist=True)
-        one.add_schedule("a", "y", Schedule.interval("1h"), persist=True)
-        for sched in (one, two):  # both have read the file as it is now
-            assert sched.get_schedule("a", "x").prompt == "old"
-        for writer, other in ((one, two), (two, one)):
-            new = f"changed by {writer.status}"
-            writer.update_schedule("a", "x", prompt=new)
-            # ``other`` writes before it looks again: its write re-reads the file
-            other.update_schedule("a", "y", prompt=f"then {new}")
-            assert other.get_schedule("a", "x").prompt == new
-            answer = RestApi(other).handle("GET", "/api/schedule/a/x")
-            assert answer.body["prompt"] == new
+        assert (one.status, two.status) == ("running", "standby")
+        yield one, two
     finally:
         two.stop()
         one.stop()
+
+
+def test_a_change_absorbed_by_a_write_is_still_taken_in(
+    pair: tuple[ThreadedScheduler, ThreadedScheduler],
+) -> None:
+    one, two = pair
+    one.add_schedule("a", "x", Schedule.interval("1h", prompt="old"), persist=True)
+    one.add_schedule("a", "y", Schedule.interval("1h"), persist=True)
+    for sched in (one, two):  # both have read the file as it is now
+        assert sched.get_schedule("a", "x").prompt == "old"
+    for writer, other in ((one, two), (two, one)):
+        new = f"changed by {writer.status}"
+        writer.update_schedule("a", "x", prompt=new)
+        # ``other`` writes before it looks again: its write re-reads the file
+        other.update_schedule("a", "y", prompt=f"then {new}")
+        assert other.get_schedule("a", "x").prompt == new
+        answer = RestApi(other).handle("GET", "/api/schedule/a/x")
+        assert answer.body["prompt"] == new
 
 
 def test_refresh_reports_what_a_write_or_a_load_took_in(tmp_path: Path) -> None:
@@ -77,52 +86,43 @@ def test_refresh_reports_what_a_write_or_a_load_took_in(tmp_path: Path) -> None:
 
 
 def test_a_reader_waits_for_the_refresh_in_progress_instead_of_answering_before_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    pair: tuple[ThreadedScheduler, ThreadedScheduler], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The bug (a web worker answered 404 right after another worker's PUT returned 201): the
     store reports a change once, so a request that refreshed while the timer was between its
     refresh and applying it found "nothing new" and answered from the view before the change.
     """
-    clock = FakeClock(START)
-    one, two = build(tmp_path, clock), build(tmp_path, clock)
-    with as_separate_processes():
-        one.start()
-        two.start()
-    try:
-        assert two.status == "standby"
-        one.add_schedule("a", "new", Schedule.interval("1h", prompt="made"), persist=True)
-        found, go = threading.Event(), threading.Event()
-        real_refresh = two.store.refresh
+    one, two = pair
+    one.add_schedule("a", "new", Schedule.interval("1h", prompt="made"), persist=True)
+    found, go = threading.Event(), threading.Event()
+    real_refresh = two.store.refresh
 
-        def refresh_then_pause() -> bool:
-            changed = real_refresh()
-            if threading.current_thread().name == "poll" and changed:
-                found.set()  # the change is taken from the store, not yet applied
-                assert go.wait(10)
-            return changed
+    def refresh_then_pause() -> bool:
+        changed = real_refresh()
+        if threading.current_thread().name == "poll" and changed:
+            found.set()  # the change is taken from the store, not yet applied
+            assert go.wait(10)
+        return changed
 
-        monkeypatch.setattr(two.store, "refresh", refresh_then_pause)
-        poll = threading.Thread(target=two.refresh, name="poll")
-        poll.start()
-        assert found.wait(10)
-        answers: list[object] = []
+    monkeypatch.setattr(two.store, "refresh", refresh_then_pause)
+    poll = threading.Thread(target=two.refresh, name="poll")
+    poll.start()
+    assert found.wait(10)
+    answers: list[object] = []
 
-        def ask() -> None:
-            try:
-                answers.append(two.get_schedule("a", "new").prompt)
-            except ScheduleNotFoundError as exc:
-                answers.append(exc)
+    def ask() -> None:
+        try:
+            answers.append(two.get_schedule("a", "new").prompt)
+        except ScheduleNotFoundError as exc:
+            answers.append(exc)
 
-        reader = threading.Thread(target=ask)
-        reader.start()
-        reader.join(timeout=0.5)  # answered at once before the fix: not found
-        go.set()
-        poll.join(timeout=10)
-        reader.join(timeout=10)
-        assert answers == ["made"]
-    finally:
-        two.stop()
-        one.stop()
+    reader = threading.Thread(target=ask)
+    reader.start()
+    reader.join(timeout=0.5)  # answered at once before the fix: not found
+    go.set()
+    poll.join(timeout=10)
+    reader.join(timeout=10)
+    assert answers == ["made"]
 
 
 def test_a_definition_written_before_a_standby_started_is_seen_by_it(tmp_path: Path) -> None:
