@@ -87,6 +87,14 @@ class Fleet:
         index = self.procs.index(self.proc(pid))
         return (self.root / f"proc{index}.err").read_text(errors="replace")
 
+    def log_tails(self, lines: int = 15) -> str:
+        """The end of every process's log, for a failed assertion."""
+        return "\n".join(
+            f"--- process {proc.pid} (exit {proc.poll()}):\n"
+            + "\n".join(self.log_of(proc.pid).splitlines()[-lines:])
+            for proc in self.procs
+        )
+
     def lease(self) -> Lease | None:
         """The live lease as another host sees it (``None`` also while the server is away)."""
         try:
@@ -178,7 +186,7 @@ def await_leader(fleet: Fleet, fault: str, since: datetime, started: float,
             return None
         return lease
 
-    assert wait_for(lambda: fresh() is not None, timeout=TAKEOVER_BOUND + 15)
+    assert wait_for(lambda: fresh() is not None, timeout=TAKEOVER_BOUND + 15), fleet.log_tails()
     took = time.monotonic() - started
     TAKEOVERS.setdefault(fault, []).append(took)
     print(f"\n{fault}: a leader again after {took:.2f} s (bound {TAKEOVER_BOUND:g} s)")
@@ -257,7 +265,7 @@ def test_a_stopped_leader_is_replaced_and_after_sigcont_its_claims_are_refused(
     os.kill(first.pid, signal.SIGCONT)
     assert wait_for(lambda: "lost the lead" in fleet.log_of(first.pid), timeout=10)
     time.sleep(2.0)  # the woken leader has had every chance to run something
-    assert fleet.proc(first.pid).poll() is None  # it lives on, standing by
+    assert fleet.proc(first.pid).poll() is None, fleet.log_tails()  # it lives on, standing by
     # nothing ran in the old leader for a slot after it was stopped (a job it claimed just
     # before SIGSTOP may write its ledger line once resumed)
     late = [
@@ -380,7 +388,7 @@ def test_after_a_server_restart_a_leader_again_within_the_ttl_and_all_reconnect(
     # the gate first: a leader that stepped down touches the store again once its runs ended
     fleet.gate.touch()
     for proc in fleet.procs:
-        assert proc.poll() is None
+        assert proc.poll() is None, fleet.log_tails()
         assert wait_for(lambda p=proc: "Reconnected to the PostgreSQL store" in fleet.log_of(p.pid))
     assert_acknowledged_kept(fleet, paused_from, run_id)
     fleet.assert_no_slot_twice()
