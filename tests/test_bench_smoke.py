@@ -256,7 +256,8 @@ def test_fleet_smoke_run_gives_figures_of_the_right_shape(key: str, tmp_path: Pa
     assert 2 <= result["peak_threads"] < 100
     assert result["cpu_s"] > 0
     assert result["cpu_per_run_ms"] == pytest.approx(1000 * result["cpu_s"] / result["runs"])
-    assert result["setup_overran"] is False
+    # a shape, not a timing: on a loaded machine the setup may overrun its lead, and says so
+    assert isinstance(result["setup_overran"], bool)
     json.dumps(result)  # it crosses the process boundary as JSON
 
 
