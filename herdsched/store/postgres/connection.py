@@ -89,16 +89,14 @@ def state_error(exc: BaseException, doing: str, where: str) -> StateError:
 class Database:
     """The store's connection: made on first need, remade after the server dropped it."""
 
-    def __init__(
-        self, dsn: str, *, connect_timeout: float, application_name: str, stall_limit: float
-    ) -> None:
+    def __init__(self, dsn: str, *, connect_timeout: float, stall_limit: float) -> None:
         """``stall_limit``: seconds a session may sit inside a transaction without sending
         anything before the server ends it (``idle_in_transaction_session_timeout``)."""
         try:
             self.conninfo = make_conninfo(
                 dsn,
                 connect_timeout=max(1, round(connect_timeout)),
-                application_name=application_name,
+                application_name="herdsched",  # whatever the DSN says: how to find ours
             )
         except psycopg.Error as exc:
             raise StateError(

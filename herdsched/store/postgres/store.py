@@ -144,17 +144,13 @@ class PostgresStateStore:
         self.commit_delay = commit_delay
         self.max_staleness = max_staleness
         self._clock: Clock = clock if clock is not None else SystemClock()
-        # a session stopped inside a transaction is ended by the server after the lease's
-        # length: by then a leader stuck there has stepped down by its own deadline anyway
+        # the second is for the timer's claims, made at the first claim (so only a leader has
+        # it): a run never waits behind a group commit to start. The server ends a session
+        # stopped inside a transaction after the lease's length: a leader stuck there that
+        # long has stepped down by its own deadline anyway
         stall = self.lease_ttl or DEFAULT_LEASE_TTL
-        self._db = Database(
-            dsn, connect_timeout=connect_timeout, application_name="herdsched", stall_limit=stall
-        )
-        # the timer's claims go on a connection of their own (made at the first claim, so only
-        # a leader has it): a run starts one round trip after its pass, never behind a group
-        # commit that holds the main connection
-        self._claims_db = Database(
-            dsn, connect_timeout=connect_timeout, application_name="herdsched", stall_limit=stall
+        self._db, self._claims_db = (
+            Database(dsn, connect_timeout=connect_timeout, stall_limit=stall) for _ in range(2)
         )
         self.location = f"{self._db.where} (namespace {self.namespace})"
         self._lease = LeaseRow(self.namespace, self.location)
