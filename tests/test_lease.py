@@ -225,6 +225,12 @@ def test_yaml_a_stale_leaders_claim_is_refused_and_not_written(
     with pytest.raises(LeadershipLostError, match="nothing was written"):
         stale.claim_runs([claim("after")])
     assert (tmp_path / "claims.log").read_bytes() == journal
+    # a second writer of the stale process (its flusher thread, say) meets the fence after the
+    # first forgot the lease: its error, which may be the one logged, still names the holder
+    with pytest.raises(LeadershipLostError, match=r"pid \d+ on .* holds it with epoch 2") as lost:
+        stale.claim_runs([claim("later")])
+    assert (lost.value.held_epoch, lost.value.current_epoch) == (None, 2)
+    assert (tmp_path / "claims.log").read_bytes() == journal
 
 
 def test_yaml_a_stale_leaders_group_commit_is_refused_and_its_work_dropped(

@@ -98,15 +98,17 @@ def check_fence(held: Lease | None, current: Lease | None, where: object) -> Non
         return
     held_epoch = held.epoch if held is not None else None
     current_epoch = current.epoch if current is not None else None
-    if held is None:
-        detail = "this scheduler holds no lease any more"
-    elif current is None:
-        detail = f"the lease of epoch {held_epoch} was released or its holder declared dead"
-    else:
+    # Two threads of one scheduler may meet the fence at once: the second finds the lease
+    # already forgotten (``held`` is None), yet says who holds it now, as the first did.
+    if current is not None:
         detail = (
             f"another scheduler (pid {current.pid} on {current.host}) holds it with epoch "
             f"{current_epoch} since {format_timestamp(current.acquired_at)}"
         )
+    elif held is None:
+        detail = "this scheduler holds no lease any more"
+    else:
+        detail = f"the lease of epoch {held_epoch} was released or its holder declared dead"
     raise LeadershipLostError(
         f"Leadership lost on {where}: {detail}; nothing was written.",
         held_epoch=held_epoch,
