@@ -126,3 +126,26 @@ def test_the_several_hosts_page_examples_run(
     with as_separate_processes():
         for line, code in blocks:
             exec(compile(code, f"hosts.md:{line}", "exec"), namespace)
+
+
+def test_registering_an_agent_reads_its_stored_states_once_not_per_schedule(
+    postgres_dsn: str, pg_namespace: str
+) -> None:
+    """A fleet's start costs a round trip per agent, not per schedule (a database on another
+    host made 10,000 schedules take seconds to register), and stored states still come back."""
+    store = PostgresStateStore(postgres_dsn, namespace=pg_namespace)
+    store.update_schedule_state("big", "s7", status="paused", consecutive_failures=2)
+    databases = (store._db, store._claims_db)
+    sched = ThreadedScheduler(store=store, state_dir=None)
+    try:
+        before = sum(db.transactions for db in databases)
+        schedules = {f"s{i}": Schedule.interval("1h") for i in range(40)}
+        sched.add_agent(Agent("big", job=lambda info: None, schedules=schedules))
+        sent = sum(db.transactions for db in databases) - before
+        assert sent <= 3  # the states, the definitions; never one per schedule (40)
+        shown = {s.schedule: s for s in sched.get_status().schedules}
+        assert len(shown) == 40
+        assert (shown["s7"].status, shown["s7"].consecutive_failures) == ("paused", 2)
+        assert {name for name, s in shown.items() if s.status == "paused"} == {"s7"}
+    finally:
+        store.close()

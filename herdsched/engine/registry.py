@@ -16,7 +16,7 @@ from herdsched.engine.core import AD_HOC_SCHEDULE, EngineCore
 from herdsched.engine.planning import Entry, fresh_due
 from herdsched.engine.recovery import plan_from_state
 from herdsched.errors import InvalidScheduleError, LimitExceededError, UnauthorizedError
-from herdsched.models import Agent, Schedule, Status, check_name
+from herdsched.models import Agent, Schedule, ScheduleState, Status, check_name
 
 __all__ = [
     "DefinitionCodec",
@@ -63,23 +63,37 @@ def install_agent(core: EngineCore, agent: Agent, codec: DefinitionCodec) -> Non
         raise
     if old is not None and old.max_concurrent != agent.max_concurrent:
         core.executors.forget(agent.name)
+    # one read of the agent's stored states, not one per schedule: a store on another host
+    # would otherwise cost a round trip for each schedule of a large fleet
+    stored = core.store.get_agent_schedule_states(agent.name)
     for name, schedule in agent.schedules.items():
-        install_entry(core, agent, name, schedule, persisted=False)
+        install_entry(core, agent, name, schedule, persisted=False, stored=stored)
     for name, schedule in stored_definitions(core, agent.name, codec).items():
         if name not in agent.schedules:
             updated = core.agents[agent.name].with_schedule(name, schedule)
             core.agents[agent.name] = updated
-            install_entry(core, updated, name, schedule, persisted=True)
+            install_entry(core, updated, name, schedule, persisted=True, stored=stored)
 
 
 def install_entry(
-    core: EngineCore, agent: Agent, name: str, schedule: Schedule, *, persisted: bool
+    core: EngineCore,
+    agent: Agent,
+    name: str,
+    schedule: Schedule,
+    *,
+    persisted: bool,
+    stored: Mapping[str, ScheduleState] | None = None,
 ) -> None:
-    """Add or update the entry of one schedule and plan it when this scheduler leads."""
+    """Add or update the entry of one schedule and plan it when this scheduler leads.
+
+    ``stored`` is the agent's stored states when the caller read them already."""
     existing = core.entries.get((agent.name, name))
     now = core.clock.now()
     if existing is None:
-        state = core.store.get_schedule_state(agent.name, name)
+        if stored is None:
+            state = core.store.get_schedule_state(agent.name, name)
+        else:
+            state = stored.get(name) or ScheduleState()
         entry = Entry(agent.name, name, schedule, state, persisted_definition=persisted)
         core.entries[entry.key] = entry
         if core.leading:  # otherwise planned when this scheduler starts leading
