@@ -132,7 +132,9 @@ def test_pause_and_trigger_from_a_second_process(
 
     paused = herdsched("pause", "a/tick", "--state-dir", str(state))
     assert paused.returncode == 0 and "a/tick: paused" in paused.stdout
-    time.sleep(2.5)  # the running scheduler sees the pause within about two seconds
+    log = tmp_path / "run.log"
+    assert wait_for(lambda: "a/tick was changed by another process" in log.read_text())
+    time.sleep(2.0)  # a run started before the pause was seen is recorded within this
     settled = len(history(state, "a/tick"))
     time.sleep(2.0)  # at 1 s per run, two more runs would show up if the pause were ignored
     assert len(history(state, "a/tick")) == settled
@@ -166,14 +168,14 @@ def test_pause_and_trigger_from_a_second_process(
 def test_sigterm_stops_gracefully_and_waits_for_the_running_job(
     tmp_path: Path, fleet_process: Callable[..., subprocess.Popen[str]]
 ) -> None:
-    marker = tmp_path / "finished"
+    started, marker = tmp_path / "started", tmp_path / "finished"
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(
         textwrap.dedent(
             f"""
             agents:
               - name: a
-                command: [sh, -c, 'echo started; sleep 1; touch {marker}; echo done']
+                command: [sh, -c, 'touch {started}; sleep 1; touch {marker}; echo done']
                 schedules: {{slow: {{type: interval, interval: 1h}}}}
             """
         )
@@ -181,8 +183,7 @@ def test_sigterm_stops_gracefully_and_waits_for_the_running_job(
     state = tmp_path / "state"
     process = fleet_process(fleet, "--state-dir", str(state))
     log = tmp_path / "run.log"
-    assert wait_for(lambda: "scheduler running" in log.read_text())
-    time.sleep(0.3)  # the job has started (it is due at once)
+    assert wait_for(started.exists)  # the job has started (it is due at once)
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=30) == 0
     assert marker.exists()  # stop waited for the job instead of killing it
@@ -193,15 +194,15 @@ def test_sigterm_stops_gracefully_and_waits_for_the_running_job(
 def test_second_signal_quits_at_once(
     tmp_path: Path, fleet_process: Callable[..., subprocess.Popen[str]]
 ) -> None:
+    started = tmp_path / "started"
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(
-        "agents:\n  - name: a\n    command: [sleep, '30']\n"
+        f"agents:\n  - name: a\n    command: [sh, -c, 'touch {started}; sleep 30']\n"
         "    schedules: {long: {type: interval, interval: 1h}}\n"
     )
     process = fleet_process(fleet, "--state-dir", str(tmp_path / "state"))
     log = tmp_path / "run.log"
-    assert wait_for(lambda: "scheduler running" in log.read_text())
-    time.sleep(0.3)
+    assert wait_for(started.exists)  # the job runs: the first signal waits for it
     process.send_signal(signal.SIGINT)
     assert wait_for(lambda: "SIGINT received: stopping" in log.read_text())
     process.send_signal(signal.SIGINT)

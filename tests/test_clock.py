@@ -25,9 +25,13 @@ class Waiter:
         self.event = event or threading.Event()
         self.result: bool | None = None
         self.started = threading.Event()
+        waiting = clock.waiters if isinstance(clock, FakeClock) else None
         self.thread = threading.Thread(target=self._run, args=(clock, timeout), daemon=True)
         self.thread.start()
         assert self.started.wait(JOIN)
+        if isinstance(clock, FakeClock) and waiting is not None:
+            # the wait has taken its deadline: time advanced from now on counts for it
+            assert clock.wait_for_waiters(waiting + 1, JOIN)
 
     def _run(self, clock: Clock, timeout: float | None) -> None:
         self.started.set()

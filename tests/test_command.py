@@ -156,8 +156,8 @@ def test_cancel_kills_the_whole_process_group(tmp_path: Path) -> None:
     script = (
         "import subprocess, sys, time\n"
         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "print('started', flush=True)\n"  # before the pid file the test waits for
         f"open({str(pidfile)!r}, 'w').write(str(child.pid))\n"
-        "print('started', flush=True)\n"
         "time.sleep(60)\n"
     )
     job = CommandJob([PY, "-c", script], kill_grace=2.0)

@@ -94,7 +94,9 @@ def test_an_edited_cell_run_again_takes_over_renders_and_stops(tmp_path: Path) -
     watched = json.loads(stdout)
     assert watched["statuses"] == ["running", "stopped"]
     runs = sorted(watched["runs"], key=lambda r: r["start"])
-    assert 2 <= len(runs) <= 6  # one scheduler at a time, every ~1 s for 3.5 s
+    assert len(runs) >= 2  # every ~1 s for at least 3.5 s
+    span = runs[-1]["start"] - runs[0]["start"]  # one scheduler at a time: a run a second,
+    assert len(runs) <= span + 2, (len(runs), span)  # plus the one right after the hand-over
     assert len({r["slot"] for r in runs}) == len(runs)  # never a slot twice
     for before, after in itertools.pairwise(runs):
         assert after["start"] >= before["end"]

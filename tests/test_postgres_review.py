@@ -184,17 +184,19 @@ def test_a_schedule_added_again_at_run_time_keeps_its_state(
 ) -> None:
     """add_schedule(persist=True) clears a namesake's stored state before the schedule starts:
     the runs of the schedule added again must still reach the database."""
-    agent = Agent("ag", schedules={"tick": Schedule.interval("1h")})
+    # manual schedules: only the test's triggers run them, so a timer's run never takes the
+    # agent's one slot (a trigger would answer at_capacity) or the schedule (already_running)
+    agent = Agent("ag", schedules={"tick": Schedule.manual()})
     store = PostgresStateStore(postgres_dsn, namespace=pg_namespace)
     with as_separate_processes():
         sched = ThreadedScheduler([agent], on_trigger=lambda info: "ok", store=store)
         sched.start()
         try:
-            sched.add_schedule("ag", "added", Schedule.interval("1h"), persist=True)
+            sched.add_schedule("ag", "added", Schedule.manual(), persist=True)
             assert sched.trigger("ag", "added", wait=True).success
             store.flush()
             sched.remove_schedule("ag", "added")
-            sched.add_schedule("ag", "added", Schedule.interval("1h"), persist=True)
+            sched.add_schedule("ag", "added", Schedule.manual(), persist=True)
             second = sched.trigger("ag", "added", wait=True)
             assert second.success
         finally:

@@ -77,7 +77,10 @@ def test_a_pause_from_another_host_is_applied_at_once_through_a_notification(
     assert wait_until(lambda: len(ledger.rows) >= 1, timeout=10)
     other = PostgresStateStore(postgres_dsn, namespace=pg_namespace)
     other.update_schedule_state("ag", "tick", status="paused")
-    time.sleep(1.0)  # the notification arrives in milliseconds; a run on its way may finish
+    # the leader's own entry, not get_status() (which would read the database itself)
+    entry = sched._core.entries["ag", "tick"]
+    assert wait_until(lambda: entry.state.status == "paused", timeout=10)
+    assert sched.wait_until_idle(10)  # a run on its way when the pause arrived may finish
     count = len(ledger.rows)
     time.sleep(2.5)
     assert len(ledger.rows) == count  # nothing ran while paused
