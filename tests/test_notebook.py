@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +88,9 @@ def test_an_edited_cell_run_again_takes_over_renders_and_stops(tmp_path: Path) -
     assert "<b>herdsched</b>: running" in first["text/html"]
     assert "<td>nb</td><td>tick</td>" in first["text/html"]
     _, stderr, second = outputs_of(cells[1])
-    assert "<b>herdsched</b>: running" in second["text/html"]  # the edited one leads
+    # the edited one leads at once, or, when the old one was running a tick at that instant,
+    # right after that job (as documented); the later cell shows it leading either way
+    assert re.search("<b>herdsched</b>: (running|standby)", second["text/html"])
     assert stderr == ""  # no notice in red: hand-overs and standbys log below WARNING
 
     stdout, _, _ = outputs_of(cells[2])
