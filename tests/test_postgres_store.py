@@ -18,6 +18,7 @@ from herdsched.errors import LeadershipLostError, StateError
 from herdsched.models import RunRecord, Status
 from herdsched.store.base import Lease, RunClaim
 from herdsched.store.postgres import PostgresStateStore, rows
+from herdsched.store.postgres import leases as pg_leases
 from herdsched.store.postgres import store as store_module
 
 T0 = datetime(2026, 11, 24, 9, 0, tzinfo=timezone.utc)
@@ -172,9 +173,14 @@ def test_a_holder_whose_session_ends_is_replaced_at_once(
     assert second.get_schedule_state("a", "s").status is Status.PAUSED
 
 
-def test_a_takeover_waits_for_a_fenced_write_in_flight(stores: list[PostgresStateStore]) -> None:
+def test_a_takeover_waits_for_a_fenced_write_in_flight(
+    stores: list[PostgresStateStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """FOR SHARE: a claim whose fence check passed commits before the lease can change hands,
     so no stale claim commits after a takeover (a plain read could not promise that)."""
+    # a write still open 0.5 s into a takeover is taken for hung and its session ended (tested
+    # below); this one is only slow, and a loaded machine must not make it look hung
+    monkeypatch.setattr(pg_leases, "_HUNG_WRITE", 10.0)
     first, second = stores
     assert first.acquire_lease("h1", 0.5) is not None
     order: list[str] = []
