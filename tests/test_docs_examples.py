@@ -67,15 +67,25 @@ def test_block_extraction() -> None:
     assert python_blocks(text) == [(2, "x = 1\n"), (13, "y = x + 1\n")]
 
 
-@pytest.mark.parametrize("page", PAGES)
-def test_page_examples_run(page: str) -> None:
-    path = DOCS / page
+def run_examples(path: Path) -> None:
+    """Run the page's python blocks in order in one namespace; fail naming the block's line."""
     blocks = python_blocks(path.read_text(encoding="utf-8"))
-    assert blocks, f"{page} has no python examples"
+    assert blocks, f"{path.name} has no python examples"
     namespace: dict[str, object] = {"__name__": f"docs_{path.stem}"}
     for line, code in blocks:
         compiled = compile(code, f"{path}:{line}", "exec")
         try:
             exec(compiled, namespace)
         except Exception as exc:  # pragma: no cover - the failure report
-            pytest.fail(f"example at {page}:{line} failed: {type(exc).__name__}: {exc}")
+            pytest.fail(f"example at {path.name}:{line} failed: {type(exc).__name__}: {exc}")
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_examples_run(page: str) -> None:
+    run_examples(DOCS / page)
+
+
+def test_readme_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # its state directory is a relative .herdsched
+    run_examples(DOCS.parent / "README.md")
+    assert (tmp_path / ".herdsched" / "state.yaml").exists()
