@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -219,6 +220,40 @@ def _detail(field: str | None, message: str) -> dict[str, Any]:
 
 def _field_error(field: str, message: str) -> ApiError:
     return ApiError(400, message, [_detail(field, message)])
+
+
+_MAX_DEPTH = 20  # levels of nesting a request body's value may have (metadata is shallow)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text} is too large")
+    return value
+
+
+def _check_storable(value: Any, field: str, depth: int = 0) -> None:
+    """Refuse what JSON parses but no store can keep: text with lone surrogates (a malformed
+    ``\\ud800`` escape) and nesting deeper than ``_MAX_DEPTH`` levels. ``field`` names the top
+    field, so the 400 names the culprit."""
+    if depth > _MAX_DEPTH:
+        raise _field_error(field, f"{field} is nested more than {_MAX_DEPTH} levels deep")
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise _field_error(field, f"{field} holds a lone surrogate, not text") from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_storable(key, field, depth + 1)
+            _check_storable(item, field, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _check_storable(item, field, depth + 1)
 
 
 def _time(moment: datetime | None) -> str | None:
@@ -566,11 +601,17 @@ class RestApi:
         if empty:
             return None
         try:
-            parsed = json.loads(body)
+            parsed = json.loads(body, parse_constant=_no_constant, parse_float=_finite_float)
         except ValueError as exc:
             raise ApiError(400, f"request body is not valid JSON: {exc}") from exc
+        except RecursionError:
+            raise ApiError(400, "request body is nested too deeply") from None
         if not isinstance(parsed, dict):
-            raise ApiError(400, f"request body must be a JSON object, got {type(parsed).__name__}")
+            kind = "null" if parsed is None else type(parsed).__name__
+            raise ApiError(400, f"request body must be a JSON object, got {kind}")
+        for key, value in parsed.items():
+            _check_storable(key, "a field name")  # before the 400 of its value names it
+            _check_storable(value, key)
         return parsed
 
     # ------------------------------------------------------------------------------ helpers

@@ -54,6 +54,7 @@ from herdsched.models import (
     Schedule,
     ScheduleState,
     Status,
+    check_prompt,
 )
 from herdsched.scheduler import ThreadedScheduler, describe_cadence
 from herdsched.store.runs import history_with_requests
@@ -175,6 +176,14 @@ def _positive_int_arg(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
+
+
+def _prompt_arg(text: str) -> str:
+    try:
+        check_prompt(text)
+    except ValueError as exc:  # undecodable bytes on the command line, a NUL
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def _zone_arg(text: str) -> tzinfo:
@@ -379,7 +388,9 @@ def _add_steering_commands(commands: _Commands, parents: _Parents) -> None:
         "its agent has a free slot; 'history' shows it queued, running, then finished.",
     )
     trigger.add_argument("target", metavar="AGENT[/SCHEDULE]")
-    trigger.add_argument("--prompt", default=None, help="prompt for this run only")
+    trigger.add_argument(
+        "--prompt", default=None, type=_prompt_arg, help="prompt for this run only"
+    )
     trigger.set_defaults(handler=_cmd_trigger)
     for name, handler, text, description in (
         (

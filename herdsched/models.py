@@ -383,6 +383,25 @@ def check_name(kind: str, value: Any) -> None:
         )
 
 
+def check_prompt(value: Any) -> None:
+    """Refuse a run-now prompt that is not text every store keeps: a string or ``None``, and
+    no lone surrogates (a malformed ``\\ud800`` escape, undecodable bytes from a command line)
+    or NUL characters (which PostgreSQL cannot store)."""
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise TypeError(f"prompt must be a string or None, got {type(value).__name__} {value!r}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"prompt is not valid text: {value[exc.start : exc.end]!r} at position {exc.start} "
+            "is not a character (a lone surrogate)"
+        ) from None
+    if "\x00" in value:
+        raise ValueError(f"prompt contains a NUL character at position {value.index(chr(0))}")
+
+
 def _check_name(kind: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
     def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         check_name(kind, value)

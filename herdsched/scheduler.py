@@ -59,6 +59,7 @@ from herdsched.models import (
     Status,
     TriggerResult,
     TriggerType,
+    check_prompt,
     check_schedule_arguments,
 )
 from herdsched.notify import Notification
@@ -562,6 +563,7 @@ class ThreadedScheduler:
         apply). With ``wait=True`` the call returns when the run has finished and ``success``
         says whether it succeeded.
         """
+        check_prompt(prompt)
         core = self._core
         with core.lock:
             agent_obj = core.require_agent(agent)

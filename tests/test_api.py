@@ -383,6 +383,44 @@ def test_put_rejects_bodies_that_are_not_json_objects(api: RestApi, raw: bytes, 
     assert_error(body, text=text)
 
 
+@pytest.mark.parametrize(
+    ("raw", "field", "text"),
+    [
+        (b'{"type": "manual", "prompt": "\\ud800"}', "prompt", "lone surrogate"),
+        (b'{"type": "manual", "metadata": {"\\udfff": 1}}', "metadata", "lone surrogate"),
+        (b'{"type": "manual", "\\ud800": 1}', "a field name", "lone surrogate"),
+        (b'{"type": "manual", "metadata": {"a": ' + b"[" * 25 + b"]" * 25 + b"}}", "metadata",
+         "nested more than 20 levels"),
+        (b'{"type": "manual", "metadata": {"a": ' + b"[" * 30000 + b"]" * 30000 + b"}}", None,
+         "nested too deeply"),
+        (b'{"type": "manual", "metadata": {"k": NaN}}', None, "NaN is not a JSON number"),
+        (b'{"type": "manual", "metadata": {"k": -Infinity}}', None, "-Infinity is not a JSON"),
+        (b'{"type": "manual", "metadata": {"k": 1e400}}', None, "1e400 is too large"),
+    ],
+)  # fmt: skip
+def test_put_refuses_json_no_store_can_keep_with_a_400_and_writes_nothing(
+    api: RestApi, sched: ThreadedScheduler, raw: bytes, field: str | None, text: str
+) -> None:
+    """Each of these answered 500 (a traceback in the server's log) or, for NaN and infinity,
+    stored a value that made every later listing invalid JSON for strict clients."""
+    status, body = api.handle(
+        "PUT", "/api/schedule/triage/odd", body=raw, content_type="application/json"
+    )
+    assert status == 400, body
+    assert_error(body, field=field, text=text)
+    json.dumps(body).encode("utf-8")  # the answer itself is valid UTF-8 JSON
+    assert "odd" not in {s.schedule for s in sched.get_status().schedules}
+
+
+def test_a_run_now_prompt_that_is_not_text_is_a_400(api: RestApi) -> None:
+    raw = b'{"prompt": "bad \\udcff byte"}'
+    status, body = api.handle(
+        "POST", "/api/schedule/triage/check/run", body=raw, content_type="application/json"
+    )
+    assert status == 400
+    assert_error(body, field="prompt", text="lone surrogate")
+
+
 def test_writes_without_json_content_type_are_415(api: RestApi) -> None:
     status, body = api.handle(
         "POST", "/api/schedule/triage/check/run", body=b"", content_type="text/plain"

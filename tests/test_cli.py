@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import textwrap
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -504,6 +505,23 @@ def test_trigger_queues_a_request(capsys: pytest.CaptureFixture[str], state_dir:
         ("triage", "check", "now please"),
         ("ops", "manual", None),
     ]
+
+
+def test_trigger_refuses_a_prompt_that_is_not_text_and_queues_nothing(
+    capsys: pytest.CaptureFixture[str], state_dir: Path
+) -> None:
+    """Undecodable bytes on the command line (os.fsdecode's surrogates) printed a traceback."""
+    prompt = os.fsdecode(b"bad\xffbyte")
+    code, out, err = run_cli(
+        capsys, "trigger", "triage/check", "--prompt", prompt, "--state-dir", str(state_dir)
+    )
+    assert code == 2 and out == ""
+    assert "argument --prompt: prompt is not valid text" in err and "Traceback" not in err
+    store = YamlStateStore(state_dir)
+    try:
+        assert store.trigger_requests() == []
+    finally:
+        store.close()
 
 
 def test_trigger_with_a_scheduler_running_says_nothing_on_stderr(

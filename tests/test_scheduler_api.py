@@ -59,6 +59,25 @@ def test_unknown_names_raise_typed_errors() -> None:
             sched.history("a", limit=0)
 
 
+def test_a_run_now_prompt_that_is_not_text_is_refused_before_anything_runs() -> None:
+    """trigger(prompt=5) used to start a run that crashed in the job's prompt template and
+    counted as a failure (five of them auto-disabled the schedule)."""
+    job = Recorder()
+    with running() as (sched, _clock):
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.manual()}))
+        sched.start()
+        with pytest.raises(TypeError, match="prompt must be a string or None, got int 5"):
+            sched.trigger("a", "s", prompt=5)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="position 3 is not a character"):
+            sched.trigger("a", "s", prompt="bad\udcffbyte")
+        with pytest.raises(ValueError, match="NUL character at position 1"):
+            sched.trigger("a", "s", prompt="a\x00b")
+        assert sched.wait_until_idle(10)
+        assert job.calls == [] and sched.history("a", "s") == []
+        assert sched.get_status().schedules[0].consecutive_failures == 0
+        assert sched.trigger("a", "s", prompt="fine", wait=True).success
+
+
 def test_trigger_without_any_job_is_refused() -> None:
     with running(on_trigger=Recorder()) as (sched, _clock):
         sched.add_agent(Agent("a", schedules={"s": Schedule.manual()}))

@@ -43,7 +43,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from herdsched.models import RejectedDefinition, RunRecord, ScheduleState
+from herdsched.models import RejectedDefinition, RunRecord, ScheduleState, check_prompt
 from herdsched.timestamps import format_timestamp
 
 __all__ = [
@@ -119,7 +119,7 @@ class TriggerRequest:
     agent: str
     schedule: str
     requested_at: datetime
-    prompt: str | None = None
+    prompt: str | None = attrs.field(default=None, validator=lambda _, __, v: check_prompt(v))
     started_at: datetime | None = None
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from herdsched.errors import StateError
+from herdsched.models import check_prompt
 from herdsched.runner import new_run_id
 from herdsched.store.base import TriggerRequest
 from herdsched.store.files import atomic_write, fsync_dir
@@ -62,8 +63,7 @@ class TriggerRequestQueue:
         for value, what in ((agent, "agent"), (schedule, "schedule")):
             if not isinstance(value, str) or not value:
                 raise ValueError(f"{what} must be a non-empty string, got {value!r}")
-        if prompt is not None and not isinstance(prompt, str):
-            raise ValueError(f"prompt must be a string or None, got {prompt!r}")
+        check_prompt(prompt)
         run_id = new_run_id()
         body = {
             "run_id": run_id,
