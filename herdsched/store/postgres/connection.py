@@ -23,6 +23,7 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from herdsched.errors import StateError
+from herdsched.store.spec import mask_password
 
 __all__ = ["Database", "describe_dsn", "state_error"]
 
@@ -98,9 +99,10 @@ class Database:
                 connect_timeout=max(1, round(connect_timeout)),
                 application_name="herdsched",  # whatever the DSN says: how to find ours
             )
-        except psycopg.Error as exc:
+        except psycopg.Error as exc:  # its text quotes the DSN, password and all
             raise StateError(
-                f"The PostgreSQL store's DSN {describe_dsn(dsn)!r} is not valid: {exc}; "
+                f"The PostgreSQL store's DSN {mask_password(dsn)!r} is not valid: "
+                f"{mask_password(str(exc))}; "
                 "give a URL such as postgresql://user@host:5432/dbname",
                 cause=exc,
             ) from exc
