@@ -606,6 +606,10 @@ def test_system_checks_report_every_settings_problem(tmp_path: Path) -> None:
     with override_settings(HERDSCHED={"AUTH": 42, "AUTOSTART": False}):
         (message,) = check_settings()
         assert "must be callable" in message.msg
+    with override_settings(HERDSCHED={"AUTOSTART": "false"}):  # a string: true in Python
+        (message,) = check_settings()
+        assert message.id == "herdsched.E012"
+        assert "HERDSCHED['AUTOSTART'] must be True or False, got str 'false'" in message.msg
     with override_settings(HERDSCHED=["not", "a", "dict"]):
         assert [m.id for m in check_settings()] == ["herdsched.E001"]
     fleet = tmp_path / "fleet.yaml"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -285,6 +286,36 @@ def test_without_auth_reads_work_and_writes_are_403(
     assert "read-only: no auth is configured" in caplog.text
     page = client.get("/herdsched/").get_data(as_text=True)
     assert "read-only" in page
+
+
+@pytest.mark.parametrize(
+    ("config", "given", "words"),
+    [
+        ({"HERDSCHED_AUTOSTART": "false"}, None, "HERDSCHED_AUTOSTART must be True or False"),
+        ({"HERDSCHED_AUTH": 5}, None, "HERDSCHED_AUTH must be callable"),
+        ({"HERDSCHED_AUTH": "os.sep"}, None, "HERDSCHED_AUTH must be callable"),
+        ({"HERDSCHED_AUTH": "nowhere.at_all:auth"}, None, "cannot be imported"),
+        ({}, 5, "init_app(auth=...) must be callable"),
+    ],
+)
+def test_bad_auth_and_autostart_settings_fail_at_init_app_naming_them(
+    sched: ThreadedScheduler, config: dict[str, object], given: object, words: str
+) -> None:
+    """They used to be accepted: every request then answered an HTML 500 (an auth that is not
+    callable), or a process configured not to run jobs started the scheduler ("false")."""
+    app = Flask("misconfigured")
+    app.config.update(config)
+    with pytest.raises(SchedulerError, match=re.escape(words)):
+        init_app(app, sched, auth=given)  # type: ignore[arg-type]
+    assert not sched.is_running()
+
+
+def test_auth_may_be_given_as_an_import_path(sched: ThreadedScheduler) -> None:
+    app = Flask("by-path")
+    app.config["HERDSCHED_AUTH"] = "herdsched.api.ALLOW_ANYONE"
+    init_app(app, sched)
+    response = app.test_client().patch(f"{API}/schedule/triage/check", json={"enabled": False})
+    assert response.status_code == 200, response.get_data(as_text=True)
 
 
 def test_run_with_no_body_and_no_content_type(

@@ -462,6 +462,30 @@ def _on_database(
         raise
 
 
+def auth_setting(value: Any, *, what: str) -> Callable[[Any], str | None] | None:
+    """An ``AUTH`` setting as the API's auth callable: a callable, an import path to one
+    (``"herdsched.api.ALLOW_ANYONE"``), or ``None`` (no auth: the API is read-only). Anything
+    else fails at start-up naming ``what``, not at each request."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = import_object(value, what=what)
+    if not callable(value):
+        raise SchedulerError(
+            f"{what} must be callable (or the import path of one), got {type(value).__name__} "
+            f"{value!r}"
+        )
+    return value  # type: ignore[no-any-return]
+
+
+def flag_setting(value: Any, *, what: str) -> bool:
+    """A yes/no setting, which must be a bool: the string ``"false"`` is true in Python, so
+    ``AUTOSTART="false"`` would start the scheduler in a process meant not to run jobs."""
+    if not isinstance(value, bool):
+        raise SchedulerError(f"{what} must be True or False, got {type(value).__name__} {value!r}")
+    return value
+
+
 def import_object(path: str, *, what: str) -> Any:
     """The object at ``"package.module:attribute"`` (or ``"package.module.attribute"``)."""
     module_name, sep, attribute = path.partition(":")

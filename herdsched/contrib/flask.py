@@ -46,7 +46,12 @@ from herdsched.api import (
     is_cross_site,
     read_only_reason,
 )
-from herdsched.contrib import EmbeddedScheduler, scheduler_from_settings
+from herdsched.contrib import (
+    EmbeddedScheduler,
+    auth_setting,
+    flag_setting,
+    scheduler_from_settings,
+)
 from herdsched.errors import UnauthorizedError
 from herdsched.models import TriggerInfo
 from herdsched.scheduler import ThreadedScheduler
@@ -108,10 +113,13 @@ def init_app(
     if EXTENSION_KEY in app.extensions:
         raise RuntimeError(f"herdsched is already initialised on Flask app {app.name!r}")
     settings = _settings(app)
-    autostart = settings.pop("AUTOSTART", True)
+    autostart = flag_setting(settings.pop("AUTOSTART", True), what="HERDSCHED_AUTOSTART")
     configured_auth = settings.pop("AUTH", None)
     configured_limit = settings.pop("MAX_BODY_BYTES", None)
-    auth = auth if auth is not None else configured_auth
+    if auth is not None:
+        auth = auth_setting(auth, what="init_app(auth=...)")
+    else:
+        auth = auth_setting(configured_auth, what="HERDSCHED_AUTH")
     limit = max_body_bytes if max_body_bytes is not None else configured_limit
     if scheduler is None:
         scheduler = scheduler_from_settings(

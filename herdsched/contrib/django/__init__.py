@@ -49,7 +49,8 @@ from herdsched.api import ADMIN, MAX_BODY_BYTES, RestApi
 from herdsched.contrib import (
     ADAPTER_KEYS,
     EmbeddedScheduler,
-    import_object,
+    auth_setting,
+    flag_setting,
     scheduler_from_settings,
 )
 from herdsched.contrib.django.database import resolve_store
@@ -131,14 +132,7 @@ def forget() -> None:
 def auth_callable() -> Callable[[Any], str | None] | None:
     """The ``AUTH`` setting resolved to a callable (``None``: no authentication, so the API
     is read-only)."""
-    auth = _settings().get("AUTH")
-    if auth is None:
-        return None
-    if isinstance(auth, str):
-        auth = import_object(auth, what="HERDSCHED['AUTH']")
-    if not callable(auth):
-        raise SchedulerError(f"HERDSCHED['AUTH'] must be callable, got {type(auth).__name__}")
-    return auth  # type: ignore[no-any-return]
+    return auth_setting(_settings().get("AUTH"), what="HERDSCHED['AUTH']")
 
 
 def start_once() -> bool:
@@ -160,7 +154,7 @@ def autostart_decision(argv: list[str] | None = None) -> tuple[bool, str]:
     its child (the child has ``RUN_MAIN=true``).
     """
     argv = sys.argv if argv is None else argv
-    if not _settings().get("AUTOSTART", True):
+    if not flag_setting(_settings().get("AUTOSTART", True), what="HERDSCHED['AUTOSTART']"):
         return False, "HERDSCHED['AUTOSTART'] is false"
     program = Path(argv[0]).name if argv else ""
     is_manage = program in ("manage.py", "django-admin", "django-admin.py") or (

@@ -7,7 +7,8 @@ builds the scheduler. Ids: ``herdsched.E001`` the setting is not a dict, ``E002`
 positive integer, ``E007`` ``SCHEDULER`` cannot be imported, ``E008`` ``STORE`` names no store
 or is given with ``STATE_DIR``, ``E009`` ``STORE`` ``"django:<alias>"`` names no database of
 ``settings.DATABASES``, ``E010`` that database is not PostgreSQL (or its settings cannot make a
-connection string), ``E011`` ``NAMESPACE`` is not a non-empty string or has no database store.
+connection string), ``E011`` ``NAMESPACE`` is not a non-empty string or has no database store,
+``E012`` ``AUTOSTART`` is not ``True`` or ``False``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error
 
 from herdsched.config import load_fleet
-from herdsched.contrib import SETTINGS_KEYS, import_object
+from herdsched.contrib import SETTINGS_KEYS, flag_setting, import_object
 from herdsched.contrib.django.database import DjangoDatabaseError, alias_of, database_dsn
 from herdsched.errors import ConfigError, SchedulerError
 from herdsched.store.spec import StoreSpecError, check_spec, is_database_spec, mask_password
@@ -61,6 +62,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     problems += _importable(value.get("AUTH"), "AUTH", "herdsched.E005", callable_=True)
     problems += _importable(value.get("SCHEDULER"), "SCHEDULER", "herdsched.E007")
     problems += _body_limit(value.get("MAX_BODY_BYTES"))
+    try:
+        flag_setting(value.get("AUTOSTART", True), what="HERDSCHED['AUTOSTART']")
+    except SchedulerError as exc:
+        problems.append(Error(str(exc), id="herdsched.E012"))
     return problems
 
 
