@@ -178,6 +178,16 @@ def _positive_int_arg(text: str) -> int:
     return value
 
 
+_MAX_NEXT = 1000  # a preview, not a generator: a huge -n ran for minutes and printed nothing
+
+
+def _next_count_arg(text: str) -> int:
+    value = _positive_int_arg(text)
+    if value > _MAX_NEXT:
+        raise argparse.ArgumentTypeError(f"at most {_MAX_NEXT}, got {value}")
+    return value
+
+
 def _prompt_arg(text: str) -> str:
     try:
         check_prompt(text)
@@ -364,7 +374,11 @@ def _add_next_command(commands: _Commands, parents: _Parents) -> None:
         help="IANA zone the cron expression runs in, and times are shown in (default: local)",
     )
     nxt.add_argument(
-        "-n", type=_positive_int_arg, default=5, metavar="N", help="how many (default: 5)"
+        "-n",
+        type=_next_count_arg,
+        default=5,
+        metavar="N",
+        help=f"how many, up to {_MAX_NEXT} (default: 5)",
     )
     nxt.add_argument(
         "--after",
@@ -1185,7 +1199,10 @@ def _cmd_next(args: argparse.Namespace) -> int:
             raise _UsageError(
                 f"{exc} (or, if you meant a cron expression, it needs 5 or 6 fields)"
             ) from None
-        moments = [after + every * k for k in range(args.n)]
+        try:
+            moments = [after + every * k for k in range(args.n)]
+        except OverflowError:
+            raise _UsageError(f"the {args.n} times run past the year 9999") from None
         kind = "interval"
         note = (
             f"interval {format_interval(every)}: the first run is due at once, each next one "

@@ -264,6 +264,22 @@ def test_next_with_seconds_and_shorthand(capsys: pytest.CaptureFixture[str]) -> 
     assert json.loads(out)["times"][0].endswith("T00:00:00.000Z")
 
 
+def test_next_refuses_a_huge_count_and_times_past_the_calendar(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """-n 1000000000 ran for minutes and printed nothing; an interval past the year 9999 was a
+    traceback (OverflowError)."""
+    code, out, err = run_cli(capsys, "next", "0 0 * * *", "-n", "1000000000")
+    assert code == 2 and out == "" and "argument -n: at most 1000, got 1000000000" in err
+    code, out, err = run_cli(
+        capsys, "next", "5m", "--after", "9999-12-31T23:58", "--tz", "UTC", "-n", "3"
+    )
+    assert code == 2 and out == "" and "the 3 times run past the year 9999" in err
+    assert "Traceback" not in err
+    code, out, _ = run_cli(capsys, "next", "0 0 * * *", "--tz", "UTC", "-n", "1000")
+    assert code == 0 and len(out.splitlines()) == 1001  # the note, then the times
+
+
 def test_next_interval(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(
         capsys, "next", "90m", "--tz", "Europe/Berlin", "--after", "2026-03-29T00:00:00", "-n", "3"
