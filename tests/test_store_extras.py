@@ -129,8 +129,11 @@ def test_requests_are_validated(tmp_path: Path) -> None:
     with YamlStateStore(tmp_path) as store:
         with pytest.raises(ValueError, match="agent"):
             store.request_trigger("", "s")
-        with pytest.raises(ValueError, match="prompt"):
+        with pytest.raises(TypeError, match="prompt must be a string or None, got int 3"):
             store.request_trigger("a", "s", prompt=3)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="prompt contains a NUL character"):
+            store.request_trigger("a", "s", prompt="a\x00")
+        assert store.trigger_requests() == []
 
 
 def test_unreadable_request_is_set_aside_by_the_active_store(tmp_path: Path) -> None:
