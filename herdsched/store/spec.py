@@ -26,6 +26,7 @@ from typing import Any
 
 from herdsched.errors import StateError
 from herdsched.store.base import StateStore
+from herdsched.store.masking import mask_password
 from herdsched.store.memory import MemoryStateStore
 from herdsched.store.yaml_store import YamlStateStore
 
@@ -49,8 +50,6 @@ _CONNINFO = re.compile(
     r"^(?=\s*[A-Za-z_]+\s*=)(?=.*?(?:^|\s)(?:" + "|".join(_CONNINFO_KEYWORDS) + r")\s*=)",
     re.DOTALL,
 )
-_URL_PASSWORD = re.compile(r"(://[^:/@?#\s]*:)[^@/?#\s]*@")
-_KEY_PASSWORD = re.compile(r"""(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]*)""", re.IGNORECASE)
 
 log = logging.getLogger("herdsched")
 
@@ -60,11 +59,6 @@ class StoreSpecError(StateError, ValueError):
 
     Also a :class:`ValueError`: the spec is bad input, not a failing store.
     """
-
-
-def mask_password(spec: str) -> str:
-    """``spec`` with any password replaced by ``***`` (in a URL's user part, in ``password=``)."""
-    return _KEY_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1***@", spec))
 
 
 def _text(spec: str | os.PathLike[str]) -> str:

@@ -23,7 +23,7 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from herdsched.errors import StateError
-from herdsched.store.spec import mask_password
+from herdsched.store.masking import mask_password
 
 __all__ = ["Database", "describe_dsn", "state_error"]
 
