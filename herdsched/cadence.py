@@ -68,10 +68,11 @@ def _interval_error(problem: str, raw: object) -> IntervalParseError:
     return IntervalParseError(f'{problem} in interval "{raw}"', input=raw)
 
 
-def parse_interval(text: str) -> timedelta:
+def parse_interval(text: str, *, allow_zero: bool = False) -> timedelta:
     """Parse ``"30s"``, ``"5m"``, ``"1h"``, ``"2d"`` or a compound such as ``"1h30m"``.
 
     Units are ``s m h d`` (any case); a compound lists each unit at most once, largest first.
+    ``"0s"`` is refused unless ``allow_zero`` (a setting such as ``min_interval``, not a cadence).
     Raises :class:`IntervalParseError` whose message names the problem and the input.
     """
     raw = text
@@ -123,7 +124,7 @@ def parse_interval(text: str) -> timedelta:
             raise _interval_error("Interval is too large (at most 999999999 days)", raw)
         total += int(number) * _UNITS[unit]
         pos = match.end()
-    if total == 0:
+    if total == 0 and not allow_zero:
         raise _interval_error("Zero interval is not allowed", raw)
     if total > _MAX_SECONDS:
         raise _interval_error("Interval is too large (at most 999999999 days)", raw)
@@ -136,7 +137,7 @@ def coerce_interval(
     """Accept a duration string, a :class:`timedelta` or a number of seconds (Python API)."""
     if isinstance(value, str):
         try:
-            return parse_interval(value)
+            return parse_interval(value, allow_zero=allow_zero)
         except IntervalParseError as exc:
             if what == "interval":
                 raise
@@ -414,7 +415,8 @@ class Interval:
     def check(self, *, min_interval: timedelta, zone: tzinfo, now: datetime | None) -> None:
         if self.every < min_interval:
             raise InvalidScheduleError(
-                f"interval {self.every} is shorter than min_interval {min_interval}",
+                f"interval {_describe_delta(self.every)} is shorter than min_interval "
+                f"{_describe_delta(min_interval)}",
                 field="interval",
                 value=self.every,
             )
@@ -540,8 +542,8 @@ class Cron:
         gap = self.shortest_gap(zone) if min_interval else None
         if gap is not None and gap < min_interval:
             raise InvalidScheduleError(
-                f"cron {self.expression.source!r} fires every {gap}, more often than "
-                f"min_interval {min_interval}",
+                f"cron {self.expression.source!r} fires every {_describe_delta(gap)}, more often "
+                f"than min_interval {_describe_delta(min_interval)}",
                 field="cron",
                 value=self.expression.source,
             )

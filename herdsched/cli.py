@@ -21,7 +21,6 @@ import logging
 import os
 import re
 import shlex
-import shutil
 import signal
 import sys
 import threading
@@ -47,6 +46,7 @@ from herdsched.errors import (
     SchedulerError,
     SchedulerShutdownError,
 )
+from herdsched.fleet_checks import runnable_problems
 from herdsched.models import (
     RejectedDefinition,
     RunRecord,
@@ -526,12 +526,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    fleet = load_fleet(args.fleet)  # imports every job: one that does not import is a problem
-    missing = _missing_programs(fleet)
-    if missing:
-        count = f"{len(missing)} problem{'s' if len(missing) != 1 else ''}"
-        head = f"Invalid fleet file {args.fleet} ({count}):"
-        raise ConfigError("\n".join([head, *(f"  - {p}" for p in missing)]), missing)
+    fleet = _runnable_fleet(args.fleet)
     schedules = sum(len(agent.schedules) for agent in fleet.agents)
     name = f' "{fleet.name}"' if fleet.name else ""
     _out(f"{args.fleet}: valid fleet{name}: {len(fleet.agents)} agent(s), {schedules} schedule(s)")
@@ -553,41 +548,22 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _runnable_fleet(path: str) -> FleetConfig:
+    """The fleet file at ``path``, checked as ``run`` needs it (``ConfigError``, exit code 2,
+    listing every problem). Loading imports every job: one that does not import is a problem."""
+    fleet = load_fleet(path)
+    problems = runnable_problems(fleet)
+    if problems:
+        count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
+        head = f"Invalid fleet file {path} ({count}):"
+        raise ConfigError("\n".join([head, *(f"  - {p}" for p in problems)]), problems)
+    return fleet
+
+
 def _cadence_text(schedule: Schedule) -> str:
     """The scheduler's own wording, which ``status`` shows too."""
 
     return describe_cadence(schedule)
-
-
-def _missing_programs(fleet: FleetConfig) -> list[str]:
-    """A problem for each command whose program does not exist (it would fail every run)."""
-
-    problems = []
-    for index, agent in enumerate(fleet.agents):
-        jobs = [(f"agents[{index}].command", agent.job)]
-        jobs += [
-            (f"agents[{index}].schedules.{name}.command", schedule.job)
-            for name, schedule in agent.schedules.items()
-        ]
-        for where, job in jobs:
-            if isinstance(job, CommandJob) and job.argv:
-                problem = _program_problem(job.argv[0], job.cwd)
-                if problem:
-                    problems.append(f"{where}: {problem}")
-    return problems
-
-
-def _program_problem(program: str, cwd: Path | None) -> str | None:
-    if os.sep in program or (os.altsep and os.altsep in program):
-        path = Path(program) if Path(program).is_absolute() else (cwd or Path()) / program
-        if not path.is_file():
-            return f"program {program!r} not found (no file at {path})"
-        if not os.access(path, os.X_OK):
-            return f"program {program!r} is not executable ({path})"
-        return None
-    if shutil.which(program) is None:
-        return f"program {program!r} not found on PATH"
-    return None
 
 
 def _runs_text(job: object) -> str:
@@ -672,7 +648,7 @@ def _log_run(event: Any) -> None:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     choice = _store_choice(args)  # a usage error before the fleet's jobs are imported
-    fleet = load_fleet(args.fleet)
+    fleet = _runnable_fleet(args.fleet)
     scheduler = _fleet_scheduler(fleet, args, choice)
     stopper = _Stopper()
     try:

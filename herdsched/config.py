@@ -35,7 +35,8 @@ from typing import Any
 
 import attrs
 
-from herdsched.errors import AgentNotFoundError, ConfigError
+from herdsched.engine.settings import EngineSettings
+from herdsched.errors import AgentNotFoundError, ConfigError, InvalidScheduleError
 from herdsched.models import Agent, CatchUp, JobFunc, Schedule
 from herdsched.scheduler import ThreadedScheduler
 from herdsched.timestamps import to_utc
@@ -238,6 +239,9 @@ class _AgentContext:
     fleet_zone: str | None  # the scheduler section's zone (None: the system's)
     now: datetime  # anchors relative once times ("+10s")
     require_jobs: bool  # whether a schedule with nothing to run is a problem
+    settings: (
+        EngineSettings  # the scheduler section's min_interval and zone, as the engine reads them
+    )
 
 
 def _agent_name(chk: _Checker, data: Mapping[Any, Any], path: _PathT) -> str | None:
@@ -321,14 +325,15 @@ def _agent_schedules(
     data: Mapping[Any, Any],
     path: _PathT,
     sctx: _ScheduleContext,
+    ctx: _AgentContext,
     *,
     job: JobFunc | None,
-    require_jobs: bool,
 ) -> dict[str, Schedule]:
     """The agent's ``schedules`` by name, each checked; those with problems are left out.
 
-    ``job`` is the agent's own job: with ``require_jobs``, an agent with no ``job`` or
-    ``command`` key needs one on each schedule.
+    ``job`` is the agent's own job: with ``ctx.require_jobs``, an agent with no ``job`` or
+    ``command`` key needs one on each schedule. A cadence more frequent than the scheduler
+    section's ``min_interval`` is a problem here, as the scheduler would refuse it.
     """
     schedules: dict[str, Schedule] = {}
     agent_runs_nothing = job is None and "job" not in data and "command" not in data
@@ -338,11 +343,31 @@ def _agent_schedules(
     for sched_name, sched_data in (raw or {}).items():
         where = (*path, "schedules", str(sched_name))
         schedule = _agent_schedule(
-            chk, where, sched_name, sched_data, sctx, needs_job=require_jobs and agent_runs_nothing
+            chk,
+            where,
+            sched_name,
+            sched_data,
+            sctx,
+            needs_job=ctx.require_jobs and agent_runs_nothing,
         )
-        if schedule is not None:
+        if schedule is not None and _often_enough(chk, where, schedule, ctx.settings):
             schedules[sched_name] = schedule
     return schedules
+
+
+def _often_enough(
+    chk: _Checker, where: _PathT, schedule: Schedule, settings: EngineSettings
+) -> bool:
+    """Whether ``schedule`` keeps to ``min_interval`` (the scheduler's own check, without the
+    once-time-passed part, which the schedule's parsing judged already); a problem if not."""
+    if schedule.cadence is None:
+        return True
+    try:
+        schedule.cadence.check(min_interval=settings.min_interval, zone=settings.timezone, now=None)
+    except InvalidScheduleError as exc:
+        chk.problem((*where, exc.field or "type"), f"{exc.message} (scheduler.min_interval)")
+        return False
+    return True
 
 
 def _build_agent(
@@ -366,7 +391,7 @@ def _build_agent(
         agent_zone = chk.zone(data["timezone"], (*path, "timezone"), "timezone")
     _, job = _job_or_command(chk, data, path, ctx.base_dir)
     sctx = _ScheduleContext(ctx.base_dir, agent_zone, agent_zone or ctx.fleet_zone, ctx.now)
-    schedules = _agent_schedules(chk, data, path, sctx, job=job, require_jobs=ctx.require_jobs)
+    schedules = _agent_schedules(chk, data, path, sctx, ctx, job=job)
     if name is None or chk.count != before:
         return None
     return Agent(
@@ -404,7 +429,7 @@ def _scheduler_options(
         elif key == "catch_up":
             options[key] = chk.choice(value, at(key), key, [m.value for m in CatchUp])
         elif key in ("catch_up_window", "min_interval"):
-            options[key] = chk.duration(value, at(key), key)
+            options[key] = chk.duration(value, at(key), key, allow_zero=key == "min_interval")
         elif key == "max_sleep":
             delta = chk.duration(value, at(key), key)
             options[key] = None if delta is None else delta.total_seconds()
@@ -645,7 +670,7 @@ def _parse(
     options, state_dir = _scheduler_section(chk, top, base_dir)
     defaults = _fleet_defaults(chk, top)
     raw_agents = _agent_entries(chk, top)
-    ctx = _AgentContext(base_dir, options.get("timezone"), now, require_jobs)
+    ctx = _AgentContext(base_dir, options.get("timezone"), now, require_jobs, _settings(options))
     agents = _build_agents(problems, raw_agents, defaults, label, ctx)
     if problems.items:
         return None
@@ -658,6 +683,15 @@ def _parse(
         state_dir=state_dir,
         scheduler_options={k: v for k, v in options.items() if v is not None},
     )
+
+
+def _settings(options: Mapping[str, Any]) -> EngineSettings:
+    """The engine's reading of the scheduler section's zone and ``min_interval`` (an invalid
+    ``min_interval`` is reported already: the default stands in for it)."""
+    given = options.get("min_interval")
+    if given is None:
+        return EngineSettings(timezone=options.get("timezone"))
+    return EngineSettings(timezone=options.get("timezone"), min_interval=given)
 
 
 def iter_schedules(config: FleetConfig) -> Iterator[tuple[Agent, str, Schedule]]:

@@ -319,8 +319,11 @@ class _Checker:
         self.problem(path, f"{what} must be a number from 0 to 100, got {_describe(value)}")
         return None
 
-    def duration(self, value: Any, path: _PathT, what: str) -> timedelta | None:
-        """A duration string (``"5m"``, ``"1h30m"``); numbers are the YAML traps, not seconds."""
+    def duration(
+        self, value: Any, path: _PathT, what: str, *, allow_zero: bool = False
+    ) -> timedelta | None:
+        """A duration string (``"5m"``, ``"1h30m"``; ``"0s"`` only with ``allow_zero``);
+        numbers are the YAML traps, not seconds."""
         if isinstance(value, timedelta):
             if value > timedelta(0):
                 return value
@@ -328,7 +331,7 @@ class _Checker:
             return None
         if isinstance(value, str):
             try:
-                return parse_interval(value)
+                return parse_interval(value, allow_zero=allow_zero)
             except IntervalParseError as exc:
                 self.problem(path, str(exc))
                 return None

@@ -767,6 +767,68 @@ def test_validate_finds_a_missing_program(
     assert "schedules.u" not in err
 
 
+_NOT_RUNNABLE = {
+    "min_interval": (
+        """
+        scheduler: {min_interval: 10m}
+        agents:
+          - name: a
+            command: ["true"]
+            schedules:
+              fast: {type: interval, interval: 30s}
+              minutely: {type: cron, cron: "* * * * *"}
+              slow: {type: interval, interval: 1h}
+        """,
+        [
+            "agents[0].schedules.fast.interval: interval 30s is shorter than min_interval 10m",
+            "agents[0].schedules.minutely.cron: cron '* * * * *' fires every 1m, more often "
+            "than min_interval 10m",
+        ],
+    ),
+    "work_source": (
+        """
+        agents:
+          - name: a
+            command: ["true"]
+            schedules: {s: {type: interval, interval: 5m, work_source: inbox}}
+        """,
+        ["agents[0].schedules.s.work_source: work source 'inbox' is not registered"],
+    ),
+    "program": (
+        """
+        agents:
+          - name: a
+            command: [no-such-program-xyz]
+            schedules: {s: {type: interval, interval: 5m}}
+        """,
+        ["agents[0].command: program 'no-such-program-xyz' not found on PATH"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_NOT_RUNNABLE))
+def test_validate_and_run_refuse_the_same_fleets_alike(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, case: str
+) -> None:
+    """What ``run`` refuses, ``validate`` refuses first, with the same exit code and message;
+    ``run`` starts nothing (``validate`` used to pass the first two, and ``run`` started the
+    third and failed every run)."""
+    body, expected = _NOT_RUNNABLE[case]
+    fleet = _fleet(tmp_path, body)
+    state = tmp_path / "state"
+    outputs = []
+    run = ["run", str(fleet), "--state-dir", str(state), "--duration", "1s"]
+    for argv in (["validate", str(fleet)], run):
+        code, out, err = run_cli(capsys, *argv)
+        assert code == 2, (argv, out, err)
+        assert f"Invalid fleet file {fleet} ({len(expected)} problem" in err
+        for line in expected:
+            assert line in err, (argv, err)
+        outputs.append(err)
+    assert outputs[0] == outputs[1]
+    assert not state.exists()
+
+
 def test_validate_finds_a_job_that_does_not_import(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -602,6 +602,35 @@ def test_schedule_errors(tmp_path: Path, body: str, path: str, why: str) -> None
     assert matching, found
 
 
+def test_a_schedule_more_frequent_than_min_interval_is_a_problem_of_the_file(
+    tmp_path: Path,
+) -> None:
+    """The scheduler would refuse it at start-up; loading says so first, at its place in the
+    file (a cron counts by its shortest gap; ``min_interval: 0s`` allows anything, as
+    ``min_interval=0`` does in Python)."""
+    text = """
+        scheduler: {min_interval: 2h}
+        agents:
+          - name: a
+            job: test_config:sample_job
+            schedules:
+              fast: {type: interval, interval: 90m}
+              halfhourly: {type: cron, cron: "*/30 * * * *", timezone: Europe/Berlin}
+              twohourly: {type: cron, cron: "0 */2 * * *"}
+              slow: {type: interval, interval: 2h}
+              once: {type: once, at: "+1m"}
+        """
+    label = tmp_path / "fleet.yaml"
+    assert problems(tmp_path, text) == [
+        f"{label}: agents[0].schedules.fast.interval: interval 1h30m is shorter than "
+        "min_interval 2h (scheduler.min_interval)",
+        f"{label}: agents[0].schedules.halfhourly.cron: cron '*/30 * * * *' fires every "
+        "30m, more often than min_interval 2h (scheduler.min_interval)",
+    ]
+    loaded = fleet(tmp_path, text.replace("{min_interval: 2h}", "{min_interval: 0s}"))
+    assert list(loaded.agents[0].schedules) == ["fast", "halfhourly", "twohourly", "slow", "once"]
+
+
 @pytest.mark.parametrize(
     ("agent", "path", "why"),
     [

@@ -201,6 +201,10 @@ def test_coerce_interval_names_what_and_may_allow_zero() -> None:
     assert isinstance(info.value.cause, IntervalParseError)
     assert coerce_interval(0, allow_zero=True) == timedelta(0)
     assert coerce_interval(timedelta(0), allow_zero=True) == timedelta(0)
+    # The written form too: ThreadedScheduler(min_interval="0s") as min_interval=0 (was refused).
+    assert coerce_interval("0s", what="min_interval", allow_zero=True) == timedelta(0)
+    with pytest.raises(IntervalParseError, match="Zero interval"):
+        coerce_interval("0s", what="min_interval")
 
 
 # --------------------------------------------------------------------------------------------

@@ -489,7 +489,7 @@ def test_min_interval_and_missing_job_are_rejected_with_the_culprit_named() -> N
     with running(min_interval="1m") as (sched, _clock):
         with pytest.raises(InvalidScheduleError, match="shorter than min_interval"):
             sched.add_agent(Agent("a", job=print, schedules={"s": Schedule.interval("30s")}))
-        with pytest.raises(InvalidScheduleError, match=r"every 0:00:01.*min_interval"):
+        with pytest.raises(InvalidScheduleError, match="every 1s, more often than min_interval 1m"):
             sched.add_agent(Agent("b", job=print, schedules={"s": Schedule.cron("* * * * * *")}))
         with pytest.raises(InvalidScheduleError, match="c/s: nothing to run") as info:
             sched.add_agent(Agent("c", schedules={"s": Schedule.interval("1h")}))

@@ -1,0 +1,89 @@
+"""What a fleet file needs, beyond being valid, to run from the command line.
+
+``herdsched validate`` and ``herdsched run`` both ask :func:`runnable_problems`, so a fleet that
+validates also starts, and one that ``run`` refuses was refused by ``validate`` first: every
+command's program exists, no schedule names a work source (the command line registers none:
+they are Python objects given to ``ThreadedScheduler(work_sources=...)``), and the scheduler
+``run`` would build accepts every agent. Each problem names the file and the place in it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from herdsched.command import CommandJob
+from herdsched.config import FleetConfig
+from herdsched.errors import SchedulerError
+from herdsched.models import JobFunc
+from herdsched.scheduler import ThreadedScheduler
+
+__all__ = ["program_problem", "runnable_problems"]
+
+
+def runnable_problems(fleet: FleetConfig) -> list[str]:
+    """Every reason ``fleet`` would not run from the command line, as ``"file: path: why"``."""
+    problems = [*_missing_programs(fleet), *_work_sources(fleet)]
+    if not problems:
+        problems += _scheduler_refusal(fleet)
+    return problems
+
+
+def _jobs(fleet: FleetConfig) -> list[tuple[str, JobFunc | None]]:
+    """Every agent's and schedule's job with its place in the fleet file."""
+    jobs: list[tuple[str, JobFunc | None]] = []
+    for index, agent in enumerate(fleet.agents):
+        jobs.append((f"agents[{index}].command", agent.job))
+        jobs += [
+            (f"agents[{index}].schedules.{name}.command", schedule.job)
+            for name, schedule in agent.schedules.items()
+        ]
+    return jobs
+
+
+def _missing_programs(fleet: FleetConfig) -> list[str]:
+    """A problem for each command whose program does not exist (it would fail every run)."""
+    problems = []
+    for where, job in _jobs(fleet):
+        if isinstance(job, CommandJob) and job.argv:
+            problem = program_problem(job.argv[0], job.cwd)
+            if problem:
+                problems.append(f"{fleet.path}: {where}: {problem}")
+    return problems
+
+
+def program_problem(program: str, cwd: Path | None) -> str | None:
+    """Why ``program`` (a command's first argument, run in ``cwd``) cannot start, or ``None``."""
+    if os.sep in program or (os.altsep and os.altsep in program):
+        path = Path(program) if Path(program).is_absolute() else (cwd or Path()) / program
+        if not path.is_file():
+            return f"program {program!r} not found (no file at {path})"
+        if not os.access(path, os.X_OK):
+            return f"program {program!r} is not executable ({path})"
+        return None
+    if shutil.which(program) is None:
+        return f"program {program!r} not found on PATH"
+    return None
+
+
+def _work_sources(fleet: FleetConfig) -> list[str]:
+    """A problem for each schedule that names a work source: the command line has none."""
+    return [
+        f"{fleet.path}: agents[{index}].schedules.{name}.work_source: work source "
+        f"{schedule.work_source!r} is not registered: the command line registers none (run "
+        "this fleet from Python with ThreadedScheduler(work_sources=...))"
+        for index, agent in enumerate(fleet.agents)
+        for name, schedule in agent.schedules.items()
+        if schedule.work_source is not None
+    ]
+
+
+def _scheduler_refusal(fleet: FleetConfig) -> list[str]:
+    """The scheduler's own refusal of the fleet, if any: built in memory as ``run`` builds it
+    (on no store and without starting), so ``validate`` never passes what ``run`` refuses."""
+    try:
+        ThreadedScheduler(fleet.agents, state_dir=None, **fleet.scheduler_options)
+    except SchedulerError as exc:
+        return [f"{fleet.path}: {exc}"]
+    return []
