@@ -178,6 +178,17 @@ def _positive_int_arg(text: str) -> int:
     return value
 
 
+def _state_dir_arg(text: str) -> str:
+    """``--state-dir``: a directory; empty text is refused (it is more likely an unset shell
+    variable than a choice, and the Python API refuses it too)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            f"the state directory is empty ({text!r}): give a directory ('.' for the current "
+            f"one), or leave the option out for {DEFAULT_STATE_DIR}"
+        )
+    return text
+
+
 _MAX_NEXT = 1000  # a preview, not a generator: a huge -n ran for minutes and printed nothing
 
 
@@ -258,6 +269,7 @@ def _parent_parsers() -> _Parents:
     state = argparse.ArgumentParser(add_help=False)
     state.add_argument(
         "--state-dir",
+        type=_state_dir_arg,
         default=None,
         metavar="DIR",
         help=f"the fleet's state directory (default: {DEFAULT_STATE_DIR}, unless --store or "
@@ -308,6 +320,7 @@ def _add_run_command(commands: _Commands, parents: _Parents) -> None:
     run.add_argument("fleet", metavar="FLEET", help="the fleet file (YAML)")
     run.add_argument(
         "--state-dir",
+        type=_state_dir_arg,
         default=None,
         metavar="DIR",
         help="state directory (default: the fleet file's scheduler.state_dir, else "

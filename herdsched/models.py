@@ -260,14 +260,40 @@ def _check_callable(instance: Any, attribute: attrs.Attribute[Any], value: Any) 
         )
 
 
-def _opt_str(field: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+def _opt_str(
+    field: str, *, empty_ok: bool = True
+) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
     def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         if value is not None and not isinstance(value, str):
             raise InvalidScheduleError(
                 f"{field} must be a string, got {value!r}", field=field, value=value
             )
+        if not empty_ok and value is not None and not value.strip():
+            raise InvalidScheduleError(
+                f"{field} cannot be empty (got {value!r}): give a name, or None for none",
+                field=field,
+                value=value,
+            )
 
     return check
+
+
+def _metadata(value: Any) -> dict[str, Any]:
+    """A schedule's ``metadata``: a mapping with text keys (stored and shown as given)."""
+    if not isinstance(value, Mapping):
+        raise InvalidScheduleError(
+            f"metadata must be a mapping, got {type(value).__name__} {value!r}",
+            field="metadata",
+            value=value,
+        )
+    for key in value:
+        if not isinstance(key, str):
+            raise InvalidScheduleError(
+                f"metadata keys must be strings, got {type(key).__name__} {key!r}",
+                field="metadata",
+                value=value,
+            )
+    return dict(value)
 
 
 @attrs.frozen(kw_only=True)
@@ -287,11 +313,13 @@ class Schedule:
     catch_up: CatchUp | None = attrs.field(default=None, converter=_to_catch_up)
     overlap: Overlap = attrs.field(default=Overlap.SKIP, converter=_to_overlap)
     notify: NotifyPolicy = attrs.field(default=NotifyPolicy.NEVER, converter=_to_notify)
-    work_source: str | None = attrs.field(default=None, validator=_opt_str("work_source"))
+    work_source: str | None = attrs.field(
+        default=None, validator=_opt_str("work_source", empty_ok=False)
+    )
     persist_session: bool = attrs.field(default=False, validator=_is_bool)
-    owner: str | None = attrs.field(default=None, validator=_opt_str("owner"))
+    owner: str | None = attrs.field(default=None, validator=_opt_str("owner", empty_ok=False))
     job: JobFunc | None = attrs.field(default=None, validator=_check_callable, eq=False)
-    metadata: Mapping[str, Any] = attrs.field(factory=dict, converter=dict)
+    metadata: Mapping[str, Any] = attrs.field(factory=dict, converter=_metadata)
 
     @classmethod
     def interval(
@@ -677,9 +705,9 @@ def check_schedule_arguments(
             field="schedule",
             value=schedule,
         )
-    if owner is not None and not isinstance(owner, str):
+    if owner is not None and (not isinstance(owner, str) or not owner.strip()):
         raise InvalidScheduleError(
-            f"owner must be a string, got {type(owner).__name__} {owner!r}",
+            f"owner must be a non-empty string, got {type(owner).__name__} {owner!r}",
             field="owner",
             value=owner,
         )

@@ -29,6 +29,11 @@ from herdsched.clock import Clock, SystemClock
 from herdsched.definitions import schedule_from_mapping, schedule_to_mapping
 from herdsched.engine import registry
 from herdsched.engine.changes import Changes
+from herdsched.engine.collaborators import (
+    check_agents,
+    check_collaborators,
+    check_state_dir_argument,
+)
 from herdsched.engine.committer import GroupCommitter
 from herdsched.engine.core import AD_HOC_SCHEDULE, EngineCore
 from herdsched.engine.dispatch import Dispatcher
@@ -130,6 +135,16 @@ class ThreadedScheduler:
         executor_factory: ExecutorFactory | None = None,
         lease_ttl: float | None = None,
     ) -> None:
+        check_collaborators(
+            on_trigger=on_trigger,
+            notifier=notifier,
+            executor_factory=executor_factory,
+            clock=clock,
+            logger=logger,
+            work_sources=work_sources,
+            leader_lock=leader_lock,
+        )
+        agents = check_agents(agents)
         self.settings = EngineSettings(
             timezone=timezone,
             max_sleep=max_sleep,
@@ -149,7 +164,7 @@ class ThreadedScheduler:
         )
         self.clock: Clock = clock or SystemClock()
         self.log = logger or logging.getLogger("herdsched")
-        self.state_dir = Path(state_dir) if state_dir is not None else None
+        self.state_dir = check_state_dir_argument(state_dir)
         self._owns_store = store is None
         if store is None:
             store = self._default_store(max_run_history)
@@ -222,6 +237,10 @@ class ThreadedScheduler:
 
     @on_trigger.setter
     def on_trigger(self, job: JobFunc | None) -> None:
+        if job is not None and not callable(job):
+            raise TypeError(
+                f"on_trigger must be callable or None, got {type(job).__name__} {job!r}"
+            )
         self._core.on_trigger = job
 
     @property

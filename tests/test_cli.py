@@ -829,6 +829,18 @@ def test_validate_and_run_refuse_the_same_fleets_alike(
     assert not state.exists()
 
 
+@pytest.mark.parametrize("command", ["status", "run"])
+def test_an_empty_state_dir_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str
+) -> None:
+    """``--state-dir ""`` read the default directory (the Python API read the current one);
+    now refused before anything is read or written."""
+    argv = [command] + ([str(EXAMPLES / "fleet.yaml")] if command == "run" else [])
+    code, out, err = run_cli(capsys, *argv, "--state-dir", "")
+    assert code == 2 and out == ""
+    assert "argument --state-dir: the state directory is empty ('')" in err
+
+
 def test_validate_finds_a_job_that_does_not_import(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -151,6 +151,13 @@ def test_a_directory_store(apps: list[Flask], tmp_path: Path) -> None:
             "HERDSCHED_NAMESPACE must be a non-empty string",
         ),
         ({"HERDSCHED_STORE": ""}, "HERDSCHED_STORE: the store spec is empty"),
+        # an empty state directory meant the default here and the current directory in Python
+        (
+            {"HERDSCHED_STATE_DIR": ""},
+            "HERDSCHED_STATE_DIR must be the path of a directory ('.' for the current one), "
+            "got ''; leave it unset for .herdsched",
+        ),
+        ({"HERDSCHED_STATE_DIR": 5}, "HERDSCHED_STATE_DIR must be the path of a directory"),
         (
             {"HERDSCHED_STORE": "mysql://root:s3cret@db/app"},
             "HERDSCHED_STORE: store spec 'mysql://root:***@db/app'",

@@ -149,6 +149,13 @@ def test_with_changes_revalidates() -> None:
         (lambda: Schedule.interval("5m", prompt=5), "prompt", "prompt must be a string"),
         (lambda: Schedule.interval("5m", owner=["a"]), "owner", "owner must be a string"),
         (lambda: Schedule.interval("5m", job="nope"), "job", "job must be callable"),
+        # an empty owner or work source was accepted (the fleet file refused it)
+        (lambda: Schedule.manual(owner=""), "owner", "owner cannot be empty"),
+        (lambda: Schedule.manual(owner="  "), "owner", "owner cannot be empty"),
+        (lambda: Schedule.manual(work_source=""), "work_source", "work_source cannot be empty"),
+        # metadata that is not a mapping of text keys was a bare TypeError, or stored as given
+        (lambda: Schedule.manual(metadata=[1]), "metadata", "metadata must be a mapping, got list"),
+        (lambda: Schedule.manual(metadata={1: "x"}), "metadata", "keys must be strings, got int"),
         (lambda: Schedule.interval("5m", enabled="yes"), "enabled", "must be true or false"),
         (lambda: Schedule.interval("5m", persist_session=1), "persist_session", "true or false"),
         (lambda: Schedule.interval("5x"), "interval", 'Invalid time unit "x"'),

@@ -30,11 +30,62 @@ from herdsched import (
         ({"timezone": "Mars/Olympus"}, "Unknown time zone 'Mars/Olympus'"),
         ({"catch_up": "sometimes"}, "sometimes"),
         ({"backoff": []}, "non-empty sequence"),
+        # named, where they were bare conversion errors or accepted
+        ({"max_sleep": "abc"}, "max_sleep must be a finite number, got str 'abc'"),
+        ({"max_sleep": float("inf")}, "max_sleep must be a finite number"),
+        ({"commit_delay": "soon"}, "commit_delay must be a finite number"),
+        ({"lock_timeout": None}, "lock_timeout must be a finite number, got NoneType"),
+        ({"jitter_percent": "5"}, "jitter_percent must be a finite number"),
+        ({"catch_up": "sometimes"}, "catch_up must be one of once, skip; got 'sometimes'"),
+        ({"max_run_history": 2.5}, "max_run_history must be a whole number of records"),
+        ({"state_dir": ""}, r"state_dir is empty \(''\): give a directory \('\.' for the current"),
     ],
 )
 def test_constructor_rejects_bad_settings_naming_them(kwargs: dict, message: str) -> None:
+    options = {"state_dir": None, **kwargs}
     with pytest.raises(ValueError, match=message):
-        ThreadedScheduler(state_dir=None, **kwargs)
+        ThreadedScheduler(**options)
+
+
+class _NotAClock:
+    def now(self) -> None:
+        """Has now() only."""
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"state_dir": 5}, "state_dir must be a path .str or Path. or None, got int 5"),
+        ({"on_trigger": "job"}, "on_trigger must be callable or None, got str 'job'"),
+        ({"notifier": 5}, "notifier must be callable or None"),
+        ({"executor_factory": object()}, "executor_factory must be callable or None"),
+        (
+            {"clock": _NotAClock()},
+            "clock must have now.., monotonic.. and wait.. .* lacks monotonic, wait",
+        ),
+        ({"logger": "herdsched"}, "logger must be a logging.Logger or None, got str"),
+        ({"leader_lock": "no"}, "leader_lock must be True or False, got str 'no'"),
+        ({"work_sources": [1]}, "work_sources must be a mapping of names to work sources"),
+        ({"work_sources": {"inbox": 5}}, r"work_sources\['inbox'\] must have get_next_work_item"),
+        ({"agents": 5}, "agents must be an iterable of Agent, got int 5"),
+        ({"agents": [Agent("a"), "b"]}, r"agents\[1\] must be an Agent, got str 'b'"),
+    ],
+)
+def test_constructor_rejects_objects_of_the_wrong_kind_naming_them(
+    kwargs: dict, message: str
+) -> None:
+    """Each of these used to be accepted and fail later in a thread (a logger, a clock, a
+    notifier), or fail with a message that did not name the argument (state_dir=5)."""
+    options = {"state_dir": None, **kwargs}
+    with pytest.raises(TypeError, match=message):
+        ThreadedScheduler(**options)
+
+
+def test_on_trigger_set_later_must_be_callable_too() -> None:
+    sched = ThreadedScheduler(state_dir=None)
+    with pytest.raises(TypeError, match="on_trigger must be callable or None, got int 5"):
+        sched.on_trigger = 5  # type: ignore[assignment]
+    assert sched.on_trigger is None
 
 
 def test_unknown_names_raise_typed_errors() -> None:

@@ -412,6 +412,13 @@ def _store_settings(settings: Mapping[str, Any], source: str) -> tuple[Path | No
     store, and for ``NAMESPACE`` without a database."""
     state_dir, spec = settings.get("STATE_DIR"), settings.get("STORE")
     namespace = settings.get("NAMESPACE")
+    if state_dir is not None and (
+        not isinstance(state_dir, (str, os.PathLike)) or not os.fspath(state_dir).strip()
+    ):
+        raise SchedulerError(
+            f"{source}: {setting_name(source, 'STATE_DIR')} must be the path of a directory "
+            f"('.' for the current one), got {state_dir!r}; leave it unset for .herdsched"
+        )
     if spec is not None and state_dir:
         raise SchedulerError(
             f"{source}: {setting_name(source, 'STORE')} and {setting_name(source, 'STATE_DIR')} "

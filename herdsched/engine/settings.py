@@ -6,6 +6,7 @@ which values it accepts is written in one place.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from datetime import timedelta, tzinfo
 from typing import Any, Literal
@@ -21,6 +22,14 @@ __all__ = ["DEFAULT_POLL_INTERVAL", "EngineSettings", "resolve_poll_interval"]
 
 #: How often an active scheduler with a state directory looks for other processes' changes.
 DEFAULT_POLL_INTERVAL = 1.0
+
+
+def _number(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """A finite number (``"abc"``, ``None`` and infinity are named, not a bare float error)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(
+            f"{attribute.name} must be a finite number, got {type(value).__name__} {value!r}"
+        )
 
 
 def _positive_or_none(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -53,6 +62,14 @@ def _catch_up_window(value: timedelta | float | str | None) -> timedelta | None:
     return None if value is None else coerce_interval(value, what="catch_up_window")
 
 
+def _catch_up(value: CatchUp | str) -> CatchUp:
+    try:
+        return CatchUp(value)
+    except ValueError:
+        choices = ", ".join(mode.value for mode in CatchUp)
+        raise ValueError(f"catch_up must be one of {choices}; got {value!r}") from None
+
+
 def _backoff(value: Sequence[timedelta | float | str] | None) -> tuple[timedelta, ...]:
     return coerce_backoff(value)
 
@@ -62,18 +79,18 @@ class EngineSettings:
     """What the scheduler's constructor was told, validated (``ValueError`` names the option)."""
 
     timezone: tzinfo = attrs.field(converter=resolve_timezone)
-    max_sleep: float = attrs.field(default=60.0, converter=float, validator=_positive_seconds)
+    max_sleep: float = attrs.field(default=60.0, validator=[_number, _positive_seconds])
     min_interval: timedelta = attrs.field(default=timedelta(seconds=1), converter=_min_interval)
-    jitter_percent: float = attrs.field(default=0.0, converter=float, validator=_percent)
+    jitter_percent: float = attrs.field(default=0.0, validator=[_number, _percent])
     backoff: tuple[timedelta, ...] = attrs.field(default=None, converter=_backoff)
     max_consecutive_failures: int | None = attrs.field(default=5, validator=_positive_or_none)
-    catch_up: CatchUp = attrs.field(default=CatchUp.ONCE, converter=CatchUp)
+    catch_up: CatchUp = attrs.field(default=CatchUp.ONCE, converter=_catch_up)
     catch_up_window: timedelta | None = attrs.field(default=None, converter=_catch_up_window)
     max_total_concurrent: int | None = attrs.field(default=None, validator=_positive_or_none)
     max_schedules_per_owner: int | None = attrs.field(default=None, validator=_positive_or_none)
     poll_interval: float | None = attrs.field(default=None)
-    commit_delay: float = attrs.field(default=0.5, converter=float, validator=_non_negative_seconds)
-    lock_timeout: float = attrs.field(default=10.0, converter=float, validator=_positive_seconds)
+    commit_delay: float = attrs.field(default=0.5, validator=[_number, _non_negative_seconds])
+    lock_timeout: float = attrs.field(default=10.0, validator=[_number, _positive_seconds])
 
 
 def resolve_poll_interval(value: float | Literal["auto"] | None, *, shared: bool) -> float | None:

@@ -53,6 +53,7 @@ __all__ = [
     "RunClaim",
     "StateStore",
     "TriggerRequest",
+    "check_max_run_history",
     "check_ttl",
     "leaves_user_intent",
     "merged_history",
@@ -197,6 +198,19 @@ def check_ttl(ttl: float) -> float:
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0:
         raise ValueError(f"lease_ttl must be a positive number of seconds, got {ttl!r}")
     return float(ttl)
+
+
+def check_max_run_history(value: int) -> int:
+    """``value`` as the number of run records a store keeps per schedule; a ``ValueError``
+    naming ``max_run_history`` unless it is a whole number of at least 1."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(
+            f"max_run_history must be a whole number of records, got {type(value).__name__} "
+            f"{value!r}"
+        )
+    if value < 1:
+        raise ValueError(f"max_run_history must be at least 1, got {value!r}")
+    return value
 
 
 @runtime_checkable

@@ -21,6 +21,7 @@ from herdsched.store.base import (
     Lease,
     RunClaim,
     TriggerRequest,
+    check_max_run_history,
     check_ttl,
     leaves_user_intent,
     newest_first,
@@ -35,8 +36,7 @@ class MemoryStateStore:
     """In-memory :class:`~herdsched.store.base.StateStore` (every write is "durable" at once)."""
 
     def __init__(self, *, max_run_history: int = 20, clock: Clock | None = None) -> None:
-        if max_run_history < 1:
-            raise ValueError(f"max_run_history must be at least 1, got {max_run_history!r}")
+        check_max_run_history(max_run_history)
         self.max_run_history = max_run_history
         self._lock = threading.Lock()
         self._states: dict[str, dict[str, ScheduleState]] = {}

@@ -44,6 +44,7 @@ from herdsched.store.base import (
     Lease,
     RunClaim,
     TriggerRequest,
+    check_max_run_history,
     check_ttl,
     merged_history,
 )
@@ -140,10 +141,7 @@ class YamlStateStore:
         for value, what in ((lock_timeout, "lock_timeout"), (commit_delay, "commit_delay")):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ValueError(f"{what} must be a non-negative number of seconds, got {value!r}")
-        if isinstance(max_run_history, bool) or not isinstance(max_run_history, int):
-            raise ValueError(f"max_run_history must be an integer, got {max_run_history!r}")
-        if max_run_history < 1:
-            raise ValueError(f"max_run_history must be at least 1, got {max_run_history!r}")
+        check_max_run_history(max_run_history)
         self.state_dir = Path(state_dir)
         if self.state_dir.exists() and not self.state_dir.is_dir():
             raise StateError(

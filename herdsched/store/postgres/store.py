@@ -35,6 +35,7 @@ from herdsched.store.base import (
     Lease,
     RunClaim,
     TriggerRequest,
+    check_max_run_history,
     check_ttl,
     leaves_user_intent,
     merged_history,
@@ -135,8 +136,7 @@ class PostgresStateStore:
     ) -> None:
         if not isinstance(dsn, str) or not dsn.strip():
             raise ValueError(f"dsn must be a non-empty connection string, got {dsn!r}")
-        if max_run_history < 1:
-            raise ValueError(f"max_run_history must be at least 1, got {max_run_history!r}")
+        check_max_run_history(max_run_history)
         self.dsn = dsn
         self.namespace = _check_namespace(namespace)
         self.lease_ttl = check_ttl(lease_ttl) if lease_ttl is not None else None

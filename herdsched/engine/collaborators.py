@@ -1,0 +1,105 @@
+"""The objects a scheduler is given, checked by kind when it is built.
+
+Settings (numbers, durations, modes) are checked by :mod:`herdsched.engine.settings`; the
+objects the constructor takes besides (callbacks, the clock, the logger, work sources, the
+executor factory, the state directory, the agents) are checked here. A wrong one would
+otherwise surface later, in a timer or worker thread, as an ``AttributeError`` or a call of a
+non-callable logged far from the line that caused it; here it is a ``TypeError`` (or, for an
+empty ``state_dir``, a ``ValueError``) naming the argument.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from herdsched.models import Agent
+from herdsched.worksource import WorkSource
+
+__all__ = ["check_agents", "check_collaborators", "check_state_dir_argument"]
+
+#: What the engine calls on its clock (:class:`herdsched.clock.Clock`).
+_CLOCK_METHODS = ("now", "monotonic", "wait")
+
+
+def _kind(value: object) -> str:
+    return f"{type(value).__name__} {value!r}"
+
+
+def check_state_dir_argument(state_dir: object) -> Path | None:
+    """``state_dir`` as a path (``None``: memory only). An empty string is refused: ``""``
+    meant the current directory here and the default directory in the command line and the
+    web integrations, so it is more likely an unset variable than a choice."""
+    if state_dir is None:
+        return None
+    if not isinstance(state_dir, (str, os.PathLike)):
+        raise TypeError(f"state_dir must be a path (str or Path) or None, got {_kind(state_dir)}")
+    if isinstance(state_dir, str) and not state_dir.strip():
+        raise ValueError(
+            f"state_dir is empty ({state_dir!r}): give a directory ('.' for the current one), "
+            "or None to keep the state in memory"
+        )
+    return Path(state_dir)
+
+
+def check_collaborators(
+    *,
+    on_trigger: object,
+    notifier: object,
+    executor_factory: object,
+    clock: object,
+    logger: object,
+    work_sources: object,
+    leader_lock: object,
+) -> None:
+    """A ``TypeError`` naming the first argument of the wrong kind."""
+    for value, name in (
+        (on_trigger, "on_trigger"),
+        (notifier, "notifier"),
+        (executor_factory, "executor_factory"),
+    ):
+        if value is not None and not callable(value):
+            raise TypeError(f"{name} must be callable or None, got {_kind(value)}")
+    missing = [name for name in _CLOCK_METHODS if not callable(getattr(clock, name, None))]
+    if clock is not None and missing:
+        raise TypeError(
+            f"clock must have now(), monotonic() and wait() (a herdsched.clock.Clock, such as "
+            f"SystemClock or herdsched.testing.FakeClock); {_kind(clock)} lacks "
+            f"{', '.join(sorted(missing))}"
+        )
+    if logger is not None and not isinstance(logger, (logging.Logger, logging.LoggerAdapter)):
+        raise TypeError(f"logger must be a logging.Logger or None, got {_kind(logger)}")
+    if not isinstance(leader_lock, bool):
+        raise TypeError(f"leader_lock must be True or False, got {_kind(leader_lock)}")
+    _check_work_sources(work_sources)
+
+
+def _check_work_sources(work_sources: object) -> None:
+    if work_sources is None:
+        return
+    if not isinstance(work_sources, Mapping):
+        raise TypeError(
+            f"work_sources must be a mapping of names to work sources, got {_kind(work_sources)}"
+        )
+    for name, source in work_sources.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"work_sources: a name must be non-empty text, got {_kind(name)}")
+        if not isinstance(source, WorkSource):
+            raise TypeError(
+                f"work_sources[{name!r}] must have get_next_work_item() and report_outcome() "
+                f"(a herdsched.WorkSource), got {_kind(source)}"
+            )
+
+
+def check_agents(agents: object) -> list[Agent]:
+    """The constructor's ``agents`` as a list, each an :class:`Agent`."""
+    if isinstance(agents, (str, bytes, Mapping)) or not isinstance(agents, Iterable):
+        raise TypeError(f"agents must be an iterable of Agent, got {_kind(agents)}")
+    listed: list[Any] = list(agents)
+    for index, agent in enumerate(listed):
+        if not isinstance(agent, Agent):
+            raise TypeError(f"agents[{index}] must be an Agent, got {_kind(agent)}")
+    return listed
