@@ -589,6 +589,11 @@ def test_corrupt_state_is_a_runtime_failure(
     code, _, err = run_cli(capsys, "status", "--state-dir", str(tmp_path))
     assert code == 1
     assert "herdsched status:" in err
+    # said once (the store logged it too), and a second look makes no second copy
+    assert err.count("is not a valid state file") == 1, err
+    code, _, again = run_cli(capsys, "history", "--state-dir", str(tmp_path))
+    assert code == 1 and "(copied when they were first found)" in again
+    assert len(list(tmp_path.glob("state.yaml.corrupt-*"))) == 1
 
 
 # --------------------------------------------------------------------------------------------

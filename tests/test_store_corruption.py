@@ -124,10 +124,22 @@ def test_corruption_found_by_a_write_is_recovered_before_writing(tmp_path: Path)
 
 def test_unrecoverable_file_keeps_raising_without_new_copies(tmp_path: Path) -> None:
     (tmp_path / "state.yaml").write_bytes(b"{broken")
+    with pytest.raises(StateCorruptedError) as first:
+        YamlStateStore(tmp_path)
+    (copy,) = quarantined(tmp_path)
+    assert f"Its bytes were copied to {copy};" in str(first.value)
+    for _ in range(3):  # other processes (each `herdsched status`) find the same bytes kept
+        with pytest.raises(StateCorruptedError) as again:
+            YamlStateStore(tmp_path)
+        assert f"Its bytes are kept in {copy} (copied when they were first found);" in str(
+            again.value
+        )
+        assert again.value.quarantined_path == copy
+    assert quarantined(tmp_path) == [copy]  # was one more copy per read
+    # other bad bytes get a copy of their own
+    (tmp_path / "state.yaml").write_bytes(b"{broken again")
     with pytest.raises(StateCorruptedError):
         YamlStateStore(tmp_path)
-    with pytest.raises(StateCorruptedError):
-        YamlStateStore(tmp_path)  # a second process: quarantines its own copy
     assert len(quarantined(tmp_path)) == 2
     # once repaired by hand, everything works again
     (tmp_path / "state.yaml").write_text("format_version: 1\nagents: {}\n")
@@ -165,8 +177,8 @@ def test_invalid_backup_is_not_restored(tmp_path: Path) -> None:
 
 def test_quarantine_names_do_not_collide(tmp_path: Path) -> None:
     clock = FakeClock()
-    for _ in range(3):
-        (tmp_path / "state.yaml").write_bytes(b"")
+    for bad in (b"", b"{", b"["):  # different bytes: identical ones are kept once
+        (tmp_path / "state.yaml").write_bytes(bad)
         with pytest.raises(StateCorruptedError):
             YamlStateStore(tmp_path, clock=clock)
     names = [path.name for path in quarantined(tmp_path)]

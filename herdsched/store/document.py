@@ -32,6 +32,7 @@ from herdsched.store.files import (
     FileContent,
     FileIdentity,
     atomic_write,
+    existing_quarantine,
     fsync_dir,
     identity_of,
     quarantine_copy,
@@ -202,8 +203,12 @@ class GuardedYamlFile(Generic[T]):
 
     # -- recovery ------------------------------------------------------------------------
     def _recover(self, bad: _Bad, parse: Callable[[FileContent], T]) -> T | None:
+        quarantined = existing_quarantine(self.path, bad.data)
+        copied = f"are kept in {quarantined} (copied when they were first found)"
         try:
-            quarantined = quarantine_copy(self.path, bad.data, self._now())
+            if quarantined is None:
+                quarantined = quarantine_copy(self.path, bad.data, self._now())
+                copied = f"were copied to {quarantined}"
         except OSError as exc:
             raise StateCorruptedError(
                 f"{self.path} is not a valid {self.kind} ({bad.reason}) and could not be "
@@ -214,15 +219,14 @@ class GuardedYamlFile(Generic[T]):
         backup = self._read_backup(parse)
         if backup is None:
             error = StateCorruptedError(
-                f"{self.path} is not a valid {self.kind} ({bad.reason}). Its bytes were copied "
-                f"to {quarantined}; there is no valid backup {self.bak_path} to restore, so the "
-                f"file was left as it is. Repair it (or move it away) by hand.",
+                f"{self.path} is not a valid {self.kind} ({bad.reason}). Its bytes {copied}; "
+                f"there is no valid backup {self.bak_path} to restore, so the file was left as "
+                "it is. Repair it (or move it away) by hand.",
                 self.path,
                 quarantined_path=quarantined,
                 restored_from=None,
                 cause=bad.cause,
             )
-            log.error("%s", error)
             self._bad = (bad.identity, error)
             raise error
         value, data = backup
@@ -230,16 +234,16 @@ class GuardedYamlFile(Generic[T]):
             fd = atomic_write(self.path, data, keep_open=True)
         except OSError as exc:
             raise StateCorruptedError(
-                f"{self.path} is not a valid {self.kind} ({bad.reason}); its bytes were copied "
-                f"to {quarantined}, but restoring {self.bak_path} failed: {exc}",
+                f"{self.path} is not a valid {self.kind} ({bad.reason}); its bytes {copied}, "
+                f"but restoring {self.bak_path} failed: {exc}",
                 self.path,
                 quarantined_path=quarantined,
                 cause=exc,
             ) from exc
         self._pin_written(fd)
         error = StateCorruptedError(
-            f"{self.path} was not a valid {self.kind} ({bad.reason}). Its bytes were copied to "
-            f"{quarantined} and the last good copy {self.bak_path} was restored; changes made "
+            f"{self.path} was not a valid {self.kind} ({bad.reason}). Its bytes {copied} and "
+            f"the last good copy {self.bak_path} was restored; changes made "
             f"to the file by other programs since herdsched last wrote it are only in the copy.",
             self.path,
             quarantined_path=quarantined,

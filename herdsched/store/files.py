@@ -33,6 +33,7 @@ __all__ = [
     "FileIdentity",
     "atomic_write",
     "encode_pieces",
+    "existing_quarantine",
     "fsync_dir",
     "identity_of",
     "quarantine_copy",
@@ -206,6 +207,23 @@ def quarantine_copy(path: Path, data: bytes, moment: datetime) -> Path:
         counter += 1
     atomic_write(candidate, data)
     return candidate
+
+
+def existing_quarantine(path: Path, data: bytes) -> Path | None:
+    """The newest ``<path>.corrupt-*`` copy holding exactly ``data``, if there is one.
+
+    A bad file read again (``herdsched status`` run twice, a restarted process) is not copied
+    again: one copy of the same bytes is enough, and a directory filling with identical copies
+    hides the one that matters.
+    """
+    size = len(data)
+    for candidate in sorted(path.parent.glob(f"{path.name}.corrupt-*"), reverse=True):
+        try:
+            if candidate.stat().st_size == size and candidate.read_bytes() == data:
+                return candidate
+        except OSError:
+            continue
+    return None
 
 
 def _pid_alive(pid: int) -> bool:
