@@ -791,8 +791,8 @@ def _open_database(spec: str, namespace_origin: str, options: dict[str, Any]) ->
     error naming where it came from."""
     try:
         return open_store(spec, **options)
-    except StoreSpecError:
-        raise
+    except StoreSpecError as exc:  # found by the store itself: bad input all the same
+        raise _UsageError(str(exc)) from None
     except ValueError as exc:
         raise _UsageError(f"{namespace_origin}: {exc}") from None
 

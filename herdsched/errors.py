@@ -27,6 +27,7 @@ __all__ = [
     "StateCorruptedError",
     "StateError",
     "StateLockTimeoutError",
+    "StoreSpecError",
     "UnauthorizedError",
 ]
 
@@ -161,6 +162,14 @@ class StateError(SchedulerError):
     ) -> None:
         super().__init__(message, cause)
         self.path = Path(path) if path is not None else None
+
+
+class StoreSpecError(StateError, ValueError):
+    """A store spec that names no store herdsched can open (empty, another database's URL, a
+    DSN libpq cannot read).
+
+    Also a :class:`ValueError`: the spec is bad input, not a failing store.
+    """
 
 
 class StateCorruptedError(StateError):

@@ -218,6 +218,9 @@ def test_an_empty_environment_store_is_not_set(
         ("", "--store: the store spec is empty"),
         ("mysql://root:s3cret@db/app", "herdsched has no store for mysql:// URLs"),
         ("sqlite:///tmp/app.db", "herdsched has no store for sqlite:// URLs"),
+        # a DSN libpq cannot read was a runtime failure (exit 1), the port one after a lookup
+        ("host=db dbname=app bogus=1", 'not valid: invalid connection option "bogus"; give'),
+        ("postgresql://app:s3cret@db:notaport/app", "port 'notaport' is not a number"),
     ],
 )
 def test_bad_store_specs_are_usage_errors(

@@ -14,7 +14,7 @@ import pytest
 from postgres_server import run_sql, start_server, unique_namespace
 from scheduler_helpers import wait_until
 
-from herdsched.errors import LeadershipLostError, StateError
+from herdsched.errors import LeadershipLostError, StateError, StoreSpecError
 from herdsched.models import RunRecord, Status
 from herdsched.store.base import Lease, RunClaim
 from herdsched.store.postgres import PostgresStateStore, rows
@@ -106,13 +106,16 @@ def test_a_newer_table_layout_is_refused_naming_both_versions(fresh_database: st
         # libpq's own message quotes a malformed URL whole: the password was in it
         ("postgresql://app:s3cret@[::1/app", r"DSN 'postgresql://app:\*\*\*@\[::1/app' is not"),
         ("postgresql://app:s3cret@127.0.0.1:1/app", "Connection refused"),
-        ("postgresql://app@127.0.0.1:99999/app", "invalid port"),
+        ("postgresql://app@127.0.0.1:99999/app", "port '99999' is not a number from 1 to 65535"),
+        ("host=127.0.0.1 dbname=app bogus=1", 'invalid connection option "bogus"; give a URL'),
     ],
 )
 def test_bad_dsns_and_refused_connections_are_state_errors(dsn: str, words: str) -> None:
     with pytest.raises(StateError, match=words) as caught:
         PostgresStateStore(dsn, connect_timeout=2)
     assert "s3cret" not in str(caught.value)
+    # a DSN libpq cannot read is bad input (the command line exits 2), a refusal is not
+    assert isinstance(caught.value, StoreSpecError) == ("refused" not in words)
 
 
 def test_a_missing_database_is_named(postgres_dsn: str) -> None:

@@ -24,7 +24,7 @@ import os
 import re
 from typing import Any
 
-from herdsched.errors import StateError
+from herdsched.errors import StateError, StoreSpecError
 from herdsched.store.base import StateStore
 from herdsched.store.masking import mask_password
 from herdsched.store.memory import MemoryStateStore
@@ -52,13 +52,6 @@ _CONNINFO = re.compile(
 )
 
 log = logging.getLogger("herdsched")
-
-
-class StoreSpecError(StateError, ValueError):
-    """A store spec that names no store herdsched can open (empty, or another database's URL).
-
-    Also a :class:`ValueError`: the spec is bad input, not a failing store.
-    """
 
 
 def _text(spec: str | os.PathLike[str]) -> str:
@@ -109,7 +102,21 @@ def check_spec(spec: str | os.PathLike[str]) -> str:
             "(give a postgresql:// URL, a libpq 'host=... dbname=...' string, or the path of a "
             "state directory)"
         )
+    if is_database_spec(spec):
+        _check_dsn(text)
     return text
+
+
+def _check_dsn(dsn: str) -> None:
+    """A :class:`StoreSpecError` for a DSN libpq cannot read (before anything connects, so a
+    typo is a usage error, not a failing server); without psycopg, opening says what to install."""
+    try:
+        from herdsched.store.postgres.connection import dsn_problem  # noqa: PLC0415 - optional
+    except ImportError:  # pragma: no cover - psycopg is installed wherever the tests run
+        return
+    problem = dsn_problem(dsn)
+    if problem is not None:
+        raise StoreSpecError(problem)
 
 
 def open_store(spec: str | os.PathLike[str], **options: Any) -> StateStore:

@@ -22,7 +22,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from herdsched.errors import StateError
+from herdsched.errors import StateError, StoreSpecError
 from herdsched.store.masking import mask_password
 
 __all__ = ["Database", "describe_dsn", "state_error"]
@@ -55,6 +55,25 @@ _HINTS: dict[type[Exception], str] = {
     pg_errors.InvalidPassword: "the password was refused: check the DSN or ~/.pgpass",
     pg_errors.InvalidAuthorizationSpecification: "the user was refused: check the DSN",
 }
+
+
+def dsn_problem(dsn: str) -> str | None:
+    """Why libpq cannot read ``dsn`` (password masked), or ``None``: an unknown option, a
+    malformed URL, a port that is not a number from 1 to 65535."""
+    try:
+        parts = conninfo_to_dict(dsn)
+    except psycopg.Error as exc:  # its text quotes the DSN, password and all
+        why = " ".join(mask_password(str(exc)).split())
+    else:
+        ports = str(parts.get("port") or "").split(",")  # one per host; empty: the default
+        bad = [port for port in ports if port and not (port.isdigit() and 0 < int(port) < 65536)]
+        if not bad:
+            return None
+        why = f"port {bad[0]!r} is not a number from 1 to 65535"
+    return (
+        f"The PostgreSQL store's DSN {mask_password(dsn)!r} is not valid: {why}; give a URL "
+        "such as postgresql://user@host:5432/dbname"
+    )
 
 
 def describe_dsn(dsn: str) -> str:
@@ -93,19 +112,14 @@ class Database:
     def __init__(self, dsn: str, *, connect_timeout: float, stall_limit: float) -> None:
         """``stall_limit``: seconds a session may sit inside a transaction without sending
         anything before the server ends it (``idle_in_transaction_session_timeout``)."""
-        try:
-            self.conninfo = make_conninfo(
-                dsn,
-                connect_timeout=max(1, round(connect_timeout)),
-                application_name="herdsched",  # whatever the DSN says: how to find ours
-            )
-        except psycopg.Error as exc:  # its text quotes the DSN, password and all
-            raise StateError(
-                f"The PostgreSQL store's DSN {mask_password(dsn)!r} is not valid: "
-                f"{mask_password(str(exc))}; "
-                "give a URL such as postgresql://user@host:5432/dbname",
-                cause=exc,
-            ) from exc
+        problem = dsn_problem(dsn)
+        if problem is not None:
+            raise StoreSpecError(problem)
+        self.conninfo = make_conninfo(
+            dsn,
+            connect_timeout=max(1, round(connect_timeout)),
+            application_name="herdsched",  # whatever the DSN says: how to find ours
+        )
         self.where = describe_dsn(dsn)
         self.stall_limit = stall_limit
         self._lock = threading.RLock()
