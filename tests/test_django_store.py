@@ -186,6 +186,11 @@ def test_checks_name_a_missing_or_foreign_alias_and_other_bad_settings(tmp_path:
         ({"STORE": "django:default", "STATE_DIR": "/x"}, "herdsched.E008", "both say where"),
         ({"STORE": "mysql://root:s3cret@db/app"}, "herdsched.E008", "mysql://root:***@db/app"),
         ({"STORE": "  "}, "herdsched.E008", "store spec is empty"),
+        (
+            {"STORE": "postgresql://app:s3cret@db:notaport/app"},
+            "herdsched.E008",
+            "'postgresql://app:***@db:notaport/app' is not valid: port 'notaport'",
+        ),
         ({"NAMESPACE": "prod"}, "herdsched.E011", "HERDSCHED['STORE'] is not set"),
         ({"STORE": "/srv/state", "NAMESPACE": "prod"}, "herdsched.E011", "a state directory"),
         ({"STORE": "django:default", "NAMESPACE": ""}, "herdsched.E011", "non-empty string"),
