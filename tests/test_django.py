@@ -36,6 +36,7 @@ from django.test import Client, override_settings  # noqa: E402
 
 from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo  # noqa: E402
 from herdsched.api import ADMIN  # noqa: E402
+from herdsched.contrib import AUTH_FAILED  # noqa: E402
 from herdsched.contrib import django as integration  # noqa: E402
 from herdsched.errors import SchedulerError  # noqa: E402
 from herdsched.testing import FakeClock  # noqa: E402
@@ -222,6 +223,25 @@ def test_auth_setting_as_import_path(sched: ThreadedScheduler) -> None:
         )
         error_of(response, 403)
         assert client.get(f"{API}/schedule", headers={"X-Owner": "root"}).json()["total"] == 2
+
+
+def failing_auth(request: Any) -> str | None:
+    return request.no_such_attribute  # type: ignore[no-any-return]
+
+
+def test_an_auth_callable_that_fails_is_a_json_500_and_logged(
+    sched: ThreadedScheduler, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Django answered its own HTML 500 page (or, with DEBUG, the traceback)."""
+    value = {"SCHEDULER": sched, "AUTOSTART": False, "AUTH": f"{__name__}:failing_auth"}
+    with override_settings(HERDSCHED=value), caplog.at_level(logging.ERROR, logger="herdsched"):
+        client = Client()
+        response = client.get(f"{API}/schedule")
+        page = client.get("/herdsched/")
+    assert response.status_code == 500
+    assert response.json() == {"error": AUTH_FAILED, "details": []}
+    assert page.status_code == 500 and AUTH_FAILED in page.content.decode()
+    assert "no_such_attribute" in caplog.text and "failing_auth" in caplog.text
 
 
 def test_auth_setting_must_be_callable(sched: ThreadedScheduler) -> None:

@@ -6,7 +6,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from flask.testing import FlaskClient  # noqa: E402
 
 from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo  # noqa: E402
 from herdsched.api import ADMIN, ALLOW_ANYONE  # noqa: E402
+from herdsched.contrib import AUTH_FAILED  # noqa: E402
 from herdsched.contrib.flask import (  # noqa: E402
     get_scheduler,
     init_app,
@@ -263,6 +264,35 @@ def test_auth_may_refuse_a_known_caller_with_403(sched: ThreadedScheduler) -> No
     assert body["error"] == "user eve may not use herdsched"
     assert client.get("/herdsched/", headers={"X-User": "eve"}).status_code == 403
     assert client.get(f"{API}/schedule", headers={"X-User": "root"}).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("auth", "logged"),
+    [
+        (lambda request: {}["no such key"], "KeyError: 'no such key'"),
+        (lambda request: 5, "returned int 5; it must return the caller's name (str) or None"),
+    ],
+)
+def test_an_auth_callable_that_fails_is_a_json_500_and_logged(
+    sched: ThreadedScheduler,
+    caplog: pytest.LogCaptureFixture,
+    auth: Callable[[Request], Any],
+    logged: str,
+) -> None:
+    """An auth callable that raised answered Flask's HTML error page (and one that returned a
+    non-name went on as the owner); now the API's JSON error, with the reason in the log only."""
+    app = Flask("failing-auth")
+    init_app(app, sched, auth=auth)
+    client = app.test_client()
+    with caplog.at_level(logging.ERROR, logger="herdsched"):
+        response = client.get(f"{API}/schedule")
+        page = client.get("/herdsched/")
+    body = error_of(response, 500)
+    assert body == {"error": AUTH_FAILED, "details": []}
+    assert "no such key" not in response.get_data(as_text=True)
+    assert page.status_code == 500 and page.mimetype == "text/plain"
+    assert page.get_data(as_text=True) == AUTH_FAILED
+    assert logged in caplog.text and "The herdsched auth callable" in caplog.text
 
 
 def test_without_auth_reads_work_and_writes_are_403(

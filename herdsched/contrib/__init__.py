@@ -485,6 +485,45 @@ def auth_setting(value: Any, *, what: str) -> Callable[[Any], str | None] | None
     return value  # type: ignore[no-any-return]
 
 
+class AuthCheckFailed(Exception):
+    """The auth callable raised something other than a refusal, or returned no owner name:
+    the request is answered 500 with :data:`AUTH_FAILED` and the log says why."""
+
+
+#: What a caller is told when the auth callable itself failed (the reason is in the log only:
+#: an exception's text may say more about the server than a caller should see).
+AUTH_FAILED = "the auth check failed on the server (its log has the error)"
+
+
+def call_auth(
+    auth: Callable[[Any], object], request: Any, *, refusals: tuple[type[BaseException], ...]
+) -> str | None:
+    """``auth(request)``: the owner's name, or ``None`` for an anonymous caller.
+
+    ``refusals`` (``UnauthorizedError``, Django's ``PermissionDenied``) pass through for the
+    integration to answer 403. Anything else ``auth`` raises, and a result that is not text or
+    ``None``, is logged with the callable's name and becomes :class:`AuthCheckFailed`, so the
+    caller gets the API's JSON answer instead of the framework's HTML error page.
+    """
+    try:
+        owner = auth(request)
+    except refusals:
+        raise
+    except Exception:
+        _log.exception("The herdsched auth callable %r raised; the request is answered 500.", auth)
+        raise AuthCheckFailed(AUTH_FAILED) from None
+    if owner is not None and not isinstance(owner, str):
+        _log.error(
+            "The herdsched auth callable %r returned %s %r; it must return the caller's name "
+            "(str) or None. The request is answered 500.",
+            auth,
+            type(owner).__name__,
+            owner,
+        )
+        raise AuthCheckFailed(AUTH_FAILED)
+    return owner
+
+
 def flag_setting(value: Any, *, what: str) -> bool:
     """A yes/no setting, which must be a bool: the string ``"false"`` is true in Python, so
     ``AUTOSTART="false"`` would start the scheduler in a process meant not to run jobs."""

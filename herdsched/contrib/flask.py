@@ -47,8 +47,10 @@ from herdsched.api import (
     read_only_reason,
 )
 from herdsched.contrib import (
+    AuthCheckFailed,
     EmbeddedScheduler,
     auth_setting,
+    call_auth,
     flag_setting,
     scheduler_from_settings,
 )
@@ -190,9 +192,11 @@ def _caller(ext: FlaskHerdsched) -> str | None:
     if ext.auth is None:
         return None
     try:
-        owner = ext.auth(request)
+        owner = call_auth(ext.auth, request, refusals=(UnauthorizedError,))
     except UnauthorizedError as exc:
         raise _Refused(403, str(exc) or "not allowed") from None
+    except AuthCheckFailed as exc:
+        raise _Refused(500, str(exc)) from None
     if owner is None:
         raise _Refused(401, "authentication required")
     return owner

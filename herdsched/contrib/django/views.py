@@ -21,6 +21,7 @@ from django.middleware.csrf import CsrfViewMiddleware, get_token
 from django.views.decorators.csrf import csrf_exempt
 
 from herdsched.api import body_too_large, is_cross_site, read_only_reason
+from herdsched.contrib import AuthCheckFailed, call_auth
 from herdsched.contrib import django as integration
 from herdsched.errors import UnauthorizedError
 
@@ -72,9 +73,11 @@ def _caller(request: HttpRequest, *, page: bool = False) -> str | None:
     if auth is None:
         return None
     try:
-        owner = auth(request)
+        owner = call_auth(auth, request, refusals=(PermissionDenied, UnauthorizedError))
     except (PermissionDenied, UnauthorizedError) as exc:
         raise _Refused(_error(403, str(exc) or "permission denied")) from None
+    except AuthCheckFailed as exc:
+        raise _Refused(_error(500, str(exc))) from None
     if owner is not None:
         return owner
     user = _user(request)
