@@ -404,13 +404,28 @@ class Interval:
         never be planned, and the schedule would stay ``running`` for good."""
         base = max(to_utc(now), self.anchor or _EARLIEST, self.start_at or _EARLIEST)
         longest = self.every.total_seconds() * (1 + self.jitter_percent / 100.0)
-        if longest >= (_LATEST - base).total_seconds():
+        if longest < (_LATEST - base).total_seconds():
+            return
+        # the culprit: a start or anchor that is later than now and sets the base, else the step
+        late = [
+            (name, when)
+            for name, when in (("start_at", self.start_at), ("anchor", self.anchor))
+            if when is not None and when == base and when > to_utc(now)
+        ]
+        if not late:
             raise InvalidScheduleError(
                 f"interval {_describe_delta(self.every)} is too long: the next run would fall "
                 "after the year 9999",
                 field="interval",
                 value=self.every,
             )
+        name, when = late[0]
+        raise InvalidScheduleError(
+            f"{name} {format_timestamp(when)} is too late for interval "
+            f"{_describe_delta(self.every)}: the run after it would fall after the year 9999",
+            field=name,
+            value=when,
+        )
 
     def check(self, *, min_interval: timedelta, zone: tzinfo, now: datetime | None) -> None:
         if self.every < min_interval:

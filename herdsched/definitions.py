@@ -747,8 +747,9 @@ def _make_schedule(
     cadence_args: dict[str, Any],
     options: dict[str, Any],
 ) -> Schedule | None:
-    """The :class:`Schedule` of checked fields; a refusal by the model (which the checks
-    should have caught) is reported as a problem at ``path`` rather than raised."""
+    """The :class:`Schedule` of checked fields; a refusal by the model (the checks above
+    cannot see every combination, such as a start so late that the run after it would fall
+    after the year 9999) is reported as a problem at the field it names rather than raised."""
     try:
         if kind is ScheduleType.INTERVAL:
             every = cadence_args.pop("every")
@@ -758,8 +759,9 @@ def _make_schedule(
         if kind is ScheduleType.ONCE:
             return Schedule(type=kind, cadence=Once(cadence_args["at"]), **options)
         return Schedule(type=kind, **options)
-    except (SchedulerError, ValueError, TypeError) as exc:  # pragma: no cover - checked above
-        chk.problem(path, str(exc))
+    except (SchedulerError, ValueError, TypeError) as exc:
+        field = getattr(exc, "field", None)
+        chk.problem((*path, field) if isinstance(field, str) else path, str(exc))
         return None
 
 

@@ -844,6 +844,16 @@ def test_failed_type_change_keeps_the_old_definition(
     assert call(api, "GET", "/api/schedule/triage/check")[1]["interval"] == "5m"
 
 
+@pytest.mark.parametrize("field", ["start_at", "anchor"])
+def test_a_start_too_late_to_plan_is_blamed_on_itself(api: RestApi, field: str) -> None:
+    """It was blamed on the interval, with no field (``"field": null``)."""
+    status, body = call(
+        api, "PUT", "/api/schedule/triage/far", {"interval": "5m", field: "9999-12-31T23:59:59Z"}
+    )
+    assert status == 400
+    assert_error(body, field, "is too late for interval 5m")
+
+
 # ------------------------------------------------------------------ secure by default, limits
 
 

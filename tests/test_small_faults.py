@@ -215,8 +215,17 @@ def test_jitter_anchor_and_start_count_toward_the_year_9999() -> None:
     with pytest.raises(InvalidScheduleError, match="after the year 9999"):
         Schedule.interval(timedelta(days=2_000_000), jitter_percent=100)
     late = datetime(9990, 1, 1, tzinfo=timezone.utc)
-    with pytest.raises(InvalidScheduleError, match="after the year 9999"):
+    with pytest.raises(InvalidScheduleError, match="after the year 9999") as caught:
         Schedule.interval(timedelta(days=5000), start_at=late)
+    # the late start is the culprit, not the interval (which was blamed, with its field)
+    assert caught.value.field == "start_at"
+    assert str(caught.value) == (
+        "start_at 9990-01-01T00:00:00.000Z is too late for interval 5000d: the run after it "
+        "would fall after the year 9999"
+    )
+    with pytest.raises(InvalidScheduleError) as caught:
+        Schedule.interval("5m", anchor="9999-12-31T23:59:59Z")
+    assert caught.value.field == "anchor"
 
 
 def test_add_schedule_checks_the_year_9999_against_the_scheduler_clock() -> None:
