@@ -40,6 +40,7 @@ __all__ = [
     "calculate_next_cron_trigger",
     "calculate_next_trigger",
     "coerce_interval",
+    "describe_duration",
     "format_interval",
     "is_schedule_due",
     "is_valid_cron_expression",
@@ -303,8 +304,9 @@ class Cadence(Protocol):
         ``default_jitter`` (percent) applies to a cadence that jitters but has none of its own."""
 
 
-def _describe_delta(every: timedelta) -> str:
-    """``every`` for a person: ``5m``, ``1h30m``; a fraction of a second as seconds."""
+def describe_duration(every: timedelta) -> str:
+    """``every`` for a person, as durations are written here: ``5m``, ``1h30m``; a fraction of
+    a second as seconds (``0.5s``). Messages and records use it, never ``str(timedelta)``."""
     seconds = every.total_seconds()
     if seconds == int(seconds):
         return format_interval(every)
@@ -363,7 +365,7 @@ class Interval:
     runs_once: ClassVar[bool] = False
 
     def describe(self) -> str:
-        text = f"every {_describe_delta(self.every)}"
+        text = f"every {describe_duration(self.every)}"
         if self.anchor is not None:
             text += f" from {self.anchor.isoformat()}"
         return text
@@ -414,7 +416,7 @@ class Interval:
         ]
         if not late:
             raise InvalidScheduleError(
-                f"interval {_describe_delta(self.every)} is too long: the next run would fall "
+                f"interval {describe_duration(self.every)} is too long: the next run would fall "
                 "after the year 9999",
                 field="interval",
                 value=self.every,
@@ -422,7 +424,7 @@ class Interval:
         name, when = late[0]
         raise InvalidScheduleError(
             f"{name} {format_timestamp(when)} is too late for interval "
-            f"{_describe_delta(self.every)}: the run after it would fall after the year 9999",
+            f"{describe_duration(self.every)}: the run after it would fall after the year 9999",
             field=name,
             value=when,
         )
@@ -430,8 +432,8 @@ class Interval:
     def check(self, *, min_interval: timedelta, zone: tzinfo, now: datetime | None) -> None:
         if self.every < min_interval:
             raise InvalidScheduleError(
-                f"interval {_describe_delta(self.every)} is shorter than min_interval "
-                f"{_describe_delta(min_interval)}",
+                f"interval {describe_duration(self.every)} is shorter than min_interval "
+                f"{describe_duration(min_interval)}",
                 field="interval",
                 value=self.every,
             )
@@ -557,8 +559,8 @@ class Cron:
         gap = self.shortest_gap(zone) if min_interval else None
         if gap is not None and gap < min_interval:
             raise InvalidScheduleError(
-                f"cron {self.expression.source!r} fires every {_describe_delta(gap)}, more often "
-                f"than min_interval {_describe_delta(min_interval)}",
+                f"cron {self.expression.source!r} fires every {describe_duration(gap)}, more often "
+                f"than min_interval {describe_duration(min_interval)}",
                 field="cron",
                 value=self.expression.source,
             )

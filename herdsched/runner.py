@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from herdsched.cadence import describe_duration
 from herdsched.clock import Clock
 from herdsched.models import JobFunc, JobResult, RunStatus, Schedule, TriggerInfo, TriggerType
 from herdsched.prompts import build_schedule_prompt, fill_prompt_template
@@ -24,7 +25,7 @@ from herdsched.signals import Deferred, SessionNotFound
 from herdsched.timestamps import format_timestamp
 from herdsched.worksource import WorkItem, WorkOutcome, WorkSource
 
-__all__ = ["Run", "RunOutcome", "execute_run", "new_run_id"]
+__all__ = ["Run", "RunOutcome", "execute_run", "new_run_id", "timeout_message"]
 
 _log = logging.getLogger("herdsched")
 _ERROR_LIMIT = 2000
@@ -142,6 +143,12 @@ def _prompt(run: Run, item: WorkItem | None, clock: Clock) -> str:
     return build_schedule_prompt(base, item)
 
 
+def timeout_message(timeout: timedelta | None) -> str:
+    """The error a run that outlived its ``timeout`` is recorded with: ``timed out after 30s``,
+    worded as the timeout was written, not as ``0:00:30``."""
+    return f"timed out after {describe_duration(timeout) if timeout else 'its timeout'}"
+
+
 def execute_run(run: Run, *, clock: Clock, work_sources: Mapping[str, WorkSource]) -> RunOutcome:
     """Execute ``run`` on the calling (worker) thread and describe how it ended."""
     started = clock.now()
@@ -250,7 +257,7 @@ def _report(source: WorkSource, item: WorkItem, outcome: RunOutcome, run: Run) -
     success = outcome.status is RunStatus.SUCCESS and not run.timed_out
     error = outcome.error or str(outcome.status)
     if run.timed_out:
-        error = f"timed out after {run.schedule.timeout}"
+        error = timeout_message(run.schedule.timeout)
     report = WorkOutcome(
         success=success,
         summary=(outcome.output or "Job completed")[:500] if success else None,

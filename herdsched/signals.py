@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from herdsched.cadence import coerce_interval
+from herdsched.cadence import coerce_interval, describe_duration
 from herdsched.errors import IntervalParseError
 
 __all__ = ["MAX_DEFER", "Deferred", "SessionNotFound"]
@@ -33,7 +33,7 @@ class Deferred(Exception):
                 input=delay,
             )
         self.reason = reason
-        super().__init__(reason or f"deferred for {self.delay}")
+        super().__init__(reason or f"deferred for {describe_duration(self.delay)}")
 
 
 class SessionNotFound(Exception):

@@ -308,7 +308,7 @@ def test_a_timed_out_run_reports_its_item_as_failed() -> None:
         assert record.status is RunStatus.TIMEOUT
         [(_item, outcome)] = source.reports
         assert outcome.success is False
-        assert outcome.error == "timed out after 0:00:30"
+        assert outcome.error == "timed out after 30s"
 
 
 def test_unknown_work_source_is_refused_naming_it() -> None:
@@ -458,7 +458,7 @@ def test_a_job_that_stops_at_once_on_timeout_is_still_recorded_as_a_timeout() ->
             step(sched)
             [record] = sched.history("triage")
             assert record.status is RunStatus.TIMEOUT
-            assert record.error == "timed out after 0:00:30"
+            assert record.error == "timed out after 30s"
             [status] = sched.get_status().schedules
             assert status.consecutive_failures == 1
             assert status.next_run_at is not None

@@ -27,6 +27,7 @@ from herdsched import (
     StateLockTimeoutError,
     UnauthorizedError,
 )
+from herdsched.runner import timeout_message
 
 ERRORS = [
     IntervalParseError,
@@ -191,8 +192,16 @@ def test_deferred_parses_its_delay(delay: timedelta | float | str, expected: tim
 
 
 def test_deferred_without_reason_describes_the_delay() -> None:
-    assert str(Deferred("5m")) == "deferred for 0:05:00"
+    # worded as durations are written ("5m"), as the timeout error below: was "0:05:00"
+    assert str(Deferred("5m")) == "deferred for 5m"
+    assert str(Deferred(90)) == "deferred for 1m30s"
     assert Deferred("5m").reason == ""
+
+
+def test_the_timeout_error_is_worded_as_durations_are_written() -> None:
+    assert timeout_message(timedelta(seconds=30)) == "timed out after 30s"
+    assert timeout_message(timedelta(hours=1, minutes=30)) == "timed out after 1h30m"
+    assert timeout_message(timedelta(milliseconds=500)) == "timed out after 0.5s"
 
 
 @pytest.mark.parametrize("delay", ["5x", "", "-1m", 0, -3, None])

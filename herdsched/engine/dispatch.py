@@ -30,7 +30,7 @@ from herdsched.engine.unclaimed import abandon_unclaimed
 from herdsched.errors import LeadershipLostError, ScheduleTriggerError
 from herdsched.models import RunRecord, RunStatus, SkipReason, Status, TriggerType
 from herdsched.notify import Notification, notification_message
-from herdsched.runner import Run, RunOutcome, execute_run, new_run_id
+from herdsched.runner import Run, RunOutcome, execute_run, new_run_id, timeout_message
 from herdsched.store.base import RunClaim
 
 __all__ = ["Dispatcher"]
@@ -269,7 +269,7 @@ class Dispatcher:
             run.finalized = True
             if run.timed_out and outcome.status is not RunStatus.TIMEOUT:
                 # the job saw the cancel event and returned before the timer settled the run
-                error = f"timed out after {run.schedule.timeout}"
+                error = timeout_message(run.schedule.timeout)
                 outcome = evolve(outcome, status=RunStatus.TIMEOUT, error=error)
             entry = core.entries.get((run.agent, run.schedule_name))
             if entry is None:
@@ -362,17 +362,17 @@ class Dispatcher:
                 run.timed_out = True
         for run in expired:
             core.log.warning(
-                "Run %s of %s/%s timed out after %s; its slot frees when the job returns.",
+                "Run %s of %s/%s %s; its slot frees when the job returns.",
                 run.run_id,
                 run.agent,
                 run.schedule_name,
-                run.schedule.timeout,
+                timeout_message(run.schedule.timeout),
             )
             outcome = RunOutcome(
                 status=RunStatus.TIMEOUT,
                 started_at=run.fired_at,
                 finished_at=now,
-                error=f"timed out after {run.schedule.timeout}",
+                error=timeout_message(run.schedule.timeout),
             )
             run.outcome = outcome
             try:
