@@ -84,6 +84,7 @@ from herdsched.models import (
     ScheduleType,
     SkipReason,
     Status,
+    check_prompt,
 )
 from herdsched.scheduler import describe_cadence
 from herdsched.store.memory import MemoryStateStore
@@ -418,12 +419,13 @@ class RestApi:
         caller = None if owner == ADMIN else owner
         method = method.upper()
         try:
-            route, args, allowed = self._route(path)
+            route, args, allowed, known = self._route(path)
             if method not in allowed:
                 raise ApiError(
                     405,
                     f"method {method} is not allowed on {path} (allowed: {', '.join(allowed)})",
                 )
+            _check_query(query or {}, known)
             if method in _WRITES:
                 _check_write(read_only, cross_site)
             data = self._body(method, body, content_type)
@@ -558,22 +560,23 @@ class RestApi:
         except ApiError:
             return ()
 
-    def _route(self, path: str) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
+    def _route(self, path: str) -> tuple[Any, tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+        """``(handler, path arguments, allowed methods, known query parameters)``."""
         parts = [p for p in path.strip("/").split("/") if p]
         if parts[:1] == ["api"]:
             rest = parts[1:]
             if rest == ["status"]:
-                return self._status, (), ("GET",)
+                return self._status, (), ("GET",), ()
             if rest == ["schedule"]:
-                return self._list, (), ("GET",)
+                return self._list, (), ("GET",), _LIST_QUERY
             if len(rest) == 3 and rest[0] == "schedule":
-                return self._one, (rest[1], rest[2]), ("GET", "PUT", "PATCH", "DELETE")
+                return self._one, (rest[1], rest[2]), ("GET", "PUT", "PATCH", "DELETE"), ()
             if len(rest) == 4 and rest[0] == "schedule" and rest[3] == "run":
-                return self._run, (rest[1], rest[2]), ("POST",)
+                return self._run, (rest[1], rest[2]), ("POST",), ()
             if len(rest) == 4 and rest[0] == "schedule" and rest[3] == "history":
-                return self._history, (rest[1], rest[2]), ("GET",)
+                return self._history, (rest[1], rest[2]), ("GET",), ("limit",)
             if len(rest) == 5 and rest[0] == "schedule" and rest[3] == "runs":
-                return self._one_run, (rest[1], rest[2], rest[4]), ("GET",)
+                return self._one_run, (rest[1], rest[2], rest[4]), ("GET",), ()
         raise ApiError(404, f"no such API route: {path}")
 
     def _body(
@@ -713,13 +716,6 @@ class RestApi:
     def _list(
         self, method: str, *, query: dict[str, str], data: Any, caller: str | None
     ) -> ApiResponse:
-        known = {"owner", "status", "type", "q", "limit", "offset"}
-        unknown = sorted(set(query) - known)
-        if unknown:
-            raise _field_error(
-                unknown[0],
-                f"unknown query parameter {unknown[0]!r} (known: {', '.join(sorted(known))})",
-            )
         limit = _int_param(query, "limit", 20, minimum=1)
         offset = _int_param(query, "offset", 0, minimum=0)
         owner = query.get("owner") or None
@@ -880,8 +876,10 @@ class RestApi:
         if unknown:
             raise _field_error(unknown[0], f"unknown field {unknown[0]!r} (known: prompt)")
         prompt = data.get("prompt")
-        if prompt is not None and not isinstance(prompt, str):
-            raise _field_error("prompt", f"prompt must be a string, got {type(prompt).__name__}")
+        try:
+            check_prompt(prompt)
+        except (TypeError, ValueError) as exc:  # a NUL was a 500: the store refused it late
+            raise _field_error("prompt", str(exc)) from None
         _check_length("prompt", prompt, MAX_PROMPT_LENGTH)
         if not scheduler.is_leader:
             self._refuse_busy(agent, name, item)
@@ -931,9 +929,6 @@ class RestApi:
     ) -> ApiResponse:
         """One run by its id, as every worker sees it: ``queued``, ``running``, or the record it
         left (also after its schedule was removed, for a caller with full access)."""
-        if query:
-            unknown = sorted(query)[0]
-            raise _field_error(unknown, f"unknown query parameter {unknown!r}")
         try:
             item = self._item(agent, name)
         except (AgentNotFoundError, ScheduleNotFoundError):
@@ -961,9 +956,6 @@ class RestApi:
     ) -> ApiResponse:
         item = self._item(agent, name)
         self._check_owner(caller, item.owner, agent, name)
-        unknown = sorted(set(query) - {"limit"})
-        if unknown:
-            raise _field_error(unknown[0], f"unknown query parameter {unknown[0]!r} (known: limit)")
         limit = min(_int_param(query, "limit", 20, minimum=1), _MAX_HISTORY)
         self._refresh_history()
         records = self.scheduler.history(agent, name, limit=limit)
@@ -1085,14 +1077,25 @@ def _accepted(agent: str, name: str, run_id: str | None, *, queued: bool) -> Api
     return ApiResponse(202, {"agent": agent, "name": name, "run_id": run_id, "queued": queued})
 
 
+#: The query parameters of ``GET /api/schedule``.
+_LIST_QUERY = ("limit", "offset", "owner", "q", "status", "type")
+
+
+def _check_query(query: Mapping[str, str], known: tuple[str, ...]) -> None:
+    """Refuse a query parameter the route does not read (a typo would be ignored otherwise)."""
+    unknown = sorted(set(query) - set(known))
+    if unknown:
+        listed = f"known: {', '.join(known)}" if known else "this route takes none"
+        raise _field_error(unknown[0], f"unknown query parameter {unknown[0]!r} ({listed})")
+
+
 def _int_param(query: Mapping[str, str], name: str, default: int, *, minimum: int) -> int:
     raw = query.get(name)
     if raw is None or raw == "":
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise _field_error(name, f"{name} must be an integer, got {raw!r}") from None
+    if not (raw.isascii() and raw.lstrip("-").isdigit()):  # int() takes "1_0" and "５"
+        raise _field_error(name, f"{name} must be an integer, got {raw!r}")
+    value = int(raw)
     if value < minimum:
         raise _field_error(name, f"{name} must be at least {minimum}, got {value}")
     return value

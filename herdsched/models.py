@@ -7,6 +7,7 @@ error that names the field, rather than later inside the timer thread.
 from __future__ import annotations
 
 import enum
+import math
 import re
 import threading
 from collections.abc import Callable, Mapping
@@ -278,22 +279,89 @@ def _opt_str(
     return check
 
 
+#: Levels of nesting metadata may have (it is a label bag, not a document store).
+MAX_METADATA_DEPTH = 20
+
+
+def _prompt_text(field: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    """A prompt a schedule or agent keeps: text (or ``None``) that every store keeps and a
+    command's arguments can carry (no NUL: it failed every run of a command job)."""
+
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value is None:
+            return
+        if not isinstance(value, str):
+            raise InvalidScheduleError(
+                f"{field} must be a string, got {value!r}", field=field, value=value
+            )
+        problem = _text_problem(value, field)
+        if problem is not None:
+            raise InvalidScheduleError(problem, field=field, value=value)
+
+    return check
+
+
 def _metadata(value: Any) -> dict[str, Any]:
-    """A schedule's ``metadata``: a mapping with text keys (stored and shown as given)."""
+    """A schedule's ``metadata``: JSON data (a mapping of text keys to text, numbers, booleans,
+    ``None``, lists and mappings), so every store keeps it and every face can show it. A set,
+    bytes, a date, NaN or text no store keeps used to be accepted and then broke the REST
+    listing of every schedule."""
     if not isinstance(value, Mapping):
         raise InvalidScheduleError(
             f"metadata must be a mapping, got {type(value).__name__} {value!r}",
             field="metadata",
             value=value,
         )
-    for key in value:
-        if not isinstance(key, str):
-            raise InvalidScheduleError(
-                f"metadata keys must be strings, got {type(key).__name__} {key!r}",
-                field="metadata",
-                value=value,
-            )
+    problem = _json_problem(value, "metadata", 0)
+    if problem is not None:
+        raise InvalidScheduleError(problem, field="metadata", value=value)
     return dict(value)
+
+
+def _json_problem(value: Any, where: str, depth: int) -> str | None:
+    """Why ``value`` (found at ``where``) is not JSON data every store keeps, or ``None``."""
+    if depth > MAX_METADATA_DEPTH:
+        return f"{where} is nested more than {MAX_METADATA_DEPTH} levels deep"
+    if value is None or isinstance(value, (bool, int)):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{where} is {value!r}, which JSON cannot hold"
+    if isinstance(value, str):
+        return _text_problem(value, where)
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{where}: keys must be strings, got {type(key).__name__} {key!r}"
+            problem = _text_problem(key, f"{where} key") or _json_problem(
+                item, f"{where}.{key}", depth + 1
+            )
+            if problem is not None:
+                return problem
+        return None
+    if isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            problem = _json_problem(item, f"{where}[{index}]", depth + 1)
+            if problem is not None:
+                return problem
+        return None
+    return (
+        f"{where} is a {type(value).__name__} ({value!r}): metadata holds text, numbers, "
+        "booleans, null, lists and mappings (write a date or time as text)"
+    )
+
+
+def _text_problem(value: str, where: str) -> str | None:
+    """Why ``value`` is not text every store keeps (a lone surrogate, a NUL), or ``None``."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (
+            f"{where} is not valid text: {value[exc.start : exc.end]!r} at position "
+            f"{exc.start} is not a character (a lone surrogate)"
+        )
+    if "\x00" in value:
+        return f"{where} contains a NUL character at position {value.index(chr(0))}"
+    return None
 
 
 @attrs.frozen(kw_only=True)
@@ -307,7 +375,7 @@ class Schedule:
 
     type: ScheduleType = attrs.field(converter=_to_schedule_type)
     cadence: CadenceT = attrs.field(default=None, validator=_check_cadence)
-    prompt: str | None = attrs.field(default=None, validator=_opt_str("prompt"))
+    prompt: str | None = attrs.field(default=None, validator=_prompt_text("prompt"))
     enabled: bool = attrs.field(default=True, validator=_is_bool)
     timeout: timedelta | None = attrs.field(default=None, converter=_opt_timeout)
     catch_up: CatchUp | None = attrs.field(default=None, converter=_to_catch_up)
@@ -419,15 +487,9 @@ def check_prompt(value: Any) -> None:
         return
     if not isinstance(value, str):
         raise TypeError(f"prompt must be a string or None, got {type(value).__name__} {value!r}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(
-            f"prompt is not valid text: {value[exc.start : exc.end]!r} at position {exc.start} "
-            "is not a character (a lone surrogate)"
-        ) from None
-    if "\x00" in value:
-        raise ValueError(f"prompt contains a NUL character at position {value.index(chr(0))}")
+    problem = _text_problem(value, "prompt")
+    if problem is not None:
+        raise ValueError(problem)
 
 
 def _check_name(kind: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
@@ -474,7 +536,9 @@ class Agent:
         factory=dict, kw_only=True, converter=_to_schedule_map, validator=_check_schedules
     )
     description: str | None = attrs.field(default=None, kw_only=True)
-    default_prompt: str | None = attrs.field(default=None, kw_only=True)
+    default_prompt: str | None = attrs.field(
+        default=None, kw_only=True, validator=_prompt_text("default_prompt")
+    )
 
     def with_schedule(self, name: str, schedule: Schedule) -> Agent:
         schedules = {**self.schedules, name: schedule}

@@ -580,6 +580,34 @@ def test_run_body_is_validated(api: RestApi) -> None:
     status, body = call(api, "POST", "/api/schedule/triage/check/run", {"prompt": 5})
     assert status == 400
     assert_error(body, "prompt", "string")
+    # a NUL was a 500 (the queue refused it after the checks here)
+    status, body = call(api, "POST", "/api/schedule/triage/check/run", {"prompt": "a\u0000b"})
+    assert status == 400
+    assert_error(body, "prompt", "NUL character at position 1")
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/api/schedule/triage/check/run"),  # was accepted, the parameter ignored
+        ("GET", "/api/schedule/triage/check"),
+        ("GET", "/api/status"),
+    ],
+)
+def test_a_query_parameter_a_route_does_not_read_is_refused(
+    api: RestApi, method: str, path: str
+) -> None:
+    status, body = call(api, method, path, query={"x": "1"})
+    assert status == 400
+    assert_error(body, "x", "unknown query parameter 'x' (this route takes none)")
+
+
+@pytest.mark.parametrize("limit", ["1_0", "\uff15", "+5", " 5"])
+def test_limits_are_plain_ascii_integers(api: RestApi, limit: str) -> None:
+    """``int()`` reads "1_0" and a full-width digit; a query string should not."""
+    status, body = call(api, "GET", "/api/schedule", query={"limit": limit})
+    assert status == 400
+    assert_error(body, "limit", "must be an integer")
 
 
 def test_run_on_a_stopped_memory_scheduler_is_409(clock: FakeClock, jobs: Jobs) -> None:

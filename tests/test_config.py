@@ -583,6 +583,12 @@ def test_broken_fleet_reports_every_problem_with_its_path(tmp_path: Path) -> Non
         ("type: manual\nowner: ''", "schedules.s.owner", "cannot be empty"),
         ("type: manual\nmetadata: [1]", "schedules.s.metadata", "must be a mapping"),
         ("type: manual\nmetadata: {1: x}", "schedules.s.metadata", "keys must be strings"),
+        # YAML types JSON has no room for: validated fleets broke the REST listing (500)
+        ("type: manual\nmetadata: {x: !!binary aGVsbG8=}", "schedules.s.metadata", "is a bytes"),
+        ("type: manual\nmetadata: {x: !!set {a, b}}", "schedules.s.metadata", "is a set"),
+        ("type: manual\nmetadata: {x: .nan}", "schedules.s.metadata", "JSON cannot hold"),
+        ("type: manual\nmetadata: {x: 2026-01-01}", "schedules.s.metadata", "write a date"),
+        ('type: manual\nprompt: "a\\0b"', "schedules.s.prompt", "NUL character"),
         ("type: manual\npersist_session: 1", "schedules.s.persist_session", "true or false"),
         ("type: manual\npersist_session: true\nresume_session: true", "schedules.s", "not both"),
         ("type: manual\njob: nope", "schedules.s.job", '"package.module:function"'),

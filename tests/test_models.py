@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -156,6 +156,20 @@ def test_with_changes_revalidates() -> None:
         # metadata that is not a mapping of text keys was a bare TypeError, or stored as given
         (lambda: Schedule.manual(metadata=[1]), "metadata", "metadata must be a mapping, got list"),
         (lambda: Schedule.manual(metadata={1: "x"}), "metadata", "keys must be strings, got int"),
+        # metadata that is not JSON data broke the REST listing of every schedule (500)
+        (lambda: Schedule.manual(metadata={"w": {1, 2}}), "metadata", "metadata.w is a set"),
+        (lambda: Schedule.manual(metadata={"b": b"x"}), "metadata", "metadata.b is a bytes"),
+        (lambda: Schedule.manual(metadata={"n": float("nan")}), "metadata", "JSON cannot hold"),
+        (lambda: Schedule.manual(metadata={"s": "\udcff"}), "metadata", "metadata.s is not valid"),
+        (lambda: Schedule.manual(metadata={"z": "a\x00"}), "metadata", "metadata.z contains a NUL"),
+        (
+            lambda: Schedule.manual(metadata={"d": [{"at": date(2026, 1, 1)}]}),
+            "metadata",
+            "metadata.d[0].at is a date",
+        ),
+        # a NUL in a prompt was kept, then failed every run of a command job
+        (lambda: Schedule.manual(prompt="a\x00b"), "prompt", "prompt contains a NUL character"),
+        (lambda: Schedule.manual(prompt="\ud800"), "prompt", "lone surrogate"),
         (lambda: Schedule.interval("5m", enabled="yes"), "enabled", "must be true or false"),
         (lambda: Schedule.interval("5m", persist_session=1), "persist_session", "true or false"),
         (lambda: Schedule.interval("5x"), "interval", 'Invalid time unit "x"'),
@@ -221,6 +235,21 @@ def test_agent_max_concurrent(value: object) -> None:
     error = _field_error(lambda: Agent("a", max_concurrent=value))  # type: ignore[arg-type]
     assert error.field == "max_concurrent"
     assert "positive integer" in str(error)
+
+
+def test_agent_default_prompt_is_checked_as_a_schedule_prompt_is() -> None:
+    """``default_prompt=5`` was accepted; every run then crashed building its prompt."""
+    assert _field_error(lambda: Agent("a", default_prompt=5)).field == "default_prompt"
+    error = _field_error(lambda: Agent("a", default_prompt="x\x00"))
+    assert "default_prompt contains a NUL character at position 1" in str(error)
+    deep: dict[str, object] = {}
+    inner = deep
+    for _ in range(25):
+        inner["x"] = {}
+        inner = inner["x"]  # type: ignore[assignment]
+    assert "nested more than 20 levels" in str(_field_error(lambda: Schedule.manual(metadata=deep)))
+    kept = Schedule.manual(metadata={"a": [1, 2.5, True, None, {"b": "text"}]})
+    assert kept.metadata == {"a": [1, 2.5, True, None, {"b": "text"}]}
 
 
 def test_agent_job_and_schedules_are_checked() -> None:
