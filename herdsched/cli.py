@@ -43,6 +43,7 @@ from herdsched.errors import (
     ConfigError,
     CronParseError,
     IntervalParseError,
+    InvalidScheduleError,
     SchedulerError,
     SchedulerShutdownError,
 )
@@ -67,7 +68,7 @@ from herdsched.store.spec import (
     store_location,
 )
 from herdsched.store.yaml_store import YamlStateStore
-from herdsched.timestamps import format_timestamp, parse_timestamp, resolve_timezone
+from herdsched.timestamps import format_timestamp, parse_timestamp, resolve_timezone, to_utc
 from herdsched.timestamps import system_timezone as _system_timezone
 
 if TYPE_CHECKING:
@@ -1178,7 +1179,12 @@ def _cmd_next(args: argparse.Namespace) -> int:
             parsed = parse_cron_expression(text)
         except CronParseError as exc:
             raise _UsageError(str(exc)) from None
-        moments = list(islice(iter_cron_triggers(parsed, after, zone), args.n))
+        moments = []
+        try:
+            moments.extend(islice(iter_cron_triggers(parsed, after, zone), args.n))
+        except InvalidScheduleError as exc:  # the calendar ended: show the times before it
+            if not moments:  # --after too late: the input's fault (exit 2), as for intervals
+                raise _UsageError(str(exc)) from None
         kind = "cron"
         note = f'cron "{text}" in {_zone_name(zone)}'
     else:
@@ -1224,7 +1230,10 @@ def _after(text: str | None, zone: tzinfo) -> datetime:
         raise _UsageError(f"--after {text!r} is not an ISO-8601 date-time") from None
     if parsed.utcoffset() is None:
         parsed = parsed.replace(tzinfo=zone)
-    return parsed.astimezone(timezone.utc)
+    try:
+        return to_utc(parsed)
+    except ValueError as exc:  # year 1 east of Greenwich, year 9999 west of it
+        raise _UsageError(f"--after {text!r}: {exc}") from None
 
 
 def _zone_name(zone: tzinfo) -> str:

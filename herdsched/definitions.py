@@ -520,7 +520,28 @@ def _instant(
     now: datetime,
     relative: bool,
 ) -> datetime | None:
-    """An aware UTC instant; times without an offset are read in ``zone``."""
+    """An aware UTC instant; times without an offset are read in ``zone``. An instant outside
+    the calendar in UTC (``+99999999d``, year 1 east of Greenwich) is a problem at ``path``."""
+    try:
+        return _instant_or_problem(
+            chk, value, path=path, what=what, zone=zone, now=now, relative=relative
+        )
+    except (OverflowError, ValueError):
+        chk.problem(path, f"{what} {value!r} is outside the calendar in UTC (years 1 to 9999)")
+        return None
+
+
+def _instant_or_problem(
+    chk: _Checker,
+    value: Any,
+    *,
+    path: _PathT,
+    what: str,
+    zone: tzinfo,
+    now: datetime,
+    relative: bool,
+) -> datetime | None:
+    """:func:`_instant` without its guard against instants outside the calendar."""
     if isinstance(value, datetime):
         moment = value if value.utcoffset() is not None else value.replace(tzinfo=zone)
         return to_utc(moment)

@@ -36,6 +36,7 @@ def to_utc(moment: datetime) -> datetime:
     ``fold=0`` (the default) is the first pass and ``fold=1`` the second; a time inside a DST
     gap lands after the jump (``fold=0``: 02:30 in New York's spring-forward gap is 03:30 EDT).
     ``datetime.astimezone()`` on a naive value would put it before the jump instead.
+    A time whose UTC instant falls outside years 1 to 9999 is a ``ValueError``.
     """
     if type(moment) is datetime and moment.tzinfo is timezone.utc:  # the usual case, cheaply
         return moment if moment.microsecond % 1000 == 0 else truncate_ms(moment)
@@ -43,7 +44,12 @@ def to_utc(moment: datetime) -> datetime:
         raise TypeError(f"expected a datetime, got {type(moment).__name__}: {moment!r}")
     if moment.tzinfo is None or moment.utcoffset() is None:
         moment = moment.replace(tzinfo=system_timezone())
-    return truncate_ms(moment.astimezone(timezone.utc))
+    try:
+        return truncate_ms(moment.astimezone(timezone.utc))
+    except OverflowError:  # 0001-01-01T00:00+09:00 is in year 0 in UTC
+        raise ValueError(
+            f"{moment.isoformat()} is outside the calendar in UTC (years 1 to 9999)"
+        ) from None
 
 
 def format_timestamp(moment: datetime) -> str:
@@ -73,7 +79,10 @@ def parse_timestamp(value: object, *, what: str = "timestamp") -> datetime:
             raise ValueError(f"{what} {value!r} is not an ISO-8601 date-time") from exc
         if parsed.tzinfo is None:
             parsed = parsed.replace(tzinfo=timezone.utc)
-        return to_utc(parsed)
+        try:
+            return to_utc(parsed)
+        except ValueError as exc:
+            raise ValueError(f"{what} {value!r}: {exc}") from None
     raise ValueError(f"{what} must be an ISO-8601 string or a datetime, got {value!r}")
 
 

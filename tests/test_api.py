@@ -872,6 +872,24 @@ def test_failed_type_change_keeps_the_old_definition(
     assert call(api, "GET", "/api/schedule/triage/check")[1]["interval"] == "5m"
 
 
+@pytest.mark.parametrize(
+    "definition",
+    [
+        {"at": "+99999999d"},
+        {"at": "9999-12-31T23:00-05:00"},
+        {"interval": "5m", "start_at": "0001-01-01T00:00+09:00"},
+    ],
+)
+def test_an_instant_outside_the_calendar_is_a_400_naming_it(
+    api: RestApi, definition: dict[str, str]
+) -> None:
+    """Each was a 500 (OverflowError converting to UTC)."""
+    status, body = call(api, "PUT", "/api/schedule/triage/edge", definition)
+    assert status == 400
+    field = "start_at" if "start_at" in definition else "at"
+    assert_error(body, field, "is outside the calendar in UTC (years 1 to 9999)")
+
+
 @pytest.mark.parametrize("field", ["start_at", "anchor"])
 def test_a_start_too_late_to_plan_is_blamed_on_itself(api: RestApi, field: str) -> None:
     """It was blamed on the interval, with no field (``"field": null``)."""

@@ -280,6 +280,45 @@ def test_next_refuses_a_huge_count_and_times_past_the_calendar(
     assert code == 0 and len(out.splitlines()) == 1001  # the note, then the times
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        # both were tracebacks (OverflowError converting to UTC), exit 1
+        (
+            ["5m", "--tz", "Asia/Tokyo", "--after", "0001-01-01T00:00"],
+            "--after '0001-01-01T00:00': 0001-01-01T00:00:00+09:18:59 is outside the calendar",
+        ),
+        (
+            ["* * * * *", "--tz", "America/New_York", "--after", "9999-12-31T22:00"],
+            "is outside the calendar in UTC (years 1 to 9999)",
+        ),
+        # a cron with no time left was a runtime failure (exit 1) where an interval is exit 2
+        (
+            ["* * * * *", "--tz", "UTC", "--after", "9999-12-31T23:59:30"],
+            'cron expression "* * * * *" has no fire time after 9999-12-31T23:59:30',
+        ),
+    ],
+)
+def test_next_at_the_ends_of_the_calendar_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code, out, err = run_cli(capsys, "next", *argv)
+    assert code == 2 and out == "", err
+    assert message in err and "Traceback" not in err
+
+
+def test_next_shows_the_cron_times_left_before_the_calendar_ends(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["* * * * *", "--tz", "UTC", "--after", "9999-12-31T23:57:30", "-n", "5"]
+    code, out, _ = run_cli(capsys, "next", *argv)
+    assert code == 0
+    assert [line.split()[-1] for line in out.splitlines()[1:]] == [
+        "9999-12-31T23:58:00.000Z",
+        "9999-12-31T23:59:00.000Z",
+    ]
+
+
 def test_next_interval(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(
         capsys, "next", "90m", "--tz", "Europe/Berlin", "--after", "2026-03-29T00:00:00", "-n", "3"

@@ -573,6 +573,14 @@ def test_broken_fleet_reports_every_problem_with_its_path(tmp_path: Path) -> Non
             "does not apply",
         ),
         ("type: once\nat: '+soon'", "schedules.s.at", "Missing numeric value"),
+        # instants outside the calendar in UTC were tracebacks (OverflowError), exit 1
+        ("type: once\nat: '+99999999d'", "schedules.s.at", "is outside the calendar in UTC"),
+        ("type: once\nat: '9999-12-31T23:00-05:00'", "schedules.s.at", "outside the calendar"),
+        (
+            "type: interval\ninterval: 5m\nstart_at: '0001-01-01T00:00+09:00'",
+            "schedules.s.start_at",
+            "outside the calendar",
+        ),
         ("type: manual\ntimezone: UTC", "schedules.s.timezone", "does not apply to a manual"),
         ("type: manual\nenabled: 'no'", "schedules.s.enabled", "true or false"),
         ("type: manual\nnotify: no", "schedules.s.notify", "YAML 1.1 reads yes/no"),

@@ -347,3 +347,12 @@ def test_naive_values_mean_local_time_everywhere() -> None:
         minutes=15
     )
     assert Interval("1m", start_at="2026-03-08T00:00:00Z").first_due(gap, UTC) == after_jump
+
+
+def test_an_instant_outside_the_calendar_in_utc_is_a_value_error() -> None:
+    """It was a bare OverflowError from ``astimezone``, which every face let through."""
+    tokyo = datetime(1, 1, 1, tzinfo=ZoneInfo("Asia/Tokyo"))
+    with pytest.raises(ValueError, match="outside the calendar in UTC"):
+        to_utc(tokyo)
+    with pytest.raises(ValueError, match=r"^at '9999-12-31T23:00-05:00': 9999-12-31T23:00:00-05"):
+        parse_timestamp("9999-12-31T23:00-05:00", what="at")
