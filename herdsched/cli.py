@@ -179,6 +179,13 @@ def _positive_int_arg(text: str) -> int:
     return value
 
 
+def _fleet_arg(text: str) -> str:
+    """``FLEET``: a file name; empty text read the current directory ("Is a directory: '.'")."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"the fleet file is empty ({text!r}): give its path")
+    return text
+
+
 def _state_dir_arg(text: str) -> str:
     """``--state-dir``: a directory; empty text is refused (it is more likely an unset shell
     variable than a choice, and the Python API refuses it too)."""
@@ -318,7 +325,7 @@ def _add_run_command(commands: _Commands, parents: _Parents) -> None:
         description="Run a fleet file in the foreground until Ctrl-C, SIGTERM or --duration. "
         "Logs go to stderr.",
     )
-    run.add_argument("fleet", metavar="FLEET", help="the fleet file (YAML)")
+    run.add_argument("fleet", metavar="FLEET", type=_fleet_arg, help="the fleet file (YAML)")
     run.add_argument(
         "--state-dir",
         type=_state_dir_arg,
@@ -476,7 +483,7 @@ def _add_validate_command(commands: _Commands, parents: _Parents) -> None:
         "that every command's program exists; every problem is printed with its file and "
         "path. Exit code 2 when there is any.",
     )
-    validate.add_argument("fleet", metavar="FLEET", help="the fleet file (YAML)")
+    validate.add_argument("fleet", metavar="FLEET", type=_fleet_arg, help="the fleet file (YAML)")
     validate.set_defaults(handler=_cmd_validate)
 
 
@@ -1106,7 +1113,7 @@ def _fleet_history(store: StateStore, limit: int) -> list[RunRecord]:
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
-    agent, schedule = _target(args.target) if args.target else (None, None)
+    agent, schedule = _target(args.target) if args.target is not None else (None, None)
     store = _open_store(args)
     try:
         if agent is None:

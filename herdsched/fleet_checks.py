@@ -1,10 +1,11 @@
 """What a fleet file needs, beyond being valid, to run from the command line.
 
 ``herdsched validate`` and ``herdsched run`` both ask :func:`runnable_problems`, so a fleet that
-validates also starts, and one that ``run`` refuses was refused by ``validate`` first: every
-command's program exists, no schedule names a work source (the command line registers none:
-they are Python objects given to ``ThreadedScheduler(work_sources=...)``), and the scheduler
-``run`` would build accepts every agent. Each problem names the file and the place in it.
+validates also starts, and one that ``run`` refuses was refused by ``validate`` first: the
+fleet's ``state_dir`` is not a file, every command's program exists, no schedule names a work
+source (the command line registers none: they are Python objects given to
+``ThreadedScheduler(work_sources=...)``), and the scheduler ``run`` would build accepts every
+agent. Each problem names the file and the place in it.
 """
 
 from __future__ import annotations
@@ -24,10 +25,18 @@ __all__ = ["program_problem", "runnable_problems"]
 
 def runnable_problems(fleet: FleetConfig) -> list[str]:
     """Every reason ``fleet`` would not run from the command line, as ``"file: path: why"``."""
-    problems = [*_missing_programs(fleet), *_work_sources(fleet)]
+    problems = [*_state_dir(fleet), *_missing_programs(fleet), *_work_sources(fleet)]
     if not problems:
         problems += _scheduler_refusal(fleet)
     return problems
+
+
+def _state_dir(fleet: FleetConfig) -> list[str]:
+    """A problem when ``scheduler.state_dir`` names something that is not a directory."""
+    path = fleet.state_dir
+    if path is None or not path.exists() or path.is_dir():
+        return []
+    return [f"{fleet.path}: scheduler.state_dir: {path} exists but is not a directory"]
 
 
 def _jobs(fleet: FleetConfig) -> list[tuple[str, JobFunc | None]]:

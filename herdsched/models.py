@@ -468,6 +468,34 @@ class Schedule:
 _AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 
 
+def check_flag(value: Any, name: str) -> bool:
+    """``value`` if it is a bool; a ``TypeError`` naming ``name`` otherwise (``"no"`` is true
+    in Python, so a string flag would do the opposite of what it says)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+    return value
+
+
+def check_count(value: Any, name: str, *, minimum: int) -> int:
+    """``value`` as a whole number of at least ``minimum`` (a ``limit``, an ``offset``); a
+    ``TypeError`` for anything but an int (``"10"``, ``2.5``, ``True``) and a ``ValueError``
+    below ``minimum``, both naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a whole number, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value!r}")
+    return value
+
+
+def check_choice(enum_cls: type[_E], value: Any, name: str) -> _E:
+    """``value`` as a member of ``enum_cls``; a ``ValueError`` naming ``name`` and the choices."""
+    try:
+        return enum_cls(value)
+    except ValueError:
+        choices = ", ".join(str(member.value) for member in enum_cls)
+        raise ValueError(f"{name} must be one of {choices}; got {value!r}") from None
+
+
 def check_name(kind: str, value: Any) -> None:
     """Refuse an agent or schedule name that is not letters, digits, '-' and '_'."""
     if not isinstance(value, str) or not _AGENT_NAME.match(value):
@@ -511,6 +539,12 @@ def _check_schedules(instance: Agent, attribute: attrs.Attribute[Any], value: An
 
 
 def _to_schedule_map(value: Mapping[str, Schedule]) -> dict[str, Schedule]:
+    if not isinstance(value, Mapping):  # a list of schedules was a bare dict() TypeError
+        raise InvalidScheduleError(
+            "schedules must be a mapping of names to schedules, such as "
+            f'{{"check": Schedule.interval("5m")}}, got {type(value).__name__}',
+            field="schedules",
+        )
     return dict(value)
 
 

@@ -64,6 +64,7 @@ from herdsched.models import (
     Status,
     TriggerResult,
     TriggerType,
+    check_count,
     check_prompt,
     check_schedule_arguments,
 )
@@ -439,7 +440,7 @@ class ThreadedScheduler:
 
     def set_agents(self, agents: Iterable[Agent]) -> None:
         """Replace the fleet (hot reload), keeping persisted state of every name that stays."""
-        new = {agent.name: agent for agent in agents}
+        new = {agent.name: agent for agent in check_agents(agents)}
         core = self._core
         with core.changes, core.lock:
             for name in list(core.agents):
@@ -583,6 +584,11 @@ class ThreadedScheduler:
         says whether it succeeded.
         """
         check_prompt(prompt)
+        for value, what in ((wait, "wait"), (bypass_concurrency, "bypass_concurrency")):
+            if not isinstance(value, bool):  # wait="no" is true: it waited
+                raise TypeError(
+                    f"{what} must be True or False, got {type(value).__name__} {value!r}"
+                )
         core = self._core
         with core.lock:
             agent_obj = core.require_agent(agent)
@@ -653,8 +659,7 @@ class ThreadedScheduler:
 
         Run-now requests queued through another process come first, as ``queued`` until the
         active scheduler starts them and ``running`` until their record is stored."""
-        if limit < 1:
-            raise ValueError(f"limit must be at least 1, got {limit!r}")
+        check_count(limit, "limit", minimum=1)
         return history_with_requests(self.store, agent, schedule, limit)
 
     def purge_history(self, agent: str, schedule: str) -> None:

@@ -94,7 +94,7 @@ def test_search_rejects_bad_paging_and_filter_values() -> None:
     with running() as (sched, _clock):
         with pytest.raises(ValueError, match="limit must be at least 1, got 0"):
             sched.search(limit=0)
-        with pytest.raises(ValueError, match="offset must not be negative, got -1"):
+        with pytest.raises(ValueError, match="offset must be at least 0, got -1"):
             sched.search(offset=-1)
         with pytest.raises(ValueError, match="'sleeping'"):
             sched.search(status="sleeping")

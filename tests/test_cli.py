@@ -885,6 +885,44 @@ def test_an_empty_state_dir_is_a_usage_error(
     assert "argument --state-dir: the state directory is empty ('')" in err
 
 
+def test_validate_finds_a_state_dir_that_is_a_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``validate`` passed it; ``run`` then failed (exit 1)."""
+    (tmp_path / "afile").write_text("")
+    fleet = _fleet(
+        tmp_path,
+        """
+        scheduler: {state_dir: afile}
+        agents:
+          - name: a
+            command: ["true"]
+            schedules: {s: {type: interval, interval: 5m}}
+        """,
+    )
+    for argv in (["validate", str(fleet)], ["run", str(fleet), "--duration", "1s"]):
+        code, _, err = run_cli(capsys, *argv)
+        assert code == 2, err
+        assert f"scheduler.state_dir: {tmp_path / 'afile'} exists but is not a directory" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", ""], "argument FLEET: the fleet file is empty ('')"),
+        (["validate", " "], "argument FLEET: the fleet file is empty (' ')"),
+        # an empty target (an unset $AGENT) showed the whole fleet's history
+        (["history", ""], "'' is not AGENT or AGENT/SCHEDULE"),
+    ],
+)
+def test_empty_positional_arguments_are_usage_errors(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], message: str
+) -> None:
+    code, out, err = run_cli(capsys, *argv, "--state-dir", str(tmp_path))
+    assert code == 2 and out == ""
+    assert message in err
+
+
 def test_validate_finds_a_job_that_does_not_import(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

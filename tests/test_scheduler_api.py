@@ -202,3 +202,51 @@ def test_poll_interval_auto_polls_only_when_other_processes_can_write(tmp_path) 
     assert ThreadedScheduler(state_dir=tmp_path).poll_interval == 1.0
     assert ThreadedScheduler(state_dir=tmp_path, poll_interval=None).poll_interval is None
     assert ThreadedScheduler(state_dir=None, poll_interval=2).poll_interval == 2.0
+
+
+def test_search_and_history_arguments_are_checked_by_name() -> None:
+    """Each was a bare AttributeError or comparison error, or (limit=True) accepted."""
+    sched = ThreadedScheduler(state_dir=None)
+    sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.manual()}))
+    cases = [
+        (lambda: sched.search(name_contains=5), TypeError, "name_contains must be a string"),
+        (lambda: sched.search(owner=["ann"]), TypeError, "owner must be a string or None"),
+        (lambda: sched.search(limit="10"), TypeError, "limit must be a whole number, got str"),
+        (lambda: sched.search(limit=2.5), TypeError, "limit must be a whole number, got float"),
+        (lambda: sched.search(limit=True), TypeError, "limit must be a whole number, got bool"),
+        (lambda: sched.search(offset=-1), ValueError, "offset must be at least 0, got -1"),
+        (lambda: sched.search(status="asleep"), ValueError, "status must be one of idle, "),
+        (lambda: sched.search(cadence_type="hourly"), ValueError, "cadence_type must be one of"),
+        (lambda: sched.history("a", limit="5"), TypeError, "limit must be a whole number"),
+        (lambda: sched.trigger("a", "s", wait="no"), TypeError, "wait must be True or False"),
+    ]
+    for call, kind, message in cases:
+        with pytest.raises(kind, match=message):
+            call()  # type: ignore[no-untyped-call]
+    assert sched.search(limit=1).total == 1
+
+
+def test_set_agents_refuses_a_name_given_twice() -> None:
+    """It kept the last agent of the name silently, dropping the first one's schedules."""
+    sched = ThreadedScheduler(state_dir=None)
+    sched.add_agent(Agent("x", job=Recorder(), schedules={"old": Schedule.manual()}))
+    first = Agent("x", job=Recorder(), schedules={"a": Schedule.manual()})
+    second = Agent("x", job=Recorder(), schedules={"b": Schedule.manual()})
+    with pytest.raises(
+        InvalidScheduleError, match=r"agents\[1\]: the agent name 'x' is given twice"
+    ):
+        sched.set_agents([first, second])
+    assert [s.schedule for s in sched.get_status().schedules] == ["old"]  # nothing changed
+
+
+def test_unknown_fields_and_schedules_not_in_a_mapping_are_named() -> None:
+    sched = ThreadedScheduler(state_dir=None)
+    sched.add_agent(Agent("a", job=Recorder(), schedules={"i": Schedule.interval("5m")}))
+    with pytest.raises(
+        InvalidScheduleError, match=r"unknown schedule field 'colour' \(known: "
+    ) as info:
+        sched.update_schedule("a", "i", colour="red")
+    assert info.value.field == "colour" and "__init__" not in str(info.value)
+    with pytest.raises(InvalidScheduleError, match="schedules must be a mapping of names") as info:
+        Agent("b", job=Recorder(), schedules=[Schedule.manual()])  # type: ignore[arg-type]
+    assert info.value.field == "schedules"

@@ -16,7 +16,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from herdsched.models import Agent
+from herdsched.errors import InvalidScheduleError
+from herdsched.models import Agent, check_flag
 from herdsched.worksource import WorkSource
 
 __all__ = ["check_agents", "check_collaborators", "check_state_dir_argument"]
@@ -72,8 +73,7 @@ def check_collaborators(
         )
     if logger is not None and not isinstance(logger, (logging.Logger, logging.LoggerAdapter)):
         raise TypeError(f"logger must be a logging.Logger or None, got {_kind(logger)}")
-    if not isinstance(leader_lock, bool):
-        raise TypeError(f"leader_lock must be True or False, got {_kind(leader_lock)}")
+    check_flag(leader_lock, "leader_lock")
     _check_work_sources(work_sources)
 
 
@@ -95,11 +95,22 @@ def _check_work_sources(work_sources: object) -> None:
 
 
 def check_agents(agents: object) -> list[Agent]:
-    """The constructor's ``agents`` as a list, each an :class:`Agent`."""
+    """``agents`` (of the constructor or ``set_agents``) as a list, each an :class:`Agent` with
+    a name of its own: a repeated name is an ``InvalidScheduleError`` (``set_agents`` kept the
+    last one silently)."""
     if isinstance(agents, (str, bytes, Mapping)) or not isinstance(agents, Iterable):
         raise TypeError(f"agents must be an iterable of Agent, got {_kind(agents)}")
     listed: list[Any] = list(agents)
+    seen: dict[str, int] = {}
     for index, agent in enumerate(listed):
         if not isinstance(agent, Agent):
             raise TypeError(f"agents[{index}] must be an Agent, got {_kind(agent)}")
+        if agent.name in seen:
+            raise InvalidScheduleError(
+                f"agents[{index}]: the agent name {agent.name!r} is given twice (also "
+                f"agents[{seen[agent.name]}])",
+                field="name",
+                value=agent.name,
+            )
+        seen[agent.name] = index
     return listed

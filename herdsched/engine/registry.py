@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
+
 from herdsched.cadence import CADENCE_FIELDS
 from herdsched.engine.core import AD_HOC_SCHEDULE, EngineCore
 from herdsched.engine.planning import Entry, fresh_due
@@ -218,18 +220,28 @@ def _has_run(core: EngineCore, agent: str, name: str) -> bool:
     return state.last_run_at is not None or state.status is Status.COMPLETED
 
 
+#: What ``update_schedule`` may change: a schedule's fields (``cadence``: a whole new one, as
+#: the REST API sends) and its cadence's fields.
+_CHANGEABLE = frozenset({field.name for field in attrs.fields(Schedule)} - {"type"}) | set(
+    CADENCE_FIELDS
+)
+
+
 def apply_changes(schedule: Schedule, changes: dict[str, Any]) -> Schedule:
     """``schedule`` with ``update_schedule``'s keyword changes applied and checked."""
     if "type" in changes:
         raise InvalidScheduleError(
             "the type of a schedule cannot change; remove it and add a new one", field="type"
         )
+    unknown = sorted(set(changes) - _CHANGEABLE)
+    if unknown:  # named here: the model's TypeError quoted Schedule.__init__
+        raise InvalidScheduleError(
+            f"unknown schedule field {unknown[0]!r} (known: {', '.join(sorted(_CHANGEABLE))})",
+            field=unknown[0],
+        )
     cadence = schedule.cadence
     cadence_changes = {k: changes.pop(k) for k in list(changes) if k in CADENCE_FIELDS}
-    try:
-        updated = schedule.with_changes(**changes)
-    except TypeError as exc:
-        raise InvalidScheduleError(f"unknown schedule field: {exc}", cause=exc) from exc
+    updated = schedule.with_changes(**changes)
     if not cadence_changes:
         return updated
     if cadence is None:

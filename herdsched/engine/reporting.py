@@ -10,7 +10,15 @@ from datetime import datetime
 
 from herdsched.engine.core import EngineCore
 from herdsched.engine.planning import Entry
-from herdsched.models import ScheduleStatus, ScheduleType, SearchPage, SkipReason, Status
+from herdsched.models import (
+    ScheduleStatus,
+    ScheduleType,
+    SearchPage,
+    SkipReason,
+    Status,
+    check_choice,
+    check_count,
+)
 
 __all__ = ["MAX_SEARCH_LIMIT", "schedule_status", "search_statuses"]
 
@@ -55,12 +63,19 @@ def search_statuses(
 ) -> SearchPage:
     """Filter ``statuses`` and return one page sorted by agent and name (``limit`` capped at
     :data:`MAX_SEARCH_LIMIT`), with the hint to fetch the next page."""
-    if limit < 1:
-        raise ValueError(f"limit must be at least 1, got {limit!r}")
-    if offset < 0:
-        raise ValueError(f"offset must not be negative, got {offset!r}")
-    wanted_status = Status(status) if status is not None else None
-    wanted_type = ScheduleType(cadence_type) if cadence_type is not None else None
+    check_count(limit, "limit", minimum=1)
+    check_count(offset, "offset", minimum=0)
+    for value, name in ((owner, "owner"), (name_contains, "name_contains")):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(
+                f"{name} must be a string or None, got {type(value).__name__} {value!r}"
+            )
+    wanted_status = check_choice(Status, status, "status") if status is not None else None
+    wanted_type = (
+        check_choice(ScheduleType, cadence_type, "cadence_type")
+        if cadence_type is not None
+        else None
+    )
     limit = min(limit, MAX_SEARCH_LIMIT)
     needle = name_contains.lower() if name_contains else None
     matches = [
