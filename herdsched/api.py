@@ -237,6 +237,17 @@ def _finite_float(text: str) -> float:
     return value
 
 
+def _object_without_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object; a key given twice is refused (the last one won silently, where a fleet
+    file refuses a repeated key)."""
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _field_error(key, f"the field {key!r} is given twice in the request body")
+        result[key] = value
+    return result
+
+
 def _check_storable(value: Any, field: str, depth: int = 0) -> None:
     """Refuse what JSON parses but no store can keep: text with lone surrogates (a malformed
     ``\\ud800`` escape) and nesting deeper than ``_MAX_DEPTH`` levels. ``field`` names the top
@@ -604,7 +615,12 @@ class RestApi:
         if empty:
             return None
         try:
-            parsed = json.loads(body, parse_constant=_no_constant, parse_float=_finite_float)
+            parsed = json.loads(
+                body,
+                parse_constant=_no_constant,
+                parse_float=_finite_float,
+                object_pairs_hook=_object_without_repeats,
+            )
         except ValueError as exc:
             raise ApiError(400, f"request body is not valid JSON: {exc}") from exc
         except RecursionError:

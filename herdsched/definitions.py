@@ -241,6 +241,10 @@ def _format_path(parts: Sequence[object]) -> str:
     return text
 
 
+#: The longest text quoted whole in a message about a value.
+_QUOTED = 80
+
+
 def _describe(value: Any) -> str:
     """How a value is named in a message: YAML words for YAML values."""
     if value is None:
@@ -250,6 +254,8 @@ def _describe(value: Any) -> str:
     if isinstance(value, (int, float)):
         return f"the number {_plain(value)!r}"
     if isinstance(value, str):
+        if len(value) > _QUOTED:  # a whole file read as one string would fill the screen
+            return f'"{value[:_QUOTED]}..." ({len(value)} characters)'
         return f'"{value}"'
     if isinstance(value, Mapping):
         return "a mapping"

@@ -25,13 +25,25 @@ from __future__ import annotations
 import threading
 from datetime import datetime, timedelta, timezone
 
-from herdsched.cadence import coerce_interval
+from herdsched.cadence import coerce_interval, describe_duration
 from herdsched.handover import separate_processes as as_separate_processes
 from herdsched.timestamps import to_utc
 
 __all__ = ["FakeClock", "as_separate_processes"]
 
 _POLL_SECONDS = 0.005
+
+
+def _moved(now: datetime, step: timedelta, what: str) -> datetime:
+    """``now + step``; a ``ValueError`` naming ``what`` past the calendar (a bare
+    ``OverflowError`` said only "date value out of range")."""
+    try:
+        return now + step
+    except OverflowError:
+        raise ValueError(
+            f"{what}: {now.isoformat()} moved by {'-' if step < timedelta(0) else ''}"
+            f"{describe_duration(abs(step))} is outside the calendar (years 1 to 9999)"
+        ) from None
 
 
 class FakeClock:
@@ -61,7 +73,7 @@ class FakeClock:
         """Move wall-clock and monotonic time forward together by ``delta``; returns the new now."""
         step = coerce_interval(delta, what="advance", allow_zero=True)
         with self._cond:
-            self._now += step
+            self._now = _moved(self._now, step, "advance")
             self._monotonic += step.total_seconds()
             self._cond.notify_all()
             return self._now
@@ -79,11 +91,21 @@ class FakeClock:
             self._now = target
             self._cond.notify_all()
 
-    def jump_wall_clock(self, delta: timedelta | float) -> None:
-        """Step only the wall clock (as NTP or a user changing the time would); monotonic stays."""
-        step = delta if isinstance(delta, timedelta) else timedelta(seconds=delta)
+    def jump_wall_clock(self, delta: timedelta | float | str) -> None:
+        """Step only the wall clock (as NTP or a user changing the time would); monotonic stays.
+
+        ``delta`` takes what :meth:`advance` takes (``"5m"``, seconds, a timedelta) and may be
+        negative (a clock set back): ``-300`` or ``-timedelta(minutes=5)``."""
+        if isinstance(delta, timedelta):
+            step = delta
+        elif isinstance(delta, str) and delta.strip().startswith("-"):
+            step = -coerce_interval(delta.strip()[1:], what="jump_wall_clock")
+        elif isinstance(delta, (int, float)) and not isinstance(delta, bool) and delta < 0:
+            step = -coerce_interval(-delta, what="jump_wall_clock")
+        else:
+            step = coerce_interval(delta, what="jump_wall_clock", allow_zero=True)
         with self._cond:
-            self._now += step
+            self._now = _moved(self._now, step, "jump_wall_clock")
             self._cond.notify_all()
 
     def wait(self, event: threading.Event, timeout: float | None) -> bool:

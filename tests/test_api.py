@@ -602,6 +602,20 @@ def test_a_query_parameter_a_route_does_not_read_is_refused(
     assert_error(body, "x", "unknown query parameter 'x' (this route takes none)")
 
 
+@pytest.mark.parametrize(
+    "body",
+    ['{"interval": "5m", "interval": "10m"}', '{"interval": "5m", "metadata": {"x": 1, "x": 2}}'],
+)
+def test_a_field_given_twice_is_refused(api: RestApi, body: str) -> None:
+    """The last one won silently (a fleet file refuses a repeated key)."""
+    status, answer = api.handle(
+        "PUT", "/api/schedule/triage/twice", body=body.encode(), content_type="application/json"
+    )
+    assert status == 400
+    field = "x" if "metadata" in body else "interval"
+    assert_error(answer, field, f"the field {field!r} is given twice in the request body")
+
+
 @pytest.mark.parametrize("limit", ["1_0", "\uff15", "+5", " 5"])
 def test_limits_are_plain_ascii_integers(api: RestApi, limit: str) -> None:
     """``int()`` reads "1_0" and a full-width digit; a query string should not."""

@@ -273,3 +273,24 @@ def test_wait_for_waiters_lets_a_test_advance_only_once_the_thread_waits() -> No
     thread.join(5)
     assert woke.is_set()
     assert clock.waiters == 0
+
+
+def test_jump_wall_clock_takes_what_advance_takes_and_names_itself() -> None:
+    """A string was "unsupported type for timedelta seconds component"; NaN "cannot convert
+    float NaN to integer"; a move past the calendar a bare OverflowError."""
+    clock = FakeClock(datetime(2026, 1, 1, tzinfo=timezone.utc))
+    mono = clock.monotonic()
+    clock.jump_wall_clock("5m")
+    clock.jump_wall_clock("-2m")
+    clock.jump_wall_clock(-60)
+    assert clock.now() == datetime(2026, 1, 1, 0, 2, tzinfo=timezone.utc)
+    assert clock.monotonic() == mono  # only the wall clock moved
+    with pytest.raises(IntervalParseError, match="jump_wall_clock must be finite, got nan"):
+        clock.jump_wall_clock(float("nan"))
+    with pytest.raises(
+        ValueError, match=r"^advance: 2026-01-01T00:02:00\+00:00 moved by 999999999d"
+    ):
+        clock.advance("999999999d")
+    with pytest.raises(ValueError, match=r"jump_wall_clock: .* moved by -.* outside the calendar"):
+        clock.jump_wall_clock(-timedelta(days=900_000))
+    assert clock.now() == datetime(2026, 1, 1, 0, 2, tzinfo=timezone.utc)  # unchanged

@@ -808,6 +808,8 @@ def test_fleet_errors(tmp_path: Path, text: str, path: str, why: str) -> None:
 def test_include_errors(tmp_path: Path) -> None:
     write(tmp_path / "list.yaml", "- 1\n")
     write(tmp_path / "broken.yaml", "name: [unclosed\n")
+    # a file that YAML reads as one long string (/etc/passwd): it was quoted whole
+    write(tmp_path / "text.yaml", "root:x:0:0:root:/root:/bin/bash\n" * 40)
     found = problems(
         tmp_path,
         """
@@ -815,8 +817,14 @@ def test_include_errors(tmp_path: Path) -> None:
           - path: missing.yaml
           - path: list.yaml
           - path: broken.yaml
+          - path: text.yaml
         """,
     )
+    text = "root:x:0:0:root:/root:/bin/bash root:x:0:0:root:/root:/bin/bash root:x:0:0:root:"
+    assert (
+        f'{tmp_path / "text.yaml"}: an agent file must be a mapping, got "{text}..." '
+        "(1279 characters)"
+    ) in found
     assert f"{tmp_path / 'missing.yaml'}: file not found" in found
     assert f"{tmp_path / 'list.yaml'}: an agent file must be a mapping, got a list" in found
     assert any(
