@@ -529,56 +529,40 @@ def _instant(
     """An aware UTC instant; times without an offset are read in ``zone``. An instant outside
     the calendar in UTC (``+99999999d``, year 1 east of Greenwich) is a problem at ``path``."""
     try:
-        return _instant_or_problem(
-            chk, value, path=path, what=what, zone=zone, now=now, relative=relative
-        )
-    except (OverflowError, ValueError):
+        if isinstance(value, datetime):
+            moment = value if value.utcoffset() is not None else value.replace(tzinfo=zone)
+            return to_utc(moment)
+        if isinstance(value, date):
+            return to_utc(datetime(value.year, value.month, value.day, tzinfo=zone))
+        if not isinstance(value, str) or not value.strip():
+            chk.problem(
+                path,
+                f'{what} must be an ISO-8601 date-time such as "2026-12-01T09:00:00Z", got '
+                f"{_describe(value)}",
+            )
+            return None
+        text = value.strip()
+        if text.startswith("+"):
+            if not relative:
+                chk.problem(path, f"{what} cannot be relative ({value!r})")
+                return None
+            delta = chk.duration(text[1:], path, what)
+            return None if delta is None else to_utc(now + delta)
+        try:
+            parsed = dateutil_parser.isoparse(text)
+        except (ValueError, OverflowError):
+            chk.problem(
+                path,
+                f'{what} "{value}" is not an ISO-8601 date-time (such as "2026-12-01T09:00:00Z")'
+                + (' or a time from now such as "+10m"' if relative else ""),
+            )
+            return None
+        if parsed.utcoffset() is None:
+            parsed = parsed.replace(tzinfo=zone)
+        return to_utc(parsed)
+    except (OverflowError, ValueError):  # from to_utc or now + delta: the parsing is guarded
         chk.problem(path, f"{what} {value!r} is outside the calendar in UTC (years 1 to 9999)")
         return None
-
-
-def _instant_or_problem(
-    chk: _Checker,
-    value: Any,
-    *,
-    path: _PathT,
-    what: str,
-    zone: tzinfo,
-    now: datetime,
-    relative: bool,
-) -> datetime | None:
-    """:func:`_instant` without its guard against instants outside the calendar."""
-    if isinstance(value, datetime):
-        moment = value if value.utcoffset() is not None else value.replace(tzinfo=zone)
-        return to_utc(moment)
-    if isinstance(value, date):
-        return to_utc(datetime(value.year, value.month, value.day, tzinfo=zone))
-    if not isinstance(value, str) or not value.strip():
-        chk.problem(
-            path,
-            f'{what} must be an ISO-8601 date-time such as "2026-12-01T09:00:00Z", got '
-            f"{_describe(value)}",
-        )
-        return None
-    text = value.strip()
-    if text.startswith("+"):
-        if not relative:
-            chk.problem(path, f"{what} cannot be relative ({value!r})")
-            return None
-        delta = chk.duration(text[1:], path, what)
-        return None if delta is None else to_utc(now + delta)
-    try:
-        parsed = dateutil_parser.isoparse(text)
-    except (ValueError, OverflowError):
-        chk.problem(
-            path,
-            f'{what} "{value}" is not an ISO-8601 date-time (such as "2026-12-01T09:00:00Z")'
-            + (' or a time from now such as "+10m"' if relative else ""),
-        )
-        return None
-    if parsed.utcoffset() is None:
-        parsed = parsed.replace(tzinfo=zone)
-    return to_utc(parsed)
 
 
 def _infer_type(chk: _Checker, data: Mapping[Any, Any], path: _PathT) -> ScheduleType | None:
