@@ -77,6 +77,7 @@ from herdsched.errors import (
 )
 from herdsched.html import STATUS_FILTERS, count_schedules, matches_status, page_update, status_page
 from herdsched.models import (
+    MAX_METADATA_DEPTH,
     RunRecord,
     Schedule,
     SchedulerStatus,
@@ -223,7 +224,7 @@ def _field_error(field: str, message: str) -> ApiError:
     return ApiError(400, message, [_detail(field, message)])
 
 
-_MAX_DEPTH = 20  # levels of nesting a request body's value may have (metadata is shallow)
+_MAX_DEPTH = MAX_METADATA_DEPTH  # a body nests as deep as metadata may, no deeper
 
 
 def _no_constant(name: str) -> Any:

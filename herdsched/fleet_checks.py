@@ -20,7 +20,7 @@ from herdsched.errors import SchedulerError
 from herdsched.models import JobFunc
 from herdsched.scheduler import ThreadedScheduler
 
-__all__ = ["program_problem", "runnable_problems"]
+__all__ = ["runnable_problems"]
 
 
 def runnable_problems(fleet: FleetConfig) -> list[str]:
@@ -56,13 +56,13 @@ def _missing_programs(fleet: FleetConfig) -> list[str]:
     problems = []
     for where, job in _jobs(fleet):
         if isinstance(job, CommandJob) and job.argv:
-            problem = program_problem(job.argv[0], job.cwd)
+            problem = _program_problem(job.argv[0], job.cwd)
             if problem:
                 problems.append(f"{fleet.path}: {where}: {problem}")
     return problems
 
 
-def program_problem(program: str, cwd: Path | None) -> str | None:
+def _program_problem(program: str, cwd: Path | None) -> str | None:
     """Why ``program`` (a command's first argument, run in ``cwd``) cannot start, or ``None``."""
     if os.sep in program or (os.altsep and os.altsep in program):
         path = Path(program) if Path(program).is_absolute() else (cwd or Path()) / program
