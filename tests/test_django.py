@@ -4,8 +4,10 @@ start-up rules (autoreloader, management commands), auth, and ``manage.py herdsc
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
+import types
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -38,6 +40,7 @@ from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo  # noqa: E
 from herdsched.api import ADMIN  # noqa: E402
 from herdsched.contrib import AUTH_FAILED  # noqa: E402
 from herdsched.contrib import django as integration  # noqa: E402
+from herdsched.contrib.django.views import UNAVAILABLE  # noqa: E402
 from herdsched.errors import SchedulerError  # noqa: E402
 from herdsched.testing import FakeClock  # noqa: E402
 
@@ -244,10 +247,63 @@ def test_an_auth_callable_that_fails_is_a_json_500_and_logged(
     assert "no_such_attribute" in caplog.text and "failing_auth" in caplog.text
 
 
-def test_auth_setting_must_be_callable(sched: ThreadedScheduler) -> None:
+def test_auth_setting_must_be_callable(
+    sched: ThreadedScheduler, caplog: pytest.LogCaptureFixture
+) -> None:
+    """herdsched's views answer 503 as the API does (they raised: Django's HTML 500 page)."""
     value = {"SCHEDULER": sched, "AUTOSTART": False, "AUTH": 42}
-    with override_settings(HERDSCHED=value), pytest.raises(SchedulerError, match="callable"):
-        Client().get(f"{API}/status")
+    with override_settings(HERDSCHED=value), caplog.at_level(logging.ERROR, logger="herdsched"):
+        response = Client().get(f"{API}/status")
+    assert error_of(response, 503)["error"] == UNAVAILABLE
+    assert "HERDSCHED['AUTH'] must be callable" in caplog.text
+
+
+def test_a_page_refusal_is_plain_text_as_documented(sched: ThreadedScheduler) -> None:
+    """The status page answered the API's JSON for a failed or refused auth check."""
+    client = Client()
+    for auth, status in (("failing_auth", 500), ("owner_from_header", 401)):
+        value = {"SCHEDULER": sched, "AUTOSTART": False, "AUTH": f"{__name__}:{auth}"}
+        with override_settings(HERDSCHED=value):
+            page = client.get("/herdsched/")
+        assert page.status_code == status
+        assert page["Content-Type"].startswith("text/plain"), page["Content-Type"]
+    value = {"SCHEDULER": sched, "AUTOSTART": False, "AUTH": f"{__name__}:refusing_auth"}
+    with override_settings(HERDSCHED=value):
+        page = client.get("/herdsched/")
+    assert page.status_code == 403 and page["Content-Type"].startswith("text/plain")
+    assert page.content.decode() == "not you"
+
+
+def refusing_auth(request: Any) -> str | None:
+    from django.core.exceptions import PermissionDenied
+
+    raise PermissionDenied("not you")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"TIMEZONE": "Mars/Base"}, {"STORE": "postgresql://herdsched@127.0.0.1:1/none"}],
+    ids=["bad-setting", "store-down"],
+)
+def test_herdsched_that_cannot_be_built_fails_only_its_own_pages(
+    bad: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The scheduler was built in ``request_started`` of every request: a bad setting or a
+    store that was down answered every page of the site with Django's bare 500."""
+    pytest.importorskip("psycopg")
+    monkeypatch.setattr(integration._process, "started", False)
+    integration.forget()
+    value = {**bad, "AUTOSTART": False, "AUTH": "herdsched.api.ALLOW_ANYONE"}
+    with override_settings(HERDSCHED=value), caplog.at_level(logging.ERROR, logger="herdsched"):
+        client = Client()
+        assert client.get("/elsewhere/").status_code == 404  # the site's own answer
+        assert error_of(client.get(f"{API}/status"), 503)["error"] == UNAVAILABLE
+        page = client.get("/herdsched/")
+        assert page.status_code == 503 and page.content.decode() == UNAVAILABLE
+    assert "could not set itself up from settings.HERDSCHED" in caplog.text
 
 
 def test_staff_only() -> None:
@@ -348,6 +404,7 @@ def test_ready_starts_the_scheduler_once_per_process(
     scheduler = ThreadedScheduler(state_dir=None)
     monkeypatch.setattr(integration._process, "started", False)
     monkeypatch.setattr("sys.argv", ["gunicorn", "project.wsgi"])
+    monkeypatch.setitem(sys.modules, "gunicorn", types.ModuleType("gunicorn"))
     try:
         with override_settings(HERDSCHED={"SCHEDULER": scheduler}):
             config = apps.get_app_config("herdsched")
@@ -358,6 +415,28 @@ def test_ready_starts_the_scheduler_once_per_process(
             assert not scheduler.is_running()
     finally:
         scheduler.stop()
+
+
+def test_a_script_that_sets_django_up_runs_no_jobs_until_it_serves_a_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Any program but manage.py started the scheduler in ``ready()``: a script that only
+    called ``django.setup()`` (to create users, say) ran the fleet's jobs."""
+    scheduler = ThreadedScheduler(state_dir=None)
+    monkeypatch.setattr(integration._process, "started", False)
+    monkeypatch.setattr("sys.argv", ["create_users.py"])
+    for name in integration.WEB_SERVERS:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    try:
+        with override_settings(HERDSCHED={"SCHEDULER": scheduler}):
+            apps.get_app_config("herdsched").ready()
+            assert not scheduler.is_running()
+            # the same program serving requests (a server herdsched does not know) starts it
+            Client().get("/elsewhere/")
+            assert scheduler.is_running()
+    finally:
+        scheduler.stop()
+        integration._process.start_with_first_request = False
 
 
 def test_ready_does_not_start_in_management_commands(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -647,3 +726,82 @@ def test_system_checks_report_every_settings_problem(tmp_path: Path) -> None:
     with override_settings(HERDSCHED=good):
         assert check_settings() == []
         call_command("check", tags=["herdsched"])
+
+
+@pytest.mark.parametrize(
+    ("value", "check_id", "message"),
+    [
+        # each crashed "manage.py check" (and every management command) or passed it
+        ({"STATE_DIR": 123}, "herdsched.E004", "STATE_DIR'] must be the path of a directory"),
+        ({"STATE_DIR": ""}, "herdsched.E004", "must be the path of a directory"),
+        ({"FLEET_FILE": 123}, "herdsched.E003", "FLEET_FILE'] must be the path of a file"),
+        ({"TIMEZONE": "Mars/Base"}, "herdsched.E013", "Unknown time zone 'Mars/Base'"),
+        ({"TIMEZONE": 5}, "herdsched.E013", "time zone must be an IANA name"),
+        (
+            {"SCHEDULER": "herdsched.api:ADMIN"},
+            "herdsched.E007",
+            "SCHEDULER'] must be a ThreadedScheduler or its import path, got str",
+        ),
+        (
+            {"SCHEDULER": f"{__name__}:PATH_SCHEDULER", "STATE_DIR": "/tmp"},
+            "herdsched.E007",
+            "give HERDSCHED['SCHEDULER'] or HERDSCHED['STATE_DIR'], not both",
+        ),
+    ],
+)
+def test_check_reports_what_the_start_would_refuse(
+    value: dict[str, Any], check_id: str, message: str
+) -> None:
+    from herdsched.contrib.django.checks import check_settings
+
+    with override_settings(HERDSCHED={**value, "AUTOSTART": False}):
+        found = [(m.id, m.msg) for m in check_settings()]
+        with pytest.raises(SchedulerError):  # what the first request would have met
+            integration.forget()
+            integration.get_scheduler()
+    integration.forget()
+    assert [i for i, _ in found] == [check_id], found
+    assert message in found[0][1]
+
+
+@pytest.mark.parametrize("value", [{"AUTOSTART": "false"}, ["not", "a", "dict"]])
+def test_management_commands_run_with_bad_settings_so_check_can_report_them(
+    value: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ready()`` raised in every management command, so E001 and E012 were never shown."""
+    from django.core.management.base import SystemCheckError
+
+    monkeypatch.setattr(integration._process, "started", False)
+    monkeypatch.setattr("sys.argv", ["manage.py", "check"])
+    with override_settings(HERDSCHED=value):
+        apps.get_app_config("herdsched").ready()
+        with pytest.raises(SystemCheckError, match=r"herdsched\.E0(01|12)"):
+            call_command("check", tags=["herdsched"])
+    assert integration._process.started is False
+
+
+def test_head_is_answered_like_get(client: Client) -> None:
+    """Uptime checks probe with HEAD: it was 405 on the page and on every API route."""
+    for url in ("/herdsched/", f"{API}/status", f"{API}/schedule/triage/check"):
+        response = client.head(url)
+        assert response.status_code == 200, (url, response.content)
+        assert response.content == b""
+    assert client.head(f"{API}/schedule/triage/check/run").status_code == 405
+
+
+def test_a_body_over_djangos_own_limit_gets_the_apis_413_or_is_read(
+    sched: ThreadedScheduler,
+) -> None:
+    """A body above ``DATA_UPLOAD_MAX_MEMORY_SIZE`` got Django's HTML 400 whatever the API's
+    own limit; the 413 came without its details."""
+    value = {"SCHEDULER": sched, "AUTOSTART": False, "AUTH": "herdsched.api.ALLOW_ANYONE"}
+    body = {"interval": "5m", "prompt": "x" * 2000}
+    url = f"{API}/schedule/triage/big"
+    with override_settings(HERDSCHED={**value, "MAX_BODY_BYTES": 1000}):
+        answer = error_of(send(Client(), "PUT", url, body), 413, field="body")
+        assert "at most 1000 bytes" in answer["error"]
+    with override_settings(
+        HERDSCHED={**value, "MAX_BODY_BYTES": 100_000}, DATA_UPLOAD_MAX_MEMORY_SIZE=1000
+    ):
+        response = send(Client(), "PUT", url, body)
+        assert response.status_code == 201, response.content

@@ -362,10 +362,20 @@ def test_body_limit_is_413_and_configurable(sched: ThreadedScheduler) -> None:
     init_app(app, sched, auth=ALLOW_ANYONE)
     client = app.test_client()
     body = {"interval": "5m", "prompt": "x" * 3000}
-    error_of(client.put(f"{API}/schedule/triage/big", json=body), 413)
+    answer = error_of(client.put(f"{API}/schedule/triage/big", json=body), 413, field="body")
+    assert answer["details"] == [{"field": "body", "message": "at most 2000 bytes"}]  # was []
     assert client.get(f"{API}/schedule/triage/big").status_code == 404
     body["prompt"] = "x" * 100
     assert client.put(f"{API}/schedule/triage/big", json=body).status_code == 201
+
+
+def test_head_is_answered_like_get(client: FlaskClient) -> None:
+    """Uptime checks probe with HEAD: the API answered 405 on every route."""
+    for url in ("/herdsched/", f"{API}/status", f"{API}/schedule/triage/check"):
+        response = client.head(url)
+        assert response.status_code == 200, (url, response.get_data(as_text=True))
+        assert response.get_data() == b""
+    assert client.head(f"{API}/schedule/triage/check/run").status_code == 405
 
 
 def test_cross_site_browser_writes_are_403(client: FlaskClient) -> None:

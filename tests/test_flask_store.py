@@ -141,7 +141,10 @@ def test_a_directory_store(apps: list[Flask], tmp_path: Path) -> None:
             {"HERDSCHED_STORE": "postgresql://a:s3cret@db/app", "HERDSCHED_STATE_DIR": "/x"},
             "HERDSCHED_STORE and HERDSCHED_STATE_DIR both say where the state lives",
         ),
-        ({"HERDSCHED_NAMESPACE": "prod"}, "HERDSCHED_NAMESPACE applies to a PostgreSQL store"),
+        (
+            {"HERDSCHED_NAMESPACE": "prod"},
+            "HERDSCHED_NAMESPACE applies to a PostgreSQL store, and HERDSCHED_STORE is not set",
+        ),
         (
             {"HERDSCHED_STORE": "/tmp/state", "HERDSCHED_NAMESPACE": "prod"},
             "HERDSCHED_STORE '/tmp/state' is a state directory",
@@ -164,7 +167,7 @@ def test_a_directory_store(apps: list[Flask], tmp_path: Path) -> None:
         ),
         (
             {"HERDSCHED_STORE": "postgresql://db/app", "HERDSCHED_SCHEDULER": "x.y:z"},
-            "give SCHEDULER or STORE, not both",
+            "give HERDSCHED_SCHEDULER or HERDSCHED_STORE, not both",
         ),
     ],
 )

@@ -191,6 +191,40 @@ def test_rest_refuses_definition_changes_of_code_schedules_but_not_pause_or_resu
     assert leader.get_schedule("triage", "coded").prompt == "from code"
 
 
+def test_a_schedule_defined_disabled_says_so_and_shows_no_next_run_after_run_now(
+    tmp_path: Path,
+) -> None:
+    """It showed as plain idle with a resume button whose request was refused by a message
+    saying resume works, and after a run-now it showed a next run the timer never fires."""
+    clock = FakeClock(START)
+    sched = ThreadedScheduler(state_dir=tmp_path, clock=clock)
+    sched.add_agent(
+        Agent(
+            "triage",
+            job=lambda info: "ok",
+            schedules={"off": Schedule.interval("5m", enabled=False)},
+        )
+    )
+    sched.start()
+    try:
+        (item,) = sched.get_status().schedules
+        assert (
+            item.disabled_reason == "its definition says enabled: false (the timer never fires it)"
+        )
+        status, body = call(sched, "PATCH", "/api/schedule/triage/off", {"enabled": True})
+        assert status == 409
+        assert body["error"] == (
+            "triage/off is defined in the application's code or fleet file with enabled: false: "
+            "enable it there (run-now works here)"
+        )
+        assert sched.trigger("triage", "off", wait=True).success
+        (item,) = sched.get_status().schedules
+        assert (item.status, item.next_run_at) == (Status.IDLE, None)
+        assert call(sched, "GET", "/api/schedule/triage/off")[1]["next_run_at"] is None
+    finally:
+        sched.stop()
+
+
 # --------------------------------------------------------- memory and disk cannot disagree
 
 

@@ -44,6 +44,7 @@ from herdsched.store.spec import (
     open_store,
     store_location,
 )
+from herdsched.timestamps import resolve_timezone
 
 __all__ = [
     "SETTINGS_KEYS",
@@ -362,24 +363,14 @@ def scheduler_from_settings(
             f"unknown herdsched setting(s) {', '.join(unknown)} in {source} "
             f"(known: {', '.join(SETTINGS_KEYS)})"
         )
-    given = settings.get("SCHEDULER")
-    if given is not None:
-        clash = [key for key in _BUILD_KEYS if settings.get(key) is not None]
-        if clash:
-            raise SchedulerError(
-                f"{source}: give SCHEDULER or {'/'.join(clash)}, not both (the scheduler "
-                "already has its store, fleet and time zone)"
-            )
-        scheduler = import_object(given, what="SCHEDULER") if isinstance(given, str) else given
-        if not isinstance(scheduler, ThreadedScheduler):
-            raise SchedulerError(
-                f"{source}: SCHEDULER must be a ThreadedScheduler or its import path, got "
-                f"{type(scheduler).__name__}"
-            )
-        return scheduler
+    if settings.get("SCHEDULER") is not None:
+        return given_scheduler(settings, source)
     state_dir, database = _store_settings(settings, source)
     timezone = settings.get("TIMEZONE")
+    if timezone is not None:
+        timezone_setting(timezone, what=f"{source}: {setting_name(source, 'TIMEZONE')}")
     fleet_file = settings.get("FLEET_FILE")
+    fleet_file_setting(fleet_file, source)
     overrides: dict[str, Any] = {}
     if timezone is not None:
         overrides["timezone"] = timezone
@@ -394,6 +385,35 @@ def scheduler_from_settings(
     if database is None:
         return ThreadedScheduler(state_dir=state_dir or ".herdsched", **overrides)
     return _on_database(database, settings, [], overrides)
+
+
+def given_scheduler(settings: Mapping[str, Any], source: str) -> ThreadedScheduler:
+    """The ``SCHEDULER`` setting's scheduler (imported when given as a path); a
+    ``SchedulerError`` when it is not one or comes with settings it would ignore."""
+    key = setting_name(source, "SCHEDULER")
+    clash = [setting_name(source, k) for k in _BUILD_KEYS if settings.get(k) is not None]
+    if clash:
+        raise SchedulerError(
+            f"{source}: give {key} or {', '.join(clash)}, not both (the scheduler already has "
+            "its store, fleet and time zone)"
+        )
+    given = settings["SCHEDULER"]
+    scheduler = import_object(given, what=key) if isinstance(given, str) else given
+    if not isinstance(scheduler, ThreadedScheduler):
+        raise SchedulerError(
+            f"{source}: {key} must be a ThreadedScheduler or its import path, got "
+            f"{type(scheduler).__name__}"
+        )
+    return scheduler
+
+
+def timezone_setting(value: Any, *, what: str) -> None:
+    """A ``SchedulerError`` naming ``what`` unless ``value`` is a time zone the scheduler
+    takes (an IANA name or a ``tzinfo``)."""
+    try:
+        resolve_timezone(value)
+    except ValueError as exc:
+        raise SchedulerError(f"{what}: {exc}", cause=exc) from exc
 
 
 def setting_name(source: str, key: str) -> str:
@@ -412,13 +432,7 @@ def _store_settings(settings: Mapping[str, Any], source: str) -> tuple[Path | No
     store, and for ``NAMESPACE`` without a database."""
     state_dir, spec = settings.get("STATE_DIR"), settings.get("STORE")
     namespace = settings.get("NAMESPACE")
-    if state_dir is not None and (
-        not isinstance(state_dir, (str, os.PathLike)) or not os.fspath(state_dir).strip()
-    ):
-        raise SchedulerError(
-            f"{source}: {setting_name(source, 'STATE_DIR')} must be the path of a directory "
-            f"('.' for the current one), got {state_dir!r}; leave it unset for .herdsched"
-        )
+    state_dir_setting(state_dir, source)
     if spec is not None and state_dir:
         raise SchedulerError(
             f"{source}: {setting_name(source, 'STORE')} and {setting_name(source, 'STATE_DIR')} "
@@ -434,14 +448,38 @@ def _store_settings(settings: Mapping[str, Any], source: str) -> tuple[Path | No
             return None, text
         state_dir = text
     if namespace is not None:
-        where = f"{setting_name(source, 'STORE')} {mask_password(str(spec))!r} is a state " + (
-            "directory" if spec is not None else "not set"
+        store = setting_name(source, "STORE")
+        where = (
+            f"{store} is not set"
+            if spec is None
+            else f"{store} {mask_password(str(spec))!r} is a state directory"
         )
         raise SchedulerError(
             f"{source}: {setting_name(source, 'NAMESPACE')} applies to a PostgreSQL store, and "
             f"{where}"
         )
     return (Path(state_dir) if state_dir else None), None
+
+
+def state_dir_setting(value: Any, source: str) -> None:
+    """A ``SchedulerError`` unless ``STATE_DIR`` is unset or the path of a directory (an empty
+    one would mean the current directory in Python and the default elsewhere)."""
+    if value is not None and (
+        not isinstance(value, (str, os.PathLike)) or not os.fspath(value).strip()
+    ):
+        raise SchedulerError(
+            f"{source}: {setting_name(source, 'STATE_DIR')} must be the path of a directory "
+            f"('.' for the current one), got {value!r}; leave it unset for .herdsched"
+        )
+
+
+def fleet_file_setting(value: Any, source: str) -> None:
+    """A ``SchedulerError`` unless ``FLEET_FILE`` is unset or a path."""
+    if value is not None and not isinstance(value, (str, os.PathLike)):
+        raise SchedulerError(
+            f"{source}: {setting_name(source, 'FLEET_FILE')} must be the path of a file, got "
+            f"{value!r}"
+        )
 
 
 def _check_namespace(namespace: Any, source: str) -> None:

@@ -179,12 +179,21 @@ def get_scheduler(app: Flask) -> ThreadedScheduler:
 
 
 class _Refused(Exception):
-    """The request is refused before it reaches the API (401 or 403)."""
+    """The request is refused before it reaches the API (401, 403, 413 or 500)."""
 
-    def __init__(self, status: int, error: str) -> None:
+    def __init__(
+        self, status: int, error: str, details: list[dict[str, Any]] | None = None
+    ) -> None:
         super().__init__(error)
         self.status = status
         self.error = error
+        self.details = details or []
+
+    @classmethod
+    def too_large(cls, limit: int) -> _Refused:
+        """The API's 413 answer, details and all."""
+        error = body_too_large(limit)
+        return cls(error.status, error.error, error.details)
 
 
 def _caller(ext: FlaskHerdsched) -> str | None:
@@ -213,10 +222,10 @@ def _read_body(ext: FlaskHerdsched) -> bytes:
     limit = ext.api.max_body_bytes
     length = request.content_length
     if length is not None and length > limit:
-        raise _Refused(413, body_too_large(limit).error)
+        raise _Refused.too_large(limit)
     data = request.stream.read(limit + 1)
     if len(data) > limit:
-        raise _Refused(413, body_too_large(limit).error)
+        raise _Refused.too_large(limit)
     return data
 
 
@@ -244,7 +253,7 @@ def _blueprint(ext: FlaskHerdsched) -> Blueprint:
             body = _read_body(ext)
         except _Refused as refused:
             return _json_response(
-                ApiResponse(refused.status, {"error": refused.error, "details": []})
+                ApiResponse(refused.status, {"error": refused.error, "details": refused.details})
             )
         answer = ext.api.handle(
             request.method,

@@ -134,8 +134,8 @@ def _plan_and_status(
     deferred = outcome.status is RunStatus.DEFERRED  # a deferred once has not run yet
     if run.trigger_type is TriggerType.ONCE and status is Status.IDLE and not deferred:
         status = Status.COMPLETED
-    if status in _PARKED:
-        due = None
+    if status in _PARKED or not schedule.enabled:
+        due = None  # the timer does not fire it: no next run to show
     return status, due, failures, disabled_reason
 
 

@@ -24,6 +24,8 @@ __all__ = ["MAX_SEARCH_LIMIT", "schedule_status", "search_statuses"]
 
 #: the most results one page of ``search()`` returns
 MAX_SEARCH_LIMIT = 50
+#: why a schedule defined with ``enabled=False`` does not fire (its status stays idle)
+DISABLED_BY_DEFINITION = "its definition says enabled: false (the timer never fires it)"
 
 
 def schedule_status(core: EngineCore, entry: Entry, now: datetime) -> ScheduleStatus:
@@ -46,7 +48,8 @@ def schedule_status(core: EngineCore, entry: Entry, now: datetime) -> ScheduleSt
         running=1 if entry.run is not None else 0,
         skip_reason=reason,
         owner=entry.schedule.owner,
-        disabled_reason=state.disabled_reason,
+        disabled_reason=state.disabled_reason
+        or (None if entry.schedule.enabled else DISABLED_BY_DEFINITION),
         defined_in="store" if entry.persisted_definition else "code",
     )
 

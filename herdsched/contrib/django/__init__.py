@@ -78,6 +78,7 @@ class _Process:
     embedded: EmbeddedScheduler | None = None
     api: RestApi | None = None
     started = False
+    start_with_first_request = False
 
 
 _process = _Process()
@@ -146,29 +147,77 @@ def start_once() -> bool:
     return True
 
 
+def start_with_first_request() -> None:
+    """Leave this process's start to the first request it serves (see :func:`serving`)."""
+    _process.start_with_first_request = True
+    _log.debug(
+        "herdsched starts in pid %s with the first request it serves (no web server is loaded "
+        "that says it serves requests)",
+        os.getpid(),
+    )
+
+
+def serving() -> None:
+    """``request_started``: this process serves requests.
+
+    Starts a scheduler left for the first request and tells a started one the process serves.
+    Never raises: herdsched's settings or store must not fail the site's other pages (its own
+    views answer 503 and the log says why).
+    """
+    try:
+        if _process.start_with_first_request:
+            _process.start_with_first_request = False
+            start_once()
+        if _process.embedded is not None:
+            _process.embedded.mark_serving()
+    except Exception:
+        _log.exception(
+            "herdsched could not start in pid %s; the site serves on without it and its pages "
+            "answer 503 (fix the settings or the store, then restart the process)",
+            os.getpid(),
+        )
+
+
+#: Modules of the web servers that load the project to serve it (so ``ready()`` may start the
+#: scheduler at once); under any other program it starts with the first request served.
+WEB_SERVERS = ("gunicorn", "uwsgi", "mod_wsgi", "waitress", "uvicorn", "daphne", "hypercorn")
+
+
+def under_a_web_server(argv: list[str] | None = None) -> bool:
+    """Whether this process is known to serve requests: ``runserver`` or a web server's module
+    is loaded. A script or a worker that calls ``django.setup()`` is not."""
+    argv = sys.argv if argv is None else argv
+    return _is_manage(argv) or any(name in sys.modules for name in WEB_SERVERS)
+
+
+def _is_manage(argv: list[str]) -> bool:
+    program = Path(argv[0]).name if argv else ""
+    return program in ("manage.py", "django-admin", "django-admin.py") or (
+        program == "__main__.py" and "django" in Path(argv[0]).parts
+    )
+
+
 def autostart_decision(argv: list[str] | None = None) -> tuple[bool, str]:
-    """Whether this process should start the scheduler, and why not.
+    """Whether this process may start the scheduler, and why not.
 
     Management commands other than ``runserver`` never start it (``migrate`` must not run
     jobs), nor does ``runserver``'s autoreloader parent, which only watches files and restarts
-    its child (the child has ``RUN_MAIN=true``).
+    its child (the child has ``RUN_MAIN=true``). Other programs may: a web server starts it at
+    once, anything else with the first request it serves (:func:`under_a_web_server`).
     """
     argv = sys.argv if argv is None else argv
+    if _is_manage(argv):
+        # before the settings are read: a bad setting must not break "manage.py check",
+        # which reports it
+        command = argv[1] if len(argv) > 1 else ""
+        if command == "herdsched":
+            return False, "manage.py herdsched runs the scheduler itself"
+        if command != "runserver":
+            return False, f"management command {command or '(none)'!r} does not serve requests"
+        if "--noreload" not in argv and os.environ.get("RUN_MAIN") != "true":
+            return False, "runserver's autoreloader process only watches files"
     if not flag_setting(_settings().get("AUTOSTART", True), what="HERDSCHED['AUTOSTART']"):
         return False, "HERDSCHED['AUTOSTART'] is false"
-    program = Path(argv[0]).name if argv else ""
-    is_manage = program in ("manage.py", "django-admin", "django-admin.py") or (
-        program == "__main__.py" and "django" in Path(argv[0]).parts
-    )
-    if not is_manage:
-        return True, ""
-    command = argv[1] if len(argv) > 1 else ""
-    if command == "herdsched":
-        return False, "manage.py herdsched runs the scheduler itself"
-    if command != "runserver":
-        return False, f"management command {command or '(none)'!r} does not serve requests"
-    if "--noreload" not in argv and os.environ.get("RUN_MAIN") != "true":
-        return False, "runserver's autoreloader process only watches files"
     return True, ""
 
 

@@ -15,7 +15,7 @@ _log = logging.getLogger("herdsched")
 def _mark_serving(**kwargs: Any) -> None:
     from herdsched.contrib import django as integration
 
-    integration.get_embedded().mark_serving()
+    integration.serving()
 
 
 def _settings_changed(setting: str = "", **kwargs: Any) -> None:
@@ -45,5 +45,7 @@ class HerdschedConfig(AppConfig):
         if not start:
             # DEBUG: "migrate" and "manage.py herdsched" itself need no line about it
             _log.debug("herdsched not started in this process: %s", reason)
-            return
-        integration.start_once()
+        elif integration.under_a_web_server():
+            integration.start_once()
+        else:
+            integration.start_with_first_request()

@@ -4,11 +4,13 @@ A typo or a missing file is reported when the project is checked, not when the f
 builds the scheduler. Ids: ``herdsched.E001`` the setting is not a dict, ``E002`` unknown keys,
 ``E003`` the fleet file is missing or invalid, ``E004`` the state directory is unusable,
 ``E005`` ``AUTH`` cannot be imported or is not callable, ``E006`` ``MAX_BODY_BYTES`` is not a
-positive integer, ``E007`` ``SCHEDULER`` cannot be imported, ``E008`` ``STORE`` names no store
+positive integer, ``E007`` ``SCHEDULER`` cannot be imported, is not a scheduler or comes with
+settings it would ignore, ``E008`` ``STORE`` names no store
 or is given with ``STATE_DIR``, ``E009`` ``STORE`` ``"django:<alias>"`` names no database of
 ``settings.DATABASES``, ``E010`` that database is not PostgreSQL (or its settings cannot make a
 connection string), ``E011`` ``NAMESPACE`` is not a non-empty string or has no database store,
-``E012`` ``AUTOSTART`` is not ``True`` or ``False``.
+``E012`` ``AUTOSTART`` is not ``True`` or ``False``, ``E013`` ``TIMEZONE`` names no time zone.
+The checks ask the functions the scheduler's start-up asks, so the two cannot disagree.
 """
 
 from __future__ import annotations
@@ -22,13 +24,22 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error
 
 from herdsched.config import load_fleet
-from herdsched.contrib import SETTINGS_KEYS, auth_setting, flag_setting, import_object
+from herdsched.contrib import (
+    SETTINGS_KEYS,
+    auth_setting,
+    flag_setting,
+    fleet_file_setting,
+    given_scheduler,
+    state_dir_setting,
+    timezone_setting,
+)
 from herdsched.contrib.django.database import DjangoDatabaseError, alias_of, database_dsn
 from herdsched.errors import ConfigError, SchedulerError
 from herdsched.store.spec import StoreSpecError, check_spec, is_database_spec, mask_password
 
 __all__ = ["check_settings"]
 
+_SOURCE = "settings.HERDSCHED"
 _HINT_KEYS = f"known keys: {', '.join(SETTINGS_KEYS)}"
 
 
@@ -60,7 +71,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     problems += _store(value.get("STORE"), value.get("STATE_DIR"))
     problems += _namespace(value)
     problems += _as_check(auth_setting, value.get("AUTH"), "AUTH", "herdsched.E005")
-    problems += _importable(value.get("SCHEDULER"), "SCHEDULER", "herdsched.E007")
+    problems += _scheduler(value)
+    if value.get("TIMEZONE") is not None:
+        problems += _as_check(timezone_setting, value["TIMEZONE"], "TIMEZONE", "herdsched.E013")
     problems += _body_limit(value.get("MAX_BODY_BYTES"))
     problems += _as_check(flag_setting, value.get("AUTOSTART", True), "AUTOSTART", "herdsched.E012")
     return problems
@@ -77,6 +90,10 @@ def _as_check(read: Callable[..., Any], value: Any, key: str, check_id: str) -> 
 
 
 def _fleet_file(path: Any) -> list[CheckMessage]:
+    try:
+        fleet_file_setting(path, _SOURCE)
+    except SchedulerError as exc:
+        return [Error(str(exc), id="herdsched.E003")]
     if not path:
         return []
     file = Path(path)
@@ -95,7 +112,11 @@ def _fleet_file(path: Any) -> list[CheckMessage]:
 
 
 def _state_dir(path: Any) -> list[CheckMessage]:
-    if not path:
+    try:
+        state_dir_setting(path, _SOURCE)
+    except SchedulerError as exc:
+        return [Error(str(exc), id="herdsched.E004")]
+    if path is None:
         return []
     directory = Path(path)
     problem = None
@@ -112,13 +133,14 @@ def _state_dir(path: Any) -> list[CheckMessage]:
     return [Error(f"HERDSCHED['STATE_DIR']: {problem}", id="herdsched.E004")]
 
 
-def _importable(value: Any, key: str, check_id: str) -> list[CheckMessage]:
-    if not isinstance(value, str):
+def _scheduler(value: Mapping[str, Any]) -> list[CheckMessage]:
+    """``SCHEDULER``: a scheduler or its import path, without the settings it would ignore."""
+    if value.get("SCHEDULER") is None:
         return []
     try:
-        import_object(value, what=f"HERDSCHED[{key!r}]")
+        given_scheduler(value, _SOURCE)
     except SchedulerError as exc:
-        return [Error(str(exc), id=check_id)]
+        return [Error(str(exc), id="herdsched.E007")]
     return []
 
 

@@ -12,7 +12,9 @@ cookie need no CSRF token.
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
@@ -20,13 +22,20 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware, get_token
 from django.views.decorators.csrf import csrf_exempt
 
-from herdsched.api import body_too_large, is_cross_site, read_only_reason
+from herdsched.api import RestApi, body_too_large, is_cross_site, read_only_reason
 from herdsched.contrib import AuthCheckFailed, call_auth
 from herdsched.contrib import django as integration
 from herdsched.errors import UnauthorizedError
 
+_log = logging.getLogger("herdsched")
+_T = TypeVar("_T")
 _NO_AUTH = read_only_reason('set HERDSCHED["AUTH"] in settings.py')
 _SAFE = ("GET", "HEAD", "OPTIONS", "TRACE")
+#: What a caller is told when this process's scheduler cannot be built (the log says why).
+UNAVAILABLE = (
+    "herdsched is unavailable in this process: its scheduler could not be set up from "
+    "settings.HERDSCHED (the server log has the error)"
+)
 
 
 class _Refused(Exception):
@@ -44,8 +53,27 @@ class _CsrfCheck(CsrfViewMiddleware):
         return reason
 
 
-def _error(status: int, message: str) -> JsonResponse:
+def _error(status: int, message: str, *, page: bool = False) -> HttpResponse:
+    """The API's JSON error, or for the status page the same sentence as plain text."""
+    if page:
+        return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
     return JsonResponse({"error": message, "details": []}, status=status)
+
+
+def _from_settings(read: Callable[[], _T], *, page: bool) -> _T:
+    """``read()`` of something built from ``settings.HERDSCHED`` (the API, the auth callable);
+    :class:`_Refused` with 503 when that fails (a bad setting, a store that cannot be reached),
+    so herdsched's views answer as the API does and the log says why."""
+    try:
+        return read()
+    except Exception:
+        _log.exception("herdsched could not set itself up from settings.HERDSCHED")
+        raise _Refused(_error(503, UNAVAILABLE, page=page)) from None
+
+
+def _rest(*, page: bool = False) -> RestApi:
+    """This process's API (see :func:`_from_settings`)."""
+    return _from_settings(integration.get_api, page=page)
 
 
 def _user(request: HttpRequest) -> Any:
@@ -62,28 +90,26 @@ def _anonymous(request: HttpRequest, *, page: bool) -> HttpResponse:
         from django.contrib.auth.views import redirect_to_login
 
         return redirect_to_login(request.get_full_path())
-    if page:
-        return HttpResponse("authentication required", status=401, content_type="text/plain")
-    return _error(401, "authentication required")
+    return _error(401, "authentication required", page=page)
 
 
 def _caller(request: HttpRequest, *, page: bool = False) -> str | None:
     """The caller's owner (``None``: full access); raises :class:`_Refused` otherwise."""
-    auth = integration.auth_callable()
+    auth = _from_settings(integration.auth_callable, page=page)
     if auth is None:
         return None
     try:
         owner = call_auth(auth, request, refusals=(PermissionDenied, UnauthorizedError))
     except (PermissionDenied, UnauthorizedError) as exc:
-        raise _Refused(_error(403, str(exc) or "permission denied")) from None
+        raise _Refused(_error(403, str(exc) or "permission denied", page=page)) from None
     except AuthCheckFailed as exc:
-        raise _Refused(_error(500, str(exc))) from None
+        raise _Refused(_error(500, str(exc), page=page)) from None
     if owner is not None:
         return owner
     user = _user(request)
     if user is not None and user.is_authenticated:
         name = user.get_username() if hasattr(user, "get_username") else str(user)
-        raise _Refused(_error(403, f"user {name!r} may not use herdsched"))
+        raise _Refused(_error(403, f"user {name!r} may not use herdsched", page=page))
     raise _Refused(_anonymous(request, page=page))
 
 
@@ -98,17 +124,17 @@ def _check_csrf(request: HttpRequest) -> None:
         raise _Refused(_error(403, f"CSRF check failed: {reason}"))
 
 
-def _read_body(request: HttpRequest) -> bytes:
-    limit = integration.get_api().max_body_bytes
+def _read_body(request: HttpRequest, limit: int) -> bytes:
+    """The body, read only when it is within ``limit`` (the API's own limit: read from the
+    stream, so Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE`` does not answer for it in HTML)."""
     try:
         length = int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
         length = 0
-    if length > limit:
-        raise _Refused(_error(413, body_too_large(limit).error))
-    body = request.body
-    if len(body) > limit:
-        raise _Refused(_error(413, body_too_large(limit).error))
+    body = b"" if length > limit else request.read(limit + 1)
+    if length > limit or len(body) > limit:
+        status, answer = body_too_large(limit).response()
+        raise _Refused(JsonResponse(answer, status=status))
     return body
 
 
@@ -127,15 +153,15 @@ def _csrf_header() -> str:
 
 def status_page(request: HttpRequest) -> HttpResponse:
     """The server-rendered status page; its buttons call the API next to it."""
-    if request.method != "GET":
-        return HttpResponse("method not allowed", status=405, headers={"Allow": "GET"})
+    if request.method not in ("GET", "HEAD"):
+        return HttpResponse("method not allowed", status=405, headers={"Allow": "GET, HEAD"})
     try:
         owner = _caller(request, page=True)
+        api = _rest(page=True)
     except _Refused as refused:
         return refused.response
     read_only = _NO_AUTH if integration.auth_callable() is None else None
     query = request.GET.dict()
-    api = integration.get_api()
     if query.pop("format", None) == "json":  # the page refreshing itself
         return JsonResponse(api.status_page_update(owner=owner, query=query, read_only=read_only))
     html = api.status_page(
@@ -155,10 +181,10 @@ def api(request: HttpRequest, subpath: str) -> HttpResponse:
     try:
         owner = _caller(request)
         _check_csrf(request)
-        body = _read_body(request)
+        rest = _rest()
+        body = _read_body(request, rest.max_body_bytes)
     except _Refused as refused:
         return refused.response
-    rest = integration.get_api()
     path = f"/api/{subpath}"
     status, answer = rest.handle(
         request.method or "GET",
