@@ -27,7 +27,6 @@ which the REST API and the run-time definitions file (``schedules.yaml``) share.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -37,7 +36,7 @@ import attrs
 
 from herdsched.engine.settings import EngineSettings
 from herdsched.errors import AgentNotFoundError, ConfigError, InvalidScheduleError
-from herdsched.models import Agent, CatchUp, JobFunc, Schedule
+from herdsched.models import Agent, CatchUp, JobFunc, Schedule, check_name
 from herdsched.scheduler import ThreadedScheduler
 from herdsched.timestamps import to_utc
 
@@ -114,7 +113,6 @@ _TOP_FIELDS = ("version", "fleet", "scheduler", "defaults", "agents")
 _FLEET_FIELDS = ("name", "description")
 _INSTANCE_FIELDS = ("max_concurrent",)
 _INCLUDE_FIELDS = ("path", "overrides")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 
 # --------------------------------------------------------------------------------------------
 # Fleet files
@@ -250,14 +248,19 @@ def _agent_name(chk: _Checker, data: Mapping[Any, Any], path: _PathT) -> str | N
         chk.problem(path, 'an agent needs a "name"')
         return None
     name = chk.string(data["name"], (*path, "name"), "name")
-    if name is not None and not _NAME.match(name):
-        chk.problem(
-            (*path, "name"),
-            f'agent name "{name}" is invalid: use letters, digits, "-" and "_", starting '
-            "with a letter or digit",
-        )
+    if name is not None and not _name_checked(chk, (*path, "name"), "agent", name):
         return None
     return name
+
+
+def _name_checked(chk: _Checker, where: _PathT, kind: str, name: Any) -> bool:
+    """Whether ``name`` is one the models take (the problem is reported at ``where``)."""
+    try:
+        check_name(kind, name)
+    except InvalidScheduleError as exc:
+        chk.problem(where, str(exc))
+        return False
+    return True
 
 
 def _agent_prompt(chk: _Checker, data: Mapping[Any, Any], path: _PathT) -> str | None:
@@ -298,12 +301,7 @@ def _agent_schedule(
     """One entry of an agent's ``schedules`` (``where`` is its path), checked; ``None`` if it
     could not be built. ``needs_job``: jobs are required and the agent names none, so the
     schedule must name a job or command itself (else it would fire with nothing to run)."""
-    if not isinstance(sched_name, str) or not _NAME.match(sched_name):
-        chk.problem(
-            where,
-            f"schedule name {_describe(sched_name)} is invalid: use letters, digits, "
-            '"-" and "_", starting with a letter or digit',
-        )
+    if not _name_checked(chk, where, "schedule", sched_name):
         return None
     mapping = chk.mapping(sched_data, where, f'schedule "{sched_name}"')
     if mapping is None:

@@ -496,12 +496,29 @@ def check_choice(enum_cls: type[_E], value: Any, name: str) -> _E:
         raise ValueError(f"{name} must be one of {choices}; got {value!r}") from None
 
 
+#: The schedule name under which ``trigger(agent)`` records a run of the agent's own job; no
+#: schedule may have it (``herdsched trigger AGENT`` would run that schedule instead).
+AD_HOC_SCHEDULE = "manual"
+
+
 def check_name(kind: str, value: Any) -> None:
-    """Refuse an agent or schedule name that is not letters, digits, '-' and '_'."""
+    """Refuse an agent or schedule name that is not letters, digits, '-' and '_', and a
+    schedule named as the agent's ad-hoc runs are recorded."""
     if not isinstance(value, str) or not _AGENT_NAME.match(value):
+        hint = ""
+        if isinstance(value, bool) or value is None:
+            hint = " (YAML reads on, off, yes, no and null unquoted as this: quote the name)"
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:76] + "...'"
         raise InvalidScheduleError(
-            f"{kind} name {value!r} is invalid: use letters, digits, '-' and '_', starting "
-            "with a letter or digit",
+            f"{kind} name {shown} is invalid: use letters, digits, '-' and '_', starting "
+            f"with a letter or digit{hint}",
+            field="name",
+            value=value,
+        )
+    if kind == "schedule" and value == AD_HOC_SCHEDULE:
+        raise InvalidScheduleError(
+            f"schedule name {AD_HOC_SCHEDULE!r} is reserved for the runs of the agent's own job "
+            "(trigger(agent), herdsched trigger AGENT): choose another name",
             field="name",
             value=value,
         )

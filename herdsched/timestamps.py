@@ -117,14 +117,28 @@ def resolve_timezone(name: str | tzinfo | None) -> tzinfo:
         ) from exc
 
 
+#: The start of a POSIX ``TZ`` rule: a zone abbreviation (``CET``, ``<+0330>``), then its offset.
+_POSIX_RULE = re.compile(r"(?:[A-Za-z]{3,}|<[+-]?[A-Za-z0-9]+>)[+-]?[0-9]")
+
+
 def system_timezone() -> tzinfo:
-    """The process's local zone, as an IANA zone when it can be named, else dateutil's tzlocal."""
+    """The process's local zone, as an IANA zone when it can be named, else dateutil's tzlocal.
+
+    ``TZ`` wins as it does for every program: a zone name, a zone file's path, or a POSIX rule
+    such as ``CET-1CEST,M3.5.0,M10.5.0/3`` (read by the C library, as ``date`` reads it; such a
+    ``TZ`` was ignored for ``/etc/localtime``). A ``TZ`` that is none of these is passed over
+    for ``/etc/localtime``.
+    """
     env = os.environ.get("TZ", "").lstrip(":")
     if env:
         try:
             return ZoneInfo(env)
-        except (ZoneInfoNotFoundError, ValueError):
+        except (ZoneInfoNotFoundError, ValueError, OSError):
             pass
+        if os.path.isabs(env) and os.path.isfile(env):
+            return _zone_file(env)
+        if _POSIX_RULE.match(env):
+            return dateutil_tz.tzlocal()
     try:
         link = os.path.realpath("/etc/localtime")
         marker = "zoneinfo/"
@@ -134,3 +148,17 @@ def system_timezone() -> tzinfo:
         pass
     local = dateutil_tz.tzlocal()
     return local
+
+
+def _zone_file(path: str) -> tzinfo:
+    """The zone of a zone file (``TZ=/usr/share/zoneinfo/Europe/Berlin``), by its name when it
+    lies in a zone database."""
+    marker = "zoneinfo/"
+    real = os.path.realpath(path)
+    if marker in real:
+        try:
+            return ZoneInfo(real.split(marker, 1)[1])
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            pass
+    with open(path, "rb") as file:
+        return ZoneInfo.from_file(file, key=path)

@@ -702,6 +702,17 @@ def test_a_schedule_more_frequent_than_min_interval_is_a_problem_of_the_file(
             "is invalid",
         ),
         ("name: a\n    schedules: {s: {type: manual}}", "agents[0].schedules.s", "nothing to run"),
+        # "herdsched trigger a" ran this schedule's job instead of the agent's
+        (
+            "name: a\n    job: test_config:sample_job\n    schedules: {manual: {interval: 1h}}",
+            "agents[0].schedules.manual",
+            "'manual' is reserved for the runs of the agent's own job",
+        ),
+        (
+            "name: a\n    job: test_config:sample_job\n    schedules: {off: {interval: 1h}}",
+            "agents[0].schedules.False",
+            "YAML reads on, off, yes, no and null unquoted as this: quote the name",
+        ),
         ("name: a\n    job: no_such_module_x:f", "agents[0].job", "cannot import module"),
         ("name: a\n    job: json:no_such_function", "agents[0].job", "has no attribute"),
         ("name: a\n    job: json:__doc__", "agents[0].job", "is not callable"),

@@ -209,10 +209,13 @@ def test_agent() -> None:
     agent = Agent("triage", max_concurrent=2, job=job, schedules={"nightly": nightly})
     assert (agent.name, agent.max_concurrent, agent.job) == ("triage", 2, job)
     assert dict(agent.schedules) == {"nightly": nightly}
-    with_more = agent.with_schedule("manual", Schedule.manual())
-    assert set(with_more.schedules) == {"nightly", "manual"}
+    with_more = agent.with_schedule("on-demand", Schedule.manual())
+    assert set(with_more.schedules) == {"nightly", "on-demand"}
     assert set(agent.schedules) == {"nightly"}
-    assert set(with_more.without_schedule("nightly").schedules) == {"manual"}
+    assert set(with_more.without_schedule("nightly").schedules) == {"on-demand"}
+    with pytest.raises(InvalidScheduleError, match="'manual' is reserved") as info:
+        agent.with_schedule("manual", Schedule.manual())
+    assert info.value.field == "name"
     assert Agent("a_b-1").max_concurrent == 1
 
 

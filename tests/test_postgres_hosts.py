@@ -47,7 +47,7 @@ CHILD = Path(__file__).parent / "procs" / "pg_child.py"
 TTL = 2.0
 #: the promise: a leader again within lease_ttl + 2 s of the fault (or of the server's return)
 TAKEOVER_BOUND = TTL + 2.0
-#: schedules whose ledger slot is a time (``manual`` runs are logged by run id)
+#: schedules whose ledger slot is a time (``on-demand`` runs are logged by run id)
 TIMED = ("tick", "held", "every")
 #: takeover times measured in this module, printed at the end (seconds, by fault)
 TAKEOVERS: dict[str, list[float]] = {}
@@ -170,13 +170,13 @@ def pause_held(fleet: Fleet) -> datetime:
 
 
 def queue_behind_a_running_request(fleet: Fleet) -> str:
-    """A run-now of ``manual`` queued (acknowledged) but not yet started when the fault comes:
+    """A run-now of ``on-demand`` queued (acknowledged) but not yet started when the fault comes:
     an earlier run-now of it is kept running until ``fleet.gate`` exists, so the leader lets
     this one wait. (One the leader has begun to start when the fault hits may end recorded as
     interrupted without having run: at most once, never twice.) Its run id."""
-    first = fleet.store.request_trigger("a", "manual", prompt=f"wait:{fleet.gate}")
+    first = fleet.store.request_trigger("a", "on-demand", prompt=f"wait:{fleet.gate}")
     assert wait_for(lambda: any(slot == first for _, _, slot in fleet.rows()))
-    run_id = fleet.store.request_trigger("a", "manual")
+    run_id = fleet.store.request_trigger("a", "on-demand")
     assert wait_for(lambda: "waits: its schedule is running" in "".join(
         fleet.log_of(proc.pid) for proc in fleet.procs))  # fmt: skip
     return run_id
@@ -219,7 +219,9 @@ def assert_acknowledged_kept(fleet: Fleet, paused_from: datetime, run_id: str) -
     assert wait_for(lambda: all(r.run_id != run_id for r in fleet.store.trigger_requests()))
     time.sleep(1.0)  # a second run of it would have had its chance
     assert [slot for _, _, slot in fleet.rows()].count(run_id) == 1
-    recorded = [r.status for r in fleet.store.get_history("a", "manual", 100) if r.run_id == run_id]
+    recorded = [
+        r.status for r in fleet.store.get_history("a", "on-demand", 100) if r.run_id == run_id
+    ]
     assert len(recorded) == 1, recorded  # its outcome (interrupted if its runner was lost)
     assert fleet.store.get_schedule_state("a", "held").status is Status.PAUSED
     late = [slot for _, name, slot in fleet.timed_rows() if name == "held" and slot > paused_from]
@@ -231,12 +233,12 @@ def test_a_killed_leader_is_replaced_within_the_ttl_and_nothing_acknowledged_is_
 ) -> None:
     first = start_fleet(fleet)
     paused_from = pause_held(fleet)
-    ran_before = fleet.store.request_trigger("a", "manual")
+    ran_before = fleet.store.request_trigger("a", "on-demand")
     assert wait_for(lambda: any(slot == ran_before for _, _, slot in fleet.rows()))
     # the leader is held still while the next run-now is queued, so that the kill cannot cut
     # its job short (a run started and killed is recorded interrupted, never run twice)
     os.kill(first.pid, signal.SIGSTOP)
-    run_id = fleet.store.request_trigger("a", "manual")
+    run_id = fleet.store.request_trigger("a", "on-demand")
     since = fleet.server_now()
     os.kill(first.pid, signal.SIGKILL)
     started, killed_wall = time.monotonic(), datetime.now().astimezone()
@@ -263,7 +265,7 @@ def test_a_stopped_leader_is_replaced_and_after_sigcont_its_claims_are_refused(
     # acknowledged once a standby or the server (idle_in_transaction_session_timeout, the
     # store's lease_ttl) ends it
     with ThreadPoolExecutor(1) as pool:
-        queued = pool.submit(fleet.store.request_trigger, "a", "manual")
+        queued = pool.submit(fleet.store.request_trigger, "a", "on-demand")
         lease = await_leader(fleet, "SIGSTOP of the leader", since, started, not_pid=first.pid)
         run_id = queued.result(timeout=TTL + 10)
     assert lease.epoch > first.epoch

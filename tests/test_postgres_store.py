@@ -375,6 +375,19 @@ def test_a_standby_is_advised_to_try_every_third_of_the_ttl_or_at_the_expiry_it_
     assert first.lease_retry_in(60) == 20 and second.lease_retry_in(60) == 20
 
 
+def test_a_standby_whose_tries_fail_past_the_expiry_it_saw_keeps_its_pace(
+    stores: list[PostgresStateStore],
+) -> None:
+    """With the database down past the expiry a standby had seen, every failed try left the
+    passed expiry as the advice: 20 tries (and warnings) a second until the server was back."""
+    first, second = stores
+    assert first.acquire_lease("h1", 1.0) is not None
+    assert second.acquire_lease("h2", 1.0) is None
+    time.sleep(second.lease_retry_in(60))  # just past the expiry it saw: one quick try is due
+    second._busy_until = second._clock.monotonic() - 5  # the try failed: the server is down
+    assert second.lease_retry_in(60) == 20
+
+
 def test_release_lets_a_watching_standby_know_at_once(stores: list[PostgresStateStore]) -> None:
     first, second = stores
     lease = first.acquire_lease("h1", 60)

@@ -125,6 +125,53 @@ def test_cron_overlap_policies(overlap: str, expected_slots: list, missed: list)
         assert [r.scheduled_for for r in records if r.status is RunStatus.MISSED] == missed
 
 
+def test_buffer_one_runs_once_after_a_job_that_outlived_many_slots() -> None:
+    """A job that outlived five slots was followed by five runs, one per missed slot."""
+    with running() as (sched, clock):
+        first = threading.Event()
+
+        def slow_once(info):  # type: ignore[no-untyped-def]
+            if not first.is_set():
+                first.set()
+                clock.advance(timedelta(minutes=5, seconds=30))
+
+        job = Recorder(slow_once)
+        sched.add_agent(
+            Agent("a", job=job, schedules={"s": Schedule.cron("* * * * *", overlap="buffer_one")})
+        )
+        sched.start()
+        step(sched, clock, "1m")  # T0+1m runs until T0+6m30s; one run follows at once
+        for _ in range(3):
+            step(sched)
+        assert [c.scheduled_for for c in job.calls] == [T0 + M, T0 + 2 * M]
+        assert job.calls[1].fired_at == T0 + 6 * M + 30 * S
+        assert state(sched).next_run_at == T0 + 7 * M
+        step(sched, clock, "30s")
+        assert job.slots()[2:] == [T0 + 7 * M]
+
+
+@pytest.mark.parametrize("overlap", ["skip", "buffer_one"])
+def test_a_catch_up_run_is_the_only_run_and_miss_of_the_downtime(overlap: str) -> None:
+    """After five hours down, buffer_one ran every missed slot (five runs back to back), and
+    skip recorded a miss of the slot after the one caught up, though it had fired once."""
+    store, clock = MemoryStateStore(), FakeClock(T0)
+    job = Recorder()
+    agent = Agent("a", job=job, schedules={"s": Schedule.cron("0 * * * *", overlap=overlap)})
+    with running(store=store, clock=clock) as (sched, _):
+        sched.add_agent(agent)
+        sched.start()
+        step(sched)
+    clock.advance("5h")
+    with running(store=store, clock=clock) as (sched, _):
+        sched.add_agent(agent)
+        sched.start()
+        for _ in range(3):
+            step(sched)
+        assert job.slots() == [T0 + 60 * M]  # the first missed slot, once
+        assert [r.status for r in sched.history("a", "s")] == [RunStatus.SUCCESS]
+        assert state(sched).next_run_at == T0 + 6 * 60 * M
+
+
 def test_once_fires_once_then_completed_and_past_once_is_refused() -> None:
     with running() as (sched, clock):
         job = Recorder()

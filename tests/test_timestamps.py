@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from datetime import date, datetime, timedelta, timezone
@@ -278,6 +279,33 @@ def test_resolve_rejects_non_names(value: object) -> None:
 def test_system_zone_from_tz_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TZ", ":Europe/Dublin")
     assert system_timezone() == ZoneInfo("Europe/Dublin")
+
+
+@pytest.mark.parametrize(
+    ("tz", "summer_offset", "winter_offset"),
+    [
+        ("EST5EDT,M3.2.0,M11.1.0", -4, -5),
+        ("CET-1CEST,M3.5.0,M10.5.0/3", 2, 1),
+        ("/usr/share/zoneinfo/America/New_York", -4, -5),
+    ],
+)
+def test_system_zone_from_a_tz_rule_or_zone_file(
+    monkeypatch: pytest.MonkeyPatch, tz: str, summer_offset: int, winter_offset: int
+) -> None:
+    """Such a ``TZ`` was passed over for ``/etc/localtime``: every cron job an hour or more
+    off, without a word (``date`` and Python's ``time`` honour it)."""
+
+    if tz.startswith("/") and not os.path.isfile(tz):
+        pytest.skip(f"{tz} is not installed here")
+    monkeypatch.setenv("TZ", tz)
+    time.tzset()
+    try:
+        zone = system_timezone()
+        for month, hours in ((7, summer_offset), (1, winter_offset)):
+            assert datetime(2026, month, 1, 12, tzinfo=zone).utcoffset() == timedelta(hours=hours)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
 
 
 def test_system_zone_from_etc_localtime(monkeypatch: pytest.MonkeyPatch) -> None:

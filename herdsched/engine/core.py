@@ -31,6 +31,7 @@ from herdsched.engine.planning import Entry, Plan
 from herdsched.engine.settings import EngineSettings
 from herdsched.errors import AgentNotFoundError, LeadershipLostError, ScheduleNotFoundError
 from herdsched.models import (
+    AD_HOC_SCHEDULE,
     Agent,
     JobFunc,
     RunRecord,
@@ -47,8 +48,6 @@ from herdsched.worksource import WorkSource
 
 __all__ = ["AD_HOC_SCHEDULE", "EngineCore"]
 
-#: The schedule name under which ``trigger(agent)`` records a run of the agent's own job.
-AD_HOC_SCHEDULE = "manual"
 _PARKED = (Status.PAUSED, Status.DISABLED)
 
 

@@ -58,8 +58,10 @@ def next_after_run(
     """The normal next due time after ``run`` finished at ``now``.
 
     Intervals count from completion (plus the scheduler's jitter when the schedule has none);
-    cron and once count from the slot, and a slot that has passed by the time the run ended
-    goes to the overlap rule. A manual run leaves the planned slot (``planned_slot``) as it is.
+    cron and once count from the slot, or from when the run fired if that was later (a
+    catch-up or buffered run stands for every slot that passed before it fired, so none of
+    them runs or is missed again), and a slot that has passed by the time the run ended goes
+    to the overlap rule. A manual run leaves the planned slot (``planned_slot``) as it is.
     """
     cadence = schedule.cadence
     zone = settings.timezone
@@ -78,7 +80,7 @@ def next_after_run(
     if run.trigger_type is TriggerType.MANUAL:
         planned = planned_slot if planned_slot is not None else cadence.first_due(now, zone)
     else:
-        slot = run.scheduled_for or now
+        slot = max(run.scheduled_for, run.fired_at) if run.scheduled_for else now
         planned = cadence.next_due(slot=slot, finished_at=now, now=now, zone=zone)
     due, missed = slot_after_overlap(planned, now, schedule.overlap)
     if missed and planned is not None:

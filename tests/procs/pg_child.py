@@ -3,7 +3,7 @@
 Usage: pg_child.py DSN NAMESPACE LEDGER LEASE_TTL [STALL_FLAG]
 
 Runs schedules on a 1-second cadence (``tick`` and ``held``: cron every second; ``every``: a
-1-second interval) and ``manual`` (hourly, for run-now requests) whose job appends
+1-second interval) and ``on-demand`` (hourly, for run-now requests) whose job appends
 ``pid schedule slot`` to LEDGER (O_APPEND, one write per line; a run-now's slot is its run id),
 so the parent can check that no slot ran twice across processes. A run-now whose prompt is
 ``wait:PATH`` goes on running until PATH exists. Logs INFO and above to stderr
@@ -137,7 +137,7 @@ def main() -> None:
         "tick": every_second,
         "held": every_second,
         "every": Schedule.interval("1s"),
-        "manual": Schedule.interval("1h"),
+        "on-demand": Schedule.interval("1h"),
     }
     sched.add_agent(Agent("a", job=record, max_concurrent=4, schedules=schedules))
     sched.run_forever()

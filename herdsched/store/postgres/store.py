@@ -517,8 +517,9 @@ class PostgresStateStore:
         holder is noticed by then), or just after the lease it saw expires if that is sooner
         (a hung holder is replaced at its expiry). One query per try: see docs/hosts.md."""
         retry = ttl / 3
-        if self._busy_until is not None:
-            retry = min(retry, max(0.0, self._busy_until - self._clock.monotonic()) + 0.05)
+        left = None if self._busy_until is None else self._busy_until - self._clock.monotonic()
+        if left is not None and left >= 0:  # once past it, a failed try must not spin
+            retry = min(retry, left + 0.05)
         return retry
 
     def renew_lease(self, lease: Lease, ttl: float) -> Lease:
