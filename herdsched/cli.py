@@ -68,7 +68,13 @@ from herdsched.store.spec import (
     store_location,
 )
 from herdsched.store.yaml_store import YamlStateStore
-from herdsched.timestamps import format_timestamp, parse_timestamp, resolve_timezone, to_utc
+from herdsched.timestamps import (
+    format_timestamp,
+    parse_timestamp,
+    resolve_timezone,
+    to_utc,
+    wall_time,
+)
 from herdsched.timestamps import system_timezone as _system_timezone
 
 if TYPE_CHECKING:
@@ -120,7 +126,7 @@ def _format_time(moment: datetime | None, zone: tzinfo) -> str:
     """``2026-03-08 03:00:05 +01:00``: local wall time with its offset."""
     if moment is None:
         return "-"
-    local = moment.astimezone(zone)
+    local = wall_time(moment, zone)
     offset = local.strftime("%z") or "+0000"
     return local.strftime("%Y-%m-%d %H:%M:%S ") + f"{offset[:3]}:{offset[3:5]}"
 
@@ -1222,7 +1228,7 @@ def _cmd_next(args: argparse.Namespace) -> int:
         return EXIT_OK
     _out(note)
     for moment in moments:
-        local = moment.astimezone(zone)
+        local = wall_time(moment, zone)
         _out(f"{_format_time(moment, zone)}  {local.strftime('%a')}  {format_timestamp(moment)}")
     return EXIT_OK
 

@@ -18,7 +18,7 @@ from importlib import resources
 from typing import Any
 
 from herdsched.models import RunRecord, SchedulerStatus
-from herdsched.timestamps import parse_timestamp
+from herdsched.timestamps import parse_timestamp, wall_time
 
 __all__ = ["REFRESH_SECONDS", "RUN_COLOURS", "page_update", "status_page", "status_table"]
 
@@ -42,7 +42,7 @@ RUN_COLOURS: Mapping[str, str] = {
 def _time(moment: datetime | None) -> str:
     if moment is None:
         return "—"
-    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S %z")
+    return wall_time(moment, None).strftime("%Y-%m-%d %H:%M:%S %z")
 
 
 def status_table(status: SchedulerStatus) -> str:
@@ -165,7 +165,7 @@ def _local(value: str | None, zone: tzinfo | None) -> str:
     if not value:
         return "—"
     moment = parse_timestamp(value)
-    local = moment.astimezone(zone) if zone is not None else moment.astimezone()
+    local = wall_time(moment, zone)
     return local.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
 
 

@@ -31,7 +31,7 @@
     for (const [k, v] of Array.from(p.entries())) { if (!v || (k === "page" && v === "1")) p.delete(k); }
     return p;
   }
-  function setHTML(el, html){ if (el.__src !== html) { el.innerHTML = html; el.__src = html; times(el); } }
+  function setHTML(el, html){ if (el.__src !== html) { el.innerHTML = html; el.__src = html; } }
   function keyOf(tr){ return tr.dataset.key; }
   function detailOf(tr){
     const next = tr.nextElementSibling;
@@ -80,6 +80,7 @@
       const tr = document.createElement("tr"); tr.className = "empty";
       tr.innerHTML = "<td colspan='10'>no schedules match</td>"; rows.appendChild(tr);
     }
+    times(document);  // every "(in 4 min)" moves on, changed cells or not
   }
   let busy = false;
   async function refresh(){

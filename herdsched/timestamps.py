@@ -100,6 +100,16 @@ def _isoparse(text: str) -> datetime:
     return dateutil_parser.isoparse(text)
 
 
+def wall_time(moment: datetime, zone: tzinfo | None) -> datetime:
+    """``moment`` on the wall clock of ``zone`` (the system's for ``None``), or in UTC when that
+    wall clock is past the calendar's end (the last hours of 9999 seen east of UTC): a time a
+    schedule may hold must never keep a page or a table from being shown."""
+    try:
+        return moment.astimezone(zone)
+    except OverflowError:
+        return moment.astimezone(timezone.utc)
+
+
 def resolve_timezone(name: str | tzinfo | None) -> tzinfo:
     """An IANA zone by name (``None`` → the system zone); an unknown name is an error."""
     if name is None:

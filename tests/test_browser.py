@@ -161,6 +161,26 @@ def test_status_page_pause_resume_run_in_chromium(
     assert (ARTIFACTS / "status-page.png").stat().st_size > 0
 
 
+def test_relative_times_move_on_with_each_refresh(browser: Any, base_url: str) -> None:
+    """They were set when a cell's HTML changed only: "(3 s ago)" stayed for hours."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def shown() -> str:  # found again each time: the first refresh replaces the cell's HTML
+        text: str = browser.find_element(By.CSS_SELECTOR, f"{row} td.last time").text
+        return text
+
+    row = "tr[data-key='triage/check']"
+    browser.get(base_url)
+    first = shown()
+    assert first.endswith(" ago)"), first
+    # the page refreshes every 5 s; the last run's time stays the same, its age does not
+    WebDriverWait(browser, 20).until(lambda _: shown() != first)
+    second = shown()
+    WebDriverWait(browser, 20).until(lambda _: shown() != second)
+    assert shown().endswith(" ago)"), shown()
+
+
 def test_status_page_shows_api_errors(
     browser: Any, base_url: str, scheduler: ThreadedScheduler
 ) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+import pytest
+
 from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo
 from herdsched.html import RUN_COLOURS, status_page, status_table
 from herdsched.models import RunRecord, SchedulerStatus
@@ -98,3 +100,29 @@ def test_status_page_without_schedules() -> None:
     )
     assert "no schedules" in html
     assert "times in" not in html
+
+
+def test_a_time_at_the_calendars_end_is_shown_in_utc_where_a_zone_cannot_show_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A once schedule at 9999-12-31T23:59:59Z was accepted, then the status page of a
+    scheduler east of UTC and the notebook table in such a local zone raised OverflowError."""
+    import time
+
+    from herdsched.api import RestApi
+
+    sched = ThreadedScheduler(state_dir=None, clock=FakeClock(START), timezone="Europe/Berlin")
+    end = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc)
+    sched.add_agent(Agent("nb", job=failing, schedules={"far": Schedule.once(end)}))
+    sched.start()
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        page = RestApi(sched).status_page(api_base="/api")
+        table = sched._repr_html_()
+    finally:
+        sched.stop()
+        monkeypatch.undo()
+        time.tzset()
+    assert "9999-12-31 23:59:59 UTC" in page
+    assert "9999-12-31 23:59:59 +0000" in table

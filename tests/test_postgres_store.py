@@ -120,8 +120,12 @@ def test_bad_dsns_and_refused_connections_are_state_errors(dsn: str, words: str)
 
 def test_a_missing_database_is_named(postgres_dsn: str) -> None:
     dsn = postgres_dsn.rsplit("/", 1)[0] + "/no_such_database"
-    with pytest.raises(StateError, match="does not exist"):
+    with pytest.raises(StateError, match="does not exist") as caught:
         PostgresStateStore(dsn)
+    # the server answered: it was said to be unreachable, and to be retried "on its next call"
+    refused = "the server refused the connection for that reason: check the user, password and"
+    assert f"{refused} database name of the DSN" in str(caught.value)
+    assert "unreachable" not in str(caught.value)
 
 
 def test_missing_privileges_say_which(postgres_dsn: str, fresh_database: str) -> None:

@@ -97,8 +97,12 @@ def state_error(exc: BaseException, doing: str, where: str) -> StateError:
     detail = " ".join((primary or str(exc)).split()) or type(exc).__name__
     if hint is None and isinstance(exc, psycopg.OperationalError):
         hint = (
-            "the server is unreachable or closed the connection; herdsched reconnects on its "
-            "next call"
+            # libpq's "FATAL:" is the server's own answer: it was reached, and refused
+            "the server refused the connection for that reason: check the user, password and "
+            "database name of the DSN"
+            if "FATAL:" in str(exc)
+            else "the server is unreachable or closed the connection; herdsched reconnects on "
+            "its next call"
         )
     message = f"Could not {doing} in the PostgreSQL store at {where}: {detail}"
     if hint:
