@@ -38,7 +38,7 @@ from herdsched import __version__, events
 from herdsched.cadence import iter_cron_triggers, parse_cron_expression, parse_interval
 from herdsched.command import CommandJob
 from herdsched.config import FleetConfig, format_interval, job_reference, load_fleet
-from herdsched.converter import record_to_dict, state_to_dict
+from herdsched.converter import converter, record_to_dict
 from herdsched.errors import (
     ConfigError,
     CronParseError,
@@ -916,7 +916,10 @@ def _next_text(state: ScheduleState, zone: tzinfo) -> str:
 
 
 def _state_json(agent: str, name: str, state: ScheduleState) -> dict[str, Any]:
-    return {"agent": agent, "schedule": name, **state_to_dict(state)}
+    """Every field of the state, ``null`` when unset: each schedule has the same keys (a
+    script reading ``disabled_reason`` must not meet a ``KeyError`` on most of them)."""
+    fields: dict[str, Any] = converter.unstructure(state)
+    return {"agent": agent, "schedule": name, **fields}
 
 
 def _cmd_status(args: argparse.Namespace) -> int:

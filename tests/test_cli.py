@@ -410,6 +410,9 @@ def test_status_json_and_leader(capsys: pytest.CaptureFixture[str], state_dir: P
     assert rows["triage", "check"]["next_run_at"] == "2026-03-01T12:05:00.000Z"
     assert rows["triage", "report"]["disabled_reason"] == "5 consecutive failures"
     assert rows["triage", "report"]["owner"] == "alice"
+    # every schedule has the same keys, null when unset (optional ones were left out)
+    assert {tuple(row) for row in data["schedules"]} == {tuple(rows["triage", "report"])}
+    assert rows["triage", "check"]["disabled_reason"] is None
 
 
 def test_list(capsys: pytest.CaptureFixture[str], state_dir: Path) -> None:
