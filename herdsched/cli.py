@@ -29,7 +29,6 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone, tzinfo
 from itertools import islice
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dateutil import parser as dateutil_parser
@@ -58,6 +57,7 @@ from herdsched.models import (
     check_prompt,
 )
 from herdsched.scheduler import ThreadedScheduler, describe_cadence
+from herdsched.stop_signals import StopSignals
 from herdsched.store.runs import history_with_requests
 from herdsched.store.spec import (
     StoreSpecError,
@@ -94,6 +94,8 @@ NAMESPACE_ENV = "HERDSCHED_NAMESPACE"
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+#: Seconds a second stop signal waits for the state to be saved before quitting anyway.
+FINAL_SAVE_WAIT = 5.0
 
 logger = logging.getLogger("herdsched.cli")
 
@@ -603,39 +605,47 @@ def _runs_text(job: object) -> str:
 
 
 class _Stopper:
-    """Signal handling for ``run``: the first SIGINT/SIGTERM stops gracefully, a second forces."""
+    """Signal handling for ``run``: the first SIGINT/SIGTERM stops gracefully, a second quits
+    at once, after saving what it can within :data:`FINAL_SAVE_WAIT` seconds.
+
+    The signals are answered on a thread of their own (:mod:`herdsched.stop_signals`), so a
+    signal that lands while the main thread holds a lock or writes the log is never lost.
+    """
 
     def __init__(self) -> None:
         self.event = threading.Event()
         self.signals = 0
         self.flush: Callable[[], None] | None = None
-        self._previous: dict[int, Any] = {}
+        self._signals = StopSignals(self.received)
 
     def install(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return  # pragma: no cover - signals can only be handled on the main thread
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._previous[sig] = signal.signal(sig, self._handle)
+        self._signals.install()
 
     def restore(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous.clear()
+        self._signals.restore()
 
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
+    def received(self, sig: signal.Signals) -> None:
+        """Answer the ``self.signals``-th stop signal (on the ``herdsched-signals`` thread)."""
         self.signals += 1
-        name = signal.Signals(signum).name
         if self.signals == 1:
-            logger.info("%s received: stopping (send it again to quit at once)", name)
+            logger.info("%s received: stopping (send it again to quit at once)", sig.name)
             self.event.set()
             return
-        logger.warning("%s received again: quitting without waiting for running jobs", name)
+        logger.warning("%s received again: quitting without waiting for running jobs", sig.name)
         if self.flush is not None:
-            try:
-                self.flush()
-            except Exception:  # pragma: no cover - best effort before a hard exit
-                logger.exception("could not save state before quitting")
+            saver = threading.Thread(target=self._save, name="herdsched-final-save", daemon=True)
+            saver.start()
+            saver.join(FINAL_SAVE_WAIT)
+            if saver.is_alive():
+                logger.error("could not save state within %s s: quitting anyway", FINAL_SAVE_WAIT)
         os._exit(130)
+
+    def _save(self) -> None:
+        assert self.flush is not None
+        try:
+            self.flush()
+        except Exception:
+            logger.exception("could not save state before quitting")
 
 
 def _setup_logging(level: int) -> Callable[[], None]:

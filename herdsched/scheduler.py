@@ -20,7 +20,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 import herdsched.events as ev
@@ -70,6 +70,7 @@ from herdsched.models import (
 )
 from herdsched.notify import Notification
 from herdsched.stats import RunStats, compute_run_stats
+from herdsched.stop_signals import StopSignals
 from herdsched.store.base import StateStore
 from herdsched.store.memory import MemoryStateStore
 from herdsched.store.runs import history_with_requests
@@ -360,21 +361,18 @@ class ThreadedScheduler:
         """Start (if needed) and block until SIGINT/SIGTERM or ``stop()``, then stop gracefully."""
         stop_requested = threading.Event()
 
-        def handle(signum: int, frame: FrameType | None) -> None:
-            self.log.info("Signal %s received: stopping.", signum)
+        def requested(sig: signal.Signals) -> None:
+            self.log.info("%s received: stopping.", sig.name)
             stop_requested.set()
 
-        previous: dict[int, Any] = {}
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                previous[sig] = signal.signal(sig, handle)
+        signals = StopSignals(requested)  # answered off the main thread: see stop_signals
+        signals.install()
         try:
             self.start()
             while not stop_requested.wait(0.2) and self.status != "stopped":
                 pass
         finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+            signals.restore()
             self.stop()
 
     def __enter__(self) -> ThreadedScheduler:

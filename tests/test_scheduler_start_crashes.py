@@ -121,9 +121,9 @@ def test_cli_second_signal_flush_keeps_a_running_job_recoverable(
     def interrupt_twice(sched: ThreadedScheduler) -> None:
         stopper = cli._Stopper()
         stopper.flush = sched.store.flush
-        stopper._handle(signal.SIGINT, None)
+        stopper.received(signal.SIGINT)
         with pytest.raises(Exited):
-            stopper._handle(signal.SIGINT, None)  # "quitting without waiting for running jobs"
+            stopper.received(signal.SIGINT)  # "quitting without waiting for running jobs"
 
     clock = FakeClock(T0)
     crash = crash_while_s_runs(tmp_path, clock, interrupt_twice)
