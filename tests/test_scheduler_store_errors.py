@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
-from scheduler_helpers import Recorder, running, step
+from scheduler_helpers import T0, Recorder, running, step
 
 from herdsched import Agent, Schedule, StateError, StateErrorOccurred, Status
+from herdsched.engine.store_health import REPEAT_EVERY, StoreHealth
 from herdsched.store import MemoryStateStore
+from herdsched.testing import FakeClock
 
 
 class FlakyStore(MemoryStateStore):
@@ -53,6 +56,38 @@ def test_flush_failures_are_reported_and_retried_while_jobs_keep_running() -> No
         assert store.flushes > before
 
 
+def test_a_store_down_for_minutes_logs_once_a_minute_and_says_when_it_works_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every failed call was an ERROR line (a leader through a database outage wrote several a
+    second); listeners still hear of each one."""
+    store = FlakyStore()
+    with running(store=store) as (sched, clock):
+        errors: list[StateErrorOccurred] = []
+        sched.add_listener(errors.append, StateErrorOccurred)
+        sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1m")}))
+        sched.start()
+        step(sched)
+        store.broken = True
+        with caplog.at_level(logging.INFO, logger="herdsched"):
+            for _ in range(150):  # two and a half minutes of passes, a second apart
+                step(sched, clock, "1s")
+            store.broken = False
+            step(sched, clock, "1s")
+    failures = len(errors)
+    assert failures >= 150
+    lines = [r.getMessage() for r in caplog.records if "state store" in r.getMessage()]
+    assert [line.split(":")[0].split(" (")[0] for line in lines] == [
+        "The state store failed",
+        "The state store still fails after 1m",
+        "The state store still fails after 2m",
+        "The state store works again after failing for 2m30s",
+    ]
+    assert "disk full" in lines[0] and "disk full" in lines[2]
+    assert lines[-1].endswith(f"({failures} failed calls).")
+    assert caplog.records[-1].levelno == logging.WARNING
+
+
 def test_a_user_intent_write_that_fails_changes_nothing_and_says_so() -> None:
     store = FlakyStore()
     with running(store=store) as (sched, clock):
@@ -80,3 +115,27 @@ def test_memory_store_transitions_never_leave_a_user_intent_status() -> None:
     assert store.get_schedule_state("a", "s").status is Status.DISABLED
     store.update_schedule_state("a", "s", status="idle")
     assert store.get_schedule_state("a", "s").status is Status.IDLE
+
+
+def test_store_health_logs_a_new_failure_at_once_and_old_ones_as_runs_of_their_own(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = FakeClock(T0)
+    health = StoreHealth(logging.getLogger("herdsched"), clock)
+    with caplog.at_level(logging.INFO, logger="herdsched"):
+        health.failed(StateError("disk full", "/s/state.yaml"))
+        clock.advance(1)
+        health.failed(StateError("disk full", "/s/state.yaml"))  # the same: not again
+        clock.advance(1)
+        health.failed(StateError("permission denied", "/s/state.yaml"))  # news: at once
+        clock.advance(REPEAT_EVERY + 1)  # a standby: nothing commits between its failures
+        health.failed(StateError("permission denied", "/s/state.yaml"))
+        health.worked()
+        health.worked()  # nothing left to report
+    assert [r.getMessage() for r in caplog.records] == [
+        "The state store failed: disk full",
+        "The state store still fails after 2s (1 failed call more since the last report); "
+        "the latest: permission denied",
+        "The state store failed: permission denied",
+        "The state store works again after failing for less than a second (1 failed call).",
+    ]

@@ -66,6 +66,7 @@ class GroupCommitter:
         try:
             self.core.store.flush()
             self._retry_at = None
+            self.core.store_health.worked()
         except LeadershipLostError as exc:  # the store dropped the work: nothing to retry
             self._retry_at = None
             self.core.state_error(exc)  # steps down

@@ -29,6 +29,7 @@ from herdsched.engine.executors import AgentExecutors, ExecutorFactory
 from herdsched.engine.listeners import Listeners
 from herdsched.engine.planning import Entry, Plan
 from herdsched.engine.settings import EngineSettings
+from herdsched.engine.store_health import StoreHealth
 from herdsched.errors import AgentNotFoundError, LeadershipLostError, ScheduleNotFoundError
 from herdsched.models import (
     AD_HOC_SCHEDULE,
@@ -95,6 +96,8 @@ class EngineCore:
         self.planned_wake: tuple[datetime, float] | None = None
         # what a store refusing a write for a lost lease calls (set by the leadership)
         self.leadership_lost: Callable[[BaseException], None] | None = None
+        #: logs the store's failures (once, then a summary a minute) and its recovery
+        self.store_health = StoreHealth(log, clock)
 
     @property
     def entries(self) -> dict[tuple[str, str], Entry]:
@@ -214,7 +217,7 @@ class EngineCore:
         if isinstance(exc, LeadershipLostError) and self.leadership_lost is not None:
             self.leadership_lost(exc)  # logs and announces it as what it is
             return
-        self.log.error("The state store failed: %s", exc)
+        self.store_health.failed(exc)
         self.emit(
             ev.StateErrorOccurred(
                 at=self.clock.now(),

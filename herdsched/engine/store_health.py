@@ -1,0 +1,94 @@
+"""How a failing store is told in the log: once when it fails, briefly while it stays down, once
+when it works again.
+
+Every part of the engine that calls the store reports its failures here (the timer's poll, the
+group commit and its retries, run-now requests, claims). Logged one by one they were an ERROR
+line every fraction of a second while a database was down: 926 lines in one outage, the first
+and the last telling all there was to tell. So a failure is logged as an ERROR, the same
+failure again within :data:`REPEAT_EVERY` seconds only at DEBUG (an ERROR summary follows once
+that time has passed), and the group commit that succeeds afterwards (the failed writes are
+retried until one does) logs how long the store failed and how many calls failed. Failures
+further apart than :data:`REPEAT_EVERY` are runs of their own (a standby commits nothing, so
+no commit ends its runs). Listeners still get a
+:class:`~herdsched.events.StateErrorOccurred` for every failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+
+from herdsched.cadence import describe_duration
+from herdsched.clock import Clock
+
+__all__ = ["REPEAT_EVERY", "StoreHealth"]
+
+#: Seconds between two ERROR lines while the store keeps failing.
+REPEAT_EVERY = 60.0
+
+
+def _calls(count: int) -> str:
+    return f"{count} failed call" if count == 1 else f"{count} failed calls"
+
+
+def _seconds(span: float) -> str:
+    if span < 1:
+        return "less than a second"
+    return describe_duration(timedelta(seconds=round(span)))
+
+
+class StoreHealth:
+    """The store's current run of failures and what of it was logged (thread-safe)."""
+
+    def __init__(self, log: logging.Logger, clock: Clock) -> None:
+        self._log = log
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._failing_since: float | None = None  # monotonic; None while the store works
+        self._failures = 0  # in the current run of failures
+        self._failed_at = 0.0  # the latest failure
+        self._reported = False  # the current run has an ERROR line
+        self._last_text = ""  # the failure last logged as an ERROR, and when
+        self._logged_at = 0.0
+        self._unlogged = 0  # failures since then
+
+    def failed(self, exc: BaseException) -> None:
+        """A store call failed with ``exc``: an ERROR unless the same failure was logged less
+        than :data:`REPEAT_EVERY` seconds ago."""
+        now, text = self._clock.monotonic(), str(exc)
+        with self._lock:
+            if self._failing_since is None or now - self._failed_at > REPEAT_EVERY:
+                self._failing_since, self._failures, self._reported = now, 0, False
+            self._failed_at = now
+            self._failures += 1
+            if text == self._last_text and now - self._logged_at < REPEAT_EVERY:
+                self._unlogged += 1
+                self._log.debug("The state store failed again: %s", exc)
+                return
+            first = self._failures == 1
+            failing_for, unlogged = now - self._failing_since, self._unlogged
+            self._last_text, self._logged_at, self._unlogged = text, now, 0
+            self._reported = True
+        if first:
+            self._log.error("The state store failed: %s", exc)
+            return
+        self._log.error(
+            "The state store still fails after %s (%s more since the last report); the latest: %s",
+            _seconds(failing_for),
+            _calls(unlogged),
+            exc,
+        )
+
+    def worked(self) -> None:
+        """A group commit succeeded: ends the run of failures, saying how long it lasted if
+        it was reported."""
+        with self._lock:
+            since, failures, reported = self._failing_since, self._failures, self._reported
+            self._failing_since, self._failures, self._reported = None, 0, False
+        if since is not None and reported:
+            self._log.warning(
+                "The state store works again after failing for %s (%s).",
+                _seconds(self._clock.monotonic() - since),
+                _calls(failures),
+            )
