@@ -352,6 +352,30 @@ def test_a_leader_that_cannot_renew_steps_down_at_its_deadline(
         assert store.current_lease() is not None and store.current_lease().epoch == 2  # type: ignore[union-attr]
 
 
+def test_failed_renewals_are_logged_every_ten_seconds_not_every_retry(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = RenewalsFail(clock=clock)
+    sched = ThreadedScheduler(state_dir=None, store=store, clock=clock, lease_ttl=TTL)
+    sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1h")}))
+    with sched, caplog.at_level(logging.WARNING, logger="herdsched"):
+        sched.run_pending()
+        store.broken = True
+        clock.advance(TTL / 3)  # the first renewal is due
+        for _ in range(15):  # a retry a second: 15 failed renewals
+            sched.run_pending()
+            clock.advance(1)
+        store.broken = False
+        sched.run_pending()  # renewed
+        store.broken = True
+        clock.advance(TTL / 3)
+        sched.run_pending()  # a new run of failures is told at once
+        assert sched.status == "running"
+    told = [r.getMessage() for r in caplog.records if "Could not renew" in r.getMessage()]
+    assert len(told) == 3, told
+    assert "within 20 s" in told[0] and "within 10 s" in told[1] and "within 20 s" in told[2]
+
+
 def test_the_timer_wakes_for_the_heartbeat(clock: FakeClock) -> None:
     sched = ThreadedScheduler(state_dir=None, clock=clock, lease_ttl=TTL, max_sleep=3600)
     sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1h")}))

@@ -41,6 +41,8 @@ __all__ = [
 
 #: How soon a failed renewal is tried again (before the deadline makes the leader step down).
 _RENEW_RETRY = 1.0
+#: How often failed renewals are logged while they go on (each is retried every second).
+_RENEW_WARN_EVERY = 10.0
 _LEASE_METHODS = ("acquire_lease", "renew_lease", "release_lease", "current_lease")
 
 
@@ -68,6 +70,7 @@ class Leadership:
         self.lease: Lease | None = None
         self._deadline = 0.0  # monotonic: leading is known safe until then
         self._renew_at = 0.0  # monotonic: the next heartbeat
+        self._warned_at: float | None = None  # monotonic: the last failed renewal logged
         core.leadership_lost = self.step_down
 
     def holder(self) -> dict[str, Any] | None:
@@ -154,15 +157,18 @@ class Leadership:
                 reason = f"the lease could not be renewed within lease_ttl={self.ttl:g} s ({exc})"
                 self.step_down(StateError(reason, cause=exc))
                 return False
-            core.log.warning(
-                "Could not renew the scheduler lease (%s); retrying in %.3g s. Unless a renewal "
-                "succeeds within %.3g s this scheduler stops dispatching.",
-                exc,
-                _RENEW_RETRY,
-                self._deadline - asked_at,
-            )
+            if self._warned_at is None or asked_at - self._warned_at >= _RENEW_WARN_EVERY:
+                self._warned_at = asked_at
+                core.log.warning(
+                    "Could not renew the scheduler lease (%s); retrying every %.3g s. Unless a "
+                    "renewal succeeds within %.3g s this scheduler stops dispatching.",
+                    exc,
+                    _RENEW_RETRY,
+                    self._deadline - asked_at,
+                )
             self._renew_at = asked_at + _RENEW_RETRY
             return True
+        self._warned_at = None
         with core.lock:
             if self.lease is None:  # stepped down meanwhile (a refused commit): stay down
                 return False
