@@ -102,6 +102,7 @@ logger = logging.getLogger("herdsched.cli")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _AD_HOC_SCHEDULE = "manual"  # what the scheduler records an agent-only trigger as
 _CELL_WIDTH = 60
+_NAMESPACES_SHOWN = 10  # an empty namespace's hint names at most this many others
 
 
 class _UsageError(Exception):
@@ -854,7 +855,27 @@ def _agent_states(store: StateStore, agent: str) -> dict[str, ScheduleState]:
 def _empty_store(store: StateStore) -> str:
     if isinstance(store, YamlStateStore):
         return "the state directory is empty"
-    return f"no schedules in {store_location(store)}"
+    return _no_schedules(store)
+
+
+def _no_schedules(store: StateStore) -> str:
+    return f"no schedules in {store_location(store)}{_other_namespaces(store)}"
+
+
+def _other_namespaces(store: StateStore) -> str:
+    """For an empty PostgreSQL namespace: the namespaces of its database that hold schedules
+    (a mistyped ``--namespace`` looks like a fleet that never ran); ``""`` for other stores."""
+    if getattr(store, "namespace", None) is None:  # not a database store
+        return ""
+    from herdsched.store.postgres.survey import namespaces_in_use  # noqa: PLC0415 - optional
+
+    used = namespaces_in_use(store)  # type: ignore[arg-type]
+    if not used:
+        return "; no namespace of this database holds schedules yet"
+    more = f" and {len(used) - _NAMESPACES_SHOWN} more" if len(used) > _NAMESPACES_SHOWN else ""
+    return (
+        f"; namespaces with schedules in this database: {', '.join(used[:_NAMESPACES_SHOWN])}{more}"
+    )
 
 
 def _schedule_names(store: StateStore, agent: str, schedule: str | None) -> list[str]:
@@ -940,6 +961,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         rejected = store.rejected_definitions()
         where, state_dir = _store_line(store), _state_dir_of(store)
         location = store_location(store)
+        elsewhere = "" if rows or args.json else _other_namespaces(store)
     finally:
         store.close()
     if args.json:
@@ -961,7 +983,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     for _, _, state in rows:
         counts[state.status.value] = counts.get(state.status.value, 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none"
-    _out(f"Schedules:       {summary}")
+    _out(f"Schedules:       {summary}{elsewhere}")
     _print_rejected(rejected, zone)
     if not rows:
         return EXIT_OK
@@ -1009,14 +1031,14 @@ def _cmd_list(args: argparse.Namespace) -> int:
     store = _open_store(args)
     try:
         rows = _state_rows(store)
-        location = store_location(store)
+        empty = "" if rows or args.json else _no_schedules(store)
     finally:
         store.close()
     if args.json:
         _json([_state_json(a, n, s) for a, n, s in rows])
         return EXIT_OK
     if not rows:
-        _out(f"no schedules in {location}")
+        _out(empty)
         return EXIT_OK
     zone = _zone(args)
     table = [

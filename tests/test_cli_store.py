@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from postgres_server import run_sql, unique_namespace
 
 from herdsched.cli import main
 from herdsched.models import RunRecord
@@ -360,4 +361,39 @@ def test_an_unknown_agent_in_an_empty_namespace_names_the_store(
     argv = ["--store", postgres_dsn, "--namespace", pg_namespace]
     code, _, err = run_cli(capsys, "pause", "nobody", *argv)
     assert code == 1 and "agent 'nobody' not found (no schedules in postgresql://" in err
-    assert f"(namespace {pg_namespace}))" in err
+    assert f"(namespace {pg_namespace}); " in err  # then the namespaces in use, if any
+
+
+def test_a_mistyped_namespace_is_answered_with_the_namespaces_in_use(
+    capsys: pytest.CaptureFixture[str], postgres_dsn: str, tmp_path: Path
+) -> None:
+    name = unique_namespace("db")
+    run_sql(postgres_dsn, f"CREATE DATABASE {name}")
+    database = postgres_dsn.rsplit("/", 1)[0] + f"/{name}"
+    code, out, _ = run_cli(capsys, "list", "--store", database, "--namespace", "prod")
+    assert code == 0 and out.startswith("no schedules in "), out
+    assert out.rstrip().endswith(
+        "(namespace prod); no namespace of this database holds schedules yet"
+    )
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "agents:\n  - name: ops\n    command: ['true']\n"
+        "    schedules:\n      tick: {type: interval, interval: 1h}\n"
+    )
+    code, _, err = run_cli(
+        capsys, "run", str(fleet), "--store", database, "--namespace", "prod", "--duration", "1s"
+    )
+    assert code == 0, err
+    hint = "(namespace prdo); namespaces with schedules in this database: prod"
+    code, out, _ = run_cli(capsys, "status", "--store", database, "--namespace", "prdo")
+    assert (
+        code == 0
+        and "Schedules:       none; namespaces with schedules in this database: prod" in out
+    )
+    code, out, _ = run_cli(capsys, "list", "--store", database, "--namespace", "prdo")
+    assert code == 0 and out.rstrip().endswith(hint), out
+    code, _, err = run_cli(capsys, "history", "ops", "--store", database, "--namespace", "prdo")
+    assert code == 1 and "agent 'ops' not found (no schedules in postgresql://" in err
+    assert hint + ")" in err
+    code, out, _ = run_cli(capsys, "status", "--store", database, "--namespace", "prod")
+    assert code == 0 and "Schedules:       1 idle\n" in out
