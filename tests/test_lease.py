@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -517,6 +518,54 @@ def test_two_passes_renewing_at_once_both_go_on_leading() -> None:
         assert sched.is_leader
     finally:
         sched.stop()
+
+
+class _GatedRefresh(YamlStateStore):
+    """A store whose look at other processes' changes can be held: while ``armed``,
+    ``refresh`` waits for ``gate``."""
+
+    armed = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.entered, self.gate = threading.Event(), threading.Event()
+
+    def refresh(self) -> bool:
+        if self.armed:
+            self.entered.set()
+            self.gate.wait(30)
+        return super().refresh()
+
+
+def test_run_pending_waits_for_the_timer_threads_pass_in_progress(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """run_pending() beside the timer thread used to run a pass of its own that skipped the
+    thread's poll in progress: a schedule paused by another process fired all the same."""
+    with as_separate_processes():
+        store = _GatedRefresh(tmp_path, clock=clock, commit_delay=0)
+        other = YamlStateStore(tmp_path, clock=clock, commit_delay=0)
+    job = Recorder()
+    sched = ThreadedScheduler(state_dir=None, store=store, clock=clock, timezone="UTC")
+    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1m")}))
+    with sched:
+        sched.run_pending()  # an interval's first run is at start
+        assert sched.wait_until_idle(10) and len(job.calls) == 1
+        other.update_schedule_state("a", "s", status="paused")
+        other.flush()
+        store.armed = True
+        clock.advance(60)  # s is due; the thread's pass polls first and is held in the store
+        assert store.entered.wait(10)
+        beside = threading.Thread(target=sched.run_pending)
+        beside.start()
+        beside.join(2)  # it waits for the thread's pass (before: it fired s at once)
+        store.armed = False
+        store.gate.set()
+        beside.join(10)
+        assert sched.wait_until_idle(10)
+        assert len(job.calls) == 1
+        assert sched.get_status().schedules[0].status == "paused"
+    other.close()
 
 
 class _AdvisingStore(YamlStateStore):

@@ -172,8 +172,7 @@ class Leadership:
         with core.lock:
             if self.lease is None:  # stepped down meanwhile (a refused commit): stay down
                 return False
-            if self.lease is lease:  # not renewed meanwhile by another pass (run_pending())
-                self._hold(fresh, asked_at)
+            self._hold(fresh, asked_at)
         return True
 
     def step_down(self, exc: BaseException) -> None:

@@ -49,6 +49,9 @@ class Timer:
         self._last_mono: float | None = None
         self._next_poll = 0.0
         self._next_leader_try = 0.0
+        # one pass at a time, also when run_pending() runs one beside the thread: a pass
+        # reads and sets the times of its next poll, lease try and heartbeat
+        self._one_pass = threading.RLock()
 
     def start(self) -> None:
         """Start the thread; clock jumps are measured from now."""
@@ -92,7 +95,14 @@ class Timer:
             self.core.clock.wait(core.wake, timeout)
 
     def run_pass(self, *, timer_thread: bool) -> float:
-        """Fire what is due now; returns how long the timer may sleep (seconds)."""
+        """Fire what is due now; returns how long the timer may sleep (seconds).
+
+        A pass begun meanwhile by the other caller (the thread, or ``run_pending()``) is
+        waited for, so a pass run by ``run_pending()`` has seen everything that was due."""
+        with self._one_pass:
+            return self._pass(timer_thread=timer_thread)
+
+    def _pass(self, *, timer_thread: bool) -> float:
         core = self.core
         now = self.core.clock.now()
         mono = self.core.clock.monotonic()
