@@ -27,6 +27,7 @@ from herdsched.cron import (
     parse_cron_expression,
     resolve_cron_zone,
 )
+from herdsched.cron_gaps import closest_fires
 from herdsched.errors import IntervalParseError, InvalidScheduleError
 from herdsched.timestamps import format_timestamp, parse_timestamp, resolve_timezone, to_utc
 
@@ -273,9 +274,6 @@ class Cadence(Protocol):
     def with_fields(self, changes: Mapping[str, Any]) -> Cadence:
         """A copy with some of :attr:`FIELDS` changed (validated like a new one)."""
 
-    def shortest_gap(self, zone: tzinfo) -> timedelta | None:
-        """The shortest time between two runs, for ``min_interval`` (``None``: runs once)."""
-
     def check(self, *, min_interval: timedelta, zone: tzinfo, now: datetime | None) -> None:
         """Raise :class:`~herdsched.errors.InvalidScheduleError` when this cadence fires more
         often than ``min_interval``, or (``now`` given) can never fire again."""
@@ -393,9 +391,6 @@ class Interval:
                 jitter_percent=changes.get("jitter_percent", self.jitter_percent),
             ),
         )
-
-    def shortest_gap(self, zone: tzinfo) -> timedelta | None:
-        return self.every
 
     def __attrs_post_init__(self) -> None:
         self._check_reachable(_now_or(None))
@@ -544,23 +539,12 @@ class Cron:
             ),
         )
 
-    def shortest_gap(self, zone: tzinfo) -> timedelta | None:
-        """The gap between the first two fires after a fixed reference Monday."""
-        reference = datetime(2026, 1, 5, tzinfo=timezone.utc)
-        first = self.first_due(reference, zone)
-        second = (
-            None
-            if first is None
-            else self.next_due(slot=first, finished_at=first, now=first, zone=zone)
-        )
-        return None if first is None or second is None else second - first
-
     def check(self, *, min_interval: timedelta, zone: tzinfo, now: datetime | None) -> None:
-        gap = self.shortest_gap(zone) if min_interval else None
-        if gap is not None and gap < min_interval:
+        close = closest_fires(self.expression, min_interval)
+        if close is not None:
             raise InvalidScheduleError(
-                f"cron {self.expression.source!r} fires every {describe_duration(gap)}, more often "
-                f"than min_interval {describe_duration(min_interval)}",
+                f"cron {self.expression.source!r} fires only {describe_duration(close.gap)} apart "
+                f"({close.where}), more often than min_interval {describe_duration(min_interval)}",
                 field="cron",
                 value=self.expression.source,
             )
@@ -618,9 +602,6 @@ class Once:
         return _changed_cadence(  # type: ignore[no-any-return]
             "once", self.FIELDS, changes, lambda: Once(changes.get("at", self.at))
         )
-
-    def shortest_gap(self, zone: tzinfo) -> timedelta | None:
-        return None
 
     def check(self, *, min_interval: timedelta, zone: tzinfo, now: datetime | None) -> None:
         if now is not None and self.at <= now:

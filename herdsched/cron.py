@@ -19,7 +19,7 @@ import functools
 import heapq
 import re
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone, tzinfo
+from datetime import date, datetime, time, timedelta, timezone, tzinfo
 
 import attrs
 from croniter import croniter
@@ -33,6 +33,7 @@ __all__ = [
     "calculate_next_cron_trigger",
     "is_valid_cron_expression",
     "iter_cron_triggers",
+    "matching_dates",
     "parse_cron_expression",
     "resolve_cron_zone",
 ]
@@ -475,6 +476,19 @@ def _matches(parsed: CronExpression, wall_from: datetime) -> Iterator[datetime]:
         if moment != previous:
             yield moment
             previous = moment
+
+
+def matching_dates(parsed: CronExpression, start: date, end: date) -> Iterator[date]:
+    """The dates in ``[start, end)`` on which ``parsed`` matches at some time of day."""
+    times = 3 if parsed.has_seconds else 2  # the leading second, minute and hour fields
+    streams = tuple(
+        " ".join(["0"] * times + stream.split()[times:])
+        for stream in parsed.streams or (parsed.canonical,)
+    )
+    for moment in _matches(attrs.evolve(parsed, streams=streams), datetime.combine(start, time())):
+        if moment.date() >= end:
+            return
+        yield moment.date()
 
 
 def _next_instant(parsed: CronExpression, after: datetime, zone: tzinfo) -> datetime:

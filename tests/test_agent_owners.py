@@ -328,11 +328,12 @@ def test_cron_firing_closer_than_min_interval_is_refused() -> None:
             sched.add_schedule("bot", "often", Schedule.cron("*/5 * * * *"))
         assert err.value.field == "cron"
         assert str(err.value) == (
-            "bot/often: cron '*/5 * * * *' fires every 5m, more often than min_interval 10m"
+            "bot/often: cron '*/5 * * * *' fires only 5m apart (00:00 and 00:05), more often "
+            "than min_interval 10m"
         )
         with pytest.raises(InvalidScheduleError, match="more often than min_interval"):
             sched.add_schedule("bot", "seconds", Schedule.cron("*/30 * * * * *"))
-        with pytest.raises(InvalidScheduleError, match="fires every 1m,"):
+        with pytest.raises(InvalidScheduleError, match="fires only 1m apart"):
             sched.add_schedule("bot", "pair", Schedule.cron("0,1 9 * * *"))
         sched.add_schedule("bot", "hourly", Schedule.cron("0 * * * *"))
         sched.add_schedule("bot", "ten", Schedule.cron("*/10 * * * *"))  # exactly the minimum

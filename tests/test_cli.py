@@ -828,8 +828,8 @@ _NOT_RUNNABLE = {
         """,
         [
             "agents[0].schedules.fast.interval: interval 30s is shorter than min_interval 10m",
-            "agents[0].schedules.minutely.cron: cron '* * * * *' fires every 1m, more often "
-            "than min_interval 10m",
+            "agents[0].schedules.minutely.cron: cron '* * * * *' fires only 1m apart "
+            "(00:00 and 00:01), more often than min_interval 10m",
         ],
     ),
     "work_source": (

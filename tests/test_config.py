@@ -638,8 +638,8 @@ def test_a_schedule_more_frequent_than_min_interval_is_a_problem_of_the_file(
     assert problems(tmp_path, text) == [
         f"{label}: agents[0].schedules.fast.interval: interval 1h30m is shorter than "
         "min_interval 2h (scheduler.min_interval)",
-        f"{label}: agents[0].schedules.halfhourly.cron: cron '*/30 * * * *' fires every "
-        "30m, more often than min_interval 2h (scheduler.min_interval)",
+        f"{label}: agents[0].schedules.halfhourly.cron: cron '*/30 * * * *' fires only "
+        "30m apart (00:00 and 00:30), more often than min_interval 2h (scheduler.min_interval)",
     ]
     loaded = fleet(tmp_path, text.replace("{min_interval: 2h}", "{min_interval: 0s}"))
     assert list(loaded.agents[0].schedules) == ["fast", "halfhourly", "twohourly", "slow", "once"]
