@@ -64,6 +64,8 @@ MIN_INTERVAL = timedelta(milliseconds=1)
 # The last instant a run may be planned for (the state file has four-digit years).
 _LATEST = datetime.max.replace(tzinfo=timezone.utc)
 _EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
+# Where a cron is checked from: a verdict never depends on the day it is asked.
+_FIXED_MONDAY = datetime(2026, 1, 5, tzinfo=timezone.utc)
 
 
 def _interval_error(problem: str, raw: object) -> IntervalParseError:
@@ -540,6 +542,7 @@ class Cron:
         )
 
     def check(self, *, min_interval: timedelta, zone: tzinfo, now: datetime | None) -> None:
+        self.first_due(_FIXED_MONDAY, zone)  # refuses one whose every match falls in a DST gap
         close = closest_fires(self.expression, min_interval)
         if close is not None:
             raise InvalidScheduleError(

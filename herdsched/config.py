@@ -356,14 +356,16 @@ def _agent_schedules(
 def _often_enough(
     chk: _Checker, where: _PathT, schedule: Schedule, settings: EngineSettings
 ) -> bool:
-    """Whether ``schedule`` keeps to ``min_interval`` (the scheduler's own check, without the
-    once-time-passed part, which the schedule's parsing judged already); a problem if not."""
+    """Whether ``schedule`` keeps to ``min_interval`` and fires at all in its zone (the
+    scheduler's own check, without the once-time-passed part, which the schedule's parsing
+    judged already); a problem if not."""
     if schedule.cadence is None:
         return True
     try:
         schedule.cadence.check(min_interval=settings.min_interval, zone=settings.timezone, now=None)
     except InvalidScheduleError as exc:
-        chk.problem((*where, exc.field or "type"), f"{exc.message} (scheduler.min_interval)")
+        setting = " (scheduler.min_interval)" if "min_interval" in exc.message else ""
+        chk.problem((*where, exc.field or "type"), f"{exc.message}{setting}")
         return False
     return True
 

@@ -548,4 +548,17 @@ def _next_instant_uncached(parsed: CronExpression, after: datetime, zone: tzinfo
             and _wall(candidate.replace(tzinfo=zone).astimezone(timezone.utc), zone) != candidate
         ):
             # A wall time swallowed by a spring-forward gap: resume at the end of the gap.
+            if candidate.year > wall.year + _MAX_YEARS:  # the calendar and the zone's rule
+                raise _never_fires(parsed, zone)  # repeated: every match falls in a gap
             pending = _matches(parsed, _wall(_gap_end(candidate, zone), zone))
+
+
+def _never_fires(parsed: CronExpression, zone: tzinfo) -> InvalidScheduleError:
+    name = getattr(zone, "key", None) or str(zone)
+    return InvalidScheduleError(
+        f'cron expression "{parsed.source}" never fires in {name}: every time it matches falls '
+        "in a gap the clocks skip when daylight saving time begins (only a fixed-time expression, "
+        "minute and hour without *, fires at the end of such a gap)",
+        field="cron",
+        value=parsed.source,
+    )

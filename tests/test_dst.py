@@ -25,12 +25,17 @@ America/Sao_Paulo      2018-02-18 00:00 -02 → 2018-02-17 23:00 -03  2018-11-04
 
 from __future__ import annotations
 
+import re
 from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
 
+from herdsched import Agent, InvalidScheduleError, Schedule, ThreadedScheduler
 from herdsched.cadence import iter_cron_triggers
+from herdsched.config import load_fleet
+from herdsched.errors import ConfigError
 
 UTC = timezone.utc
 
@@ -387,3 +392,34 @@ def test_six_field_seconds_follow_real_time_across_fall_back() -> None:
     start = fall_back - timedelta(seconds=5)
     fires = _fires("* * * * * *", "America/New_York", start, 10)
     assert fires == [start + timedelta(seconds=k) for k in range(1, 11)]
+
+
+# ------------------------------------------------------------------ never fires at all
+
+
+def test_an_expression_whose_every_match_falls_in_a_gap_is_refused_as_such(tmp_path: Path) -> None:
+    """``*/15 2 * 3 0#2`` matches only 02:00-02:45 on the second Sunday of March, the hour New
+    York's clocks skip. It was accepted, then a scheduler's start searched 2 s to the year 9999
+    and failed blaming the calendar's end; a fleet file with it passed ``validate``."""
+    never = "*/15 2 * 3 0#2"
+    said = f'cron expression "{never}" never fires in America/New_York: every time it matches'
+    with pytest.raises(InvalidScheduleError, match=re.escape(said)):
+        next(iter_cron_triggers(never, Z("2026-01-05T00:00"), "America/New_York"))
+    sched = ThreadedScheduler(state_dir=None, timezone="America/New_York")
+    with pytest.raises(InvalidScheduleError, match=re.escape(f"bot/s: {said}")) as info:
+        sched.add_agent(Agent("bot", job=print, schedules={"s": Schedule.cron(never)}))
+    assert info.value.field == "cron"
+    sched.add_agent(Agent("bot", job=print, schedules={"s": Schedule.cron(never, timezone="UTC")}))
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "scheduler: {timezone: America/New_York}\n"
+        f'agents: [{{name: bot, command: "true", schedules: {{s: {{cron: "{never}"}}}}}}]\n'
+    )
+    with pytest.raises(ConfigError) as problems:
+        load_fleet(fleet)
+    assert f"agents[0].schedules.s.cron: {said}" in str(problems.value)
+    assert "min_interval" not in str(problems.value)
+    # a fixed-time expression fires at the end of the gap instead
+    assert next(iter_cron_triggers("30 2 * 3 0#2", Z("2026-01-05T00:00"), "America/New_York")) == (
+        Z("2026-03-08T07:00")
+    )
