@@ -878,16 +878,32 @@ def _other_namespaces(store: StateStore) -> str:
     )
 
 
-def _schedule_names(store: StateStore, agent: str, schedule: str | None) -> list[str]:
+def _schedule_names(
+    store: StateStore, agent: str, schedule: str | None, *, steered: bool = False
+) -> list[str]:
+    """The schedules ``agent`` or ``agent/schedule`` names; ``steered`` (pause, resume,
+    trigger): without those removed from the fleet, and a failure when only such are named."""
     states = _agent_states(store, agent)
-    if schedule is None:
-        return sorted(states)
-    if schedule not in states:
+    if schedule is not None and schedule not in states:
         raise _Failure(
             f"schedule {schedule!r} of agent {agent!r} not found (known: "
             f"{', '.join(sorted(states))})"
         )
-    return [schedule]
+    named = sorted(states) if schedule is None else [schedule]
+    running = [name for name in named if states[name].removed_at is None]
+    if steered and not running:
+        what = f"{agent}/{schedule}" if schedule is not None else f"every schedule of {agent}"
+        removed = max(when for name in named if (when := states[name].removed_at) is not None)
+        raise _Failure(
+            f"{what} was removed from the fleet ({format_timestamp(removed)}): no scheduler runs "
+            "it; its state and history remain, and adding it back to the fleet runs it again"
+        )
+    return running if steered else named
+
+
+def _status_text(state: ScheduleState) -> str:
+    """``removed`` for a schedule taken out of the fleet, else its status."""
+    return "removed" if state.removed_at is not None else str(state.status.value)
 
 
 def _leader(store: StateStore) -> dict[str, Any] | None:
@@ -981,7 +997,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     _out(f"Scheduler:       {_leader_text(leader, zone)}")
     counts: dict[str, int] = {}
     for _, _, state in rows:
-        counts[state.status.value] = counts.get(state.status.value, 0) + 1
+        counts[_status_text(state)] = counts.get(_status_text(state), 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none"
     _out(f"Schedules:       {summary}{elsewhere}")
     _print_rejected(rejected, zone)
@@ -994,7 +1010,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
             name,
             state.type or "-",
             _cell(state.cadence, 40),
-            state.status.value,
+            _status_text(state),
             _next_text(state, zone),
             _format_time(state.last_run_at, zone),
             state.last_result.value if state.last_result else "-",
@@ -1047,7 +1063,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
             name,
             state.type or "-",
             _cell(state.cadence, 40),
-            state.status.value,
+            _status_text(state),
             state.owner or "-",
             _next_text(state, zone),
         ]
@@ -1062,10 +1078,10 @@ def _cmd_trigger(args: argparse.Namespace) -> int:
     store = _open_store(args)
     try:
         if schedule is None:
-            _agent_states(store, agent)
+            _schedule_names(store, agent, None, steered=True)
             name = _AD_HOC_SCHEDULE
         else:
-            name = _schedule_names(store, agent, schedule)[0]
+            name = _schedule_names(store, agent, schedule, steered=True)[0]
         run_id = store.request_trigger(agent, name, prompt=args.prompt)
         leader = _leader(store)
         location = store_location(store)
@@ -1118,7 +1134,7 @@ def _set_status(
     agent, schedule = _target(args.target)
     store = _open_store(args)
     try:
-        for name in _schedule_names(store, agent, schedule):
+        for name in _schedule_names(store, agent, schedule, steered=True):
             state = store.get_schedule_state(agent, name)
             reason = skip(state)
             if reason is not None:

@@ -636,6 +636,11 @@ class ScheduleState:
     type: str | None = attrs.field(default=None, validator=_opt_str("type"))
     cadence: str | None = attrs.field(default=None, validator=_opt_str("cadence"))
     owner: str | None = attrs.field(default=None, validator=_opt_str("owner"))
+    # When the scheduler that leads found this schedule missing from its fleet (it does not run
+    # it); ``None`` while some fleet has it. Registering the schedule again clears it.
+    removed_at: datetime | None = attrs.field(
+        default=None, converter=_ms_time, validator=_aware_time
+    )
 
 
 @attrs.frozen(kw_only=True)

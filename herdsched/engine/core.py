@@ -174,14 +174,17 @@ class EngineCore:
             self.change_state(entry, next_run_at=due)
 
     def persist_description(self, entry: Entry) -> None:
-        """Record the cadence, type and owner so other processes can show them."""
+        """Record the cadence, type and owner so other processes can show them (and that the
+        schedule is in the fleet again, if it was marked removed)."""
         if not self.leading:
             return
         schedule = entry.schedule
         state = entry.state
-        wanted = (schedule.description, str(schedule.type), schedule.owner)
-        if (state.cadence, state.type, state.owner) != wanted:
-            self.change_state(entry, cadence=wanted[0], type=wanted[1], owner=wanted[2])
+        wanted = (schedule.description, str(schedule.type), schedule.owner, None)
+        if (state.cadence, state.type, state.owner, state.removed_at) != wanted:
+            self.change_state(
+                entry, cadence=wanted[0], type=wanted[1], owner=wanted[2], removed_at=None
+            )
 
     def append_run(self, record: RunRecord) -> None:
         self.store_call(self.store.append_run, record)

@@ -23,7 +23,7 @@ from typing import Any
 from attrs import evolve
 
 import herdsched.events as ev
-from herdsched.engine.core import EngineCore, timer_trigger_type
+from herdsched.engine.core import AD_HOC_SCHEDULE, EngineCore, timer_trigger_type
 from herdsched.engine.planning import Entry, due_after_downtime, fresh_due
 from herdsched.errors import LeadershipLostError, StateError
 from herdsched.models import RunRecord, RunStatus, Status, TriggerType
@@ -43,6 +43,8 @@ __all__ = [
 _RENEW_RETRY = 1.0
 #: How often failed renewals are logged while they go on (each is retried every second).
 _RENEW_WARN_EVERY = 10.0
+#: How many schedules taken out of the fleet the recovery's log line names.
+_REMOVED_NAMED = 10
 _LEASE_METHODS = ("acquire_lease", "renew_lease", "release_lease", "current_lease")
 
 
@@ -231,6 +233,42 @@ def recover_all(core: EngineCore) -> None:
             )
         core.plan.unplan(entry)
         plan_from_state(core, entry, now, recovering=True)
+    _mark_removed(core, now)
+
+
+def _mark_removed(core: EngineCore, now: datetime) -> None:
+    """Mark the stored states of schedules this scheduler does not run (taken out of its fleet),
+    so that every process shows them as removed rather than as waiting for a run that never
+    comes. Stored run-time definitions are taken in later and are not marked; registering a
+    marked schedule again clears the mark (:meth:`EngineCore.persist_description`)."""
+    try:
+        stored = core.store.get_all_schedule_states()
+        defined = core.store.load_definitions()
+    except Exception as exc:
+        core.state_error(exc)
+        return
+    lost = [
+        (agent, name)
+        for agent, states in stored.items()
+        for name, state in states.items()
+        if state.removed_at is None
+        and (agent, name) not in core.entries
+        and name not in defined.get(agent, {})
+        and not (name == AD_HOC_SCHEDULE and agent in core.agents)
+    ]
+    for agent, name in lost:
+        core.store_call(core.store.record_transition, agent, name, removed_at=now, next_run_at=None)
+    if lost:
+        shown = ", ".join(f"{agent}/{name}" for agent, name in lost[:_REMOVED_NAMED])
+        more = f" and {len(lost) - _REMOVED_NAMED} more" if len(lost) > _REMOVED_NAMED else ""
+        core.log.info(
+            "%d schedule(s) with state in the store are not in this scheduler's fleet (%s%s): "
+            "they do not run and are shown as removed; their state and history stay, and "
+            "registering one again runs it again.",
+            len(lost),
+            shown,
+            more,
+        )
 
 
 def _unfinished_claims(core: EngineCore) -> dict[tuple[str, str], RunClaim]:

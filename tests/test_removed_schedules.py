@@ -1,0 +1,140 @@
+"""Schedules taken out of the fleet: shown as removed, not steered, and back when added again.
+
+Before, a schedule removed from the fleet file kept its stored state: ``herdsched status`` and
+``list`` showed it ``idle`` with a next run that never came, and ``pause``/``trigger`` on it
+succeeded (the run was queued, then skipped by the scheduler).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scheduler_helpers import Recorder
+
+from herdsched import Agent, Schedule, ThreadedScheduler
+from herdsched.cli import main
+from herdsched.store.base import StateStore
+from herdsched.store.postgres import PostgresStateStore
+from herdsched.store.yaml_store import YamlStateStore
+from herdsched.testing import FakeClock
+
+T0 = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
+
+
+def _run_fleet(
+    state_dir: Path, clock: FakeClock, schedules: list[str], store: StateStore | None = None
+) -> None:
+    """One start, pass and stop of agent ``bot`` with ``schedules`` (each every hour)."""
+    where: dict[str, Any] = {"store": store} if store is not None else {"state_dir": state_dir}
+    sched = ThreadedScheduler(**where, clock=clock, timezone="UTC")
+    agent = Agent("bot", job=Recorder(), schedules={n: Schedule.interval("1h") for n in schedules})
+    sched.add_agent(agent)
+    with sched:
+        sched.run_pending()
+        assert sched.wait_until_idle(10)
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(T0)
+
+
+def test_the_leader_marks_what_its_fleet_lost_and_clears_it_when_it_comes_back(
+    tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    _run_fleet(tmp_path, clock, ["keep", "gone"])
+    clock.advance(60)
+    with caplog.at_level(logging.INFO, logger="herdsched"):
+        _run_fleet(tmp_path, clock, ["keep"])
+    assert "1 schedule(s) with state in the store are not in this scheduler's fleet (bot/gone)" in (
+        caplog.text
+    )
+    store = YamlStateStore(tmp_path)
+    gone, keep = store.get_schedule_state("bot", "gone"), store.get_schedule_state("bot", "keep")
+    assert gone.removed_at == T0.replace(minute=1) and gone.next_run_at is None
+    assert gone.last_run_at == T0  # what it did stays
+    assert keep.removed_at is None and keep.next_run_at is not None
+    store.close()
+    clock.advance(60)
+    _run_fleet(tmp_path, clock, ["keep", "gone"])
+    store = YamlStateStore(tmp_path)
+    back = store.get_schedule_state("bot", "gone")
+    assert back.removed_at is None and back.next_run_at == T0.replace(hour=10)
+    store.close()
+
+
+def test_a_postgresql_store_carries_the_mark_across_hosts(
+    postgres_dsn: str, pg_namespace: str, clock: FakeClock, tmp_path: Path
+) -> None:
+    def store() -> PostgresStateStore:
+        return PostgresStateStore(postgres_dsn, namespace=pg_namespace, clock=clock)
+
+    _run_fleet(tmp_path, clock, ["keep", "gone"], store())
+    _run_fleet(tmp_path, clock, ["keep"], store())
+    other_host = store()
+    try:
+        gone = other_host.get_schedule_state("bot", "gone")
+        assert gone.removed_at == T0 and gone.next_run_at is None
+    finally:
+        other_host.close()
+    _run_fleet(tmp_path, clock, ["keep", "gone"], store())
+    other_host = store()
+    try:
+        assert other_host.get_schedule_state("bot", "gone").removed_at is None
+    finally:
+        other_host.close()
+
+
+def test_stored_definitions_and_ad_hoc_runs_are_not_marked(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
+    sched.add_agent(Agent("bot", job=Recorder()))
+    with sched:
+        sched.add_schedule("bot", "stored", Schedule.interval("1h"), persist=True)
+        assert sched.trigger("bot").success  # an ad hoc run: recorded as bot/manual
+        sched.run_pending()
+        assert sched.wait_until_idle(10)
+    _run_fleet(tmp_path, clock, [])  # the same agent, nothing in code: both are its own
+    store = YamlStateStore(tmp_path)
+    states = store.get_agent_schedule_states("bot")
+    assert set(states) == {"stored", "manual"}
+    assert [name for name, state in states.items() if state.removed_at is not None] == []
+    store.close()
+
+
+def test_the_command_line_shows_removed_schedules_and_will_not_steer_them(
+    tmp_path: Path, clock: FakeClock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _run_fleet(tmp_path, clock, ["keep", "gone"])
+    _run_fleet(tmp_path, clock, ["keep"])
+    where = ("--state-dir", str(tmp_path))
+    code, out, _ = _cli(capsys, "status", *where)
+    assert code == 0 and "Schedules:       1 idle, 1 removed" in out
+    gone_row = next(line for line in out.splitlines() if line.startswith("bot    gone"))
+    assert gone_row.split()[5:7] == ["removed", "-"]  # after "every 1h"
+    code, out, _ = _cli(capsys, "list", *where)
+    assert "removed" in next(line for line in out.splitlines() if "gone" in line)
+    for command in ("pause", "resume", "trigger"):
+        code, out, err = _cli(capsys, command, "bot/gone", *where)
+        assert code == 1 and out == "", command
+        assert "bot/gone was removed from the fleet (2026-03-02T09:00:00.000Z)" in err
+        assert "adding it back to the fleet runs it again" in err
+    code, out, _ = _cli(capsys, "pause", "bot", *where)  # the agent: what still runs
+    assert code == 0 and out == "bot/keep: paused\n"
+    code, out, _ = _cli(capsys, "history", "bot/gone", *where)  # what it did stays readable
+    assert code == 0 and "interval  success" in out
+    store = YamlStateStore(tmp_path)
+    assert store.trigger_requests() == []
+    assert store.get_schedule_state("bot", "gone").status.value == "idle"
+    store.close()
