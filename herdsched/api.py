@@ -50,7 +50,7 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlsplit
 
@@ -309,7 +309,9 @@ def cadence_fields(schedule: Schedule | None) -> dict[str, Any]:
     return {}
 
 
-def schedule_json(item: ScheduleStatus, schedule: Schedule | None) -> dict[str, Any]:
+def schedule_json(
+    item: ScheduleStatus, schedule: Schedule | None, zone: tzinfo | None = None
+) -> dict[str, Any]:
     """The JSON of one schedule: its definition's fields and its live state.
 
     ``enabled`` says whether the timer fires it: false when the definition is disabled or the
@@ -322,7 +324,7 @@ def schedule_json(item: ScheduleStatus, schedule: Schedule | None) -> dict[str, 
         "name": item.schedule,
         "type": item.type.value,
         **cadence_fields(schedule),
-        "cadence": describe_cadence(schedule) if schedule is not None else item.type.value,
+        "cadence": describe_cadence(schedule, zone) if schedule is not None else item.type.value,
         "prompt": schedule.prompt if schedule is not None else None,
         "enabled": enabled,
         "status": item.status.value,
@@ -654,7 +656,7 @@ class RestApi:
             schedule: Schedule | None = self._definition(item.agent, item.schedule)
         except (AgentNotFoundError, ScheduleNotFoundError):
             schedule = None
-        out = schedule_json(item, schedule)
+        out = schedule_json(item, schedule, self.scheduler.timezone)
         if out["next_run_at"] is None and schedule is not None and not self.scheduler.is_leader:
             out["next_run_at"] = _time(self._preview_next(item, schedule))
         return out

@@ -29,7 +29,13 @@ from herdsched.cron import (
 )
 from herdsched.cron_gaps import closest_fires
 from herdsched.errors import IntervalParseError, InvalidScheduleError
-from herdsched.timestamps import format_timestamp, parse_timestamp, resolve_timezone, to_utc
+from herdsched.timestamps import (
+    format_timestamp,
+    parse_timestamp,
+    resolve_timezone,
+    to_utc,
+    zone_name,
+)
 
 __all__ = [
     "CADENCE_FIELDS",
@@ -267,8 +273,10 @@ class Cadence(Protocol):
     @property
     def kind(self) -> str: ...
 
-    def describe(self) -> str:
-        """One line a person reads: ``every 5m``, ``cron 0 9 * * 1-5 (Europe/Berlin)``."""
+    def describe(self, zone: tzinfo | None = None) -> str:
+        """One line a person reads: ``every 5m``, ``cron 0 9 * * 1-5 (Europe/Berlin)``.
+
+        ``zone``: the scheduler's, named for a cron that has none of its own (it fires in it)."""
 
     def to_fields(self) -> dict[str, Any]:
         """The fleet-file fields of this cadence (the ones :attr:`FIELDS` names), as text."""
@@ -364,7 +372,7 @@ class Interval:
     measured_from_completion: ClassVar[bool] = True
     runs_once: ClassVar[bool] = False
 
-    def describe(self) -> str:
+    def describe(self, zone: tzinfo | None = None) -> str:
         text = f"every {describe_duration(self.every)}"
         if self.anchor is not None:
             text += f" from {self.anchor.isoformat()}"
@@ -520,9 +528,11 @@ class Cron:
     measured_from_completion: ClassVar[bool] = False
     runs_once: ClassVar[bool] = False
 
-    def describe(self) -> str:
-        zone = f" ({self.timezone})" if self.timezone else ""
-        return f"cron {self.expression.source}{zone}"
+    def describe(self, zone: tzinfo | None = None) -> str:
+        name = self.timezone or (zone_name(zone) if zone is not None else None)
+        return (
+            f"cron {self.expression.source} ({name})" if name else f"cron {self.expression.source}"
+        )
 
     def to_fields(self) -> dict[str, Any]:
         fields: dict[str, Any] = {"cron": self.expression.source}
@@ -595,7 +605,7 @@ class Once:
     measured_from_completion: ClassVar[bool] = False
     runs_once: ClassVar[bool] = True
 
-    def describe(self) -> str:
+    def describe(self, zone: tzinfo | None = None) -> str:
         return f"once at {self.at.isoformat()}"
 
     def to_fields(self) -> dict[str, Any]:

@@ -568,7 +568,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                     agent.name,
                     sched_name,
                     schedule.type.value,
-                    _cadence_text(schedule),
+                    _cadence_text(schedule, fleet.timezone),
                     "yes" if schedule.enabled else "no",
                     _cell(_runs_text(schedule.job or agent.job), 50),
                 ]
@@ -590,10 +590,10 @@ def _runnable_fleet(path: str) -> FleetConfig:
     return fleet
 
 
-def _cadence_text(schedule: Schedule) -> str:
-    """The scheduler's own wording, which ``status`` shows too."""
-
-    return describe_cadence(schedule)
+def _cadence_text(schedule: Schedule, zone: str | None) -> str:
+    """The scheduler's own wording, which ``status`` shows too (a cron names the zone it fires
+    in: its own, else the fleet's ``scheduler.timezone``, else the system's)."""
+    return describe_cadence(schedule, resolve_timezone(zone) if zone else _system_timezone())
 
 
 def _runs_text(job: object) -> str:

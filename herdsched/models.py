@@ -11,7 +11,7 @@ import math
 import re
 import threading
 from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any, TypeVar, Union
 
 import attrs
@@ -458,7 +458,11 @@ class Schedule:
     @property
     def description(self) -> str:
         """The cadence in one line (``every 5m``); the type for schedules only triggers fire."""
-        return self.cadence.describe() if self.cadence is not None else str(self.type)
+        return self.describe()
+
+    def describe(self, zone: tzinfo | None = None) -> str:
+        """:attr:`description`, naming ``zone`` (the scheduler's) for a cron without its own."""
+        return self.cadence.describe(zone) if self.cadence is not None else str(self.type)
 
     def with_changes(self, **changes: Any) -> Schedule:
         """A copy with ``changes`` applied and validated."""

@@ -94,9 +94,10 @@ def _commit_all_at_exit() -> None:
 atexit.register(_commit_all_at_exit)
 
 
-def describe_cadence(schedule: Schedule) -> str:
-    """A short text for what a schedule's cadence is (stored for other processes to show)."""
-    return schedule.description
+def describe_cadence(schedule: Schedule, zone: tzinfo | None = None) -> str:
+    """A short text for what a schedule's cadence is (stored for other processes to show);
+    ``zone``, the scheduler's, is named for a cron that has none of its own."""
+    return schedule.describe(zone)
 
 
 class ThreadedScheduler:

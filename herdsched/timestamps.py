@@ -131,6 +131,14 @@ def resolve_timezone(name: str | tzinfo | None) -> tzinfo:
 _POSIX_RULE = re.compile(r"(?:[A-Za-z]{3,}|<[+-]?[A-Za-z0-9]+>)[+-]?[0-9]")
 
 
+def zone_name(zone: tzinfo) -> str:
+    """How a person names ``zone``: its IANA key, else its current abbreviation (``CET``)."""
+    key = getattr(zone, "key", None)
+    if isinstance(key, str) and key:
+        return key
+    return datetime.now(zone).tzname() or str(zone)
+
+
 def system_timezone() -> tzinfo:
     """The process's local zone, as an IANA zone when it can be named, else dateutil's tzlocal.
 

@@ -180,7 +180,12 @@ class EngineCore:
             return
         schedule = entry.schedule
         state = entry.state
-        wanted = (schedule.description, str(schedule.type), schedule.owner, None)
+        wanted = (
+            schedule.describe(self.settings.timezone),
+            str(schedule.type),
+            schedule.owner,
+            None,
+        )
         if (state.cadence, state.type, state.owner, state.removed_at) != wanted:
             self.change_state(
                 entry, cadence=wanted[0], type=wanted[1], owner=wanted[2], removed_at=None

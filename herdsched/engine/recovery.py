@@ -294,8 +294,9 @@ def plan_from_state(core: EngineCore, entry: Entry, now: datetime, *, recovering
     if recovering and entry.state.status is Status.RUNNING and entry.run is None:
         _record_interrupted(core, entry, now)
     state = entry.state
-    description = entry.schedule.description
-    cadence_changed = state.cadence is not None and state.cadence != description
+    # as stored now (a cron naming the zone it inherits), or as before (without it)
+    described = {entry.schedule.describe(core.settings.timezone), entry.schedule.description}
+    cadence_changed = state.cadence is not None and state.cadence not in described
     if not entry.schedulable:
         core.set_due(entry, None, None)
     elif cadence_changed or state.next_run_at is None:
