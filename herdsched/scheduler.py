@@ -447,7 +447,7 @@ class ThreadedScheduler:
                 kept = new[name].schedules if name in new else {}
                 for schedule in old.schedules:
                     if schedule not in kept:
-                        registry.drop_entry(core, name, schedule, forget_state=False)
+                        registry.retire_entry(core, name, schedule)
                 if name not in new:
                     del core.agents[name]
                     core.executors.forget(name)

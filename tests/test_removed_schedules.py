@@ -73,6 +73,32 @@ def test_the_leader_marks_what_its_fleet_lost_and_clears_it_when_it_comes_back(
     store.close()
 
 
+def test_a_hot_reload_marks_what_it_drops_and_clears_what_it_brings_back(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    def fleet(*names: str) -> list[Agent]:
+        return [Agent("bot", job=Recorder(), schedules={n: Schedule.interval("1h") for n in names})]
+
+    def state_after(*reloads: tuple[str, ...]) -> Any:
+        sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
+        sched.set_agents(fleet("keep", "gone"))
+        with sched:
+            sched.run_pending()
+            assert sched.wait_until_idle(10)
+            clock.advance(60)
+            for names in reloads:
+                sched.set_agents(fleet(*names))
+        store = YamlStateStore(tmp_path)
+        try:
+            return store.get_schedule_state("bot", "gone")
+        finally:
+            store.close()
+
+    dropped = state_after(("keep",))
+    assert dropped.removed_at == T0.replace(minute=1) and dropped.next_run_at is None
+    assert state_after(("keep",), ("keep", "gone")).removed_at is None
+
+
 def test_a_postgresql_store_carries_the_mark_across_hosts(
     postgres_dsn: str, pg_namespace: str, clock: FakeClock, tmp_path: Path
 ) -> None:

@@ -122,6 +122,15 @@ def drop_entry(core: EngineCore, agent: str, name: str, *, forget_state: bool) -
             core.store_call(core.store.delete_definition, agent, name)
 
 
+def retire_entry(core: EngineCore, agent: str, name: str) -> None:
+    """Drop a schedule the fleet no longer has (a hot reload): its state stays, marked removed
+    (as a restart without it marks it), so that no process shows it waiting for a run."""
+    if (agent, name) in core.entries and core.leading:
+        now = core.clock.now()
+        core.store_call(core.store.record_transition, agent, name, removed_at=now, next_run_at=None)
+    drop_entry(core, agent, name, forget_state=False)
+
+
 def ad_hoc_entry(core: EngineCore, agent: Agent) -> Entry:
     """The entry that records ``trigger(agent)`` runs of the agent's own job."""
     key = (agent.name, AD_HOC_SCHEDULE)
