@@ -26,7 +26,7 @@ from croniter import croniter
 from croniter.croniter import CroniterBadDateError, CroniterError
 
 from herdsched.errors import CronParseError, InvalidScheduleError
-from herdsched.timestamps import resolve_timezone, to_utc
+from herdsched.timestamps import resolve_timezone, to_utc, zone_name
 
 __all__ = [
     "CronExpression",
@@ -554,11 +554,10 @@ def _next_instant_uncached(parsed: CronExpression, after: datetime, zone: tzinfo
 
 
 def _never_fires(parsed: CronExpression, zone: tzinfo) -> InvalidScheduleError:
-    name = getattr(zone, "key", None) or str(zone)
     return InvalidScheduleError(
-        f'cron expression "{parsed.source}" never fires in {name}: every time it matches falls '
-        "in a gap the clocks skip when daylight saving time begins (only a fixed-time expression, "
-        "minute and hour without *, fires at the end of such a gap)",
+        f'cron expression "{parsed.source}" never fires in {zone_name(zone)}: every time it '
+        "matches falls in a gap the clocks skip when daylight saving time begins (only a "
+        "fixed-time expression, minute and hour without *, fires at the end of such a gap)",
         field="cron",
         value=parsed.source,
     )

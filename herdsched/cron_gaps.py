@@ -33,7 +33,6 @@ __all__ = ["CloseFires", "closest_fires"]
 _REFERENCE = date(2026, 1, 5)  # a Monday: verdicts never depend on the day they are asked
 _DAY = 86_400
 _DATE_SCAN = timedelta(days=4 * 366)  # a leap day included
-_OFFSET_SCAN_DAYS = 2 * 366
 
 
 @attrs.frozen

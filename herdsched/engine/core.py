@@ -191,6 +191,11 @@ class EngineCore:
                 entry, cadence=wanted[0], type=wanted[1], owner=wanted[2], removed_at=None
             )
 
+    def mark_removed(self, agent: str, name: str, at: datetime) -> None:
+        """Record that the fleet no longer has ``agent/name``: its state stays, without a next
+        run, and every process shows it removed until it is registered again."""
+        self.store_call(self.store.record_transition, agent, name, removed_at=at, next_run_at=None)
+
     def append_run(self, record: RunRecord) -> None:
         self.store_call(self.store.append_run, record)
 

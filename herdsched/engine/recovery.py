@@ -257,7 +257,7 @@ def _mark_removed(core: EngineCore, now: datetime) -> None:
         and not (name == AD_HOC_SCHEDULE and agent in core.agents)
     ]
     for agent, name in lost:
-        core.store_call(core.store.record_transition, agent, name, removed_at=now, next_run_at=None)
+        core.mark_removed(agent, name, now)
     if lost:
         shown = ", ".join(f"{agent}/{name}" for agent, name in lost[:_REMOVED_NAMED])
         more = f" and {len(lost) - _REMOVED_NAMED} more" if len(lost) > _REMOVED_NAMED else ""

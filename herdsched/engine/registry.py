@@ -126,8 +126,7 @@ def retire_entry(core: EngineCore, agent: str, name: str) -> None:
     """Drop a schedule the fleet no longer has (a hot reload): its state stays, marked removed
     (as a restart without it marks it), so that no process shows it waiting for a run."""
     if (agent, name) in core.entries and core.leading:
-        now = core.clock.now()
-        core.store_call(core.store.record_transition, agent, name, removed_at=now, next_run_at=None)
+        core.mark_removed(agent, name, core.clock.now())
     drop_entry(core, agent, name, forget_state=False)
 
 
