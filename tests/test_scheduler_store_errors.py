@@ -75,8 +75,11 @@ def test_a_store_down_for_minutes_logs_once_a_minute_and_says_when_it_works_agai
             store.broken = False
             step(sched, clock, "1s")
     failures = len(errors)
-    assert failures >= 150
     lines = [r.getMessage() for r in caplog.records if "state store" in r.getMessage()]
+    # how many calls fail depends on whether the timer thread's background commit is still
+    # failing when the next pass comes (a loaded CI run saw 95 for the 150 passes); each one
+    # is heard, only four are logged
+    assert failures > 10 * len(lines)
     assert [line.split(":")[0].split(" (")[0] for line in lines] == [
         "The state store failed",
         "The state store still fails after 1m",
