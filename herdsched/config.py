@@ -28,7 +28,7 @@ which the REST API and the run-time definitions file (``schedules.yaml``) share.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -361,12 +361,15 @@ def _often_enough(
     judged already); a problem if not."""
     if schedule.cadence is None:
         return True
-    try:
-        schedule.cadence.check(min_interval=settings.min_interval, zone=settings.timezone, now=None)
-    except InvalidScheduleError as exc:
-        setting = " (scheduler.min_interval)" if "min_interval" in exc.message else ""
-        chk.problem((*where, exc.field or "type"), f"{exc.message}{setting}")
-        return False
+    # first without the limit: a problem of the cadence itself (a cron that never fires) is
+    # not blamed on scheduler.min_interval
+    blamed = " (scheduler.min_interval)"
+    for limit, setting in ((timedelta(0), ""), (settings.min_interval, blamed)):
+        try:
+            schedule.cadence.check(min_interval=limit, zone=settings.timezone, now=None)
+        except InvalidScheduleError as exc:
+            chk.problem((*where, exc.field or "type"), f"{exc.message}{setting}")
+            return False
     return True
 
 
