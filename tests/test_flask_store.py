@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 flask = pytest.importorskip("flask")
 
 from flask import Flask  # noqa: E402
+from postgres_server import start_server  # noqa: E402
 
 from herdsched.api import ALLOW_ANYONE  # noqa: E402
 from herdsched.contrib.flask import EXTENSION_KEY, FlaskHerdsched, init_app  # noqa: E402
@@ -178,3 +180,40 @@ def test_bad_settings_are_refused_by_name(config: dict[str, Any], message: str) 
         init_app(app)
     assert message in str(caught.value)
     assert "s3cret" not in str(caught.value)
+
+
+@pytest.mark.slow
+def test_a_database_down_at_a_workers_first_request_fails_no_page_and_the_start_is_retried(
+    monkeypatch: pytest.MonkeyPatch, apps: list[Flask], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Under gunicorn the first request starts the worker's scheduler. With the database down
+    then, that request (for a page of the app's own) used to answer 500 and the worker never
+    ran a scheduler; now the page is served and the start is tried again until it works."""
+    from herdsched import contrib
+
+    with start_server() as server:
+        app = make_app(apps, HERDSCHED_STORE=server.dsn)
+        ext: FlaskHerdsched = app.extensions[EXTENSION_KEY]
+        ext.embedded.retry_delay = 0.2
+        monkeypatch.setattr(contrib, "_server", lambda: contrib._Server(True, None))
+        ext.embedded.stop()  # started at once above: now as a gunicorn worker would
+        ext.embedded.start()
+        assert not ext.scheduler.is_running()
+
+        @app.get("/home")
+        def home() -> str:
+            return "the app's own page"
+
+        server.stop("immediate")
+        answer = app.test_client().get("/home")
+        assert (answer.status_code, answer.text) == (200, "the app's own page")
+        assert "herdsched could not start in pid" in caplog.text
+        assert "Could not connect in the PostgreSQL store" in caplog.text
+        assert not ext.scheduler.is_running()
+        server.start()
+        deadline = time.monotonic() + 30
+        while not ext.scheduler.is_running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ext.scheduler.is_running()
+        assert ext.scheduler.is_leader
+        ext.embedded.stop(timeout=10)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import signal
 import sys
-import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -26,6 +26,7 @@ from gunicorn_helpers import WORKERS, children_of, get_json, gunicorn, read_runs
 from herdsched import ThreadedScheduler
 from herdsched import contrib as embedding
 from herdsched.contrib import EmbeddedScheduler, UwsgiThreadsError, check_server
+from herdsched.errors import StateError
 from herdsched.store.leases import read_leader_info
 
 WINDOW = 7.0  # seconds of 1 s interval runs watched before the leader is killed
@@ -331,21 +332,68 @@ def test_exit_stops_running_schedulers_and_pending_starts(
     assert not sched.is_running()
 
 
-def test_a_failed_start_in_the_child_is_logged(
+def test_a_failed_start_in_the_child_is_logged_and_tried_again(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     sched = ThreadedScheduler(state_dir=None)
-    embedded = EmbeddedScheduler(sched)
+    embedded = EmbeddedScheduler(sched, retry_delay=0.05)
     embedded.wanted = True
     embedded.handed_over = True
+    calls: list[float] = []
 
     def broken() -> None:
+        calls.append(time.monotonic())
         raise RuntimeError("cannot start")
 
     monkeypatch.setattr(embedded, "_start_now", broken)
-    embedded._after_fork_in_child()
-    assert "could not start herdsched" in caplog.text
-    assert threading.active_count() >= 1
+    try:
+        embedded._after_fork_in_child()
+        assert "herdsched could not start in pid" in caplog.text
+        assert "it tries again in 0.05 s: cannot start" in caplog.text
+        wait_for(lambda: len(calls) >= 3, 5, "two more tries")
+        assert "tries again in 0.1 s" in caplog.text  # the delay doubles
+    finally:
+        embedded.stop()
+    tried = len(calls)
+    time.sleep(0.5)
+    assert len(calls) == tried  # stop() ends the tries
+
+
+def test_a_start_that_fails_for_a_request_does_not_fail_it_and_is_tried_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Under gunicorn the first request starts the scheduler: when the state cannot be reached
+    then, the request goes on, and the worker starts its scheduler once it can."""
+    server(monkeypatch, True, None)
+    state_dir = tmp_path / "state"
+    sched = ThreadedScheduler(state_dir=state_dir)
+    state_dir.write_text("not a directory")  # what a missing mount looks like to the start
+    embedded = EmbeddedScheduler(sched, prefork_grace=60, retry_delay=0.1)
+    try:
+        embedded.start()
+        embedded.mark_serving()  # raised the start's error into the request before
+        assert not sched.is_running()
+        assert f"herdsched could not start in pid {os.getpid()}" in caplog.text
+        assert str(state_dir) in caplog.text
+        state_dir.unlink()
+        wait_for(sched.is_running, 10, "the start tried again")
+        wait_for(lambda: embedded.failed_starts == 0, 5, "the count of failures to be reset")
+    finally:
+        embedded.stop()
+    assert not sched.is_running()
+
+
+def test_a_start_made_at_once_raises_for_the_apps_set_up(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    server(monkeypatch, False, None)
+    state_dir = tmp_path / "state"
+    embedded = EmbeddedScheduler(ThreadedScheduler(state_dir=state_dir), retry_delay=0.05)
+    state_dir.write_text("not a directory")
+    with pytest.raises(StateError, match=re.escape(str(state_dir))):
+        embedded.start()
+    time.sleep(0.3)
+    assert not embedded.scheduler.is_running()  # and nothing tries again behind its back
 
 
 def test_server_detection(monkeypatch: pytest.MonkeyPatch) -> None:

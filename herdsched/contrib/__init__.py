@@ -86,6 +86,11 @@ HANDOVER_TIMEOUT = 30.0
 #: Under gunicorn: seconds a process waits to see whether it forks (a master loading the app
 #: with ``--preload``) before it starts its scheduler as a worker without requests.
 PREFORK_GRACE = 1.0
+#: Seconds before a start that failed in a worker is tried again (doubling at each failure, up to
+#: :data:`RETRY_LONGEST`): a store that cannot be reached then must not leave the worker without
+#: a scheduler for good.
+RETRY_DELAY = 5.0
+RETRY_LONGEST = 60.0
 
 
 class UwsgiThreadsError(SchedulerError, RuntimeError):
@@ -170,6 +175,11 @@ class EmbeddedScheduler:
     process has not forked by then (a worker that gets no requests). A process that forks
     before serving hands the scheduler to its children: it stops its own (waiting up to
     ``handover_timeout`` s for running jobs) and every child starts one.
+
+    A start made at once in :meth:`start` raises what fails, for the app's set-up to see. A
+    start made later (by a request, a timer or a fork) never fails the request that made it:
+    the error is logged and the start tried again after ``retry_delay`` s, then at doubling
+    delays up to a minute, until it succeeds or :meth:`stop` is called.
     """
 
     def __init__(
@@ -178,10 +188,13 @@ class EmbeddedScheduler:
         *,
         handover_timeout: float = HANDOVER_TIMEOUT,
         prefork_grace: float = PREFORK_GRACE,
+        retry_delay: float = RETRY_DELAY,
     ) -> None:
         self.scheduler = scheduler
         self.handover_timeout = handover_timeout
         self.prefork_grace = prefork_grace
+        self.retry_delay = retry_delay
+        self.failed_starts = 0  # in a row, since the last start that worked
         self.serving = False
         self.handed_over = False
         self.wanted = False
@@ -209,13 +222,38 @@ class EmbeddedScheduler:
             else:
                 deferred = self.prefork_grace
             if deferred is not None and self._timer is None:
-                self._timer = threading.Timer(deferred, self._start_now)
-                self._timer.daemon = True
-                self._timer.name = "herdsched-deferred-start"
-                self._timer.start()
+                self._start_after(deferred)
                 return
         if deferred is None:
             self._start_now()
+
+    def _start_after(self, delay: float) -> None:
+        """Start in ``delay`` s, from a timer thread (caller holds the lock)."""
+        self._timer = threading.Timer(delay, self._start_deferred)
+        self._timer.daemon = True
+        self._timer.name = "herdsched-deferred-start"
+        self._timer.start()
+
+    def _start_deferred(self) -> None:
+        """Start now, on behalf of a request, a timer or a fork: a failure is logged and the
+        start tried again later, since nobody could act on an error raised here (a request
+        for an unrelated page would fail, and the worker would run no scheduler for good)."""
+        try:
+            self._start_now()
+        except Exception as exc:
+            with self._lock:
+                if not self.wanted or self.handed_over:
+                    return
+                self.failed_starts += 1
+                delay = min(self.retry_delay * 2 ** (self.failed_starts - 1), RETRY_LONGEST)
+                if self._timer is None or self._timer is threading.current_thread():
+                    self._start_after(delay)
+            _log.error(
+                "herdsched could not start in pid %s; it tries again in %s s: %s",
+                os.getpid(),
+                f"{delay:g}",
+                exc,
+            )
 
     def _start_now(self) -> None:
         with self._lock:
@@ -225,6 +263,7 @@ class EmbeddedScheduler:
             if not self.wanted or self.handed_over:
                 return
         self.scheduler.start()
+        self.failed_starts = 0
         _log.info(
             "herdsched %s in pid %s (state in %s)",
             "active" if self.scheduler.is_leader else "standing by",
@@ -238,7 +277,7 @@ class EmbeddedScheduler:
             return
         self.serving = True
         if self.wanted and not self.scheduler.is_running() and _server().master is not True:
-            self._start_now()
+            self._start_deferred()
 
     def stop(self, timeout: float | None = 30.0) -> None:
         """Stop the scheduler and wait up to ``timeout`` s for running jobs (idempotent)."""
@@ -275,10 +314,7 @@ class EmbeddedScheduler:
         self._timer = None
         self.handed_over = False
         self.serving = False
-        try:
-            self._start_now()
-        except Exception:
-            _log.exception("could not start herdsched in worker pid %s", os.getpid())
+        self._start_deferred()
 
     def _at_exit(self) -> None:
         if self.scheduler.is_running():
@@ -306,7 +342,7 @@ def _uwsgi_post_fork(embedded: EmbeddedScheduler) -> None:
             previous()
         embedded.handed_over = False
         embedded.serving = False
-        embedded._start_now()
+        embedded._start_deferred()
 
     hook.herdsched = embedded  # type: ignore[attr-defined]
     uwsgi.post_fork_hook = hook
