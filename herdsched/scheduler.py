@@ -84,6 +84,9 @@ __all__ = ["ThreadedScheduler", "describe_cadence"]
 _F = TypeVar("_F", bound=Callable[..., Any])
 _E = TypeVar("_E", bound=ev.Event)
 _schedulers: weakref.WeakSet[ThreadedScheduler] = weakref.WeakSet()
+#: Started schedulers, held while they run (as ``threading`` holds its threads): a script may
+#: drop its last reference to one, and it must still be stopped at exit.
+_started: set[ThreadedScheduler] = set()
 
 
 def _commit_all_at_exit() -> None:
@@ -92,6 +95,37 @@ def _commit_all_at_exit() -> None:
 
 
 atexit.register(_commit_all_at_exit)
+
+
+def before_pools_join(func: Callable[[], object]) -> None:
+    """Call ``func`` as the interpreter exits, before ``concurrent.futures`` shuts its thread
+    pools down and waits for their running jobs.
+
+    That happens in a hook ``threading`` runs before ``atexit`` (it is not public, but it is
+    what ``concurrent.futures`` itself uses), latest registered first, and the pools' hook is
+    registered when ``ThreadPoolExecutor`` is first imported (by :mod:`herdsched.engine`, before
+    this module calls here). Without it a scheduler's timer would go on claiming slots through
+    the pools' shut-down window, each refused and recorded as missed, and a ``stop()`` made at
+    ``atexit`` would come after the jobs it should wait for.
+    """
+    register = getattr(threading, "_register_atexit", None)
+    (register or atexit.register)(func)
+
+
+def _stop_all_at_exit() -> None:
+    """Stop each scheduler still started when the interpreter exits: it dispatches nothing
+    more, waits for its running jobs (as the pools' own hook would), records their outcomes and
+    lets go of its lease."""
+    for scheduler in list(_started):
+        if scheduler.is_running():
+            scheduler.log.info("The interpreter exits: the scheduler stops, waiting for its jobs.")
+            try:
+                scheduler.stop(wait_for_jobs=True, timeout=None)
+            except Exception:
+                scheduler.log.exception("The scheduler did not stop cleanly at exit.")
+
+
+before_pools_join(_stop_all_at_exit)
 
 
 def describe_cadence(schedule: Schedule, zone: tzinfo | None = None) -> str:
@@ -299,6 +333,7 @@ class ThreadedScheduler:
                 _call_if_offered(core.store, "unwatch")
                 raise
             core.status = "running" if leading else "standby"
+            _started.add(self)
             if not leading:
                 self._log_standby()
             core.wake.clear()
@@ -337,6 +372,7 @@ class ThreadedScheduler:
             )
         self._leadership.release()
         _call_if_offered(core.store, "unwatch")
+        _started.discard(self)
         core.listeners.deliver()
         self.log.info("The scheduler stopped.")
         if timed_out:

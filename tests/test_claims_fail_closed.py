@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import logging
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
@@ -187,3 +188,56 @@ def test_a_claim_failure_is_recorded_once_the_store_works_again(tmp_path: Any) -
         [record] = reread.get_history("a", "s")
         assert record.status is RunStatus.MISSED
         assert reread.get_schedule_state("a", "s").status is Status.IDLE
+
+
+class _RefusingPool(ThreadPoolExecutor):
+    """A thread pool that refuses work while ``refusing`` is set, as every pool does once the
+    interpreter has begun to exit (``cannot schedule new futures after interpreter shutdown``)."""
+
+    refusing = False
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+        if _RefusingPool.refusing:
+            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+        return super().submit(fn, *args, **kwargs)
+
+
+def test_a_claimed_run_its_executor_refuses_is_recorded_as_not_started_and_holds_nothing(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The run was claimed, so its slot is not run again; it used to stay "running" for good,
+    holding its slot, and stop() waited for it until its timeout."""
+    monkeypatch.setattr(_RefusingPool, "refusing", True)
+    job = Recorder()
+    with running(min_interval=0, executor_factory=lambda _agent, size: _RefusingPool(size)) as (
+        sched,
+        clock,
+    ):
+        sched.add_agent(
+            Agent("a", job=job, max_concurrent=1, schedules={"s": Schedule.interval("5m")})
+        )
+        seen = _events(sched)
+        with caplog.at_level(logging.ERROR, logger="herdsched"):
+            sched.start()
+            step(sched)
+        assert job.calls == []
+        assert sched.get_running_job_count("a") == 0
+        state = sched.store.get_schedule_state("a", "s")
+        assert state.status is Status.IDLE
+        assert state.next_run_at == T0 + timedelta(minutes=5)
+        [record] = sched.history("a", "s")
+        assert record.status is RunStatus.MISSED
+        assert record.error is not None
+        assert "its executor refused it (cannot schedule new futures" in record.error
+        assert any(isinstance(e, ev.JobMissed) and e.scheduled_for == T0 for e in seen)
+        assert not any(isinstance(e, ev.StateErrorOccurred) for e in seen)  # not the store's
+        assert any("did not start" in r.getMessage() for r in caplog.records)
+        # a run-now is refused the same way and recorded as skipped
+        result = sched.trigger("a", "s", wait=True)
+        assert not result.success
+        assert "its executor refused it" in (result.error or "")
+        assert sched.history("a", "s")[0].status is RunStatus.SKIPPED
+        monkeypatch.setattr(_RefusingPool, "refusing", False)
+        step(sched, clock, "5m")
+        assert job.slots() == [T0 + timedelta(minutes=5)]
+    # running() stopped it with timeout=5: no phantom run was left for stop() to wait for

@@ -408,3 +408,50 @@ def test_server_detection(monkeypatch: pytest.MonkeyPatch) -> None:
     assert embedding._server() == (True, False)
     monkeypatch.setitem(sys.modules, "uwsgi", SimpleNamespace())
     assert embedding._server() == (True, None)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads worker pids from /proc")
+def test_a_worker_stopped_while_a_job_runs_finishes_it_and_leaves_no_phantom_run(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM to the active worker while ``slow`` runs and ``tick`` falls due each second.
+
+    The worker's scheduler used to be stopped only after Python had shut its thread pools
+    down: meanwhile the timer claimed ``tick`` slots the pools refused, one stayed "running"
+    for good, the stop waited 10 s for it, and the next leader recorded it as interrupted.
+    """
+    pytest.importorskip("gunicorn")
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    with gunicorn(state_dir, preload=False, app="gunicorn_exit_app:app") as (master, base):
+        try:
+            wait_for(lambda: get_json(f"{base}/api/status"), 30, "gunicorn to serve")
+            started = wait_for(lambda: (state_dir / "slow.started").read_text(), 30, "slow")
+            leader_pid = int(started)
+            os.kill(leader_pid, signal.SIGTERM)
+            stopped_at = time.time()
+            wait_for(
+                lambda: (info := read_leader_info(state_dir)) and info["pid"] != leader_pid,
+                20,
+                "another worker to take over",
+            )
+            wait_for(
+                lambda: len([r for r in read_runs(state_dir) if r["start"] > stopped_at]) >= 3,
+                15,
+                "runs after the handover",
+            )
+            runs = read_runs(state_dir)
+            assert [r["pid"] for r in runs if r["job"] == "slow"] == [leader_pid]  # it finished
+            ticks = [r for r in runs if r["job"] == "tick"]
+            assert_each_slot_ran_once(ticks)
+            records = get_json(f"{base}/api/schedule/clock/tick/history?limit=200")["runs"]
+            wrong = [r for r in records if r["status"] in ("interrupted", "missed", "skipped")]
+            assert [r for r in wrong if "refused" in (r.get("error") or "")] == []
+            assert [r for r in wrong if r["status"] == "interrupted"] == []
+            log = (state_dir / "gunicorn.log").read_text(errors="replace")
+            assert "did not stop cleanly" not in log
+            assert "cannot schedule new futures" not in log
+        except AssertionError:
+            sys.stderr.write((state_dir / "gunicorn.log").read_text(errors="replace")[-4000:])
+            raise

@@ -18,7 +18,6 @@ timer thread would never run, so :func:`check_server` raises instead of failing 
 
 from __future__ import annotations
 
-import atexit
 import importlib
 import logging
 import os
@@ -34,7 +33,7 @@ import attrs
 from herdsched.config import load_fleet
 from herdsched.errors import SchedulerError
 from herdsched.models import Agent, JobFunc
-from herdsched.scheduler import ThreadedScheduler
+from herdsched.scheduler import ThreadedScheduler, before_pools_join
 from herdsched.store.base import StateStore
 from herdsched.store.spec import (
     StoreSpecError,
@@ -365,7 +364,9 @@ def _at_exit() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
-atexit.register(_at_exit)
+# before the thread pools are shut down and joined at exit (see before_pools_join): a stop made
+# later would let the timer claim slots the shut pools refuse, and wait for jobs already joined
+before_pools_join(_at_exit)
 
 
 def wrap_jobs(agent: Agent, wrap: Callable[[JobFunc], JobFunc]) -> Agent:

@@ -7,8 +7,9 @@ The path of one run:
 3. the claims of the whole pass are made durable in one fsync'd append (:meth:`launch`), before
    any of their jobs starts, so a process killed right after cannot let another scheduler run
    the same slot again (at most once per slot); when that fails none of them starts
-   (:mod:`herdsched.engine.unclaimed`);
-4. each run goes to its agent's executor, where the runner calls the job (:meth:`_execute`);
+   (:mod:`herdsched.engine.not_started`);
+4. each run goes to its agent's executor, where the runner calls the job (:meth:`_execute`); a
+   run the executor refuses (shut down as the interpreter exits) is recorded as not started;
 5. the outcome becomes a state transition (:mod:`herdsched.engine.outcomes`), a history record,
    a notification and events, and the slot is given back (:meth:`finish`); the transition is
    made durable by the next group commit (:mod:`herdsched.engine.committer`).
@@ -24,9 +25,9 @@ from attrs import evolve
 import herdsched.events as ev
 from herdsched.engine.core import EngineCore, timer_trigger_type
 from herdsched.engine.listeners import call_safely
+from herdsched.engine.not_started import abandon_refused, abandon_unclaimed
 from herdsched.engine.outcomes import Transition, next_after_run, transition_for
 from herdsched.engine.planning import Entry
-from herdsched.engine.unclaimed import abandon_unclaimed
 from herdsched.errors import LeadershipLostError, ScheduleTriggerError
 from herdsched.models import RunRecord, RunStatus, SkipReason, Status, TriggerType
 from herdsched.notify import Notification, notification_message
@@ -175,13 +176,22 @@ class Dispatcher:
                 )
             )
         core.listeners.deliver()  # before any of them starts: events come in their order
+        refused: list[Run] = []
+        error: Exception | None = None
         with core.lock:
             for run in runs:
                 agent = core.agents.get(run.agent)
-                if bypass or agent is None:  # beyond its slots, or removed while claiming
-                    core.executors.submit_extra(run.agent, self._execute, run)
-                else:
-                    core.executors.submit(run.agent, agent.max_concurrent, self._execute, run)
+                try:
+                    if bypass or agent is None:  # beyond its slots, or removed while claiming
+                        core.executors.submit_extra(run.agent, self._execute, run)
+                    else:
+                        core.executors.submit(run.agent, agent.max_concurrent, self._execute, run)
+                except Exception as exc:  # shut down as the interpreter exits, or refusing
+                    refused.append(run)
+                    error = exc
+        if error is not None:
+            abandon_refused(core, refused, error, self._release)
+            core.listeners.deliver()
 
     # ------------------------------------------------------------------------- workers
 

@@ -1,9 +1,11 @@
-"""Claims fail closed: what happens to runs whose claim could not be made durable.
+"""Runs that never started: their claim could not be made durable, or their executor refused them.
 
 A run may start only once its claim on the slot is durable (see
 :mod:`herdsched.engine.dispatch`): otherwise a process killed while the disk is full would let
-the next scheduler run the same slot again. When the store cannot take the claims of a pass
-(disk full, directory gone, a lost lease), none of their jobs starts. Each run is undone instead:
+the next scheduler run the same slot again. Claims fail closed: when the store cannot take the
+claims of a pass (disk full, directory gone, a lost lease), none of their jobs starts. An
+executor may also refuse a claimed run (one shut down as the interpreter exits, or a given
+executor's own refusal): its job does not start either. Each such run is undone:
 
 * its slot is given back and its schedule is not left ``running`` (``last_run_at`` goes back
   to the previous run, since this one never started);
@@ -13,8 +15,8 @@ the next scheduler run the same slot again. When the store cannot take the claim
 * the schedule goes on normally: a timer run's schedule is planned for its next slot (a once
   schedule is completed, as when its slot passed while no scheduler ran); a manual run leaves
   the plan as it was;
-* an ERROR log line, a :class:`~herdsched.events.StateErrorOccurred` naming the schedule and,
-  for a timer run, a :class:`~herdsched.events.JobMissed` say so.
+* an ERROR log line and, for a timer run, a :class:`~herdsched.events.JobMissed` say so; a
+  failed claim is also a :class:`~herdsched.events.StateErrorOccurred` naming the schedule.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from herdsched.engine.planning import Entry
 from herdsched.models import RunRecord, RunStatus, Status, TriggerType
 from herdsched.runner import Run, RunOutcome
 
-__all__ = ["abandon_unclaimed"]
+__all__ = ["abandon_refused", "abandon_unclaimed"]
 
 _PARKED = (Status.PAUSED, Status.DISABLED, Status.COMPLETED)
 
@@ -42,7 +44,25 @@ def abandon_unclaimed(
     ``release`` gives a run's slot back and puts its schedule back on the plan (the
     dispatcher's own release; called with the lock held). Called without the lock.
     """
-    reason = f"its claim could not be made durable: {exc}"
+    _abandon(core, runs, f"its claim could not be made durable: {exc}", release, store_error=exc)
+
+
+def abandon_refused(
+    core: EngineCore, runs: Sequence[Run], exc: BaseException, release: Callable[[Run], None]
+) -> None:
+    """Undo ``runs``, claimed but refused by their executor with ``exc`` (called without the
+    lock): their slots are recorded as not run, and nothing waits for them to finish."""
+    _abandon(core, runs, f"its executor refused it ({exc})", release, store_error=None)
+
+
+def _abandon(
+    core: EngineCore,
+    runs: Sequence[Run],
+    reason: str,
+    release: Callable[[Run], None],
+    *,
+    store_error: BaseException | None,
+) -> None:
     with core.lock:
         for run in runs:
             core.log.error(
@@ -57,7 +77,8 @@ def abandon_unclaimed(
             if entry is not None and entry.run is run:
                 _undo(core, entry, run, reason)
             core.append_run(_record(run, reason, core.clock.now()))
-            core.state_error(exc, entry)
+            if store_error is not None:
+                core.state_error(store_error, entry)
             if run.trigger_type is not TriggerType.MANUAL and run.scheduled_for is not None:
                 core.emit(
                     ev.JobMissed(
