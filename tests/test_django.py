@@ -4,6 +4,7 @@ start-up rules (autoreloader, management commands), auth, and ``manage.py herdsc
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import threading
 import time
@@ -339,8 +340,15 @@ def test_settings_build_a_file_backed_scheduler(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("value", "text"),
     [
-        ({"STATEDIR": "x"}, "STATEDIR"),
+        ({"STATEDIR": "x"}, re.escape("unknown herdsched setting(s) HERDSCHED['STATEDIR']")),
         (["not", "a", "dict"], "must be a dict"),
+        # silently 64 KiB before (what `manage.py check` refuses)
+        ({"MAX_BODY_BYTES": 0}, re.escape("HERDSCHED['MAX_BODY_BYTES'] must be a positive")),
+        ({"FLEET_FILE": ""}, re.escape("HERDSCHED['FLEET_FILE'] must be the path of a file")),
+        (
+            {"STATE_DIR": "/proc/herdsched-test/state"},
+            re.escape("HERDSCHED['STATE_DIR']: The state directory /proc/herdsched-test/state"),
+        ),
         ({"SCHEDULER": "no.such.module:scheduler"}, "cannot be imported"),
         ({"SCHEDULER": "nodots"}, "not an import path"),
         ({"SCHEDULER": f"{__name__}.START"}, "must be a ThreadedScheduler"),
@@ -698,13 +706,26 @@ def test_system_checks_report_every_settings_problem(tmp_path: Path) -> None:
         }
         assert "STATE_DIRR" in found["herdsched.E002"]
         assert "missing.yaml" in found["herdsched.E003"]
-        assert "is not a directory" in found["herdsched.E004"]
+        assert "is a file, not a directory" in found["herdsched.E004"]
         assert "nowhere.at_all" in found["herdsched.E005"]
         with pytest.raises(SystemCheckError, match="STATE_DIRR"):
             call_command("check", tags=["herdsched"])
     with override_settings(HERDSCHED={"AUTH": 42, "AUTOSTART": False}):
         (message,) = check_settings()
         assert "must be callable" in message.msg
+    # what start-up refuses, the check refuses too (both passed it before)
+    with override_settings(HERDSCHED={"FLEET_FILE": "", "AUTOSTART": False}):
+        (message,) = check_settings()
+        assert message.id == "herdsched.E003"
+        assert "HERDSCHED['FLEET_FILE'] must be the path of a file, got ''" in message.msg
+    with override_settings(HERDSCHED={"STATE_DIR": "/proc/herdsched-test/x", "AUTOSTART": False}):
+        (message,) = check_settings()
+        assert message.id == "herdsched.E004"
+        assert "/proc/herdsched-test/x cannot be used: it cannot be created in /proc" in message.msg
+    made = tmp_path / "not" / "yet"
+    with override_settings(HERDSCHED={"STATE_DIR": str(made), "AUTOSTART": False}):
+        assert check_settings() == []
+        assert not (tmp_path / "not").exists()  # the check creates nothing
     with override_settings(HERDSCHED={"AUTOSTART": "false"}):  # a string: true in Python
         (message,) = check_settings()
         assert message.id == "herdsched.E012"

@@ -171,6 +171,38 @@ def test_a_directory_store(apps: list[Flask], tmp_path: Path) -> None:
             {"HERDSCHED_STORE": "postgresql://db/app", "HERDSCHED_SCHEDULER": "x.y:z"},
             "give HERDSCHED_SCHEDULER or HERDSCHED_STORE, not both",
         ),
+        # an empty fleet file (os.environ.get("FLEET", "")) started a scheduler with no jobs
+        (
+            {"HERDSCHED_FLEET_FILE": ""},
+            "HERDSCHED_FLEET_FILE must be the path of a file, got ''; leave it unset to add "
+            "the agents in code",
+        ),
+        (
+            {"HERDSCHED_FLEET_FILE": "/nowhere/fleet.yaml"},
+            "app.config: HERDSCHED_FLEET_FILE: Invalid fleet file /nowhere/fleet.yaml",
+        ),
+        # the start-up found these later (under gunicorn: at each try to start), by path only
+        (
+            {"HERDSCHED_STATE_DIR": "/proc/herdsched-test/state"},
+            "app.config: HERDSCHED_STATE_DIR: The state directory /proc/herdsched-test/state "
+            "cannot be used",
+        ),
+        (
+            {"HERDSCHED_STATE_DIR": "/proc/self/status/state"},
+            "app.config: HERDSCHED_STATE_DIR: The state directory /proc/self/status/state "
+            "cannot be used: /proc/self/status is a file",
+        ),
+        # a TypeError and a ValueError that did not say which setting
+        (
+            {"HERDSCHED_MAX_BODY_BYTES": "100"},
+            "HERDSCHED_MAX_BODY_BYTES must be a positive integer (bytes), got str '100'",
+        ),
+        (
+            {"HERDSCHED_MAX_BODY_BYTES": 0},
+            "HERDSCHED_MAX_BODY_BYTES must be a positive integer (bytes), got int 0",
+        ),
+        # named as written
+        ({"HERDSCHED_STATEDIR": "x"}, "unknown herdsched setting(s) HERDSCHED_STATEDIR in"),
     ],
 )
 def test_bad_settings_are_refused_by_name(config: dict[str, Any], message: str) -> None:

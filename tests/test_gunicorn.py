@@ -424,10 +424,10 @@ def test_a_worker_stopped_while_a_job_runs_finishes_it_and_leaves_no_phantom_run
     pytest.importorskip("gunicorn")
     state_dir = tmp_path / "state"
     state_dir.mkdir()
-    with gunicorn(state_dir, preload=False, app="gunicorn_exit_app:app") as (master, base):
+    with gunicorn(state_dir, preload=False, app="gunicorn_exit_app:app") as (_master, base):
         try:
             wait_for(lambda: get_json(f"{base}/api/status"), 30, "gunicorn to serve")
-            started = wait_for(lambda: (state_dir / "slow.started").read_text(), 30, "slow")
+            started = wait_for((state_dir / "slow.started").read_text, 30, "slow")
             leader_pid = int(started)
             os.kill(leader_pid, signal.SIGTERM)
             stopped_at = time.time()

@@ -30,8 +30,9 @@ from typing import Any, NamedTuple
 
 import attrs
 
+from herdsched.api import MAX_BODY_BYTES
 from herdsched.config import load_fleet
-from herdsched.errors import SchedulerError
+from herdsched.errors import ConfigError, SchedulerError, StateError
 from herdsched.models import Agent, JobFunc
 from herdsched.scheduler import ThreadedScheduler, before_pools_join
 from herdsched.store.base import StateStore
@@ -43,6 +44,7 @@ from herdsched.store.spec import (
     open_store,
     store_location,
 )
+from herdsched.store.usable import check_state_dir
 from herdsched.timestamps import resolve_timezone
 
 __all__ = [
@@ -397,7 +399,8 @@ def scheduler_from_settings(
     unknown = sorted(set(settings) - set(SETTINGS_KEYS))
     if unknown:
         raise SchedulerError(
-            f"unknown herdsched setting(s) {', '.join(unknown)} in {source} "
+            f"unknown herdsched setting(s) "
+            f"{', '.join(setting_name(source, key) for key in unknown)} in {source} "
             f"(known: {', '.join(SETTINGS_KEYS)})"
         )
     if settings.get("SCHEDULER") is not None:
@@ -412,16 +415,32 @@ def scheduler_from_settings(
     if timezone is not None:
         overrides["timezone"] = timezone
     if fleet_file:
-        fleet = load_fleet(Path(fleet_file))
+        try:
+            fleet = load_fleet(Path(fleet_file))
+        except ConfigError as exc:
+            what = setting_name(source, "FLEET_FILE")
+            raise ConfigError(f"{source}: {what}: {exc}", exc.problems) from exc
         if wrap_job is not None:
             fleet = attrs.evolve(fleet, agents=[wrap_jobs(a, wrap_job) for a in fleet.agents])
         if database is None:
-            return fleet.create_scheduler(state_dir=state_dir, **overrides)
+            return _usable(fleet.create_scheduler(state_dir=state_dir, **overrides), source)
         options = {**fleet.scheduler_options, **overrides}
         return _on_database(database, settings, fleet.agents, options)
     if database is None:
-        return ThreadedScheduler(state_dir=state_dir or ".herdsched", **overrides)
+        return _usable(ThreadedScheduler(state_dir=state_dir or ".herdsched", **overrides), source)
     return _on_database(database, settings, [], overrides)
+
+
+def _usable(scheduler: ThreadedScheduler, source: str) -> ThreadedScheduler:
+    """``scheduler`` once its state directory is known to be usable: a web process finds out
+    while it loads, naming the setting, not at each later try to start the scheduler."""
+    if scheduler.state_dir is not None:
+        try:
+            check_state_dir(scheduler.state_dir)
+        except StateError as exc:
+            what = setting_name(source, "STATE_DIR")
+            raise StateError(f"{source}: {what}: {exc}", exc.path, cause=exc) from exc
+    return scheduler
 
 
 def given_scheduler(settings: Mapping[str, Any], source: str) -> ThreadedScheduler:
@@ -511,12 +530,27 @@ def state_dir_setting(value: Any, source: str) -> None:
 
 
 def fleet_file_setting(value: Any, source: str) -> None:
-    """A ``SchedulerError`` unless ``FLEET_FILE`` is unset or a path."""
-    if value is not None and not isinstance(value, (str, os.PathLike)):
+    """A ``SchedulerError`` unless ``FLEET_FILE`` is unset or a path (an empty one, as from
+    ``os.environ.get("FLEET", "")``, would start a scheduler with nothing to run)."""
+    if value is not None and (
+        not isinstance(value, (str, os.PathLike)) or not os.fspath(value).strip()
+    ):
         raise SchedulerError(
             f"{source}: {setting_name(source, 'FLEET_FILE')} must be the path of a file, got "
-            f"{value!r}"
+            f"{value!r}; leave it unset to add the agents in code"
         )
+
+
+def body_limit_setting(value: Any, *, what: str) -> int:
+    """The ``MAX_BODY_BYTES`` setting as a number of bytes (unset: 64 KiB); a
+    ``SchedulerError`` naming ``what`` unless it is a positive integer."""
+    if value is None:
+        return MAX_BODY_BYTES
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SchedulerError(
+            f"{what} must be a positive integer (bytes), got {type(value).__name__} {value!r}"
+        )
+    return value
 
 
 def _check_namespace(namespace: Any, source: str) -> None:

@@ -39,7 +39,6 @@ import attrs
 from flask import Blueprint, Flask, Request, Response, jsonify, request
 
 from herdsched.api import (
-    MAX_BODY_BYTES,
     ApiResponse,
     RestApi,
     body_too_large,
@@ -50,6 +49,7 @@ from herdsched.contrib import (
     AuthCheckFailed,
     EmbeddedScheduler,
     auth_setting,
+    body_limit_setting,
     call_auth,
     flag_setting,
     scheduler_from_settings,
@@ -122,7 +122,11 @@ def init_app(
         auth = auth_setting(auth, what="init_app(auth=...)")
     else:
         auth = auth_setting(configured_auth, what="HERDSCHED_AUTH")
-    limit = max_body_bytes if max_body_bytes is not None else configured_limit
+    limit = (
+        body_limit_setting(configured_limit, what="HERDSCHED_MAX_BODY_BYTES")
+        if max_body_bytes is None
+        else body_limit_setting(max_body_bytes, what="init_app(max_body_bytes=...)")
+    )
     if scheduler is None:
         scheduler = scheduler_from_settings(
             settings, source="app.config", wrap_job=with_app_context(app)
@@ -133,7 +137,7 @@ def init_app(
     prefix = "/" + url_prefix.strip("/") if url_prefix.strip("/") else ""
     ext = FlaskHerdsched(
         scheduler=scheduler,
-        api=RestApi(scheduler, max_body_bytes=MAX_BODY_BYTES if limit is None else limit),
+        api=RestApi(scheduler, max_body_bytes=limit),
         embedded=EmbeddedScheduler(scheduler),
         url_prefix=prefix,
         auth=auth,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from herdsched.errors import StateError
 
-__all__ = ["check_state_dir"]
+__all__ = ["check_state_dir", "state_dir_could_be_made"]
 
 
 def _file_in_the_way(state_dir: Path) -> Path | None:
@@ -45,6 +45,30 @@ def check_state_dir(state_dir: Path) -> None:
     except OSError as exc:
         raise StateError(
             f"The state directory {state_dir} cannot be used: {_what(exc)} "
+            f"({exc.strerror or exc}). {_todo(exc)}",
+            state_dir,
+            cause=exc,
+        ) from exc
+
+
+def state_dir_could_be_made(state_dir: Path) -> None:
+    """:func:`check_state_dir` without creating anything that stays (for a settings check):
+    a missing directory is tried as a temporary one beside where it would be made.
+
+    Raises :class:`~herdsched.errors.StateError` as :func:`check_state_dir` does.
+    """
+    if state_dir.is_dir() or _file_in_the_way(state_dir) is not None:
+        check_state_dir(state_dir)
+        return
+    parent = next((p for p in state_dir.parents if p.exists()), None)
+    if parent is None:  # pragma: no cover - the root always exists
+        return
+    try:
+        # as many levels as start-up would create, so a place that refuses them says so
+        Path(tempfile.mkdtemp(dir=parent, prefix=".herdsched-probe-")).rmdir()
+    except OSError as exc:
+        raise StateError(
+            f"The state directory {state_dir} cannot be used: it cannot be created in {parent} "
             f"({exc.strerror or exc}). {_todo(exc)}",
             state_dir,
             cause=exc,

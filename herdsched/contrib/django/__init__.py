@@ -45,11 +45,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from herdsched.api import ADMIN, MAX_BODY_BYTES, RestApi
+from herdsched.api import ADMIN, RestApi
 from herdsched.contrib import (
     ADAPTER_KEYS,
     EmbeddedScheduler,
     auth_setting,
+    body_limit_setting,
     flag_setting,
     scheduler_from_settings,
 )
@@ -98,7 +99,9 @@ def get_embedded() -> EmbeddedScheduler:
     with _process.lock:
         if _process.embedded is None:
             settings = _settings()
-            limit = settings.get("MAX_BODY_BYTES") or MAX_BODY_BYTES
+            limit = body_limit_setting(
+                settings.get("MAX_BODY_BYTES"), what="HERDSCHED['MAX_BODY_BYTES']"
+            )
             for key in ADAPTER_KEYS:
                 settings.pop(key, None)
             if settings.get("STORE") is not None:

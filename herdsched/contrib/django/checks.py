@@ -15,7 +15,6 @@ The checks ask the functions the scheduler's start-up asks, so the two cannot di
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from herdsched.config import load_fleet
 from herdsched.contrib import (
     SETTINGS_KEYS,
     auth_setting,
+    body_limit_setting,
     flag_setting,
     fleet_file_setting,
     given_scheduler,
@@ -34,8 +34,9 @@ from herdsched.contrib import (
     timezone_setting,
 )
 from herdsched.contrib.django.database import DjangoDatabaseError, alias_of, database_dsn
-from herdsched.errors import ConfigError, SchedulerError
+from herdsched.errors import ConfigError, SchedulerError, StateError
 from herdsched.store.spec import StoreSpecError, check_spec, is_database_spec, mask_password
+from herdsched.store.usable import state_dir_could_be_made
 
 __all__ = ["check_settings"]
 
@@ -118,19 +119,11 @@ def _state_dir(path: Any) -> list[CheckMessage]:
         return [Error(str(exc), id="herdsched.E004")]
     if path is None:
         return []
-    directory = Path(path)
-    problem = None
-    if directory.exists() and not directory.is_dir():
-        problem = f"{directory} exists but is not a directory"
-    elif directory.is_dir() and not os.access(directory, os.W_OK | os.X_OK):
-        problem = f"{directory} is not writable by this process"
-    elif not directory.exists():
-        parent = next((p for p in directory.parents if p.exists()), None)
-        if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-            problem = f"{directory} does not exist and cannot be created under {parent}"
-    if problem is None:
-        return []
-    return [Error(f"HERDSCHED['STATE_DIR']: {problem}", id="herdsched.E004")]
+    try:  # what start-up checks, short of creating the directory
+        state_dir_could_be_made(Path(path))
+    except StateError as exc:
+        return [Error(f"HERDSCHED['STATE_DIR']: {exc}", id="herdsched.E004")]
+    return []
 
 
 def _scheduler(value: Mapping[str, Any]) -> list[CheckMessage]:
@@ -145,14 +138,11 @@ def _scheduler(value: Mapping[str, Any]) -> list[CheckMessage]:
 
 
 def _body_limit(value: Any) -> list[CheckMessage]:
-    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
-        return []
-    return [
-        Error(
-            f"HERDSCHED['MAX_BODY_BYTES'] must be a positive integer, got {value!r}",
-            id="herdsched.E006",
-        )
-    ]
+    try:
+        body_limit_setting(value, what="HERDSCHED['MAX_BODY_BYTES']")
+    except SchedulerError as exc:
+        return [Error(str(exc), id="herdsched.E006")]
+    return []
 
 
 def _store(store: Any, state_dir: Any) -> list[CheckMessage]:
