@@ -6,8 +6,10 @@ precision of the state file, so what is kept in memory equals what a reload retu
 
 from __future__ import annotations
 
+import io
 import os
 import re
+import struct
 from datetime import date, datetime, timezone, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -143,9 +145,8 @@ def system_timezone() -> tzinfo:
     """The process's local zone, as an IANA zone when it can be named, else dateutil's tzlocal.
 
     ``TZ`` wins as it does for every program: a zone name, a zone file's path, or a POSIX rule
-    such as ``CET-1CEST,M3.5.0,M10.5.0/3`` (read by the C library, as ``date`` reads it; such a
-    ``TZ`` was ignored for ``/etc/localtime``). A ``TZ`` that is none of these is passed over
-    for ``/etc/localtime``.
+    such as ``CET-1CEST,M3.5.0,M10.5.0/3`` (see :func:`_posix_rule_zone`). A ``TZ`` that is
+    none of these is passed over for ``/etc/localtime``.
     """
     env = os.environ.get("TZ", "").lstrip(":")
     if env:
@@ -156,7 +157,10 @@ def system_timezone() -> tzinfo:
         if os.path.isabs(env) and os.path.isfile(env):
             return _zone_file(env)
         if _POSIX_RULE.match(env):
-            return dateutil_tz.tzlocal()
+            try:
+                return _posix_rule_zone(env)
+            except ValueError:
+                pass
     try:
         link = os.path.realpath("/etc/localtime")
         marker = "zoneinfo/"
@@ -166,6 +170,27 @@ def system_timezone() -> tzinfo:
         pass
     local = dateutil_tz.tzlocal()
     return local
+
+
+def _posix_rule_zone(rule: str) -> ZoneInfo:
+    """A zone that follows the POSIX ``TZ`` rule ``rule`` at every date, as ``zoneinfo`` does.
+
+    ``zoneinfo`` reads such a rule as the footer of a zone file (RFC 8536, section 3.3), where
+    it holds after the file's last transition: a file with no transitions and only the footer
+    makes it hold always. dateutil's zones for a rule (``tzlocal``, ``tzstr``) place a wall time
+    skipped by a spring-forward jump before the jump, not after it as every IANA zone does, and
+    the cron arithmetic relies on the latter. A ``ValueError`` for a rule zoneinfo cannot read.
+    """
+
+    def header() -> bytes:  # version 2; counts: UT/local, std/wall, leap, time, type, char
+        return b"TZif2" + bytes(15) + struct.pack(">6l", 0, 0, 0, 0, 1, 1)
+
+    one_type = struct.pack(">lbB", 0, 0, 0) + b"\0"  # required, unused: no transition uses it
+    data = header() + one_type + header() + one_type + b"\n" + rule.encode("ascii") + b"\n"
+    try:
+        return ZoneInfo.from_file(io.BytesIO(data), key=rule)
+    except (ValueError, UnicodeEncodeError) as exc:
+        raise ValueError(f"TZ {rule!r} is not a POSIX rule zoneinfo can read") from exc
 
 
 def _zone_file(path: str) -> tzinfo:

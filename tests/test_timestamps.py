@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 
 from herdsched import Schedule, calculate_next_cron_trigger, calculate_next_trigger, timestamps
 from herdsched.cadence import Interval
+from herdsched.cron import iter_cron_triggers
 from herdsched.timestamps import (
     format_timestamp,
     parse_timestamp,
@@ -306,6 +308,34 @@ def test_system_zone_from_a_tz_rule_or_zone_file(
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+@pytest.mark.parametrize(
+    ("rule", "iana", "gap_day", "fall_back_day"),
+    [
+        ("EST5EDT,M3.2.0,M11.1.0", "America/New_York", date(2026, 3, 8), date(2026, 11, 1)),
+        ("CET-1CEST,M3.5.0,M10.5.0/3", "Europe/Berlin", date(2026, 3, 29), date(2026, 10, 25)),
+    ],
+)
+def test_a_tz_rule_keeps_the_dst_rules_of_its_iana_zone(
+    monkeypatch: pytest.MonkeyPatch, rule: str, iana: str, gap_day: date, fall_back_day: date
+) -> None:
+    """With such a ``TZ`` the zone was dateutil's ``tzlocal``: a wall time skipped by the
+    spring-forward jump landed before it (a ``30 2 * * *`` cron fired an hour early), and a
+    cron matching every hour never found its next fire on that night (the timer hung)."""
+    monkeypatch.setenv("TZ", rule)
+    zone, named = system_timezone(), ZoneInfo(iana)
+    for day in (gap_day, fall_back_day):
+        for hour, minute, fold in ((1, 30, 0), (2, 30, 0), (2, 30, 1), (3, 30, 0)):
+            wall = datetime(day.year, day.month, day.day, hour, minute, fold=fold)
+            assert wall.replace(tzinfo=zone).astimezone(timezone.utc) == wall.replace(
+                tzinfo=named
+            ).astimezone(timezone.utc), wall
+    before_gap = datetime(gap_day.year, gap_day.month, gap_day.day, 0, 59, tzinfo=named)
+    for expression in ("30 2 * * *", "30 * * * *"):
+        expected = list(itertools.islice(iter_cron_triggers(expression, before_gap, named), 5))
+        got = list(itertools.islice(iter_cron_triggers(expression, before_gap, None), 5))
+        assert got == expected, expression
 
 
 def test_system_zone_from_etc_localtime(monkeypatch: pytest.MonkeyPatch) -> None:
