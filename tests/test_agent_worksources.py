@@ -465,3 +465,26 @@ def test_a_job_that_stops_at_once_on_timeout_is_still_recorded_as_a_timeout() ->
             assert [o.success for _, o in source.reports] == [False]
     finally:
         logger.removeHandler(handler)
+
+
+def test_a_once_schedule_that_finds_no_work_ends_with_a_record_saying_so() -> None:
+    """It has no next slot, so it is completed; it used to end without any record at all."""
+    calls: list[object] = []
+    with running(work_sources={"queue": ListSource()}) as (sched, clock):
+        sched.add_agent(
+            Agent(
+                "triage",
+                job=lambda info: calls.append(info) or "ok",
+                schedules={
+                    "one": Schedule.once(START + timedelta(minutes=10), work_source="queue")
+                },
+            )
+        )
+        step(sched, clock, timedelta(minutes=10))
+        assert calls == []
+        state = sched.store.get_schedule_state("triage", "one")
+        assert state.status.value == "completed" and state.next_run_at is None
+        [record] = sched.history("triage", "one")
+        assert record.status is RunStatus.SKIPPED
+        assert record.scheduled_for == START + timedelta(minutes=10)
+        assert record.error is not None and "work source had no work" in record.error

@@ -36,6 +36,9 @@ from herdsched.store.base import RunClaim
 
 __all__ = ["Dispatcher"]
 
+#: The record of a once schedule that found no work at its time, and so ends without running.
+_NO_WORK = "its work source had no work at its time: the once schedule ends without running"
+
 #: the outcomes a notifier may hear of (deferred and skipped runs are never notified)
 _NOTIFIED = frozenset({RunStatus.SUCCESS, RunStatus.FAILED, RunStatus.TIMEOUT})
 #: how soon a schedule whose run could not be made is tried again
@@ -292,6 +295,8 @@ class Dispatcher:
             record = evolve(record, notified=self._notify(run, outcome))
         if not outcome.no_work:
             core.append_run(record)
+        elif transition.changes.get("status") is Status.COMPLETED:  # a once schedule ends
+            core.append_run(evolve(record, error=_NO_WORK))
         self._announce(run, outcome, record, transition.disabled_reason)
 
     def _apply(self, entry: Entry, run: Run, outcome: RunOutcome) -> Transition:
