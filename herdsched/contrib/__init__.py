@@ -438,6 +438,7 @@ def _usable(scheduler: ThreadedScheduler, source: str) -> ThreadedScheduler:
         try:
             check_state_dir(scheduler.state_dir)
         except StateError as exc:
+            scheduler.store.close()
             what = setting_name(source, "STATE_DIR")
             raise StateError(f"{source}: {what}: {exc}", exc.path, cause=exc) from exc
     return scheduler
