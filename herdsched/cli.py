@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone, tzinfo
 from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from dateutil import parser as dateutil_parser
 
@@ -122,7 +122,16 @@ def _out(text: str = "") -> None:
 
 
 def _err(text: str) -> None:
-    sys.stderr.write(text + "\n")
+    """Write an error line; a password in it (a ``--store`` URL echoed back) is masked."""
+    sys.stderr.write(mask_password(text) + "\n")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors (which quote the arguments, a ``--store`` URL
+    given in the wrong place included) never show a password."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(mask_password(message))
 
 
 def _format_time(moment: datetime | None, zone: tzinfo) -> str:
@@ -502,7 +511,7 @@ def build_parser() -> argparse.ArgumentParser:
     Commands are added in the order ``--help`` lists them; the logging options work before
     the command and after it.
     """
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = _Parser(
         prog="herdsched",
         description="Run a fleet of scheduled agents, and look at and steer a running fleet.",
         epilog="Exit codes: 0 ok, 1 runtime failure, 2 usage or validation error.",

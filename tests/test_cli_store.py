@@ -222,6 +222,11 @@ def test_an_empty_environment_store_is_not_set(
         # a DSN libpq cannot read was a runtime failure (exit 1), the port one after a lookup
         ("host=db dbname=app bogus=1", 'not valid: invalid connection option "bogus"; give'),
         ("postgresql://app:s3cret@db:notaport/app", "port 'notaport' is not a number"),
+        # libpq's message quoted the token it could not decode: the password, in full
+        ("postgresql://app:s3cret%zz@db/app", 'invalid percent-encoded token: "***"'),
+        ("postgresql://db/app?user=app&password=s3cret%zz", "password=***' is not valid"),
+        # split at its first "@", the password showed as host and port ("port 'w'")
+        ("postgresql://app:s3c@ret:w/x@db/app", "password holds an '@' (or ':', '/') that is"),
     ],
 )
 def test_bad_store_specs_are_usage_errors(
@@ -229,7 +234,23 @@ def test_bad_store_specs_are_usage_errors(
 ) -> None:
     code, out, err = run_cli(capsys, "status", "--store", spec)
     assert code == 2 and out == ""
-    assert message in err and "s3cret" not in err
+    assert message in err and "s3c" not in err and "ret:w" not in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status", "postgresql://app:s3cret@db/app"],  # the spec where no argument goes
+        ["next", "*/2 * * * *", "--store", "postgresql://app:s3cret@db/app"],
+        ["trigger", "postgresql://app:s3cret@db/app"],
+    ],
+)
+def test_usage_errors_that_echo_a_spec_mask_its_password(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2 and out == ""
+    assert "postgresql://app:***@db/app" in err and "s3cret" not in err
 
 
 def test_a_bad_environment_spec_names_the_variable(

@@ -23,7 +23,7 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from herdsched.errors import StateError, StoreSpecError
-from herdsched.store.masking import mask_password
+from herdsched.store.masking import hide_passwords_of, mask_password
 
 __all__ = ["Database", "describe_dsn", "state_error"]
 
@@ -60,10 +60,18 @@ _HINTS: dict[type[Exception], str] = {
 def dsn_problem(dsn: str) -> str | None:
     """Why libpq cannot read ``dsn`` (password masked), or ``None``: an unknown option, a
     malformed URL, a port that is not a number from 1 to 65535."""
+    authority = dsn.split("?", 1)[0]
+    if authority.startswith(("postgresql://", "postgres://")) and authority.count("@") > 1:
+        # libpq would split the password at its first "@" and show the rest as host and port
+        return (
+            f"The PostgreSQL store's DSN {mask_password(dsn)!r} is not valid: its user or "
+            "password holds an '@' (or ':', '/') that is not percent-encoded; write '@' as %40, "
+            "':' as %3A and '/' as %2F"
+        )
     try:
         parts = conninfo_to_dict(dsn)
-    except psycopg.Error as exc:  # its text quotes the DSN, password and all
-        why = " ".join(mask_password(str(exc)).split())
+    except psycopg.Error as exc:  # its text quotes the DSN, or the bad part, password and all
+        why = " ".join(hide_passwords_of(dsn, str(exc)).split())
     else:
         ports = str(parts.get("port") or "").split(",")  # one per host; empty: the default
         bad = [port for port in ports if port and not (port.isdigit() and 0 < int(port) < 65536)]
