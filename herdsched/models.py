@@ -635,6 +635,9 @@ class ScheduleState:
     last_slot_at: datetime | None = attrs.field(
         default=None, converter=_ms_time, validator=_aware_time
     )
+    # The id of the run in progress, while one is: a run its process left unfinished is
+    # recorded as interrupted under the id its job was given.
+    running_run_id: str | None = attrs.field(default=None, validator=_opt_str("running_run_id"))
     # Descriptive copies of the definition, so other processes (CLI, web workers) can show what a
     # schedule is without loading the fleet file.
     type: str | None = attrs.field(default=None, validator=_opt_str("type"))

@@ -105,6 +105,8 @@ def test_a_run_left_running_by_a_killed_process_becomes_interrupted(
     try:
         records = sched.history("a", "s")
         assert [r.status for r in records] == [RunStatus.INTERRUPTED]
+        # recorded under the id the job ran with, so its own logs and the history agree
+        assert records[0].run_id == Path(f"{log}.run-id").read_text()
         assert sched.get_status().schedules[0].status is Status.IDLE
         time.sleep(0.5)
         assert ran == []  # at most once per slot: the interrupted run is not re-run at once
@@ -183,7 +185,9 @@ def test_a_claim_only_in_the_journal_still_prevents_a_second_run_after_kill_9(
     try:
         time.sleep(0.5)
         assert ran == []
-        assert [r.status for r in sched.history("a", "s")] == [RunStatus.INTERRUPTED]
+        records = sched.history("a", "s")
+        assert [r.status for r in records] == [RunStatus.INTERRUPTED]
+        assert records[0].run_id == Path(f"{log}.run-id").read_text()
     finally:
         sched.stop()
     assert YamlStateStore(tmp_path).load_claims() == []  # the flush at stop covered it

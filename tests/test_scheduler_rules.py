@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ from herdsched import (
     TriggerType,
 )
 from herdsched.store import MemoryStateStore
+from herdsched.store.yaml_store import YamlStateStore
 from herdsched.testing import FakeClock
 
 M = timedelta(minutes=1)
@@ -365,6 +367,47 @@ def test_pause_resume_and_trigger_on_paused_schedule() -> None:
         assert len(job.calls) == 3
         step(sched)
         assert len(job.calls) == 3
+
+
+@pytest.mark.parametrize("by_another_process", [False, True])
+@pytest.mark.parametrize(
+    ("policy", "window", "runs"), [("once", None, 1), ("skip", None, 0), ("once", "1h", 0)]
+)
+def test_a_slot_that_passed_while_paused_follows_the_catch_up_policy_on_resume(
+    policy: str, window: str | None, runs: int, by_another_process: bool, tmp_path: Path
+) -> None:
+    store = YamlStateStore(tmp_path)
+    with running(store=store, catch_up_window=window) as (sched, clock):
+        job = Recorder()
+        cron = Schedule.cron("0 * * * *", catch_up=policy)
+        sched.add_agent(Agent("a", job=job, schedules={"s": cron}))
+        sched.start()
+        step(sched, clock, "1h")  # T0 + 1h: the first slot runs
+        assert job.slots() == [T0 + 60 * M]
+        sched.pause("a", "s")
+        step(sched, clock, "3h10m")  # the slots of 2h, 3h and 4h pass while paused
+        if by_another_process:  # the CLI or a web worker writes the resume to the store
+            with YamlStateStore(tmp_path) as other:
+                other.update_schedule_state(
+                    "a", "s", status="idle", consecutive_failures=0, disabled_reason=None
+                )
+            step(sched, clock, "2s")  # the next poll takes it in
+        else:
+            sched.resume("a", "s")
+            step(sched)
+        assert len(job.calls) == 1 + runs
+        history = sched.history("a", "s")
+        if runs:  # once: the first slot that passed runs now, standing for the others
+            assert job.calls[-1].scheduled_for == T0 + 120 * M
+            assert [r.status for r in history] == [RunStatus.SUCCESS, RunStatus.SUCCESS]
+        else:  # skipped, or too old for the window: recorded missed, the next slot waits
+            assert [(r.status, r.scheduled_for) for r in history] == [
+                (RunStatus.MISSED, T0 + 120 * M),
+                (RunStatus.SUCCESS, T0 + 60 * M),
+            ]
+            assert state(sched).next_run_at == T0 + 300 * M
+        step(sched, clock, "50m")  # T0 + 5h
+        assert job.slots()[-1] == T0 + 300 * M
 
 
 def test_trigger_refuses_running_and_full_agents_unless_bypassed() -> None:

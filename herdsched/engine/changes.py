@@ -27,6 +27,7 @@ import herdsched.events as ev
 from herdsched.engine import registry
 from herdsched.engine.core import EngineCore
 from herdsched.engine.planning import Entry, fresh_due
+from herdsched.engine.recovery import plan_resumed
 from herdsched.errors import ConflictError, StateError
 from herdsched.models import Schedule, Status
 
@@ -152,15 +153,11 @@ class Changes:
         core.changed()
 
     def _plan_resumed(self, entry: Entry, changes: dict[str, Any]) -> None:
-        """Memory after a resume: a due time that passed while paused fires once (catch-up)."""
-        core = self.core
+        """Memory after a resume: a due time that passed while paused follows the catch-up
+        policy (by default it fires once)."""
         entry.state = evolve(entry.state, **changes)
-        if entry.run is not None:
-            return
-        due = fresh_due(entry, core.clock.now(), core.settings.timezone, core.rng, recompute=False)
-        core.plan.set_due(entry, due, entry.scheduled_for or due)
-        if core.leading:
-            core.change_state(entry, next_run_at=entry.due)
+        if entry.run is None:
+            plan_resumed(self.core, entry, self.core.clock.now())
 
     def _targets(self, agent: str, schedule: str | None, owner: str | None) -> list[Entry]:
         """The entries ``pause``/``resume`` act on, each checked against ``owner``."""

@@ -136,7 +136,11 @@ class Dispatcher:
         core.trigger_count += 1
         core.running[run.run_id] = run
         core.capacity.take(run.agent)
-        changes: dict[str, object] = {"last_run_at": now, "last_slot_at": scheduled_for}
+        changes: dict[str, object] = {
+            "last_run_at": now,
+            "last_slot_at": scheduled_for,
+            "running_run_id": run.run_id,
+        }
         if entry.state.status is Status.IDLE:
             changes["status"] = Status.RUNNING
         core.change_state(entry, **changes)

@@ -117,7 +117,7 @@ def _record(run: Run, reason: str, now: datetime) -> RunRecord:
 def _undo(core: EngineCore, entry: Entry, run: Run, reason: str) -> None:
     """Take back what preparing ``run`` changed in ``entry``'s state and plan its next slot
     (caller holds the lock)."""
-    changes: dict[str, object] = {"last_run_at": run.last_run_at}
+    changes: dict[str, object] = {"last_run_at": run.last_run_at, "running_run_id": None}
     status = entry.state.status
     if status is Status.RUNNING:
         status = Status.IDLE

@@ -160,6 +160,7 @@ def transition_for(
         "status": status,
         "last_run_at": run.fired_at,
         "last_slot_at": run.scheduled_for,
+        "running_run_id": None,
         "last_finished_at": now,
         "last_result": outcome.status,
         "last_error": outcome.error if outcome.status is not RunStatus.SUCCESS else None,

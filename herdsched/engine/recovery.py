@@ -36,6 +36,7 @@ __all__ = [
     "Leadership",
     "plan_catch_up",
     "plan_from_state",
+    "plan_resumed",
     "replan_after_jump",
 ]
 
@@ -230,6 +231,7 @@ def recover_all(core: EngineCore) -> None:
                 status=Status.RUNNING,
                 last_run_at=claim.run_at,
                 last_slot_at=claim.slot,
+                running_run_id=claim.run_id,
             )
         core.plan.unplan(entry)
         plan_from_state(core, entry, now, recovering=True)
@@ -321,6 +323,21 @@ def plan_catch_up(core: EngineCore, entry: Entry, persisted: datetime, now: date
     core.set_due(entry, plan.due, plan.scheduled_for)
 
 
+def plan_resumed(core: EngineCore, entry: Entry, now: datetime) -> None:
+    """Plan ``entry`` after its status changed (a resume here or in another process): a due
+    time that passed while it could not run follows the catch-up policy, as after downtime
+    (``skip`` or an old miss records it missed and waits for the next slot). Caller holds the
+    lock."""
+    planned = entry.state.next_run_at
+    if not entry.schedulable:
+        core.set_due(entry, None, None)
+    elif entry.due is None and planned is not None and planned <= now:
+        plan_catch_up(core, entry, planned, now)
+    else:
+        due = fresh_due(entry, now, core.settings.timezone, core.rng, recompute=False)
+        core.set_due(entry, due, entry.scheduled_for or due)
+
+
 def _record_interrupted(core: EngineCore, entry: Entry, now: datetime) -> None:
     """Record the run a dead process left ``running`` as interrupted, and plan the next."""
     state = entry.state
@@ -331,7 +348,7 @@ def _record_interrupted(core: EngineCore, entry: Entry, now: datetime) -> None:
     )
     request_id = _started_request(core, entry, state.last_run_at)
     record = RunRecord(
-        run_id=request_id or new_run_id(),
+        run_id=request_id or state.running_run_id or new_run_id(),
         agent=entry.agent,
         schedule=entry.name,
         trigger_type=TriggerType.MANUAL if request_id else timer_trigger_type(entry),
@@ -359,6 +376,7 @@ def _record_interrupted(core: EngineCore, entry: Entry, now: datetime) -> None:
         last_result=RunStatus.INTERRUPTED,
         last_finished_at=now,
         last_error=record.error,
+        running_run_id=None,
         next_run_at=due,
     )
 

@@ -15,7 +15,7 @@ from attrs import evolve
 
 from herdsched.engine.core import EngineCore
 from herdsched.engine.dispatch import Dispatcher
-from herdsched.engine.planning import fresh_due
+from herdsched.engine.recovery import plan_resumed
 from herdsched.engine.registry import DefinitionCodec, drop_entry, install_entry, stored_definitions
 from herdsched.engine.requests import RunRequests
 from herdsched.models import Status
@@ -100,13 +100,8 @@ class OtherProcesses:
                     consecutive_failures=stored.consecutive_failures,
                     disabled_reason=stored.disabled_reason,
                 )
-                if entry.run is not None:
-                    continue
-                if entry.schedulable:
-                    due = fresh_due(entry, now, core.settings.timezone, core.rng, recompute=False)
-                    core.set_due(entry, due, entry.scheduled_for or due)
-                else:
-                    core.set_due(entry, None, None)
+                if entry.run is None:
+                    plan_resumed(core, entry, now)
 
     def _apply_definitions(self) -> None:
         """Apply what another process did to the run-time definitions: drop, add, change."""

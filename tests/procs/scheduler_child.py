@@ -5,7 +5,8 @@ Usage: scheduler_child.py STATE_DIR LOG_FILE MODE
 Each run appends ``pid slot`` to LOG_FILE (O_APPEND, one write per line) so the parent can check
 that no slot ran twice across processes. MODE ``tick`` runs a 1-second cron; ``hang`` runs a job
 that never returns (to be killed mid-run); ``hang-queue`` gives one slot to three schedules due
-together, so the first hangs while the other two wait, unclaimed, for the slot.
+together, so the first hangs while the other two wait, unclaimed, for the slot. A hanging job
+writes its run id to ``LOG_FILE.run-id``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 
 from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo
 from herdsched.timestamps import format_timestamp
@@ -30,6 +32,7 @@ def main() -> None:
         finally:
             os.close(fd)
         if mode in ("hang", "hang-unflushed", "hang-queue"):
+            Path(f"{log_file}.run-id").write_text(info.run_id)  # the id the job ran with
             time.sleep(3600)
         return "ran"
 
