@@ -816,7 +816,11 @@ def _open_store(args: argparse.Namespace) -> StateStore:
         return _open_state_dir(args.state_dir or DEFAULT_STATE_DIR, "--state-dir")
     if not is_database_spec(choice.spec):
         return _open_state_dir(choice.spec, choice.origin)
-    options = {} if choice.namespace is None else {"namespace": choice.namespace}
+    # a look or a change leaves no tables in a database named by mistake, as it makes no
+    # state directory where there is none
+    options: dict[str, Any] = {"create_tables": False}
+    if choice.namespace is not None:
+        options["namespace"] = choice.namespace
     return _open_database(choice.spec, choice.namespace_origin, options)
 
 
@@ -1181,9 +1185,12 @@ def _fleet_history(store: StateStore, limit: int) -> list[RunRecord]:
 def _cmd_history(args: argparse.Namespace) -> int:
     agent, schedule = _target(args.target) if args.target is not None else (None, None)
     store = _open_store(args)
+    empty = ""  # why there are no runs: no schedules at all (a mistyped namespace?)
     try:
         if agent is None:
             records = _fleet_history(store, args.n)
+            if not records and not store.get_all_schedule_states():
+                empty = f": {_no_schedules(store)}"
         else:
             records = history_with_requests(store, agent, schedule, args.n)
             if not records:  # say why: a typo in the name, or simply no runs yet
@@ -1197,7 +1204,7 @@ def _cmd_history(args: argparse.Namespace) -> int:
         _json([_record_json(r) for r in records])
         return EXIT_OK
     if not records:
-        _out(f"no runs of {args.target} yet" if args.target else "no runs yet")
+        _out(f"no runs of {args.target} yet" if args.target else f"no runs yet{empty}")
         return EXIT_OK
     zone = _zone(args)
     table = [

@@ -306,7 +306,34 @@ def test_a_refused_database_connection_is_a_failure_naming_it(
     code, out, err = run_cli(capsys, "status", "--store", dsn)
     assert code == 1 and out == ""
     assert err.startswith("herdsched status: ") and "s3cret" not in err
-    assert str(port) in err
+    assert f"Could not connect to the PostgreSQL store at postgresql://app@127.0.0.1:{port}/" in err
+    assert "check that it runs and that the DSN's host and port are right" in err
+
+
+@pytest.mark.parametrize(
+    "command", ["status", "list", "history", "history ops", "pause ops", "trigger ops/tick"]
+)
+def test_a_look_or_a_change_leaves_no_tables_in_a_database_without_them(
+    capsys: pytest.CaptureFixture[str], postgres_dsn: str, command: str
+) -> None:
+    name = unique_namespace("db")
+    run_sql(postgres_dsn, f"CREATE DATABASE {name}")
+    database = postgres_dsn.rsplit("/", 1)[0] + f"/{name}"
+    code, out, err = run_cli(capsys, *command.split(), "--store", database)
+    assert (code, out) == (1, "")
+    assert "There are no herdsched tables in the PostgreSQL store at postgresql://" in err
+    assert "Check that the DSN names the right database" in err
+    tables = "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'herdsched%'"
+    assert run_sql(database, tables) == [(0,)]
+
+
+def test_an_option_value_libpq_refuses_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], postgres_dsn: str
+) -> None:
+    dsn = postgres_dsn.replace("postgres@", "postgres:s3cret@", 1) + "?sslmode=bogus"
+    code, out, err = run_cli(capsys, "status", "--store", dsn)
+    assert (code, out) == (2, "")
+    assert 'is not valid: invalid sslmode value: "bogus"' in err and "s3cret" not in err
 
 
 # --------------------------------------------------------------------------------------------
@@ -391,6 +418,7 @@ def test_a_mistyped_namespace_is_answered_with_the_namespaces_in_use(
     name = unique_namespace("db")
     run_sql(postgres_dsn, f"CREATE DATABASE {name}")
     database = postgres_dsn.rsplit("/", 1)[0] + f"/{name}"
+    open_store(database, namespace="unused").close()  # the tables, and no schedules
     code, out, _ = run_cli(capsys, "list", "--store", database, "--namespace", "prod")
     assert code == 0 and out.startswith("no schedules in "), out
     assert out.rstrip().endswith(
@@ -416,5 +444,8 @@ def test_a_mistyped_namespace_is_answered_with_the_namespaces_in_use(
     code, _, err = run_cli(capsys, "history", "ops", "--store", database, "--namespace", "prdo")
     assert code == 1 and "agent 'ops' not found (no schedules in postgresql://" in err
     assert hint + ")" in err
+    code, out, _ = run_cli(capsys, "history", "--store", database, "--namespace", "prdo")
+    assert code == 0 and out.startswith("no runs yet: no schedules in postgresql://"), out
+    assert out.rstrip().endswith(hint), out
     code, out, _ = run_cli(capsys, "status", "--store", database, "--namespace", "prod")
     assert code == 0 and "Schedules:       1 idle\n" in out

@@ -240,7 +240,7 @@ def test_a_database_down_at_a_workers_first_request_fails_no_page_and_the_start_
         answer = app.test_client().get("/home")
         assert (answer.status_code, answer.text) == (200, "the app's own page")
         assert "herdsched could not start in pid" in caplog.text
-        assert "Could not connect in the PostgreSQL store" in caplog.text
+        assert "Could not connect to the PostgreSQL store" in caplog.text
         assert not ext.scheduler.is_running()
         server.start()
         deadline = time.monotonic() + 30

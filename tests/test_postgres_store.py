@@ -4,12 +4,14 @@ server's clock, fencing, notifications and reconnection (see tests/postgres_serv
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from typing import Any
 
+import psycopg
 import pytest
 from postgres_server import run_sql, start_server, unique_namespace
 from scheduler_helpers import wait_until
@@ -97,6 +99,65 @@ def test_a_newer_table_layout_is_refused_naming_both_versions(fresh_database: st
     run_sql(fresh_database, "UPDATE herdsched_schema SET version = 99")
     with pytest.raises(StateError, match=r"layout 99, newer than this herdsched reads \(layout 1"):
         PostgresStateStore(fresh_database)
+
+
+def test_a_store_that_must_not_create_tables_refuses_a_database_without_them(
+    fresh_database: str,
+) -> None:
+    with pytest.raises(StateError, match="There are no herdsched tables in the PostgreSQL store"):
+        PostgresStateStore(fresh_database, create_tables=False)
+    tables = "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'herdsched%'"
+    assert run_sql(fresh_database, tables) == [(0,)]
+    PostgresStateStore(fresh_database).close()  # creates them
+    PostgresStateStore(fresh_database, create_tables=False).close()  # and uses them
+
+
+@pytest.mark.parametrize(
+    ("option", "words"),
+    [
+        ("sslmode=bogus", 'invalid sslmode value: "bogus"'),
+        ("keepalives=yes", 'invalid integer value "yes" for connection option "keepalives"'),
+        ("target_session_attrs=xx", 'invalid target_session_attrs value: "xx"'),
+    ],
+)
+def test_an_option_value_libpq_refuses_is_bad_input(
+    postgres_dsn: str, option: str, words: str
+) -> None:
+    dsn = postgres_dsn.replace("postgres@", "postgres:s3cret@", 1) + f"?{option}"
+    with pytest.raises(StoreSpecError) as caught:
+        PostgresStateStore(dsn)
+    assert f"is not valid: {words}" in str(caught.value)
+    assert "unreachable" not in str(caught.value) and "s3cret" not in str(caught.value)
+
+
+@pytest.mark.slow
+def test_a_server_shutting_down_is_not_blamed_on_the_dsn() -> None:
+    with start_server() as server:
+        PostgresStateStore(server.dsn).close()
+        held = psycopg.connect(server.dsn, autocommit=True)  # a smart shutdown waits for it
+        stopping = subprocess.Popen(
+            [str(server.binaries / "pg_ctl"), "-D", str(server.data), "-m", "smart", "stop"],
+            user="postgres" if os.geteuid() == 0 else None,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    PostgresStateStore(server.dsn, connect_timeout=2).close()
+                except StateError as exc:
+                    if "shutting down" in str(exc):
+                        caught = exc
+                        break
+                assert time.monotonic() < deadline, "the server never said it was shutting down"
+                time.sleep(0.1)
+        finally:
+            held.close()
+            stopping.wait(60)
+    assert "Could not connect to the PostgreSQL store at " in str(caught)
+    assert "the server is starting up or shutting down: try again in a moment" in str(caught)
+    assert "check the user, password and database name" not in str(caught)
 
 
 @pytest.mark.parametrize(
@@ -449,7 +510,7 @@ def test_a_restarted_server_loses_nothing_committed_and_the_store_reconnects() -
         lease = store.acquire_lease("h1", 60)
         assert lease is not None
         server.stop("immediate")
-        with pytest.raises(StateError, match=r"Could not .* in the PostgreSQL store at"):
+        with pytest.raises(StateError, match=r"Could not .* (in|to) the PostgreSQL store at"):
             store.update_schedule_state("a", "s", status="idle")
         server.start()
         other = PostgresStateStore(server.dsn, namespace="n")

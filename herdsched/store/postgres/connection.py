@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -31,6 +32,27 @@ log = logging.getLogger("herdsched")
 T = TypeVar("T")
 _databases: weakref.WeakSet[Database] = weakref.WeakSet()
 _abandoned: list[Any] = []  # connections inherited through fork(), kept from being finalised
+
+#: Signs of a server that refused a connection for a passing reason, and what to do.
+_FATAL_HINTS = (
+    (
+        "the database system is",  # starting up, shutting down, in recovery
+        "the server is starting up or shutting down: try again in a moment; a running "
+        "scheduler reconnects by itself",
+    ),
+    (
+        "too many clients",
+        "the server has no connection to spare: raise its max_connections or close other "
+        "clients; a scheduler holds up to three",
+    ),
+    (
+        "connection slots are reserved",
+        "the server has no connection to spare: raise its max_connections or close other "
+        "clients; a scheduler holds up to three",
+    ),
+)
+#: libpq's words for an option value it refuses before connecting (``sslmode=bogus``).
+_BAD_OPTION = re.compile(r'invalid [\w ]+ value(: "| "[^"]*" for connection option)')
 
 
 def _forget_in_child() -> None:  # pragma: no cover - runs in forked children
@@ -104,18 +126,29 @@ def state_error(exc: BaseException, doing: str, where: str) -> StateError:
     primary = diag.message_primary if diag is not None else None
     detail = " ".join((primary or str(exc)).split()) or type(exc).__name__
     if hint is None and isinstance(exc, psycopg.OperationalError):
-        hint = (
-            # libpq's "FATAL:" is the server's own answer: it was reached, and refused
-            "the server refused the connection for that reason: check the user, password and "
-            "database name of the DSN"
-            if "FATAL:" in str(exc)
-            else "the server is unreachable or closed the connection; herdsched reconnects on "
-            "its next call"
-        )
-    message = f"Could not {doing} in the PostgreSQL store at {where}: {detail}"
+        hint = _connection_hint(str(exc))
+    preposition = "to" if doing == "connect" else "in"
+    message = f"Could not {doing} {preposition} the PostgreSQL store at {where}: {detail}"
     if hint:
         message += f" ({hint})"
     return StateError(message, path=where, cause=exc)
+
+
+def _connection_hint(text: str) -> str:
+    """What to do about a connection that failed or broke, from libpq's ``text``."""
+    if "FATAL:" not in text:
+        return (
+            "the server is unreachable or closed the connection: check that it runs and that "
+            "the DSN's host and port are right; a running scheduler reconnects by itself"
+        )
+    # libpq's "FATAL:" is the server's own answer: it was reached, and refused
+    for sign, hint in _FATAL_HINTS:
+        if sign in text:
+            return hint
+    return (
+        "the server refused the connection for that reason: check the user, password and "
+        "database name of the DSN"
+    )
 
 
 class Database:
@@ -123,7 +156,9 @@ class Database:
 
     def __init__(self, dsn: str, *, connect_timeout: float, stall_limit: float) -> None:
         """``stall_limit``: seconds a session may sit inside a transaction without sending
-        anything before the server ends it (``idle_in_transaction_session_timeout``)."""
+        anything before the server ends it (``idle_in_transaction_session_timeout``). The store
+        gives its lease's length: a leader stuck that long has stepped down by its own deadline
+        anyway."""
         problem = dsn_problem(dsn)
         if problem is not None:
             raise StoreSpecError(problem)
@@ -149,6 +184,12 @@ class Database:
         try:
             conn = psycopg.connect(self.conninfo, autocommit=True)
         except psycopg.Error as exc:
+            bad = _BAD_OPTION.search(str(exc))
+            if bad:  # bad input, found only now
+                detail = " ".join(hide_passwords_of(self.conninfo, str(exc)[bad.start() :]).split())
+                raise StoreSpecError(
+                    f"The PostgreSQL store's DSN for {self.where} is not valid: {detail}"
+                ) from exc
             raise state_error(exc, "connect", self.where) from exc
         try:
             # a process stopped inside a transaction (SIGSTOP, a paused VM) would hold its row

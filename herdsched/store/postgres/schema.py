@@ -103,13 +103,23 @@ CREATE TABLE herdsched_leases (
 _MIGRATIONS = (_VERSION_1,)
 
 
-def migrate(cursor: psycopg.Cursor[Any], where: str) -> None:
+def migrate(cursor: psycopg.Cursor[Any], where: str, *, create: bool = True) -> None:
     """Create or upgrade the tables (inside the caller's transaction).
 
     Tables of the current layout are only read, so a user without CREATE privilege works on
-    tables an owner made."""
-    if _stored_version(cursor) == SCHEMA_VERSION:
+    tables an owner made. ``create=False`` refuses a database without them (a look that must
+    not leave tables in a database named by mistake)."""
+    stored = _stored_version(cursor)
+    if stored == SCHEMA_VERSION:
         return
+    if stored is None and not create:
+        raise StateError(
+            f"There are no herdsched tables in the PostgreSQL store at {where}: no scheduler "
+            "has used this database yet. Check that the DSN names the right database, or start "
+            "a scheduler on it first (herdsched run FLEET --store DSN, or "
+            "ThreadedScheduler(store=...)), which creates them",
+            path=where,
+        )
     cursor.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
     cursor.execute("CREATE TABLE IF NOT EXISTS herdsched_schema (version integer NOT NULL)")
     cursor.execute("SELECT version FROM herdsched_schema")

@@ -117,6 +117,8 @@ class PostgresStateStore:
         max_staleness: the longest a watched view goes without a look at the database (the
             fallback in case a notification was missed).
         clock: supplies ``monotonic()`` for the flush deadline (lease times are the server's).
+        create_tables: ``False`` refuses a database without herdsched tables instead of
+            creating them (what a read-only look wants).
 
     Connects, creates or migrates the tables at once; a wrong DSN, a refused connection or
     missing privileges raise :class:`~herdsched.errors.StateError` saying which.
@@ -133,6 +135,7 @@ class PostgresStateStore:
         connect_timeout: float = 10.0,
         max_staleness: float = 60.0,
         clock: Clock | None = None,
+        create_tables: bool = True,
     ) -> None:
         if not isinstance(dsn, str) or not dsn.strip():
             raise ValueError(f"dsn must be a non-empty connection string, got {dsn!r}")
@@ -144,10 +147,8 @@ class PostgresStateStore:
         self.commit_delay = commit_delay
         self.max_staleness = max_staleness
         self._clock: Clock = clock if clock is not None else SystemClock()
-        # the second is for the timer's claims, made at the first claim (so only a leader has
-        # it): a run never waits behind a group commit to start. The server ends a session
-        # stopped inside a transaction after the lease's length: a leader stuck there that
-        # long has stepped down by its own deadline anyway
+        # the second, made at a leader's first claim, keeps claims from waiting behind a group
+        # commit; a session stalled in a transaction for a lease's length ends (see Database)
         stall = self.lease_ttl or DEFAULT_LEASE_TTL
         self._db, self._claims_db = (
             Database(dsn, connect_timeout=connect_timeout, stall_limit=stall) for _ in range(2)
@@ -174,7 +175,7 @@ class PostgresStateStore:
         self._closed = False
         _stores.add(self)
         with self._db.transaction("create or migrate the herdsched tables") as cursor:
-            migrate(cursor, self.location)
+            migrate(cursor, self.location, create=create_tables)
         self._sync()
         self._absorbed = False
 
