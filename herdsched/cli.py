@@ -461,6 +461,14 @@ def _add_steering_commands(commands: _Commands, parents: _Parents) -> None:
             "Resume AGENT/SCHEDULE, or every schedule of AGENT, after a pause or an "
             "auto-disable (its failure count starts again from zero).",
         ),
+        (
+            "forget",
+            _cmd_forget,
+            "clear the state and history of schedules removed from the fleet",
+            "Forget AGENT/SCHEDULE, or every schedule of AGENT shown as removed (taken out of "
+            "the fleet): their state and run history are deleted, and status and list no longer "
+            "show them. A schedule still in the fleet is refused.",
+        ),
     ):
         sub = commands.add_parser(
             name, parents=[parents.state, parents.logging], help=text, description=description
@@ -1155,6 +1163,32 @@ def _set_status(
                 continue
             store.update_schedule_state(agent, name, **changes)
             _out(f"{agent}/{name}: {done(state)}")
+    finally:
+        store.close()
+    return EXIT_OK
+
+
+def _cmd_forget(args: argparse.Namespace) -> int:
+    """Clear the state and history of schedules taken out of the fleet (shown as removed), so
+    that ``status`` and ``list`` stop showing them; a schedule still in the fleet is refused."""
+    agent, schedule = _target(args.target)
+    store = _open_store(args)
+    try:
+        states = _agent_states(store, agent)
+        named = _schedule_names(store, agent, schedule)
+        if schedule is not None and states[schedule].removed_at is None:
+            raise _Failure(
+                f"{agent}/{schedule} is not removed from the fleet: forget clears only schedules "
+                "shown as removed; take it out of the fleet first (or pause it)"
+            )
+        removed = [name for name in named if states[name].removed_at is not None]
+        if not removed:
+            raise _Failure(f"agent {agent!r} has no schedule removed from the fleet to forget")
+        for name in removed:
+            records = len(store.get_history(agent, name, limit=sys.maxsize))
+            store.purge_history(agent, name)
+            store.remove_schedule_state(agent, name)
+            _out(f"{agent}/{name}: forgotten, with its state and {records} run record(s)")
     finally:
         store.close()
     return EXIT_OK

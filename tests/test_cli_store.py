@@ -141,6 +141,25 @@ def test_pause_resume_trigger_and_history(
     assert [(r["run_id"], r["status"]) for r in runs] == [(run_id, "queued"), ("run-1", "success")]
 
 
+def test_forget_clears_only_schedules_removed_from_the_fleet(
+    capsys: pytest.CaptureFixture[str], target: Target
+) -> None:
+    code, _, err = run_cli(capsys, "forget", "triage/check", *target.args())
+    assert code == 1 and "triage/check is not removed from the fleet: forget clears only" in err
+    code, _, err = run_cli(capsys, "forget", "triage", *target.args())
+    assert code == 1 and "agent 'triage' has no schedule removed from the fleet to forget" in err
+    assert _with(target, lambda s: len(s.get_history("triage", "check"))) == 1  # untouched
+    _with(target, lambda s: s.update_schedule_state("triage", "check", removed_at=T0))
+    code, out, _ = run_cli(capsys, "forget", "triage", *target.args())
+    assert (code, out) == (0, "triage/check: forgotten, with its state and 1 run record(s)\n")
+    assert _with(target, lambda s: sorted(s.get_agent_schedule_states("triage"))) == ["report"]
+    assert _with(target, lambda s: s.get_history("triage", "check")) == []
+    code, out, _ = run_cli(capsys, "list", *target.args())
+    assert code == 0 and "check" not in out and "report" in out
+    code, _, err = run_cli(capsys, "forget", "triage/check", *target.args())
+    assert code == 1 and "schedule 'check' of agent 'triage' not found (known: report)" in err
+
+
 def test_status_shows_the_leader_alike_for_both_stores(
     capsys: pytest.CaptureFixture[str], target: Target
 ) -> None:
