@@ -80,6 +80,28 @@ def test_an_interval_run_whose_claim_fails_does_not_start_and_is_recorded_as_mis
         assert [r.status for r in sched.history("a", "s")] == [RunStatus.SUCCESS, RunStatus.MISSED]
 
 
+def test_runs_of_one_pass_that_did_not_start_are_logged_in_one_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = _ClaimFailingStore()
+    every = Schedule.interval("5m")
+    names = [f"s{i}" for i in range(8)]
+    with running(store=store, min_interval=0) as (sched, _clock):
+        schedules = dict.fromkeys(names, every)
+        sched.add_agent(Agent("a", job=Recorder(), max_concurrent=8, schedules=schedules))
+        store.failing = True
+        with caplog.at_level(logging.ERROR, logger="herdsched"):
+            sched.start()
+            step(sched)
+        lines = [r.getMessage() for r in caplog.records if "did not start" in r.getMessage()]
+        assert len(lines) == 1, lines
+        assert lines[0].startswith("8 runs did not start: its claim could not be made durable")
+        assert lines[0].endswith(" and 3 more.")
+        assert lines[0].count("a/s") == 5
+        # every slot has its own record all the same
+        assert all([r.status for r in sched.history("a", n)] == [RunStatus.MISSED] for n in names)
+
+
 def test_a_cron_slot_whose_claim_fails_is_missed_and_the_next_slot_runs() -> None:
     store, job = _ClaimFailingStore(), Recorder()
     with running(store=store, min_interval=0) as (sched, clock):

@@ -33,6 +33,9 @@ from herdsched.runner import Run, RunOutcome
 
 __all__ = ["abandon_refused", "abandon_unclaimed"]
 
+#: Runs named in the one log line for a pass's runs that did not start.
+_NAMED = 5
+
 _PARKED = (Status.PAUSED, Status.DISABLED, Status.COMPLETED)
 
 
@@ -63,16 +66,9 @@ def _abandon(
     *,
     store_error: BaseException | None,
 ) -> None:
+    _log_not_started(core, runs, reason)
     with core.lock:
         for run in runs:
-            core.log.error(
-                "Run %s of %s/%s did not start: %s. The slot is recorded as %s.",
-                run.run_id,
-                run.agent,
-                run.schedule_name,
-                reason,
-                "skipped" if run.trigger_type is TriggerType.MANUAL else "missed",
-            )
             entry = core.entries.get((run.agent, run.schedule_name))
             if entry is not None and entry.run is run:
                 _undo(core, entry, run, reason)
@@ -111,6 +107,34 @@ def _record(run: Run, reason: str, now: datetime) -> RunRecord:
         finished_at=now,
         status=RunStatus.SKIPPED if manual else RunStatus.MISSED,
         error=f"the run did not start: {reason}",
+    )
+
+
+def _log_not_started(core: EngineCore, runs: Sequence[Run], reason: str) -> None:
+    """One ERROR line for the runs of one pass that did not start (a pass of a large fleet
+    during a store outage would otherwise log one per run); their records name each."""
+    if not runs:
+        return
+    if len(runs) == 1:
+        [run] = runs
+        core.log.error(
+            "Run %s of %s/%s did not start: %s. The slot is recorded as %s.",
+            run.run_id,
+            run.agent,
+            run.schedule_name,
+            reason,
+            "skipped" if run.trigger_type is TriggerType.MANUAL else "missed",
+        )
+        return
+    named = ", ".join(f"{r.agent}/{r.schedule_name} ({r.run_id})" for r in runs[:_NAMED])
+    more = f" and {len(runs) - _NAMED} more" if len(runs) > _NAMED else ""
+    core.log.error(
+        "%d runs did not start: %s. Their slots are recorded as missed (a run-now as skipped): "
+        "%s%s.",
+        len(runs),
+        reason,
+        named,
+        more,
     )
 
 
