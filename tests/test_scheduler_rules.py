@@ -363,7 +363,9 @@ def test_pause_resume_and_trigger_on_paused_schedule() -> None:
         assert job.calls[-1].prompt == "now please"
         assert state(sched).status is Status.PAUSED  # a manual run does not unpause
         sched.resume("a", "s")
-        step(sched)  # overdue while paused: runs once now
+        step(sched)  # an interval counts from the manual run's end, as when not paused
+        assert len(job.calls) == 2
+        step(sched, clock, "5m")
         assert len(job.calls) == 3
         step(sched)
         assert len(job.calls) == 3
@@ -408,6 +410,67 @@ def test_a_slot_that_passed_while_paused_follows_the_catch_up_policy_on_resume(
             assert state(sched).next_run_at == T0 + 300 * M
         step(sched, clock, "50m")  # T0 + 5h
         assert job.slots()[-1] == T0 + 300 * M
+
+
+@pytest.mark.parametrize("cadence", ["*/10 * * * * *", "10s"])
+def test_a_run_that_ends_while_paused_is_not_run_again_at_resume(cadence: str) -> None:
+    gate = threading.Event()
+    job = Recorder(lambda info: gate.wait(10))
+    every = Schedule.interval(cadence) if cadence == "10s" else Schedule.cron(cadence)
+    with running(min_interval=0) as (sched, clock):
+        sched.add_agent(Agent("a", job=job, schedules={"s": every}))
+        sched.start()
+        gate.set()
+        step(sched)  # an interval's first run is due at once: it ends at once
+        gate.clear()
+        clock.advance("10s")
+        sched.run_pending()
+        assert wait_until(lambda: sched.get_running_job_count("a") == 1, 5)
+        ran = clock.now()
+        sched.pause("a", "s")  # while the run is in progress
+        gate.set()
+        assert wait_until(lambda: sched.get_running_job_count("a") == 0, 5)
+        assert state(sched).next_run_at == ran + timedelta(seconds=10)  # for the resume
+        clock.advance("3s")
+        sched.resume("a", "s")
+        step(sched)
+        assert job.calls[-1].fired_at == ran  # the slot that ran is not run again
+        calls = len(job.calls)
+        step(sched, clock, "7s")  # its next slot
+        assert len(job.calls) == calls + 1
+
+
+@pytest.mark.parametrize("status", [Status.PAUSED, Status.DISABLED])
+def test_a_run_a_dead_process_left_while_paused_is_recorded_interrupted_not_run_again(
+    status: Status,
+) -> None:
+    store = MemoryStateStore()
+    clock = FakeClock(T0 + 5 * M)
+    # the process died mid-run after the schedule was paused (or auto-disabled)
+    store.update_schedule_state(
+        "a",
+        "s",
+        status=status,
+        last_run_at=T0,
+        last_slot_at=T0,
+        running_run_id="abcd1234abcd1234",
+        next_run_at=T0,
+    )
+    job = Recorder()
+    with running(store=store, clock=clock) as (sched, _):
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.cron("0 * * * *")}))
+        sched.start()
+        step(sched)
+        [record] = sched.history("a", "s")
+        assert (record.run_id, record.status) == ("abcd1234abcd1234", RunStatus.INTERRUPTED)
+        after = state(sched)
+        assert after.status is status and after.running_run_id is None
+        assert after.next_run_at == T0 + 60 * M
+        sched.resume("a", "s")
+        step(sched)
+        assert job.calls == []  # its slot is not run again
+        step(sched, clock, "55m")
+        assert job.slots() == [T0 + 60 * M]
 
 
 def test_trigger_refuses_running_and_full_agents_unless_bypassed() -> None:

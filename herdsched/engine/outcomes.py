@@ -136,8 +136,6 @@ def _plan_and_status(
     deferred = outcome.status is RunStatus.DEFERRED  # a deferred once has not run yet
     if run.trigger_type is TriggerType.ONCE and status is Status.IDLE and not deferred:
         status = Status.COMPLETED
-    if status in _PARKED or not schedule.enabled:
-        due = None  # the timer does not fire it: no next run to show
     return status, due, failures, disabled_reason
 
 
@@ -152,9 +150,11 @@ def transition_for(
     """The state transition for ``run`` ending with ``outcome``; ``normal`` is
     :func:`next_after_run`'s answer for it."""
     now = outcome.finished_at
-    status, due, failures, disabled_reason = _plan_and_status(
+    status, planned, failures, disabled_reason = _plan_and_status(
         state, schedule, run, outcome, normal, settings
     )
+    # the timer does not fire a parked schedule: no next run to show or plan
+    due = None if status in _PARKED or not schedule.enabled else planned
     session_id = _new_session(state, schedule, outcome)
     changes: dict[str, Any] = {
         "status": status,
@@ -168,8 +168,10 @@ def transition_for(
         "session_id": session_id,
         "disabled_reason": disabled_reason or state.disabled_reason,
     }
-    if due is not None or status not in (Status.PAUSED, Status.DISABLED):
-        changes["next_run_at"] = due  # a paused or disabled schedule keeps its plan
+    if status not in (Status.PAUSED, Status.DISABLED):
+        changes["next_run_at"] = due
+    elif planned is not None:  # where a resume takes it up: never the slot this run stood for
+        changes["next_run_at"] = planned
     record = RunRecord(
         run_id=run.run_id,
         agent=run.agent,

@@ -224,11 +224,13 @@ def recover_all(core: EngineCore) -> None:
             continue
         entry.state = core.store.get_schedule_state(entry.agent, entry.name)
         claim = claimed.get(entry.key)
-        if claim is not None and entry.state.status is Status.IDLE:
-            # its job may have started before the process died: treat it as running
+        status = entry.state.status
+        if claim is not None and status in (Status.IDLE, Status.PAUSED, Status.DISABLED):
+            # its job may have started before the process died: treat it as running (a pause
+            # or disable made meanwhile stays)
             entry.state = evolve(
                 entry.state,
-                status=Status.RUNNING,
+                status=Status.RUNNING if status is Status.IDLE else status,
                 last_run_at=claim.run_at,
                 last_slot_at=claim.slot,
                 running_run_id=claim.run_id,
@@ -293,7 +295,8 @@ def plan_from_state(core: EngineCore, entry: Entry, now: datetime, *, recovering
     """Compute ``entry``'s due time from its persisted state (restart recovery included).
 
     Caller holds the engine lock."""
-    if recovering and entry.state.status is Status.RUNNING and entry.run is None:
+    running = entry.state.status is Status.RUNNING or entry.state.running_run_id is not None
+    if recovering and running and entry.run is None:
         _record_interrupted(core, entry, now)
     state = entry.state
     # as stored now (a cron naming the zone it inherits), or as before (without it)
@@ -370,9 +373,10 @@ def _record_interrupted(core: EngineCore, entry: Entry, now: datetime) -> None:
             rng=core.rng,
         )
     once = cadence is not None and cadence.runs_once
+    status = Status.COMPLETED if once else Status.IDLE
     core.change_state(
         entry,
-        status=Status.COMPLETED if once else Status.IDLE,
+        status=state.status if state.status in (Status.PAUSED, Status.DISABLED) else status,
         last_result=RunStatus.INTERRUPTED,
         last_finished_at=now,
         last_error=record.error,
