@@ -20,6 +20,7 @@ import pytest
 from scheduler_helpers import T0, Recorder, step, tmpfs_mount, wait_until
 
 from herdsched import Agent, RunStatus, Schedule, Status, ThreadedScheduler
+from herdsched.cli import main
 from herdsched.store import YamlStateStore
 from herdsched.testing import FakeClock
 
@@ -125,3 +126,33 @@ def test_kill_9_on_a_full_disk_then_a_new_scheduler_runs_no_slot_twice(
         second.wait(30)
     twice = {row: n for row, n in Counter(ledger(path)).items() if n > 1}
     assert twice == {}, f"{len(twice)} slots ran twice: {sorted(twice)[:5]}"
+
+
+def test_a_backup_the_full_disk_kept_from_following_a_write_is_never_restored(
+    small_tmpfs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state_dir = small_tmpfs / "state"
+    with YamlStateStore(state_dir) as store:
+        for name in ("a", "b", "c"):
+            store.update_schedule_state("w", name, status="idle")
+    free = os.statvfs(small_tmpfs)
+    filler = small_tmpfs / "filler"
+    filler.write_bytes(b"x" * (free.f_bavail * free.f_frsize - 4096))  # one page left
+    # a running scheduler holds the file it read open: its pages stay taken after the replace
+    with open(state_dir / "state.yaml", "rb"):
+        assert main(["pause", "w/a", "--state-dir", str(state_dir)]) == 0  # acknowledged
+    filler.unlink()
+    assert "status: paused" in (state_dir / "state.yaml").read_text()
+    assert not (state_dir / "state.yaml.bak").exists()  # it could not follow: removed
+    # a later damage of the file (a hand edit gone wrong) must not bring back the old content
+    text = (state_dir / "state.yaml").read_text()
+    (state_dir / "state.yaml").write_text(text.replace("status: idle", "status: idel"))
+    capsys.readouterr()
+    assert main(["status", "--state-dir", str(state_dir)]) == 1
+    assert "there is no valid backup" in capsys.readouterr().err
+    # repaired by hand, the pause is there; the next write makes the backup again
+    (state_dir / "state.yaml").write_text(text)
+    with YamlStateStore(state_dir) as store:
+        assert store.get_schedule_state("w", "a").status is Status.PAUSED
+        store.update_schedule_state("w", "b", status="paused")
+    assert "status: paused" in (state_dir / "state.yaml.bak").read_text()

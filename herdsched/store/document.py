@@ -298,11 +298,35 @@ class GuardedYamlFile(Generic[T]):
             else:
                 self._copy_to_backup()
         except OSError as exc:
-            log.warning("Could not refresh the backup %s: %s", self.bak_path, exc)
+            self._drop_stale_backup(exc)
         try:
             fsync_dir(self.path.parent)
         except OSError as exc:  # pragma: no cover - the write itself succeeded
             log.warning("Could not fsync %s: %s", self.path.parent, exc)
+
+    def _drop_stale_backup(self, exc: OSError) -> None:
+        """The backup could not follow the write (a full disk): remove it, since restoring an
+        older content would undo what herdsched acknowledged since (a pause, a definition).
+        Without a backup a damaged file is refused instead, naming it; the next write makes
+        the backup again."""
+        try:
+            self.bak_path.unlink(missing_ok=True)
+        except OSError as unlink_exc:  # pragma: no cover - unlinking needs no space
+            log.error(
+                "Could not refresh the backup %s (%s) nor remove it (%s): it is older than %s",
+                self.bak_path,
+                exc,
+                unlink_exc,
+                self.path,
+            )
+            return
+        log.warning(
+            "Could not refresh the backup %s: %s. It was removed rather than left older than "
+            "%s; the next write makes it again.",
+            self.bak_path,
+            exc,
+            self.path,
+        )
 
     def _copy_to_backup(self) -> None:
         """Copy the pinned version of the file (the one just written) to the backup."""
