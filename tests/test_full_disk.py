@@ -6,6 +6,7 @@ Mounting a tmpfs needs root (CAP_SYS_ADMIN); without it these tests skip and say
 from __future__ import annotations
 
 import errno
+import json
 import os
 import signal
 import subprocess
@@ -21,6 +22,9 @@ from scheduler_helpers import T0, Recorder, step, tmpfs_mount, wait_until
 
 from herdsched import Agent, RunStatus, Schedule, Status, ThreadedScheduler
 from herdsched.cli import main
+from herdsched.converter import record_to_dict
+from herdsched.errors import StateError
+from herdsched.models import RunRecord
 from herdsched.store import YamlStateStore
 from herdsched.testing import FakeClock
 
@@ -156,3 +160,46 @@ def test_a_backup_the_full_disk_kept_from_following_a_write_is_never_restored(
         assert store.get_schedule_state("w", "a").status is Status.PAUSED
         store.update_schedule_state("w", "b", status="paused")
     assert "status: paused" in (state_dir / "state.yaml.bak").read_text()
+
+
+def _record(schedule: str, run_id: str, output: str = "ok") -> RunRecord:
+    return RunRecord(
+        run_id=run_id,
+        agent="w",
+        schedule=schedule,
+        trigger_type="manual",
+        status="success",
+        output_summary=output,
+    )
+
+
+def test_history_a_full_disk_cut_part_way_holds_each_record_once(small_tmpfs: Path) -> None:
+    state_dir = small_tmpfs / "state"
+    store = YamlStateStore(state_dir, max_run_history=100)
+    try:
+        for name in ("s1", "s2", "s3"):
+            store.append_run(_record(name, f"{name}-first"))
+        store.flush()
+        s2 = state_dir / "history" / "w" / "s2.jsonl"  # the documented layout
+        # s2's file ends just short of its page: its next record needs a page the disk lacks
+        pads = 0
+        while 4096 - s2.stat().st_size > 200:
+            room = 4096 - s2.stat().st_size - len(json.dumps(record_to_dict(_record("s2", "x"))))
+            store.append_run(_record("s2", f"s2-pad{pads}", "p" * min(480, room - 40)))
+            store.flush()
+            pads += 1
+        assert s2.stat().st_size <= 4096
+        filler = fill(small_tmpfs)
+        for name in ("s1", "s2", "s3"):
+            store.append_run(_record(name, f"{name}-second"))
+        with pytest.raises(StateError, match="Cannot write run history"):
+            store.flush()  # s1's record fits in its page, s2's does not
+        filler.unlink()
+        store.flush()  # the records not written are written now, and only those
+        for name in ("s1", "s2", "s3"):
+            lines = (state_dir / "history" / "w" / f"{name}.jsonl").read_text().splitlines()
+            ids = [json.loads(line)["run_id"] for line in lines]
+            assert ids.count(f"{name}-second") == 1, (name, ids)
+            assert len(ids) == len(set(ids)), (name, ids)  # nothing twice, no torn line
+    finally:
+        store.close()

@@ -5,9 +5,11 @@ a safe file name), one :class:`~herdsched.models.RunRecord` per line, oldest fir
 
 Why this is crash-safe: records are only ever appended, in one ``write`` per batch followed by
 ``fsync``, so a crash mid-write can tear at most the last line of a batch; earlier records are
-never rewritten in place. A torn line is skipped on read, and the next append starts on a fresh
-line. When a file holds more than twice ``max_run_history`` records it is compacted to the
-newest ``max_run_history`` by an atomic replace, so readers (the CLI's ``history`` in another
+never rewritten in place. A write that fails (a full disk) is cut back, and only the records of
+the files not written are retried, so no record is appended twice. A torn line is skipped on
+read, and the next append starts on a fresh line. When a file holds more than twice
+``max_run_history`` records it is compacted to the newest ``max_run_history`` by an atomic
+replace, so readers (the CLI's ``history`` in another
 process, without any lock) see either the old or the new file. Appends and compactions hold
 ``<state_dir>/history.lock``.
 """
@@ -28,7 +30,7 @@ from herdsched.models import RunRecord
 from herdsched.store.files import atomic_write, fsync_dir
 from herdsched.store.locking import FileLock
 
-__all__ = ["RunHistory", "encode_name"]
+__all__ = ["HistoryWriteError", "RunHistory", "encode_name"]
 
 log = logging.getLogger("herdsched")
 
@@ -51,6 +53,15 @@ def encode_name(name: str) -> str:
         digest = hashlib.sha256(name.encode()).hexdigest()[:16]
         encoded = f"{encoded[:150]}~{digest}"
     return encoded
+
+
+class HistoryWriteError(StateError):
+    """An append that failed part way: ``unwritten`` holds the records not in any file (those
+    of the files written before the failure are durable and must not be appended again)."""
+
+    def __init__(self, message: str, path: Path, cause: OSError, unwritten: list[RunRecord]):
+        super().__init__(message, path, cause)
+        self.unwritten = unwritten
 
 
 class RunHistory:
@@ -94,14 +105,18 @@ class RunHistory:
         for record in records:
             batches.setdefault(self._file_for(record.agent, record.schedule), []).append(record)
         with self.lock:
+            written: set[str] = set()
             try:
                 for path, batch in batches.items():
                     self._append_file(path, batch)
+                    written.add(path)
             except OSError as exc:
-                raise StateError(
+                unwritten = [r for p, batch in batches.items() if p not in written for r in batch]
+                raise HistoryWriteError(
                     f"Cannot write run history under {self.directory}: {exc}",
                     self.directory,
-                    cause=exc,
+                    exc,
+                    unwritten,
                 ) from exc
 
     def _open(self, path: str) -> tuple[int, bool]:
@@ -130,11 +145,17 @@ class RunHistory:
                 os.lseek(fd, -1, os.SEEK_END)
                 if os.read(fd, 1) != b"\n":
                     payload = b"\n" + payload  # a torn line stays a line of its own
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(fd, view) :]
-            if self.sync:
-                os.fsync(fd)
+            try:
+                view = memoryview(payload)
+                while view:
+                    view = view[os.write(fd, view) :]
+                if self.sync:
+                    os.fsync(fd)
+            except OSError:
+                # a full disk may take part of the batch: none of it is kept, so its retry
+                # appends each record once
+                os.ftruncate(fd, size)
+                raise
         finally:
             os.close(fd)
         count = self._counts.get(path)

@@ -52,7 +52,7 @@ from herdsched.store.claims import ClaimJournal
 from herdsched.store.definitions import DefinitionsFile
 from herdsched.store.document import GuardedYamlFile
 from herdsched.store.files import sweep_temp_files
-from herdsched.store.history import RunHistory
+from herdsched.store.history import HistoryWriteError, RunHistory
 from herdsched.store.lease_rules import log_lost_work
 from herdsched.store.leases import LeaseFile
 from herdsched.store.requests import TriggerRequestQueue
@@ -457,6 +457,10 @@ class YamlStateStore:
                 if runs:
                     self._ensure_dir()
                 self._history.append(runs)
+            except HistoryWriteError as exc:  # the files written before it keep theirs
+                with self._mem:
+                    self._pending_runs = exc.unwritten + self._pending_runs
+                raise
             except BaseException:
                 with self._mem:
                     self._pending_runs = runs + self._pending_runs
