@@ -45,6 +45,7 @@ from herdsched.errors import (
     InvalidScheduleError,
     SchedulerError,
     SchedulerShutdownError,
+    StateError,
 )
 from herdsched.fleet_checks import runnable_problems
 from herdsched.models import (
@@ -847,6 +848,11 @@ def _open_state_dir(state_dir: str, option: str) -> StateStore:
     path = Path(state_dir)
     if path.exists() and not path.is_dir():  # the words of the store, as "run" says them
         raise _Failure(f"state_dir {path} exists but is not a directory")
+    blocking = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:  # as "run" says it: no directory can ever be made there
+        raise _Failure(
+            f"The state directory {path} cannot be used: {blocking} is a file, not a directory"
+        )
     if not path.is_dir():
         raise _Failure(
             f"no state directory at {path}: run a fleet first (herdsched run FLEET) or give "
@@ -942,15 +948,23 @@ def _leader_text(info: dict[str, Any] | None, zone: tzinfo) -> str:
     if info is None:
         return "not running"
     since = info.get("started_at")
-    when = ""
-    if since:
-        try:
-            when = f", since {_format_time(parse_timestamp(since), zone)}"
-        except ValueError:
-            when = f", since {since}"
+    when = f", since {_leader_time(since, zone)}" if since else ""
     epoch = f", lease epoch {info['epoch']}" if info.get("epoch") else ""
-    hung = " - NOT RENEWED: it hangs, a standby takes over" if info.get("expired") else ""
+    hung = ""
+    if info.get("expired"):
+        hung = (
+            f" - NOT RENEWED since {_leader_time(info.get('renewed_at'), zone)}: it hangs or "
+            "cannot reach the store; a standby takes over, if one runs"
+        )
     return f"running (pid {info.get('pid', '?')} on {info.get('host', '?')}{epoch}{when}){hung}"
+
+
+def _leader_time(text: str | None, zone: tzinfo) -> str:
+    """A lease time as the tables show times (as stored when it cannot be read)."""
+    try:
+        return _format_time(parse_timestamp(text), zone) if text else "?"
+    except ValueError:
+        return str(text)
 
 
 def _store_line(store: StateStore) -> str:
@@ -1128,6 +1142,7 @@ def _cmd_pause(args: argparse.Namespace) -> int:
         ),
         changes={"status": Status.PAUSED},
         done=lambda state: "paused",
+        verb="paused",
     )
 
 
@@ -1141,6 +1156,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
         ),
         changes={"status": Status.IDLE, "consecutive_failures": 0, "disabled_reason": None},
         done=lambda state: f"resumed (was {state.status.value})",
+        verb="resumed",
     )
 
 
@@ -1150,6 +1166,7 @@ def _set_status(
     skip: Callable[[ScheduleState], str | None],
     changes: dict[str, Any],
     done: Callable[[ScheduleState], str],
+    verb: str,
 ) -> int:
     """Pause or resume: a durable user-intent write per targeted schedule, with a line each."""
     agent, schedule = _target(args.target)
@@ -1161,7 +1178,13 @@ def _set_status(
             if reason is not None:
                 _out(f"{agent}/{name}: {reason}")
                 continue
-            store.update_schedule_state(agent, name, **changes)
+            try:
+                store.update_schedule_state(agent, name, **changes)
+            except StateError as exc:
+                rest = " (nor the schedules after it)" if schedule is None else ""
+                raise _Failure(
+                    f"{agent}/{name} was not {verb}{rest}: {exc}; nothing changed for it, try again"
+                ) from exc
             _out(f"{agent}/{name}: {done(state)}")
     finally:
         store.close()

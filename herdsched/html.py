@@ -275,7 +275,10 @@ def _lease_text(info: Mapping[str, Any]) -> str:
     if info.get("started_at"):
         text += f" since {escape(str(info['started_at']))}"
     if info.get("expired"):
-        text += " (<b>not renewed</b>: a standby takes over)"
+        text += (
+            " (<b>not renewed</b>: it hangs or cannot reach the store; a standby takes over,"
+            " if one runs)"
+        )
     return text
 
 

@@ -314,6 +314,15 @@ def test_a_missing_directory_through_store_names_the_option(
     assert code == 1 and "give another HERDSCHED_STORE" in err
 
 
+def test_a_state_directory_under_a_file_is_named_as_run_names_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (tmp_path / "afile").write_text("")
+    code, _, err = run_cli(capsys, "status", "--state-dir", str(tmp_path / "afile" / "sub"))
+    assert code == 1
+    assert f"{tmp_path / 'afile'} is a file, not a directory" in err
+
+
 def test_a_refused_database_connection_is_a_failure_naming_it(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

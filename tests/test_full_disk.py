@@ -203,3 +203,21 @@ def test_history_a_full_disk_cut_part_way_holds_each_record_once(small_tmpfs: Pa
             assert len(ids) == len(set(ids)), (name, ids)  # nothing twice, no torn line
     finally:
         store.close()
+
+
+def test_a_pause_the_full_disk_refused_says_nothing_changed(
+    small_tmpfs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state_dir = small_tmpfs / "state"
+    with YamlStateStore(state_dir) as store:
+        for name in ("a", "b"):
+            store.update_schedule_state("w", name, status="idle")
+    filler = fill(small_tmpfs)
+    capsys.readouterr()
+    assert main(["pause", "w", "--state-dir", str(state_dir)]) == 1
+    err = capsys.readouterr().err
+    assert "w/a was not paused (nor the schedules after it): Cannot write " in err
+    assert "No space left on device; nothing changed for it, try again" in err
+    filler.unlink()
+    with YamlStateStore(state_dir) as store:
+        assert store.get_schedule_state("w", "a").status is Status.IDLE

@@ -7,11 +7,13 @@ objects of this process (each on its own descriptor, as separate processes would
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from socket import gethostname
 from typing import Any
 
 import pytest
@@ -19,10 +21,12 @@ from scheduler_helpers import Recorder, wait_until
 
 import herdsched
 from herdsched import Agent, Schedule, StateError, ThreadedScheduler
+from herdsched.cli import main
 from herdsched.errors import LeadershipLostError
 from herdsched.html import status_page
 from herdsched.models import RunRecord, RunStatus, TriggerType
 from herdsched.store.base import Lease, RunClaim, StateStore
+from herdsched.store.lease_rules import grant
 from herdsched.store.leases import read_leader_info
 from herdsched.store.memory import MemoryStateStore
 from herdsched.store.yaml_store import YamlStateStore
@@ -96,6 +100,46 @@ def test_memory_store_another_holder_waits_for_expiry_then_takes_over_with_a_new
     store.release_lease(second)
     third = store.acquire_lease("h3", TTL)
     assert third is not None and third.epoch == 3  # epochs never repeat after a release
+
+
+def test_a_takeover_is_said_once_and_a_process_retaking_its_own_lease_is_not_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = datetime(2026, 11, 24, 9, 0, tzinfo=timezone.utc)
+    own = Lease("vm:1:a", 3, now, now, now + timedelta(seconds=30), os.getpid(), gethostname())
+    other = Lease("vm:2:b", 4, now, now, now + timedelta(seconds=30), 999999, "elsewhere")
+    with caplog.at_level(logging.INFO, logger="herdsched"):
+        for _ in range(3):  # a takeover whose write fails is tried again and again
+            assert grant(own, "vm:1:c", 30, now, holder_dead=True, last_epoch=3) is not None
+        for _ in range(3):
+            assert grant(other, "vm:1:c", 30, now, holder_dead=True, last_epoch=4) is not None
+    said = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert said == [
+        (
+            "INFO",
+            "Taking the scheduler lease again (this process held it before, epoch 3): it was "
+            "given up.",
+        ),
+        (
+            "WARNING",
+            "Taking over the scheduler lease of vm:2:b (pid 999999 on elsewhere, epoch 4): its "
+            "holder is gone.",
+        ),
+    ]
+
+
+def test_status_says_a_lease_not_renewed_may_have_no_standby_to_take_over(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    past = FakeClock(datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc))
+    with YamlStateStore(tmp_path, clock=past) as store:  # this live process holds it...
+        assert store.acquire_lease("vm:1:hung", 30.0) is not None  # ...renewed long ago
+        assert main(["status", "--state-dir", str(tmp_path), "--tz", "UTC"]) == 0
+    line = capsys.readouterr().out.splitlines()[1]
+    assert line.endswith(
+        " - NOT RENEWED since 2026-01-05 09:00:00 +00:00: it hangs or cannot reach the store; "
+        "a standby takes over, if one runs"
+    ), line
 
 
 def test_lease_values_are_validated() -> None:

@@ -48,15 +48,7 @@ def grant(
     if current is not None and not holder_dead and not current.expired(now):
         return None
     if current is not None:
-        why = "its holder is gone" if holder_dead else "it was not renewed in time"
-        log.warning(
-            "Taking over the scheduler lease of %s (pid %s on %s, epoch %d): %s.",
-            current.holder,
-            current.pid,
-            current.host,
-            current.epoch,
-            why,
-        )
+        _announce_takeover(current, holder_dead=holder_dead)
     return Lease(
         holder=holder,
         epoch=max(last_epoch, current.epoch if current else 0) + 1,
@@ -65,6 +57,34 @@ def grant(
         expires_at=now + timedelta(seconds=ttl),
         pid=os.getpid(),  # a store hands leases to its own process
         host=socket.gethostname(),
+    )
+
+
+#: The lease whose takeover was last logged: a takeover whose write fails (a full disk) is
+#: tried again every second or so, and said once.
+_announced: list[tuple[str, int]] = []
+
+
+def _announce_takeover(current: Lease, *, holder_dead: bool) -> None:
+    key = (current.holder, current.epoch)
+    if key in _announced:
+        return
+    _announced[:] = [key]
+    if current.pid == os.getpid() and current.host == socket.gethostname():
+        log.info(
+            "Taking the scheduler lease again (this process held it before, epoch %d): %s.",
+            current.epoch,
+            "it was given up" if holder_dead else "it was not renewed in time",
+        )
+        return
+    why = "its holder is gone" if holder_dead else "it was not renewed in time"
+    log.warning(
+        "Taking over the scheduler lease of %s (pid %s on %s, epoch %d): %s.",
+        current.holder,
+        current.pid,
+        current.host,
+        current.epoch,
+        why,
     )
 
 
