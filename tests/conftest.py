@@ -6,7 +6,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from postgres_server import DSN_OVERRIDE, start_server, unique_namespace
+from postgres_server import DSN_OVERRIDE, run_sql, start_server, unique_namespace
 
 
 @pytest.fixture(autouse=True)
@@ -27,6 +27,14 @@ def postgres_dsn() -> Iterator[str]:
         return
     with start_server() as server:
         yield server.dsn
+
+
+@pytest.fixture
+def fresh_database(postgres_dsn: str) -> str:
+    """The DSN of a database created for this test (no herdsched tables yet)."""
+    name = unique_namespace("db")
+    run_sql(postgres_dsn, f"CREATE DATABASE {name}")
+    return postgres_dsn.rsplit("/", 1)[0] + f"/{name}"
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from postgres_server import run_sql, unique_namespace
+from postgres_server import run_sql
 
 from herdsched.cli import main
 from herdsched.models import RunRecord
@@ -342,11 +342,9 @@ def test_a_refused_database_connection_is_a_failure_naming_it(
     "command", ["status", "list", "history", "history ops", "pause ops", "trigger ops/tick"]
 )
 def test_a_look_or_a_change_leaves_no_tables_in_a_database_without_them(
-    capsys: pytest.CaptureFixture[str], postgres_dsn: str, command: str
+    capsys: pytest.CaptureFixture[str], fresh_database: str, command: str
 ) -> None:
-    name = unique_namespace("db")
-    run_sql(postgres_dsn, f"CREATE DATABASE {name}")
-    database = postgres_dsn.rsplit("/", 1)[0] + f"/{name}"
+    database = fresh_database
     code, out, err = run_cli(capsys, *command.split(), "--store", database)
     assert (code, out) == (1, "")
     assert "There are no herdsched tables in the PostgreSQL store at postgresql://" in err
@@ -441,11 +439,9 @@ def test_an_unknown_agent_in_an_empty_namespace_names_the_store(
 
 
 def test_a_mistyped_namespace_is_answered_with_the_namespaces_in_use(
-    capsys: pytest.CaptureFixture[str], postgres_dsn: str, tmp_path: Path
+    capsys: pytest.CaptureFixture[str], fresh_database: str, tmp_path: Path
 ) -> None:
-    name = unique_namespace("db")
-    run_sql(postgres_dsn, f"CREATE DATABASE {name}")
-    database = postgres_dsn.rsplit("/", 1)[0] + f"/{name}"
+    database = fresh_database
     open_store(database, namespace="unused").close()  # the tables, and no schedules
     code, out, _ = run_cli(capsys, "list", "--store", database, "--namespace", "prod")
     assert code == 0 and out.startswith("no schedules in "), out

@@ -35,14 +35,6 @@ def stores(postgres_dsn: str, pg_namespace: str) -> Iterator[list[PostgresStateS
         store.close()
 
 
-@pytest.fixture
-def fresh_database(postgres_dsn: str) -> str:
-    """The DSN of a database created for this test (no herdsched tables yet)."""
-    name = unique_namespace("db")
-    run_sql(postgres_dsn, f"CREATE DATABASE {name}")
-    return postgres_dsn.rsplit("/", 1)[0] + f"/{name}"
-
-
 def eventually(get: Callable[[], Lease | None], timeout: float = 5.0) -> Lease | None:
     """``get()`` until it returns a lease (the server ends a terminated session on its own time)."""
     deadline = time.monotonic() + timeout
