@@ -221,3 +221,24 @@ def test_a_pause_the_full_disk_refused_says_nothing_changed(
     filler.unlink()
     with YamlStateStore(state_dir) as store:
         assert store.get_schedule_state("w", "a").status is Status.IDLE
+
+
+def test_a_compaction_the_full_disk_refused_does_not_write_the_records_again(
+    small_tmpfs: Path,
+) -> None:
+    state_dir = small_tmpfs / "state"
+    store = YamlStateStore(state_dir, max_run_history=2)
+    try:
+        for n in range(4):  # twice the bound: the next append compacts the file
+            store.append_run(_record("s1", f"r{n}"))
+            store.flush()
+        filler = fill(small_tmpfs)
+        store.append_run(_record("s1", "r4"))  # fits in the file's page; its compaction does not
+        store.flush()
+        filler.unlink()
+        store.append_run(_record("s1", "r5"))
+        store.flush()  # compacts now
+        lines = (state_dir / "history" / "w" / "s1.jsonl").read_text().splitlines()
+        assert [json.loads(line)["run_id"] for line in lines] == ["r4", "r5"]
+    finally:
+        store.close()

@@ -165,7 +165,10 @@ class RunHistory:
             count += len(batch)
         self._counts[path] = count
         if count > 2 * self.max_run_history:
-            self._compact(Path(path))
+            try:
+                self._compact(Path(path))
+            except OSError as exc:  # the records are written: the next append compacts it
+                log.warning("Could not compact the run history %s: %s", path, exc)
 
     def _compact(self, path: Path) -> None:
         kept = self._read_file(path)[-self.max_run_history :]
