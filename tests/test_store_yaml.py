@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import stat
 from datetime import datetime, timedelta, timezone
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from herdsched import Agent, Schedule, ThreadedScheduler
 from herdsched.errors import StateError
 from herdsched.models import RunRecord, ScheduleState, Status
 from herdsched.store import YamlStateStore
@@ -440,3 +442,27 @@ def test_failed_write_keeps_pending_changes(
     with YamlStateStore(tmp_path) as reader:
         assert reader.get_schedule_state("a", "s").consecutive_failures == 2
         assert reader.get_schedule_state("a", "t") == ScheduleState()
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts /proc/self/fd")
+def test_schedulers_dropped_after_stop_leave_no_open_file(tmp_path: Path) -> None:
+    # a notebook cell run again, or an app rebuilding its scheduler: each builds its own store
+    def open_files() -> list[str]:
+        paths = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                paths.append(os.readlink(f"/proc/self/fd/{fd}"))
+            except FileNotFoundError:  # the descriptor listdir itself used
+                continue
+        return paths
+
+    before = len(open_files())
+    for _ in range(20):
+        sched = ThreadedScheduler(state_dir=tmp_path)
+        sched.add_agent(Agent("a", job=lambda info: None, schedules={"s": Schedule.interval("1h")}))
+        sched.start()
+        sched.stop()
+        del sched
+    gc.collect()
+    left = open_files()
+    assert len(left) <= before, [path for path in left if "state.yaml" in path]

@@ -17,8 +17,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import weakref
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
@@ -80,6 +82,13 @@ class _Bad:
     cause: BaseException
 
 
+def _close_all(descriptors: list[int]) -> None:
+    """Close what a dropped :class:`GuardedYamlFile` still held (its finalizer)."""
+    while descriptors:
+        with contextlib.suppress(OSError):  # already closed
+            os.close(descriptors.pop())
+
+
 class GuardedYamlFile(Generic[T]):
     """A YAML file read lock-free and written under a sidecar lock; see the module docstring.
 
@@ -101,7 +110,10 @@ class GuardedYamlFile(Generic[T]):
         self._now = now
         self._known = False
         self._identity: FileIdentity | None = None
-        self._pin: int | None = None
+        # the pinned descriptor (none or one), where a finalizer can reach it: a store dropped
+        # without close() (a scheduler that built its own, a re-run notebook cell) frees it
+        self._held: list[int] = []
+        weakref.finalize(self, _close_all, self._held).atexit = False  # exit closes them anyway
         self._bad: tuple[FileIdentity, StateCorruptedError] | None = None
         #: The last corruption handled by restoring the backup (``None`` when there was none).
         self.last_corruption: StateCorruptedError | None = None
@@ -189,13 +201,18 @@ class GuardedYamlFile(Generic[T]):
         self._set_pin(fd, identity)  # after the copy: content reads through the descriptor
         return value
 
+    @property
+    def _pin(self) -> int | None:
+        return self._held[0] if self._held else None
+
     def _set_pin(self, fd: int | None, identity: FileIdentity | None) -> None:
-        old, self._pin = self._pin, None
+        old = self._pin
+        self._held.clear()
         if old is not None:
             os.close(old)
         if fd is not None:
             if _POSIX:
-                self._pin = fd
+                self._held.append(fd)
             else:  # pragma: no cover - an open file cannot be replaced on Windows
                 os.close(fd)
         self._identity = identity

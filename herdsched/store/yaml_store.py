@@ -441,7 +441,12 @@ class YamlStateStore:
             self._history.remove(agent, schedule)
 
     def flush(self) -> None:
-        """Make every pending transition and run record durable now."""
+        """Make every pending transition and run record durable now (once closed, nothing is
+        pending, since closing flushed: no error then, as the exit hooks flush every store)."""
+        with self._mem:
+            idle = not self._pending and not self._pending_runs
+        if self._closed and idle:
+            return
         self._check_open()
         self._flush()
 
