@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from scheduler_helpers import T0, Recorder, running
 
 from herdsched import Agent, Schedule, ThreadedScheduler
 from herdsched.errors import LeadershipLostError
-from herdsched.store.base import RunClaim
+from herdsched.store.base import Lease, RunClaim
 from herdsched.store.leases import read_leader_info
+from herdsched.store.memory import MemoryStateStore
 from herdsched.store.yaml_store import YamlStateStore
-from herdsched.testing import as_separate_processes
+from herdsched.testing import FakeClock, as_separate_processes
 
 
 def test_one_holder_at_a_time_and_the_holder_is_recorded(tmp_path: Path) -> None:
@@ -152,3 +155,47 @@ def test_a_standby_shares_runtime_schedules_and_never_overwrites_the_leaders_pla
     finally:
         standby.stop()
         leader.stop()
+
+
+class _WatchedStore(MemoryStateStore):
+    """A memory store that, like the database store, tells its scheduler of other hosts'
+    changes (``watch``), and counts the scheduler's tries to take the lease."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock=clock)
+        self.tries = 0
+        self.on_change: Callable[[], None] | None = None
+
+    def watch(self, on_change: Callable[[], None]) -> None:
+        self.on_change = on_change
+
+    def unwatch(self) -> None:
+        self.on_change = None
+
+    def acquire_lease(self, holder: str, ttl: float) -> Lease | None:
+        if holder != "elsewhere":
+            self.tries += 1
+        return super().acquire_lease(holder, ttl)
+
+
+def test_a_standby_told_of_each_commit_of_a_busy_leader_tries_to_lead_at_most_once_a_second() -> (
+    None
+):
+    clock = FakeClock(T0)
+    store = _WatchedStore(clock)
+    assert store.acquire_lease("elsewhere", 3600) is not None  # a leader on another host
+    with running(store=store, clock=clock) as (sched, _):
+        sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1h")}))
+        sched.start()
+        sched.run_pending()
+        assert not sched.is_leader
+        tried = store.tries
+        assert tried >= 1 and store.on_change is not None
+        for _ in range(10):  # the leader commits: each commit notifies
+            store.on_change()
+            sched.run_pending()
+        assert store.tries == tried  # not a try per notification
+        clock.advance("1s")
+        store.on_change()  # a notification a second later is worth a try (a release is one)
+        sched.run_pending()
+        assert store.tries == tried + 1

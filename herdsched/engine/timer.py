@@ -24,6 +24,9 @@ __all__ = ["Timer"]
 _CLOCK_JUMP_TOLERANCE = 2.0  # seconds of disagreement between wall and monotonic progress
 _RETRY_SECONDS = 1.0  # how soon a failed pass is retried
 _STANDBY_RETRY = 5.0  # how often a standby tries to take the lead (at most max_sleep)
+#: The least time between two tries a standby makes when told of changes: a busy leader's
+#: commits notify several times a second, and only a released lease is worth a try at once.
+_NOTIFIED_TRY_GAP = 1.0
 
 
 class Timer:
@@ -49,6 +52,7 @@ class Timer:
         self._last_mono: float | None = None
         self._next_poll = 0.0
         self._next_leader_try = 0.0
+        self._last_leader_try = float("-inf")
         # one pass at a time, also when run_pending() runs one beside the thread: a pass
         # reads and sets the times of its next poll, lease try and heartbeat
         self._one_pass = threading.RLock()
@@ -65,10 +69,12 @@ class Timer:
         self.core.wake.set()
 
     def changed_elsewhere(self) -> None:
-        """Another process changed the store (a database notification): poll, or try to lead,
-        on a pass that begins now instead of at the next ``poll_interval``."""
+        """Another process changed the store (a database notification): poll, or try to lead
+        (at most once a second: a released lease is announced the same way as a commit), on a
+        pass that begins now instead of at the next ``poll_interval``."""
         self._next_poll = 0.0
-        self._next_leader_try = 0.0
+        soon = self._last_leader_try + _NOTIFIED_TRY_GAP
+        self._next_leader_try = min(self._next_leader_try, soon)
         self.core.wake.set()
 
     def join(self) -> None:
@@ -129,6 +135,7 @@ class Timer:
     def _standby_pass(self, mono: float) -> float:
         core = self.core
         if mono >= self._next_leader_try:
+            self._last_leader_try = mono
             self._next_leader_try = mono + min(  # in case the try raises
                 self.core.settings.max_sleep, _STANDBY_RETRY, self.leadership.ttl / 3
             )
