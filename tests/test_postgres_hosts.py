@@ -285,7 +285,9 @@ def test_a_stopped_leader_is_replaced_and_after_sigcont_its_claims_are_refused(
     assert late == [], late
     current = fleet.lease()
     assert current is not None and current.pid == lease.pid
-    assert_runs_go_on(fleet, datetime.now().astimezone(), {lease.pid})
+    # runs go on; with a 2 s lease on a loaded machine the lead may change hands once more
+    # (seen in a clean-clone run beside other load), which is no fault: no slot runs twice
+    assert_runs_go_on(fleet, datetime.now().astimezone(), {proc.pid for proc in fleet.procs})
     assert_acknowledged_kept(fleet, paused_from, run_id)
     fleet.assert_no_slot_twice()
 
