@@ -22,6 +22,7 @@ from herdsched.store.base import Lease, RunClaim
 from herdsched.store.postgres import PostgresStateStore, rows
 from herdsched.store.postgres import leases as pg_leases
 from herdsched.store.postgres import store as store_module
+from herdsched.store.postgres.connection import state_error
 
 T0 = datetime(2026, 11, 24, 9, 0, tzinfo=timezone.utc)
 
@@ -655,3 +656,16 @@ def test_the_leases_statements_tell_an_idle_view_it_is_current(
     finally:
         for store in (leader, standby, writer):
             store.close()
+
+
+@pytest.mark.parametrize(
+    "fatal", ["sorry, too many clients already", "remaining connection slots are reserved for"]
+)
+def test_a_server_out_of_connections_is_named_so(fatal: str) -> None:
+    refused = psycopg.OperationalError(
+        f'connection failed: connection to server at "127.0.0.1", port 5432 failed: FATAL:  {fatal}'
+    )
+    message = str(state_error(refused, "connect", "postgresql://app@db:5432/app"))
+    assert message.startswith("Could not connect to the PostgreSQL store at postgresql://app@db")
+    assert "the server has no connection to spare: raise its max_connections" in message
+    assert "check the user, password" not in message

@@ -36,17 +36,12 @@ _abandoned: list[Any] = []  # connections inherited through fork(), kept from be
 #: Signs of a server that refused a connection for a passing reason, and what to do.
 _FATAL_HINTS = (
     (
-        "the database system is",  # starting up, shutting down, in recovery
+        ("the database system is",),  # starting up, shutting down, in recovery
         "the server is starting up or shutting down: try again in a moment; a running "
         "scheduler reconnects by itself",
     ),
     (
-        "too many clients",
-        "the server has no connection to spare: raise its max_connections or close other "
-        "clients; a scheduler holds up to three",
-    ),
-    (
-        "connection slots are reserved",
+        ("too many clients", "connection slots are reserved"),
         "the server has no connection to spare: raise its max_connections or close other "
         "clients; a scheduler holds up to three",
     ),
@@ -142,8 +137,8 @@ def _connection_hint(text: str) -> str:
             "the DSN's host and port are right; a running scheduler reconnects by itself"
         )
     # libpq's "FATAL:" is the server's own answer: it was reached, and refused
-    for sign, hint in _FATAL_HINTS:
-        if sign in text:
+    for signs, hint in _FATAL_HINTS:
+        if any(sign in text for sign in signs):
             return hint
     return (
         "the server refused the connection for that reason: check the user, password and "
