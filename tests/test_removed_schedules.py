@@ -8,14 +8,17 @@ succeeded (the run was queued, then skipped by the scheduler).
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
-from scheduler_helpers import Recorder
+from scheduler_helpers import Blocker, Recorder
 
-from herdsched import Agent, Schedule, ThreadedScheduler
+import herdsched.events as ev
+from herdsched import Agent, RunStatus, Schedule, ThreadedScheduler
 from herdsched.cli import main
 from herdsched.store.base import StateStore
 from herdsched.store.postgres import PostgresStateStore
@@ -164,3 +167,56 @@ def test_the_command_line_shows_removed_schedules_and_will_not_steer_them(
     assert store.trigger_requests() == []
     assert store.get_schedule_state("bot", "gone").status.value == "idle"
     store.close()
+
+
+@pytest.fixture(params=["yaml", "postgres"])
+def store_factory(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
+) -> Callable[[], StateStore]:
+    """Opens a store on one place: a state directory, or a namespace on the test server."""
+    if request.param == "yaml":
+        return lambda: YamlStateStore(tmp_path, clock=clock)
+    dsn = request.getfixturevalue("postgres_dsn")
+    namespace = request.getfixturevalue("pg_namespace")
+    return lambda: PostgresStateStore(dsn, namespace=namespace, clock=clock)
+
+
+@pytest.mark.parametrize("persist", [False, True])
+def test_a_run_ending_while_its_schedule_is_removed_does_not_bring_its_state_back(
+    store_factory: Callable[[], StateStore],
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+    persist: bool,
+) -> None:
+    """The run's end lands between the store's removal of the state and the entry's: before,
+    its transition was written afterwards (on the YAML store), and the removed schedule showed
+    in ``status`` with a state for good."""
+    job = Blocker()
+    store = store_factory()
+    sched = ThreadedScheduler(store=store, clock=clock, timezone="UTC")
+    sched.add_agent(Agent("bot", job=job, schedules={}))
+    ended = threading.Event()
+    sched.add_listener(lambda event: ended.set(), ev.JobSucceeded)
+    original = store.remove_schedule_state
+
+    def remove_then_let_the_run_end(agent: str, schedule: str) -> None:
+        original(agent, schedule)
+        job.release.set()
+        assert ended.wait(10)
+
+    with sched:
+        sched.add_schedule("bot", "brief", Schedule.interval("1h"), persist=persist)
+        sched.trigger("bot", "brief")
+        assert job.began.wait(10)
+        monkeypatch.setattr(store, "remove_schedule_state", remove_then_let_the_run_end)
+        sched.remove_schedule("bot", "brief")
+        assert sched.wait_until_idle(10)
+        store.flush()
+        assert "brief" not in store.get_agent_schedule_states("bot")
+        assert [s.schedule for s in sched.get_status().schedules] == []
+    again = store_factory()
+    try:
+        assert "brief" not in again.get_agent_schedule_states("bot")
+        assert [r.status for r in again.get_history("bot", "brief")] == [RunStatus.SUCCESS]
+    finally:
+        again.close()

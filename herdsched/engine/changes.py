@@ -110,12 +110,16 @@ class Changes:
             with core.lock:
                 entry = core.require_entry(agent, name)
                 registry.check_owner(entry, owner)
+                seen = entry.state
             if entry.persisted_definition:
                 core.store.delete_definition(agent, name, owner=entry.schedule.owner)
             core.store.remove_schedule_state(agent, name)
             with core.lock:
                 registry.drop_entry(core, agent, name, forget_state=False)
                 core.agents[agent] = core.agents[agent].without_schedule(name)
+                raced = entry.state is not seen
+            if raced:  # a run ended in between and its transition went to the store: remove
+                core.store_call(core.store.remove_schedule_state, agent, name)  # that too
         core.changed()
 
     def pause(self, agent: str, schedule: str | None, owner: str | None) -> None:
