@@ -3,7 +3,8 @@
 Nothing here takes a lock, starts a thread or touches the store: the scheduler calls it while
 holding its own lock, and decides what to persist. The heap holds ``(due, seq, agent, name,
 version)``; changing an entry's plan bumps its version, which turns its older heap items stale
-(they are dropped when they reach the top) instead of searching the heap.
+(they are dropped when they reach the top, or all at once when they outnumber the entries)
+instead of searching the heap.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from herdsched.runner import Run
 __all__ = ["Entry", "Plan", "due_after_downtime", "fresh_due"]
 
 _HeapItem = tuple[datetime, int, str, str, int]
+_STALE_ALLOWANCE = 64  # stale heap items tolerated beyond one per entry before a rebuild
 
 
 @attrs.define(eq=False)
@@ -87,6 +89,14 @@ class Plan:
         assert entry.due is not None
         item = (entry.due, next(self._seq), entry.agent, entry.name, entry.version)
         heapq.heappush(self._heap, item)
+        if len(self._heap) > 2 * len(self.entries) + _STALE_ALLOWANCE:
+            self._drop_stale()
+
+    def _drop_stale(self) -> None:
+        """Rebuild the heap from its current items: a daily schedule paused and resumed all
+        day would otherwise keep every stale item until the next day."""
+        self._heap = [item for item in self._heap if self._current(item) is not None]
+        heapq.heapify(self._heap)
 
     def _current(self, item: _HeapItem) -> Entry | None:
         """The entry ``item`` stands for, or ``None`` when the item is stale."""
