@@ -38,7 +38,7 @@ from herdsched.engine.committer import GroupCommitter
 from herdsched.engine.core import AD_HOC_SCHEDULE, EngineCore
 from herdsched.engine.dispatch import Dispatcher
 from herdsched.engine.executors import ExecutorFactory
-from herdsched.engine.recovery import DEFAULT_LEASE_TTL, Leadership
+from herdsched.engine.recovery import DEFAULT_LEASE_TTL, Leadership, foreign_agents, name_some
 from herdsched.engine.reporting import schedule_status, search_statuses
 from herdsched.engine.settings import EngineSettings, resolve_poll_interval
 from herdsched.engine.syncing import OtherProcesses
@@ -434,11 +434,29 @@ class ThreadedScheduler:
         return location if isinstance(location, (str, Path)) else None
 
     def _log_standby(self) -> None:
-        holder = self._leadership.holder()
-        self.log.info(
-            "Another scheduler is active for %s (%s); this one is standing by.",
+        """Say who leads; a WARNING when the leader's fleet shares no agent with this one
+        (two apps on one state directory: this one's jobs would not run)."""
+        core = self._core
+        holder = self._leadership.holder() or "holder unknown"
+        stored = core.store_call(core.store.get_all_schedule_states) or {}
+        foreign = foreign_agents(core, stored)
+        if not foreign:
+            self.log.info(
+                "Another scheduler is active for %s (%s); this one is standing by.",
+                self._location(),
+                holder,
+            )
+            return
+        self.log.warning(
+            "Another scheduler is active for %s (%s) with another fleet: the store has "
+            "schedules of agents %s and none of this one's (%s). This one stands by and runs "
+            "nothing while that one leads; if it takes over, it marks that fleet's schedules "
+            "removed. If two apps use this store, give each its own state directory or "
+            "namespace.",
             self._location(),
-            holder or "holder unknown",
+            holder,
+            name_some(foreign),
+            name_some(sorted(core.agents)),
         )
 
     def _commit_quietly(self) -> None:

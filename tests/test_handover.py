@@ -137,3 +137,67 @@ def test_schedulers_of_other_directories_are_left_alone(tmp_path: Path) -> None:
     finally:
         two.stop()
         one.stop()
+
+
+def _fleet(state_dir: Path, *agents: str) -> ThreadedScheduler:
+    sched = ThreadedScheduler(state_dir=state_dir, max_sleep=60, commit_delay=0.05)
+    for name in agents:
+        sched.add_agent(Agent(name, job=lambda info: None, schedules={"s": Schedule.manual()}))
+    return sched
+
+
+def test_a_standby_of_another_fleet_warns_that_it_runs_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two apps on one state directory (the default ``.herdsched`` of one project directory):
+    before, the second stood by with an INFO line, and its jobs silently never ran."""
+    first = _fleet(tmp_path, "mail", "reports")
+    same = _fleet(tmp_path, "reports")
+    other = _fleet(tmp_path, "crawler")
+    caplog.set_level(logging.INFO, logger="herdsched")
+    with as_separate_processes():
+        first.start()
+        state_file = tmp_path / "state.yaml"
+        wait_for(lambda: state_file.exists() and "reports" in state_file.read_text())
+        same.start()
+        other.start()
+    try:
+        assert (first.status, same.status, other.status) == ("running", "standby", "standby")
+        notices = [r for r in caplog.records if "standing by" in r.getMessage()]
+        assert [r.levelno for r in notices] == [logging.INFO]  # a standby of the same app
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1, warnings
+        assert (
+            "the store has schedules of agents mail, reports and none of this one's "
+            in (warnings[0])
+        )
+        assert "(crawler)" in warnings[0] and "give each its own state directory" in warnings[0]
+    finally:
+        other.stop()
+        same.stop()
+        first.stop()
+
+
+def test_taking_over_from_another_fleet_warns_that_its_schedules_are_marked_removed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = _fleet(tmp_path, "mail")
+    first.start()
+    first.stop()
+    renamed = _fleet(tmp_path, "mail", "digest")  # shares an agent: no warning
+    with caplog.at_level(logging.INFO, logger="herdsched"):
+        renamed.start()
+        renamed.stop()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    caplog.clear()
+    other = _fleet(tmp_path, "crawler")
+    with caplog.at_level(logging.INFO, logger="herdsched"):
+        other.start()
+        other.stop()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    wanted = "shares no agent with the fleet that ran on its store before it (agents digest, mail)"
+    assert wanted in warnings[0]
+    assert "2 schedule(s) with state in the store are not in this scheduler's fleet" in (
+        caplog.text
+    )

@@ -17,6 +17,7 @@ per slot); a schedule that missed slots while nothing ran fires once or waits, b
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -26,7 +27,7 @@ import herdsched.events as ev
 from herdsched.engine.core import AD_HOC_SCHEDULE, EngineCore, timer_trigger_type
 from herdsched.engine.planning import Entry, due_after_downtime, fresh_due
 from herdsched.errors import LeadershipLostError, StateError
-from herdsched.models import RunRecord, RunStatus, Status, TriggerType
+from herdsched.models import RunRecord, RunStatus, ScheduleState, Status, TriggerType
 from herdsched.runner import new_run_id
 from herdsched.store.base import DEFAULT_LEASE_TTL, Lease, RunClaim, StateStore, check_ttl
 from herdsched.store.lease_rules import new_holder_id
@@ -34,6 +35,8 @@ from herdsched.store.lease_rules import new_holder_id
 __all__ = [
     "DEFAULT_LEASE_TTL",
     "Leadership",
+    "foreign_agents",
+    "name_some",
     "plan_catch_up",
     "plan_from_state",
     "plan_resumed",
@@ -218,6 +221,7 @@ def recover_all(core: EngineCore) -> None:
     core.store.refresh()
     core.unadopted = True  # definitions other processes changed are taken in at the next look
     now = core.clock.now()
+    stored = core.store_call(core.store.get_all_schedule_states)  # before this fleet writes
     claimed = _unfinished_claims(core)
     for entry in list(core.entries.values()):
         if entry.run is not None:
@@ -237,16 +241,19 @@ def recover_all(core: EngineCore) -> None:
             )
         core.plan.unplan(entry)
         plan_from_state(core, entry, now, recovering=True)
-    _mark_removed(core, now)
+    if stored is not None:
+        _mark_removed(core, now, stored)
 
 
-def _mark_removed(core: EngineCore, now: datetime) -> None:
+def _mark_removed(
+    core: EngineCore, now: datetime, stored: Mapping[str, Mapping[str, ScheduleState]]
+) -> None:
     """Mark the stored states of schedules this scheduler does not run (taken out of its fleet),
     so that every process shows them as removed rather than as waiting for a run that never
     comes. Stored run-time definitions are taken in later and are not marked; registering a
-    marked schedule again clears the mark (:meth:`EngineCore.persist_description`)."""
+    marked schedule again clears the mark (:meth:`EngineCore.persist_description`).
+    ``stored`` holds the states as they were before this scheduler wrote its own."""
     try:
-        stored = core.store.get_all_schedule_states()
         defined = core.store.load_definitions()
     except Exception as exc:
         core.state_error(exc)
@@ -260,19 +267,47 @@ def _mark_removed(core: EngineCore, now: datetime) -> None:
         and name not in defined.get(agent, {})
         and not (name == AD_HOC_SCHEDULE and agent in core.agents)
     ]
+    foreign = foreign_agents(core, stored)
+    if foreign:
+        core.log.warning(
+            "This scheduler's fleet shares no agent with the fleet that ran on its store "
+            "before it (agents %s): their schedules are marked removed and do not run while "
+            "this one leads. If two apps use this store, give each its own state directory "
+            "or namespace.",
+            name_some(foreign),
+        )
     for agent, name in lost:
         core.mark_removed(agent, name, now)
     if lost:
-        shown = ", ".join(f"{agent}/{name}" for agent, name in lost[:_REMOVED_NAMED])
-        more = f" and {len(lost) - _REMOVED_NAMED} more" if len(lost) > _REMOVED_NAMED else ""
         core.log.info(
-            "%d schedule(s) with state in the store are not in this scheduler's fleet (%s%s): "
+            "%d schedule(s) with state in the store are not in this scheduler's fleet (%s): "
             "they do not run and are shown as removed; their state and history stay, and "
             "registering one again runs it again.",
             len(lost),
-            shown,
-            more,
+            name_some([f"{agent}/{name}" for agent, name in lost]),
         )
+
+
+def foreign_agents(
+    core: EngineCore, stored: Mapping[str, Mapping[str, ScheduleState]]
+) -> list[str]:
+    """The agents with live schedules in the store when none of them is in this scheduler's
+    fleet: another app's scheduler uses the same state (``[]`` otherwise, and when either
+    side has none)."""
+    live = {
+        agent
+        for agent, states in stored.items()
+        if any(state.removed_at is None for state in states.values())
+    }
+    if not core.agents or not live or not live.isdisjoint(core.agents):
+        return []
+    return sorted(live)
+
+
+def name_some(names: list[str]) -> str:
+    """The first names of a list and how many more, for a log line."""
+    more = len(names) - _REMOVED_NAMED
+    return ", ".join(names[:_REMOVED_NAMED]) + (f" and {more} more" if more > 0 else "")
 
 
 def _unfinished_claims(core: EngineCore) -> dict[tuple[str, str], RunClaim]:
