@@ -275,9 +275,11 @@ def _lease_text(info: Mapping[str, Any]) -> str:
     if info.get("started_at"):
         text += f" since {escape(str(info['started_at']))}"
     if info.get("expired"):
+        renewed = info.get("renewed_at")
         text += (
-            " (<b>not renewed</b>: it hangs or cannot reach the store; a standby takes over,"
-            " if one runs)"
+            " (<b>not renewed</b>"
+            + (f" since {escape(str(renewed))}" if renewed else "")
+            + ": it hangs or cannot reach the store; a standby takes over, if one runs)"
         )
     return text
 

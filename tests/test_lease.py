@@ -23,7 +23,7 @@ import herdsched
 from herdsched import Agent, Schedule, StateError, ThreadedScheduler
 from herdsched.cli import main
 from herdsched.errors import LeadershipLostError
-from herdsched.html import status_page
+from herdsched.html import status_page, status_table
 from herdsched.models import RunRecord, RunStatus, TriggerType
 from herdsched.store.base import Lease, RunClaim, StateStore
 from herdsched.store.lease_rules import grant
@@ -525,6 +525,26 @@ def test_status_and_the_status_page_show_holder_epoch_and_since(
         assert leader["expired"] is False and leader["holder"].count(":") == 2
         page = status_page(sched.get_status(), [], {}, api_base="/api")
         assert "lease epoch 1 since 2026-03-01T12:00:00.000Z" in page
+
+
+def test_the_status_page_and_the_notebook_view_say_when_the_lease_was_last_renewed() -> None:
+    """As ``herdsched status`` says it: a leader not renewed in time hangs or lost the store,
+    and a standby takes over only if one runs."""
+    renewed, expires = T0 + timedelta(seconds=20), T0 + timedelta(seconds=50)
+    lease = Lease("vm:4242:hung", 3, T0, renewed, expires, pid=4242, host="vm")
+    for now, expired in ((T0 + timedelta(seconds=49), False), (T0 + timedelta(minutes=5), True)):
+        status = herdsched.SchedulerStatus(
+            running=True, active_jobs=0, status="standby", leader=lease.describe(now)
+        )
+        page = status_page(status, [], {}, api_base="/api")
+        table = status_table(status)  # the notebook view
+        wording = (
+            "(<b>not renewed</b> since 2026-03-01T12:00:20.000Z: it hangs or cannot reach the "
+            "store; a standby takes over, if one runs)"
+        )
+        for html in (page, table):
+            assert "pid 4242 on vm, lease epoch 3 since 2026-03-01T12:00:00.000Z" in html
+            assert (wording in html) is expired
 
 
 def test_leadership_lost_is_a_state_error_that_survives_pickling() -> None:
