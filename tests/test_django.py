@@ -36,6 +36,7 @@ if not settings.configured:
 from django.apps import apps  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.test import Client, override_settings  # noqa: E402
+from scheduler_helpers import wait_until  # noqa: E402
 
 from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo  # noqa: E402
 from herdsched.api import ADMIN  # noqa: E402
@@ -445,6 +446,41 @@ def test_a_script_that_sets_django_up_runs_no_jobs_until_it_serves_a_request(
     finally:
         scheduler.stop()
         integration._process.start_with_first_request = False
+
+
+def test_a_first_request_start_that_fails_is_tried_again_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A start on the first request that fails (a state directory not mounted yet) is tried
+    again as a web server's deferred start is; the log said to restart the process."""
+    in_the_way = tmp_path / "mnt"
+    in_the_way.write_text("not mounted yet")
+    scheduler = ThreadedScheduler(state_dir=in_the_way / "herdsched")
+    monkeypatch.setattr(integration._process, "started", False)
+    monkeypatch.setattr("sys.argv", ["serve.py"])
+    for name in integration.WEB_SERVERS:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    caplog.set_level(logging.ERROR, logger="herdsched")
+    try:
+        with override_settings(HERDSCHED={"SCHEDULER": scheduler}):
+            apps.get_app_config("herdsched").ready()
+            integration.get_embedded().retry_delay = 0.2
+            # the site's own answer (no such page here), not a failure of herdsched's start
+            assert Client().get("/elsewhere/").status_code == 404
+            assert not scheduler.is_running()
+            failures = [r.getMessage() for r in caplog.records if "not start" in r.getMessage()]
+            assert len(failures) == 1, failures
+            assert "herdsched could not start in pid" in failures[0]
+            assert "it tries again in 0.2 s: The state directory" in failures[0]
+            assert "restart" not in caplog.text
+            in_the_way.unlink()  # the mount arrives
+            assert wait_until(scheduler.is_running)
+            assert Client().get("/elsewhere/").status_code == 404
+            assert integration._process.started
+    finally:
+        integration.get_embedded().stop()
+        integration._process.start_with_first_request = False
+        integration.forget()
 
 
 def test_ready_does_not_start_in_management_commands(monkeypatch: pytest.MonkeyPatch) -> None:

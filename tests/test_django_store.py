@@ -4,6 +4,7 @@ page and API; system checks naming a missing or non-PostgreSQL alias and the oth
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from collections.abc import Iterator
@@ -31,7 +32,9 @@ if not settings.configured:  # the same settings as tests/test_django.py, whiche
     django.setup()
 
 from django.test import Client, override_settings  # noqa: E402
+from postgres_server import start_server  # noqa: E402
 from psycopg.conninfo import conninfo_to_dict  # noqa: E402
+from scheduler_helpers import wait_until  # noqa: E402
 
 from herdsched.contrib import django as integration  # noqa: E402
 from herdsched.contrib.django.checks import check_settings  # noqa: E402
@@ -207,3 +210,40 @@ def test_checks_name_a_missing_or_foreign_alias_and_other_bad_settings(tmp_path:
         both = override_settings(HERDSCHED={"STORE": "django:default", "STATE_DIR": "/x"})
         with both, pytest.raises(SchedulerError, match=r"HERDSCHED\['STORE'\] and HERDSCHED\["):
             integration.get_scheduler()
+
+
+def test_a_database_down_at_the_first_request_is_tried_again_by_a_later_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The database restarts while the process boots: the first request cannot set herdsched
+    up. Before, the process ran no scheduler until it was restarted."""
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(FLEET)
+    monkeypatch.setattr(integration._process, "started", False)
+    monkeypatch.setattr(integration, "RETRY_DELAY", 0.2)
+    caplog.set_level(logging.ERROR, logger="herdsched")
+    with start_server() as server:
+        herdsched = {"STORE": server.dsn, "FLEET_FILE": str(fleet), "AUTOSTART": False}
+        server.stop()
+        with override_settings(HERDSCHED=herdsched):
+            integration.forget()
+            integration.start_with_first_request()
+            try:
+                assert Client().get("/elsewhere/").status_code == 404  # the site serves on
+                assert Client().get(f"{API}/status").status_code == 503
+                failures = [r.getMessage() for r in caplog.records if "set up" in r.getMessage()]
+                assert len(failures) == 1, failures
+                assert "herdsched could not be set up in pid" in failures[0]
+                assert "a request served 0.2 s from now or later tries again" in failures[0]
+                server.start()
+                assert wait_until(
+                    lambda: Client().get("/elsewhere/") and integration._process.started, 30
+                )
+                assert wait_until(integration.get_scheduler().is_running)
+                assert Client().get(f"{API}/status").json()["status"] == "running"
+            finally:
+                integration._process.start_with_first_request = False
+                if integration._process.embedded is not None:
+                    integration.get_embedded().stop(timeout=10)
+                    integration.get_scheduler().store.close()
+                integration.forget()

@@ -272,6 +272,13 @@ class EmbeddedScheduler:
             store_location(self.scheduler.store),
         )
 
+    def start_serving(self) -> None:
+        """Start now, on behalf of the request being served: a failure is logged and the
+        start tried again later, as a deferred start is (it never fails the request)."""
+        with self._lock:
+            self.wanted = True
+        self.mark_serving()
+
     def mark_serving(self) -> None:
         """This process serves requests: it is a worker, so a deferred start happens now."""
         if self.serving:

@@ -41,6 +41,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -48,6 +49,8 @@ from typing import Any, TypeVar
 from herdsched.api import ADMIN, RestApi
 from herdsched.contrib import (
     ADAPTER_KEYS,
+    RETRY_DELAY,
+    RETRY_LONGEST,
     EmbeddedScheduler,
     auth_setting,
     body_limit_setting,
@@ -80,6 +83,8 @@ class _Process:
     api: RestApi | None = None
     started = False
     start_with_first_request = False
+    failed_setups = 0  # in a row, on the first-request path
+    retry_at = 0.0  # time.monotonic() from which a request may try that set-up again
 
 
 _process = _Process()
@@ -169,16 +174,48 @@ def serving() -> None:
     """
     try:
         if _process.start_with_first_request:
-            _process.start_with_first_request = False
-            start_once()
+            _start_for_request()
         if _process.embedded is not None:
             _process.embedded.mark_serving()
-    except Exception:
-        _log.exception(
-            "herdsched could not start in pid %s; the site serves on without it and its pages "
-            "answer 503 (fix the settings or the store, then restart the process)",
+    except Exception:  # never fail the site's request
+        _log.exception("herdsched could not start in pid %s; the site serves on", os.getpid())
+
+
+def _start_for_request() -> None:
+    """Start the scheduler left for the first request.
+
+    Setting it up can fail for a while (a database restarting while the process boots): that
+    is logged and tried again by a request served 5 s later, then at doubling delays up to a
+    minute. Its start is a deferred start of :class:`~herdsched.contrib.EmbeddedScheduler`,
+    retried the same way on its own. Either way one failure does not leave the process
+    without a scheduler for good.
+    """
+    with _process.lock:
+        if not _process.start_with_first_request or time.monotonic() < _process.retry_at:
+            return
+        _process.start_with_first_request = False  # one request tries at a time
+    try:
+        embedded = get_embedded()
+    except Exception as exc:
+        with _process.lock:
+            _process.failed_setups += 1
+            delay = min(RETRY_DELAY * 2 ** (_process.failed_setups - 1), RETRY_LONGEST)
+            _process.retry_at = time.monotonic() + delay
+            _process.start_with_first_request = True
+        _log.error(
+            "herdsched could not be set up in pid %s; a request served %s s from now or later "
+            "tries again, and the site serves on meanwhile: %s",
             os.getpid(),
+            f"{delay:g}",
+            exc,
         )
+        return
+    with _process.lock:
+        _process.failed_setups = 0
+        if _process.started:
+            return
+        _process.started = True
+    embedded.start_serving()
 
 
 #: Modules of the web servers that load the project to serve it (so ``ready()`` may start the
