@@ -220,3 +220,31 @@ def test_a_run_ending_while_its_schedule_is_removed_does_not_bring_its_state_bac
         assert [r.status for r in again.get_history("bot", "brief")] == [RunStatus.SUCCESS]
     finally:
         again.close()
+
+
+def test_a_run_that_ends_after_its_schedule_was_removed_is_recorded(
+    store_factory: Callable[[], StateStore], clock: FakeClock
+) -> None:
+    """Its job ran: before, its outcome was dropped with the entry, so neither ``history()``
+    nor ``GET .../runs/<id>`` knew the run, and its events never came."""
+    job = Blocker()
+    store = store_factory()
+    sched = ThreadedScheduler(store=store, clock=clock, timezone="UTC")
+    sched.add_agent(Agent("bot", job=job, schedules={}))
+    succeeded: list[ev.JobSucceeded] = []
+    sched.add_listener(succeeded.append, ev.JobSucceeded)
+    with sched:
+        sched.add_schedule("bot", "brief", Schedule.manual(), persist=True)
+        run_id = sched.trigger("bot", "brief").run_id
+        assert job.began.wait(10)
+        sched.remove_schedule("bot", "brief")
+        job.release.set()
+        assert sched.wait_until_idle(10)
+        assert [e.record.run_id for e in succeeded] == [run_id]
+    again = store_factory()
+    try:
+        assert "brief" not in again.get_agent_schedule_states("bot")
+        records = again.get_history("bot", "brief")
+        assert [(r.run_id, r.status) for r in records] == [(run_id, RunStatus.SUCCESS)]
+    finally:
+        again.close()

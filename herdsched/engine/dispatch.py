@@ -26,7 +26,7 @@ import herdsched.events as ev
 from herdsched.engine.core import EngineCore, timer_trigger_type
 from herdsched.engine.listeners import call_safely
 from herdsched.engine.not_started import abandon_refused, abandon_unclaimed
-from herdsched.engine.outcomes import Transition, next_after_run, transition_for
+from herdsched.engine.outcomes import Transition, next_after_run, record_for, transition_for
 from herdsched.engine.planning import Entry
 from herdsched.errors import LeadershipLostError, ScheduleTriggerError
 from herdsched.models import RunRecord, RunStatus, SkipReason, Status, TriggerType
@@ -289,19 +289,20 @@ class Dispatcher:
                 error = timeout_message(run.schedule.timeout)
                 outcome = evolve(outcome, status=RunStatus.TIMEOUT, error=error)
             entry = core.entries.get((run.agent, run.schedule_name))
-            if entry is None:
-                return
-            transition = self._apply(entry, run, outcome)
-        record = transition.record
+            # a schedule removed while its job ran has no state to change, but what ran is
+            # recorded (its history stays, as for any removed schedule)
+            transition = None if entry is None else self._apply(entry, run, outcome)
+        record = record_for(run, outcome, None) if transition is None else transition.record
         if run.timed_out:
             run.cancel()  # recorded first, so a job that wakes on it finds the timeout
         if core.notifier is not None and outcome.status in _NOTIFIED:
             record = evolve(record, notified=self._notify(run, outcome))
+        ended = transition is not None and transition.changes.get("status") is Status.COMPLETED
         if not outcome.no_work:
             core.append_run(record)
-        elif transition.changes.get("status") is Status.COMPLETED:  # a once schedule ends
+        elif ended:  # a once schedule ends
             core.append_run(evolve(record, error=_NO_WORK))
-        self._announce(run, outcome, record, transition.disabled_reason)
+        self._announce(run, outcome, record, transition.disabled_reason if transition else None)
 
     def _apply(self, entry: Entry, run: Run, outcome: RunOutcome) -> Transition:
         """Compute and apply the transition of a finished run (caller holds the lock)."""

@@ -20,7 +20,7 @@ from herdsched.models import RunRecord, RunStatus, Schedule, ScheduleState, Stat
 from herdsched.policy import next_after_failure, should_auto_disable, slot_after_overlap
 from herdsched.runner import Run, RunOutcome
 
-__all__ = ["NextRun", "Transition", "next_after_run", "transition_for"]
+__all__ = ["NextRun", "Transition", "next_after_run", "record_for", "transition_for"]
 
 _PARKED = (Status.DISABLED, Status.PAUSED, Status.COMPLETED)
 
@@ -172,22 +172,27 @@ def transition_for(
         changes["next_run_at"] = due
     elif planned is not None:  # where a resume takes it up: never the slot this run stood for
         changes["next_run_at"] = planned
-    record = RunRecord(
+    record = record_for(run, outcome, session_id if schedule.persist_session else None)
+    slot = normal.slot if due == normal.due else due
+    return Transition(changes, due, slot, record, disabled_reason, normal.missed)
+
+
+def record_for(run: Run, outcome: RunOutcome, session_id: str | None) -> RunRecord:
+    """The history record of ``run`` ending with ``outcome``."""
+    return RunRecord(
         run_id=run.run_id,
         agent=run.agent,
         schedule=run.schedule_name,
         trigger_type=run.trigger_type,
         scheduled_for=run.scheduled_for,
         started_at=outcome.started_at,
-        finished_at=now,
+        finished_at=outcome.finished_at,
         status=outcome.status,
         error=outcome.error,
         output_summary=outcome.output,
-        session_id=session_id if schedule.persist_session else None,
+        session_id=session_id,
         work_item_id=outcome.work_item_id,
         cost=outcome.result.cost,
         turns=outcome.result.turns,
         traceback=outcome.traceback,
     )
-    slot = normal.slot if due == normal.due else due
-    return Transition(changes, due, slot, record, disabled_reason, normal.missed)
