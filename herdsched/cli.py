@@ -468,7 +468,8 @@ def _add_steering_commands(commands: _Commands, parents: _Parents) -> None:
             "clear the state and history of schedules removed from the fleet",
             "Forget AGENT/SCHEDULE, or every schedule of AGENT shown as removed (taken out of "
             "the fleet): their state and run history are deleted, and status and list no longer "
-            "show them. A schedule still in the fleet is refused.",
+            "show them. A schedule deleted at run time (REST DELETE) has only its history left: "
+            "forget AGENT/SCHEDULE deletes that. A schedule still in the fleet is refused.",
         ),
     ):
         sub = commands.add_parser(
@@ -1197,6 +1198,8 @@ def _cmd_forget(args: argparse.Namespace) -> int:
     agent, schedule = _target(args.target)
     store = _open_store(args)
     try:
+        if schedule is not None and _forget_deleted(store, agent, schedule):
+            return EXIT_OK
         states = _agent_states(store, agent)
         named = _schedule_names(store, agent, schedule)
         if schedule is not None and states[schedule].removed_at is None:
@@ -1215,6 +1218,19 @@ def _cmd_forget(args: argparse.Namespace) -> int:
     finally:
         store.close()
     return EXIT_OK
+
+
+def _forget_deleted(store: StateStore, agent: str, schedule: str) -> bool:
+    """Clear the history of a deleted schedule (no state left, as after ``DELETE`` or
+    ``remove_schedule()``); whether there was one to clear."""
+    if schedule in store.get_agent_schedule_states(agent):
+        return False
+    records = len(store.get_history(agent, schedule, limit=sys.maxsize))
+    if not records:
+        return False
+    store.purge_history(agent, schedule)
+    _out(f"{agent}/{schedule}: forgotten, its {records} run record(s) (it was deleted)")
+    return True
 
 
 def _width(args: argparse.Namespace, width: int) -> int:

@@ -160,6 +160,21 @@ def test_forget_clears_only_schedules_removed_from_the_fleet(
     assert code == 1 and "schedule 'check' of agent 'triage' not found (known: report)" in err
 
 
+def test_forget_clears_the_history_of_a_deleted_schedule(
+    capsys: pytest.CaptureFixture[str], target: Target
+) -> None:
+    """A schedule deleted through REST or ``remove_schedule()`` has no state, only history:
+    before, ``forget`` answered "not found" and nothing could clear it from the CLI."""
+    _with(target, lambda s: s.remove_schedule_state("triage", "check"))
+    assert _with(target, lambda s: len(s.get_history("triage", "check"))) == 1
+    code, out, _ = run_cli(capsys, "forget", "triage/check", *target.args())
+    assert (code, out) == (0, "triage/check: forgotten, its 1 run record(s) (it was deleted)\n")
+    assert _with(target, lambda s: s.get_history("triage", "check")) == []
+    assert _with(target, lambda s: sorted(s.get_agent_schedule_states("triage"))) == ["report"]
+    code, _, err = run_cli(capsys, "forget", "triage/check", *target.args())
+    assert code == 1 and "schedule 'check' of agent 'triage' not found (known: report)" in err
+
+
 def test_status_shows_the_leader_alike_for_both_stores(
     capsys: pytest.CaptureFixture[str], target: Target
 ) -> None:
@@ -432,6 +447,7 @@ def test_run_on_a_directory_named_by_the_environment(
 def test_an_unknown_agent_in_an_empty_namespace_names_the_store(
     capsys: pytest.CaptureFixture[str], postgres_dsn: str, pg_namespace: str
 ) -> None:
+    open_store(postgres_dsn, namespace=pg_namespace).close()  # the tables, whatever ran before
     argv = ["--store", postgres_dsn, "--namespace", pg_namespace]
     code, _, err = run_cli(capsys, "pause", "nobody", *argv)
     assert code == 1 and "agent 'nobody' not found (no schedules in postgresql://" in err
