@@ -109,6 +109,7 @@ __all__ = [
     "is_cross_site",
     "read_only_reason",
     "schedule_json",
+    "store_unavailable",
 ]
 
 _log = logging.getLogger("herdsched")
@@ -383,6 +384,11 @@ def _error_for(exc: Exception) -> ApiError:
         return ApiError(503, f"state store unavailable: {exc}")
     _log.exception("REST API request failed")
     return ApiError(500, f"internal error: {type(exc).__name__}: {exc}")
+
+
+def store_unavailable(exc: StateError) -> ApiResponse:
+    """The answer of a page or route whose state store cannot be read: 503, naming why."""
+    return _error_for(exc).response()
 
 
 class RestApi:
@@ -916,9 +922,11 @@ class RestApi:
             return _accepted(agent, name, run_id, queued=True)
         result = scheduler.trigger(agent, name, prompt=prompt)
         if not result.success:
-            reason = _value(result.skip_reason)
             error = result.error or f"{agent}/{name} could not run"
-            raise ApiError(409, error, [_detail("skip_reason", str(reason))] if reason else [])
+            if result.skip_reason is None:  # not refused: its claim (the store) failed
+                raise ApiError(503, f"{agent}/{name} did not run: {error}")
+            reason = _value(result.skip_reason)
+            raise ApiError(409, error, [_detail("skip_reason", str(reason))])
         return _accepted(agent, name, result.run_id, queued=scheduler.status == "standby")
 
     def _refuse_busy(self, agent: str, name: str, item: ScheduleStatus) -> None:

@@ -107,6 +107,7 @@ body{font:14px/1.4 system-ui,sans-serif;margin:1.2rem;color:#1f2328}
 h1{font-size:1.3rem;margin:0 0 .3rem}
 .meta{color:#59636e;margin-bottom:.6rem}
 .rejected{background:#ffebe9;border:1px solid #cf222e;padding:.4rem .6rem;border-radius:6px}
+.stale{background:#ffebe9;border:1px solid #cf222e;padding:.4rem .6rem;border-radius:6px;margin:0}
 .readonly{background:#fff8c5;border:1px solid #d4a72c;padding:.4rem .6rem;border-radius:6px}
 #counts{display:flex;gap:.5rem;flex-wrap:wrap;margin:.4rem 0}
 #counts button{font:inherit;border:1px solid #d1d9e0;background:#f6f8fa;border-radius:6px;
@@ -476,6 +477,7 @@ def status_page(
         f"{csrf_attrs}>"
         f"<h1>{escape(title)}</h1>"
         f"<div class='meta' id='meta'>{_meta(status, pid, timezone, note, store)}</div>"
+        "<p class='stale' id='stale' hidden></p>"
         f"{banner}{rejected_html(status)}{_counts_html(counts)}"
         f"{_filters_form(filters or {}, agents, paging)}"
         f"<table><thead><tr>{head}</tr></thead><tbody id='rows'>{body_rows}</tbody></table>"

@@ -83,13 +83,25 @@
     times(document);  // every "(in 4 min)" moves on, changed cells or not
   }
   let busy = false;
+  const stale = document.getElementById("stale");
+  let shownAt = new Date();
+  function notRefreshed(why){  // the page stays as it was: say so, and since when
+    stale.textContent = "Not refreshed since " + shownAt.toLocaleTimeString() + ": " + why +
+      " (tried again every " + every / 1000 + " s)";
+    stale.hidden = false;
+  }
   async function refresh(){
     if (busy) return; busy = true;
     try {
       const p = params(); p.set("format", "json");
       const r = await fetch(location.pathname + "?" + p, {credentials: "same-origin", headers: headers(false)});
-      if (r.ok) apply(await r.json());
-    } catch (err) { /* the next refresh tries again */ }
+      if (r.ok) { apply(await r.json()); shownAt = new Date(); stale.hidden = true; }
+      else {
+        let why = "HTTP " + r.status;
+        try { why = (await r.json()).error || why; } catch (err) { /* not JSON */ }
+        notRefreshed(why);
+      }
+    } catch (err) { notRefreshed("the server did not answer"); }
     finally { busy = false; }
   }
   function filtersChanged(resetPage){

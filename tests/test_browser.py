@@ -196,6 +196,30 @@ def test_status_page_shows_api_errors(
     assert message.get_attribute("class") == "msg bad"
 
 
+def test_status_page_says_when_it_could_not_refresh(
+    browser: Any, base_url: str, scheduler: ThreadedScheduler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It kept showing the last rows, leader included, with no sign they were old."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from herdsched import StateError
+
+    browser.get(base_url)
+    stale = browser.find_element(By.ID, "stale")
+    assert not stale.is_displayed()
+
+    def store_down() -> None:
+        raise StateError("could not connect to the database")
+
+    monkeypatch.setattr(scheduler, "get_status", store_down)
+    WebDriverWait(browser, 20).until(lambda _: stale.is_displayed())
+    assert stale.text.startswith("Not refreshed since ")
+    assert "state store unavailable: could not connect to the database" in stale.text
+    monkeypatch.undo()
+    WebDriverWait(browser, 20).until(lambda _: not stale.is_displayed())
+
+
 @pytest.fixture
 def fleet_url(tmp_path: Path) -> Iterator[tuple[str, ThreadedScheduler]]:
     """1,000 schedules over 10 agents; some failing, paused and auto-disabled."""

@@ -4,6 +4,7 @@ since when, and the store; each bad combination of settings is refused by name."
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -249,3 +250,52 @@ def test_a_database_down_at_a_workers_first_request_fails_no_page_and_the_start_
         assert ext.scheduler.is_running()
         assert ext.scheduler.is_leader  # the only scheduler on the database leads
         ext.embedded.stop(timeout=10)
+
+
+@pytest.mark.slow
+def test_while_the_database_is_down_the_page_status_and_run_now_say_so(
+    apps: list[Flask], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: a web process reading the store (one that runs no scheduler, or a standby)
+    answered the status page and its refresh with Flask's HTML 500 and a traceback;
+    ``/api/status`` said nobody leads (on the leader itself) and logged a WARNING per request;
+    a run-now the leader could not claim was a 409, like a refusal."""
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(FLEET + "      now: {type: manual}\n")
+    with start_server() as server:
+        leader = make_app(apps, HERDSCHED_STORE=server.dsn, HERDSCHED_FLEET_FILE=str(fleet))
+        reader = make_app(
+            apps,
+            HERDSCHED_STORE=server.dsn,
+            HERDSCHED_FLEET_FILE=str(fleet),
+            HERDSCHED_AUTOSTART=False,
+        ).test_client()
+        client = leader.test_client()
+        assert reader.get("/herdsched/").status_code == 200
+        server.stop("immediate")
+        with caplog.at_level(logging.INFO, logger="herdsched"):
+            page = reader.get("/herdsched/")
+            refresh = reader.get("/herdsched/?format=json")
+            statuses = [client.get(f"{API}/status") for _ in range(5)]
+            run_now = client.post(f"{API}/schedule/triage/now/run")
+            own_page = client.get("/herdsched/")
+        assert (page.status_code, page.mimetype) == (503, "text/plain")
+        assert page.text.startswith("state store unavailable: ")
+        assert "PostgreSQL" in page.text and "Traceback" not in page.text
+        assert refresh.status_code == 503
+        assert refresh.json["error"].startswith("state store unavailable: ")
+        body = statuses[-1].json
+        assert statuses[-1].status_code == 200 and body["is_leader"] is True
+        assert body["leader"]["pid"] == os.getpid()  # it still leads, and says so
+        assert run_now.status_code == 503, run_now.json
+        assert run_now.json["error"].startswith("triage/now did not run: its claim could not")
+        assert own_page.status_code == 200  # the leader shows what it holds
+        assert "Could not read the scheduler lease" not in caplog.text
+        failed = [r for r in caplog.records if "The state store failed" in r.getMessage()]
+        assert len(failed) <= 2, [r.getMessage() for r in failed]  # was one per request
+        server.start()
+        deadline = time.monotonic() + 30
+        while reader.get("/herdsched/").status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert reader.get("/herdsched/?format=json").status_code == 200
+        leader.extensions[EXTENSION_KEY].embedded.stop(timeout=10)  # while its server runs

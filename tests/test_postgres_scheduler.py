@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime, timezone
 
 import pytest
 from scheduler_helpers import wait_until
@@ -152,3 +153,37 @@ def test_registering_an_agent_reads_its_stored_states_once_not_per_schedule(
         assert {name for name, s in shown.items() if s.status == "paused"} == {"s7"}
     finally:
         store.close()
+
+
+@pytest.mark.slow
+def test_a_scheduler_stopped_just_after_its_server_restarted_commits_what_it_holds() -> None:
+    """Its last group commit met the connection the restart had closed, failed, and the
+    transitions and records it held were dropped (at DEBUG: the same failure as before)."""
+    from postgres_server import start_server
+
+    from herdsched.models import RunStatus
+    from herdsched.testing import FakeClock
+
+    clock = FakeClock(
+        datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
+    )  # no timer retries: the stop's commit is the first after the restart
+    with start_server() as server:
+        store = PostgresStateStore(server.dsn, clock=clock)
+        sched = ThreadedScheduler(store=store, clock=clock, timezone="UTC")
+        sched.add_agent(Agent("bot", job=lambda info: "ok", schedules={"now": Schedule.manual()}))
+        sched.start()
+        sched.run_pending()  # its first commit: the schedule's description
+        server.restart("immediate")
+        result = sched.trigger("bot", "now")  # the claim meets the closed connection
+        sched.stop()
+        store.close()
+        other = PostgresStateStore(server.dsn)
+        try:
+            records = other.get_history("bot", "now")
+            assert [(r.run_id, r.status) for r in records] in (
+                [(result.run_id, RunStatus.SUCCESS)],  # the claim was retried and it ran
+                [(result.run_id, RunStatus.SKIPPED)],  # or it did not start, and says so
+            )
+            assert other.get_schedule_state("bot", "now").cadence == "manual"
+        finally:
+            other.close()

@@ -142,3 +142,52 @@ def test_store_health_logs_a_new_failure_at_once_and_old_ones_as_runs_of_their_o
         "The state store failed: permission denied",
         "The state store works again after failing for less than a second (1 failed call).",
     ]
+
+
+class DownStore(MemoryStateStore):
+    """A store another scheduler leads, whose every lease call fails while ``down`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+        assert self.acquire_lease("elsewhere:1:leader", 30.0) is not None
+
+    def _check(self) -> None:
+        if self.down:
+            raise StateError("could not connect to the database")
+
+    def acquire_lease(self, holder: str, ttl: float):  # type: ignore[no-untyped-def]
+        self._check()
+        return super().acquire_lease(holder, ttl)
+
+    def current_lease(self):  # type: ignore[no-untyped-def]
+        self._check()
+        return super().current_lease()
+
+
+def test_a_standby_tells_an_outage_once_and_when_it_ends(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A standby commits nothing, and only a commit ended a run of failures: the standby never
+    said the store worked again, a second outage soon after was "still failing after 1m",
+    each try for the lease and each status display logged its own WARNING."""
+    store = DownStore()
+    with running(store=store) as (sched, clock):
+        sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1m")}))
+        sched.start()
+        assert sched.status == "standby"
+        with caplog.at_level(logging.INFO, logger="herdsched"):
+            for _ in range(2):  # two outages
+                store.down = True
+                for _ in range(10):  # ten tries for the lease, ten status displays
+                    step(sched, clock, "5s")
+                    assert sched.get_status().leader is None
+                store.down = False
+                step(sched, clock, "5s")
+                assert sched.get_status().leader is not None
+                clock.advance(10)
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [line.split(":")[0] for line in lines] == [
+        "The state store failed",
+        "The state store works again after failing for 50s (20 failed calls).",
+    ] * 2, lines

@@ -44,6 +44,7 @@ from herdsched.api import (
     body_too_large,
     is_cross_site,
     read_only_reason,
+    store_unavailable,
 )
 from herdsched.contrib import (
     AuthCheckFailed,
@@ -54,7 +55,7 @@ from herdsched.contrib import (
     flag_setting,
     scheduler_from_settings,
 )
-from herdsched.errors import UnauthorizedError
+from herdsched.errors import StateError, UnauthorizedError
 from herdsched.models import TriggerInfo
 from herdsched.scheduler import ThreadedScheduler
 
@@ -243,11 +244,20 @@ def _blueprint(ext: FlaskHerdsched) -> Blueprint:
             return Response(refused.error, status=refused.status, mimetype="text/plain")
         read_only = _NO_AUTH if ext.auth is None else None
         query = request.args.to_dict()
-        if query.pop("format", None) == "json":  # the page refreshing itself
-            update = ext.api.status_page_update(owner=owner, query=query, read_only=read_only)
-            return jsonify(update)
-        api_base = f"{request.script_root}{ext.url_prefix}/api"  # also when mounted deeper
-        html = ext.api.status_page(api_base=api_base, owner=owner, query=query, read_only=read_only)
+        refreshing = query.pop("format", None) == "json"  # the page refreshing itself
+        try:
+            if refreshing:
+                update = ext.api.status_page_update(owner=owner, query=query, read_only=read_only)
+                return jsonify(update)
+            api_base = f"{request.script_root}{ext.url_prefix}/api"  # also when mounted deeper
+            html = ext.api.status_page(
+                api_base=api_base, owner=owner, query=query, read_only=read_only
+            )
+        except StateError as exc:
+            answer = store_unavailable(exc)
+            if refreshing:
+                return _json_response(answer)
+            return Response(answer.body["error"], status=answer.status, mimetype="text/plain")
         return Response(html, mimetype="text/html")
 
     def api(subpath: str) -> Response:

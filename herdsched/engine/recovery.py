@@ -83,12 +83,13 @@ class Leadership:
         """Who holds the lease: holder, epoch, pid, host, since (``started_at``), expiry."""
         if not self.enabled:
             return None
+        core = self.core
         try:
-            lease = self.core.store.current_lease()
+            lease = core.store.current_lease()
         except Exception as exc:  # a status display never fails on the store
-            self.core.log.warning("Could not read the scheduler lease: %s", exc)
-            return None
-        return lease.describe(self.core.clock.now()) if lease is not None else None
+            core.store_health.failed(exc)  # logged once an outage, not once a status request
+            lease = self.lease if core.leading else None  # a leader knows it leads
+        return lease.describe(core.clock.now()) if lease is not None else None
 
     def try_lead(self) -> bool:
         """Become the active scheduler if the lease can be had, recovering first (caller holds
@@ -117,8 +118,9 @@ class Leadership:
         try:
             lease = core.store.acquire_lease(new_holder_id(), self.ttl)
         except StateError as exc:  # a holder stopped in a fenced write, a store down: retry
-            core.log.warning("Could not take the scheduler lease (retrying later): %s", exc)
+            core.store_health.failed(exc)  # logged once an outage, not once a try
             return False
+        core.store_health.worked()  # a standby's outage ends here: it commits nothing
         if lease is None:
             return False
         self._hold(lease, started)

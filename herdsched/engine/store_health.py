@@ -6,11 +6,11 @@ group commit and its retries, run-now requests, claims). Logged one by one they 
 line every fraction of a second while a database was down: 926 lines in one outage, the first
 and the last telling all there was to tell. So a failure is logged as an ERROR, the same
 failure again within :data:`REPEAT_EVERY` seconds only at DEBUG (an ERROR summary follows once
-that time has passed), and the group commit that succeeds afterwards (the failed writes are
-retried until one does) logs how long the store failed and how many calls failed. Failures
-further apart than :data:`REPEAT_EVERY` are runs of their own (a standby commits nothing, so
-no commit ends its runs). Listeners still get a
-:class:`~herdsched.events.StateErrorOccurred` for every failure.
+that time has passed), and the first call that reaches the store afterwards (a leader's group
+commit, which retries the failed writes until one succeeds, or a standby's try for the lease: a
+standby commits nothing) logs how long the store failed and how many calls failed. Listeners
+still get a :class:`~herdsched.events.StateErrorOccurred` for every failure the engine meets
+(not for a status display's read of the lease).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class StoreHealth:
         )
 
     def worked(self) -> None:
-        """A group commit succeeded: ends the run of failures, saying how long it lasted if
+        """A call reached the store: ends the run of failures, saying how long it lasted if
         it was reported."""
         with self._lock:
             since, failures, reported = self._failing_since, self._failures, self._reported

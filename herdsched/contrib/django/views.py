@@ -22,10 +22,16 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware, get_token
 from django.views.decorators.csrf import csrf_exempt
 
-from herdsched.api import RestApi, body_too_large, is_cross_site, read_only_reason
+from herdsched.api import (
+    RestApi,
+    body_too_large,
+    is_cross_site,
+    read_only_reason,
+    store_unavailable,
+)
 from herdsched.contrib import AuthCheckFailed, call_auth
 from herdsched.contrib import django as integration
-from herdsched.errors import UnauthorizedError
+from herdsched.errors import StateError, UnauthorizedError
 
 _log = logging.getLogger("herdsched")
 _T = TypeVar("_T")
@@ -162,15 +168,23 @@ def status_page(request: HttpRequest) -> HttpResponse:
         return refused.response
     read_only = _NO_AUTH if integration.auth_callable() is None else None
     query = request.GET.dict()
-    if query.pop("format", None) == "json":  # the page refreshing itself
-        return JsonResponse(api.status_page_update(owner=owner, query=query, read_only=read_only))
-    html = api.status_page(
-        api_base=request.path.rstrip("/") + "/api",
-        owner=owner,
-        query=query,
-        read_only=read_only,
-        csrf=(_csrf_header(), get_token(request)),
-    )
+    refreshing = query.pop("format", None) == "json"  # the page refreshing itself
+    try:
+        if refreshing:
+            update = api.status_page_update(owner=owner, query=query, read_only=read_only)
+            return JsonResponse(update)
+        html = api.status_page(
+            api_base=request.path.rstrip("/") + "/api",
+            owner=owner,
+            query=query,
+            read_only=read_only,
+            csrf=(_csrf_header(), get_token(request)),
+        )
+    except StateError as exc:
+        status, body = store_unavailable(exc)
+        if refreshing:
+            return JsonResponse(body, status=status)
+        return HttpResponse(body["error"], status=status, content_type="text/plain; charset=utf-8")
     return HttpResponse(html, content_type="text/html; charset=utf-8")
 
 
