@@ -18,7 +18,7 @@ import pytest
 from scheduler_helpers import Blocker, Recorder
 
 import herdsched.events as ev
-from herdsched import Agent, RunStatus, Schedule, ThreadedScheduler
+from herdsched import Agent, RunStatus, Schedule, Status, ThreadedScheduler
 from herdsched.cli import main
 from herdsched.store.base import StateStore
 from herdsched.store.postgres import PostgresStateStore
@@ -246,5 +246,36 @@ def test_a_run_that_ends_after_its_schedule_was_removed_is_recorded(
         assert "brief" not in again.get_agent_schedule_states("bot")
         records = again.get_history("bot", "brief")
         assert [(r.run_id, r.status) for r in records] == [(run_id, RunStatus.SUCCESS)]
+    finally:
+        again.close()
+
+
+def test_a_resume_from_another_process_holds_when_a_run_of_the_paused_schedule_ends(
+    store_factory: Callable[[], StateStore], clock: FakeClock
+) -> None:
+    """The run's end carried the leader's in-memory ``paused`` into its transition and wrote
+    it over the resume another process had made meanwhile (the CLI said "resumed", and every
+    process showed it paused again)."""
+    job = Blocker()
+    store = store_factory()
+    sched = ThreadedScheduler(store=store, clock=clock, timezone="UTC")
+    sched.add_agent(Agent("bot", job=job, schedules={"s": Schedule.interval("1h")}))
+    with sched:
+        sched.run_pending()
+        assert job.began.wait(10)
+        sched.pause("bot", "s")
+        other = store_factory()  # a CLI or a web worker: `herdsched resume bot/s`
+        try:
+            other.update_schedule_state("bot", "s", status="idle", consecutive_failures=0)
+        finally:
+            other.close()
+        job.release.set()
+        assert sched.wait_until_idle(10)
+        store.flush()
+        sched.refresh()
+        assert sched.get_status().schedules[0].status is Status.IDLE
+    again = store_factory()
+    try:
+        assert again.get_schedule_state("bot", "s").status is Status.IDLE
     finally:
         again.close()

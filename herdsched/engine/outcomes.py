@@ -168,6 +168,10 @@ def transition_for(
         "session_id": session_id,
         "disabled_reason": disabled_reason or state.disabled_reason,
     }
+    if status is state.status and status in (Status.PAUSED, Status.DISABLED):
+        # carried over, not decided by this run: only people write a pause (and its end); a
+        # resume another process made while the run went on must not be written over
+        del changes["status"]
     if status not in (Status.PAUSED, Status.DISABLED):
         changes["next_run_at"] = due
     elif planned is not None:  # where a resume takes it up: never the slot this run stood for
