@@ -230,7 +230,7 @@ class ThreadedScheduler:
         self._commits = GroupCommitter(self._core)
         self._leadership = Leadership(self._core, enabled=leader_lock, ttl=lease_ttl)
         self._others = OtherProcesses(self._core, self._codec, self._dispatch)
-        self._changes = Changes(self._core, self._codec)
+        self._changes = Changes(self._core, self._codec, self.refresh)
         self._timer = Timer(
             self._core, self._dispatch, self._commits, self._leadership, self._others
         )

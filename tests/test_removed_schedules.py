@@ -20,10 +20,11 @@ from scheduler_helpers import Blocker, Recorder
 import herdsched.events as ev
 from herdsched import Agent, RunStatus, Schedule, Status, ThreadedScheduler
 from herdsched.cli import main
+from herdsched.errors import ScheduleNotFoundError
 from herdsched.store.base import StateStore
 from herdsched.store.postgres import PostgresStateStore
 from herdsched.store.yaml_store import YamlStateStore
-from herdsched.testing import FakeClock
+from herdsched.testing import FakeClock, as_separate_processes
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
 
@@ -279,3 +280,69 @@ def test_a_resume_from_another_process_holds_when_a_run_of_the_paused_schedule_e
         assert again.get_schedule_state("bot", "s").status is Status.IDLE
     finally:
         again.close()
+
+
+def test_a_standby_acts_on_what_the_leader_changed_and_takes_over_without_bringing_it_back(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """A standby's view was only refreshed to answer status questions: a pause it was asked for
+    acted on a schedule the leader had removed (and wrote a state for it), a name the leader
+    had freed was "already taken", and when it took over it wrote states back for the removed
+    schedules, shown as idle for good."""
+
+    def scheduler() -> ThreadedScheduler:
+        sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
+        sched.add_agent(Agent("bot", job=Recorder(), schedules={}))
+        return sched
+
+    leader, standby = scheduler(), scheduler()
+    with as_separate_processes():
+        leader.start()
+        for name in ("gone", "moved"):
+            leader.add_schedule("bot", name, Schedule.interval("1h"), persist=True)
+        standby.start()
+        assert (leader.status, standby.status) == ("running", "standby")
+        assert {s.schedule for s in standby.get_status().schedules} == {"gone", "moved"}
+        leader.remove_schedule("bot", "gone")
+        leader.remove_schedule("bot", "moved")
+        with pytest.raises(ScheduleNotFoundError):
+            standby.pause("bot", "gone")
+        standby.add_schedule("bot", "moved", Schedule.interval("2h"), persist=True)
+        leader.stop()
+        clock.advance(60)
+        standby.run_pending()
+        assert standby.status == "running"
+        standby.stop()
+    store = YamlStateStore(tmp_path)
+    try:
+        assert sorted(store.get_agent_schedule_states("bot")) == ["moved"]
+        assert store.get_schedule_state("bot", "moved").cadence == "every 2h"
+    finally:
+        store.close()
+
+
+def test_a_standby_taking_over_does_not_bring_back_what_the_leader_removed(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    def scheduler() -> ThreadedScheduler:
+        sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
+        sched.add_agent(Agent("bot", job=Recorder(), schedules={}))
+        return sched
+
+    leader, standby = scheduler(), scheduler()
+    with as_separate_processes():
+        leader.start()
+        leader.add_schedule("bot", "gone", Schedule.interval("1h"), persist=True)
+        standby.start()
+        assert [s.schedule for s in standby.get_status().schedules] == ["gone"]  # its view
+        leader.remove_schedule("bot", "gone")
+        leader.stop()
+        clock.advance(60)
+        standby.run_pending()  # nothing asked of it in between: its next pass takes over
+        assert standby.status == "running"
+        standby.stop()
+    store = YamlStateStore(tmp_path)
+    try:
+        assert "gone" not in store.get_agent_schedule_states("bot")
+    finally:
+        store.close()

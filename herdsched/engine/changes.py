@@ -19,6 +19,7 @@ through the group commit and never undo a pause (see :mod:`herdsched.store.base`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from attrs import evolve
@@ -37,9 +38,14 @@ __all__ = ["Changes"]
 class Changes:
     """The fleet's changes as transactions (see the module docstring)."""
 
-    def __init__(self, core: EngineCore, codec: registry.DefinitionCodec) -> None:
+    def __init__(
+        self, core: EngineCore, codec: registry.DefinitionCodec, adopt: Callable[[], None]
+    ) -> None:
         self.core = core
         self.codec = codec
+        # takes in what other processes wrote, so that a change is checked against it (a
+        # standby's view is not kept up to date between changes)
+        self.adopt = adopt
 
     def add_schedule(
         self, agent: str, name: str, schedule: Schedule, *, persist: bool, owner: str | None
@@ -47,6 +53,7 @@ class Changes:
         """Add one schedule; ``persist`` creates its definition in the store (compare-and-set on
         the name: of two concurrent creations exactly one wins)."""
         core = self.core
+        self.adopt()
         with core.changes:
             with core.lock:
                 current = core.require_agent(agent)
@@ -74,6 +81,7 @@ class Changes:
     ) -> Schedule:
         """Change one schedule's definition; a stored one is rewritten for every process."""
         core = self.core
+        self.adopt()
         with core.changes:
             with core.lock:
                 entry = core.require_entry(agent, name)
@@ -106,6 +114,7 @@ class Changes:
     def remove_schedule(self, agent: str, name: str, owner: str | None) -> None:
         """Remove one schedule, its stored definition and state (its history stays)."""
         core = self.core
+        self.adopt()
         with core.changes:
             with core.lock:
                 entry = core.require_entry(agent, name)
@@ -125,6 +134,7 @@ class Changes:
     def pause(self, agent: str, schedule: str | None, owner: str | None) -> None:
         """Pause one schedule or every schedule of the agent; durable before memory changes."""
         core = self.core
+        self.adopt()
         with core.changes:
             for entry in self._targets(agent, schedule, owner):
                 _write_intent(core, entry, "paused", status=Status.PAUSED)
@@ -139,6 +149,7 @@ class Changes:
     def resume(self, agent: str, schedule: str | None, owner: str | None) -> None:
         """Resume paused or auto-disabled schedules (status idle, failures reset)."""
         core = self.core
+        self.adopt()
         changes: dict[str, Any] = {
             "status": Status.IDLE,
             "consecutive_failures": 0,

@@ -4,7 +4,8 @@ It sleeps on the core's wake event for ``min(time until the next due time, max_s
 when a timeout, a group commit or a poll of other processes comes first, and wakes early on any
 change, a finished job or ``stop()``. Each pass notices clock jumps, renews the leadership lease
 when its heartbeat is due (stepping down when that fails), polls other processes, expires
-timeouts, fires what is due and plans the group commit; a standby only tries to take the lead.
+timeouts, fires what is due and plans the group commit; a standby takes in what the leader
+changed, then tries to take the lead.
 The thread never dies: a failed pass is logged and retried a second later.
 """
 
@@ -139,6 +140,9 @@ class Timer:
             self._next_leader_try = mono + min(  # in case the try raises
                 self.core.settings.max_sleep, _STANDBY_RETRY, self.leadership.ttl / 3
             )
+            # what the leader changed meanwhile (schedules removed, added, paused): a standby
+            # that takes over must not plan, or write states back for, what is gone
+            self.others.adopt()
             with core.lock:
                 if core.status == "standby" and self.leadership.try_lead():
                     core.status = "running"
