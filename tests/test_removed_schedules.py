@@ -282,6 +282,13 @@ def test_a_resume_from_another_process_holds_when_a_run_of_the_paused_schedule_e
         again.close()
 
 
+def _bot_on(state_dir: Path, clock: FakeClock) -> ThreadedScheduler:
+    """A scheduler of agent ``bot``, with no schedule of its own, on ``state_dir``."""
+    sched = ThreadedScheduler(state_dir=state_dir, clock=clock, timezone="UTC")
+    sched.add_agent(Agent("bot", job=Recorder(), schedules={}))
+    return sched
+
+
 def test_a_standby_acts_on_what_the_leader_changed_and_takes_over_without_bringing_it_back(
     tmp_path: Path, clock: FakeClock
 ) -> None:
@@ -290,12 +297,7 @@ def test_a_standby_acts_on_what_the_leader_changed_and_takes_over_without_bringi
     had freed was "already taken", and when it took over it wrote states back for the removed
     schedules, shown as idle for good."""
 
-    def scheduler() -> ThreadedScheduler:
-        sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
-        sched.add_agent(Agent("bot", job=Recorder(), schedules={}))
-        return sched
-
-    leader, standby = scheduler(), scheduler()
+    leader, standby = _bot_on(tmp_path, clock), _bot_on(tmp_path, clock)
     with as_separate_processes():
         leader.start()
         for name in ("gone", "moved"):
@@ -324,12 +326,7 @@ def test_a_standby_acts_on_what_the_leader_changed_and_takes_over_without_bringi
 def test_a_standby_taking_over_does_not_bring_back_what_the_leader_removed(
     tmp_path: Path, clock: FakeClock
 ) -> None:
-    def scheduler() -> ThreadedScheduler:
-        sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
-        sched.add_agent(Agent("bot", job=Recorder(), schedules={}))
-        return sched
-
-    leader, standby = scheduler(), scheduler()
+    leader, standby = _bot_on(tmp_path, clock), _bot_on(tmp_path, clock)
     with as_separate_processes():
         leader.start()
         leader.add_schedule("bot", "gone", Schedule.interval("1h"), persist=True)
