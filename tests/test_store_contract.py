@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from herdsched.errors import ConflictError
 from herdsched.models import RunRecord, RunStatus, ScheduleState, Status
 from herdsched.store import MemoryStateStore, StateStore, YamlStateStore
 from herdsched.store.state_codec import PlainYamlCodec
@@ -153,6 +154,21 @@ def test_definitions_are_copies(store: StateStore) -> None:
     loaded = store.load_definitions()
     loaded["a"]["s"]["interval"] = "2h"
     assert store.load_definitions()["a"]["s"]["interval"] == "5m"
+
+
+def test_a_change_made_to_a_schedule_replaced_meanwhile_is_refused(store: StateStore) -> None:
+    # another process removed a/s (an interval) and created it again as a cron
+    replacement = {"type": "cron", "cron": "0 3 * * *", "prompt": "new"}
+    store.save_definition("a", "s", replacement)
+    stale = {"type": "interval", "interval": "1h", "prompt": "old"}
+    with pytest.raises(ConflictError, match=r"a/s was replaced .*type is now cron") as info:
+        store.save_definition("a", "s", {**stale, "interval": "2h"}, exists=True, base=stale)
+    assert (info.value.agent, info.value.schedule) == ("a", "s")
+    assert store.load_definitions()["a"]["s"] == replacement  # not mixed with the interval's
+    # a change of type made from what is stored is one write, fields of the old type gone
+    changed = {"type": "interval", "interval": "2h", "prompt": "new"}
+    store.save_definition("a", "s", changed, exists=True, base=replacement)
+    assert store.load_definitions()["a"]["s"] == changed
 
 
 def test_trigger_requests_oldest_first_kept_until_settled(store: StateStore) -> None:

@@ -298,7 +298,9 @@ class StateStore(Protocol):
         someone else (:class:`~herdsched.errors.UnauthorizedError`). ``base`` is the definition
         the change started from: then only the fields where ``definition`` differs from it are
         written over the stored one (:func:`herdsched.store.definitions.merge_definition`), so
-        concurrent changes of different fields all hold.
+        concurrent changes of different fields all hold; a stored definition of another type
+        than ``base`` (the schedule was removed and created again) refuses the change with a
+        ``ConflictError``.
         """
 
     def delete_definition(self, agent: str, schedule: str, *, owner: str | None = None) -> None:

@@ -87,11 +87,15 @@ def check_preconditions(
     *,
     exists: bool | None,
     owner: str | None,
+    base: Mapping[str, Any] | None = None,
 ) -> None:
     """Refuse a write whose preconditions do not hold against the stored ``current``.
 
-    See :meth:`herdsched.store.base.StateStore.save_definition`; both stores call this inside
-    the locked section that writes, so the check and the write are one step.
+    See :meth:`herdsched.store.base.StateStore.save_definition`; every store calls this inside
+    the locked section that writes, so the check and the write are one step. A change made
+    from ``base`` is refused when the stored definition is of another type than ``base``: the
+    schedule was removed and created again meanwhile, and a merge field by field would mix
+    the two (an interval's fields in a cron schedule).
     """
     if exists is False and current is not None:
         raise ConflictError(
@@ -102,6 +106,14 @@ def check_preconditions(
     if owner is not None and current is not None and current.get("owner") != owner:
         raise UnauthorizedError(
             f"{agent}/{schedule} is owned by {current.get('owner')!r}, not {owner!r}", owner=owner
+        )
+    if base is not None and current is not None and base.get("type") != current.get("type"):
+        raise ConflictError(
+            f"{agent}/{schedule} was replaced in another process meanwhile (its type is now "
+            f"{current.get('type')}, this change was made to the {base.get('type')} schedule "
+            "it replaced): read it again and repeat the change",
+            agent,
+            schedule,
         )
 
 
@@ -254,7 +266,7 @@ class DefinitionsFile:
                 self._absorbed = True
             doc = self._doc
             current = doc.definitions.get(agent, {}).get(schedule)
-            check_preconditions(current, agent, schedule, exists=exists, owner=owner)
+            check_preconditions(current, agent, schedule, exists=exists, owner=owner, base=base)
             if definition is None and current is None:
                 return
             if definition is not None:

@@ -185,7 +185,7 @@ class MemoryStateStore:
     ) -> None:
         with self._lock:
             current = self._definitions.get(agent, {}).get(schedule)
-            check_preconditions(current, agent, schedule, exists=exists, owner=owner)
+            check_preconditions(current, agent, schedule, exists=exists, owner=owner, base=base)
             merged = merge_definition(current, base, definition)
             self._definitions.setdefault(agent, {})[schedule] = merged
 

@@ -664,7 +664,7 @@ class PostgresStateStore:
         new = _json_definition(definition)
         with self._change(f"save the definition of {agent}/{schedule}") as (cursor, adopt):
             current = self._stored_definition(cursor, key)
-            check_preconditions(current, agent, schedule, exists=exists, owner=owner)
+            check_preconditions(current, agent, schedule, exists=exists, owner=owner, base=base)
             base_json = _json_definition(base) if base is not None else None
             self._write_definition(cursor, adopt, key, merge_definition(current, base_json, new))
 
