@@ -824,22 +824,9 @@ class RestApi:
             scheduler.add_schedule(agent, name, schedule, persist=True, owner=schedule.owner)
             created = True
         else:
-            schedule = schedule.with_changes(job=existing.job)
-            if existing.type != schedule.type:
-                scheduler.remove_schedule(agent, name, owner=caller)
-                try:
-                    scheduler.add_schedule(
-                        agent, name, schedule, persist=True, owner=schedule.owner
-                    )
-                except Exception:  # put the old definition back (its run state is gone)
-                    scheduler.add_schedule(
-                        agent, name, existing, persist=True, owner=existing.owner
-                    )
-                    raise
-            else:
-                changes = _changes(existing, schedule)
-                if changes:
-                    scheduler.update_schedule(agent, name, owner=caller, **changes)
+            changes = _changes(existing, schedule.with_changes(job=existing.job))
+            if changes:  # one change, also of the type: a new cadence of another kind
+                scheduler.update_schedule(agent, name, owner=caller, **changes)
             created = False
         item = self._item(agent, name)
         if schedule.enabled and item.status in (Status.PAUSED, Status.DISABLED):
@@ -1213,6 +1200,8 @@ def _changes(old: Schedule, new: Schedule) -> dict[str, Any]:
         for field in _OPTION_FIELDS
         if getattr(new, field) != getattr(old, field)
     }
-    if new.cadence != old.cadence:
+    if new.cadence != old.cadence or new.type != old.type:
         changes["cadence"] = new.cadence
+    if new.type != old.type:
+        changes["type"] = new.type
     return changes

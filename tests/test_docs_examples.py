@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-PAGES = ["scheduling.md", "testing.md", "scheduler.md", "getting-started.md", "state.md"]
+PAGES = [
+    "agents.md",
+    "getting-started.md",
+    "scheduler.md",
+    "scheduling.md",
+    "state.md",
+    "testing.md",
+]
 
 _FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w+-]*)\s*$")
 _SKIP_MARK = "<!-- no-test -->"

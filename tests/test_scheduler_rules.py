@@ -28,6 +28,7 @@ from herdsched import (
     ThreadedScheduler,
     TriggerType,
 )
+from herdsched.cadence import Cron, Interval
 from herdsched.store import MemoryStateStore
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.testing import FakeClock
@@ -634,8 +635,70 @@ def test_update_schedule_recomputes_next_run_and_rejects_bad_changes() -> None:
             sched.update_schedule("a", "s", interval="1.5h")
         with pytest.raises(InvalidScheduleError, match="no field 'cron'"):
             sched.update_schedule("a", "s", cron="* * * * *")
-        with pytest.raises(InvalidScheduleError, match="type of a schedule cannot change"):
+        with pytest.raises(InvalidScheduleError, match="new type needs its cadence") as info:
             sched.update_schedule("a", "s", type="cron")
+        assert info.value.field == "type"
+        with pytest.raises(InvalidScheduleError, match="cron schedules need a Cron cadence"):
+            sched.update_schedule("a", "s", type="cron", cadence=Interval(timedelta(hours=2)))
+        assert sched.get_schedule("a", "s").type == "interval"
+
+
+def test_a_new_cadence_of_another_type_is_one_change_keeping_the_schedules_state() -> None:
+    with running() as (sched, clock):
+        job = Recorder(lambda info: 1 / 0)
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
+        sched.start()
+        step(sched)  # T0: fails once
+        assert state(sched).consecutive_failures == 1
+        sched.update_schedule("a", "s", cadence=Cron("30 * * * *"))  # the type follows
+        assert sched.get_schedule("a", "s").type == "cron"
+        assert state(sched).next_run_at == T0 + 30 * M
+        assert state(sched).consecutive_failures == 1  # the same schedule, not a new one
+        step(sched, clock, "30m")
+        assert job.slots() == [T0, T0 + 30 * M]
+        sched.update_schedule("a", "s", type="manual", cadence=None)
+        assert (sched.get_schedule("a", "s").type, state(sched).next_run_at) == ("manual", None)
+        step(sched, clock, "2h")
+        assert len(job.calls) == 2
+
+
+def test_a_completed_once_given_a_new_time_runs_again_and_a_passed_time_is_refused() -> None:
+    with running() as (sched, clock):
+        job = Recorder()
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.once(T0 + 5 * M)}))
+        sched.start()
+        step(sched, clock, "5m")
+        step(sched, clock, "1m")
+        assert state(sched).status is Status.COMPLETED
+        with pytest.raises(InvalidScheduleError, match="has already passed") as info:
+            sched.update_schedule("a", "s", at=T0 + 2 * M)
+        assert info.value.field == "at"
+        assert state(sched).status is Status.COMPLETED
+        sched.update_schedule("a", "s", at=T0 + 30 * M)
+        assert (state(sched).status, state(sched).next_run_at) == (Status.IDLE, T0 + 30 * M)
+        step(sched, clock, "24m")
+        assert job.slots() == [T0 + 5 * M, T0 + 30 * M]
+        assert state(sched).status is Status.COMPLETED
+        sched.update_schedule("a", "s", cadence=Interval(timedelta(hours=1)))  # another type
+        assert state(sched).status is Status.IDLE
+        step(sched, clock, "1h")
+        assert len(job.calls) == 3
+
+
+def test_a_completed_once_moved_in_code_runs_again_after_a_restart(tmp_path: Path) -> None:
+    clock = FakeClock(T0)
+    job = Recorder()
+    for _ in range(2):  # the second start does not run it again
+        with running(clock=clock, state_dir=tmp_path) as (sched, _):
+            sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.once(T0 + 5 * M)}))
+            sched.start()
+            step(sched, clock, "5m")
+    assert job.slots() == [T0 + 5 * M]
+    with running(clock=clock, state_dir=tmp_path) as (sched, _):  # started with a new time
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.once(T0 + 30 * M)}))
+        sched.start()
+        step(sched, clock, "20m")
+    assert job.slots() == [T0 + 5 * M, T0 + 30 * M]
 
 
 def test_min_interval_and_missing_job_are_rejected_with_the_culprit_named() -> None:

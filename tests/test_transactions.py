@@ -25,6 +25,7 @@ from herdsched import (
     InvalidScheduleError,
     Schedule,
     ScheduleNotFoundError,
+    StateError,
     Status,
     ThreadedScheduler,
 )
@@ -379,3 +380,80 @@ def test_merge_definition_writes_only_the_changed_fields() -> None:
     }
     assert merge_definition(None, base, new) == new
     assert merge_definition(stored, None, new) == new
+
+
+# ------------------------------------------------------------------ a new cadence, one change
+
+
+def test_a_one_shot_moved_over_rest_on_a_standby_runs_again_on_the_leader(
+    pair: tuple[ThreadedScheduler, ThreadedScheduler], tmp_path: Path
+) -> None:
+    one, two = pair
+    clock = one.clock
+    assert isinstance(clock, FakeClock)
+    at = (START + timedelta(minutes=5)).isoformat()
+    assert call(two, "PUT", "/api/schedule/triage/remind", {"at": at})[0] == 201
+    one.refresh()
+    clock.advance(timedelta(minutes=5))
+    one.run_pending()
+    assert one.wait_until_idle(10)
+    assert [r.status for r in one.history("triage", "remind")] == ["success"]
+    assert one.store.get_schedule_state("triage", "remind").status is Status.COMPLETED
+    later = (START + timedelta(minutes=30)).isoformat()
+    status, body = call(two, "PUT", "/api/schedule/triage/remind", {"at": later})
+    assert status == 200, body
+    one.refresh()  # the leader takes the new time in and opens the schedule again
+    assert one.store.get_schedule_state("triage", "remind").status is Status.IDLE
+    clock.advance(timedelta(minutes=25))
+    one.run_pending()
+    assert one.wait_until_idle(10)
+    assert len(one.history("triage", "remind")) == 2
+
+
+def test_a_put_of_another_type_is_one_change_that_keeps_the_history(
+    pair: tuple[ThreadedScheduler, ThreadedScheduler], tmp_path: Path
+) -> None:
+    one, two = pair
+    assert (
+        call(one, "PUT", "/api/schedule/triage/kind", {"interval": "1h", "prompt": "p"})[0] == 201
+    )
+    one.trigger("triage", "kind")
+    assert one.wait_until_idle(10)
+    status, body = call(two, "PUT", "/api/schedule/triage/kind", {"cron": "30 9 * * *"})
+    assert status == 200, body
+    assert (body["type"], body["cron"], body.get("prompt")) == ("cron", "30 9 * * *", None)
+    stored = YamlStateStore(tmp_path).load_definitions()["triage"]["kind"]
+    assert stored == {"type": "cron", "cron": "30 9 * * *"}
+    for sched in pair:
+        sched.refresh()
+        assert sched.get_schedule("triage", "kind").type == "cron"
+        assert len(sched.history("triage", "kind")) == 1  # the same schedule, not a new one
+
+
+def test_a_type_change_the_store_refuses_leaves_the_schedule_as_it_was() -> None:
+    """It was a removal and a creation: when the creation failed (a full disk), so did putting
+    the old definition back, and the schedule was gone."""
+    from herdsched.store import MemoryStateStore
+
+    class FullDisk(MemoryStateStore):
+        full = False
+
+        def save_definition(self, *args: Any, **kwargs: Any) -> None:
+            if self.full:
+                raise StateError("No space left on device", "/state/schedules.yaml")
+            super().save_definition(*args, **kwargs)
+
+    store = FullDisk()
+    sched = ThreadedScheduler(store=store, clock=FakeClock(START), leader_lock=False)
+    sched.add_agent(Agent("triage", job=lambda info: "ok"))
+    sched.start()
+    try:
+        assert call(sched, "PUT", "/api/schedule/triage/kind", {"interval": "1h"})[0] == 201
+        store.full = True
+        status, body = call(sched, "PUT", "/api/schedule/triage/kind", {"cron": "30 9 * * *"})
+        assert status == 503, body
+        assert "No space left" in body["error"]
+        assert store.load_definitions()["triage"]["kind"] == {"type": "interval", "interval": "1h"}
+        assert sched.get_schedule("triage", "kind").type == "interval"
+    finally:
+        sched.stop()

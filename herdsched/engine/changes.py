@@ -88,7 +88,8 @@ class Changes:
                 registry.check_owner(entry, owner)
                 schedule = registry.apply_changes(entry.schedule, dict(changes))
                 cadence_changed = schedule.cadence != entry.schedule.cadence
-                registry.validate_schedule(core, agent, name, schedule, runtime=cadence_changed)
+                when: registry.CheckedWhen = "changed" if cadence_changed else "registered"
+                registry.validate_schedule(core, agent, name, schedule, when=when)
                 if schedule.owner != entry.schedule.owner:
                     registry.check_owner_limit(core, schedule.owner)
                 seen_owner = entry.schedule.owner
@@ -102,6 +103,8 @@ class Changes:
             with core.lock:
                 core.agents[agent] = core.agents[agent].with_schedule(name, schedule)
                 entry.schedule = schedule
+                if cadence_changed:
+                    core.reopen_completed(entry)
                 if cadence_changed or "enabled" in changes:
                     now = core.clock.now()
                     zone = core.settings.timezone

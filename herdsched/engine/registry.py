@@ -9,7 +9,7 @@ registered again. Every function here is called with the engine lock held.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
@@ -21,6 +21,7 @@ from herdsched.errors import InvalidScheduleError, LimitExceededError, Unauthori
 from herdsched.models import Agent, Schedule, ScheduleState, Status, check_name
 
 __all__ = [
+    "CheckedWhen",
     "DefinitionCodec",
     "ad_hoc_entry",
     "apply_changes",
@@ -56,7 +57,7 @@ def install_agent(core: EngineCore, agent: Agent, codec: DefinitionCodec) -> Non
     core.agents[agent.name] = agent
     try:
         for name, schedule in agent.schedules.items():
-            validate_schedule(core, agent.name, name, schedule, runtime=False)
+            validate_schedule(core, agent.name, name, schedule, when="registered")
     except Exception:
         if old is None:
             del core.agents[agent.name]
@@ -105,6 +106,8 @@ def install_entry(
     existing.schedule = schedule
     existing.persisted_definition = existing.persisted_definition or persisted
     if existing.run is None and core.leading:
+        if cadence_changed:
+            core.reopen_completed(existing)
         due = fresh_due(existing, now, core.settings.timezone, core.rng, recompute=cadence_changed)
         core.set_due(existing, due, due if cadence_changed else existing.scheduled_for)
     core.persist_description(existing)
@@ -159,7 +162,7 @@ def stored_definitions(core: EngineCore, agent: str, codec: DefinitionCodec) -> 
         try:
             schedule = codec.from_mapping(mapping)
             check_name("schedule", name)
-            check_cadence(core, agent, name, schedule, runtime=False)
+            check_cadence(core, agent, name, schedule, when="registered")
         except Exception as exc:
             _set_aside(core, agent, name, exc)
             continue
@@ -179,17 +182,18 @@ def _set_aside(core: EngineCore, agent: str, name: str, exc: Exception) -> None:
     core.store_call(core.store.reject_definition, agent, name, reason)
 
 
-def validate_schedule(
-    core: EngineCore, agent: str, name: str, schedule: Schedule, *, runtime: bool = True
-) -> None:
-    """Refuse a schedule the scheduler could not run as asked (``InvalidScheduleError``).
+#: When a schedule is checked: registered (at start-up, or read from the store), added at run
+#: time, or given a new cadence at run time. See :func:`check_cadence`.
+CheckedWhen = Literal["registered", "added", "changed"]
 
-    ``runtime``: added or changed now, so a once time must still be ahead (unless the schedule
-    ran already: registering a finished once again at start-up is fine).
-    """
+
+def validate_schedule(
+    core: EngineCore, agent: str, name: str, schedule: Schedule, *, when: CheckedWhen = "added"
+) -> None:
+    """Refuse a schedule the scheduler could not run as asked (``InvalidScheduleError``)."""
     where = f"{agent}/{name}"
     check_name("schedule", name)
-    check_cadence(core, agent, name, schedule, runtime=runtime)
+    check_cadence(core, agent, name, schedule, when=when)
     agent_obj = core.agents.get(agent)
     agent_job = agent_obj.job if agent_obj is not None else None
     if schedule.job is None and agent_job is None and core.on_trigger is None:
@@ -208,13 +212,20 @@ def validate_schedule(
 
 
 def check_cadence(
-    core: EngineCore, agent: str, name: str, schedule: Schedule, *, runtime: bool
+    core: EngineCore, agent: str, name: str, schedule: Schedule, *, when: CheckedWhen
 ) -> None:
-    """Refuse a cadence the scheduler's settings do not allow, naming the schedule."""
+    """Refuse a cadence the scheduler's settings do not allow, naming the schedule.
+
+    A once time must still be ahead when the schedule is added (unless it ran already:
+    registering a finished once again at start-up, or adding it again in the code that
+    starts the process, is fine) and when it is given a new cadence (which makes it run
+    again, see :meth:`EngineCore.reopen_completed`).
+    """
     cadence = schedule.cadence
     if cadence is None:
         return
-    now = core.clock.now() if runtime and not _has_run(core, agent, name) else None
+    ahead = when == "changed" or (when == "added" and not _has_run(core, agent, name))
+    now = core.clock.now() if ahead else None
     try:
         cadence.check(min_interval=core.settings.min_interval, zone=core.settings.timezone, now=now)
     except InvalidScheduleError as exc:
@@ -230,17 +241,23 @@ def _has_run(core: EngineCore, agent: str, name: str) -> bool:
 
 #: What ``update_schedule`` may change: a schedule's fields (``cadence``: a whole new one, as
 #: the REST API sends) and its cadence's fields.
-_CHANGEABLE = frozenset({field.name for field in attrs.fields(Schedule)} - {"type"}) | set(
-    CADENCE_FIELDS
-)
+_CHANGEABLE = frozenset(field.name for field in attrs.fields(Schedule)) | set(CADENCE_FIELDS)
 
 
 def apply_changes(schedule: Schedule, changes: dict[str, Any]) -> Schedule:
-    """``schedule`` with ``update_schedule``'s keyword changes applied and checked."""
-    if "type" in changes:
+    """``schedule`` with ``update_schedule``'s keyword changes applied and checked.
+
+    A whole new ``cadence`` may be of another type: the type follows it (``type`` must be
+    given for a schedule without a cadence, such as ``manual``)."""
+    if "type" in changes and "cadence" not in changes:
         raise InvalidScheduleError(
-            "the type of a schedule cannot change; remove it and add a new one", field="type"
+            "a new type needs its cadence too: give cadence= with it (None for a schedule "
+            "that runs only when triggered)",
+            field="type",
         )
+    kind = getattr(changes.get("cadence"), "kind", None)
+    if kind is not None:
+        changes.setdefault("type", kind)
     unknown = sorted(set(changes) - _CHANGEABLE)
     if unknown:  # named here: the model's TypeError quoted Schedule.__init__
         raise InvalidScheduleError(
