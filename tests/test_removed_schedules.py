@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -249,6 +249,41 @@ def test_a_run_that_ends_after_its_schedule_was_removed_is_recorded(
         assert [(r.run_id, r.status) for r in records] == [(run_id, RunStatus.SUCCESS)]
     finally:
         again.close()
+
+
+def test_a_namesake_added_while_the_old_run_runs_does_not_take_its_outcome(
+    store_factory: Callable[[], StateStore], clock: FakeClock
+) -> None:
+    """The old run's end was applied to whatever schedule held the name: the new one counted
+    the old one's failure, showed its error and had its plan computed from the old run."""
+    began, release = threading.Event(), threading.Event()
+
+    def job(info: object) -> None:
+        began.set()
+        assert release.wait(10)
+        raise RuntimeError("the old schedule's job failed")
+
+    store = store_factory()
+    sched = ThreadedScheduler(store=store, clock=clock, timezone="UTC")
+    sched.add_agent(Agent("bot", job=job, schedules={}))
+    with sched:
+        sched.add_schedule("bot", "brief", Schedule.manual(), persist=True)
+        run_id = sched.trigger("bot", "brief").run_id
+        assert began.wait(10)
+        sched.remove_schedule("bot", "brief")
+        sched.add_schedule("bot", "brief", Schedule.cron("0 12 * * *"), persist=True)
+        store.flush()
+        fresh = store.get_schedule_state("bot", "brief")
+        release.set()
+        assert sched.wait_until_idle(10)
+        store.flush()
+        after = store.get_schedule_state("bot", "brief")
+        assert (after.consecutive_failures, after.last_result, after.last_error) == (0, None, None)
+        assert after == fresh
+        (status,) = [s for s in sched.get_status().schedules if s.schedule == "brief"]
+        assert (status.status, status.next_run_at) == (Status.IDLE, T0 + timedelta(hours=3))
+    records = store.get_history("bot", "brief")
+    assert [(r.run_id, r.status) for r in records] == [(run_id, RunStatus.FAILED)]
 
 
 def test_a_resume_from_another_process_holds_when_a_run_of_the_paused_schedule_ends(

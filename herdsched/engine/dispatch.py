@@ -289,9 +289,11 @@ class Dispatcher:
                 error = timeout_message(run.schedule.timeout)
                 outcome = evolve(outcome, status=RunStatus.TIMEOUT, error=error)
             entry = core.entries.get((run.agent, run.schedule_name))
-            # a schedule removed while its job ran has no state to change, but what ran is
-            # recorded (its history stays, as for any removed schedule)
-            transition = None if entry is None else self._apply(entry, run, outcome)
+            # a schedule removed while its job ran has no state to change (nor has a namesake
+            # added since), but what ran is recorded (its history stays, as for any removed
+            # schedule)
+            mine = entry is not None and entry.run is run
+            transition = self._apply(entry, run, outcome) if entry and mine else None
         record = record_for(run, outcome, None) if transition is None else transition.record
         if run.timed_out:
             run.cancel()  # recorded first, so a job that wakes on it finds the timeout
