@@ -32,6 +32,7 @@ from herdsched.errors import IntervalParseError, InvalidScheduleError
 from herdsched.timestamps import (
     format_timestamp,
     parse_timestamp,
+    pytz_zone_name,
     resolve_timezone,
     to_utc,
     zone_name,
@@ -503,6 +504,8 @@ def _to_zone_name(value: str | tzinfo | None) -> str | None:
         return None
     if isinstance(value, ZoneInfo) and value.key:
         return value.key
+    if isinstance(value, tzinfo):
+        value = pytz_zone_name(value) or value
     if not isinstance(value, str):
         raise InvalidScheduleError(
             f"time zone must be an IANA name such as 'Europe/Berlin', got {value!r}",

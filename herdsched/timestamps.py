@@ -19,6 +19,7 @@ from dateutil import tz as dateutil_tz
 __all__ = [
     "format_timestamp",
     "parse_timestamp",
+    "pytz_zone_name",
     "resolve_timezone",
     "system_timezone",
     "to_utc",
@@ -113,11 +114,14 @@ def wall_time(moment: datetime, zone: tzinfo | None) -> datetime:
 
 
 def resolve_timezone(name: str | tzinfo | None) -> tzinfo:
-    """An IANA zone by name (``None`` → the system zone); an unknown name is an error."""
+    """An IANA zone by name (``None`` → the system zone); an unknown name is an error.
+
+    A pytz zone is read by its IANA name (see :func:`pytz_zone_name`)."""
     if name is None:
         return system_timezone()
     if isinstance(name, tzinfo):
-        return name
+        named = pytz_zone_name(name)
+        return name if named is None else ZoneInfo(named)
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"time zone must be an IANA name such as 'Europe/Berlin', got {name!r}")
     try:
@@ -127,6 +131,16 @@ def resolve_timezone(name: str | tzinfo | None) -> tzinfo:
         raise ValueError(
             f"Unknown time zone {name!r}: use an IANA name such as 'Europe/Berlin' or 'UTC'"
         ) from exc
+
+
+def pytz_zone_name(zone: tzinfo) -> str | None:
+    """The IANA name of a pytz zone (``pytz.timezone("America/New_York")``), else ``None``.
+
+    pytz zones do not follow PEP 495: attached to a wall time (``replace(tzinfo=...)``, as every
+    computation here does) they answer the zone's first offset in history, so New York would
+    be 4 h 56 min behind UTC and every schedule minutes off. Their name gives the real zone."""
+    name = getattr(zone, "zone", None)
+    return name if isinstance(name, str) and callable(getattr(zone, "localize", None)) else None
 
 
 #: The start of a POSIX ``TZ`` rule: a zone abbreviation (``CET``, ``<+0330>``), then its offset.

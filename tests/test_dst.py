@@ -423,3 +423,36 @@ def test_an_expression_whose_every_match_falls_in_a_gap_is_refused_as_such(tmp_p
     assert next(iter_cron_triggers("30 2 * 3 0#2", Z("2026-01-05T00:00"), "America/New_York")) == (
         Z("2026-03-08T07:00")
     )
+
+
+def test_a_pytz_zone_is_read_by_its_name() -> None:
+    """Attached to wall times a pytz zone answers its first offset in history (New York's LMT,
+    -4:56): a scheduler given one fired a 09:30 cron at 09:34 EST, and DST never moved it."""
+    import pytz
+
+    from herdsched.testing import FakeClock
+
+    clock = FakeClock(datetime(2026, 3, 2, 9, tzinfo=UTC))
+    sched = ThreadedScheduler(
+        state_dir=None, clock=clock, timezone=pytz.timezone("America/New_York")
+    )
+    sched.add_agent(
+        Agent(
+            "a",
+            job=print,
+            schedules={
+                "inherits": Schedule.cron("30 9 * * *"),
+                "names": Schedule.cron("30 9 * * *", timezone=pytz.timezone("Europe/Berlin")),
+            },
+        )
+    )
+    with sched:
+        planned = {s.schedule: s.next_run_at for s in sched.get_status().schedules}
+    assert planned == {
+        "inherits": datetime(2026, 3, 2, 14, 30, tzinfo=UTC),  # 09:30 EST
+        "names": datetime(2026, 3, 3, 8, 30, tzinfo=UTC),  # 09:30 CET
+    }
+    assert sched.get_schedule("a", "names").cadence.timezone == "Europe/Berlin"
+    new_york = pytz.timezone("America/New_York")
+    after = iter_cron_triggers("30 9 * * *", datetime(2026, 3, 8, 12, tzinfo=UTC), new_york)
+    assert next(after) == datetime(2026, 3, 8, 13, 30, tzinfo=UTC)  # 09:30 EDT, the same day
