@@ -580,7 +580,14 @@ def _infer_type(chk: _Checker, data: Mapping[Any, Any], path: _PathT) -> Schedul
     ]
     if len(kinds) == 1:
         return kinds[0]
-    chk.problem(path, f'"type" is required (one of {_TYPES})')
+    if kinds:  # named where it is missing, so the REST API can name the field
+        given = " and ".join(str(kind) for kind in kinds)
+        chk.problem((*path, "type"), f'"type" is required: the fields of {given} are both given')
+    else:
+        chk.problem(
+            (*path, "type"),
+            f'"type" is required (one of {_TYPES}), or a cadence: "interval", "cron" or "at"',
+        )
     return None
 
 

@@ -128,8 +128,8 @@ class NotifyPolicy(_StrEnum):
     NEVER = "never"
 
 
-def _coerce_enum(cls: type[_E], field: str, value: Any) -> Any:
-    if value is None or type(value) is cls:
+def _coerce_enum(cls: type[_E], field: str, value: Any, *, optional: bool = True) -> Any:
+    if (value is None and optional) or type(value) is cls:
         return value
     try:
         return cls(value)
@@ -141,7 +141,7 @@ def _coerce_enum(cls: type[_E], field: str, value: Any) -> Any:
 
 
 def _to_schedule_type(value: Any) -> ScheduleType:
-    return _coerce_enum(ScheduleType, "type", value)  # type: ignore[no-any-return]
+    return _coerce_enum(ScheduleType, "type", value, optional=False)  # type: ignore[no-any-return]
 
 
 def _to_catch_up(value: Any) -> CatchUp | None:
@@ -149,11 +149,11 @@ def _to_catch_up(value: Any) -> CatchUp | None:
 
 
 def _to_overlap(value: Any) -> Overlap:
-    return _coerce_enum(Overlap, "overlap", value)  # type: ignore[no-any-return]
+    return _coerce_enum(Overlap, "overlap", value, optional=False)  # type: ignore[no-any-return]
 
 
 def _to_notify(value: Any) -> NotifyPolicy:
-    return _coerce_enum(NotifyPolicy, "notify", value)  # type: ignore[no-any-return]
+    return _coerce_enum(NotifyPolicy, "notify", value, optional=False)  # type: ignore[no-any-return]
 
 
 def _to_status(value: Any) -> Status:
@@ -478,6 +478,20 @@ def check_flag(value: Any, name: str) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
     return value
+
+
+def check_timeout(value: Any, name: str) -> float | None:
+    """``value`` as seconds to wait (``None``: for as long as it takes); a ``TypeError`` for
+    anything but a number (``"5"``, ``True``) and a ``ValueError`` below zero, naming ``name``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(
+            f"{name} must be a number of seconds or None, got {type(value).__name__} {value!r}"
+        )
+    if not value >= 0:  # also NaN
+        raise ValueError(f"{name} must not be negative, got {value!r}")
+    return float(value)
 
 
 def check_count(value: Any, name: str, *, minimum: int) -> int:

@@ -40,8 +40,11 @@ def coerce_backoff(ladder: Sequence[timedelta | float | str] | None) -> tuple[ti
     """Validate a backoff ladder (durations, seconds or strings); ``None`` → the default."""
     if ladder is None:
         return DEFAULT_BACKOFF
-    if isinstance(ladder, (str, bytes)) or not ladder:
-        raise ValueError(f"backoff must be a non-empty sequence of durations, got {ladder!r}")
+    if isinstance(ladder, (str, bytes)) or not isinstance(ladder, Sequence) or not ladder:
+        raise ValueError(
+            "backoff must be a non-empty sequence of durations such as ['30s', '5m'], "
+            f"got {type(ladder).__name__} {ladder!r}"
+        )
     return tuple(coerce_interval(step, what="backoff step", allow_zero=True) for step in ladder)
 
 

@@ -65,8 +65,10 @@ from herdsched.models import (
     TriggerResult,
     TriggerType,
     check_count,
+    check_flag,
     check_prompt,
     check_schedule_arguments,
+    check_timeout,
 )
 from herdsched.notify import Notification
 from herdsched.stats import RunStats, compute_run_stats
@@ -351,6 +353,8 @@ class ThreadedScheduler:
         still running at the timeout; the scheduler is ``stopped`` either way. Idempotent, and
         safe to call from a job or a listener.
         """
+        check_flag(wait_for_jobs, "wait_for_jobs")
+        timeout = check_timeout(timeout, "timeout")
         core = self._core
         with core.lock:
             if core.status in ("stopped", "stopping"):
@@ -728,6 +732,7 @@ class ThreadedScheduler:
 
     def wait_until_idle(self, timeout: float | None = None) -> bool:
         """Block until no job runs and none waits for capacity (``timeout`` in real seconds)."""
+        timeout = check_timeout(timeout, "timeout")
         core = self._core
         with core.idle:
             return core.idle.wait_for(

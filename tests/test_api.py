@@ -340,6 +340,9 @@ def test_put_enabled_resumes_a_paused_schedule(api: RestApi, sched: ThreadedSche
         ({"interval": "5m", "name": "other"}, "name", "does not match"),
         ({"interval": "5m", "agent": "builder"}, "agent", "does not match"),
         ({"interval": "5m", "notify": "sometimes"}, "notify", "sometimes"),
+        ({"interval": "5m", "overlap": None}, "overlap", "got null"),
+        ({}, "type", '"type" is required (one of interval, cron'),  # was field null
+        ({"interval": "5m", "cron": "* * * * *"}, "type", "interval and cron are both given"),
     ],
 )
 def test_put_rejects_bad_definitions_naming_the_field(

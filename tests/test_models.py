@@ -146,6 +146,11 @@ def test_with_changes_revalidates() -> None:
         (lambda: Schedule.interval("5m", overlap="sometimes"), "overlap", "skip, buffer_one"),
         (lambda: Schedule.interval("5m", notify="loud"), "notify", "always, conditional, never"),
         (lambda: Schedule.interval("5m", catch_up="all"), "catch_up", "once, skip"),
+        # None was kept: notify=None notified as "conditional", and a stored schedule with a
+        # null notify or overlap was set aside at the next start
+        (lambda: Schedule.interval("5m", notify=None), "notify", "never; got None"),
+        (lambda: Schedule.interval("5m", overlap=None), "overlap", "buffer_one; got None"),
+        (lambda: Schedule(type=None), "type", "type must be one of interval"),
         (lambda: Schedule.interval("5m", prompt=5), "prompt", "prompt must be a string"),
         (lambda: Schedule.interval("5m", owner=["a"]), "owner", "owner must be a string"),
         (lambda: Schedule.interval("5m", job="nope"), "job", "job must be callable"),

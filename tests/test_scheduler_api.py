@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from scheduler_helpers import Recorder, running, step
+from scheduler_helpers import Blocker, Recorder, running, step
 
 from herdsched import (
     Agent,
@@ -30,6 +30,7 @@ from herdsched import (
         ({"timezone": "Mars/Olympus"}, "Unknown time zone 'Mars/Olympus'"),
         ({"catch_up": "sometimes"}, "sometimes"),
         ({"backoff": []}, "non-empty sequence"),
+        ({"backoff": 5}, "backoff must be a non-empty sequence of durations .* got int 5"),
         # named, where they were bare conversion errors or accepted
         ({"max_sleep": "abc"}, "max_sleep must be a finite number, got str 'abc'"),
         ({"max_sleep": float("inf")}, "max_sleep must be a finite number"),
@@ -224,6 +225,33 @@ def test_search_and_history_arguments_are_checked_by_name() -> None:
         with pytest.raises(kind, match=message):
             call()  # type: ignore[no-untyped-call]
     assert sched.search(limit=1).total == 1
+
+
+def test_a_bad_stop_or_wait_argument_is_refused_before_anything_changes() -> None:
+    """``stop(timeout="5")`` with a job running raised a bare TypeError from inside the wait and
+    left the scheduler "stopping" for good: no later ``stop()`` or ``start()`` could end it."""
+    job = Blocker()
+    sched = ThreadedScheduler(state_dir=None)
+    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.manual()}))
+    sched.start()
+    try:
+        sched.trigger("a", "s")
+        assert job.began.wait(10)
+        cases = [
+            (lambda: sched.stop(timeout="5"), TypeError, "timeout must be a number of seconds"),
+            (lambda: sched.stop(timeout=-1), ValueError, "timeout must not be negative"),
+            (lambda: sched.stop(wait_for_jobs="no"), TypeError, "wait_for_jobs must be True or"),
+            (lambda: sched.wait_until_idle("5"), TypeError, "timeout must be a number"),
+            (lambda: sched.wait_until_idle(True), TypeError, "got bool True"),
+        ]
+        for call, kind, message in cases:
+            with pytest.raises(kind, match=message):
+                call()  # type: ignore[no-untyped-call]
+        assert sched.status == "running"
+    finally:
+        job.release.set()
+        sched.stop(timeout=10)
+    assert sched.status == "stopped"
 
 
 def test_set_agents_refuses_a_name_given_twice() -> None:
