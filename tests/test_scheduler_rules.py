@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scheduler_helpers import T0, Recorder, running, step, wait_until
+from scheduler_helpers import T0, Blocker, Recorder, running, step, wait_until
 
 from herdsched import (
     Agent,
@@ -188,6 +188,51 @@ def test_once_fires_once_then_completed_and_past_once_is_refused() -> None:
         with pytest.raises(InvalidScheduleError, match="has already passed") as info:
             sched.add_schedule("a", "old", Schedule.once(T0))
         assert info.value.field == "at"
+
+
+def test_a_failing_once_completes_at_the_auto_disable_limit_and_resume_skips_it() -> None:
+    """It was auto-disabled instead (with ``max_consecutive_failures=1``, or after triggers had
+    failed before), and ``resume()`` ran it a second time."""
+    with running(max_consecutive_failures=1) as (sched, clock):
+        job = Recorder(lambda info: 1 / 0)
+        disabled = Recorder()
+        sched.add_listener(disabled, ScheduleDisabled)
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.once(T0 + M)}))
+        sched.start()
+        step(sched, clock, "1m")
+        assert (state(sched).status, state(sched).disabled_reason) == (Status.COMPLETED, None)
+        assert state(sched).consecutive_failures == 1
+        sched.resume("a", "s")
+        step(sched, clock, "1h")
+        assert len(job.calls) == 1
+        assert disabled.calls == []
+
+
+def test_a_once_whose_time_passes_during_a_triggered_run_is_missed_and_completed(
+    tmp_path: Path,
+) -> None:
+    """It stayed idle with no next run, and after a restart the missed slot ran after all."""
+    clock = FakeClock(T0)
+    job = Blocker()
+    with running(clock=clock, state_dir=tmp_path) as (sched, _):
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.once(T0 + M)}))
+        sched.start()
+        sched.trigger("a", "s")
+        assert job.began.wait(10)
+        clock.advance("2m")
+        sched.run_pending()
+        job.release.set()
+        assert sched.wait_until_idle(10)
+        assert (state(sched).status, state(sched).next_run_at) == (Status.COMPLETED, None)
+        records = [(r.status, r.trigger_type) for r in sched.history("a", "s")]
+        assert records == [(RunStatus.MISSED, TriggerType.ONCE), (RunStatus.SUCCESS, "manual")]
+    ran = Recorder()
+    with running(clock=clock, state_dir=tmp_path) as (sched, _):
+        sched.add_agent(Agent("a", job=ran, schedules={"s": Schedule.once(T0 + M)}))
+        sched.start()
+        step(sched, clock, "1h")
+        assert ran.calls == []
+        assert state(sched).status is Status.COMPLETED
 
 
 def test_once_failure_also_completes() -> None:

@@ -124,9 +124,12 @@ def _plan_and_status(
     else:
         failures += 1
         due = next_after_failure(normal.due, now, failures, settings.backoff)
-        if cadence is not None and cadence.runs_once and run.trigger_type is TriggerType.ONCE:
+        # a once schedule's own run is completed below, never auto-disabled (a resume of a
+        # disabled schedule would run it again)
+        once_ran = run.trigger_type is TriggerType.ONCE
+        if once_ran:
             due = None
-        auto = should_auto_disable(failures, settings.max_consecutive_failures)
+        auto = not once_ran and should_auto_disable(failures, settings.max_consecutive_failures)
         if auto and status in (Status.IDLE, Status.RUNNING):
             status = Status.DISABLED
             disabled_reason = (
@@ -134,7 +137,11 @@ def _plan_and_status(
                 f"{outcome.error or outcome.status}"
             )
     deferred = outcome.status is RunStatus.DEFERRED  # a deferred once has not run yet
-    if run.trigger_type is TriggerType.ONCE and status is Status.IDLE and not deferred:
+    # a once schedule is over when its run ended, or when its time passed while another run of
+    # it (a trigger) went on and the overlap rule skipped it
+    slot_missed = cadence is not None and cadence.runs_once and normal.missed is not None
+    over = run.trigger_type is TriggerType.ONCE or slot_missed
+    if over and status is Status.IDLE and not deferred:
         status = Status.COMPLETED
     return status, due, failures, disabled_reason
 
