@@ -730,20 +730,22 @@ def test_a_completed_once_given_a_new_time_runs_again_and_a_passed_time_is_refus
         assert len(job.calls) == 3
 
 
-def test_a_completed_once_moved_in_code_runs_again_after_a_restart(tmp_path: Path) -> None:
+def test_a_completed_once_registered_again_with_a_new_time_stays_completed(
+    tmp_path: Path,
+) -> None:
+    """A relative ``at`` in a fleet file (``"+2s"``) names a new time at every load: a once
+    schedule that ran stays completed across restarts whatever its time now (only a change at
+    run time, ``update_schedule`` or a ``PUT``, opens it again)."""
     clock = FakeClock(T0)
     job = Recorder()
-    for _ in range(2):  # the second start does not run it again
+    for _ in range(3):  # each start names a time two seconds after it, as "+2s" would
         with running(clock=clock, state_dir=tmp_path) as (sched, _):
-            sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.once(T0 + 5 * M)}))
+            at = clock.now() + 2 * S
+            sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.once(at)}))
             sched.start()
-            step(sched, clock, "5m")
-    assert job.slots() == [T0 + 5 * M]
-    with running(clock=clock, state_dir=tmp_path) as (sched, _):  # started with a new time
-        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.once(T0 + 30 * M)}))
-        sched.start()
-        step(sched, clock, "20m")
-    assert job.slots() == [T0 + 5 * M, T0 + 30 * M]
+            step(sched, clock, "5s")
+            assert state(sched).status is Status.COMPLETED
+    assert job.slots() == [T0 + 2 * S]
 
 
 def test_min_interval_and_missing_job_are_rejected_with_the_culprit_named() -> None:

@@ -192,11 +192,12 @@ class EngineCore:
             )
 
     def reopen_completed(self, entry: Entry) -> None:
-        """A completed once schedule given a new cadence (a new time, or another type) is live
-        again: without this, moving a finished one-shot to a new time changed nothing. Called
-        before planning ``entry`` for its new cadence; a standby leaves the state to the
-        leader, which reopens it when it takes the change in. ``completed`` is a user-intent
-        status that no run transition leaves, so this is a direct write (a rare one)."""
+        """A completed once schedule given a new cadence at run time (a new time, or another
+        type) is live again: without this, moving a finished one-shot to a new time changed
+        nothing. Called before planning ``entry`` for its new cadence; a standby leaves the
+        state to the leader, which reopens it when it takes the change in. ``completed`` is a
+        user-intent status that no run transition leaves, so this is a direct write (a rare
+        one)."""
         if self.leading and entry.state.status is Status.COMPLETED:
             changes: dict[str, Any] = {"status": Status.IDLE, "next_run_at": None}
             entry.state = evolve(entry.state, **changes)

@@ -339,8 +339,6 @@ def plan_from_state(core: EngineCore, entry: Entry, now: datetime, *, recovering
     # as stored now (a cron naming the zone it inherits), or as before (without it)
     described = {entry.schedule.describe(core.settings.timezone), entry.schedule.description}
     cadence_changed = state.cadence is not None and state.cadence not in described
-    if cadence_changed:
-        core.reopen_completed(entry)
     if not entry.schedulable:
         core.set_due(entry, None, None)
     elif cadence_changed or state.next_run_at is None:

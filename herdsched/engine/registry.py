@@ -86,10 +86,15 @@ def install_entry(
     *,
     persisted: bool,
     stored: Mapping[str, ScheduleState] | None = None,
+    changed_at_run_time: bool = False,
 ) -> None:
     """Add or update the entry of one schedule and plan it when this scheduler leads.
 
-    ``stored`` is the agent's stored states when the caller read them already."""
+    ``stored`` is the agent's stored states when the caller read them already.
+    ``changed_at_run_time``: another process changed the stored definition, so a new cadence
+    opens a completed once schedule again; a definition registered again from code or a fleet
+    file does not (a relative ``at`` names a new time at every load, and a once schedule that
+    ran stays completed across restarts)."""
     existing = core.entries.get((agent.name, name))
     now = core.clock.now()
     if existing is None:
@@ -106,7 +111,7 @@ def install_entry(
     existing.schedule = schedule
     existing.persisted_definition = existing.persisted_definition or persisted
     if existing.run is None and core.leading:
-        if cadence_changed:
+        if cadence_changed and changed_at_run_time:
             core.reopen_completed(existing)
         due = fresh_due(existing, now, core.settings.timezone, core.rng, recompute=cadence_changed)
         core.set_due(existing, due, due if cadence_changed else existing.scheduled_for)
@@ -218,8 +223,8 @@ def check_cadence(
 
     A once time must still be ahead when the schedule is added (unless it ran already:
     registering a finished once again at start-up, or adding it again in the code that
-    starts the process, is fine) and when it is given a new cadence (which makes it run
-    again, see :meth:`EngineCore.reopen_completed`).
+    starts the process, is fine) and when it is given a new cadence at run time (which makes
+    it run again, see :meth:`EngineCore.reopen_completed`).
     """
     cadence = schedule.cadence
     if cadence is None:

@@ -136,4 +136,6 @@ class OtherProcesses:
             )
             agent = core.agents[agent_name].with_schedule(schedule_name, schedule)
             core.agents[agent_name] = agent
-            install_entry(core, agent, schedule_name, schedule, persisted=True)
+            install_entry(
+                core, agent, schedule_name, schedule, persisted=True, changed_at_run_time=True
+            )
