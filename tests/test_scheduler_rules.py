@@ -1052,6 +1052,41 @@ def test_a_slow_notifier_does_not_delay_the_cancel_of_a_timed_out_job() -> None:
     assert notified_after_cancel == [True]  # the job was cancelled while the notifier ran
 
 
+def test_a_slow_notifier_of_a_timed_out_run_does_not_hold_up_the_timer() -> None:
+    """The timer settled timed-out runs itself, so their notifier (a webhook) and listeners ran
+    on the timer thread: every other schedule waited for them."""
+    release = threading.Event()
+    threads: list[str] = []
+
+    def notifier(note: Any) -> None:
+        threads.append(threading.current_thread().name)
+        release.wait(10)
+
+    with running(notifier=notifier) as (sched, clock):
+        tick = Recorder()
+        schedules = {
+            "slow": Schedule.interval(
+                "1h", timeout="30s", notify="always", job=lambda info: info.cancel_event.wait(10)
+            ),
+            "tick": Schedule.interval("1m", job=tick),
+        }
+        sched.add_agent(Agent("a", schedules=schedules, max_concurrent=2))
+        sched.start()
+        sched.run_pending()
+        assert wait_until(lambda: len(tick.calls) == 1)
+        clock.advance("1m")  # the slow run timed out, and tick is due again
+        passing = threading.Thread(target=sched.run_pending)
+        passing.start()
+        try:
+            assert wait_until(lambda: len(tick.calls) == 2, timeout=5)
+            assert wait_until(lambda: threads == ["herdsched-timeout-a"], timeout=5)
+        finally:
+            release.set()
+            passing.join(10)
+        assert sched.wait_until_idle(10)
+    assert [r.status for r in sched.history("a", "slow")] == [RunStatus.TIMEOUT]
+
+
 def test_a_finished_run_leaves_the_sleeping_timer_asleep_when_its_plan_is_unchanged() -> None:
     clock = FakeClock(T0)
     job = Recorder()

@@ -397,10 +397,26 @@ class Dispatcher:
                 error=timeout_message(run.schedule.timeout),
             )
             run.outcome = outcome
-            try:
-                self.settle(run, outcome)
-            finally:
-                run.cancel()  # also when settling failed; setting it twice is harmless
+            # settled on a thread of its own: its notifier and listeners may be slow (an HTTP
+            # call), and neither the timer nor the job's own worker, still in the job, may wait
+            threading.Thread(
+                target=self._settle_expired,
+                args=(run, outcome),
+                name=f"herdsched-timeout-{run.agent}",
+                daemon=True,
+            ).start()
+
+    def _settle_expired(self, run: Run, outcome: RunOutcome) -> None:
+        """Record a timed-out run and tell who listens, then set its cancel event."""
+        try:
+            self.settle(run, outcome)
+            self.core.listeners.deliver()
+        except Exception:
+            self.core.log.exception(
+                "Could not record run %s of %s/%s.", run.run_id, run.agent, run.schedule_name
+            )
+        finally:
+            run.cancel()  # also when settling failed; setting it twice is harmless
 
     def next_deadline(self) -> float | None:
         """The earliest timeout among running jobs (monotonic; caller holds the lock)."""
