@@ -1052,6 +1052,53 @@ def test_a_slow_notifier_does_not_delay_the_cancel_of_a_timed_out_job() -> None:
     assert notified_after_cancel == [True]  # the job was cancelled while the notifier ran
 
 
+@pytest.mark.parametrize(
+    ("schedule", "history", "next_due"),
+    [
+        (
+            Schedule.cron("* * * * *", timeout="10s"),  # skip: 12:02 missed, 12:05 next
+            [(RunStatus.TIMEOUT, T0 + M), (RunStatus.MISSED, T0 + 2 * M)],
+            T0 + 5 * M,
+        ),
+        (
+            Schedule.cron("* * * * *", timeout="10s", overlap="buffer_one"),
+            [(RunStatus.TIMEOUT, T0 + M), (RunStatus.SUCCESS, T0 + 2 * M)],
+            T0 + 5 * M,
+        ),
+        (Schedule.interval("1m", timeout="10s"), [(RunStatus.TIMEOUT, T0)], T0 + 4 * M + 30 * S),
+    ],
+)
+def test_a_timed_out_job_that_runs_on_past_its_next_slot_follows_the_overlap_rule(
+    schedule: Schedule, history: list[tuple[RunStatus, Any]], next_due: Any
+) -> None:
+    """The next run was planned when the run timed out; when the job, ignoring its cancel,
+    returned minutes later, that stale slot fired at once: ``skip`` ran it like
+    ``buffer_one``, and an interval ran again with no rest."""
+    release = threading.Event()
+    calls: list[Any] = []
+
+    def job(info: Any) -> None:
+        calls.append(info.scheduled_for)
+        if len(calls) == 1:
+            assert release.wait(10)  # ignores its cancel event
+
+    with running(max_consecutive_failures=None) as (sched, clock):
+        sched.add_agent(Agent("a", job=job, schedules={"s": schedule}))
+        sched.start()
+        if schedule.type == "cron":
+            clock.advance("1m")
+        sched.run_pending()
+        assert wait_until(lambda: calls)
+        for _ in range(7):  # 3.5 minutes: the timeout, then slots pass while the job goes on
+            clock.advance("30s")
+            sched.run_pending()
+        release.set()
+        step(sched)
+        records = [(r.status, r.scheduled_for) for r in reversed(sched.history("a", "s"))]
+        assert records == history
+        assert state(sched).next_run_at == next_due
+
+
 def test_a_slow_notifier_of_a_timed_out_run_does_not_hold_up_the_timer() -> None:
     """The timer settled timed-out runs itself, so their notifier (a webhook) and listeners ran
     on the timer thread: every other schedule waited for them."""

@@ -270,9 +270,28 @@ class Dispatcher:
         entry = core.entries.get((run.agent, run.schedule_name))
         if entry is not None and entry.run is run:
             entry.run = None
+            if run.timed_out and run.trigger_type is not TriggerType.MANUAL:
+                self._replan_after_overrun(entry, run)
             if entry.due is not None:
                 core.plan.push(entry)
         core.idle.notify_all()
+
+    def _replan_after_overrun(self, entry: Entry, run: Run) -> None:
+        """A timed-out job that went on past the next run planned when it timed out: that
+        slot came due while the job still ran, so the overlap rule applies as to a run ending
+        now (``skip`` records it missed and waits for the next slot, an interval counts from
+        now), instead of the stale slot firing the moment the job returns. Caller holds the
+        lock."""
+        core = self.core
+        now = core.clock.now()
+        if entry.due is None or entry.due > now:
+            return
+        normal = next_after_run(
+            entry.schedule, run, now, entry.scheduled_for, core.settings, core.rng
+        )
+        if normal.missed is not None:
+            core.record_missed(entry, normal.missed)
+        core.set_due(entry, normal.due, normal.slot)
 
     # ------------------------------------------------------------------------ outcomes
 
