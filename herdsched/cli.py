@@ -819,6 +819,12 @@ def _store_choice(args: argparse.Namespace) -> _StoreChoice:
     return _StoreChoice(spec, origin, namespace, namespace_origin)
 
 
+#: What a command that reads the history sees of it: all that is stored (the fleet's
+#: ``max_run_history`` is not known here; with the default of 20 a fleet that keeps 50 records
+#: showed 20). The command line appends no records, so it trims nothing either.
+_READ_ALL_HISTORY = 1_000_000
+
+
 def _open_store(args: argparse.Namespace) -> StateStore:
     """The store of a command that reads or steers a fleet (which must exist already)."""
     choice = _store_choice(args)
@@ -828,7 +834,7 @@ def _open_store(args: argparse.Namespace) -> StateStore:
         return _open_state_dir(choice.spec, choice.origin)
     # a look or a change leaves no tables in a database named by mistake, as it makes no
     # state directory where there is none
-    options: dict[str, Any] = {"create_tables": False}
+    options: dict[str, Any] = {"create_tables": False, "max_run_history": _READ_ALL_HISTORY}
     if choice.namespace is not None:
         options["namespace"] = choice.namespace
     return _open_database(choice.spec, choice.namespace_origin, options)
@@ -859,7 +865,7 @@ def _open_state_dir(state_dir: str, option: str) -> StateStore:
             f"no state directory at {path}: run a fleet first (herdsched run FLEET) or give "
             f"{'--state-dir or --store' if option == '--state-dir' else 'another ' + option}"
         )
-    return YamlStateStore(path)
+    return YamlStateStore(path, max_run_history=_READ_ALL_HISTORY)
 
 
 def _target(text: str) -> tuple[str, str | None]:
@@ -1205,7 +1211,8 @@ def _cmd_forget(args: argparse.Namespace) -> int:
         if schedule is not None and states[schedule].removed_at is None:
             raise _Failure(
                 f"{agent}/{schedule} is not removed from the fleet: forget clears only schedules "
-                "shown as removed; take it out of the fleet first (or pause it)"
+                "shown as removed; take it out of the fleet first (to stop its runs and keep "
+                "it, pause it instead)"
             )
         removed = [name for name in named if states[name].removed_at is not None]
         if not removed:

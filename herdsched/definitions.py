@@ -546,8 +546,11 @@ def _instant(
             if not relative:
                 chk.problem(path, f"{what} cannot be relative ({value!r})")
                 return None
-            delta = chk.duration(text[1:], path, what)
-            return None if delta is None else to_utc(now + delta)
+            try:
+                return to_utc(now + parse_interval(text[1:]))
+            except IntervalParseError as exc:  # it said "Zero interval ... in interval"
+                chk.problem(path, f'{what} {value!r} is not a time from now such as "+10m" ({exc})')
+                return None
         try:
             parsed = dateutil_parser.isoparse(text)
         except (ValueError, OverflowError):

@@ -441,7 +441,7 @@ class ThreadedScheduler:
         """Say who leads; a WARNING when the leader's fleet shares no agent with this one
         (two apps on one state directory: this one's jobs would not run)."""
         core = self._core
-        holder = self._leadership.holder() or "holder unknown"
+        holder = _holder_text(self._leadership.holder())
         stored = core.store_call(core.store.get_all_schedule_states) or {}
         foreign = foreign_agents(core, stored)
         if not foreign:
@@ -668,7 +668,11 @@ class ThreadedScheduler:
             if entry.run is not None:
                 return _skipped(SkipReason.ALREADY_RUNNING, f"{agent}/{entry.name} is running")
             if not bypass_concurrency and core.is_full(agent_obj):
-                return _skipped(SkipReason.AT_CAPACITY, f"agent {agent!r} is at capacity")
+                if core.capacity.running(agent) < agent_obj.max_concurrent:
+                    why = "the scheduler is at max_total_concurrent"
+                else:
+                    why = f"agent {agent!r} is at capacity"
+                return _skipped(SkipReason.AT_CAPACITY, why)
             if core.job_for(entry) is None:
                 raise ScheduleTriggerError(
                     f"{agent}/{entry.name} has no job: give the agent or schedule a job",
@@ -838,3 +842,11 @@ def _call_if_offered(store: StateStore, method: str, *args: Any) -> None:
     found = getattr(store, method, None)
     if callable(found):
         found(*args)
+
+
+def _holder_text(info: Mapping[str, Any] | None) -> str:
+    """Who holds the lease, as the log says it: "pid 4242 on web-1, lease epoch 3, since T"."""
+    if not info:
+        return "holder unknown"
+    where = f"pid {info.get('pid')} on {info.get('host')}" if info.get("pid") else info["holder"]
+    return f"{where}, lease epoch {info.get('epoch')}, since {info.get('started_at')}"

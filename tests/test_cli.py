@@ -617,6 +617,34 @@ def test_history_of_one_schedule_json(capsys: pytest.CaptureFixture[str], state_
     assert data[0]["started_at"] == "2026-03-01T12:10:00.000Z"
 
 
+def test_history_shows_every_stored_run_of_a_fleet_keeping_more_than_twenty(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The command line read with the default ``max_run_history`` of 20, whatever the fleet
+    keeps: ``history -n 100`` of a fleet keeping 50 showed 20, with no word of the rest."""
+    store = YamlStateStore(tmp_path, max_run_history=50)
+    store.update_schedule_state("a", "s", type="interval", cadence="every 1m")
+    for i in range(25):
+        start = T0 + timedelta(minutes=i)
+        store.append_run(
+            RunRecord(
+                run_id=f"run-{i}",
+                agent="a",
+                schedule="s",
+                trigger_type="interval",
+                started_at=start,
+                finished_at=start + timedelta(seconds=1),
+                status="success",
+            )
+        )
+    store.close()
+    code, out, _ = run_cli(
+        capsys, "history", "a/s", "-n", "100", "--json", "--state-dir", str(tmp_path)
+    )
+    assert code == 0
+    assert [r["run_id"] for r in json.loads(out)] == [f"run-{i}" for i in reversed(range(25))]
+
+
 def test_history_empty(capsys: pytest.CaptureFixture[str], state_dir: Path) -> None:
     code, out, _ = run_cli(capsys, "history", "ops/poke", "--state-dir", str(state_dir))
     assert code == 0 and out.strip() == "no runs of ops/poke yet"

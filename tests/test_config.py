@@ -558,6 +558,7 @@ def test_broken_fleet_reports_every_problem_with_its_path(tmp_path: Path) -> Non
         ),
         ("type: interval\ninterval: 5m\nanchor: soon", "schedules.s.anchor", "ISO-8601"),
         ("type: interval\ninterval: 5m\nanchor: '+5m'", "schedules.s.anchor", "cannot be relative"),
+        ("at: '+0s'", "schedules.s.at", "at '+0s' is not a time from now such as \"+10m\""),
         ("type: interval\ninterval: 5m\nanchor: 12", "schedules.s.anchor", "ISO-8601"),
         ("type: cron\ncron: '0 9 * *'", "schedules.s.cron", "expected 5 fields, got 4"),
         ("type: cron\ncron: '0 0 31 2 *'", "schedules.s.cron", "never matches"),

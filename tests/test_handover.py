@@ -8,6 +8,7 @@ at once, without waiting for a standby's next attempt.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -165,6 +166,10 @@ def test_a_standby_of_another_fleet_warns_that_it_runs_nothing(
         assert (first.status, same.status, other.status) == ("running", "standby", "standby")
         notices = [r for r in caplog.records if "standing by" in r.getMessage()]
         assert [r.levelno for r in notices] == [logging.INFO]  # a standby of the same app
+        # the holder in words (it was a Python dict: "({'holder': ..., 'expired': False})")
+        said = notices[0].getMessage()
+        assert re.search(r"\(pid \d+ on \S+, lease epoch 1, since \d{4}-", said), said
+        assert "{" not in said
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         assert len(warnings) == 1, warnings
         assert (

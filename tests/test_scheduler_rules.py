@@ -388,6 +388,14 @@ def test_max_total_concurrent_caps_all_agents() -> None:
         sched.start()
         sched.run_pending()
         assert sched.get_total_running_job_count() == 1
+        (busy,) = {c.agent for c in job.calls}
+        idle = "b" if busy == "a" else "a"
+        refused = sched.trigger(idle, "s")  # it named the agent, which runs nothing
+        assert (refused.skip_reason, refused.error) == (
+            SkipReason.AT_CAPACITY,
+            "the scheduler is at max_total_concurrent",
+        )
+        assert sched.trigger(busy, "s").skip_reason is SkipReason.ALREADY_RUNNING
         gate.set()
         step(sched)
         assert sorted(c.agent for c in job.calls) == ["a", "b"]
