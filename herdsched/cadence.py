@@ -292,9 +292,10 @@ class Cadence(Protocol):
     def after_no_work(self, now: datetime) -> datetime | None:
         """When to look again after the work source had nothing (``None``: the normal plan)."""
 
-    def latest_due(self, now: datetime) -> datetime | None:
-        """The latest due time that elapsed-time semantics allow after a backwards clock step
-        (``None``: no limit; the due time is a point on the wall clock)."""
+    @property
+    def waits_elapsed_time(self) -> bool:
+        """Whether its waits are lengths of time (they move back with a wall clock set back),
+        not points on the wall clock."""
 
     def first_due(self, now: datetime, zone: tzinfo) -> datetime | None:
         """The first due time for a schedule with no history."""
@@ -448,8 +449,9 @@ class Interval:
     def after_no_work(self, now: datetime) -> datetime | None:
         return now + self.every
 
-    def latest_due(self, now: datetime) -> datetime | None:
-        return None if self.anchor is not None else now + self.every
+    @property
+    def waits_elapsed_time(self) -> bool:
+        return self.anchor is None
 
     def _grid_after(self, moment: datetime, *, strictly: bool) -> datetime:
         assert self.anchor is not None
@@ -530,6 +532,7 @@ class Cron:
     FIELDS: ClassVar[frozenset[str]] = frozenset({"cron", "timezone"})
     measured_from_completion: ClassVar[bool] = False
     runs_once: ClassVar[bool] = False
+    waits_elapsed_time: ClassVar[bool] = False  # its times are points on the wall clock
 
     def describe(self, zone: tzinfo | None = None) -> str:
         name = self.timezone or (zone_name(zone) if zone is not None else None)
@@ -568,9 +571,6 @@ class Cron:
     def after_no_work(self, now: datetime) -> datetime | None:
         return None
 
-    def latest_due(self, now: datetime) -> datetime | None:
-        return None
-
     def zone(self, default: tzinfo) -> tzinfo:
         return resolve_timezone(self.timezone) if self.timezone else default
 
@@ -607,6 +607,7 @@ class Once:
     FIELDS: ClassVar[frozenset[str]] = frozenset({"at"})
     measured_from_completion: ClassVar[bool] = False
     runs_once: ClassVar[bool] = True
+    waits_elapsed_time: ClassVar[bool] = False
 
     def describe(self, zone: tzinfo | None = None) -> str:
         return f"once at {self.at.isoformat()}"
@@ -626,9 +627,6 @@ class Once:
             )
 
     def after_no_work(self, now: datetime) -> datetime | None:
-        return None
-
-    def latest_due(self, now: datetime) -> datetime | None:
         return None
 
     def first_due(self, now: datetime, zone: tzinfo) -> datetime | None:

@@ -842,6 +842,27 @@ def test_clock_jumps_are_detected_and_schedules_re_evaluated(caplog) -> None:  #
         assert len(job.calls) == 2  # forward jump: overdue fires once, no storm
 
 
+def test_a_backwards_clock_step_keeps_a_backoff_wait_whole() -> None:
+    """Waits were capped at one interval after a backwards step: a schedule failing every run,
+    on its 60-minute rung, ran again 10 s after the clock was set back 3 s."""
+    with running(max_consecutive_failures=None) as (sched, clock):
+        job = Recorder(lambda info: 1 / 0)
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("10s")}))
+        sched.start()
+        step(sched)
+        while state(sched).consecutive_failures < 5:  # up the ladder to its 60-minute rung
+            clock.set(state(sched).next_run_at)
+            step(sched)
+        failed_at = state(sched).last_finished_at
+        assert state(sched).next_run_at == failed_at + timedelta(hours=1)
+        clock.jump_wall_clock(-3)
+        sched.run_pending()
+        # the same hour of waiting, on the clock that now reads three seconds earlier
+        assert state(sched).next_run_at == failed_at + timedelta(hours=1) - 3 * S
+        step(sched, clock, "30m")
+        assert len(job.calls) == 5
+
+
 def test_stop_is_idempotent_and_nothing_dispatches_after_it() -> None:
     with running() as (sched, clock):
         job = Recorder()

@@ -18,7 +18,7 @@ per slot); a schedule that missed slots while nothing ran fires once or waits, b
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from attrs import evolve
@@ -442,11 +442,14 @@ def _started_request(core: EngineCore, entry: Entry, started: datetime | None) -
     return None
 
 
-def replan_after_jump(core: EngineCore, now: datetime) -> None:
-    """Re-plan every waiting schedule after the wall clock jumped (caller holds the lock).
+def replan_after_jump(core: EngineCore, now: datetime, jump: timedelta) -> None:
+    """Re-plan every waiting schedule after the wall clock jumped by ``jump`` (caller holds
+    the lock).
 
-    A backwards step must not stretch an elapsed-time wait (an interval is due no later than
-    ``now + every``); a forward step makes due times pass, which the catch-up policy handles.
+    A backwards step must not stretch an elapsed-time wait: an interval's due time moves back
+    with the clock, so the wait lasts as long as it would have (a backoff or a deferral
+    included: capping it at one interval cut a 60-minute backoff to the interval); a forward
+    step makes due times pass, which the catch-up policy handles.
     """
     if not core.leading:
         return
@@ -454,8 +457,8 @@ def replan_after_jump(core: EngineCore, now: datetime) -> None:
         if entry.run is not None or entry.due is None:
             continue
         cadence = entry.schedule.cadence
-        latest = cadence.latest_due(now) if cadence is not None else None
-        if latest is not None and entry.due > latest:
-            core.set_due(entry, latest, latest)
+        if cadence is not None and cadence.waits_elapsed_time and jump < timedelta(0):
+            slot = entry.scheduled_for + jump if entry.scheduled_for is not None else None
+            core.set_due(entry, entry.due + jump, slot)
         elif entry.due <= now:
             plan_catch_up(core, entry, entry.due, now)

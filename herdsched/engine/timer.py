@@ -197,5 +197,5 @@ class Timer:
                     "every schedule is re-evaluated.",
                     wall - elapsed,
                 )
-                replan_after_jump(self.core, now)
+                replan_after_jump(self.core, now, timedelta(seconds=wall - elapsed))
         self._last_wall, self._last_mono = now, mono
