@@ -667,12 +667,9 @@ class ThreadedScheduler:
             )
             if entry.run is not None:
                 return _skipped(SkipReason.ALREADY_RUNNING, f"{agent}/{entry.name} is running")
-            if not bypass_concurrency and core.is_full(agent_obj):
-                if core.capacity.running(agent) < agent_obj.max_concurrent:
-                    why = "the scheduler is at max_total_concurrent"
-                else:
-                    why = f"agent {agent!r} is at capacity"
-                return _skipped(SkipReason.AT_CAPACITY, why)
+            full = core.capacity.why_full(agent, agent_obj.max_concurrent)
+            if full is not None and not bypass_concurrency:
+                return _skipped(SkipReason.AT_CAPACITY, full)
             if core.job_for(entry) is None:
                 raise ScheduleTriggerError(
                     f"{agent}/{entry.name} has no job: give the agent or schedule a job",

@@ -28,6 +28,14 @@ class Capacity:
         """Whether ``agent`` (or the whole scheduler) has no free slot."""
         return self._per_agent[agent] >= max_concurrent or self.fleet_is_full()
 
+    def why_full(self, agent: str, max_concurrent: int) -> str | None:
+        """Which limit leaves ``agent`` no free slot, in words (``None``: it has one)."""
+        if self._per_agent[agent] >= max_concurrent:
+            return f"agent {agent!r} is at capacity"
+        if self.fleet_is_full():
+            return "the scheduler is at max_total_concurrent"
+        return None
+
     def fleet_is_full(self) -> bool:
         """Whether ``max_total_concurrent`` jobs run."""
         return self.max_total is not None and self.total >= self.max_total

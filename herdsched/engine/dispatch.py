@@ -311,8 +311,8 @@ class Dispatcher:
             # a schedule removed while its job ran has no state to change (nor has a namesake
             # added since), but what ran is recorded (its history stays, as for any removed
             # schedule)
-            mine = entry is not None and entry.run is run
-            transition = self._apply(entry, run, outcome) if entry and mine else None
+            mine = entry if entry is not None and entry.run is run else None
+            transition = None if mine is None else self._apply(mine, run, outcome)
         record = record_for(run, outcome, None) if transition is None else transition.record
         if run.timed_out:
             run.cancel()  # recorded first, so a job that wakes on it finds the timeout

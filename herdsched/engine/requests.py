@@ -174,15 +174,12 @@ class RunRequests:
         if request.run_id in self._waiting:
             return
         self._waiting.add(request.run_id)
-        capacity = self.core.capacity
+        limit = self.core.agents[entry.agent].max_concurrent
+        full = self.core.capacity.why_full(entry.agent, limit)
         if entry.run is not None:
             why = "its schedule is running"
-        elif capacity.running(entry.agent) >= self.core.agents[entry.agent].max_concurrent:
-            why = "the agent is at capacity"
-        elif capacity.fleet_is_full():
-            why = "the scheduler is at max_total_concurrent"
         else:
-            why = "an earlier request waits for the same schedule or slot"
+            why = full or "an earlier request waits for the same schedule or slot"
         self.core.log.info(
             "The run-now request %s for %s/%s waits: %s.",
             request.run_id,
