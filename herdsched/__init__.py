@@ -34,6 +34,7 @@ from herdsched.errors import (
 )
 from herdsched.events import (
     Event,
+    JobDeferred,
     JobFailed,
     JobMissed,
     JobSkipped,
@@ -91,6 +92,7 @@ __all__ = [
     "Interval",
     "IntervalParseError",
     "InvalidScheduleError",
+    "JobDeferred",
     "JobFailed",
     "JobMissed",
     "JobResult",

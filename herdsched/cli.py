@@ -687,11 +687,16 @@ def _setup_logging(level: int) -> Callable[[], None]:
 
 
 def _log_run(event: Any) -> None:
-    """Listener: one log line per successful run, so a foreground fleet shows what it does.
+    """Listener: one log line per successful or deferred run, so a foreground fleet shows what
+    it does.
 
     Failures are not logged here: the scheduler logs each one already.
     """
     record: RunRecord = event.record
+    if record.status is RunStatus.DEFERRED:
+        reason = f": {record.error}" if record.error else ""
+        logger.info("%s/%s deferred its run%s", record.agent, record.schedule, reason)
+        return
     output = (record.output_summary or "").strip().splitlines()
     detail = f": {_cell(output[0], 100)}" if output else ""
     logger.info(
@@ -743,7 +748,7 @@ def _run_fleet(
     fleet: FleetConfig, scheduler: ThreadedScheduler, args: argparse.Namespace, stopper: _Stopper
 ) -> int:
     """Run ``scheduler`` until a signal, ``--duration`` or a job stops it."""
-    scheduler.add_listener(_log_run, events.JobSucceeded)
+    scheduler.add_listener(_log_run, events.JobSucceeded, events.JobDeferred)
     stopper.flush = scheduler.store.flush
     stopper.install()
     schedules = sum(len(agent.schedules) for agent in fleet.agents)

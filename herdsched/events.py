@@ -14,6 +14,7 @@ from herdsched.models import RunRecord, SkipReason
 
 __all__ = [
     "Event",
+    "JobDeferred",
     "JobFailed",
     "JobMissed",
     "JobSkipped",
@@ -72,6 +73,14 @@ class JobSucceeded(_ScheduleEvent):
 @attrs.frozen
 class JobFailed(_ScheduleEvent):
     """A run failed or timed out (``record.status`` says which)."""
+
+    record: RunRecord
+
+
+@attrs.frozen
+class JobDeferred(_ScheduleEvent):
+    """A job raised :class:`~herdsched.Deferred`: not a failure; the next run is the deferral's
+    delay away (``record.error`` holds its reason)."""
 
     record: RunRecord
 

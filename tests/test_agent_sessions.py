@@ -10,7 +10,9 @@ from agent_helpers import START, Script, running, step
 from herdsched import (
     Agent,
     Deferred,
+    Event,
     IntervalParseError,
+    JobDeferred,
     JobResult,
     RunStatus,
     Schedule,
@@ -165,6 +167,23 @@ def test_deferred_reschedules_after_the_delay_and_is_not_a_failure() -> None:
         step(sched, clock, "1s")
         assert len(job.calls) == 2
         assert sched.history("chat")[0].status is RunStatus.SUCCESS
+
+
+def test_a_deferred_run_ends_its_events_with_job_deferred() -> None:
+    """A listener that pairs each JobStarted with an ending event finds one for a deferral."""
+    job = Script(Deferred("2m", "session busy"))
+    events: list[Event] = []
+    with running() as (sched, _clock):
+        sched.add_listener(events.append)
+        sched.add_agent(chat_agent(job))
+        step(sched)
+    kinds = [type(e).__name__ for e in events if hasattr(e, "schedule")]
+    assert kinds == ["JobSubmitted", "JobStarted", "JobDeferred"]
+    [deferred] = [e for e in events if isinstance(e, JobDeferred)]
+    assert (deferred.agent, deferred.schedule) == ("chat", "loop")
+    assert deferred.record.status is RunStatus.DEFERRED
+    assert deferred.record.error == "session busy"
+    assert deferred.record == sched.history("chat")[0]
 
 
 def test_deferred_leaves_the_failure_count_alone() -> None:

@@ -710,6 +710,32 @@ def test_run_for_a_duration_then_read_history(
 
 
 @pytest.mark.slow
+def test_run_logs_a_deferred_run_with_its_reason(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "busy_jobs.py").write_text(
+        "from herdsched import Deferred\n\n"
+        "def chat(info):\n"
+        "    raise Deferred('1h', 'session busy')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fleet = _fleet(
+        tmp_path,
+        """
+        agents:
+          - name: a
+            job: "busy_jobs:chat"
+            schedules:
+              chat: {type: interval, interval: 1h}
+        """,
+    )
+    state = tmp_path / "st"
+    code, _, err = run_cli(capsys, "run", str(fleet), "--state-dir", str(state), "--duration", "1s")
+    assert code == 0
+    assert "a/chat deferred its run: session busy" in err
+
+
+@pytest.mark.slow
 def test_run_uses_the_fleet_state_dir(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     fleet = _fleet(
         tmp_path,

@@ -379,6 +379,8 @@ class Dispatcher:
             core.emit(ev.JobSucceeded(at=at, record=record, **where))
         elif outcome.status in (RunStatus.FAILED, RunStatus.TIMEOUT):
             core.emit(ev.JobFailed(at=at, record=record, **where))
+        elif outcome.status is RunStatus.DEFERRED:
+            core.emit(ev.JobDeferred(at=at, record=record, **where))
         if disabled is not None:
             core.log.error("%s/%s is disabled: %s.", run.agent, run.schedule_name, disabled)
             core.emit(ev.ScheduleDisabled(at=at, reason=disabled, **where))
