@@ -36,7 +36,13 @@ from dateutil import parser as dateutil_parser
 from herdsched import __version__, events
 from herdsched.cadence import iter_cron_triggers, parse_cron_expression, parse_interval
 from herdsched.command import CommandJob
-from herdsched.config import FleetConfig, format_interval, job_reference, load_fleet
+from herdsched.config import (
+    STORE_FIELDS,
+    FleetConfig,
+    format_interval,
+    job_reference,
+    load_fleet,
+)
 from herdsched.converter import converter, record_to_dict
 from herdsched.errors import (
     ConfigError,
@@ -731,9 +737,7 @@ def _fleet_scheduler(
         state_dir = Path(given) if given else fleet.state_dir
         return fleet.create_scheduler(state_dir=state_dir or Path(DEFAULT_STATE_DIR))
     options = fleet.scheduler_options
-    store_options: dict[str, Any] = {
-        key: options[key] for key in ("max_run_history", "commit_delay") if key in options
-    }
+    store_options = {key: options[key] for key in STORE_FIELDS if key in options}
     if choice.namespace is not None:
         store_options["namespace"] = choice.namespace
     store = _open_database(choice.spec, choice.namespace_origin, store_options)

@@ -107,7 +107,12 @@ SCHEDULER_FIELDS = (
     "backoff",
     "max_sleep",
     "min_interval",
+    "lease_ttl",
 )
+
+#: Scheduler options a database store is given too, when the command line or a web setting
+#: opens one for a fleet (a scheduler on a state directory makes its own store from them).
+STORE_FIELDS = ("max_run_history", "commit_delay", "lease_ttl")
 
 _TOP_FIELDS = ("version", "fleet", "scheduler", "defaults", "agents")
 _FLEET_FIELDS = ("name", "description")
@@ -433,7 +438,7 @@ def _scheduler_options(
             options[key] = chk.choice(value, at(key), key, [m.value for m in CatchUp])
         elif key in ("catch_up_window", "min_interval"):
             options[key] = chk.duration(value, at(key), key, allow_zero=key == "min_interval")
-        elif key == "max_sleep":
+        elif key in ("max_sleep", "lease_ttl"):
             delta = chk.duration(value, at(key), key)
             options[key] = None if delta is None else delta.total_seconds()
         elif key == "jitter_percent":

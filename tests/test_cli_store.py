@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
@@ -423,6 +424,37 @@ def test_run_a_fleet_on_the_database(
     code, out, _ = run_cli(capsys, "history", "ops/tick", "--json", *where)
     assert code == 0
     assert [r["status"] for r in json.loads(out)] == ["success"]
+
+
+def test_run_gives_the_fleet_files_lease_ttl_to_the_database(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, postgres_dsn: str, pg_namespace: str
+) -> None:
+    """The job looks at the lease its own scheduler holds: renewed for the file's 6 s."""
+    seen = tmp_path / "ttl"
+    look = (
+        "import sys; from herdsched.store.spec import open_store; "
+        "s = open_store(sys.argv[1], namespace=sys.argv[2]); l = s.current_lease(); "
+        "open(sys.argv[3], 'w').write(str((l.expires_at - l.renewed_at).total_seconds()))"
+    )
+    command = [sys.executable, "-c", look, postgres_dsn, pg_namespace, str(seen)]
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        textwrap.dedent(
+            f"""
+            scheduler:
+              lease_ttl: 6s
+            agents:
+              - name: ops
+                command: {json.dumps(command)}
+                schedules:
+                  look: {{type: interval, interval: 1h}}
+            """
+        )
+    )
+    where = ["--store", postgres_dsn, "--namespace", pg_namespace]
+    code, _, err = run_cli(capsys, "run", str(fleet), *where, "--duration", "3s")
+    assert code == 0, err
+    assert seen.read_text() == "6.0"
 
 
 def test_run_on_a_directory_named_by_the_environment(

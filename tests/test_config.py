@@ -175,6 +175,7 @@ def test_scheduler_section(tmp_path: Path) -> None:
           backoff: [10s, 1m]
           max_sleep: 30s
           min_interval: 5s
+          lease_ttl: 12s
         agents:
           - {name: a, job: "test_config:sample_job"}
         """,
@@ -193,6 +194,7 @@ def test_scheduler_section(tmp_path: Path) -> None:
         "backoff": [timedelta(seconds=10), timedelta(minutes=1)],
         "max_sleep": 30.0,
         "min_interval": timedelta(seconds=5),
+        "lease_ttl": 12.0,
     }
 
 
@@ -789,6 +791,11 @@ def test_agent_errors(tmp_path: Path, agent: str, path: str, why: str) -> None:
             "scheduler: {max_sleep: 60}\nagents: [{name: a, job: 'json:dumps'}]",
             "scheduler.max_sleep",
             "not a duration",
+        ),
+        (
+            "scheduler: {lease_ttl: 0s}\nagents: [{name: a, job: 'json:dumps'}]",
+            "scheduler.lease_ttl",
+            "Zero interval is not allowed",
         ),
         (
             "scheduler: {state_dir: 5}\nagents: [{name: a, job: 'json:dumps'}]",

@@ -128,6 +128,35 @@ def test_a_web_process_that_does_not_run_the_scheduler_queues_run_now(
     assert [r.run_id for r in requests] == [answer["run_id"]]
 
 
+def test_the_lease_ttl_setting_sets_the_leaders_lease_on_postgres(
+    apps: list[Flask], fleet: Path, postgres_dsn: str, pg_namespace: str
+) -> None:
+    app = make_app(
+        apps,
+        HERDSCHED_STORE=postgres_dsn,
+        HERDSCHED_NAMESPACE=pg_namespace,
+        HERDSCHED_FLEET_FILE=str(fleet),
+        HERDSCHED_LEASE_TTL=6,
+    )
+    store = app.extensions[EXTENSION_KEY].scheduler.store
+    assert store.lease_ttl == 6  # the store's own limits (an idle transaction's) follow it
+    lease = store.current_lease()
+    assert lease is not None and lease.expires_at - lease.renewed_at == timedelta(seconds=6)
+
+
+def test_the_lease_ttl_setting_sets_the_leaders_lease_on_a_state_directory(
+    apps: list[Flask], fleet: Path, tmp_path: Path
+) -> None:
+    app = make_app(
+        apps,
+        HERDSCHED_STATE_DIR=str(tmp_path / "state"),
+        HERDSCHED_FLEET_FILE=str(fleet),
+        HERDSCHED_LEASE_TTL=7.5,
+    )
+    lease = app.extensions[EXTENSION_KEY].scheduler.store.current_lease()
+    assert lease is not None and lease.expires_at - lease.renewed_at == timedelta(seconds=7.5)
+
+
 def test_a_directory_store(apps: list[Flask], tmp_path: Path) -> None:
     app = make_app(apps, HERDSCHED_STORE=str(tmp_path / "state"), HERDSCHED_AUTOSTART=False)
     scheduler = app.extensions[EXTENSION_KEY].scheduler
@@ -201,6 +230,15 @@ def test_a_directory_store(apps: list[Flask], tmp_path: Path) -> None:
         (
             {"HERDSCHED_MAX_BODY_BYTES": 0},
             "HERDSCHED_MAX_BODY_BYTES must be a positive integer (bytes), got int 0",
+        ),
+        (
+            {"HERDSCHED_LEASE_TTL": "30s"},
+            "app.config: HERDSCHED_LEASE_TTL must be a positive number of seconds, got '30s'",
+        ),
+        ({"HERDSCHED_LEASE_TTL": -1}, "HERDSCHED_LEASE_TTL must be a positive number of seconds"),
+        (
+            {"HERDSCHED_LEASE_TTL": 10, "HERDSCHED_SCHEDULER": "x.y:z"},
+            "give HERDSCHED_SCHEDULER or HERDSCHED_LEASE_TTL, not both",
         ),
         # named as written
         ({"HERDSCHED_STATEDIR": "x"}, "unknown herdsched setting(s) HERDSCHED_STATEDIR in"),

@@ -31,11 +31,11 @@ from typing import Any, NamedTuple
 import attrs
 
 from herdsched.api import MAX_BODY_BYTES
-from herdsched.config import load_fleet
+from herdsched.config import STORE_FIELDS, load_fleet
 from herdsched.errors import ConfigError, SchedulerError, StateError
 from herdsched.models import Agent, JobFunc
 from herdsched.scheduler import ThreadedScheduler, before_pools_join
-from herdsched.store.base import StateStore
+from herdsched.store.base import StateStore, check_ttl
 from herdsched.store.spec import (
     StoreSpecError,
     check_spec,
@@ -69,6 +69,9 @@ SETTINGS_KEYS: Mapping[str, str] = {
     "STATE_DIR",
     "NAMESPACE": "the namespace within a PostgreSQL STORE (default 'default'), so that several "
     "apps or environments share one database",
+    "LEASE_TTL": "seconds a leader's lease lasts unrenewed (default: the fleet file's "
+    "scheduler.lease_ttl, else 30): a hung leader is replaced after it, a dead one within a "
+    "third of it on PostgreSQL, at once on a state directory",
     "FLEET_FILE": "fleet YAML file with the agents and schedules",
     "TIMEZONE": "IANA time zone for cron schedules (default: the fleet file's or the system's)",
     "AUTOSTART": "start the scheduler in this process (default True)",
@@ -78,7 +81,7 @@ SETTINGS_KEYS: Mapping[str, str] = {
     "SCHEDULER": "a ThreadedScheduler, or its import path ('myapp.jobs:scheduler'), instead "
     "of STATE_DIR/FLEET_FILE/TIMEZONE",
 }
-_BUILD_KEYS = ("STATE_DIR", "STORE", "NAMESPACE", "FLEET_FILE", "TIMEZONE")
+_BUILD_KEYS = ("STATE_DIR", "STORE", "NAMESPACE", "LEASE_TTL", "FLEET_FILE", "TIMEZONE")
 #: Keys the web adapters read themselves (not used to build the scheduler).
 ADAPTER_KEYS = ("AUTOSTART", "AUTH", "MAX_BODY_BYTES")
 
@@ -421,6 +424,9 @@ def scheduler_from_settings(
     overrides: dict[str, Any] = {}
     if timezone is not None:
         overrides["timezone"] = timezone
+    if settings.get("LEASE_TTL") is not None:
+        what = f"{source}: {setting_name(source, 'LEASE_TTL')}"
+        overrides["lease_ttl"] = lease_ttl_setting(settings["LEASE_TTL"], what=what)
     if fleet_file:
         try:
             fleet = load_fleet(Path(fleet_file))
@@ -478,6 +484,15 @@ def timezone_setting(value: Any, *, what: str) -> None:
         resolve_timezone(value)
     except ValueError as exc:
         raise SchedulerError(f"{what}: {exc}", cause=exc) from exc
+
+
+def lease_ttl_setting(value: Any, *, what: str) -> float:
+    """The ``LEASE_TTL`` setting as seconds; a ``SchedulerError`` naming ``what`` unless it is
+    a positive number."""
+    try:
+        return check_ttl(value)
+    except ValueError as exc:
+        raise SchedulerError(f"{what} must be a positive number of seconds, got {value!r}") from exc
 
 
 def setting_name(source: str, key: str) -> str:
@@ -573,9 +588,7 @@ def _on_database(
     dsn: str, settings: Mapping[str, Any], agents: Iterable[Agent], options: Mapping[str, Any]
 ) -> ThreadedScheduler:
     """A scheduler for ``agents`` on the PostgreSQL store at ``dsn`` (opened here)."""
-    store_options: dict[str, Any] = {
-        key: options[key] for key in ("max_run_history", "commit_delay") if key in options
-    }
+    store_options = {key: options[key] for key in STORE_FIELDS if key in options}
     if settings.get("NAMESPACE") is not None:
         store_options["namespace"] = settings["NAMESPACE"]
     store: StateStore = open_store(dsn, **store_options)

@@ -30,6 +30,7 @@ from herdsched.contrib import (
     flag_setting,
     fleet_file_setting,
     given_scheduler,
+    lease_ttl_setting,
     state_dir_setting,
     timezone_setting,
 )
@@ -73,6 +74,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     problems += _namespace(value)
     problems += _as_check(auth_setting, value.get("AUTH"), "AUTH", "herdsched.E005")
     problems += _scheduler(value)
+    if value.get("LEASE_TTL") is not None:
+        problems += _as_check(lease_ttl_setting, value["LEASE_TTL"], "LEASE_TTL", "herdsched.E014")
     if value.get("TIMEZONE") is not None:
         problems += _as_check(timezone_setting, value["TIMEZONE"], "TIMEZONE", "herdsched.E013")
     problems += _body_limit(value.get("MAX_BODY_BYTES"))
