@@ -646,12 +646,9 @@ class RestApi:
 
     # ------------------------------------------------------------------------------ helpers
 
-    def _definition(self, agent: str, name: str) -> Schedule:
-        return self.scheduler.get_schedule(agent, name)
-
     def _item(self, agent: str, name: str) -> ScheduleStatus:
         items = self.scheduler.get_status().schedules  # a standby re-reads the store first
-        self._definition(agent, name)  # 404 for an unknown agent or schedule
+        self.scheduler.get_schedule(agent, name)  # 404 for an unknown agent or schedule
         for item in items:
             if item.agent == agent and item.schedule == name:
                 return item
@@ -659,7 +656,7 @@ class RestApi:
 
     def _json(self, item: ScheduleStatus) -> dict[str, Any]:
         try:
-            schedule: Schedule | None = self._definition(item.agent, item.schedule)
+            schedule: Schedule | None = self.scheduler.get_schedule(item.agent, item.schedule)
         except (AgentNotFoundError, ScheduleNotFoundError):
             schedule = None
         out = schedule_json(item, schedule, self.scheduler.timezone)
@@ -819,7 +816,7 @@ class RestApi:
             self._check_owner(caller, existing.owner, agent, name)
             self._check_defined_here(self._item(agent, name))
             _keep_owner(agent, name, fields, existing)
-        schedule = _build(fields)
+        schedule = schedule_from_mapping(fields)
         if existing is None:
             scheduler.add_schedule(agent, name, schedule, persist=True, owner=schedule.owner)
             created = True
@@ -864,7 +861,9 @@ class RestApi:
                     merged.pop(key, None)
                 else:
                     merged[key] = value
-            updated = _build(merged).with_changes(job=existing.job, enabled=existing.enabled)
+            updated = schedule_from_mapping(merged).with_changes(
+                job=existing.job, enabled=existing.enabled
+            )
             changes = _changes(existing, updated)
             if changes:
                 scheduler.update_schedule(agent, name, owner=caller, **changes)
@@ -1177,11 +1176,6 @@ def _keep_owner(agent: str, name: str, fields: dict[str, Any], existing: Schedul
         )
     if owner is None:
         del fields["owner"]
-
-
-def _build(fields: Mapping[str, Any]) -> Schedule:
-
-    return schedule_from_mapping(fields)
 
 
 def _definition_fields(schedule: Schedule) -> dict[str, Any]:

@@ -343,10 +343,6 @@ def _changed_cadence(
         raise InvalidScheduleError(str(exc), field=field, value=changes[field], cause=exc) from exc
 
 
-def _to_interval(value: timedelta | float | str) -> timedelta:
-    return coerce_interval(value)
-
-
 def _opt_anchor(value: object) -> datetime | None:
     return None if value is None else parse_timestamp(value, what="interval anchor")
 
@@ -359,7 +355,7 @@ def _opt_start_at(value: object) -> datetime | None:
 class Interval:
     """Every ``every``, measured from completion; optional grid ``anchor`` and ``start_at``."""
 
-    every: timedelta = attrs.field(converter=_to_interval)
+    every: timedelta = attrs.field(converter=coerce_interval)
     anchor: datetime | None = attrs.field(default=None, converter=_opt_anchor)
     start_at: datetime | None = attrs.field(default=None, converter=_opt_start_at)
     jitter_percent: float = attrs.field(default=0.0, converter=_check_jitter)

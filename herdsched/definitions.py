@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import date, datetime, timedelta, timezone, tzinfo
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import yaml
@@ -47,10 +47,7 @@ from herdsched.models import (
     Schedule,
     ScheduleType,
 )
-from herdsched.timestamps import format_timestamp, resolve_timezone, system_timezone, to_utc
-
-if TYPE_CHECKING:
-    pass
+from herdsched.timestamps import resolve_timezone, system_timezone, to_utc
 
 __all__ = [
     "SCHEDULE_FIELDS",
@@ -847,21 +844,13 @@ def schedule_from_mapping(
 
 def _cadence_to_mapping(cadence: CadenceT, *, include_defaults: bool) -> dict[str, Any]:
     """The fleet-file fields of a schedule's cadence (none for the types without one)."""
-    out: dict[str, Any] = {}
-    if isinstance(cadence, Interval):
-        out["interval"] = format_interval(cadence.every)
-        if cadence.anchor is not None:
-            out["anchor"] = format_timestamp(cadence.anchor)
-        if cadence.start_at is not None:
-            out["start_at"] = format_timestamp(cadence.start_at)
-        if cadence.jitter_percent or include_defaults:
-            out["jitter_percent"] = _number(cadence.jitter_percent)
-    elif isinstance(cadence, Cron):
-        out["cron"] = cadence.expression.source
-        if cadence.timezone is not None or include_defaults:
-            out["timezone"] = cadence.timezone
-    elif isinstance(cadence, Once):
-        out["at"] = format_timestamp(cadence.at)
+    if cadence is None:
+        return {}
+    out = cadence.to_fields()
+    if include_defaults and isinstance(cadence, Interval):
+        out.setdefault("jitter_percent", 0)
+    elif include_defaults and isinstance(cadence, Cron):
+        out.setdefault("timezone", None)
     return out
 
 
@@ -914,10 +903,6 @@ def schedule_to_mapping(
                 value=schedule.job,
             )
     return out
-
-
-def _number(value: float) -> float | int:
-    return int(value) if float(value).is_integer() else value
 
 
 _UTC = timezone.utc

@@ -445,7 +445,7 @@ def status_page(
     (:func:`herdsched.store.spec.store_location`), shown beside the leader.
     """
     paging = paging or _default_paging(len(schedules))
-    counts = counts or _count(schedules)
+    counts = counts or count_schedules(schedules)
     writable = read_only is None
     rows = [
         _row(
@@ -495,13 +495,9 @@ def matches_status(item: Mapping[str, Any], wanted: str) -> bool:
     return bool(item.get("status") == wanted)
 
 
-def _count(schedules: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+def count_schedules(schedules: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """The page's counts: total, running, failing, disabled, paused."""
     counts = {"total": len(schedules)}
     for name in _COUNTED:
         counts[name] = sum(1 for item in schedules if matches_status(item, name))
     return counts
-
-
-def count_schedules(schedules: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-    """The page's counts: total, running, failing, disabled, paused."""
-    return _count(schedules)

@@ -14,7 +14,6 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from herdsched.converter import state_from_dict
 from herdsched.models import Status
 from herdsched.store import YamlStateStore
 from herdsched.store import files as files_module
@@ -23,7 +22,6 @@ from herdsched.store.state_file import (
     StateRenderer,
     apply_changes,
     empty_state,
-    fast_state,
     parse_state_document,
 )
 from herdsched.store.state_reader import StateReader, _original, _same_text, _split
@@ -99,38 +97,6 @@ def test_one_line_strings_with_spaces_or_yaml_meaning_take_the_fast_path(value: 
     assert text is not None
     assert text == indent(dump_yaml({"s": {"x": value}}), 6)
     assert parse_simple_entry(text, 6) == ("s", {"x": value})
-
-
-ENTRY_VALUES = st.fixed_dictionaries(
-    {},
-    optional={
-        "status": st.sampled_from(["idle", "running", "paused", "bogus", 3]),
-        "last_run_at": st.one_of(
-            st.none(),
-            TIMESTAMPS,
-            st.datetimes(timezones=st.just(timezone.utc)),
-            st.just("2026-02-30T00:00:00.000Z"),
-        ),
-        "next_run_at": st.one_of(st.none(), st.just("2026-11-22T05:41:48+01:00")),
-        "last_result": st.sampled_from([None, "success", "failed", "nope"]),
-        "last_error": st.one_of(st.none(), st.text(max_size=5), st.integers()),
-        "consecutive_failures": st.one_of(st.integers(-2, 5), st.booleans(), st.just("3")),
-        "session_id": st.one_of(st.none(), st.text(max_size=5)),
-        "x_unknown": st.integers(),
-    },
-)
-
-
-@settings(max_examples=300, deadline=None)
-@given(entry=ENTRY_VALUES)
-def test_fast_state_agrees_with_the_converter(entry: dict[str, Any]) -> None:
-    fast = fast_state(entry)
-    try:
-        slow = state_from_dict(entry)
-    except Exception:
-        assert fast is None
-        return
-    assert fast is None or fast == slow
 
 
 CHANGES = st.dictionaries(

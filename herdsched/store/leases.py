@@ -44,7 +44,7 @@ import portalocker
 
 from herdsched.errors import LeadershipLostError, StateError, StateLockTimeoutError
 from herdsched.store.base import Lease
-from herdsched.store.files import FileIdentity, atomic_write, identity_of
+from herdsched.store.files import atomic_write
 from herdsched.store.lease_rules import check_fence, grant, renewed
 from herdsched.timestamps import format_timestamp, parse_timestamp
 
@@ -182,7 +182,6 @@ class LeaseFile:
         self._held: Lease | None = None
         self._liveness: LivenessLock | None = None
         self._liveness_name: str | None = None
-        self._cache: tuple[FileIdentity, tuple[Lease | None, int, str | None]] | None = None
         #: set once this store handed out a lease: its run writes are fenced from then on
         self.fenced = False
         _lease_files.add(self)
@@ -232,21 +231,14 @@ class LeaseFile:
             lock.release()
 
     def _read(self) -> tuple[Lease | None, int, str | None]:
-        """The record (caller holds the lease lock); unchanged files are not parsed again."""
+        """The record (caller holds the lease lock)."""
         try:
-            with open(self.path, "rb") as handle:
-                identity = identity_of(os.fstat(handle.fileno()))
-                cached = self._cache
-                if cached is not None and cached[0] == identity:
-                    return cached[1]
-                data = handle.read()
+            data = self.path.read_bytes()
         except FileNotFoundError:
             return None, 0, None
         except OSError as exc:
             raise StateError(f"Cannot read the lease {self.path}: {exc}", self.path) from exc
-        record = _decode(data, self.path)
-        self._cache = (identity, record)
-        return record
+        return _decode(data, self.path)
 
     def _write(self, lease: Lease | None, epoch: int, lock_name: str | None) -> None:
         try:

@@ -28,10 +28,7 @@ written by other tools, are kept at every level) next to the validated
 
 from __future__ import annotations
 
-import enum
-import typing
 from collections.abc import Callable, Iterator, Mapping
-from datetime import datetime
 from typing import Any
 
 import attrs
@@ -41,7 +38,6 @@ from herdsched.models import ScheduleState
 from herdsched.store.document import DocumentError, describe_error
 from herdsched.store.simple_yaml import render_simple_entry
 from herdsched.store.yaml_io import dump_yaml, render_entry, render_key
-from herdsched.timestamps import to_utc
 
 __all__ = [
     "COUNT_KEY",
@@ -100,60 +96,6 @@ def same_data(a: Any, b: Any) -> bool:
     if isinstance(a, list):
         return len(a) == len(b) and all(same_data(x, y) for x, y in zip(a, b, strict=True))
     return bool(a == b)
-
-
-def _field_kinds() -> dict[str, tuple[bool, tuple[type, ...]]]:
-    """field → (is a timestamp, the types a value may have to skip the converter)."""
-    kinds: dict[str, tuple[bool, tuple[type, ...]]] = {}
-    for name, hint in typing.get_type_hints(ScheduleState).items():
-        args = typing.get_args(hint) or (hint,)
-        accepted: list[type] = []
-        for arg in args:
-            if isinstance(arg, type) and issubclass(arg, enum.Enum):
-                accepted.append(str)  # the attrs converter turns the value into the enum
-            elif isinstance(arg, type) and arg not in (bool, float):
-                accepted.append(arg)
-        kinds[name] = (datetime in args, tuple(accepted))
-    return kinds
-
-
-_KINDS = _field_kinds()
-
-
-def _fast_time(value: Any) -> datetime | None:
-    """A stored timestamp (``2026-11-22T05:41:48.898Z``, already UTC with milliseconds)."""
-    if type(value) is str and len(value) == 24 and value[-1] == "Z" and value[10] == "T":
-        return datetime.fromisoformat(value)
-    if isinstance(value, datetime):
-        return to_utc(value)
-    raise ValueError(value)
-
-
-def fast_state(entry: dict[Any, Any]) -> ScheduleState | None:
-    """The state of an entry whose values already have their natural types, or ``None``.
-
-    Gives the same result as :func:`~herdsched.converter.state_from_dict` for such entries
-    (our own files), several times faster; anything unusual returns ``None`` so the caller
-    uses the converter, which also produces the error message.
-    """
-    values: dict[str, Any] = {}
-    try:
-        for key, value in entry.items():
-            kind = _KINDS.get(key)
-            if kind is None:
-                continue  # unknown keys are kept in the raw entry, not in the state
-            is_time, accepted = kind
-            if value is None:
-                values[key] = None
-            elif is_time:
-                values[key] = _fast_time(value)
-            elif type(value) in accepted:
-                values[key] = value
-            else:
-                return None
-        return ScheduleState(**values)
-    except Exception:
-        return None
 
 
 def _mapping(value: Any, where: str) -> dict[Any, Any]:
@@ -230,7 +172,7 @@ def parse_state_document(
                 parsed[name] = reused
                 continue
             try:
-                parsed[name] = fast_state(entry_map) or state_from_dict(entry_map)
+                parsed[name] = state_from_dict(entry_map)
             except Exception as exc:
                 raise DocumentError(f"{where}, schedule {name!r}: {describe_error(exc)}") from exc
         states[agent] = parsed

@@ -36,7 +36,6 @@ from herdsched.store.state_file import (
     StateDoc,
     StateRenderer,
     check_text_end,
-    fast_state,
     parse_state_document,
 )
 from herdsched.store.yaml_io import load_yaml, render_entry
@@ -192,7 +191,7 @@ def _parse_chunk(chunk: str) -> _Chunk | None:
         return None
     if (render_simple_entry(name, entry, 6) or render_entry(name, entry, 6)) != chunk:
         return None
-    return (name, entry, fast_state(entry) or state_from_dict(entry))
+    return (name, entry, state_from_dict(entry))
 
 
 class _Tail:

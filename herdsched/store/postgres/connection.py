@@ -172,7 +172,7 @@ class Database:
         _databases.add(self)
 
     def connect(self) -> psycopg.Connection[Any]:
-        """The open connection (caller holds :meth:`locked`), made now when there is none."""
+        """The open connection (caller holds ``_lock``), made now when there is none."""
         if self._conn is not None and not self._conn.closed and not self._conn.broken:
             return self._conn
         self._drop()
@@ -201,11 +201,6 @@ class Database:
         if self.generation > 1:
             log.info("Reconnected to the PostgreSQL store at %s.", self.where)
         return conn
-
-    @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        with self._lock:
-            yield
 
     @contextlib.contextmanager
     def transaction(self, doing: str) -> Iterator[psycopg.Cursor[Any]]:
