@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ import pytest
 django = pytest.importorskip("django")
 psycopg = pytest.importorskip("psycopg")
 
+from django.apps import apps  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 if not settings.configured:  # the same settings as tests/test_django.py, whichever runs first
@@ -210,6 +213,44 @@ def test_checks_name_a_missing_or_foreign_alias_and_other_bad_settings(tmp_path:
         both = override_settings(HERDSCHED={"STORE": "django:default", "STATE_DIR": "/x"})
         with both, pytest.raises(SchedulerError, match=r"HERDSCHED\['STORE'\] and HERDSCHED\["):
             integration.get_scheduler()
+
+
+@pytest.mark.slow
+def test_a_database_down_while_a_web_server_loads_the_project_fails_no_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Under gunicorn ``ready()`` builds and starts the scheduler. With the database down
+    then, it raised: every worker failed to boot and gunicorn gave up, so the whole site was
+    down for herdsched's database. Now the worker boots, the site serves, and the first
+    request once the database is back starts herdsched."""
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(FLEET)
+    monkeypatch.setattr(integration._process, "started", False)
+    monkeypatch.setattr(integration, "RETRY_DELAY", 0.2)
+    monkeypatch.setattr("sys.argv", ["gunicorn", "project.wsgi"])
+    monkeypatch.setitem(sys.modules, "gunicorn", types.ModuleType("gunicorn"))
+    caplog.set_level(logging.ERROR, logger="herdsched")
+    with start_server() as server:
+        server.stop()
+        with override_settings(HERDSCHED={"STORE": server.dsn, "FLEET_FILE": str(fleet)}):
+            integration.forget()
+            try:
+                apps.get_app_config("herdsched").ready()  # raised StateError
+                assert Client().get("/elsewhere/").status_code == 404  # the site serves
+                assert Client().get(f"{API}/status").status_code == 503
+                assert "herdsched could not be set up in pid" in caplog.text
+                server.start()
+                assert wait_until(
+                    lambda: Client().get("/elsewhere/") and integration._process.started, 30
+                )
+                assert wait_until(integration.get_scheduler().is_running)
+                assert Client().get(f"{API}/status").json()["status"] == "running"
+            finally:
+                integration._process.start_with_first_request = False
+                if integration._process.embedded is not None:
+                    integration.get_embedded().stop(timeout=10)
+                    integration.get_scheduler().store.close()
+                integration.forget()
 
 
 def test_a_database_down_at_the_first_request_is_tried_again_by_a_later_one(

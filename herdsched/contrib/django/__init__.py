@@ -58,7 +58,7 @@ from herdsched.contrib import (
     scheduler_from_settings,
 )
 from herdsched.contrib.django.database import resolve_store
-from herdsched.errors import SchedulerError
+from herdsched.errors import SchedulerError, StateError
 from herdsched.models import TriggerInfo
 from herdsched.scheduler import ThreadedScheduler
 
@@ -146,12 +146,30 @@ def auth_callable() -> Callable[[Any], str | None] | None:
 
 def start_once() -> bool:
     """Start this process's scheduler unless it was already started here; returns whether
-    this call started it (``ready()`` can run more than once, as in test runners)."""
+    this call started it (``ready()`` can run more than once, as in test runners).
+
+    A store that cannot be reached now (a database down while the web server loads the
+    project) must not keep the process from serving: that is logged and the start is left to
+    the first request, tried again as :func:`serving` does. Bad settings still raise.
+    """
     with _process.lock:
         if _process.started:
             return False
         _process.started = True
-    get_embedded().start()
+    try:
+        embedded = get_embedded()
+    except StateError as exc:
+        with _process.lock:
+            _process.started = False
+            _process.start_with_first_request = True
+        _log.error(
+            "herdsched could not be set up in pid %s while the project loaded; the first "
+            "request served tries again, and the site serves meanwhile: %s",
+            os.getpid(),
+            exc,
+        )
+        return False
+    embedded.start()
     return True
 
 
