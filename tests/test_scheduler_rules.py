@@ -208,6 +208,24 @@ def test_a_failing_once_completes_at_the_auto_disable_limit_and_resume_skips_it(
         assert disabled.calls == []
 
 
+@pytest.mark.parametrize("whole_agent", [False, True])
+def test_a_completed_once_stays_completed_when_paused_and_resumed(whole_agent: bool) -> None:
+    """A pause wrote ``paused`` over ``completed``, and the resume then ran the slot again."""
+    with running() as (sched, clock):
+        job = Recorder()
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.once(T0 + M)}))
+        sched.start()
+        step(sched, clock, "1m")
+        assert state(sched).status is Status.COMPLETED
+        sched.pause("a", None if whole_agent else "s")
+        assert state(sched).status is Status.COMPLETED
+        assert sched.store.get_schedule_state("a", "s").status is Status.COMPLETED
+        sched.resume("a", None if whole_agent else "s")
+        step(sched, clock, "1h")
+        assert job.slots() == [T0 + M]
+        assert state(sched).status is Status.COMPLETED
+
+
 def test_a_once_whose_time_passes_during_a_triggered_run_is_missed_and_completed(
     tmp_path: Path,
 ) -> None:

@@ -135,11 +135,15 @@ class Changes:
         core.changed()
 
     def pause(self, agent: str, schedule: str | None, owner: str | None) -> None:
-        """Pause one schedule or every schedule of the agent; durable before memory changes."""
+        """Pause one schedule or every schedule of the agent; durable before memory changes.
+
+        A completed once schedule stays completed: paused, a resume would run it again."""
         core = self.core
         self.adopt()
         with core.changes:
             for entry in self._targets(agent, schedule, owner):
+                if entry.state.status is Status.COMPLETED:
+                    continue
                 _write_intent(core, entry, "paused", status=Status.PAUSED)
                 with core.lock:
                     core.plan.unplan(entry)
