@@ -191,3 +191,33 @@ def test_a_standby_tells_an_outage_once_and_when_it_ends(
         "The state store failed",
         "The state store works again after failing for 50s (20 failed calls).",
     ] * 2, lines
+
+
+class StateRemovalFails(MemoryStateStore):
+    """A store that cannot remove a schedule's state (a full disk under ``state.yaml``) but
+    can delete its definition (``schedules.yaml`` is smaller)."""
+
+    def remove_schedule_state(self, agent: str, schedule: str) -> None:
+        raise StateError("No space left on device", "/nowhere/state.yaml")
+
+
+def test_a_removal_whose_state_cannot_be_cleared_is_made_and_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The definition was deleted, then the state write failed and ``remove_schedule`` raised:
+    the caller was told nothing changed while the schedule was gone for every other process
+    (and still listed by this one)."""
+    store = StateRemovalFails()
+    with running(store=store) as (sched, _clock):
+        sched.add_agent(Agent("a", job=Recorder(), schedules={"coded": Schedule.interval("1h")}))
+        sched.add_schedule("a", "rt", Schedule.interval("1h"), persist=True)
+        sched.start()
+        sched.remove_schedule("a", "rt")  # raised StateError
+        assert "rt" not in sched.get_agent("a").schedules
+        assert "rt" not in store.load_definitions().get("a", {})
+        assert "a/rt is removed, but its state could not be cleared" in caplog.text
+        assert "herdsched forget a/rt" in caplog.text
+        # a schedule defined in code has no definition to delete: its state is the change
+        with pytest.raises(StateError, match="No space left"):
+            sched.remove_schedule("a", "coded")
+        assert "coded" in sched.get_agent("a").schedules

@@ -463,3 +463,22 @@ def test_a_type_change_the_store_refuses_leaves_the_schedule_as_it_was() -> None
         assert sched.get_schedule("triage", "kind").type == "interval"
     finally:
         sched.stop()
+
+
+def test_a_schedule_removed_by_a_standby_leaves_no_state_behind_the_leaders_commit(
+    pair: tuple[ThreadedScheduler, ThreadedScheduler], tmp_path: Path
+) -> None:
+    """The leader planned a schedule another process had just created (a transition pending
+    in its store), that process removed it, and the leader's group commit wrote the state
+    back: the schedule showed as ``removed`` for good, with a state nobody owned."""
+    one, two = pair
+    two.add_schedule("triage", "brief", Schedule.interval("1h"), persist=True)
+    one.refresh()  # the leader adopts it: its plan is a transition not yet written
+    assert "brief" in one.get_agent("triage").schedules
+    two.remove_schedule("triage", "brief")
+    one.store.flush()  # the group commit
+    one.refresh()  # the leader sees the removal
+    assert "brief" not in one.get_agent("triage").schedules
+    one.store.flush()
+    states = YamlStateStore(tmp_path).get_agent_schedule_states("triage")
+    assert "brief" not in states, states.get("brief")

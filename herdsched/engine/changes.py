@@ -124,8 +124,11 @@ class Changes:
                 registry.check_owner(entry, owner)
                 seen = entry.state
             if entry.persisted_definition:
+                # the change itself: with its definition gone it is gone for every process
                 core.store.delete_definition(agent, name, owner=entry.schedule.owner)
-            core.store.remove_schedule_state(agent, name)
+                _clear_removed_state(core, agent, name)
+            else:
+                core.store.remove_schedule_state(agent, name)
             with core.lock:
                 registry.drop_entry(core, agent, name, forget_state=False)
                 core.agents[agent] = core.agents[agent].without_schedule(name)
@@ -193,6 +196,25 @@ class Changes:
             for entry in entries:
                 registry.check_owner(entry, owner)
             return entries
+
+
+def _clear_removed_state(core: EngineCore, agent: str, name: str) -> None:
+    """Remove the state of a schedule whose definition was just deleted. The removal is made
+    whatever happens here, so a store failure is logged, not raised: raised, it would tell
+    the caller that nothing changed."""
+    try:
+        core.store.remove_schedule_state(agent, name)
+    except StateError as exc:
+        core.state_error(exc)
+        core.log.warning(
+            "%s/%s is removed, but its state could not be cleared (%s); the command line "
+            "lists it until `herdsched forget %s/%s` clears it.",
+            agent,
+            name,
+            exc,
+            agent,
+            name,
+        )
 
 
 def _write_intent(core: EngineCore, entry: Entry, done: str, **changes: Any) -> None:

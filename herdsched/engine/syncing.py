@@ -125,6 +125,8 @@ class OtherProcesses:
         for schedule_name in gone:
             drop_entry(core, agent_name, schedule_name, forget_state=False)
             core.agents[agent_name] = core.agents[agent_name].without_schedule(schedule_name)
+            if core.leading:  # the state a commit of ours wrote after the removal goes too
+                core.store_call(core.store.remove_schedule_state, agent_name, schedule_name)
         for schedule_name, schedule in stored_definitions(core, agent_name, self.codec).items():
             entry = core.entries.get((agent_name, schedule_name))
             if entry is not None and not entry.persisted_definition:
