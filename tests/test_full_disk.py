@@ -92,6 +92,8 @@ def test_a_claim_on_a_full_disk_fails_closed_and_is_recorded_once_space_returns(
         assert job.calls == []
         assert sched.get_running_job_count("a") == 0
         assert [r.status for r in sched.history("a", "s")] == [RunStatus.MISSED]
+        # the error names the file (it said "[Errno 28] No space left on device" alone)
+        assert f"Cannot append to {state_dir / 'claims.log'}" in str(sched.history("a")[0].error)
         filler.unlink()  # space again: the next group commit records the missed slot
         clock.advance(2)
         sched.run_pending()

@@ -144,6 +144,26 @@ def test_store_health_logs_a_new_failure_at_once_and_old_ones_as_runs_of_their_o
     ]
 
 
+def test_store_health_logs_two_alternating_failures_once_each_per_minute(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """On a full disk the claims and the group commit fail with two messages by turns: each
+    counted as news, they made two ERROR lines a second."""
+    clock = FakeClock(T0)
+    health = StoreHealth(logging.getLogger("herdsched"), clock)
+    claim = OSError(28, "No space left on device")
+    commit = StateError("Cannot write /s/state.yaml: [Errno 28] No space left on device")
+    with caplog.at_level(logging.INFO, logger="herdsched"):
+        for _ in range(40):  # 20 s
+            health.failed(claim)
+            clock.advance(0.25)
+            health.failed(commit)
+            clock.advance(0.25)
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 2, errors
+    assert "No space left" in errors[0] and "Cannot write" in errors[1]
+
+
 class DownStore(MemoryStateStore):
     """A store another scheduler leads, whose every lease call fails while ``down`` is set."""
 

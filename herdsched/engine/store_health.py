@@ -49,26 +49,27 @@ class StoreHealth:
         self._failures = 0  # in the current run of failures
         self._failed_at = 0.0  # the latest failure
         self._reported = False  # the current run has an ERROR line
-        self._last_text = ""  # the failure last logged as an ERROR, and when
-        self._logged_at = 0.0
-        self._unlogged = 0  # failures since then
+        self._logged: dict[str, float] = {}  # failures of this run logged as ERROR, and when
+        self._unlogged = 0  # failures since the last ERROR line
 
     def failed(self, exc: BaseException) -> None:
         """A store call failed with ``exc``: an ERROR unless the same failure was logged less
-        than :data:`REPEAT_EVERY` seconds ago."""
+        than :data:`REPEAT_EVERY` seconds ago (two failing calls that fail by turns, as claims
+        and commits on a full disk, are each logged once a minute, not at every turn)."""
         now, text = self._clock.monotonic(), str(exc)
         with self._lock:
             if self._failing_since is None or now - self._failed_at > REPEAT_EVERY:
                 self._failing_since, self._failures, self._reported = now, 0, False
+                self._logged.clear()
             self._failed_at = now
             self._failures += 1
-            if text == self._last_text and now - self._logged_at < REPEAT_EVERY:
+            if now - self._logged.get(text, float("-inf")) < REPEAT_EVERY:
                 self._unlogged += 1
                 self._log.debug("The state store failed again: %s", exc)
                 return
             first = self._failures == 1
             failing_for, unlogged = now - self._failing_since, self._unlogged
-            self._last_text, self._logged_at, self._unlogged = text, now, 0
+            self._logged[text], self._unlogged = now, 0
             self._reported = True
         if first:
             self._log.error("The state store failed: %s", exc)

@@ -533,10 +533,14 @@ class YamlStateStore:
             return
         with self._run_fence():
             try:
-                self._claims.append(claims)
-            except FileNotFoundError:  # the directory is made on first need, not per call
-                self._ensure_dir()
-                self._claims.append(claims)
+                try:
+                    self._claims.append(claims)
+                except FileNotFoundError:  # the directory is made on first need, not per call
+                    self._ensure_dir()
+                    self._claims.append(claims)
+            except OSError as exc:  # a full disk: say which file
+                where = self._claims.path
+                raise StateError(f"Cannot append to {where}: {exc}", where, cause=exc) from exc
 
     def load_claims(self) -> list[RunClaim]:
         """Claims made durable since the last write of ``state.yaml``.
