@@ -606,7 +606,8 @@ class Once:
     waits_elapsed_time: ClassVar[bool] = False
 
     def describe(self, zone: tzinfo | None = None) -> str:
-        return f"once at {self.at.isoformat()}"
+        precision = "milliseconds" if self.at.microsecond else "seconds"  # as stored
+        return f"once at {self.at.isoformat(timespec=precision)}"
 
     def to_fields(self) -> dict[str, Any]:
         return {"at": format_timestamp(self.at)}

@@ -35,6 +35,7 @@ from herdsched.converter import (
     state_from_dict,
     state_to_dict,
 )
+from herdsched.definitions import schedule_from_mapping, schedule_to_mapping
 from herdsched.models import CatchUp, NotifyPolicy, Overlap
 
 UTC = timezone.utc
@@ -110,6 +111,17 @@ def test_once_factory() -> None:
     assert schedule.type is ScheduleType.ONCE
     assert isinstance(schedule.cadence, Once)
     assert schedule.cadence.at == datetime(2026, 12, 1, 9, tzinfo=UTC)
+
+
+def test_a_once_time_keeps_the_milliseconds_the_store_keeps() -> None:
+    """A time made with ``datetime.now()`` was shown with microseconds (``once at
+    ...17.968123+00:00``) and differed from the same schedule read back from the store."""
+    schedule = Schedule.once(datetime(2026, 12, 1, 9, 0, 17, 968123, tzinfo=UTC))
+    assert isinstance(schedule.cadence, Once)
+    assert schedule.cadence.at == datetime(2026, 12, 1, 9, 0, 17, 968000, tzinfo=UTC)
+    assert schedule.cadence.describe() == "once at 2026-12-01T09:00:17.968+00:00"
+    stored = schedule_from_mapping(schedule_to_mapping(schedule, require_job_name=False))
+    assert stored == schedule
 
 
 @pytest.mark.parametrize(
