@@ -59,6 +59,8 @@ class Run:
     consecutive_failures: int
     session_id: str | None
     last_run_at: datetime | None
+    #: the leadership term it was dispatched in (:attr:`EngineCore.term`)
+    term: int = 0
     deadline: float | None = None  # monotonic
     timed_out: bool = False
     # settled (as timed out, or when its job returned): a run is recorded once

@@ -17,7 +17,7 @@ from socket import gethostname
 from typing import Any
 
 import pytest
-from scheduler_helpers import Recorder, wait_until
+from scheduler_helpers import Blocker, Recorder, wait_until
 
 import herdsched
 from herdsched import Agent, Schedule, StateError, ThreadedScheduler
@@ -483,6 +483,44 @@ def test_a_leader_whose_lease_was_taken_runs_nothing_writes_nothing_and_stands_b
             other.close()
 
 
+def test_a_run_that_ends_after_its_leader_lost_the_lease_is_not_written_when_it_leads_again(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """The job ran on while its scheduler lost the lead; its outcome waited in the store and
+    was written with the first group commit after the scheduler led again, setting the
+    schedule back to before the other leader's runs (on PostgreSQL, catch-up then ran a slot
+    the other host had run: a double run). It finishes unrecorded, as documented, and the
+    next leader records it as interrupted."""
+    job = Blocker()
+    sched = ThreadedScheduler(
+        state_dir=tmp_path, clock=clock, lease_ttl=TTL, commit_delay=0, timezone="UTC"
+    )
+    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
+    with sched:
+        sched.run_pending()
+        assert job.began.wait(10)
+        other = YamlStateStore(tmp_path, clock=clock)
+        try:
+            sched.store._leases._liveness.release()  # type: ignore[attr-defined]
+            taken = other.acquire_lease("other", TTL)
+            assert taken is not None and taken.epoch == 2
+            clock.advance(11)  # the heartbeat is due: refused, the scheduler steps down
+            sched.run_pending()
+            assert wait_until(lambda: sched.status == "standby")
+            job.release.set()
+            assert sched.wait_until_idle(10)
+            other.release_lease(taken)
+        finally:
+            other.close()
+        clock.advance(10)
+        sched.run_pending()
+        sched.run_pending()
+        assert wait_until(lambda: sched.status == "running")
+        sched.store.flush()
+        statuses = [r.status for r in YamlStateStore(tmp_path).get_history("a", "s")]
+        assert statuses == [RunStatus.INTERRUPTED], statuses
+
+
 def test_a_hung_leader_wakes_to_find_its_lease_taken_and_steps_down(
     tmp_path: Path, clock: FakeClock
 ) -> None:
@@ -678,3 +716,32 @@ def test_a_standby_tries_the_lease_as_often_as_its_store_advises(
     finally:
         standby.stop(timeout=10)
         leader.stop(timeout=10)
+
+
+def test_a_claim_newer_than_a_stored_running_state_is_the_run_recovery_records(
+    tmp_path: Path,
+) -> None:
+    """A leader died (or lost its session) after claiming slot :02 and before committing the
+    end of its run of slot :00, so the stored state still showed :00 running. Recovery then
+    ignored the newer claim: it recorded :00 as interrupted and planned from it, so slot :02,
+    whose job had started, ran a second time."""
+    t0 = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
+    second = timedelta(seconds=2)
+    with YamlStateStore(tmp_path) as dead:
+        dead.update_schedule_state(
+            "a", "s", status="running", last_run_at=t0, last_slot_at=t0, running_run_id="r0" * 8
+        )
+        dead.claim_runs([RunClaim("a", "s", "r2" * 8, t0 + second, t0 + second)])
+    job = Recorder()
+    clock = FakeClock(t0 + timedelta(seconds=2.2))
+    sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
+    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.cron("*/2 * * * * *")}))
+    with sched:
+        sched.run_pending()
+        assert sched.wait_until_idle(10)
+        assert job.calls == []  # slot :02 started in the dead process: not again
+        [record] = sched.history("a", "s")
+        assert (record.run_id, record.status) == ("r2" * 8, RunStatus.INTERRUPTED)
+        assert record.scheduled_for == t0 + second
+        [status] = sched.get_status().schedules
+        assert status.next_run_at == t0 + 2 * second

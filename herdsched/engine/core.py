@@ -88,6 +88,9 @@ class EngineCore:
         self.executors = AgentExecutors(executor_factory) if executor_factory else AgentExecutors()
         self.rng = random.Random()
         self.status = "stopped"
+        #: grows each time this scheduler loses the lead: a run dispatched in an earlier term
+        #: finishes unrecorded (its claim belongs to a lease that is gone)
+        self.term = 0
         self.trigger_count = 0
         #: the store was re-read (at start, at a takeover) without taking in what other
         #: processes changed: the next adoption does, even if the store reports nothing new

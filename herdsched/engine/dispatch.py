@@ -127,6 +127,7 @@ class Dispatcher:
             consecutive_failures=entry.state.consecutive_failures,
             session_id=entry.state.session_id,
             last_run_at=entry.state.last_run_at,
+            term=core.term,
         )
         if entry.schedule.timeout:
             run.deadline = core.clock.monotonic() + entry.schedule.timeout.total_seconds()
@@ -303,6 +304,15 @@ class Dispatcher:
             if run.finalized:
                 return
             run.finalized = True
+            if run.term != core.term:
+                core.log.info(
+                    "Run %s of %s/%s ended after this scheduler lost the lead it ran under: "
+                    "not recorded here (the leader records it as interrupted).",
+                    run.run_id,
+                    run.agent,
+                    run.schedule_name,
+                )
+                return
             if run.timed_out and outcome.status is not RunStatus.TIMEOUT:
                 # the job saw the cancel event and returned before the timer settled the run
                 error = timeout_message(run.schedule.timeout)

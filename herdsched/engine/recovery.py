@@ -192,6 +192,7 @@ class Leadership:
             if lease is None or core.status != "running":
                 return
             core.status = "standby"
+            core.term += 1  # the runs going on now end unrecorded
             core.log.error(
                 "This scheduler lost the lead of %s (epoch %d): %s. It dispatches nothing more; "
                 "%d running job(s) may finish but their outcomes are not recorded; it stands by "
@@ -231,9 +232,10 @@ def recover_all(core: EngineCore) -> None:
         entry.state = core.store.get_schedule_state(entry.agent, entry.name)
         claim = claimed.get(entry.key)
         status = entry.state.status
-        if claim is not None and status in (Status.IDLE, Status.PAUSED, Status.DISABLED):
+        if claim is not None and _claim_is_newer(entry.state, claim):
             # its job may have started before the process died: treat it as running (a pause
-            # or disable made meanwhile stays)
+            # or disable made meanwhile stays). Also over a stored "running" of an earlier
+            # run whose end was not committed: the claimed run is the one that may have run.
             entry.state = evolve(
                 entry.state,
                 status=Status.RUNNING if status is Status.IDLE else status,
@@ -245,6 +247,14 @@ def recover_all(core: EngineCore) -> None:
         plan_from_state(core, entry, now, recovering=True)
     if stored is not None:
         _mark_removed(core, now, stored)
+
+
+def _claim_is_newer(state: ScheduleState, claim: RunClaim) -> bool:
+    """Whether an unfinished ``claim`` is a later run than ``state`` shows (a schedule whose
+    state is not completed: a claim never reopens one)."""
+    if state.status not in (Status.IDLE, Status.RUNNING, Status.PAUSED, Status.DISABLED):
+        return False
+    return state.last_run_at is None or claim.run_at >= state.last_run_at
 
 
 def _mark_removed(
