@@ -571,6 +571,9 @@ class RestApi:
             agent, name = item["agent"], item["name"]
             try:
                 runs[(agent, name)] = self.scheduler.history(agent, name, limit=TIMELINE_RUNS)
+            except StateError as exc:  # the store is down: one try tells, not one per row
+                _log.warning("The status page shows no recent runs: %s", exc)
+                break
             except Exception:  # the page still shows the rest
                 _log.exception("could not read the history of %s/%s", agent, name)
         return runs

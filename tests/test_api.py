@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -29,6 +30,7 @@ from herdsched.errors import (
     StateError,
     UnauthorizedError,
 )
+from herdsched.store import MemoryStateStore
 from herdsched.testing import FakeClock
 
 START = datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc)  # a Monday
@@ -1073,3 +1075,25 @@ def test_history_shows_a_traceback_when_the_record_has_one(
     status, body = call(api, "GET", "/api/schedule/triage/check/history")
     assert status == 200
     assert body["runs"][0]["traceback"].endswith("KeyError: 'missing'")
+
+
+class _HistoryDown(MemoryStateStore):
+    def get_history(self, *args: Any, **kwargs: Any) -> Any:
+        raise StateError("connection refused", "postgresql://db/app")
+
+
+def test_a_page_whose_store_is_down_logs_one_line_not_a_traceback_per_schedule(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Each load logged an ERROR with a traceback for every schedule (30 schedules, 5 loads:
+    150 errors and 300 traceback lines during one outage)."""
+    schedules = {f"s{i}": Schedule.manual() for i in range(6)}
+    sched = ThreadedScheduler(state_dir=None, store=_HistoryDown(), clock=FakeClock(START))
+    sched.add_agent(Agent("a", job=lambda info: None, schedules=schedules))
+    with caplog.at_level(logging.INFO, logger="herdsched"):
+        html = RestApi(sched).status_page(api_base="/x/api")
+    assert html.count("<tr class=") == 6  # the schedules are shown
+    lines = [r for r in caplog.records if "recent runs" in r.getMessage() or r.exc_info]
+    assert [r.getMessage() for r in lines] == [
+        "The status page shows no recent runs: connection refused"
+    ]
