@@ -151,10 +151,10 @@ def test_the_lease_ttl_setting_sets_the_leaders_lease_on_a_state_directory(
         apps,
         HERDSCHED_STATE_DIR=str(tmp_path / "state"),
         HERDSCHED_FLEET_FILE=str(fleet),
-        HERDSCHED_LEASE_TTL=7.5,
+        HERDSCHED_LEASE_TTL="8s",  # as the fleet file and an environment variable write it
     )
     lease = app.extensions[EXTENSION_KEY].scheduler.store.current_lease()
-    assert lease is not None and lease.expires_at - lease.renewed_at == timedelta(seconds=7.5)
+    assert lease is not None and lease.expires_at - lease.renewed_at == timedelta(seconds=8)
 
 
 def test_a_directory_store(apps: list[Flask], tmp_path: Path) -> None:
@@ -232,8 +232,9 @@ def test_a_directory_store(apps: list[Flask], tmp_path: Path) -> None:
             "HERDSCHED_MAX_BODY_BYTES must be a positive integer (bytes), got int 0",
         ),
         (
-            {"HERDSCHED_LEASE_TTL": "30s"},
-            "app.config: HERDSCHED_LEASE_TTL must be a positive number of seconds, got '30s'",
+            {"HERDSCHED_LEASE_TTL": "30 seconds"},
+            "app.config: HERDSCHED_LEASE_TTL must be a positive number of seconds or a duration "
+            "such as \"15s\", got '30 seconds'",
         ),
         ({"HERDSCHED_LEASE_TTL": -1}, "HERDSCHED_LEASE_TTL must be a positive number of seconds"),
         (

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 import attrs
 
 from herdsched.api import MAX_BODY_BYTES
+from herdsched.cadence import parse_interval
 from herdsched.config import STORE_FIELDS, load_fleet
 from herdsched.errors import ConfigError, SchedulerError, StateError
 from herdsched.models import Agent, JobFunc
@@ -487,12 +488,18 @@ def timezone_setting(value: Any, *, what: str) -> None:
 
 
 def lease_ttl_setting(value: Any, *, what: str) -> float:
-    """The ``LEASE_TTL`` setting as seconds; a ``SchedulerError`` naming ``what`` unless it is
-    a positive number."""
+    """The ``LEASE_TTL`` setting as seconds: a positive number, or a duration as the fleet
+    file writes it (``"15s"``, as an environment variable gives it); a ``SchedulerError``
+    naming ``what`` otherwise."""
     try:
+        if isinstance(value, str):
+            return check_ttl(parse_interval(value.strip()).total_seconds())
         return check_ttl(value)
     except ValueError as exc:
-        raise SchedulerError(f"{what} must be a positive number of seconds, got {value!r}") from exc
+        raise SchedulerError(
+            f'{what} must be a positive number of seconds or a duration such as "15s", got '
+            f"{value!r}"
+        ) from exc
 
 
 def setting_name(source: str, key: str) -> str:
