@@ -72,7 +72,7 @@ SETTINGS_KEYS: Mapping[str, str] = {
     "apps or environments share one database",
     "LEASE_TTL": "seconds a leader's lease lasts unrenewed (default: the fleet file's "
     "scheduler.lease_ttl, else 30): a hung leader is replaced after it, a dead one within a "
-    "third of it on PostgreSQL, at once on a state directory",
+    "third of it on PostgreSQL, within min(5 s, a third) on a state directory",
     "FLEET_FILE": "fleet YAML file with the agents and schedules",
     "TIMEZONE": "IANA time zone for cron schedules (default: the fleet file's or the system's)",
     "AUTOSTART": "start the scheduler in this process (default True)",
