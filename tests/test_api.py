@@ -1078,4 +1078,3 @@ def test_history_shows_a_traceback_when_the_record_has_one(
     status, body = call(api, "GET", "/api/schedule/triage/check/history")
     assert status == 200
     assert body["runs"][0]["traceback"].endswith("KeyError: 'missing'")
-
