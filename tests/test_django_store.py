@@ -4,6 +4,7 @@ page and API; system checks naming a missing or non-PostgreSQL alias and the oth
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -215,6 +216,27 @@ def test_checks_name_a_missing_or_foreign_alias_and_other_bad_settings(tmp_path:
             integration.get_scheduler()
 
 
+@contextlib.contextmanager
+def _set_up_afresh_afterwards() -> Iterator[None]:
+    """Leave this process's herdsched stopped and forgotten, however the block ends."""
+    try:
+        yield
+    finally:
+        integration._process.start_with_first_request = False
+        if integration._process.embedded is not None:
+            integration.get_embedded().stop(timeout=10)
+            integration.get_scheduler().store.close()
+        integration.forget()
+
+
+def _started_by_a_request_once_back(server: Any) -> None:
+    """The database comes back: a request served then sets herdsched up and starts it."""
+    server.start()
+    assert wait_until(lambda: Client().get("/elsewhere/") and integration._process.started, 30)
+    assert wait_until(integration.get_scheduler().is_running)
+    assert Client().get(f"{API}/status").json()["status"] == "running"
+
+
 @pytest.mark.slow
 def test_a_database_down_while_a_web_server_loads_the_project_fails_no_worker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
@@ -234,23 +256,12 @@ def test_a_database_down_while_a_web_server_loads_the_project_fails_no_worker(
         server.stop()
         with override_settings(HERDSCHED={"STORE": server.dsn, "FLEET_FILE": str(fleet)}):
             integration.forget()
-            try:
+            with _set_up_afresh_afterwards():
                 apps.get_app_config("herdsched").ready()  # raised StateError
                 assert Client().get("/elsewhere/").status_code == 404  # the site serves
                 assert Client().get(f"{API}/status").status_code == 503
                 assert "herdsched could not be set up in pid" in caplog.text
-                server.start()
-                assert wait_until(
-                    lambda: Client().get("/elsewhere/") and integration._process.started, 30
-                )
-                assert wait_until(integration.get_scheduler().is_running)
-                assert Client().get(f"{API}/status").json()["status"] == "running"
-            finally:
-                integration._process.start_with_first_request = False
-                if integration._process.embedded is not None:
-                    integration.get_embedded().stop(timeout=10)
-                    integration.get_scheduler().store.close()
-                integration.forget()
+                _started_by_a_request_once_back(server)
 
 
 def test_a_database_down_at_the_first_request_is_tried_again_by_a_later_one(
@@ -269,22 +280,11 @@ def test_a_database_down_at_the_first_request_is_tried_again_by_a_later_one(
         with override_settings(HERDSCHED=herdsched):
             integration.forget()
             integration.start_with_first_request()
-            try:
+            with _set_up_afresh_afterwards():
                 assert Client().get("/elsewhere/").status_code == 404  # the site serves on
                 assert Client().get(f"{API}/status").status_code == 503
                 failures = [r.getMessage() for r in caplog.records if "set up" in r.getMessage()]
                 assert len(failures) == 1, failures
                 assert "herdsched could not be set up in pid" in failures[0]
                 assert "a request served 0.2 s from now or later tries again" in failures[0]
-                server.start()
-                assert wait_until(
-                    lambda: Client().get("/elsewhere/") and integration._process.started, 30
-                )
-                assert wait_until(integration.get_scheduler().is_running)
-                assert Client().get(f"{API}/status").json()["status"] == "running"
-            finally:
-                integration._process.start_with_first_request = False
-                if integration._process.embedded is not None:
-                    integration.get_embedded().stop(timeout=10)
-                    integration.get_scheduler().store.close()
-                integration.forget()
+                _started_by_a_request_once_back(server)
