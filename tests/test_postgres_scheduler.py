@@ -4,6 +4,8 @@ requests from another host, and a standby taking over when the leader stops."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -187,3 +189,36 @@ def test_a_scheduler_stopped_just_after_its_server_restarted_commits_what_it_hol
             assert other.get_schedule_state("bot", "now").cadence == "manual"
         finally:
             other.close()
+
+
+def test_a_leader_whose_database_stops_answering_stands_by_and_stops_promptly(
+    scheduler_on,
+) -> None:
+    """The bug: a call the server left unanswered (its session stopped, a network cut neither
+    side notices) waited for ever, so a leader hung in its renewal: ``stop()`` never returned
+    and the process stayed frozen until the server answered again. The call now fails a second
+    after the lease's length, and the leader stands by while the other host leads."""
+    ledger = Ledger()
+    first = scheduler_on("a", ledger)
+    second = scheduler_on("b", ledger)
+    first.start()
+    second.start()
+    assert wait_until(lambda: len(ledger.rows) >= 1, timeout=10)
+    store = first.store
+    stopped = {store._db.backend_pid, store._claims_db.backend_pid} - {None}
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        assert wait_until(lambda: second.is_leader, timeout=20)
+        assert wait_until(lambda: not first.is_leader, timeout=10)
+        assert wait_until(lambda: any(row[0] == "b" for row in ledger.rows), timeout=10)
+        stopping = threading.Thread(target=first.stop)
+        stopping.start()
+        stopping.join(timeout=20)
+        assert not stopping.is_alive()  # did not wait for the stopped sessions
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+    second.stop()
+    slots = [row[2] for row in ledger.rows]
+    assert len(slots) == len(set(slots))

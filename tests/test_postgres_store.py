@@ -4,6 +4,7 @@ server's clock, fencing, notifications and reconnection (see tests/postgres_serv
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -669,3 +670,41 @@ def test_a_server_out_of_connections_is_named_so(fatal: str) -> None:
     assert message.startswith("Could not connect to the PostgreSQL store at postgresql://app@db")
     assert "the server has no connection to spare: raise its max_connections" in message
     assert "check the user, password" not in message
+
+
+def test_a_call_the_server_leaves_unanswered_fails_and_the_next_reconnects(
+    postgres_dsn: str, pg_namespace: str
+) -> None:
+    """The bug: a call whose server session stopped answering (SIGSTOP here; a network cut
+    neither side notices is the same to the client) waited for ever, and every other call of
+    the process queued behind it. It now fails a second after the store's lease with a
+    ``StateError`` saying so, and the next call reconnects."""
+    store = PostgresStateStore(postgres_dsn, namespace=pg_namespace, lease_ttl=1)
+    store.update_schedule_state("a", "s", status=Status.PAUSED)
+    stopped = store._db.backend_pid
+    assert stopped is not None
+    errors: list[BaseException] = []
+
+    def pause() -> None:
+        try:
+            store.update_schedule_state("a", "s", status=Status.IDLE)
+        except StateError as exc:
+            errors.append(exc)
+
+    callers = [threading.Thread(target=pause) for _ in range(2)]
+    os.kill(stopped, signal.SIGSTOP)
+    try:
+        for caller in callers:
+            caller.start()
+        for caller in callers:
+            caller.join(timeout=20)
+        assert not any(caller.is_alive() for caller in callers)
+    finally:
+        os.kill(stopped, signal.SIGCONT)
+    # the first fails; the one queued behind it then gets a new session and succeeds
+    assert len(errors) == 1
+    assert "did not answer for 2 s" in str(errors[0])
+    assert "postgresql://postgres@127.0.0.1" in str(errors[0])
+    assert store._db.backend_pid != stopped
+    assert store.get_schedule_state("a", "s").status is Status.IDLE
+    store.close()

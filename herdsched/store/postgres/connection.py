@@ -4,8 +4,11 @@ A call takes the connection under a lock, runs one transaction and commits. A co
 server closed (a restart, ``pg_terminate_backend``, a network cut) is dropped and a new one is
 made on the next call: reads are tried once more at once, writes are not (their commit may have
 happened), they raise :class:`~herdsched.errors.StateError` and the caller decides, as for a
-full disk. Every psycopg error leaves as a ``StateError`` whose message names the database (never
-its password) and says what to do.
+full disk. A call the server leaves unanswered (a network cut neither side notices, a stopped
+server) would wait for ever: a watchdog thread closes its connection once it has lasted a second
+longer than the store's lease, so that it fails like one the server closed. Every psycopg
+error leaves as a ``StateError`` whose message names the database (never its password) and
+says what to do.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ import contextlib
 import logging
 import os
 import re
+import socket
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -32,6 +37,8 @@ log = logging.getLogger("herdsched")
 T = TypeVar("T")
 _databases: weakref.WeakSet[Database] = weakref.WeakSet()
 _abandoned: list[Any] = []  # connections inherited through fork(), kept from being finalised
+_watchdog: list[threading.Thread] = []  # this process's watchdog, once started
+_WATCH_EVERY = 0.5  # seconds between the watchdog's looks at the calls under way
 
 #: Signs of a server that refused a connection for a passing reason, and what to do.
 _FATAL_HINTS = (
@@ -53,6 +60,24 @@ _BAD_OPTION = re.compile(r'invalid [\w ]+ value(: "| "[^"]*" for connection opti
 def _forget_in_child() -> None:  # pragma: no cover - runs in forked children
     for database in list(_databases):
         database.forget_after_fork()
+
+
+def _watch() -> None:  # pragma: no cover - the body is Database.cut_if_unanswered
+    while True:
+        time.sleep(_WATCH_EVERY)
+        try:
+            databases = list(_databases)
+        except RuntimeError:  # another thread made a store meanwhile: look again next round
+            continue
+        for database in databases:
+            database.cut_if_unanswered()
+
+
+def _ensure_watchdog() -> None:
+    """Start the watchdog thread, once per process (a forked child starts its own)."""
+    if not (_watchdog and _watchdog[0].is_alive()):
+        _watchdog[:] = [threading.Thread(target=_watch, name="herdsched-pg-watchdog", daemon=True)]
+        _watchdog[0].start()
 
 
 if hasattr(os, "register_at_fork"):
@@ -164,7 +189,12 @@ class Database:
         )
         self.where = describe_dsn(dsn)
         self.stall_limit = stall_limit
+        # a call unanswered for longer is given up (the server's own limit acts first on a
+        # session that is idle in a transaction because this process was)
+        self.answer_limit = stall_limit + 1.0
         self._lock = threading.RLock()
+        self._waiting: tuple[float] | None = None  # when the call under way began (monotonic)
+        self._cut = False  # the watchdog closed the connection of the call under way
         self._conn: psycopg.Connection[Any] | None = None
         self.backend_pid: int | None = None
         self.generation = 0  # how many connections were made: a new one lost session locks
@@ -210,7 +240,7 @@ class Database:
         A connection found dead at ``BEGIN`` (nothing of ours sent yet) is replaced and the
         transaction begun again on the new one, so a server restart or a terminated session
         costs the caller nothing once the server answers again."""
-        with self._lock:
+        with self._call(doing):
             try:
                 with contextlib.ExitStack() as stack:  # its end commits (or rolls back)
                     conn = self._begin(stack, doing)
@@ -219,7 +249,7 @@ class Database:
             except psycopg.Error as exc:
                 if self._conn is not None and (self._conn.broken or self._conn.closed):
                     self._drop()
-                raise state_error(exc, doing, self.where) from exc
+                raise self._failure(exc, doing) from exc
 
     def _begin(self, stack: contextlib.ExitStack, doing: str) -> psycopg.Connection[Any]:
         for attempt in (1, 2):
@@ -229,8 +259,8 @@ class Database:
                 return conn
             except psycopg.OperationalError as exc:
                 self._drop()
-                if attempt == 2:
-                    raise state_error(exc, doing, self.where) from exc
+                if attempt == 2 or self._cut:
+                    raise self._failure(exc, doing) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     def autocommit(self, doing: str, work: Callable[[psycopg.Cursor[Any]], T]) -> T:
@@ -242,7 +272,7 @@ class Database:
         by the server is done once more on a fresh one, since whether the first attempt
         reached the server cannot be known."""
         for attempt in (1, 2):
-            with self._lock:
+            with self._call(doing):
                 try:
                     conn = self.connect()
                     self.transactions += 1
@@ -252,9 +282,58 @@ class Database:
                     dead = self._conn is not None and (self._conn.broken or self._conn.closed)
                     if dead:
                         self._drop()
-                    if attempt == 2 or not dead or not isinstance(exc, psycopg.OperationalError):
-                        raise state_error(exc, doing, self.where) from exc
+                    once = attempt == 2 or self._cut or not dead
+                    if once or not isinstance(exc, psycopg.OperationalError):
+                        raise self._failure(exc, doing) from exc
         raise AssertionError("unreachable")  # pragma: no cover
+
+    @contextlib.contextmanager
+    def _call(self, doing: str) -> Iterator[None]:
+        """Hold the connection for one call, watched: a call left unanswered for longer than
+        ``answer_limit`` has its connection closed by the watchdog; a caller that waited for
+        another call longer than that and the watchdog's round gives up."""
+        patience = self.answer_limit + 2 * _WATCH_EVERY
+        if not self._lock.acquire(timeout=patience):
+            raise StateError(
+                f"Could not {doing} in the PostgreSQL store at {self.where}: another call of "
+                f"this process has waited {patience:g} s for the server (a network cut "
+                "or a stopped server?); try again later",
+                path=self.where,
+            )
+        try:
+            _ensure_watchdog()
+            self._cut = False
+            self._waiting = (time.monotonic(),)
+            yield
+        finally:
+            self._waiting = None
+            self._lock.release()
+
+    def cut_if_unanswered(self) -> None:
+        """Close the connection of a call that has lasted longer than ``answer_limit`` (run by
+        the watchdog thread): shutting the socket down wakes the waiting call with an error."""
+        waiting, conn = self._waiting, self._conn
+        if waiting is None or conn is None or time.monotonic() - waiting[0] <= self.answer_limit:
+            return
+        if self._waiting is waiting:  # still the same call
+            self._cut = True
+            with (
+                contextlib.suppress(OSError, psycopg.Error),
+                socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock,
+            ):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def _failure(self, exc: BaseException, doing: str) -> StateError:
+        """The :class:`StateError` for a call that failed with ``exc``."""
+        if not self._cut:
+            return state_error(exc, doing, self.where)
+        return StateError(
+            f"Could not {doing} in the PostgreSQL store at {self.where}: the server did not "
+            f"answer for {self.answer_limit:g} s (a network cut, or a stopped server or host?), "
+            "so the connection was closed; the next call reconnects",
+            path=self.where,
+            cause=exc,
+        )
 
     def _drop(self) -> None:
         conn, self._conn = self._conn, None
