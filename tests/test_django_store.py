@@ -43,7 +43,7 @@ from scheduler_helpers import wait_until  # noqa: E402
 from herdsched.contrib import django as integration  # noqa: E402
 from herdsched.contrib.django.checks import check_settings  # noqa: E402
 from herdsched.contrib.django.database import DjangoDatabaseError, database_dsn  # noqa: E402
-from herdsched.errors import SchedulerError  # noqa: E402
+from herdsched.errors import SchedulerError, StateError  # noqa: E402
 from herdsched.store.postgres import PostgresStateStore  # noqa: E402
 from herdsched.store.spec import open_store  # noqa: E402
 
@@ -262,6 +262,28 @@ def test_a_database_down_while_a_web_server_loads_the_project_fails_no_worker(
                 assert Client().get(f"{API}/status").status_code == 503
                 assert "herdsched could not be set up in pid" in caplog.text
                 _started_by_a_request_once_back(server)
+
+
+def test_a_state_directory_that_cannot_be_used_fails_the_load_not_only_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bug: ``ready()`` took every ``StateError`` for a database that would come back, so
+    a state directory under a file was logged and tried again once a minute for ever, the
+    scheduler never ran, and under gunicorn no system check said why. Only a database that
+    cannot be reached is waited out now; a setting that cannot work fails the load."""
+    monkeypatch.setattr(integration._process, "started", False)
+    monkeypatch.setattr("sys.argv", ["gunicorn", "project.wsgi"])
+    monkeypatch.setitem(sys.modules, "gunicorn", types.ModuleType("gunicorn"))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with override_settings(HERDSCHED={"STATE_DIR": str(blocker / "state")}):
+        integration.forget()
+        with (
+            _set_up_afresh_afterwards(),
+            pytest.raises(StateError, match=r"a-file is a file, not a directory"),
+        ):
+            apps.get_app_config("herdsched").ready()
+        assert not integration._process.start_with_first_request
 
 
 def test_a_database_down_at_the_first_request_is_tried_again_by_a_later_one(

@@ -21,8 +21,13 @@ from flask import Flask  # noqa: E402
 from postgres_server import start_server  # noqa: E402
 
 from herdsched.api import ALLOW_ANYONE  # noqa: E402
-from herdsched.contrib.flask import EXTENSION_KEY, FlaskHerdsched, init_app  # noqa: E402
-from herdsched.errors import SchedulerError  # noqa: E402
+from herdsched.contrib.flask import (  # noqa: E402
+    EXTENSION_KEY,
+    FlaskHerdsched,
+    get_scheduler,
+    init_app,
+)
+from herdsched.errors import SchedulerError, StateError  # noqa: E402
 from herdsched.store.spec import open_store  # noqa: E402
 from herdsched.store.yaml_store import YamlStateStore  # noqa: E402
 
@@ -59,8 +64,9 @@ def apps() -> Iterator[list[Flask]]:
     yield made
     for app in made:
         ext: FlaskHerdsched = app.extensions[EXTENSION_KEY]
-        ext.embedded.stop(timeout=10)
-        ext.scheduler.store.close()
+        if ext.embedded is not None and ext.scheduler is not None:  # None: never set up
+            ext.embedded.stop(timeout=10)
+            ext.scheduler.store.close()
 
 
 def make_app(apps: list[Flask], **config: Any) -> Flask:
@@ -197,6 +203,11 @@ def test_a_directory_store(apps: list[Flask], tmp_path: Path) -> None:
             {"HERDSCHED_STORE": "mysql://root:s3cret@db/app"},
             "HERDSCHED_STORE: store spec 'mysql://root:***@db/app'",
         ),
+        # bad input, refused while the app loads (not waited out as an outage)
+        (
+            {"HERDSCHED_STORE": "postgresql://a:s3cret@db:99999/app"},
+            "port '99999' is not a number from 1 to 65535",
+        ),
         (
             {"HERDSCHED_STORE": "postgresql://db/app", "HERDSCHED_SCHEDULER": "x.y:z"},
             "give HERDSCHED_SCHEDULER or HERDSCHED_STORE, not both",
@@ -252,6 +263,58 @@ def test_bad_settings_are_refused_by_name(config: dict[str, Any], message: str) 
         init_app(app)
     assert message in str(caught.value)
     assert "s3cret" not in str(caught.value)
+
+
+@pytest.mark.slow
+def test_a_database_down_while_the_app_loads_fails_no_load_and_a_request_sets_it_up_later(
+    monkeypatch: pytest.MonkeyPatch, apps: list[Flask], caplog: pytest.LogCaptureFixture
+) -> None:
+    """``init_app`` builds the scheduler from ``app.config`` and connects to its database. With
+    the database down then it raised, so the app factory failed and gunicorn's workers could
+    not boot: the whole site was down for herdsched's database. Now the app loads, herdsched's
+    routes answer 503 saying why, and a request served once the database is back sets it up."""
+    from herdsched.contrib import flask as flask_integration
+
+    monkeypatch.setattr(flask_integration, "RETRY_DELAY", 0.2)
+    caplog.set_level(logging.ERROR, logger="herdsched")
+    with start_server() as server:
+        server.stop()
+        app = Flask("down-app")
+        app.config.update(HERDSCHED_STORE=server.dsn, HERDSCHED_NAMESPACE="down")
+        assert init_app(app, auth=ALLOW_ANYONE) is None  # raised StateError
+        apps.append(app)
+
+        @app.get("/home")
+        def home() -> str:
+            return "the app's own page"
+
+        client = app.test_client()
+        assert (client.get("/home").status_code, client.get("/home").text) == (
+            200,
+            "the app's own page",
+        )
+        status = client.get(f"{API}/status")
+        assert status.status_code == 503
+        assert status.json["error"].startswith("state store unavailable: Could not connect")
+        assert client.get("/herdsched/").status_code == 503
+        with pytest.raises(StateError, match="Could not connect to the PostgreSQL store"):
+            get_scheduler(app)
+        loaded = [r.getMessage() for r in caplog.records if "while the app loaded" in r.message]
+        assert len(loaded) == 1 and f"pid {os.getpid()}" in loaded[0]
+        retried = [r.getMessage() for r in caplog.records if "from now or later" in r.message]
+        assert retried and "a request served 0.2 s from now or later tries again" in retried[0]
+        server.start()
+        deadline = time.monotonic() + 30
+        while client.get("/home").status_code == 200 and time.monotonic() < deadline:
+            if app.extensions[EXTENSION_KEY].scheduler is not None:
+                break
+            time.sleep(0.1)
+        scheduler = get_scheduler(app)
+        while not scheduler.is_leader and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert scheduler.is_running() and scheduler.is_leader
+        assert client.get(f"{API}/status").json["store"].endswith("(namespace down)")
+        app.extensions[EXTENSION_KEY].embedded.stop(timeout=10)  # while its server runs
 
 
 @pytest.mark.slow

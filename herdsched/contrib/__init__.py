@@ -98,6 +98,12 @@ RETRY_DELAY = 5.0
 RETRY_LONGEST = 60.0
 
 
+def retry_delay(failures: int, first: float) -> float:
+    """Seconds before the next try after ``failures`` in a row: ``first``, then doubling, up to
+    :data:`RETRY_LONGEST`."""
+    return min(first * 2.0 ** (failures - 1), RETRY_LONGEST)
+
+
 class UwsgiThreadsError(SchedulerError, RuntimeError):
     """uwsgi runs without threads, so the scheduler's timer thread could never run."""
 
@@ -250,7 +256,7 @@ class EmbeddedScheduler:
                 if not self.wanted or self.handed_over:
                     return
                 self.failed_starts += 1
-                delay = min(self.retry_delay * 2 ** (self.failed_starts - 1), RETRY_LONGEST)
+                delay = retry_delay(self.failed_starts, self.retry_delay)
                 if self._timer is None or self._timer is threading.current_thread():
                     self._start_after(delay)
             _log.error(
@@ -594,16 +600,31 @@ def _check_namespace(namespace: Any, source: str) -> None:
 def _on_database(
     dsn: str, settings: Mapping[str, Any], agents: Iterable[Agent], options: Mapping[str, Any]
 ) -> ThreadedScheduler:
-    """A scheduler for ``agents`` on the PostgreSQL store at ``dsn`` (opened here)."""
+    """A scheduler for ``agents`` on the PostgreSQL store at ``dsn`` (opened here); a
+    :class:`DatabaseUnavailable` when the database cannot be reached or used now."""
     store_options = {key: options[key] for key in STORE_FIELDS if key in options}
     if settings.get("NAMESPACE") is not None:
         store_options["namespace"] = settings["NAMESPACE"]
-    store: StateStore = open_store(dsn, **store_options)
+    try:
+        store: StateStore = open_store(dsn, **store_options)
+    except StoreSpecError:  # bad input, not an outage
+        raise
+    except StateError as exc:
+        raise DatabaseUnavailable(str(exc), exc.path, exc) from exc
     try:
         return ThreadedScheduler(agents, state_dir=None, store=store, **options)
+    except StateError as exc:
+        store.close()
+        raise DatabaseUnavailable(str(exc), exc.path, exc) from exc
     except BaseException:
         store.close()
         raise
+
+
+class DatabaseUnavailable(StateError):
+    """The database store named by the settings could not be reached or used while the
+    scheduler was built: a web process serves on and builds it later (its database may be
+    restarting while the site boots), where a setting it refuses fails at once."""
 
 
 def auth_setting(value: Any, *, what: str) -> Callable[[Any], str | None] | None:

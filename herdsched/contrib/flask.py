@@ -24,14 +24,22 @@ process, not in its file watcher.
 Jobs run on the scheduler's threads, outside any request. The jobs of a fleet file named by
 ``HERDSCHED_FLEET_FILE`` run inside ``app.app_context()``; wrap the jobs of a scheduler you build
 yourself with :func:`with_app_context` when they use ``current_app``, Flask-SQLAlchemy and such.
+
+A scheduler built from ``app.config`` whose store cannot be reached while the app loads (its
+database down) must not keep the app from loading: that is logged, herdsched's routes answer 503,
+and a request served later builds and starts it (5 s later, then at doubling delays up to a
+minute).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import sys
+import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -47,12 +55,15 @@ from herdsched.api import (
     store_unavailable,
 )
 from herdsched.contrib import (
+    RETRY_DELAY,
     AuthCheckFailed,
+    DatabaseUnavailable,
     EmbeddedScheduler,
     auth_setting,
     body_limit_setting,
     call_auth,
     flag_setting,
+    retry_delay,
     scheduler_from_settings,
 )
 from herdsched.errors import StateError, UnauthorizedError
@@ -79,13 +90,81 @@ AuthFunc = Callable[[Request], "str | None"]
 
 @attrs.define
 class FlaskHerdsched:
-    """What :func:`init_app` stores in ``app.extensions["herdsched"]``."""
+    """What :func:`init_app` stores in ``app.extensions["herdsched"]``.
 
-    scheduler: ThreadedScheduler
-    api: RestApi
-    embedded: EmbeddedScheduler
+    ``scheduler``, ``api`` and ``embedded`` are ``None`` while a scheduler built from
+    ``app.config`` waits for its store: :meth:`ready` builds it then."""
+
+    scheduler: ThreadedScheduler | None
+    api: RestApi | None
+    embedded: EmbeddedScheduler | None
     url_prefix: str
     auth: AuthFunc | None
+    max_body_bytes: int
+    build: Callable[[], ThreadedScheduler] | None = None  # set while the scheduler waits
+    autostart: bool = True
+    failure: StateError | None = None  # why the last set-up failed
+    failures: int = 0  # set-ups that failed in a row
+    retry_at: float = 0.0  # time.monotonic() from which a request may try again
+    _trying: threading.Lock = attrs.field(factory=threading.Lock)
+
+    def adopt(self, scheduler: ThreadedScheduler) -> EmbeddedScheduler:
+        """Serve ``scheduler``: the API and the page are bound to it from now on."""
+        self.api = RestApi(scheduler, max_body_bytes=self.max_body_bytes)
+        self.embedded = embedded = EmbeddedScheduler(scheduler)
+        self.scheduler = scheduler
+        self.build = None
+        return embedded
+
+    def ready(self) -> RestApi:
+        """The API, setting the scheduler up first when it still waits for its store; raises
+        :class:`StateError` while the store cannot be reached (never more often than the
+        delays allow, and one request at a time)."""
+        if self.api is not None:
+            return self.api
+        api = None
+        due = self.build is not None and time.monotonic() >= self.retry_at
+        if due and self._trying.acquire(blocking=False):
+            try:
+                api = self._set_up()
+            finally:
+                self._trying.release()
+        if api is None:
+            raise self.failure or StateError("herdsched is being set up in this process")
+        return api
+
+    def _set_up(self) -> RestApi | None:
+        """Build and start the waiting scheduler; ``None`` (and a log line) when it fails."""
+        if self.build is None:  # another request did it meanwhile
+            return self.api
+        try:
+            scheduler = self.build()
+        except Exception as exc:  # a request must not fail for it: 503 and a line in the log
+            self.failures += 1
+            self.failure = exc if isinstance(exc, StateError) else StateError(str(exc), cause=exc)
+            delay = retry_delay(self.failures, RETRY_DELAY)
+            self.retry_at = time.monotonic() + delay
+            _log.error(
+                "herdsched could not be set up in pid %s; a request served %s s from now or "
+                "later tries again, and the app serves on meanwhile: %s",
+                os.getpid(),
+                f"{delay:g}",
+                exc,
+            )
+            return None
+        embedded = self.adopt(scheduler)
+        if self.autostart:
+            embedded.start_serving()
+        return self.api
+
+    def serving(self) -> None:
+        """Before each request: set up a scheduler still waiting, and tell it the process
+        serves (a deferred start happens now). Never fails the app's request."""
+        if self.build is not None:
+            with contextlib.suppress(StateError):
+                self.ready()
+        if self.embedded is not None:
+            self.embedded.mark_serving()
 
 
 def _settings(app: Flask) -> dict[str, Any]:
@@ -103,7 +182,7 @@ def init_app(
     url_prefix: str = "/herdsched",
     auth: AuthFunc | None = None,
     max_body_bytes: int | None = None,
-) -> ThreadedScheduler:
+) -> ThreadedScheduler | None:
     """Register the herdsched blueprint on ``app`` and start the scheduler; returns it.
 
     ``scheduler=None`` builds one from the ``HERDSCHED_*`` config keys. ``auth(request)``
@@ -112,6 +191,10 @@ def init_app(
     a known caller who may not (403). Without ``auth`` reads are open and every write is
     refused (403); ``auth=herdsched.api.ALLOW_ANYONE`` opens writes to everyone.
     ``max_body_bytes`` (default 64 KiB) bounds request bodies (413 above it).
+
+    Returns ``None`` when the scheduler built from ``app.config`` cannot reach its store now:
+    the app loads and serves, herdsched's routes answer 503 saying why, and a request served
+    later builds and starts the scheduler (:func:`get_scheduler` returns it from then on).
     """
     if EXTENSION_KEY in app.extensions:
         raise RuntimeError(f"herdsched is already initialised on Flask app {app.name!r}")
@@ -128,30 +211,37 @@ def init_app(
         if max_body_bytes is None
         else body_limit_setting(max_body_bytes, what="init_app(max_body_bytes=...)")
     )
-    if scheduler is None:
-        scheduler = scheduler_from_settings(
-            settings, source="app.config", wrap_job=with_app_context(app)
-        )
-    elif settings:
+    if scheduler is not None and settings:
         ignored = ", ".join(_CONFIG_PREFIX + key for key in sorted(settings))
         _log.warning("%s ignored: init_app() was given a scheduler", ignored)
     prefix = "/" + url_prefix.strip("/") if url_prefix.strip("/") else ""
-    ext = FlaskHerdsched(
-        scheduler=scheduler,
-        api=RestApi(scheduler, max_body_bytes=limit),
-        embedded=EmbeddedScheduler(scheduler),
-        url_prefix=prefix,
-        auth=auth,
-    )
+    ext = FlaskHerdsched(None, None, None, prefix, auth, max_body_bytes=limit)
+    ext.autostart = autostart and not reloader_watcher()
+    if autostart and not ext.autostart:
+        _log.info("herdsched not started in the reloader's watcher pid %s", os.getpid())
     if auth is None:
         _log.info("herdsched's web API is read-only: no auth is configured")
     app.register_blueprint(_blueprint(ext), url_prefix=prefix or None)
-    app.before_request(ext.embedded.mark_serving)
+    app.before_request(ext.serving)
     app.extensions[EXTENSION_KEY] = ext
-    if autostart and not reloader_watcher():
-        ext.embedded.start()
-    elif autostart:
-        _log.info("herdsched not started in the reloader's watcher pid %s", os.getpid())
+    if scheduler is None:
+        build = functools.partial(
+            scheduler_from_settings, settings, source="app.config", wrap_job=with_app_context(app)
+        )
+        try:
+            scheduler = build()
+        except DatabaseUnavailable as exc:
+            ext.build, ext.failure = build, exc
+            _log.error(
+                "herdsched could not be set up in pid %s while the app loaded; the first "
+                "request served tries again, and the app serves meanwhile: %s",
+                os.getpid(),
+                exc,
+            )
+            return None
+    embedded = ext.adopt(scheduler)
+    if ext.autostart:
+        embedded.start()
     return scheduler
 
 
@@ -173,14 +263,16 @@ def reloader_watcher(argv: list[str] | None = None) -> bool:
 
 
 def get_scheduler(app: Flask) -> ThreadedScheduler:
-    """The scheduler :func:`init_app` registered on ``app``."""
+    """The scheduler :func:`init_app` registered on ``app``; while one built from
+    ``app.config`` waits for its store, it is set up now, or a :class:`StateError` says why
+    it cannot be."""
     try:
         ext: FlaskHerdsched = app.extensions[EXTENSION_KEY]
     except KeyError:
         raise RuntimeError(
             f"herdsched is not initialised on Flask app {app.name!r}: call init_app(app)"
         ) from None
-    return ext.scheduler
+    return ext.ready().scheduler
 
 
 class _Refused(Exception):
@@ -224,7 +316,7 @@ def _json_response(answer: ApiResponse) -> Response:
 
 def _read_body(ext: FlaskHerdsched) -> bytes:
     """The request body, read only when it is within the limit (raises :class:`_Refused`)."""
-    limit = ext.api.max_body_bytes
+    limit = ext.max_body_bytes
     length = request.content_length
     if length is not None and length > limit:
         raise _Refused.too_large(limit)
@@ -246,13 +338,12 @@ def _blueprint(ext: FlaskHerdsched) -> Blueprint:
         query = request.args.to_dict()
         refreshing = query.pop("format", None) == "json"  # the page refreshing itself
         try:
+            api = ext.ready()
             if refreshing:
-                update = ext.api.status_page_update(owner=owner, query=query, read_only=read_only)
+                update = api.status_page_update(owner=owner, query=query, read_only=read_only)
                 return jsonify(update)
             api_base = f"{request.script_root}{ext.url_prefix}/api"  # also when mounted deeper
-            html = ext.api.status_page(
-                api_base=api_base, owner=owner, query=query, read_only=read_only
-            )
+            html = api.status_page(api_base=api_base, owner=owner, query=query, read_only=read_only)
         except StateError as exc:
             answer = store_unavailable(exc)
             if refreshing:
@@ -269,7 +360,11 @@ def _blueprint(ext: FlaskHerdsched) -> Blueprint:
             return _json_response(
                 ApiResponse(refused.status, {"error": refused.error, "details": refused.details})
             )
-        answer = ext.api.handle(
+        try:
+            api = ext.ready()
+        except StateError as exc:
+            return _json_response(store_unavailable(exc))
+        answer = api.handle(
             request.method,
             path,
             query=request.args.to_dict(),
@@ -281,7 +376,7 @@ def _blueprint(ext: FlaskHerdsched) -> Blueprint:
         )
         response = _json_response(answer)
         if answer.status == 405:
-            response.headers["Allow"] = ", ".join(ext.api.allowed_methods(path))
+            response.headers["Allow"] = ", ".join(api.allowed_methods(path))
         return response
 
     blueprint.add_url_rule("/", "status_page", page, methods=["GET"])

@@ -50,15 +50,16 @@ from herdsched.api import ADMIN, RestApi
 from herdsched.contrib import (
     ADAPTER_KEYS,
     RETRY_DELAY,
-    RETRY_LONGEST,
+    DatabaseUnavailable,
     EmbeddedScheduler,
     auth_setting,
     body_limit_setting,
     flag_setting,
+    retry_delay,
     scheduler_from_settings,
 )
 from herdsched.contrib.django.database import resolve_store
-from herdsched.errors import SchedulerError, StateError
+from herdsched.errors import SchedulerError
 from herdsched.models import TriggerInfo
 from herdsched.scheduler import ThreadedScheduler
 
@@ -158,7 +159,7 @@ def start_once() -> bool:
         _process.started = True
     try:
         embedded = get_embedded()
-    except StateError as exc:
+    except DatabaseUnavailable as exc:
         with _process.lock:
             _process.started = False
             _process.start_with_first_request = True
@@ -217,7 +218,7 @@ def _start_for_request() -> None:
     except Exception as exc:
         with _process.lock:
             _process.failed_setups += 1
-            delay = min(RETRY_DELAY * 2 ** (_process.failed_setups - 1), RETRY_LONGEST)
+            delay = retry_delay(_process.failed_setups, RETRY_DELAY)
             _process.retry_at = time.monotonic() + delay
             _process.start_with_first_request = True
         _log.error(
