@@ -3,6 +3,7 @@ server's clock, fencing, notifications and reconnection (see tests/postgres_serv
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -708,3 +709,31 @@ def test_a_call_the_server_leaves_unanswered_fails_and_the_next_reconnects(
     assert store._db.backend_pid != stopped
     assert store.get_schedule_state("a", "s").status is Status.IDLE
     store.close()
+
+
+def test_a_schedulers_new_namespace_beside_others_that_hold_schedules_is_warned_of(
+    fresh_database: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The bug: a mistyped namespace (``HERDSCHED_NAMESPACE="prodd"``) silently started a
+    second fleet beside the first, which ran every job again; only the command line's looks
+    said anything. A store that may create tables (a scheduler's) now warns when its namespace
+    holds nothing while others of the database do."""
+    caplog.set_level(logging.WARNING, logger="herdsched")
+    PostgresStateStore(fresh_database, namespace="first").close()  # the first of all: quiet
+    fleet = PostgresStateStore(fresh_database, namespace="prod")
+    fleet.update_schedule_state("a", "s", status=Status.PAUSED)
+    assert not caplog.records
+    typo = PostgresStateStore(fresh_database, namespace="prodd")
+    warned = [record.getMessage() for record in caplog.records]
+    assert typo.location.endswith("(namespace prodd)")
+    assert warned == [
+        f"The PostgreSQL store at {typo.location} holds no schedules yet, while the namespaces "
+        "'prod' of this database do: if this fleet ran before, check the namespace setting "
+        "(another namespace is another fleet, which runs every job again)."
+    ]
+    caplog.clear()
+    look = PostgresStateStore(fresh_database, namespace="prodd", create_tables=False)
+    again = PostgresStateStore(fresh_database, namespace="prod")
+    assert not caplog.records  # a look says it in its own words; a namespace in use is quiet
+    for store in (fleet, typo, look, again):
+        store.close()

@@ -9,11 +9,14 @@ refuses a newer layout (written by a newer herdsched) instead of guessing.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import psycopg
 
 from herdsched.errors import StateError
+
+log = logging.getLogger("herdsched")
 
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
@@ -101,6 +104,40 @@ CREATE TABLE herdsched_leases (
 
 #: Statements that bring layout ``n - 1`` to ``n`` (index ``n - 1``).
 _MIGRATIONS = (_VERSION_1,)
+
+
+#: The namespaces of a database that hold schedule state, in order.
+NAMESPACES_IN_USE = "SELECT DISTINCT ns FROM herdsched_states WHERE data IS NOT NULL ORDER BY ns"
+_NAMESPACES_NAMED = 5  # a new namespace's warning names at most this many others
+
+
+def prepare(cursor: psycopg.Cursor[Any], where: str, namespace: str, *, create: bool) -> None:
+    """Create or upgrade the tables (see :func:`migrate`). A store that may create them, as a
+    scheduler's does, also warns when its namespace holds nothing while others do: a mistyped
+    namespace starts a second fleet beside the first, which runs every job again."""
+    migrate(cursor, where, create=create)
+    if not create:
+        return
+    cursor.execute(
+        "SELECT 1 FROM herdsched_states WHERE ns = %s AND data IS NOT NULL LIMIT 1", (namespace,)
+    )
+    if cursor.fetchone() is not None:
+        return
+    cursor.execute(NAMESPACES_IN_USE)
+    others = [str(row[0]) for row in cursor.fetchall()]
+    if others:
+        more = (
+            f" and {len(others) - _NAMESPACES_NAMED} more"
+            if len(others) > _NAMESPACES_NAMED
+            else ""
+        )
+        log.warning(
+            "The PostgreSQL store at %s holds no schedules yet, while the namespaces %s of "
+            "this database do: if this fleet ran before, check the namespace setting (another "
+            "namespace is another fleet, which runs every job again).",
+            where,
+            ", ".join(repr(name) for name in others[:_NAMESPACES_NAMED]) + more,
+        )
 
 
 def migrate(cursor: psycopg.Cursor[Any], where: str, *, create: bool = True) -> None:

@@ -59,7 +59,7 @@ from herdsched.store.postgres.rows import (
     upsert_states,
     write_runs,
 )
-from herdsched.store.postgres.schema import migrate
+from herdsched.store.postgres.schema import prepare
 from herdsched.store.yaml_store import normalise_changes
 from herdsched.timestamps import format_timestamp
 
@@ -175,7 +175,7 @@ class PostgresStateStore:
         self._closed = False
         _stores.add(self)
         with self._db.transaction("create or migrate the herdsched tables") as cursor:
-            migrate(cursor, self.location, create=create_tables)
+            prepare(cursor, self.location, self.namespace, create=create_tables)
         self._sync()
         self._absorbed = False
 

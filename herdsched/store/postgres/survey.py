@@ -6,15 +6,14 @@ naming the namespaces that do hold schedules turns that into an answer.
 
 from __future__ import annotations
 
+from herdsched.store.postgres.schema import NAMESPACES_IN_USE
 from herdsched.store.postgres.store import PostgresStateStore
 
 __all__ = ["namespaces_in_use"]
-
-_NAMESPACES_IN_USE = "SELECT DISTINCT ns FROM herdsched_states WHERE data IS NOT NULL ORDER BY ns"
 
 
 def namespaces_in_use(store: PostgresStateStore) -> list[str]:
     """The namespaces of ``store``'s database that hold schedule state, in order."""
     with store._db.transaction("list the namespaces in use") as cursor:
-        cursor.execute(_NAMESPACES_IN_USE)
+        cursor.execute(NAMESPACES_IN_USE)
         return [str(row[0]) for row in cursor.fetchall()]
