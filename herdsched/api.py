@@ -715,6 +715,10 @@ class RestApi:
     ) -> ApiResponse:
         scheduler = self.scheduler
         status = scheduler.get_status()
+        if status.leader is None and not scheduler.is_leader:
+            # nobody, or the lease could not be read: then who leads is unknown, and the 503
+            # says why rather than "nobody"
+            scheduler.store.current_lease()
         state = scheduler.get_state()
         visible = [s for s in status.schedules if caller is None or s.owner == caller]
         body = {

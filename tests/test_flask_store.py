@@ -376,11 +376,15 @@ def test_while_the_database_is_down_the_page_status_and_run_now_say_so(
         assert reader.get("/herdsched/").status_code == 200
         server.stop("immediate")
         with caplog.at_level(logging.INFO, logger="herdsched"):
+            reader_status = reader.get(f"{API}/status")
             page = reader.get("/herdsched/")
             refresh = reader.get("/herdsched/?format=json")
             statuses = [client.get(f"{API}/status") for _ in range(5)]
             run_now = client.post(f"{API}/schedule/triage/now/run")
             own_page = client.get("/herdsched/")
+        # it cannot read the lease: who leads is unknown, not "nobody" (was 200, leader null)
+        assert reader_status.status_code == 503, reader_status.json
+        assert reader_status.json["error"].startswith("state store unavailable: Could not")
         assert (page.status_code, page.mimetype) == (503, "text/plain")
         assert page.text.startswith("state store unavailable: ")
         assert "PostgreSQL" in page.text and "Traceback" not in page.text
