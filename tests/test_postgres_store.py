@@ -193,10 +193,28 @@ def test_missing_privileges_say_which(postgres_dsn: str, fresh_database: str) ->
         PostgresStateStore(dsn)
     PostgresStateStore(fresh_database).close()  # the owner creates the tables once
     run_sql(fresh_database, f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {user}")
-    reader = PostgresStateStore(dsn)
+    reader = PostgresStateStore(dsn, create_tables=False)  # a look needs no more
     with pytest.raises(StateError, match="lacks a privilege"):
         reader.update_schedule_state("a", "s", status="paused")
     reader.close()
+    # a scheduler's store is told at its start, not at its first commit (the bug: a user
+    # without USAGE on the sequences started, then every group commit failed)
+    grant = "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO"
+    run_sql(fresh_database, f"{grant} {user}")
+    with pytest.raises(StateError) as caught:
+        PostgresStateStore(dsn)
+    lacking = "claims_seq_seq, herdsched_rejected_seq_seq, herdsched_requests_seq_seq"
+    message = str(caught.value)
+    assert f"may not use herdsched_{lacking}, herdsched_runs_seq_seq in" in message
+    assert "USAGE on their sequences" in str(caught.value)
+    run_sql(fresh_database, f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {user}")
+    writer = PostgresStateStore(dsn)
+    writer.update_schedule_state("a", "s", status="paused")
+    writer.request_trigger("a", "s")  # a row with a serial column
+    writer.append_run(run("r1"))
+    writer.flush()
+    assert [r.run_id for r in writer.get_history("a", "s")] == ["r1"]
+    writer.close()
 
 
 def test_a_lease_is_on_the_servers_clock_and_a_hung_holder_loses_it_after_its_ttl(

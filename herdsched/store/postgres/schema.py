@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 
 from herdsched.errors import StateError
+from herdsched.store.postgres.connection import Database
 
 log = logging.getLogger("herdsched")
 
@@ -106,18 +107,52 @@ CREATE TABLE herdsched_leases (
 _MIGRATIONS = (_VERSION_1,)
 
 
+#: herdsched's tables and sequences the database user lacks a privilege on that herdsched uses
+#: (``has_table_privilege`` with several privileges is true when any one is held).
+_LACKING = r"""
+SELECT c.relname FROM pg_class c
+WHERE c.relname LIKE 'herdsched\_%' AND c.relname <> 'herdsched_schema'
+  AND c.relkind IN ('r', 'S') AND pg_table_is_visible(c.oid)
+  AND NOT CASE WHEN c.relkind = 'S' THEN has_sequence_privilege(c.oid, 'USAGE')
+      ELSE has_table_privilege(c.oid, 'SELECT') AND has_table_privilege(c.oid, 'INSERT')
+        AND has_table_privilege(c.oid, 'UPDATE') AND has_table_privilege(c.oid, 'DELETE') END
+ORDER BY c.relname
+"""
+
 #: The namespaces of a database that hold schedule state, in order.
 NAMESPACES_IN_USE = "SELECT DISTINCT ns FROM herdsched_states WHERE data IS NOT NULL ORDER BY ns"
 _NAMESPACES_NAMED = 5  # a new namespace's warning names at most this many others
 
 
-def prepare(cursor: psycopg.Cursor[Any], where: str, namespace: str, *, create: bool) -> None:
-    """Create or upgrade the tables (see :func:`migrate`). A store that may create them, as a
-    scheduler's does, also warns when its namespace holds nothing while others do: a mistyped
-    namespace starts a second fleet beside the first, which runs every job again."""
-    migrate(cursor, where, create=create)
-    if not create:
-        return
+def prepare(db: Database, where: str, namespace: str, *, create: bool) -> None:
+    """Create or upgrade the tables (see :func:`migrate`), or with ``create=False`` only check
+    they are there. A store that may create them, as a scheduler's does, then checks that it
+    may write them (a missing privilege would fail its first commit, not its start) and warns
+    when its namespace holds nothing while others do: a mistyped namespace starts a second
+    fleet beside the first, which runs every job again."""
+    doing = "create or migrate the herdsched tables" if create else "read the herdsched tables"
+    with db.transaction(doing) as cursor:
+        migrate(cursor, where, create=create)
+        if create:
+            _check_privileges(cursor, where)
+            _warn_if_new(cursor, where, namespace)
+
+
+def _check_privileges(cursor: psycopg.Cursor[Any], where: str) -> None:
+    """A :class:`StateError` naming what the database user may not do that herdsched does."""
+    cursor.execute(_LACKING)
+    lacking = [str(row[0]) for row in cursor.fetchall()]
+    if lacking:
+        raise StateError(
+            f"The database user may not use {', '.join(lacking)} in the PostgreSQL store at "
+            f"{where}: herdsched needs SELECT, INSERT, UPDATE and DELETE on its herdsched_ "
+            "tables and USAGE on their sequences (GRANT SELECT, INSERT, UPDATE, DELETE ON ALL "
+            "TABLES IN SCHEMA ... TO ...; GRANT USAGE ON ALL SEQUENCES IN SCHEMA ... TO ...)",
+            path=where,
+        )
+
+
+def _warn_if_new(cursor: psycopg.Cursor[Any], where: str, namespace: str) -> None:
     cursor.execute(
         "SELECT 1 FROM herdsched_states WHERE ns = %s AND data IS NOT NULL LIMIT 1", (namespace,)
     )

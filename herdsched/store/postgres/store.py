@@ -174,8 +174,7 @@ class PostgresStateStore:
         self._busy_until: float | None = None  # monotonic: when the lease last seen held expires
         self._closed = False
         _stores.add(self)
-        with self._db.transaction("create or migrate the herdsched tables") as cursor:
-            prepare(cursor, self.location, self.namespace, create=create_tables)
+        prepare(self._db, self.location, self.namespace, create=create_tables)
         self._sync()
         self._absorbed = False
 
