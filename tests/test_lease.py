@@ -521,6 +521,54 @@ def test_a_run_that_ends_after_its_leader_lost_the_lease_is_not_written_when_it_
         assert statuses == [RunStatus.INTERRUPTED], statuses
 
 
+def test_an_outcome_still_uncommitted_when_the_lead_is_lost_is_not_written_when_it_leads_again(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job ended while its scheduler led, but its group commit failed (the database cut
+    off) until the scheduler stepped down at its own deadline. The store kept the outcome and
+    wrote it with the first group commit after the scheduler led again, setting the schedule
+    back to before the other leader's runs: on PostgreSQL a slot ran twice (found by a
+    partition probe). Giving the lease up drops what is pending of it; the next leader
+    records the run as interrupted from its claim."""
+    job = Recorder()
+    sched = ThreadedScheduler(
+        state_dir=tmp_path, clock=clock, lease_ttl=TTL, commit_delay=0, timezone="UTC"
+    )
+    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
+    store = sched.store
+
+    def cut_off(*args: object, **kwargs: object) -> Any:
+        raise StateError("the store does not answer")
+
+    with sched:
+        with monkeypatch.context() as cut:
+            for name in ("flush", "renew_lease", "acquire_lease"):
+                cut.setattr(store, name, cut_off)
+            cut.setattr(store._leases, "release", cut_off)  # type: ignore[attr-defined]
+            sched.run_pending()
+            assert sched.wait_until_idle(10) and len(job.calls) == 1  # its outcome is pending
+            for _ in range(4):  # heartbeats fail until the deadline: it steps down
+                clock.advance(TTL / 3)
+                sched.run_pending()
+            assert wait_until(lambda: sched.status == "standby")
+        other = YamlStateStore(tmp_path, clock=clock)
+        try:
+            store._leases._liveness.release()  # type: ignore[attr-defined]
+            taken = other.acquire_lease("other", TTL)  # another host led meanwhile
+            assert taken is not None and taken.epoch == 2
+            other.release_lease(taken)
+        finally:
+            other.close()
+        for _ in range(4):  # the standby's next try
+            clock.advance(TTL / 6)
+            sched.run_pending()
+        assert wait_until(lambda: sched.status == "running")
+        store.flush()
+        statuses = [r.status for r in YamlStateStore(tmp_path).get_history("a", "s")]
+        assert statuses == [RunStatus.INTERRUPTED], statuses
+        assert len(job.calls) == 1
+
+
 def test_a_hung_leader_wakes_to_find_its_lease_taken_and_steps_down(
     tmp_path: Path, clock: FakeClock
 ) -> None:

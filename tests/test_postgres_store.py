@@ -755,3 +755,26 @@ def test_a_schedulers_new_namespace_beside_others_that_hold_schedules_is_warned_
     assert not caplog.records  # a look says it in its own words; a namespace in use is quiet
     for store in (fleet, typo, look, again):
         store.close()
+
+
+def test_work_pending_when_the_lease_is_given_up_is_not_written_under_a_later_one(
+    postgres_dsn: str, pg_namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The bug (a partition probe: four slots ran twice): a leader whose group commits failed
+    stepped down at its own deadline and gave the lease up, but its store kept the pending
+    outcome and wrote it with its first commit after it led again, setting the schedule back
+    to before the other host's runs. What is pending when the lease is given up is dropped."""
+    store = PostgresStateStore(postgres_dsn, namespace=pg_namespace, commit_delay=3600)
+    lease = store.acquire_lease("me", 30)
+    assert lease is not None
+    store.record_transition("a", "s", status=Status.PAUSED)
+    store.append_run(run("r1"))
+    store.release_lease(lease)
+    assert store.acquire_lease("me", 30) is not None  # it leads again
+    store.flush()
+    other = PostgresStateStore(postgres_dsn, namespace=pg_namespace)
+    assert other.get_history("a", "s") == []
+    assert other.get_schedule_state("a", "s").status is Status.IDLE
+    assert "1 schedule transition(s) and 1 run record(s) of" in caplog.text
+    for each in (store, other):
+        each.close()

@@ -570,7 +570,11 @@ class YamlStateStore:
             raise
 
     def release_lease(self, lease: Lease) -> None:
-        """Give ``lease`` up so that a standby takes over at once."""
+        """Give ``lease`` up so that a standby takes over at once. What is pending of it is
+        dropped first, even when the release fails: a leader that stepped down at its own
+        deadline (its commits failing) must not write it if it leads again, and the next
+        leader records those runs from their claims."""
+        self._drop_lost_work()
         self._leases.release(lease)
 
     def current_lease(self) -> Lease | None:

@@ -427,9 +427,8 @@ class PostgresStateStore:
         return covered
 
     def _drop_lost_work(self, states: int, runs: int) -> None:
-        """Forget the claims and every pending transition and record, also those recorded
-        since the refused commit took its own: all belong to the lease that is gone (the view
-        shows the stored states again, as the YAML store's does)."""
+        """Forget the claims and every pending transition and record (also those made since a
+        refused commit took its own): all belong to the lease that is gone."""
         with self._mem:
             self._claims.clear()
             states += len(self._pending)
@@ -543,8 +542,10 @@ class PostgresStateStore:
         return self._lease.held
 
     def release_lease(self, lease: Lease) -> None:
-        """Give the lease up and tell the standbys at once (NOTIFY)."""
+        """Give the lease up and tell the standbys at once (NOTIFY); what is pending of it is
+        dropped first, even when the release fails (as the YAML store's)."""
         self._lease.held = None if self._lease.held == lease else self._lease.held
+        self._drop_lost_work(0, 0)
         if self._closed:
             return
         with self._db.transaction("release the scheduler lease") as cursor:
