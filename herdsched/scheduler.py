@@ -766,6 +766,7 @@ class ThreadedScheduler:
         core = self._core
         self.refresh()
         rejected = core.store_call(core.store.rejected_definitions) or []
+        leader = self._leadership.holder()  # not under the lock: the store may be slow to answer
         with core.lock:
             now = self.clock.now()
             items = [schedule_status(core, entry, now) for entry in core.entries.values()]
@@ -774,7 +775,7 @@ class ThreadedScheduler:
                 active_jobs=core.capacity.total,
                 schedules=items,
                 status=core.status,
-                leader=self._leadership.holder(),
+                leader=leader,
                 rejected=rejected,
             )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 import pytest
@@ -241,3 +242,36 @@ def test_a_removal_whose_state_cannot_be_cleared_is_made_and_says_so(
         with pytest.raises(StateError, match="No space left"):
             sched.remove_schedule("a", "coded")
         assert "coded" in sched.get_agent("a").schedules
+
+
+class SlowLeaseStore(MemoryStateStore):
+    """A store whose lease read waits until let go (a database that does not answer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reading = threading.Event()
+        self.answer = threading.Event()
+
+    def current_lease(self):  # type: ignore[no-untyped-def]
+        self.reading.set()
+        self.answer.wait(30)
+        return super().current_lease()
+
+
+def test_a_status_read_waiting_for_the_store_holds_up_no_step_down() -> None:
+    """The bug (a partition probe: a cut-off leader said it led for up to 42 s after another
+    host took over): ``get_status()`` read the lease while holding the engine's lock, so every
+    REST status request waiting for an unanswering database held up the leader's passes and
+    its step-down. The lease is read before the lock is taken."""
+    store = SlowLeaseStore()
+    with running(store=store) as (sched, _clock):
+        sched.start()
+        reader = threading.Thread(target=sched.get_status)
+        reader.start()
+        try:
+            assert store.reading.wait(10)
+            assert sched._core.lock.acquire(timeout=5)  # the engine is not held up
+            sched._core.lock.release()
+        finally:
+            store.answer.set()
+            reader.join(10)
