@@ -132,6 +132,7 @@ def test_store_health_logs_a_new_failure_at_once_and_old_ones_as_runs_of_their_o
         health.failed(StateError("disk full", "/s/state.yaml"))  # the same: not again
         clock.advance(1)
         health.failed(StateError("permission denied", "/s/state.yaml"))  # news: at once
+        health.failed(StateError("no space left", "/s/claims.log"))  # no call between them
         clock.advance(REPEAT_EVERY + 1)  # a standby: nothing commits between its failures
         health.failed(StateError("permission denied", "/s/state.yaml"))
         health.worked()
@@ -140,6 +141,8 @@ def test_store_health_logs_a_new_failure_at_once_and_old_ones_as_runs_of_their_o
         "The state store failed: disk full",
         "The state store still fails after 2s (1 failed call more since the last report); "
         "the latest: permission denied",
+        # was "(0 failed calls more since the last report)"
+        "The state store still fails after 2s; the latest: no space left",
         "The state store failed: permission denied",
         "The state store works again after failing for less than a second (1 failed call).",
     ]

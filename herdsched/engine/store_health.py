@@ -74,10 +74,11 @@ class StoreHealth:
         if first:
             self._log.error("The state store failed: %s", exc)
             return
+        since = f" ({_calls(unlogged)} more since the last report)" if unlogged else ""
         self._log.error(
-            "The state store still fails after %s (%s more since the last report); the latest: %s",
+            "The state store still fails after %s%s; the latest: %s",
             _seconds(failing_for),
-            _calls(unlogged),
+            since,
             exc,
         )
 
