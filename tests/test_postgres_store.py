@@ -778,3 +778,45 @@ def test_work_pending_when_the_lease_is_given_up_is_not_written_under_a_later_on
     assert "1 schedule transition(s) and 1 run record(s) of" in caplog.text
     for each in (store, other):
         each.close()
+
+
+def test_a_group_commit_that_fails_after_its_lease_was_given_up_is_not_tried_again(
+    postgres_dsn: str, pg_namespace: str
+) -> None:
+    """The bug (the partition probe again: 2 of 12 cut-offs still ran a slot twice): a group
+    commit was in flight, unanswered, when the leader stepped down and gave the lease up; the
+    commit then failed and put what it had taken back, to be written once the process led
+    again. A commit that fails after its lease was given up drops its work."""
+    store = PostgresStateStore(postgres_dsn, namespace=pg_namespace, lease_ttl=1)
+    lease = store.acquire_lease("me", 30)
+    assert lease is not None
+    store.commit_delay = 3600
+    store.record_transition("a", "s", status=Status.PAUSED)
+    store.append_run(run("r1"))
+    errors: list[StateError] = []
+
+    def commit() -> None:
+        try:
+            store.flush()
+        except StateError as exc:
+            errors.append(exc)
+
+    committer = threading.Thread(target=commit)
+    stopped = store._db.backend_pid
+    assert stopped is not None
+    os.kill(stopped, signal.SIGSTOP)
+    try:
+        committer.start()
+        assert wait_until(lambda: store._db._waiting is not None)  # the commit waits
+        store.release_lease(lease)  # the leader steps down meanwhile
+        committer.join(timeout=20)
+    finally:
+        os.kill(stopped, signal.SIGCONT)
+    assert errors and "did not answer" in str(errors[0])
+    assert store.acquire_lease("me", 30) is not None  # it leads again
+    store.flush()
+    other = PostgresStateStore(postgres_dsn, namespace=pg_namespace)
+    assert other.get_history("a", "s") == []
+    assert other.get_schedule_state("a", "s").status is Status.IDLE
+    for each in (store, other):
+        each.close()

@@ -345,8 +345,7 @@ class PostgresStateStore:
 
     # -- group commit and claims ------------------------------------------------------------
     def flush(self) -> None:
-        """Commit every pending transition and run record in one transaction, fenced by the
-        lease once this store handed one out (``LeadershipLostError``: nothing written)."""
+        """Commit what is pending in one transaction, fenced by the lease once held."""
         with self._flushing:
             with self._mem:  # read first, take second: the claims shown by what is taken
                 if not self._pending and not self._pending_runs:
@@ -363,7 +362,10 @@ class PostgresStateStore:
                 self._drop_lost_work(len(taken), len(runs))
                 raise
             except BaseException:
-                with self._mem:
+                if self._lease.fenced and self._lease.held is None:  # given up meanwhile
+                    self._drop_lost_work(len(taken), len(runs))
+                    raise
+                with self._mem:  # to be tried again
                     for key, patch in taken.items():
                         self._pending[key] = {**patch, **self._pending.get(key, {})}
                     self._pending_runs = runs + self._pending_runs
@@ -513,8 +515,7 @@ class PostgresStateStore:
 
     def lease_retry_in(self, ttl: float) -> float:
         """A standby's next try after one that found the lease held: a third of ``ttl`` (a dead
-        holder is noticed by then), or just after the lease it saw expires if that is sooner
-        (a hung holder is replaced at its expiry). One query per try: see docs/hosts.md."""
+        holder is noticed by then), or just after the lease it saw expires if sooner."""
         retry = ttl / 3
         left = None if self._busy_until is None else self._busy_until - self._clock.monotonic()
         if left is not None and left >= 0:  # once past it, a failed try must not spin
