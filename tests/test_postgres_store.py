@@ -3,6 +3,7 @@ server's clock, fencing, notifications and reconnection (see tests/postgres_serv
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -691,6 +692,39 @@ def test_a_server_out_of_connections_is_named_so(fatal: str) -> None:
     assert "check the user, password" not in message
 
 
+@contextlib.contextmanager
+def _session_stopped(store: PostgresStateStore) -> Iterator[int]:
+    """The store's query session stopped (SIGSTOP) for the block: a server that no longer
+    answers, as a network cut neither side notices looks to the client."""
+    stopped = store._db.backend_pid
+    assert stopped is not None
+    os.kill(stopped, signal.SIGSTOP)
+    try:
+        yield stopped
+    finally:
+        os.kill(stopped, signal.SIGCONT)
+
+
+def _leading_with_an_outcome_pending(store: PostgresStateStore) -> Lease:
+    """``store`` leads and holds a transition and a run record not yet committed."""
+    lease = store.acquire_lease("me", 30)
+    assert lease is not None
+    store.commit_delay = 3600
+    store.record_transition("a", "s", status=Status.PAUSED)
+    store.append_run(run("r1"))
+    return lease
+
+
+def _nothing_written_when_it_leads_again(store: PostgresStateStore, dsn: str) -> None:
+    assert store.acquire_lease("me", 30) is not None
+    store.flush()
+    other = PostgresStateStore(dsn, namespace=store.namespace)
+    assert other.get_history("a", "s") == []
+    assert other.get_schedule_state("a", "s").status is Status.IDLE
+    for each in (store, other):
+        each.close()
+
+
 def test_a_call_the_server_leaves_unanswered_fails_and_the_next_reconnects(
     postgres_dsn: str, pg_namespace: str
 ) -> None:
@@ -700,8 +734,6 @@ def test_a_call_the_server_leaves_unanswered_fails_and_the_next_reconnects(
     ``StateError`` saying so, and the next call reconnects."""
     store = PostgresStateStore(postgres_dsn, namespace=pg_namespace, lease_ttl=1)
     store.update_schedule_state("a", "s", status=Status.PAUSED)
-    stopped = store._db.backend_pid
-    assert stopped is not None
     errors: list[BaseException] = []
 
     def pause() -> None:
@@ -711,15 +743,12 @@ def test_a_call_the_server_leaves_unanswered_fails_and_the_next_reconnects(
             errors.append(exc)
 
     callers = [threading.Thread(target=pause) for _ in range(2)]
-    os.kill(stopped, signal.SIGSTOP)
-    try:
+    with _session_stopped(store) as stopped:
         for caller in callers:
             caller.start()
         for caller in callers:
             caller.join(timeout=20)
         assert not any(caller.is_alive() for caller in callers)
-    finally:
-        os.kill(stopped, signal.SIGCONT)
     # the first fails; the one queued behind it then gets a new session and succeeds
     assert len(errors) == 1
     assert "did not answer for 2 s" in str(errors[0])
@@ -764,20 +793,10 @@ def test_work_pending_when_the_lease_is_given_up_is_not_written_under_a_later_on
     stepped down at its own deadline and gave the lease up, but its store kept the pending
     outcome and wrote it with its first commit after it led again, setting the schedule back
     to before the other host's runs. What is pending when the lease is given up is dropped."""
-    store = PostgresStateStore(postgres_dsn, namespace=pg_namespace, commit_delay=3600)
-    lease = store.acquire_lease("me", 30)
-    assert lease is not None
-    store.record_transition("a", "s", status=Status.PAUSED)
-    store.append_run(run("r1"))
-    store.release_lease(lease)
-    assert store.acquire_lease("me", 30) is not None  # it leads again
-    store.flush()
-    other = PostgresStateStore(postgres_dsn, namespace=pg_namespace)
-    assert other.get_history("a", "s") == []
-    assert other.get_schedule_state("a", "s").status is Status.IDLE
+    store = PostgresStateStore(postgres_dsn, namespace=pg_namespace)
+    store.release_lease(_leading_with_an_outcome_pending(store))
     assert "1 schedule transition(s) and 1 run record(s) of" in caplog.text
-    for each in (store, other):
-        each.close()
+    _nothing_written_when_it_leads_again(store, postgres_dsn)
 
 
 def test_a_group_commit_that_fails_after_its_lease_was_given_up_is_not_tried_again(
@@ -788,11 +807,7 @@ def test_a_group_commit_that_fails_after_its_lease_was_given_up_is_not_tried_aga
     commit then failed and put what it had taken back, to be written once the process led
     again. A commit that fails after its lease was given up drops its work."""
     store = PostgresStateStore(postgres_dsn, namespace=pg_namespace, lease_ttl=1)
-    lease = store.acquire_lease("me", 30)
-    assert lease is not None
-    store.commit_delay = 3600
-    store.record_transition("a", "s", status=Status.PAUSED)
-    store.append_run(run("r1"))
+    lease = _leading_with_an_outcome_pending(store)
     errors: list[StateError] = []
 
     def commit() -> None:
@@ -802,21 +817,10 @@ def test_a_group_commit_that_fails_after_its_lease_was_given_up_is_not_tried_aga
             errors.append(exc)
 
     committer = threading.Thread(target=commit)
-    stopped = store._db.backend_pid
-    assert stopped is not None
-    os.kill(stopped, signal.SIGSTOP)
-    try:
+    with _session_stopped(store):
         committer.start()
         assert wait_until(lambda: store._db._waiting is not None)  # the commit waits
         store.release_lease(lease)  # the leader steps down meanwhile
         committer.join(timeout=20)
-    finally:
-        os.kill(stopped, signal.SIGCONT)
     assert errors and "did not answer" in str(errors[0])
-    assert store.acquire_lease("me", 30) is not None  # it leads again
-    store.flush()
-    other = PostgresStateStore(postgres_dsn, namespace=pg_namespace)
-    assert other.get_history("a", "s") == []
-    assert other.get_schedule_state("a", "s").status is Status.IDLE
-    for each in (store, other):
-        each.close()
+    _nothing_written_when_it_leads_again(store, postgres_dsn)
