@@ -19,7 +19,9 @@ Errors are ``{"error": "...", "details": [{"field": ..., "message": ...}]}`` wit
 input, naming the field), 401 (an anonymous caller), 403 (a caller who may not: not the
 caller's schedule, a write when no auth is configured, a cross-site write), 404, 405, 409
 (already running, at capacity, over a limit), 413 (a body over :data:`MAX_BODY_BYTES`), 415 (a
-write with a body that is not JSON) and 503 (the state store is unavailable).
+write with a body that is not JSON) and 503 (the state store is unavailable, or did not answer
+within :data:`REQUEST_TIMEOUT`: the store calls of one request share that deadline, so a host
+cut off from its database answers in time instead of holding the worker).
 
 Secure by default: an adapter without an ``auth`` callback serves reads to everyone and refuses
 every write with 403 (``handle(..., read_only=reason)``); :data:`ALLOW_ANYONE` is the auth
@@ -88,6 +90,7 @@ from herdsched.models import (
     check_prompt,
 )
 from herdsched.scheduler import describe_cadence
+from herdsched.store.deadline import answer_within
 from herdsched.store.memory import MemoryStateStore
 from herdsched.store.runs import find_run
 from herdsched.store.spec import store_location
@@ -102,6 +105,7 @@ __all__ = [
     "MAX_BODY_BYTES",
     "MAX_NAME_LENGTH",
     "MAX_PROMPT_LENGTH",
+    "REQUEST_TIMEOUT",
     "ApiError",
     "ApiResponse",
     "RestApi",
@@ -131,6 +135,9 @@ def ALLOW_ANYONE(request: object) -> str:
 #: The largest request body the API reads (64 KiB); larger ones get 413. Adapters take
 #: ``max_body_bytes`` (``HERDSCHED_MAX_BODY_BYTES`` / ``HERDSCHED["MAX_BODY_BYTES"]``).
 MAX_BODY_BYTES = 64 * 1024
+#: Seconds the store calls of one request may take together: below gunicorn's default 30 s
+#: worker timeout, with room for the rest of the request.
+REQUEST_TIMEOUT = 20.0
 #: The longest prompt the API accepts, in characters.
 MAX_PROMPT_LENGTH = 32 * 1024
 #: The longest schedule name the API accepts, in characters.
@@ -401,14 +408,29 @@ class RestApi:
     """
 
     def __init__(
-        self, scheduler: ThreadedScheduler, *, max_body_bytes: int = MAX_BODY_BYTES
+        self,
+        scheduler: ThreadedScheduler,
+        *,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        request_timeout: float | None = REQUEST_TIMEOUT,
     ) -> None:
+        """``request_timeout``: seconds the store calls of one request may take together
+        (``None``: each call keeps only its own bound); past it the request answers 503."""
         if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int):
             raise TypeError(f"max_body_bytes must be an int, got {max_body_bytes!r}")
         if max_body_bytes < 1:
             raise ValueError(f"max_body_bytes must be at least 1, got {max_body_bytes}")
+        if request_timeout is not None and (
+            isinstance(request_timeout, bool)
+            or not isinstance(request_timeout, int | float)
+            or not 0 < request_timeout < math.inf
+        ):
+            raise ValueError(
+                f"request_timeout must be a positive number of seconds, got {request_timeout!r}"
+            )
         self.scheduler = scheduler
         self.max_body_bytes = max_body_bytes
+        self.request_timeout = request_timeout
 
     # ------------------------------------------------------------------------------ routing
 
@@ -451,9 +473,10 @@ class RestApi:
             if method in _WRITES:
                 _check_write(read_only, cross_site)
             data = self._body(method, body, content_type)
-            answer: ApiResponse = route(
-                method, *args, query=dict(query or {}), data=data, caller=caller
-            )
+            with answer_within(self.request_timeout):
+                answer: ApiResponse = route(
+                    method, *args, query=dict(query or {}), data=data, caller=caller
+                )
         except Exception as exc:
             return _error_for(exc).response()
         if method in _WRITES:
@@ -522,7 +545,10 @@ class RestApi:
 
     def _page_view(self, owner: str | None, query: Mapping[str, str]) -> _PageView:
         """The schedules of one page of the status page, with the counts and recent runs."""
+        with answer_within(self.request_timeout):
+            return self._read_page_view(owner, query)
 
+    def _read_page_view(self, owner: str | None, query: Mapping[str, str]) -> _PageView:
         caller = None if owner == ADMIN else owner
         status = self.scheduler.get_status()
         visible = sorted(

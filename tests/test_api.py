@@ -989,6 +989,16 @@ def test_bodies_over_the_limit_are_413(sched: ThreadedScheduler) -> None:
         RestApi(sched, max_body_bytes=0)
 
 
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), True, "20"])
+def test_a_request_timeout_that_is_no_positive_number_of_seconds_is_refused(
+    sched: ThreadedScheduler, bad: object
+) -> None:
+    with pytest.raises(ValueError, match=r"request_timeout must be a positive number .*got"):
+        RestApi(sched, request_timeout=bad)  # type: ignore[arg-type]
+    assert RestApi(sched, request_timeout=None).request_timeout is None
+    assert RestApi(sched).request_timeout == 20.0
+
+
 def test_default_body_limit_is_64_kib(api: RestApi) -> None:
     assert MAX_BODY_BYTES == 64 * 1024
     status, _ = call(api, "PUT", "/api/schedule/triage/big", {"prompt": "x" * MAX_BODY_BYTES})

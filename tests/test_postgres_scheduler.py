@@ -15,6 +15,8 @@ import pytest
 from scheduler_helpers import wait_until
 
 from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo
+from herdsched.api import ApiResponse, RestApi
+from herdsched.models import Status
 from herdsched.store.postgres import PostgresStateStore
 from herdsched.testing import as_separate_processes
 
@@ -222,3 +224,49 @@ def test_a_leader_whose_database_stops_answering_stands_by_and_stops_promptly(
     second.stop()
     slots = [row[2] for row in ledger.rows]
     assert len(slots) == len(set(slots))
+
+
+def test_a_web_request_on_a_host_whose_database_stops_answering_answers_503_in_time(
+    postgres_dsn: str, pg_namespace: str
+) -> None:
+    """The bug: a REST request makes several store calls, each bounded on its own (a lease's
+    length to answer, ``connect_timeout`` to connect), so on a host cut off from its database
+    one request took 45 s, past gunicorn's 30 s worker timeout (which kills the worker). The
+    calls of one request now share its ``request_timeout``: it answers 503 in time."""
+    store = PostgresStateStore(postgres_dsn, namespace=pg_namespace, lease_ttl=30)
+    sched = ThreadedScheduler(
+        [Agent("ag", schedules={"tick": Schedule.interval("1h")})],
+        on_trigger=lambda info: "ok",
+        store=store,
+        state_dir=None,
+    )
+    api = RestApi(sched, request_timeout=2)
+    assert api.handle("GET", "/api/schedule/ag/tick").status == 200
+    answers: list[object] = []
+
+    def requests() -> None:
+        answers.append(api.handle("PATCH", "/api/schedule/ag/tick", body={"enabled": False}))
+        answers.append(api.status_page_update())  # its store calls share the bound
+
+    pause = threading.Thread(target=requests)
+    stopped = store._db.backend_pid
+    assert stopped is not None
+    os.kill(stopped, signal.SIGSTOP)
+    try:
+        began = time.monotonic()
+        pause.start()
+        pause.join(timeout=15)  # before: 31 s for the first call alone
+        assert not pause.is_alive()
+        took = time.monotonic() - began
+    finally:
+        os.kill(stopped, signal.SIGCONT)
+    assert took < 10
+    refused, page = answers
+    assert isinstance(refused, ApiResponse) and refused.status == 503
+    assert "the request's 2 s for the store" in refused.body["error"]
+    assert isinstance(page, dict)  # the page, from what this process last read
+    # nothing was applied; once the server answers, the same request goes through
+    assert store.get_schedule_state("ag", "tick").status is not Status.PAUSED
+    assert api.handle("PATCH", "/api/schedule/ag/tick", body={"enabled": False}).status == 200
+    assert store.get_schedule_state("ag", "tick").status is Status.PAUSED
+    store.close()

@@ -6,7 +6,8 @@ made on the next call: reads are tried once more at once, writes are not (their 
 happened), they raise :class:`~herdsched.errors.StateError` and the caller decides, as for a
 full disk. A call the server leaves unanswered (a network cut neither side notices, a stopped
 server) would wait for ever: a watchdog thread closes its connection once it has lasted a second
-longer than the store's lease, so that it fails like one the server closed. Every psycopg
+longer than the store's lease (or at the deadline of the web request it serves, see
+:mod:`herdsched.store.deadline`), so that it fails like one the server closed. Every psycopg
 error leaves as a ``StateError`` whose message names the database (never its password) and
 says what to do.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import re
 import socket
@@ -29,6 +31,7 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from herdsched.errors import StateError, StoreSpecError
+from herdsched.store.deadline import Deadline, current_deadline
 from herdsched.store.masking import hide_passwords_of, mask_password
 
 __all__ = ["Database", "describe_dsn", "state_error"]
@@ -39,6 +42,7 @@ _databases: weakref.WeakSet[Database] = weakref.WeakSet()
 _abandoned: list[Any] = []  # connections inherited through fork(), kept from being finalised
 _watchdog: list[threading.Thread] = []  # this process's watchdog, once started
 _WATCH_EVERY = 0.5  # seconds between the watchdog's looks at the calls under way
+_TIMEOUT = psycopg.errors.ConnectionTimeout  # a connect that outlasted its connect_timeout
 
 #: Signs of a server that refused a connection for a passing reason, and what to do.
 _FATAL_HINTS = (
@@ -182,9 +186,10 @@ class Database:
         problem = dsn_problem(dsn)
         if problem is not None:
             raise StoreSpecError(problem)
+        self.connect_timeout = max(1, round(connect_timeout))
         self.conninfo = make_conninfo(
             dsn,
-            connect_timeout=max(1, round(connect_timeout)),
+            connect_timeout=self.connect_timeout,
             application_name="herdsched",  # whatever the DSN says: how to find ours
         )
         self.where = describe_dsn(dsn)
@@ -193,8 +198,10 @@ class Database:
         # session that is idle in a transaction because this process was)
         self.answer_limit = stall_limit + 1.0
         self._lock = threading.RLock()
-        self._waiting: tuple[float] | None = None  # when the call under way began (monotonic)
+        # when the call under way began (monotonic) and how long it may wait for an answer
+        self._waiting: tuple[float, float] | None = None
         self._cut = False  # the watchdog closed the connection of the call under way
+        self._deadline: Deadline | None = None  # the web request's, when it set the limit
         self._conn: psycopg.Connection[Any] | None = None
         self.backend_pid: int | None = None
         self.generation = 0  # how many connections were made: a new one lost session locks
@@ -206,8 +213,11 @@ class Database:
         if self._conn is not None and not self._conn.closed and not self._conn.broken:
             return self._conn
         self._drop()
+        timeout = self.connect_timeout
+        if self._deadline is not None:  # a web request waits no longer than it may
+            timeout = min(timeout, max(1, math.ceil(self._deadline.left())))
         try:
-            conn = psycopg.connect(self.conninfo, autocommit=True)
+            conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=timeout)
         except psycopg.Error as exc:
             bad = _BAD_OPTION.search(str(exc))
             if bad:  # bad input, found only now
@@ -215,6 +225,8 @@ class Database:
                 raise StoreSpecError(
                     f"The PostgreSQL store's DSN for {self.where} is not valid: {detail}"
                 ) from exc
+            if isinstance(exc, _TIMEOUT) and self._deadline and self._deadline.left() < 1:
+                raise self._late("connect", self._deadline, to="to") from exc
             raise state_error(exc, "connect", self.where) from exc
         try:
             # a process stopped inside a transaction (SIGSTOP, a paused VM) would hold its row
@@ -291,9 +303,16 @@ class Database:
     def _call(self, doing: str) -> Iterator[None]:
         """Hold the connection for one call, watched: a call left unanswered for longer than
         ``answer_limit`` has its connection closed by the watchdog; a caller that waited for
-        another call longer than that and the watchdog's round gives up."""
+        another call longer than that and the watchdog's round gives up. Inside
+        :func:`~herdsched.store.deadline.answer_within` the request's deadline bounds both
+        waits, and a call made after it fails at once."""
+        deadline = current_deadline()
         patience = self.answer_limit + 2 * _WATCH_EVERY
-        if not self._lock.acquire(timeout=patience):
+        if deadline is not None:
+            patience = min(patience, deadline.left())
+        if patience <= 0 or not self._lock.acquire(timeout=patience):
+            if deadline is not None and deadline.left() <= 0:
+                raise self._late(doing, deadline)
             raise StateError(
                 f"Could not {doing} in the PostgreSQL store at {self.where}: another call of "
                 f"this process has waited {patience:g} s for the server (a network cut "
@@ -301,19 +320,33 @@ class Database:
                 path=self.where,
             )
         try:
+            limit = self.answer_limit if deadline is None else deadline.left()
+            if limit <= 0:
+                raise self._late(doing, deadline)
             _ensure_watchdog()
             self._cut = False
-            self._waiting = (time.monotonic(),)
+            self._deadline = deadline if limit < self.answer_limit else None
+            self._waiting = (time.monotonic(), min(limit, self.answer_limit))
             yield
         finally:
             self._waiting = None
             self._lock.release()
 
+    def _late(self, doing: str, deadline: Deadline | None, to: str = "in") -> StateError:
+        """The error of a call its request's deadline left no time for."""
+        seconds = deadline.seconds if deadline is not None else self.answer_limit
+        return StateError(
+            f"Could not {doing} {to} the PostgreSQL store at {self.where}: the request's "
+            f"{seconds:g} s for the store are over (the server is slow to answer or cannot "
+            "be reached); try again later",
+            path=self.where,
+        )
+
     def cut_if_unanswered(self) -> None:
         """Close the connection of a call that has lasted longer than ``answer_limit`` (run by
         the watchdog thread): shutting the socket down wakes the waiting call with an error."""
         waiting, conn = self._waiting, self._conn
-        if waiting is None or conn is None or time.monotonic() - waiting[0] <= self.answer_limit:
+        if waiting is None or conn is None or time.monotonic() - waiting[0] <= waiting[1]:
             return
         if self._waiting is waiting:  # still the same call
             self._cut = True
@@ -327,9 +360,13 @@ class Database:
         """The :class:`StateError` for a call that failed with ``exc``."""
         if not self._cut:
             return state_error(exc, doing, self.where)
+        if self._deadline is not None:
+            waited = f"within the request's {self._deadline.seconds:g} s for the store"
+        else:
+            waited = f"for {self.answer_limit:g} s"
         return StateError(
             f"Could not {doing} in the PostgreSQL store at {self.where}: the server did not "
-            f"answer for {self.answer_limit:g} s (a network cut, or a stopped server or host?), "
+            f"answer {waited} (a network cut, or a stopped server or host?), "
             "so the connection was closed; the next call reconnects",
             path=self.where,
             cause=exc,
