@@ -209,6 +209,15 @@ class ApiResponse(NamedTuple):
     body: dict[str, Any]
 
 
+class _Patched(NamedTuple):
+    """A PATCH's answer and the part of its body that changed something, which its audit line
+    tells: ``{"enabled": true}`` on a schedule that is not paused is logged as changing
+    nothing, not as a resume."""
+
+    response: ApiResponse
+    effective: dict[str, Any]
+
+
 class ApiError(Exception):
     """An error answer: ``status`` code, ``error`` message, ``details`` naming the culprits."""
 
@@ -474,11 +483,14 @@ class RestApi:
                 _check_write(read_only, cross_site)
             data = self._body(method, body, content_type)
             with answer_within(self.request_timeout):
-                answer: ApiResponse = route(
+                answer: ApiResponse | _Patched = route(
                     method, *args, query=dict(query or {}), data=data, caller=caller
                 )
         except Exception as exc:
             return _error_for(exc).response()
+        if isinstance(answer, _Patched):
+            data = answer.effective
+            answer = answer.response
         if method in _WRITES:
             _audit(method, args, data, answer, _who(actor, caller))
         return answer
@@ -816,7 +828,7 @@ class RestApi:
         query: dict[str, str],
         data: dict[str, Any] | None,
         caller: str | None,
-    ) -> ApiResponse:
+    ) -> ApiResponse | _Patched:
         if method == "PUT":
             return self._put(agent, name, data or {}, caller)
         item = self._item(agent, name)
@@ -824,7 +836,7 @@ class RestApi:
         if method == "GET":
             return ApiResponse(200, self._json(item))
         if method == "PATCH":
-            return self._patch(agent, name, data or {}, caller)
+            return self._patch(agent, name, data or {}, caller, item.status)
         self._check_defined_here(item)
         self.scheduler.remove_schedule(agent, name, owner=caller)
         return ApiResponse(200, {"deleted": {"agent": agent, "name": name}})
@@ -865,9 +877,18 @@ class RestApi:
         return ApiResponse(201 if created else 200, self._json(item))
 
     def _patch(
-        self, agent: str, name: str, data: dict[str, Any], caller: str | None
-    ) -> ApiResponse:
+        self,
+        agent: str,
+        name: str,
+        data: dict[str, Any],
+        caller: str | None,
+        status_before: Status,
+    ) -> _Patched:
+        """Apply a partial update; the answer says which part of ``data`` changed something
+        (``status_before``, the schedule's status as the request found it, tells whether a
+        pause changes it)."""
         scheduler = self.scheduler
+        effective: dict[str, Any] = {}
         self._sync()
         fields = _checked_fields(agent, name, data)
         if caller is not None and fields.get("owner", caller) != caller:
@@ -900,14 +921,19 @@ class RestApi:
             changes = _changes(existing, updated)
             if changes:
                 scheduler.update_schedule(agent, name, owner=caller, **changes)
+                effective = {key: value for key, value in data.items() if key != "enabled"}
         if enabled is False:
-            scheduler.pause(agent, name, owner=caller)
+            scheduler.pause(agent, name, owner=caller)  # a completed one-shot stays completed
+            if status_before not in (Status.PAUSED, Status.COMPLETED):
+                effective["enabled"] = False
         elif enabled is True:
             if not scheduler.get_schedule(agent, name).enabled:
                 scheduler.update_schedule(agent, name, owner=caller, enabled=True)
+                effective["enabled"] = True
             if self._item(agent, name).status in (Status.PAUSED, Status.DISABLED):
                 scheduler.resume(agent, name, owner=caller)
-        return ApiResponse(200, self._json(self._item(agent, name)))
+                effective["enabled"] = True
+        return _Patched(ApiResponse(200, self._json(self._item(agent, name))), effective)
 
     def _run(
         self,
@@ -1105,7 +1131,7 @@ def _audit(
             parts.append(f"paused {where}")
         elif data.get("enabled") is True:
             parts.append(f"resumed {where}")
-        what = " and ".join(parts) or f"sent an empty change to {where}"
+        what = " and ".join(parts) or f"sent a change to {where} that changed nothing"
     _log.info("%s %s through the REST API", who, what)
 
 

@@ -1037,13 +1037,41 @@ def test_changes_are_logged_with_who_what_and_where(
     lines = [r.getMessage() for r in caplog.records if "REST API" in r.getMessage()]
     assert lines[0] == "alice (owner ann) created triage/new through the REST API"
     assert lines[1] == "owner ann paused triage/new through the REST API"
-    assert lines[2] == (
-        "a caller with full access changed prompt of triage/check and resumed triage/check "
-        "through the REST API"
+    assert (
+        lines[2] == "a caller with full access changed prompt of triage/check through the REST API"
     )
     assert lines[3].startswith("bob (full access) ran triage/check now as run ")
     assert lines[4] == "owner ann removed triage/new through the REST API"
     assert len(lines) == 5
+
+
+def test_audit_line_of_a_patch_tells_what_it_changed(
+    api: RestApi, sched: ThreadedScheduler, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A PATCH that asks for what is already so (enabled: true on a running schedule, a
+    pause of a paused one, the same prompt) is logged as changing nothing, not as a resume."""
+    caplog.set_level("INFO", logger="herdsched")
+    path = "/api/schedule/triage/check"
+    for body in (
+        {"enabled": True},  # enabled and idle already
+        {"enabled": False},  # pauses
+        {"enabled": False},  # paused already
+        {"enabled": True, "prompt": "Check issues"},  # resumes; the prompt is the same
+        {"prompt": "Check issues", "enabled": True},  # nothing left to change
+        {"prompt": "Hi", "enabled": True},  # a new prompt only
+    ):
+        assert call(api, "PATCH", path, body)[0] == 200
+    lines = [r.getMessage() for r in caplog.records if "REST API" in r.getMessage()]
+    who, tail = "a caller with full access", "through the REST API"
+    assert lines == [
+        f"{who} sent a change to triage/check that changed nothing {tail}",
+        f"{who} paused triage/check {tail}",
+        f"{who} sent a change to triage/check that changed nothing {tail}",
+        f"{who} resumed triage/check {tail}",
+        f"{who} sent a change to triage/check that changed nothing {tail}",
+        f"{who} changed prompt of triage/check {tail}",
+    ]
+    assert sched.get_schedule("triage", "check").prompt == "Hi"
 
 
 def test_status_page_counts_filters_and_pages(api: RestApi, sched: ThreadedScheduler) -> None:
