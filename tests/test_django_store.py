@@ -185,6 +185,12 @@ def test_checks_name_a_missing_or_foreign_alias_and_other_bad_settings(tmp_path:
     databases = {
         "default": {"ENGINE": POSTGRES, "NAME": "app"},
         "local": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(tmp_path / "db.sqlite3")},
+        "strict": {
+            "ENGINE": POSTGRES,
+            "NAME": "app",
+            "PASSWORD": "s3cret",
+            "OPTIONS": {"sslmode": "verify_full"},
+        },
     }
     cases: list[tuple[dict[str, Any], str, str]] = [
         ({"STORE": "django:reports"}, "herdsched.E009", "no database 'reports' (known: "),
@@ -197,6 +203,20 @@ def test_checks_name_a_missing_or_foreign_alias_and_other_bad_settings(tmp_path:
             {"STORE": "postgresql://app:s3cret@db:notaport/app"},
             "herdsched.E008",
             "'postgresql://app:***@db:notaport/app' is not valid: port 'notaport'",
+        ),
+        # libpq refuses these values only when it connects, which the checks do not
+        (
+            {"STORE": "postgresql://app:s3cret@db/app?sslmode=bogus"},
+            "herdsched.E008",
+            "'postgresql://app:***@db/app?sslmode=bogus' is not valid: invalid sslmode value: "
+            '"bogus"',
+        ),
+        (
+            {"STORE": "django:strict"},
+            "herdsched.E010",
+            "HERDSCHED['STORE'] django:strict: The PostgreSQL store's DSN 'dbname=app "
+            "sslmode=verify_full password=***' is not valid: invalid sslmode value: "
+            '"verify_full"',
         ),
         ({"NAMESPACE": "prod"}, "herdsched.E011", "HERDSCHED['STORE'] is not set"),
         ({"STORE": "/srv/state", "NAMESPACE": "prod"}, "herdsched.E011", "a state directory"),

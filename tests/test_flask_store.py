@@ -208,6 +208,14 @@ def test_a_directory_store(apps: list[Flask], tmp_path: Path) -> None:
             {"HERDSCHED_STORE": "postgresql://a:s3cret@db:99999/app"},
             "port '99999' is not a number from 1 to 65535",
         ),
+        # libpq refuses the value only when it connects: found while the app loads, also
+        # when the host cannot be looked up then
+        (
+            {"HERDSCHED_STORE": "postgresql://a:s3cret@db.invalid/app?sslmode=bogus"},
+            "HERDSCHED_STORE: The PostgreSQL store's DSN "
+            "'postgresql://a:***@db.invalid/app?sslmode=bogus' is not valid: invalid sslmode "
+            'value: "bogus"',
+        ),
         (
             {"HERDSCHED_STORE": "postgresql://db/app", "HERDSCHED_SCHEDULER": "x.y:z"},
             "give HERDSCHED_SCHEDULER or HERDSCHED_STORE, not both",

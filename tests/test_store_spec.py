@@ -107,6 +107,48 @@ def test_other_urls_are_refused_by_name(spec: str, scheme: str) -> None:
     assert isinstance(caught.value, StateError) and isinstance(caught.value, ValueError)
 
 
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ("postgresql://app:s3cret@db.invalid/app?sslmode=bogus", 'invalid sslmode value: "bogus"'),
+        (
+            "host=a.invalid,b.invalid port=5432,5433 dbname=app password=s3cret require_auth=md4",
+            'invalid require_auth value: "md4"',
+        ),
+        (
+            "postgresql://app:s3cret@db.invalid/app?target_session_attrs=primry",
+            'invalid target_session_attrs value: "primry"',
+        ),
+        ("host=/run/postgresql dbname=app gssencmode=never", 'invalid gssencmode value: "never"'),
+    ],
+)
+def test_an_option_value_libpq_refuses_is_refused_before_any_connection(
+    spec: str, words: str
+) -> None:
+    """libpq checks option values only when it connects; a spec check refuses them already,
+    for hosts that do not even resolve (``.invalid``)."""
+    with pytest.raises(StoreSpecError) as caught:
+        check_spec(spec)
+    assert (
+        str(caught.value)
+        == f"The PostgreSQL store's DSN {mask_password(spec)!r} is not valid: {words}"
+    )
+    assert "s3cret" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "postgresql://app:s3cret@db.invalid/app?sslmode=verify-full&target_session_attrs=any",
+        "host=a.invalid,b.invalid,c.invalid port=5432 dbname=app sslmode=require",
+        "host=a.invalid,b.invalid port=5432,5433 hostaddr=10.0.0.1,10.0.0.2 dbname=app",
+        "postgresql:///app?host=/run/postgresql&gssencmode=disable&channel_binding=prefer",
+    ],
+)
+def test_good_option_values_pass_the_check(spec: str) -> None:
+    assert check_spec(spec) == spec
+
+
 def test_a_spec_of_the_wrong_type_is_refused() -> None:
     with pytest.raises(StoreSpecError, match=r"must be a string or a path.*int 5432"):
         check_spec(5432)  # type: ignore[arg-type]

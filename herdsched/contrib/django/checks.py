@@ -5,12 +5,15 @@ builds the scheduler. Ids: ``herdsched.E001`` the setting is not a dict, ``E002`
 ``E003`` the fleet file is missing or invalid, ``E004`` the state directory is unusable,
 ``E005`` ``AUTH`` cannot be imported or is not callable, ``E006`` ``MAX_BODY_BYTES`` is not a
 positive integer, ``E007`` ``SCHEDULER`` cannot be imported, is not a scheduler or comes with
-settings it would ignore, ``E008`` ``STORE`` names no store
-or is given with ``STATE_DIR``, ``E009`` ``STORE`` ``"django:<alias>"`` names no database of
-``settings.DATABASES``, ``E010`` that database is not PostgreSQL (or its settings cannot make a
-connection string), ``E011`` ``NAMESPACE`` is not a non-empty string or has no database store,
-``E012`` ``AUTOSTART`` is not ``True`` or ``False``, ``E013`` ``TIMEZONE`` names no time zone.
-The checks ask the functions the scheduler's start-up asks, so the two cannot disagree.
+settings it would ignore, ``E008`` ``STORE`` names no store or is given with ``STATE_DIR``,
+``E009`` ``STORE`` ``"django:<alias>"`` names no database of ``settings.DATABASES``, ``E010``
+that database is not PostgreSQL (or its settings cannot make a connection string libpq takes),
+``E011`` ``NAMESPACE`` is not a non-empty string or has no database store, ``E012``
+``AUTOSTART`` is not ``True`` or ``False``, ``E013`` ``TIMEZONE`` names no time zone.
+The checks ask the functions the scheduler's start-up asks, so the two cannot disagree. None
+connects to the database: an option value libpq refuses only when it connects (``sslmode=bogus``)
+is found by a connection started towards a local socket that cannot exist
+(:func:`herdsched.store.spec.check_spec`).
 """
 
 from __future__ import annotations
@@ -169,10 +172,12 @@ def _store(store: Any, state_dir: Any) -> list[CheckMessage]:
             return [Error(f"HERDSCHED['STORE']: {exc}", id="herdsched.E008")]
         return []
     try:
-        database_dsn(alias)
+        check_spec(database_dsn(alias))  # as the scheduler's start-up reads it
     except DjangoDatabaseError as exc:
         check_id = "herdsched.E009" if exc.reason == "missing" else "herdsched.E010"
         return [Error(str(exc), id=check_id)]
+    except StoreSpecError as exc:  # an option value libpq refuses (sslmode)
+        return [Error(f"HERDSCHED['STORE'] {store}: {exc}", id="herdsched.E010")]
     except SchedulerError as exc:  # psycopg is missing
         return [Error(str(exc), id="herdsched.E010")]
     return []

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from herdsched.errors import StateError, StoreSpecError
@@ -59,6 +60,9 @@ _FATAL_HINTS = (
 )
 #: libpq's words for an option value it refuses before connecting (``sslmode=bogus``).
 _BAD_OPTION = re.compile(r'invalid [\w ]+ value(: "| "[^"]*" for connection option)')
+#: A socket directory that cannot exist (a path below a file): a connection started towards
+#: it fails at once, without a name resolved or a packet sent.
+_NOWHERE = "/dev/null/herdsched-dsn-check"
 
 
 def _forget_in_child() -> None:  # pragma: no cover - runs in forked children
@@ -105,7 +109,8 @@ _HINTS: dict[type[Exception], str] = {
 
 def dsn_problem(dsn: str) -> str | None:
     """Why libpq cannot read ``dsn`` (password masked), or ``None``: an unknown option, a
-    malformed URL, a port that is not a number from 1 to 65535."""
+    malformed URL, a port that is not a number from 1 to 65535, an option value libpq refuses
+    (``sslmode=bogus``)."""
     authority = dsn.split("?", 1)[0]
     if authority.startswith(("postgresql://", "postgres://")) and authority.count("@") > 1:
         # libpq would split the password at its first "@" and show the rest as host and port
@@ -122,12 +127,38 @@ def dsn_problem(dsn: str) -> str | None:
         ports = str(parts.get("port") or "").split(",")  # one per host; empty: the default
         bad = [port for port in ports if port and not (port.isdigit() and 0 < int(port) < 65536)]
         if not bad:
-            return None
+            refused = _refused_option(parts)
+            if refused is None:
+                return None
+            words = " ".join(hide_passwords_of(dsn, refused).split())
+            return f"The PostgreSQL store's DSN {mask_password(dsn)!r} is not valid: {words}"
         why = f"port {bad[0]!r} is not a number from 1 to 65535"
     return (
         f"The PostgreSQL store's DSN {mask_password(dsn)!r} is not valid: {why}; give a URL "
         "such as postgresql://user@host:5432/dbname"
     )
+
+
+def _refused_option(parts: dict[str, Any]) -> str | None:
+    """libpq's words for an option value it refuses (``sslmode=bogus``), or ``None``.
+
+    Parsing a DSN checks no value: libpq checks them when a connection starts, so one is
+    started with the same options towards a socket directory that cannot exist. libpq refuses
+    a bad value first; otherwise the attempt fails at once at the missing socket, without the
+    network, and is dropped. A check (``manage.py check``, an app loading, the command line)
+    so refuses what the store's first connection would, by libpq's own rules, without a
+    server."""
+    hosts = max(len(str(parts.get(key) or "").split(",")) for key in ("host", "hostaddr"))
+    local = {key: value for key, value in parts.items() if key != "password"}
+    # hostaddr '' also keeps PGHOSTADDR out; no password file is read for a socket never reached
+    local.update(host=",".join([_NOWHERE] * hosts), hostaddr="", passfile=_NOWHERE)
+    attempt = pq.PGconn.connect_start(make_conninfo("", **local).encode())
+    try:
+        text = attempt.error_message.decode(errors="replace")
+    finally:
+        attempt.finish()
+    bad = _BAD_OPTION.search(text)
+    return None if bad is None else text[bad.start() :].splitlines()[0]
 
 
 def describe_dsn(dsn: str) -> str:
