@@ -842,6 +842,26 @@ class RestApi:
         return ApiResponse(200, {"deleted": {"agent": agent, "name": name}})
 
     def _put(self, agent: str, name: str, data: dict[str, Any], caller: str | None) -> ApiResponse:
+        """Create or replace. A schedule another request removed while the PUT ran (between
+        its read and its write, whose compare-and-set then finds the definition gone, or
+        before its answer) is created by a second try, 201: a PUT never says "not found"
+        about the schedule it makes. Removed again meanwhile, it is a 409 to try again."""
+        try:
+            return self._put_once(agent, name, data, caller)
+        except ScheduleNotFoundError:
+            pass  # removed meanwhile: the second try finds it gone and creates it
+        try:
+            return self._put_once(agent, name, data, caller)
+        except ScheduleNotFoundError:
+            raise ConflictError(
+                f"{agent}/{name} was removed by other requests twice while this PUT ran: try again",
+                agent,
+                name,
+            ) from None
+
+    def _put_once(
+        self, agent: str, name: str, data: dict[str, Any], caller: str | None
+    ) -> ApiResponse:
         scheduler = self.scheduler
         self._sync()
         scheduler.get_agent(agent)  # 404 before validating the body

@@ -6,6 +6,7 @@ import json
 import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -366,6 +367,69 @@ def test_put_too_short_interval_names_the_field(clock: FakeClock, jobs: Jobs) ->
     status, body = call(RestApi(sched), "PUT", "/api/schedule/a/fast", {"interval": "10s"})
     assert status == 400
     assert_error(body, "interval", "min_interval")
+
+
+class _DeletedMeanwhile:
+    """Two web workers on one state directory: ``deleting`` removes triage/new through its
+    REST API each time ``putting``'s store writes a definition, ``before`` or after the write
+    (``times`` at most), as a DELETE on another host landing inside a PUT."""
+
+    path = "/api/schedule/triage/new"
+
+    def __init__(self, state_dir: Path, clock: FakeClock, jobs: Jobs) -> None:
+        self.schedulers = [ThreadedScheduler(state_dir=state_dir, clock=clock) for _ in "12"]
+        for scheduler in self.schedulers:
+            scheduler.add_agent(Agent("triage", job=jobs.quick))
+        self.deleting, self.putting = (RestApi(s) for s in self.schedulers)
+        self.deletes: list[int] = []
+        assert (
+            call(self.deleting, "PUT", self.path, {"type": "cron", "cron": "0 0 1 1 *"})[0] == 201
+        )
+        assert call(self.putting, "GET", self.path)[1]["type"] == "cron"
+
+    def delete_inside_writes(
+        self, monkeypatch: pytest.MonkeyPatch, *, before: bool, times: int
+    ) -> None:
+        store = self.schedulers[1].store
+        write = store.save_definition
+
+        def delete_meanwhile(*args: Any, **kwargs: Any) -> None:
+            if not before:
+                write(*args, **kwargs)
+            if len(self.deletes) < times:
+                self.deletes.append(call(self.deleting, "DELETE", self.path)[0])
+            if before:
+                write(*args, **kwargs)
+
+        monkeypatch.setattr(store, "save_definition", delete_meanwhile)
+
+
+@pytest.mark.parametrize("before", [True, False], ids=["before-its-write", "after-its-write"])
+def test_a_put_racing_a_delete_in_another_process_creates_the_schedule(
+    tmp_path: Path, clock: FakeClock, jobs: Jobs, monkeypatch: pytest.MonkeyPatch, before: bool
+) -> None:
+    """PUT is create or replace: a schedule another process removes while the PUT runs (its
+    store write then finds the definition gone, or its answer the schedule) is created, 201,
+    never a 404 saying there is no such schedule."""
+    race = _DeletedMeanwhile(tmp_path, clock, jobs)
+    race.delete_inside_writes(monkeypatch, before=before, times=1)
+    body = {"type": "interval", "interval": "1h", "prompt": "F"}
+    status, answer = call(race.putting, "PUT", race.path, body)
+    assert race.deletes == [200]
+    assert (status, answer.get("type"), answer.get("prompt")) == (201, "interval", "F"), answer
+    assert call(race.deleting, "GET", race.path)[1]["type"] == "interval"  # for every process
+
+
+def test_a_put_whose_schedule_is_removed_at_each_try_is_a_409_to_try_again(
+    tmp_path: Path, clock: FakeClock, jobs: Jobs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    race = _DeletedMeanwhile(tmp_path, clock, jobs)
+    race.delete_inside_writes(monkeypatch, before=False, times=2)
+    status, answer = call(race.putting, "PUT", race.path, {"interval": "1h"})
+    assert race.deletes == [200, 200]  # after the replacement, then after the creation
+    assert status == 409
+    assert_error(answer, text="triage/new was removed by other requests twice while this PUT ran")
+    assert call(race.deleting, "GET", race.path)[0] == 404
 
 
 def test_put_on_unknown_agent_is_404(api: RestApi) -> None:
