@@ -796,6 +796,7 @@ def test_system_checks_report_every_settings_problem(tmp_path: Path) -> None:
         ({"TIMEZONE": 5}, "herdsched.E013", "time zone must be an IANA name"),
         ({"LEASE_TTL": "soon"}, "herdsched.E014", "LEASE_TTL'] must be a positive number of"),
         ({"LEASE_TTL": 0}, "herdsched.E014", "LEASE_TTL'] must be a positive number of seconds"),
+        ({"REQUEST_TIMEOUT": "soon"}, "herdsched.E015", "TIMEOUT'] must be a positive number"),
         (
             {"SCHEDULER": "herdsched.api:ADMIN"},
             "herdsched.E007",
@@ -846,6 +847,17 @@ def test_head_is_answered_like_get(client: Client) -> None:
         assert response.status_code == 200, (url, response.content)
         assert response.content == b""
     assert client.head(f"{API}/schedule/triage/check/run").status_code == 405
+
+
+def test_the_request_timeout_setting_bounds_the_apis_store_calls(sched: ThreadedScheduler) -> None:
+    value = {"SCHEDULER": sched, "AUTOSTART": False}
+    with override_settings(HERDSCHED={**value, "REQUEST_TIMEOUT": "5s"}):
+        assert Client().get(f"{API}/status").status_code == 200
+        assert integration._process.api is not None
+        assert integration._process.api.request_timeout == 5.0
+    with override_settings(HERDSCHED=value):
+        assert Client().get(f"{API}/status").status_code == 200
+        assert integration._process.api.request_timeout == 20.0
 
 
 def test_a_body_over_djangos_own_limit_gets_the_apis_413_or_is_read(

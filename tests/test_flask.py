@@ -22,6 +22,7 @@ from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo  # noqa: E
 from herdsched.api import ADMIN, ALLOW_ANYONE  # noqa: E402
 from herdsched.contrib import AUTH_FAILED  # noqa: E402
 from herdsched.contrib.flask import (  # noqa: E402
+    EXTENSION_KEY,
     get_scheduler,
     init_app,
     reloader_watcher,
@@ -367,6 +368,16 @@ def test_body_limit_is_413_and_configurable(sched: ThreadedScheduler) -> None:
     assert client.get(f"{API}/schedule/triage/big").status_code == 404
     body["prompt"] = "x" * 100
     assert client.put(f"{API}/schedule/triage/big", json=body).status_code == 201
+
+
+def test_the_request_timeout_setting_bounds_the_apis_store_calls(sched: ThreadedScheduler) -> None:
+    app = Flask("bounded")
+    app.config["HERDSCHED_REQUEST_TIMEOUT"] = "5s"  # as an environment variable gives it
+    init_app(app, sched)
+    assert app.extensions[EXTENSION_KEY].api.request_timeout == 5.0
+    other = Flask("default")
+    init_app(other, sched)
+    assert other.extensions[EXTENSION_KEY].api.request_timeout == 20.0
 
 
 def test_head_is_answered_like_get(client: FlaskClient) -> None:

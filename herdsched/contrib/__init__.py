@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 import attrs
 
-from herdsched.api import MAX_BODY_BYTES
+from herdsched.api import MAX_BODY_BYTES, REQUEST_TIMEOUT
 from herdsched.cadence import parse_interval
 from herdsched.config import STORE_FIELDS, load_fleet
 from herdsched.errors import ConfigError, SchedulerError, StateError
@@ -79,12 +79,14 @@ SETTINGS_KEYS: Mapping[str, str] = {
     "AUTH": "callable(request) -> owner name, herdsched.api.ADMIN, or None for 401 (without "
     "it the API is read-only; herdsched.api.ALLOW_ANYONE opens writes to everyone)",
     "MAX_BODY_BYTES": "largest request body the API accepts (default 64 KiB; 413 above)",
+    "REQUEST_TIMEOUT": "seconds the state store's calls of one web request may take together "
+    "(default 20, below gunicorn's 30 s worker timeout; 503 past it)",
     "SCHEDULER": "a ThreadedScheduler, or its import path ('myapp.jobs:scheduler'), instead "
     "of STATE_DIR/FLEET_FILE/TIMEZONE",
 }
 _BUILD_KEYS = ("STATE_DIR", "STORE", "NAMESPACE", "LEASE_TTL", "FLEET_FILE", "TIMEZONE")
 #: Keys the web adapters read themselves (not used to build the scheduler).
-ADAPTER_KEYS = ("AUTOSTART", "AUTH", "MAX_BODY_BYTES")
+ADAPTER_KEYS = ("AUTOSTART", "AUTH", "MAX_BODY_BYTES", "REQUEST_TIMEOUT")
 
 #: How long a pre-fork master waits for running jobs before handing the scheduler to workers.
 HANDOVER_TIMEOUT = 30.0
@@ -506,6 +508,12 @@ def lease_ttl_setting(value: Any, *, what: str) -> float:
             f'{what} must be a positive number of seconds or a duration such as "15s", got '
             f"{value!r}"
         ) from exc
+
+
+def request_timeout_setting(value: Any, *, what: str) -> float:
+    """The ``REQUEST_TIMEOUT`` setting as seconds (unset: :data:`~herdsched.api.REQUEST_TIMEOUT`),
+    read as ``LEASE_TTL`` is."""
+    return REQUEST_TIMEOUT if value is None else lease_ttl_setting(value, what=what)
 
 
 def setting_name(source: str, key: str) -> str:

@@ -12,7 +12,8 @@
 
 Keys read from ``app.config`` when no scheduler is given: ``HERDSCHED_STATE_DIR``,
 ``HERDSCHED_FLEET_FILE``, ``HERDSCHED_TIMEZONE``; always: ``HERDSCHED_AUTOSTART`` (default
-true), ``HERDSCHED_AUTH`` (used when ``auth`` is not given) and ``HERDSCHED_MAX_BODY_BYTES``.
+true), ``HERDSCHED_AUTH`` (used when ``auth`` is not given), ``HERDSCHED_MAX_BODY_BYTES`` and
+``HERDSCHED_REQUEST_TIMEOUT``.
 
 Secure by default: without ``auth`` the API answers reads and refuses every write with 403;
 ``auth=herdsched.api.ALLOW_ANYONE`` opens it to everyone explicitly.
@@ -47,6 +48,7 @@ import attrs
 from flask import Blueprint, Flask, Request, Response, jsonify, request
 
 from herdsched.api import (
+    REQUEST_TIMEOUT,
     ApiResponse,
     RestApi,
     body_too_large,
@@ -63,6 +65,7 @@ from herdsched.contrib import (
     body_limit_setting,
     call_auth,
     flag_setting,
+    request_timeout_setting,
     retry_delay,
     scheduler_from_settings,
 )
@@ -101,6 +104,7 @@ class FlaskHerdsched:
     url_prefix: str
     auth: AuthFunc | None
     max_body_bytes: int
+    request_timeout: float = REQUEST_TIMEOUT
     build: Callable[[], ThreadedScheduler] | None = None  # set while the scheduler waits
     autostart: bool = True
     failure: StateError | None = None  # why the last set-up failed
@@ -110,7 +114,9 @@ class FlaskHerdsched:
 
     def adopt(self, scheduler: ThreadedScheduler) -> EmbeddedScheduler:
         """Serve ``scheduler``: the API and the page are bound to it from now on."""
-        self.api = RestApi(scheduler, max_body_bytes=self.max_body_bytes)
+        self.api = RestApi(
+            scheduler, max_body_bytes=self.max_body_bytes, request_timeout=self.request_timeout
+        )
         self.embedded = embedded = EmbeddedScheduler(scheduler)
         self.scheduler = scheduler
         self.build = None
@@ -202,6 +208,9 @@ def init_app(
     autostart = flag_setting(settings.pop("AUTOSTART", True), what="HERDSCHED_AUTOSTART")
     configured_auth = settings.pop("AUTH", None)
     configured_limit = settings.pop("MAX_BODY_BYTES", None)
+    timeout = request_timeout_setting(
+        settings.pop("REQUEST_TIMEOUT", None), what="HERDSCHED_REQUEST_TIMEOUT"
+    )
     if auth is not None:
         auth = auth_setting(auth, what="init_app(auth=...)")
     else:
@@ -215,7 +224,9 @@ def init_app(
         ignored = ", ".join(_CONFIG_PREFIX + key for key in sorted(settings))
         _log.warning("%s ignored: init_app() was given a scheduler", ignored)
     prefix = "/" + url_prefix.strip("/") if url_prefix.strip("/") else ""
-    ext = FlaskHerdsched(None, None, None, prefix, auth, max_body_bytes=limit)
+    ext = FlaskHerdsched(
+        None, None, None, prefix, auth, max_body_bytes=limit, request_timeout=timeout
+    )
     ext.autostart = autostart and not reloader_watcher()
     if autostart and not ext.autostart:
         _log.info("herdsched not started in the reloader's watcher pid %s", os.getpid())

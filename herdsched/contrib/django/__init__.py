@@ -55,6 +55,7 @@ from herdsched.contrib import (
     auth_setting,
     body_limit_setting,
     flag_setting,
+    request_timeout_setting,
     retry_delay,
     scheduler_from_settings,
 )
@@ -108,6 +109,9 @@ def get_embedded() -> EmbeddedScheduler:
             limit = body_limit_setting(
                 settings.get("MAX_BODY_BYTES"), what="HERDSCHED['MAX_BODY_BYTES']"
             )
+            timeout = request_timeout_setting(
+                settings.get("REQUEST_TIMEOUT"), what="HERDSCHED['REQUEST_TIMEOUT']"
+            )
             for key in ADAPTER_KEYS:
                 settings.pop(key, None)
             if settings.get("STORE") is not None:
@@ -116,7 +120,7 @@ def get_embedded() -> EmbeddedScheduler:
                 settings, source="settings.HERDSCHED", wrap_job=with_db_connections
             )
             _process.embedded = EmbeddedScheduler(scheduler)
-            _process.api = RestApi(scheduler, max_body_bytes=limit)
+            _process.api = RestApi(scheduler, max_body_bytes=limit, request_timeout=timeout)
         return _process.embedded
 
 

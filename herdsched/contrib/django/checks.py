@@ -9,7 +9,8 @@ settings it would ignore, ``E008`` ``STORE`` names no store or is given with ``S
 ``E009`` ``STORE`` ``"django:<alias>"`` names no database of ``settings.DATABASES``, ``E010``
 that database is not PostgreSQL (or its settings cannot make a connection string libpq takes),
 ``E011`` ``NAMESPACE`` is not a non-empty string or has no database store, ``E012``
-``AUTOSTART`` is not ``True`` or ``False``, ``E013`` ``TIMEZONE`` names no time zone.
+``AUTOSTART`` is not ``True`` or ``False``, ``E013`` ``TIMEZONE`` names no time zone,
+``E014`` ``LEASE_TTL`` and ``E015`` ``REQUEST_TIMEOUT`` are no positive number of seconds.
 The checks ask the functions the scheduler's start-up asks, so the two cannot disagree. None
 connects to the database: an option value libpq refuses only when it connects (``sslmode=bogus``)
 is found by a connection started towards a local socket that cannot exist
@@ -34,6 +35,7 @@ from herdsched.contrib import (
     fleet_file_setting,
     given_scheduler,
     lease_ttl_setting,
+    request_timeout_setting,
     state_dir_setting,
     timezone_setting,
 )
@@ -82,6 +84,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     if value.get("TIMEZONE") is not None:
         problems += _as_check(timezone_setting, value["TIMEZONE"], "TIMEZONE", "herdsched.E013")
     problems += _body_limit(value.get("MAX_BODY_BYTES"))
+    if value.get("REQUEST_TIMEOUT") is not None:
+        problems += _as_check(
+            request_timeout_setting, value["REQUEST_TIMEOUT"], "REQUEST_TIMEOUT", "herdsched.E015"
+        )
     problems += _as_check(flag_setting, value.get("AUTOSTART", True), "AUTOSTART", "herdsched.E012")
     return problems
 
