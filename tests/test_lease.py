@@ -322,6 +322,73 @@ def test_yaml_a_stale_leaders_history_only_commit_is_refused(
     assert not (tmp_path / "history").exists()
 
 
+@pytest.mark.parametrize(
+    ("failing", "dropped"),
+    [
+        ("herdsched.store.document.atomic_write", "1 schedule transition(s) and 0 run record(s)"),
+        ("_append_file", "0 schedule transition(s) and 1 run record(s)"),
+    ],
+)
+def test_yaml_a_group_commit_that_fails_after_its_lease_was_given_up_is_not_tried_again(
+    failing: str,
+    dropped: str,
+    yaml_stores: Callable[[], YamlStateStore],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The bug (as on PostgreSQL before): a group commit was writing state.yaml or the history
+    when the scheduler stepped down and gave the lease up; the write then failed and put what
+    it had taken back, to be written once the process led again: an outcome of the old lease
+    setting the schedule back. A write that fails after its lease was given up drops its work."""
+    store = yaml_stores()
+    lease = store.acquire_lease("me", TTL)
+    assert lease is not None
+    if failing.endswith("atomic_write"):  # the history is not reached then
+        store.record_transition("a", "s", last_error="from the old lease")
+    else:
+        store.append_run(
+            RunRecord(
+                run_id="x",
+                agent="a",
+                schedule="s",
+                trigger_type=TriggerType.INTERVAL,
+                status=RunStatus.SUCCESS,
+            )
+        )
+    leases = store._leases  # type: ignore[attr-defined]
+    locked = leases._locked
+    forgotten = threading.Event()
+    releaser = threading.Thread(target=store.release_lease, args=(lease,))
+
+    def noting_the_release(*, shared: bool, timeout: float) -> Any:
+        if not shared:  # the release forgot the lease; it waits for the write's fence
+            forgotten.set()
+        return locked(shared=shared, timeout=timeout)
+
+    def stepped_down_meanwhile(*args: object, **kwargs: object) -> Any:
+        releaser.start()
+        assert forgotten.wait(10)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(leases, "_locked", noting_the_release)
+    if failing == "_append_file":
+        monkeypatch.setattr(store._history, failing, stepped_down_meanwhile)  # type: ignore[attr-defined]
+    else:
+        monkeypatch.setattr(failing, stepped_down_meanwhile)
+    with caplog.at_level(logging.WARNING, logger="herdsched"), pytest.raises(StateError):
+        store.flush()
+    releaser.join(10)
+    monkeypatch.undo()
+    assert store.acquire_lease("me", TTL) is not None  # it leads again
+    store.flush()
+    other = YamlStateStore(tmp_path)
+    assert other.get_history("a", "s") == []
+    assert other.get_schedule_state("a", "s").last_error is None
+    other.close()
+    assert f"{dropped} of {tmp_path} were not written" in caplog.text
+
+
 def test_yaml_user_intent_still_works_in_a_process_that_lost_the_lease(
     clock: FakeClock, yaml_stores: Callable[[], YamlStateStore]
 ) -> None:

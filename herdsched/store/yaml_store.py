@@ -330,7 +330,10 @@ class YamlStateStore:
                 self._codec.written(new_disk)
                 self._claims.drop_through(claimed_through)
             except BaseException:
-                with self._mem:
+                if self._given_up():
+                    self._drop_lost_work(states=len(taken))
+                    raise
+                with self._mem:  # to be tried again
                     for key, patch in taken.items():
                         self._pending[key] = {**patch, **self._pending.get(key, {})}
                 raise
@@ -462,13 +465,13 @@ class YamlStateStore:
                 if runs:
                     self._ensure_dir()
                 self._history.append(runs)
-            except HistoryWriteError as exc:  # the files written before it keep theirs
-                with self._mem:
-                    self._pending_runs = exc.unwritten + self._pending_runs
-                raise
-            except BaseException:
-                with self._mem:
-                    self._pending_runs = runs + self._pending_runs
+            except BaseException as exc:  # the files written before a HistoryWriteError keep theirs
+                unwritten = exc.unwritten if isinstance(exc, HistoryWriteError) else runs
+                if self._given_up():
+                    self._drop_lost_work(runs=len(unwritten))
+                    raise
+                with self._mem:  # to be tried again
+                    self._pending_runs = unwritten + self._pending_runs
                 raise
         with self._mem:
             self._settle()
@@ -495,12 +498,20 @@ class YamlStateStore:
             self._drop_lost_work()
             raise
 
-    def _drop_lost_work(self) -> None:
-        """Forget pending transitions and run records: they belong to a lease that is gone,
-        and the scheduler that holds it now decides what happened to those runs."""
+    def _given_up(self) -> bool:
+        """Whether the lease this store handed out was given up or lost (say, while a write
+        that then failed was under way): the work of a failed write is then not tried again,
+        since a later lease of this process would write an old outcome over newer runs."""
+        return self._leases.fenced and self._leases.held is None
+
+    def _drop_lost_work(self, *, states: int = 0, runs: int = 0) -> None:
+        """Forget pending transitions and run records (and ``states`` and ``runs`` that a
+        failed write took from them): they belong to a lease that is gone, and the scheduler
+        that holds it now decides what happened to those runs."""
         self._claims.owned = False  # the new holder's recovery owns the journal now
         with self._mem:
-            states, runs = len(self._pending), len(self._pending_runs)
+            states += len(self._pending)
+            runs += len(self._pending_runs)
             self._pending, self._pending_runs = {}, []
             self._settle()
             self._view = {agent: dict(view) for agent, view in self._disk.states.items()}
