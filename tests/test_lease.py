@@ -488,6 +488,51 @@ def test_failed_renewals_are_logged_every_ten_seconds_not_every_retry(
     assert "within 20 s" in told[0] and "within 10 s" in told[1] and "within 20 s" in told[2]
 
 
+class RenewalsWaitAndFail(MemoryStateStore):
+    """A store whose renewals wait ``waits`` seconds of the clock (a server that does not
+    answer until a timeout), then fail; ``None``: they work."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock=clock)
+        self.fake_clock = clock
+        self.waits: float | None = None
+
+    def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        if self.waits is None:
+            return super().renew_lease(lease, ttl)
+        self.fake_clock.advance(self.waits)
+        raise StateError("the store did not answer")
+
+
+def test_a_renewal_that_waited_is_told_with_the_time_left_after_it_and_past_the_deadline_steps_down(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The bug (seen by a probe): the time left was counted from when the failed renewal was
+    asked for, so a renewal that waited logged "stops dispatching unless a renewal succeeds
+    within 6.67 s" 5 s after the deadline had passed, and led on past it. The heartbeat is
+    driven here without the timer thread, which the waiting renewal's clock would wake."""
+    store = RenewalsWaitAndFail(clock)
+    sched = ThreadedScheduler(state_dir=None, store=store, clock=clock, lease_ttl=TTL)
+    leadership = sched._leadership
+    with sched._core.lock:
+        assert leadership.try_lead()  # it leads: the deadline is 30 s on
+    with caplog.at_level(logging.WARNING, logger="herdsched"):
+        store.waits = 5
+        clock.advance(TTL / 3)
+        assert leadership.heartbeat()  # the renewal asked at 10 s fails at 15 s
+        assert sched.status == "running"
+        store.waits = 10
+        clock.advance(8)
+        assert not leadership.heartbeat()  # the retry asked at 23 s fails at 33 s
+        assert sched.status == "standby"
+    told = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(told) == 2, told
+    assert "Unless a renewal succeeds within 15 s this scheduler stops dispatching." in told[0]
+    assert told[1].startswith("This scheduler lost the lead of")
+    assert "the lease could not be renewed within lease_ttl=30 s" in told[1]
+    assert "It dispatches nothing more" in told[1]
+
+
 def test_the_timer_wakes_for_the_heartbeat(clock: FakeClock) -> None:
     sched = ThreadedScheduler(state_dir=None, clock=clock, lease_ttl=TTL, max_sleep=3600)
     sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1h")}))

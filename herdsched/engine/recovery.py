@@ -146,7 +146,8 @@ class Leadership:
         """Renew the lease when due (timer thread); ``False`` once this scheduler stepped down.
 
         A refused renewal (another holder) steps down at once; a failed one (the store is
-        unreachable) is retried until the monotonic deadline, then steps down too.
+        unreachable) is retried until the monotonic deadline, then steps down too: also when
+        the failed renewal itself waited past it, so that no warning names time that is gone.
         """
         lease = self.lease
         if lease is None:
@@ -161,18 +162,19 @@ class Leadership:
             self.step_down(exc)
             return False
         except Exception as exc:
-            if asked_at >= self._deadline:
+            failed_at = core.clock.monotonic()  # a renewal that waited may end past the deadline
+            if failed_at >= self._deadline:
                 reason = f"the lease could not be renewed within lease_ttl={self.ttl:g} s ({exc})"
                 self.step_down(StateError(reason, cause=exc))
                 return False
-            if self._warned_at is None or asked_at - self._warned_at >= _RENEW_WARN_EVERY:
-                self._warned_at = asked_at
+            if self._warned_at is None or failed_at - self._warned_at >= _RENEW_WARN_EVERY:
+                self._warned_at = failed_at
                 core.log.warning(
                     "Could not renew the scheduler lease (%s); retrying every %.3g s. Unless a "
                     "renewal succeeds within %.3g s this scheduler stops dispatching.",
                     exc,
                     _RENEW_RETRY,
-                    self._deadline - asked_at,
+                    self._deadline - failed_at,
                 )
             self._renew_at = asked_at + _RENEW_RETRY
             return True
