@@ -74,6 +74,7 @@ from herdsched.notify import Notification
 from herdsched.stats import RunStats, compute_run_stats
 from herdsched.stop_signals import StopSignals
 from herdsched.store.base import StateStore
+from herdsched.store.deadline import held
 from herdsched.store.memory import MemoryStateStore
 from herdsched.store.runs import history_with_requests
 from herdsched.store.usable import check_state_dir
@@ -709,7 +710,7 @@ class ThreadedScheduler:
     def get_schedule(self, agent: str, name: str) -> Schedule:
         """The current definition of one schedule (:class:`ScheduleNotFoundError` if none)."""
         self.refresh()
-        with self._core.lock:
+        with held(self._core.lock, f"read the schedule {agent}/{name}"):
             return self._core.require_entry(agent, name).schedule
 
     def history(self, agent: str, schedule: str | None = None, limit: int = 20) -> list[RunRecord]:
@@ -767,7 +768,7 @@ class ThreadedScheduler:
         self.refresh()
         rejected = core.store_call(core.store.rejected_definitions) or []
         leader = self._leadership.holder()  # not under the lock: the store may be slow to answer
-        with core.lock:
+        with held(core.lock, "read the schedules' status"):
             now = self.clock.now()
             items = [schedule_status(core, entry, now) for entry in core.entries.values()]
             return SchedulerStatus(

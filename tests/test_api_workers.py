@@ -254,3 +254,38 @@ def test_a_stopped_web_process_queues_runs_for_the_scheduler_process(tmp_path: P
         assert call(web, "GET", "/api/status")[1]["status"] == "stopped"
     finally:
         runner.stop(timeout=10)
+
+
+def test_a_request_answers_in_time_while_the_standbys_try_to_lead_waits_for_the_store(
+    pair: Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bug (a partition probe): a standby tries to take the lease holding the engine's
+    lock, and on a host cut off from its database that try waited up to 10 s to connect;
+    every request of the worker waited for the lock without bound, after its own store calls
+    had given up at the request's deadline, so gunicorn killed the worker. The request now
+    waits for the lock no longer than its deadline and answers 503."""
+    _, standby, _ = pair
+    trying, release = threading.Event(), threading.Event()
+
+    def unanswered(holder: str, ttl: float) -> None:
+        trying.set()
+        release.wait(30)
+
+    monkeypatch.setattr(standby.store, "acquire_lease", unanswered)
+    answers: list[tuple[int, dict[str, Any]]] = []
+    api = RestApi(standby, request_timeout=1)
+    asking = threading.Thread(
+        target=lambda: answers.append(api.handle("GET", "/api/schedule/triage/check"))
+    )
+    try:
+        assert trying.wait(10)  # the standby's timer holds the lock in its try
+        asking.start()
+        asking.join(10)  # before: until the try returned
+        assert not asking.is_alive()
+    finally:
+        release.set()
+        asking.join(10)
+    ((status, body),) = answers
+    assert status == 503
+    assert "within the request's 1 s" in body["error"]
+    assert call(standby, "GET", "/api/schedule/triage/check")[0] == 200  # the lock is free again

@@ -24,6 +24,7 @@ from herdsched.engine.recovery import plan_resumed
 from herdsched.engine.registry import DefinitionCodec, drop_entry, install_entry, stored_definitions
 from herdsched.engine.requests import RunRequests
 from herdsched.models import Status
+from herdsched.store.deadline import held
 
 __all__ = ["OtherProcesses"]
 
@@ -49,7 +50,7 @@ class OtherProcesses:
         if not core.leading:
             self.refresh_view()
             return
-        with core.changes:
+        with held(core.changes, "take in what other processes wrote"):
             try:
                 changed = core.store.refresh()
             except Exception as exc:
@@ -69,7 +70,7 @@ class OtherProcesses:
         (a web request while the timer polls) that found nothing new must wait until the
         first has applied what it found, or it would answer from the view before it."""
         core = self.core
-        with core.changes:
+        with held(core.changes, "take in what other processes wrote"):
             try:
                 if not (core.store.refresh() or core.unadopted):
                     return

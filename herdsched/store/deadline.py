@@ -6,7 +6,10 @@ bounded on its own (``connect_timeout`` to connect, a lease's length to answer),
 off from its database the calls of one request added up to 45 s: past gunicorn's default 30 s
 worker timeout, which kills the worker, and long after the client gave up. Inside
 :func:`answer_within` every store call shares one deadline: a call still unanswered at the
-deadline is cut, and the calls after it fail at once, so the request answers 503 in time.
+deadline is cut, and the calls after it fail at once, so the request answers 503 in time. The
+engine's locks a request takes first (:func:`held`) are waited for no longer either: the
+scheduler's own threads may hold them through a store call of their own (a standby trying to
+take the lease), which has only its own bound.
 
 The deadline lives in a context variable: it follows the request's thread and nothing else, so
 the scheduler's own threads (timer, flusher) keep their own bounds.
@@ -16,10 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import threading
 import time
 from collections.abc import Iterator
 
-__all__ = ["Deadline", "answer_within", "current_deadline"]
+from herdsched.errors import StateError
+
+__all__ = ["Deadline", "answer_within", "current_deadline", "held"]
 
 
 class Deadline:
@@ -59,3 +65,25 @@ def answer_within(seconds: float | None) -> Iterator[None]:
         yield
     finally:
         _deadline.reset(token)
+
+
+@contextlib.contextmanager
+def held(lock: threading.RLock, doing: str) -> Iterator[None]:
+    """Hold ``lock`` for the block; inside :func:`answer_within` wait for it no longer than
+    the deadline, then raise a :class:`StateError` saying what could not be done (``doing``).
+
+    Only for a lock a request takes before it changes anything, so that giving up leaves
+    nothing half done."""
+    deadline = _deadline.get()
+    if deadline is None:
+        lock.acquire()
+    elif not lock.acquire(timeout=max(0.0, deadline.left())):
+        raise StateError(
+            f"Could not {doing} within the request's {deadline.seconds:g} s: this process is "
+            "still waiting for its state store (a network cut, or a stopped server?); try "
+            "again later"
+        )
+    try:
+        yield
+    finally:
+        lock.release()
