@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scheduler_helpers import Blocker, Recorder, wait_until
+from scheduler_helpers import Blocker, Recorder
 
 import herdsched.events as ev
 from herdsched import Agent, RunStatus, Schedule, Status, ThreadedScheduler
@@ -284,93 +284,6 @@ def test_a_namesake_added_while_the_old_run_runs_does_not_take_its_outcome(
         assert (status.status, status.next_run_at) == (Status.IDLE, T0 + timedelta(hours=3))
     records = store.get_history("bot", "brief")
     assert [(r.run_id, r.status) for r in records] == [(run_id, RunStatus.FAILED)]
-
-
-def _bot_with(store: StateStore, clock: FakeClock, job: Any, **settings: Any) -> ThreadedScheduler:
-    """A scheduler of agent ``bot`` running ``job``, with no schedule of its own."""
-    sched = ThreadedScheduler(store=store, clock=clock, timezone="UTC", **settings)
-    sched.add_agent(Agent("bot", job=job, schedules={}))
-    return sched
-
-
-@pytest.mark.parametrize("again", ["same", "cron"])
-def test_a_namesake_created_in_another_process_while_the_old_run_runs_does_not_take_its_outcome(
-    store_factory: Callable[[], StateStore], clock: FakeClock, again: str
-) -> None:
-    """A web worker (or ``herdsched``, or a second scheduler) removed the schedule and created
-    it again while the leader's run of the old one went on: when that run failed, the new
-    schedule counted the failure and showed the old job's error."""
-    began, release = threading.Event(), threading.Event()
-
-    def job(info: object) -> None:
-        began.set()
-        assert release.wait(10)
-        raise RuntimeError("the old schedule's job failed")
-
-    store = store_factory()
-    leader, worker = _bot_with(store, clock, job), _bot_with(store_factory(), clock, job)
-    new = Schedule.manual() if again == "same" else Schedule.cron("0 12 * * *")
-    with as_separate_processes():
-        leader.start()
-        worker.start()
-    try:
-        leader.add_schedule("bot", "brief", Schedule.manual(), persist=True)
-        run_id = leader.trigger("bot", "brief").run_id
-        assert began.wait(10)
-        store.flush()
-        worker.remove_schedule("bot", "brief")
-        worker.add_schedule("bot", "brief", new, persist=True)
-        # the leader's store has seen it (a PostgreSQL store's notification may come later)
-        assert wait_until(lambda: store.get_schedule_state("bot", "brief").last_run_at is None)
-        leader.refresh()  # as the leader's poll
-        store.flush()
-        fresh = store.get_schedule_state("bot", "brief")
-        release.set()
-        assert leader.wait_until_idle(10)
-        store.flush()
-        after = store.get_schedule_state("bot", "brief")
-        assert (after.consecutive_failures, after.last_result, after.last_error) == (0, None, None)
-        assert after == fresh
-        (status,) = [s for s in worker.get_status().schedules if s.schedule == "brief"]
-        assert (status.status, status.consecutive_failures) == (Status.IDLE, 0)
-    finally:
-        release.set()
-        worker.stop()
-        leader.stop()
-    records = store.get_history("bot", "brief")
-    assert [(r.run_id, r.status) for r in records] == [(run_id, RunStatus.FAILED)]
-
-
-def test_a_namesake_created_in_another_process_does_not_continue_the_failure_count(
-    store_factory: Callable[[], StateStore], clock: FakeClock
-) -> None:
-    """The leader kept the removed schedule's failure count for the new one: with
-    ``max_consecutive_failures=2``, the new schedule was disabled at its first failure."""
-
-    def job(info: object) -> None:
-        raise RuntimeError("failed")
-
-    store = store_factory()
-    leader = _bot_with(store, clock, job, max_consecutive_failures=2)
-    worker = _bot_with(store_factory(), clock, job, max_consecutive_failures=2)
-    with as_separate_processes():
-        leader.start()
-        worker.start()
-    try:
-        leader.add_schedule("bot", "brief", Schedule.manual(), persist=True)
-        assert not leader.trigger("bot", "brief", wait=True).success
-        store.flush()
-        worker.remove_schedule("bot", "brief")
-        worker.add_schedule("bot", "brief", Schedule.manual(), persist=True)
-        assert wait_until(lambda: store.get_schedule_state("bot", "brief").last_run_at is None)
-        leader.refresh()
-        assert not leader.trigger("bot", "brief", wait=True).success
-        store.flush()
-        state = store.get_schedule_state("bot", "brief")
-        assert (state.status, state.consecutive_failures) == (Status.IDLE, 1)
-    finally:
-        worker.stop()
-        leader.stop()
 
 
 def test_a_resume_from_another_process_holds_when_a_run_of_the_paused_schedule_ends(

@@ -5,10 +5,6 @@ while this scheduler leads. The timer polls the store every ``poll_interval``: c
 and definitions are applied here, and queued run-now requests are served by
 :class:`~herdsched.engine.requests.RunRequests` (each runs under the run id it was given when
 accepted). A standby refreshes its view before answering status questions.
-
-A run-time schedule another process removed and created again under its name is a new schedule:
-it is installed afresh from its own stored state (which the removal cleared), so neither a run
-of the old one still going on nor the old one's failures count for it.
 """
 
 from __future__ import annotations
@@ -19,7 +15,6 @@ from attrs import evolve
 
 from herdsched.engine.core import EngineCore
 from herdsched.engine.dispatch import Dispatcher
-from herdsched.engine.planning import Entry
 from herdsched.engine.recovery import plan_resumed
 from herdsched.engine.registry import DefinitionCodec, drop_entry, install_entry, stored_definitions
 from herdsched.engine.requests import RunRequests
@@ -91,8 +86,6 @@ class OtherProcesses:
                 stored = core.store.get_schedule_state(entry.agent, entry.name)
                 if stored.status == entry.state.status or stored.status is Status.RUNNING:
                     continue
-                if _created_again(core, entry):
-                    continue  # another schedule now: _apply_definitions installs it afresh
                 if entry.state.status is Status.RUNNING and stored.status is Status.IDLE:
                     continue  # our own transition not yet committed
                 core.log.info(
@@ -139,45 +132,13 @@ class OtherProcesses:
             entry = core.entries.get((agent_name, schedule_name))
             if entry is not None and not entry.persisted_definition:
                 continue  # a code or fleet-file schedule wins over a stored one
-            if entry is not None and _created_again(core, entry):
-                _forget_replaced(core, entry)
-            elif entry is not None and entry.schedule == schedule:
+            if entry is not None and entry.schedule == schedule:
                 continue
-            else:
-                core.log.info(
-                    "The definition of %s/%s changed in another process.", agent_name, schedule_name
-                )
+            core.log.info(
+                "The definition of %s/%s changed in another process.", agent_name, schedule_name
+            )
             agent = core.agents[agent_name].with_schedule(schedule_name, schedule)
             core.agents[agent_name] = agent
             install_entry(
                 core, agent, schedule_name, schedule, persisted=True, changed_at_run_time=True
             )
-
-
-def _created_again(core: EngineCore, entry: Entry) -> bool:
-    """Whether another process removed ``entry``'s run-time schedule and created it again
-    since this leader looked: its stored state no longer shows the last run this leader
-    started of it (caller holds the lock).
-
-    A removal clears the state, and only the leader writes that a run started, so a stored
-    state without the run that ``entry`` knows belongs to another schedule of that name. One
-    that never ran has nothing of its own for the new one to take."""
-    if not entry.persisted_definition or entry.state.last_run_at is None:
-        return False
-    return core.store.get_schedule_state(entry.agent, entry.name).last_run_at is None
-
-
-def _forget_replaced(core: EngineCore, entry: Entry) -> None:
-    """Drop the entry of a schedule another process replaced, so that its namesake is installed
-    afresh from its own state: a run of the old schedule still going on is recorded in the
-    history only when it ends, as when this process removes a schedule (caller holds the
-    lock)."""
-    core.log.info(
-        "%s/%s was removed and created again in another process: it starts afresh%s.",
-        entry.agent,
-        entry.name,
-        ", and the run of the schedule it replaced, still going on, goes to the history only"
-        if entry.run is not None
-        else "",
-    )
-    drop_entry(core, entry.agent, entry.name, forget_state=False)
