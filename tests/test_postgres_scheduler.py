@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
 
+import psycopg
 import pytest
 from scheduler_helpers import wait_until
 
@@ -270,3 +271,41 @@ def test_a_web_request_on_a_host_whose_database_stops_answering_answers_503_in_t
     assert api.handle("PATCH", "/api/schedule/ag/tick", body={"enabled": False}).status == 200
     assert store.get_schedule_state("ag", "tick").status is Status.PAUSED
     store.close()
+
+
+def test_a_request_past_its_deadline_on_a_healthy_server_leaves_the_leaders_session_alone(
+    scheduler_on, postgres_dsn: str
+) -> None:
+    """The bug (found in review): a leader's request waiting for a table another session held
+    (``VACUUM FULL``, a migration) was cut at its deadline by closing the shared session, and
+    the leader's advisory lock went with it: a standby took the lead from a healthy leader long
+    before its lease ran out. The server now ends the statement at the deadline itself."""
+    ledger = Ledger()
+    leader, standby = scheduler_on("a", ledger), scheduler_on("b", ledger)
+    leader.start()
+    standby.start()
+    session = leader.store._db.backend_pid
+    locked, done = threading.Event(), threading.Event()
+
+    def hold_the_runs_table() -> None:
+        with psycopg.connect(postgres_dsn) as conn:
+            conn.execute("LOCK TABLE herdsched_runs IN ACCESS EXCLUSIVE MODE")
+            locked.set()
+            done.wait(10)
+
+    holder = threading.Thread(target=hold_the_runs_table)
+    holder.start()
+    try:
+        assert locked.wait(10)
+        began = time.monotonic()
+        answer = RestApi(leader, request_timeout=1).handle("GET", "/api/schedule/ag/tick/history")
+        took = time.monotonic() - began
+    finally:
+        done.set()
+        holder.join(10)
+    assert answer.status == 503
+    assert "the request's 1 s for the store are over" in answer.body["error"]
+    assert took < 5
+    assert leader.store._db.backend_pid == session  # the session and its lock live on
+    time.sleep(3)  # a standby finding the lock gone would take over within lease_ttl / 3
+    assert leader.is_leader and not standby.is_leader

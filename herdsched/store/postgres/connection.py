@@ -6,8 +6,9 @@ made on the next call: reads are tried once more at once, writes are not (their 
 happened), they raise :class:`~herdsched.errors.StateError` and the caller decides, as for a
 full disk. A call the server leaves unanswered (a network cut neither side notices, a stopped
 server) would wait for ever: a watchdog thread closes its connection once it has lasted a second
-longer than the store's lease (or at the deadline of the web request it serves, see
-:mod:`herdsched.store.deadline`), so that it fails like one the server closed. Every psycopg
+longer than the store's lease (or soon after the deadline of the web request it serves, which
+the server keeps itself when it answers: see :mod:`herdsched.store.deadline`), so that it fails
+like one the server closed. Every psycopg
 error leaves as a ``StateError`` whose message names the database (never its password) and
 says what to do.
 """
@@ -43,6 +44,10 @@ _databases: weakref.WeakSet[Database] = weakref.WeakSet()
 _abandoned: list[Any] = []  # connections inherited through fork(), kept from being finalised
 _watchdog: list[threading.Thread] = []  # this process's watchdog, once started
 _WATCH_EVERY = 0.5  # seconds between the watchdog's looks at the calls under way
+#: Seconds past a web request's deadline before its call is cut: a server that answers ends
+#: the statement itself at the deadline (``statement_timeout``), so the session, and the
+#: leader's advisory lock in it, lives on; one silent that much longer cannot be reached.
+_GRACE = 2.0
 _TIMEOUT = psycopg.errors.ConnectionTimeout  # a connect that outlasted its connect_timeout
 
 #: Signs of a server that refused a connection for a passing reason, and what to do.
@@ -288,7 +293,13 @@ class Database:
                 with contextlib.ExitStack() as stack:  # its end commits (or rolls back)
                     conn = self._begin(stack, doing)
                     self.transactions += 1
-                    yield stack.enter_context(conn.cursor())
+                    cursor = stack.enter_context(conn.cursor())
+                    if self._deadline is not None:  # the server ends it at the deadline
+                        ms = max(1, int(self._deadline.left() * 1000))
+                        cursor.execute(
+                            "SELECT set_config('statement_timeout', %s, true)", (str(ms),)
+                        )
+                    yield cursor
             except psycopg.Error as exc:
                 if self._conn is not None and (self._conn.broken or self._conn.closed):
                     self._drop()
@@ -357,7 +368,7 @@ class Database:
             _ensure_watchdog()
             self._cut = False
             self._deadline = deadline if limit < self.answer_limit else None
-            self._waiting = (time.monotonic(), min(limit, self.answer_limit))
+            self._waiting = (time.monotonic(), min(limit + _GRACE, self.answer_limit))
             yield
         finally:
             self._waiting = None
@@ -390,6 +401,8 @@ class Database:
     def _failure(self, exc: BaseException, doing: str) -> StateError:
         """The :class:`StateError` for a call that failed with ``exc``."""
         if not self._cut:
+            if self._deadline is not None and isinstance(exc, pg_errors.QueryCanceled):
+                return self._late(doing, self._deadline)  # its statement_timeout
             return state_error(exc, doing, self.where)
         if self._deadline is not None:
             waited = f"within the request's {self._deadline.seconds:g} s for the store"
