@@ -842,10 +842,11 @@ class RestApi:
         return ApiResponse(200, {"deleted": {"agent": agent, "name": name}})
 
     def _put(self, agent: str, name: str, data: dict[str, Any], caller: str | None) -> ApiResponse:
-        """Create or replace. A schedule another request removed while the PUT ran (between
-        its read and its write, whose compare-and-set then finds the definition gone, or
-        before its answer) is created by a second try, 201: a PUT never says "not found"
-        about the schedule it makes. Removed again meanwhile, it is a 409 to try again."""
+        """Create or replace. A schedule another request removed between the PUT's read and
+        its write (whose compare-and-set then finds the definition gone) is created by a
+        second try, 201: a PUT never says "not found" about the schedule it makes. Removed
+        again meanwhile, or removed after the write (a removal answered then stands), it is a
+        409."""
         try:
             return self._put_once(agent, name, data, caller)
         except ScheduleNotFoundError:
@@ -890,10 +891,18 @@ class RestApi:
             if changes:  # one change, also of the type: a new cadence of another kind
                 scheduler.update_schedule(agent, name, owner=caller, **changes)
             created = False
-        item = self._item(agent, name)
-        if schedule.enabled and item.status in (Status.PAUSED, Status.DISABLED):
-            scheduler.resume(agent, name, owner=caller)
+        try:
             item = self._item(agent, name)
+            if schedule.enabled and item.status in (Status.PAUSED, Status.DISABLED):
+                scheduler.resume(agent, name, owner=caller)
+                item = self._item(agent, name)
+        except ScheduleNotFoundError:  # written, then removed: never made again by a retry
+            raise ConflictError(
+                f"{agent}/{name} was written, then removed by another request before this PUT "
+                "could answer",
+                agent,
+                name,
+            ) from None
         return ApiResponse(201 if created else 200, self._json(item))
 
     def _patch(
