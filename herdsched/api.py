@@ -56,7 +56,7 @@ from datetime import datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlsplit
 
-from herdsched.cadence import Cron, Interval, Once
+from herdsched.cadence import CADENCE_FIELDS, Cron, Interval, Once
 from herdsched.config import (
     SCHEDULE_FIELDS,
     format_interval,
@@ -160,6 +160,8 @@ READ_ONLY_FIELDS = frozenset(
         "cadence",
     }
 )
+#: A PATCH's fields that make a schedule's cadence (its audit line names those that changed it).
+_CADENCE_KEYS = CADENCE_FIELDS | {"type"}
 _OPTION_FIELDS = (
     "prompt",
     "enabled",
@@ -950,7 +952,11 @@ class RestApi:
             changes = _changes(existing, updated)
             if changes:
                 scheduler.update_schedule(agent, name, owner=caller, **changes)
-                effective = {key: value for key, value in data.items() if key != "enabled"}
+                effective = {
+                    key: value
+                    for key, value in data.items()
+                    if key in changes or ("cadence" in changes and key in _CADENCE_KEYS)
+                }
         if enabled is False:
             scheduler.pause(agent, name, owner=caller)  # a completed one-shot stays completed
             if status_before not in (Status.PAUSED, Status.COMPLETED):

@@ -1125,6 +1125,7 @@ def test_audit_line_of_a_patch_tells_what_it_changed(
         {"enabled": True, "prompt": "Check issues"},  # resumes; the prompt is the same
         {"prompt": "Check issues", "enabled": True},  # nothing left to change
         {"prompt": "Hi", "enabled": True},  # a new prompt only
+        {"prompt": "Hi", "interval": "2h"},  # a new interval only (found in review)
     ):
         assert call(api, "PATCH", path, body)[0] == 200
     lines = [r.getMessage() for r in caplog.records if "REST API" in r.getMessage()]
@@ -1136,6 +1137,7 @@ def test_audit_line_of_a_patch_tells_what_it_changed(
         f"{who} resumed triage/check {tail}",
         f"{who} sent a change to triage/check that changed nothing {tail}",
         f"{who} changed prompt of triage/check {tail}",
+        f"{who} changed interval of triage/check {tail}",
     ]
     assert sched.get_schedule("triage", "check").prompt == "Hi"
 

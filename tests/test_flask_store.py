@@ -257,6 +257,10 @@ def test_a_directory_store(apps: list[Flask], tmp_path: Path) -> None:
         ),
         ({"HERDSCHED_LEASE_TTL": -1}, "HERDSCHED_LEASE_TTL must be a positive number of seconds"),
         (
+            {"HERDSCHED_REQUEST_TIMEOUT": float("inf")},
+            "HERDSCHED_REQUEST_TIMEOUT must be a finite number of seconds, got inf",
+        ),
+        (
             {"HERDSCHED_REQUEST_TIMEOUT": "soon"},
             "HERDSCHED_REQUEST_TIMEOUT must be a positive number of seconds or a duration",
         ),

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import math
 import os
 import sys
 import threading
@@ -512,8 +513,11 @@ def lease_ttl_setting(value: Any, *, what: str) -> float:
 
 def request_timeout_setting(value: Any, *, what: str) -> float:
     """The ``REQUEST_TIMEOUT`` setting as seconds (unset: :data:`~herdsched.api.REQUEST_TIMEOUT`),
-    read as ``LEASE_TTL`` is."""
-    return REQUEST_TIMEOUT if value is None else lease_ttl_setting(value, what=what)
+    read as ``LEASE_TTL`` is, and finite."""
+    seconds = REQUEST_TIMEOUT if value is None else lease_ttl_setting(value, what=what)
+    if not math.isfinite(seconds):
+        raise SchedulerError(f"{what} must be a finite number of seconds, got {value!r}")
+    return seconds
 
 
 def setting_name(source: str, key: str) -> str:

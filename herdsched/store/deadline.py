@@ -11,8 +11,10 @@ engine's locks a request takes first (:func:`held`) are waited for no longer eit
 scheduler's own threads may hold them through a store call of their own (a standby trying to
 take the lease), which has only its own bound.
 
-The deadline lives in a context variable: it follows the request's thread and nothing else, so
-the scheduler's own threads (timer, flusher) keep their own bounds.
+The deadline lives in a context variable and names the thread that set it: it holds for the
+request's thread and nothing else, also where new threads inherit the context (free-threaded
+Python), so the scheduler's own threads (timer, flusher, the job threads a request may start)
+keep their own bounds.
 """
 
 from __future__ import annotations
@@ -31,11 +33,12 @@ __all__ = ["Deadline", "answer_within", "current_deadline", "held"]
 class Deadline:
     """When the calls of the block must have answered, on the monotonic clock."""
 
-    __slots__ = ("at", "seconds")
+    __slots__ = ("at", "seconds", "thread")
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         self.at = time.monotonic() + seconds
+        self.thread = threading.get_ident()
 
     def left(self) -> float:
         """Seconds still left (negative once passed)."""
@@ -49,14 +52,15 @@ _deadline: contextvars.ContextVar[Deadline | None] = contextvars.ContextVar(
 
 def current_deadline() -> Deadline | None:
     """The deadline the store calls of this thread must keep, or ``None``."""
-    return _deadline.get()
+    deadline = _deadline.get()
+    return deadline if deadline is not None and deadline.thread == threading.get_ident() else None
 
 
 @contextlib.contextmanager
 def answer_within(seconds: float | None) -> Iterator[None]:
     """Store calls made inside the block give up ``seconds`` after it began (``None``: no
     limit); an outer, earlier deadline still holds."""
-    outer = _deadline.get()
+    outer = current_deadline()
     if seconds is None or (outer is not None and outer.left() <= seconds):
         yield
         return
@@ -74,7 +78,7 @@ def held(lock: threading.RLock, doing: str) -> Iterator[None]:
 
     Only for a lock a request takes before it changes anything, so that giving up leaves
     nothing half done."""
-    deadline = _deadline.get()
+    deadline = current_deadline()
     if deadline is None:
         lock.acquire()
     elif not lock.acquire(timeout=max(0.0, deadline.left())):
