@@ -278,6 +278,16 @@ def test_yaml_a_stale_leaders_claim_is_refused_and_not_written(
     assert (tmp_path / "claims.log").read_bytes() == journal
 
 
+def _success(run_id: str) -> RunRecord:
+    return RunRecord(
+        run_id=run_id,
+        agent="a",
+        schedule="s",
+        trigger_type=TriggerType.INTERVAL,
+        status=RunStatus.SUCCESS,
+    )
+
+
 def test_yaml_a_stale_leaders_group_commit_is_refused_and_its_work_dropped(
     clock: FakeClock, yaml_stores: Callable[[], YamlStateStore], tmp_path: Path
 ) -> None:
@@ -285,15 +295,7 @@ def test_yaml_a_stale_leaders_group_commit_is_refused_and_its_work_dropped(
     fresh.update_schedule_state("a", "s", last_error="written by the new leader")
     before = (tmp_path / "state.yaml").read_bytes()
     stale.record_transition("a", "s", last_error="from the stale leader")
-    stale.append_run(
-        RunRecord(
-            run_id="x",
-            agent="a",
-            schedule="s",
-            trigger_type=TriggerType.INTERVAL,
-            status=RunStatus.SUCCESS,
-        )
-    )
+    stale.append_run(_success("x"))
     with pytest.raises(LeadershipLostError):
         stale.flush()
     assert (tmp_path / "state.yaml").read_bytes() == before
@@ -307,15 +309,7 @@ def test_yaml_a_stale_leaders_history_only_commit_is_refused(
     clock: FakeClock, yaml_stores: Callable[[], YamlStateStore], tmp_path: Path
 ) -> None:
     stale, _ = _taken_over(clock, yaml_stores)
-    stale.append_run(
-        RunRecord(
-            run_id="x",
-            agent="a",
-            schedule="s",
-            trigger_type=TriggerType.INTERVAL,
-            status=RunStatus.SUCCESS,
-        )
-    )
+    stale.append_run(_success("x"))
     with pytest.raises(LeadershipLostError):
         stale.flush()
     assert stale.get_history("a", "s") == []
@@ -347,15 +341,7 @@ def test_yaml_a_group_commit_that_fails_after_its_lease_was_given_up_is_not_trie
     if failing.endswith("atomic_write"):  # the history is not reached then
         store.record_transition("a", "s", last_error="from the old lease")
     else:
-        store.append_run(
-            RunRecord(
-                run_id="x",
-                agent="a",
-                schedule="s",
-                trigger_type=TriggerType.INTERVAL,
-                status=RunStatus.SUCCESS,
-            )
-        )
+        store.append_run(_success("x"))
     leases = store._leases  # type: ignore[attr-defined]
     locked = leases._locked
     forgotten = threading.Event()
