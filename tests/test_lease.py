@@ -26,6 +26,7 @@ from herdsched.errors import LeadershipLostError
 from herdsched.html import status_page, status_table
 from herdsched.models import RunRecord, RunStatus, TriggerType
 from herdsched.store.base import Lease, RunClaim, StateStore
+from herdsched.store.deadline import Deadline, current_deadline
 from herdsched.store.lease_rules import grant
 from herdsched.store.leases import read_leader_info
 from herdsched.store.memory import MemoryStateStore
@@ -517,6 +518,43 @@ def test_a_renewal_that_waited_is_told_with_the_time_left_after_it_and_past_the_
     assert told[1].startswith("This scheduler lost the lead of")
     assert "the lease could not be renewed within lease_ttl=30 s" in told[1]
     assert "It dispatches nothing more" in told[1]
+
+
+class RenewalsSeeTheirDeadline(MemoryStateStore):
+    """A store that notes the deadline each renewal is made under."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock=clock)
+        self.seen: list[Deadline | None] = []
+
+    def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        self.seen.append(current_deadline())
+        return super().renew_lease(lease, ttl)
+
+
+def test_a_renewal_waits_for_its_store_no_longer_than_the_lease_has_left(
+    clock: FakeClock,
+) -> None:
+    """The bug (seen by a probe): a leader cut off from PostgreSQL went on saying it led 22-52 s
+    into the cut, past its own lease (30 s), since its renewal waited for the server as long as
+    any store call may (``lease_ttl`` + 1 s) before it could step down. A renewal is now bounded
+    by the time its lease has left, strictly (the store may cut its session at once); one
+    asked for by a timer that ran late gets a second."""
+    store = RenewalsSeeTheirDeadline(clock)
+    sched = ThreadedScheduler(state_dir=None, store=store, clock=clock, lease_ttl=TTL)
+    leadership = sched._leadership
+    with sched._core.lock:
+        assert leadership.try_lead()
+    clock.advance(TTL / 3)
+    assert leadership.heartbeat()
+    clock.advance(TTL + 5)  # the timer was held up past the deadline (a frozen VM, say)
+    assert leadership.heartbeat()  # nobody took the lease meanwhile: it leads on
+    first, late = store.seen
+    assert first is not None and late is not None
+    assert first.strict and first.seconds == pytest.approx(20)
+    assert first.budget == "the 20 s left of this scheduler's lease"
+    assert late.strict and late.seconds == pytest.approx(1)
+    assert current_deadline() is None  # the timer's other calls keep their own bounds
 
 
 def test_the_timer_wakes_for_the_heartbeat(clock: FakeClock) -> None:

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 
 import psycopg
 import pytest
+from network_cut import CuttableLink
 from scheduler_helpers import wait_until
 
 from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo
@@ -227,6 +228,41 @@ def test_a_leader_whose_database_stops_answering_stands_by_and_stops_promptly(
     assert len(slots) == len(set(slots))
 
 
+@pytest.mark.slow
+def test_a_leader_cut_off_from_its_database_stops_leading_when_its_lease_runs_out(
+    postgres_dsn: str, pg_namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The bug (seen by a probe): a leader cut off from its database went on saying it led
+    well past its own lease (22-52 s into a cut with a 30 s lease) while a standby led too,
+    since its renewal waited for the server as long as any call may (``lease_ttl`` + 1 s).
+    The renewal now waits no longer than the lease has left: the leader steps down when its
+    lease runs out (here, before: 2-2.5 s after)."""
+    link = CuttableLink(postgres_dsn)
+    store = PostgresStateStore(link.dsn, namespace=pg_namespace, lease_ttl=3)
+    sched = ThreadedScheduler(
+        [Agent("ag", schedules={"tick": Schedule.interval("1h")})],
+        on_trigger=lambda info: "ok",
+        store=store,
+        state_dir=None,
+    )
+    sched.start()
+    try:
+        assert wait_until(lambda: sched.is_leader, timeout=10)
+        time.sleep(0.5)  # its start's commits are done
+        link.cut()
+        time.sleep(0.3)  # a renewal answered just before the cut has been taken in
+        deadline = sched._leadership._deadline  # no renewal succeeds from now on
+        assert wait_until(lambda: not sched.is_leader, timeout=15)
+        stepped_down = time.monotonic()
+        assert -0.1 < stepped_down - deadline < 1.2
+        assert "left of this scheduler's lease" in caplog.text
+    finally:
+        link.heal()
+        sched.stop()
+        store.close()
+        link.close()
+
+
 def test_a_web_request_on_a_host_whose_database_stops_answering_answers_503_in_time(
     postgres_dsn: str, pg_namespace: str
 ) -> None:
@@ -309,3 +345,45 @@ def test_a_request_past_its_deadline_on_a_healthy_server_leaves_the_leaders_sess
     assert leader.store._db.backend_pid == session  # the session and its lock live on
     time.sleep(3)  # a standby finding the lock gone would take over within lease_ttl / 3
     assert leader.is_leader and not standby.is_leader
+
+
+@pytest.mark.slow
+def test_a_requests_single_statement_read_past_its_deadline_leaves_the_session_alone(
+    postgres_dsn: str, pg_namespace: str
+) -> None:
+    """The same for a read that runs outside a transaction block (the namespace's change
+    number, which each request reads first): it had no statement timeout, so it was cut two
+    seconds after the deadline by closing the session, the leader's advisory lock with it."""
+    store = PostgresStateStore(postgres_dsn, namespace=pg_namespace, lease_ttl=30)
+    sched = ThreadedScheduler(
+        [Agent("ag", schedules={"tick": Schedule.interval("1h")})],
+        on_trigger=lambda info: "ok",
+        store=store,
+        state_dir=None,
+    )
+    sched.start()
+    assert wait_until(lambda: sched.is_leader, timeout=10)
+    session = store._db.backend_pid
+    locked, done = threading.Event(), threading.Event()
+
+    def hold_the_change_numbers() -> None:
+        with psycopg.connect(postgres_dsn) as conn:
+            conn.execute("LOCK TABLE herdsched_namespaces IN ACCESS EXCLUSIVE MODE")
+            locked.set()
+            done.wait(10)
+
+    holder = threading.Thread(target=hold_the_change_numbers)
+    holder.start()
+    try:
+        assert locked.wait(10)
+        store._stale = True  # the request reads the change number first
+        answer = RestApi(sched, request_timeout=1).handle("GET", "/api/schedule/ag/tick")
+        time.sleep(2.5)  # past the cut that closed the session before
+    finally:
+        done.set()
+        holder.join(10)
+    assert answer.status in (200, 503)  # from the view it last read, or the store's error
+    assert store._db.backend_pid == session  # the session and the lease's lock live on
+    assert sched.is_leader
+    sched.stop()
+    store.close()

@@ -30,6 +30,7 @@ from herdsched.errors import LeadershipLostError, StateError
 from herdsched.models import RunRecord, RunStatus, ScheduleState, Status, TriggerType
 from herdsched.runner import new_run_id
 from herdsched.store.base import DEFAULT_LEASE_TTL, Lease, RunClaim, StateStore, check_ttl
+from herdsched.store.deadline import answer_within
 from herdsched.store.lease_rules import new_holder_id
 
 __all__ = [
@@ -148,6 +149,9 @@ class Leadership:
         A refused renewal (another holder) steps down at once; a failed one (the store is
         unreachable) is retried until the monotonic deadline, then steps down too: also when
         the failed renewal itself waited past it, so that no warning names time that is gone.
+        A renewal waits for its store no longer than the lease has left (at least a second),
+        so a leader cut off from its database stops leading when its lease runs out, not a
+        store call's own time limit later.
         """
         lease = self.lease
         if lease is None:
@@ -156,8 +160,11 @@ class Leadership:
         asked_at = core.clock.monotonic()
         if asked_at < self._renew_at:
             return True
+        left = max(self._deadline - asked_at, _RENEW_RETRY)  # also for a timer that was late
         try:
-            fresh = core.store.renew_lease(lease, self.ttl)
+            budget = f"the {left:.3g} s left of this scheduler's lease"
+            with answer_within(left, budget=budget, strict=True):
+                fresh = core.store.renew_lease(lease, self.ttl)
         except LeadershipLostError as exc:
             self.step_down(exc)
             return False

@@ -15,6 +15,11 @@ The deadline lives in a context variable and names the thread that set it: it ho
 request's thread and nothing else, also where new threads inherit the context (free-threaded
 Python), so the scheduler's own threads (timer, flusher, the job threads a request may start)
 keep their own bounds.
+
+The leader's lease renewal keeps a deadline too, a *strict* one: the time its lease has left.
+A renewal still unanswered then is cut at once (its session may go: the leader steps down
+anyway), so a leader cut off from its store stops leading when its lease runs out, not a
+call's whole time limit later.
 """
 
 from __future__ import annotations
@@ -31,14 +36,20 @@ __all__ = ["Deadline", "answer_within", "current_deadline", "held"]
 
 
 class Deadline:
-    """When the calls of the block must have answered, on the monotonic clock."""
+    """When the calls of the block must have answered, on the monotonic clock.
 
-    __slots__ = ("at", "seconds", "thread")
+    ``budget`` names the time in messages ("the request's 20 s for the store"); ``strict``:
+    a call may be cut at the deadline itself, its session lost, rather than left a moment for
+    the server to end it and keep the session."""
 
-    def __init__(self, seconds: float) -> None:
+    __slots__ = ("at", "budget", "seconds", "strict", "thread")
+
+    def __init__(self, seconds: float, *, budget: str | None = None, strict: bool = False) -> None:
         self.seconds = seconds
         self.at = time.monotonic() + seconds
         self.thread = threading.get_ident()
+        self.budget = budget or f"the request's {seconds:g} s for the store"
+        self.strict = strict
 
     def left(self) -> float:
         """Seconds still left (negative once passed)."""
@@ -57,14 +68,17 @@ def current_deadline() -> Deadline | None:
 
 
 @contextlib.contextmanager
-def answer_within(seconds: float | None) -> Iterator[None]:
+def answer_within(
+    seconds: float | None, *, budget: str | None = None, strict: bool = False
+) -> Iterator[None]:
     """Store calls made inside the block give up ``seconds`` after it began (``None``: no
-    limit); an outer, earlier deadline still holds."""
+    limit); an outer, earlier deadline still holds. ``budget`` and ``strict``: see
+    :class:`Deadline`."""
     outer = current_deadline()
     if seconds is None or (outer is not None and outer.left() <= seconds):
         yield
         return
-    token = _deadline.set(Deadline(seconds))
+    token = _deadline.set(Deadline(seconds, budget=budget, strict=strict))
     try:
         yield
     finally:
@@ -83,7 +97,7 @@ def held(lock: threading.RLock, doing: str) -> Iterator[None]:
         lock.acquire()
     elif not lock.acquire(timeout=max(0.0, deadline.left())):
         raise StateError(
-            f"Could not {doing} within the request's {deadline.seconds:g} s: this process is "
+            f"Could not {doing} within {deadline.budget}: this process is "
             "still waiting for its state store (a network cut, or a stopped server?); try "
             "again later"
         )

@@ -7,8 +7,9 @@ happened), they raise :class:`~herdsched.errors.StateError` and the caller decid
 full disk. A call the server leaves unanswered (a network cut neither side notices, a stopped
 server) would wait for ever: a watchdog thread closes its connection once it has lasted a second
 longer than the store's lease (or soon after the deadline of the web request it serves, which
-the server keeps itself when it answers: see :mod:`herdsched.store.deadline`), so that it fails
-like one the server closed. Every psycopg
+the server keeps itself when it answers; or at once when a leader's renewal outlasts the time
+its lease has left: see :mod:`herdsched.store.deadline`), so that it fails like one the server
+closed. Every psycopg
 error leaves as a ``StateError`` whose message names the database (never its password) and
 says what to do.
 """
@@ -294,11 +295,7 @@ class Database:
                     conn = self._begin(stack, doing)
                     self.transactions += 1
                     cursor = stack.enter_context(conn.cursor())
-                    if self._deadline is not None:  # the server ends it at the deadline
-                        ms = max(1, int(self._deadline.left() * 1000))
-                        cursor.execute(
-                            "SELECT set_config('statement_timeout', %s, true)", (str(ms),)
-                        )
+                    self._end_on_the_server_at_the_deadline(cursor)
                     yield cursor
             except psycopg.Error as exc:
                 if self._conn is not None and (self._conn.broken or self._conn.closed):
@@ -331,7 +328,11 @@ class Database:
                     conn = self.connect()
                     self.transactions += 1
                     with conn.cursor() as cursor:
-                        return work(cursor)
+                        if self._deadline is None or self._deadline.strict:
+                            return work(cursor)
+                        with conn.transaction():  # a block, for the deadline's local setting
+                            self._end_on_the_server_at_the_deadline(cursor)
+                            return work(cursor)
                 except psycopg.Error as exc:
                     dead = self._conn is not None and (self._conn.broken or self._conn.closed)
                     if dead:
@@ -340,6 +341,15 @@ class Database:
                     if once or not isinstance(exc, psycopg.OperationalError):
                         raise self._failure(exc, doing) from exc
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _end_on_the_server_at_the_deadline(self, cursor: psycopg.Cursor[Any]) -> None:
+        """Inside a transaction serving a web request: have the server end its statements at
+        the request's deadline (``statement_timeout`` for this transaction only), so a call
+        waiting on a lock another session holds ends without the session, and the leader's
+        advisory lock in it, being cut."""
+        if self._deadline is not None:
+            ms = max(1, int(self._deadline.left() * 1000))
+            cursor.execute("SELECT set_config('statement_timeout', %s, true)", (str(ms),))
 
     @contextlib.contextmanager
     def _call(self, doing: str) -> Iterator[None]:
@@ -368,7 +378,8 @@ class Database:
             _ensure_watchdog()
             self._cut = False
             self._deadline = deadline if limit < self.answer_limit else None
-            self._waiting = (time.monotonic(), min(limit + _GRACE, self.answer_limit))
+            grace = 0.0 if deadline is not None and deadline.strict else _GRACE
+            self._waiting = (time.monotonic(), min(limit + grace, self.answer_limit))
             yield
         finally:
             self._waiting = None
@@ -376,11 +387,10 @@ class Database:
 
     def _late(self, doing: str, deadline: Deadline | None, to: str = "in") -> StateError:
         """The error of a call its request's deadline left no time for."""
-        seconds = deadline.seconds if deadline is not None else self.answer_limit
+        budget = deadline.budget if deadline is not None else f"{self.answer_limit:g} s"
         return StateError(
-            f"Could not {doing} {to} the PostgreSQL store at {self.where}: the request's "
-            f"{seconds:g} s for the store are over (the server is slow to answer or cannot "
-            "be reached); try again later",
+            f"Could not {doing} {to} the PostgreSQL store at {self.where}: {budget} are over "
+            "(the server is slow to answer or cannot be reached); try again later",
             path=self.where,
         )
 
@@ -405,7 +415,7 @@ class Database:
                 return self._late(doing, self._deadline)  # its statement_timeout
             return state_error(exc, doing, self.where)
         if self._deadline is not None:
-            waited = f"within the request's {self._deadline.seconds:g} s for the store"
+            waited = f"within {self._deadline.budget}"
         else:
             waited = f"for {self.answer_limit:g} s"
         return StateError(
