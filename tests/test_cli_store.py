@@ -378,6 +378,24 @@ def test_an_option_value_libpq_refuses_is_a_usage_error(
     assert 'is not valid: invalid sslmode value: "bogus"' in err and "s3cret" not in err
 
 
+def test_an_option_value_libpq_refuses_from_the_environment_is_blamed_on_its_variable(
+    capsys: pytest.CaptureFixture[str], postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bug: libpq adds PGSSLMODE and its kin to every DSN that leaves the option out, and
+    the error blamed the DSN, which holds no sslmode at all."""
+    monkeypatch.setenv("PGSSLMODE", "bogus")
+    code, out, err = run_cli(capsys, "status", "--store", postgres_dsn)
+    assert (code, out) == (2, "")
+    assert "The environment variable PGSSLMODE, which libpq adds to" in err
+    assert 'is not valid: invalid sslmode value: "bogus"; correct or unset it' in err
+    code, out, err = run_cli(capsys, "status", "--store", postgres_dsn + "?sslmode=nope")
+    assert code == 2 and "PGSSLMODE" not in err  # the DSN's own value is the culprit
+    assert (
+        "DSN '" + postgres_dsn + '?sslmode=nope\' is not valid: invalid sslmode value: "nope"'
+        in err
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # run on a database
 

@@ -66,6 +66,8 @@ _FATAL_HINTS = (
 )
 #: libpq's words for an option value it refuses before connecting (``sslmode=bogus``).
 _BAD_OPTION = re.compile(r'invalid [\w ]+ value(: "| "[^"]*" for connection option)')
+#: The option a refusal names (``invalid sslmode value: ...``, ``... for connection option "x"``).
+_REFUSED_KEYWORD = re.compile(r'invalid (\w+) value:|for connection option "(\w+)"')
 #: A socket directory that cannot exist (a path below a file): a connection started towards
 #: it fails at once, without a name resolved or a packet sent.
 _NOWHERE = "/dev/null/herdsched-dsn-check"
@@ -137,6 +139,13 @@ def dsn_problem(dsn: str) -> str | None:
             if refused is None:
                 return None
             words = " ".join(hide_passwords_of(dsn, refused).split())
+            variable = _environment_source(refused, parts)
+            if variable is not None:
+                return (
+                    f"The environment variable {variable}, which libpq adds to the PostgreSQL "
+                    f"store's DSN {mask_password(dsn)!r}, is not valid: {words}; correct or "
+                    "unset it"
+                )
             return f"The PostgreSQL store's DSN {mask_password(dsn)!r} is not valid: {words}"
         why = f"port {bad[0]!r} is not a number from 1 to 65535"
     return (
@@ -165,6 +174,20 @@ def _refused_option(parts: dict[str, Any]) -> str | None:
         attempt.finish()
     bad = _BAD_OPTION.search(text)
     return None if bad is None else text[bad.start() :].splitlines()[0]
+
+
+def _environment_source(refused: str, parts: dict[str, Any]) -> str | None:
+    """The environment variable (``PGSSLMODE``) libpq took the option value it ``refused``
+    from, when the DSN leaves that option out; ``None`` when the DSN itself set it."""
+    named = _REFUSED_KEYWORD.search(refused)
+    keyword = named.group(1) or named.group(2) if named else None
+    if keyword is None or keyword in parts:
+        return None
+    for option in pq.Conninfo.get_defaults():
+        if option.keyword.decode() == keyword and option.envvar:
+            variable = option.envvar.decode()
+            return variable if os.environ.get(variable) else None
+    return None
 
 
 def describe_dsn(dsn: str) -> str:
