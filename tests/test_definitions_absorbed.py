@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
-from herdsched import Agent, Schedule, ThreadedScheduler
+from herdsched import Agent, RunStatus, Schedule, ThreadedScheduler
 from herdsched.api import RestApi
 from herdsched.errors import ScheduleNotFoundError
 from herdsched.store.definitions import DefinitionsFile
@@ -164,3 +164,28 @@ def test_a_definition_written_before_a_takeover_is_seen_by_the_new_leader(
     finally:
         two.stop()
         one.stop()
+
+
+def test_a_schedule_enabled_again_in_another_process_follows_the_catch_up_rule(
+    pair: tuple[ThreadedScheduler, ThreadedScheduler],
+) -> None:
+    """The bug: the leader took the definition enabled again as a plan to start at once, and
+    ran the slot that had passed while disabled then, standing for the time it took the change
+    in, also with ``catch_up="skip"``."""
+    one, two = pair
+    clock = one.clock
+    assert isinstance(clock, FakeClock)
+    hourly = Schedule.cron("0 * * * *", catch_up="skip")
+    one.add_schedule("a", "h", hourly, persist=True)
+    two.update_schedule("a", "h", enabled=False)  # the standby: a web worker, say
+    clock.advance("3h10m")  # the slots of 9:00, 10:00 and 11:00 pass while disabled
+    one.run_pending()
+    two.update_schedule("a", "h", enabled=True)
+    clock.advance("2s")
+    one.run_pending()  # the leader's poll takes the change in
+    assert one.wait_until_idle(10)
+    history = one.history("a", "h")
+    assert [(r.status, r.scheduled_for) for r in history] == [
+        (RunStatus.MISSED, START + timedelta(hours=1))
+    ]
+    assert one.get_status().schedules[0].next_run_at == START + timedelta(hours=4)

@@ -443,13 +443,16 @@ def test_pause_resume_and_trigger_on_paused_schedule() -> None:
         assert len(job.calls) == 3
 
 
-@pytest.mark.parametrize("by_another_process", [False, True])
+@pytest.mark.parametrize("how", ["resume", "by another process", "enabled"])
 @pytest.mark.parametrize(
     ("policy", "window", "runs"), [("once", None, 1), ("skip", None, 0), ("once", "1h", 0)]
 )
 def test_a_slot_that_passed_while_paused_follows_the_catch_up_policy_on_resume(
-    policy: str, window: str | None, runs: int, by_another_process: bool, tmp_path: Path
+    policy: str, window: str | None, runs: int, how: str, tmp_path: Path
 ) -> None:
+    """Also when the schedule was disabled and enabled again (``update_schedule(enabled=...)``,
+    the REST PATCH): that ran the passed slot at once, standing for the time of the change,
+    whatever the policy (a bug)."""
     store = YamlStateStore(tmp_path)
     with running(store=store, catch_up_window=window) as (sched, clock):
         job = Recorder()
@@ -458,14 +461,20 @@ def test_a_slot_that_passed_while_paused_follows_the_catch_up_policy_on_resume(
         sched.start()
         step(sched, clock, "1h")  # T0 + 1h: the first slot runs
         assert job.slots() == [T0 + 60 * M]
-        sched.pause("a", "s")
+        if how == "enabled":
+            sched.update_schedule("a", "s", enabled=False)
+        else:
+            sched.pause("a", "s")
         step(sched, clock, "3h10m")  # the slots of 2h, 3h and 4h pass while paused
-        if by_another_process:  # the CLI or a web worker writes the resume to the store
+        if how == "by another process":  # the CLI or a web worker writes the resume
             with YamlStateStore(tmp_path) as other:
                 other.update_schedule_state(
                     "a", "s", status="idle", consecutive_failures=0, disabled_reason=None
                 )
             step(sched, clock, "2s")  # the next poll takes it in
+        elif how == "enabled":
+            sched.update_schedule("a", "s", enabled=True)
+            step(sched)
         else:
             sched.resume("a", "s")
             step(sched)
@@ -482,6 +491,49 @@ def test_a_slot_that_passed_while_paused_follows_the_catch_up_policy_on_resume(
             assert state(sched).next_run_at == T0 + 300 * M
         step(sched, clock, "50m")  # T0 + 5h
         assert job.slots()[-1] == T0 + 300 * M
+
+
+@pytest.mark.parametrize("policy", ["once", "skip"])
+def test_a_cron_changed_after_its_run_waits_for_its_first_new_slot(policy: str) -> None:
+    """The bug: the new cron's next time was counted from the old cron's last slot, and one
+    that had passed fired at once, standing for a time that was no slot of either cadence
+    (``0 9`` ran at 09:00, changed at 15:00 to ``0 12``: a run at 15:00)."""
+    with running(clock=FakeClock(T0 - 181 * M)) as (sched, clock):  # 08:59
+        job = Recorder()
+        daily = Schedule.cron("0 9 * * *", catch_up=policy)
+        sched.add_agent(Agent("a", job=job, schedules={"s": daily}))
+        sched.start()
+        step(sched, clock, "1m")
+        assert job.slots() == [T0 - 3 * 60 * M]
+        step(sched, clock, "6h")  # 15:00
+        sched.update_schedule("a", "s", cron="0 12 * * *")
+        step(sched)
+        assert len(job.calls) == 1
+        assert state(sched).next_run_at == T0 + 24 * 60 * M  # tomorrow 12:00
+        assert [r.status for r in sched.history("a", "s")] == [RunStatus.SUCCESS]
+        sched.update_schedule("a", "s", cadence=Interval("2h"))  # counted from the last run
+        step(sched)
+        assert job.slots()[-1] == T0 + 3 * 60 * M  # overdue by its new length: at once
+
+
+def test_a_restart_in_another_zone_plans_an_inherited_cron_from_its_first_slot_there(
+    tmp_path: Path,
+) -> None:
+    """The same on a restart with another scheduler ``timezone``: ``0 9 * * *`` ran at 09:00
+    UTC; started at 15:00 UTC (10:00 in New York) it ran at once, at 10:00 New York."""
+    clock = FakeClock(T0 - 181 * M)  # 08:59 UTC
+    job = Recorder()
+    with running(state_dir=tmp_path, clock=clock) as (sched, _):
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.cron("0 9 * * *")}))
+        sched.start()
+        step(sched, clock, "1m")
+    clock.advance("6h")
+    with running(state_dir=tmp_path, clock=clock, timezone="America/New_York") as (sched, _):
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.cron("0 9 * * *")}))
+        sched.start()
+        step(sched)
+        assert job.slots() == [T0 - 3 * 60 * M]
+        assert state(sched).next_run_at == T0 + 26 * 60 * M  # 09:00 New York tomorrow
 
 
 @pytest.mark.parametrize("cadence", ["*/10 * * * * *", "10s"])

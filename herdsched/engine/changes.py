@@ -105,11 +105,11 @@ class Changes:
                 entry.schedule = schedule
                 if cadence_changed:
                     core.reopen_completed(entry)
-                if cadence_changed or "enabled" in changes:
                     now = core.clock.now()
-                    zone = core.settings.timezone
-                    due = fresh_due(entry, now, zone, core.rng, recompute=cadence_changed)
+                    due = fresh_due(entry, now, core.settings.timezone, core.rng, recompute=True)
                     core.set_due(entry, due, due)
+                elif "enabled" in changes and entry.run is None:  # as a pause or resume
+                    plan_resumed(core, entry, core.clock.now())
                 core.persist_description(entry)
         core.changed()
         return schedule

@@ -152,7 +152,13 @@ class Plan:
 def fresh_due(
     entry: Entry, now: datetime, zone: tzinfo, rng: random.Random, *, recompute: bool
 ) -> datetime | None:
-    """Due time from the cadence (``recompute``) or from the persisted plan, never in the past."""
+    """Due time from the cadence (``recompute``) or from the persisted plan, never in the past.
+
+    Recomputed, a cadence of wall-clock slots (a cron, an anchored interval) whose next slot
+    after the last run has passed plans its first slot from now: that time was no slot of the
+    cadence when it passed (the cadence or its zone changed since), so nothing was missed and
+    nothing fires at once. An interval measured from the last run fires at once when it is
+    overdue by its new length."""
     if not entry.schedulable:
         return None
     cadence = entry.schedule.cadence
@@ -170,7 +176,7 @@ def fresh_due(
             zone=zone,
             rng=rng,
         )
-        if due is not None:
+        if due is not None and (due >= now or cadence.waits_elapsed_time):
             return max(due, now)
     return cadence.first_due(now, zone)
 

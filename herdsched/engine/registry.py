@@ -16,7 +16,7 @@ import attrs
 from herdsched.cadence import CADENCE_FIELDS
 from herdsched.engine.core import AD_HOC_SCHEDULE, EngineCore
 from herdsched.engine.planning import Entry, fresh_due
-from herdsched.engine.recovery import plan_from_state
+from herdsched.engine.recovery import plan_from_state, plan_resumed
 from herdsched.errors import InvalidScheduleError, LimitExceededError, UnauthorizedError
 from herdsched.models import Agent, Schedule, ScheduleState, Status, check_name
 
@@ -113,8 +113,11 @@ def install_entry(
     if existing.run is None and core.leading:
         if cadence_changed and changed_at_run_time:
             core.reopen_completed(existing)
-        due = fresh_due(existing, now, core.settings.timezone, core.rng, recompute=cadence_changed)
-        core.set_due(existing, due, due if cadence_changed else existing.scheduled_for)
+        if cadence_changed:
+            due = fresh_due(existing, now, core.settings.timezone, core.rng, recompute=True)
+            core.set_due(existing, due, due)
+        else:  # the same plan; enabled again, a passed slot follows the catch-up rule
+            plan_resumed(core, existing, now)
     core.persist_description(existing)
 
 
