@@ -297,6 +297,48 @@ def test_failure_ladder_then_auto_disable_then_resume() -> None:
         assert state(sched).last_result is RunStatus.SUCCESS
 
 
+@pytest.mark.parametrize("by_another_process", [False, True])
+@pytest.mark.parametrize("status", ["auto-disabled", "paused"])
+def test_a_resume_drops_the_backoff_of_the_failures_it_resets(
+    status: str, by_another_process: bool, tmp_path: Path
+) -> None:
+    """The bug: resumed after its job was fixed, an auto-disabled schedule still waited out the
+    backoff of its last failure (the ladder's last rung is 60 minutes), although the resume had
+    reset the failure count. Its plan is now the cadence's own after the last run; a time that
+    passed follows the catch-up rule (here: once, at once)."""
+    store = YamlStateStore(tmp_path)
+    with running(store=store, max_consecutive_failures=3, backoff=["1h"]) as (sched, clock):
+        job = Recorder(lambda info: (_ for _ in ()).throw(RuntimeError("boom")))
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1m")}))
+        sched.start()
+        step(sched)
+        step(sched, clock, "1h")
+        if status == "paused":
+            sched.pause("a", "s")
+        else:
+            step(sched, clock, "1h")
+            assert state(sched).status is Status.DISABLED
+        failed_at = clock.now()
+        assert state(sched).next_run_at == failed_at + 60 * M  # the backoff's hour
+        ran = len(job.calls)
+        job.action = None  # the job is fixed
+        step(sched, clock, "5m")
+        if by_another_process:
+            store.flush()  # the group commit its flusher makes within commit_delay
+            with YamlStateStore(tmp_path) as other:
+                other.update_schedule_state(
+                    "a", "s", status="idle", consecutive_failures=0, disabled_reason=None
+                )
+            step(sched, clock, "2s")
+        else:
+            sched.resume("a", "s")
+            step(sched)
+        assert len(job.calls) == ran + 1  # at once, not 55 minutes later
+        assert job.calls[-1].scheduled_for == failed_at + M  # the slot the cadence gave
+        assert state(sched).last_result is RunStatus.SUCCESS
+        assert state(sched).consecutive_failures == 0
+
+
 def test_success_resets_failure_count_and_auto_disable_can_be_off() -> None:
     outcomes = iter([RuntimeError("x"), RuntimeError("y"), None] + [RuntimeError("z")] * 8)
 

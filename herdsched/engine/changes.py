@@ -28,7 +28,7 @@ import herdsched.events as ev
 from herdsched.engine import registry
 from herdsched.engine.core import EngineCore
 from herdsched.engine.planning import Entry, fresh_due
-from herdsched.engine.recovery import plan_resumed
+from herdsched.engine.recovery import plan_resumed, resets_backoff
 from herdsched.errors import ConflictError, StateError
 from herdsched.models import Schedule, Status
 
@@ -180,9 +180,10 @@ class Changes:
     def _plan_resumed(self, entry: Entry, changes: dict[str, Any]) -> None:
         """Memory after a resume: a due time that passed while paused follows the catch-up
         policy (by default it fires once)."""
+        backed_off = resets_backoff(entry.state, changes["consecutive_failures"])
         entry.state = evolve(entry.state, **changes)
         if entry.run is None:
-            plan_resumed(self.core, entry, self.core.clock.now())
+            plan_resumed(self.core, entry, self.core.clock.now(), backed_off=backed_off)
 
     def _targets(self, agent: str, schedule: str | None, owner: str | None) -> list[Entry]:
         """The entries ``pause``/``resume`` act on, each checked against ``owner``."""

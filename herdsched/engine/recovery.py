@@ -42,6 +42,7 @@ __all__ = [
     "plan_from_state",
     "plan_resumed",
     "replan_after_jump",
+    "resets_backoff",
 ]
 
 #: How soon a failed renewal is tried again (before the deadline makes the leader step down).
@@ -382,19 +383,52 @@ def plan_catch_up(core: EngineCore, entry: Entry, persisted: datetime, now: date
     core.set_due(entry, plan.due, plan.scheduled_for)
 
 
-def plan_resumed(core: EngineCore, entry: Entry, now: datetime) -> None:
+def plan_resumed(
+    core: EngineCore, entry: Entry, now: datetime, *, backed_off: bool = False
+) -> None:
     """Plan ``entry`` after its status changed (a resume here or in another process): a due
     time that passed while it could not run follows the catch-up policy, as after downtime
     (``skip`` or an old miss records it missed and waits for the next slot). Caller holds the
-    lock."""
-    planned = entry.state.next_run_at
+    lock.
+
+    ``backed_off``: the resume reset a failure count whose backoff set the stored plan (see
+    :func:`resets_backoff`); the plan is then the cadence's own after the last run, so an
+    auto-disabled schedule resumed once its job is fixed does not wait out the last rung of
+    the ladder (up to an hour)."""
+    planned = _cadence_plan(core, entry) if backed_off else entry.state.next_run_at
     if not entry.schedulable:
         core.set_due(entry, None, None)
-    elif entry.due is None and planned is not None and planned <= now:
+    elif (entry.due is None or backed_off) and planned is not None and planned <= now:
         plan_catch_up(core, entry, planned, now)
+    elif backed_off and planned is not None:
+        core.set_due(entry, planned, planned)
     else:
         due = fresh_due(entry, now, core.settings.timezone, core.rng, recompute=False)
         core.set_due(entry, due, entry.scheduled_for or due)
+
+
+def resets_backoff(before: ScheduleState, failures_after: int) -> bool:
+    """Whether a status change from ``before`` to a count of ``failures_after`` drops a
+    failure backoff: the count goes to zero and the stored plan was set by a failure (not by a
+    deferral, which keeps its time)."""
+    return (
+        failures_after == 0
+        and before.consecutive_failures > 0
+        and before.last_result is not RunStatus.DEFERRED
+    )
+
+
+def _cadence_plan(core: EngineCore, entry: Entry) -> datetime | None:
+    """The next due time the cadence alone gives after the last run (no backoff), which may
+    have passed; the stored plan when there is no last run to count from."""
+    state, cadence = entry.state, entry.schedule.cadence
+    finished = state.last_finished_at
+    if cadence is None or cadence.runs_once or finished is None:
+        return state.next_run_at
+    zone = core.settings.timezone
+    slot = state.last_slot_at or finished
+    # "now" at the run's end: the cadence's own time, not moved up to the present
+    return cadence.next_due(slot=slot, finished_at=finished, now=finished, zone=zone, rng=core.rng)
 
 
 def _record_interrupted(core: EngineCore, entry: Entry, now: datetime) -> None:

@@ -15,7 +15,7 @@ from attrs import evolve
 
 from herdsched.engine.core import EngineCore
 from herdsched.engine.dispatch import Dispatcher
-from herdsched.engine.recovery import plan_resumed
+from herdsched.engine.recovery import plan_resumed, resets_backoff
 from herdsched.engine.registry import DefinitionCodec, drop_entry, install_entry, stored_definitions
 from herdsched.engine.requests import RunRequests
 from herdsched.models import Status
@@ -95,6 +95,7 @@ class OtherProcesses:
                     entry.state.status,
                     stored.status,
                 )
+                backed_off = resets_backoff(entry.state, stored.consecutive_failures)
                 entry.state = evolve(
                     entry.state,
                     status=stored.status,
@@ -102,7 +103,7 @@ class OtherProcesses:
                     disabled_reason=stored.disabled_reason,
                 )
                 if entry.run is None:
-                    plan_resumed(core, entry, now)
+                    plan_resumed(core, entry, now, backed_off=backed_off)
 
     def _apply_definitions(self) -> None:
         """Apply what another process did to the run-time definitions: drop, add, change."""
