@@ -69,7 +69,6 @@ from herdsched.errors import (
     ConfigError,
     ConflictError,
     CronParseError,
-    IntervalParseError,
     InvalidScheduleError,
     LimitExceededError,
     ScheduleNotFoundError,
@@ -385,9 +384,7 @@ def _error_for(exc: Exception) -> ApiError:
         title = str(exc).splitlines()[0].rstrip(":") if str(exc) else "invalid schedule"
         message = f"{title}: {'; '.join(exc.problems)}" if exc.problems else title
         return ApiError(400, message, _problem_details(exc.problems))
-    # the parse errors first: they are InvalidScheduleErrors whose field is not a schedule's
-    if isinstance(exc, IntervalParseError):
-        return ApiError(400, str(exc), [_detail("interval", str(exc))])
+    # a cron parse error first: its field names a field of the expression, not the schedule's
     if isinstance(exc, CronParseError):
         return ApiError(400, str(exc), [_detail("cron", str(exc))])
     if isinstance(exc, InvalidScheduleError):

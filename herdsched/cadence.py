@@ -143,38 +143,54 @@ def parse_interval(text: str, *, allow_zero: bool = False) -> timedelta:
 
 
 def coerce_interval(
-    value: timedelta | float | str, *, what: str = "interval", allow_zero: bool = False
+    value: timedelta | float | str,
+    *,
+    what: str = "interval",
+    allow_zero: bool = False,
+    field: str | None = None,
 ) -> timedelta:
-    """Accept a duration string, a :class:`timedelta` or a number of seconds (Python API)."""
+    """Accept a duration string, a :class:`timedelta` or a number of seconds (Python API).
+
+    An error is worded with ``what`` and blames ``field`` (``what`` unless given) in its
+    ``.field``, so a bad ``timeout`` or ``backoff`` names its own setting, not the interval.
+    """
+    culprit = what if field is None else field
     if isinstance(value, str):
         try:
             return parse_interval(value, allow_zero=allow_zero)
         except IntervalParseError as exc:
-            if what == "interval":
+            if what == "interval" and culprit == exc.field:
                 raise
-            raise IntervalParseError(f"{what}: {exc.message}", input=value, cause=exc) from exc
+            message = f"{what}: {exc.message}"
+            raise IntervalParseError(message, value, exc, field=culprit) from exc
     if isinstance(value, bool) or not isinstance(value, (timedelta, int, float)):
         raise IntervalParseError(
-            f"{what} must be a duration string, timedelta or seconds, got {value!r}", input=value
+            f"{what} must be a duration string, timedelta or seconds, got {value!r}",
+            value,
+            field=culprit,
         )
     if isinstance(value, float) and not math.isfinite(value):
-        raise IntervalParseError(f"{what} must be finite, got {value!r}", input=value)
+        raise IntervalParseError(f"{what} must be finite, got {value!r}", value, field=culprit)
     try:
         delta = value if isinstance(value, timedelta) else timedelta(seconds=value)
     except OverflowError as exc:
         raise IntervalParseError(
-            f"{what} {value!r} is too large (at most 999999999 days)", input=value, cause=exc
+            f"{what} {value!r} is too large (at most 999999999 days)", value, exc, field=culprit
         ) from exc
     if delta < timedelta(0):
-        raise IntervalParseError(f"Negative intervals are not allowed: {what} {value!r}", value)
+        message = f"Negative intervals are not allowed: {what} {value!r}"
+        raise IntervalParseError(message, value, field=culprit)
     positive = delta > timedelta(0) or (not isinstance(value, timedelta) and value > 0)
     if delta == timedelta(0) and not positive and not allow_zero:
-        raise IntervalParseError(f"Zero interval is not allowed: {what} {value!r}", value)
+        raise IntervalParseError(
+            f"Zero interval is not allowed: {what} {value!r}", value, field=culprit
+        )
     if positive and delta < MIN_INTERVAL:
         raise IntervalParseError(
             f"{what} {value!r} is shorter than the minimum of 1 millisecond "
             "(herdsched keeps times to the millisecond)",
             value,
+            field=culprit,
         )
     return delta
 

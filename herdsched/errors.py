@@ -86,11 +86,19 @@ class InvalidScheduleError(SchedulerError, ValueError):
 class IntervalParseError(InvalidScheduleError):
     """An interval such as ``"5m"`` could not be read; ``input`` (and ``value``) is the raw value.
 
-    ``field`` is ``"interval"``.
+    ``field`` names the setting the duration was given for: ``"interval"`` for a cadence's
+    interval, ``"timeout"``, ``"backoff"``, ``"catch_up_window"``... for the others.
     """
 
-    def __init__(self, message: str, input: object, cause: BaseException | None = None) -> None:
-        super().__init__(message, "interval", input, cause)
+    def __init__(
+        self,
+        message: str,
+        input: object,
+        cause: BaseException | None = None,
+        *,
+        field: str = "interval",
+    ) -> None:
+        super().__init__(message, field, input, cause)
         self.input = input
 
 

@@ -45,7 +45,10 @@ def coerce_backoff(ladder: Sequence[timedelta | float | str] | None) -> tuple[ti
             "backoff must be a non-empty sequence of durations such as ['30s', '5m'], "
             f"got {type(ladder).__name__} {ladder!r}"
         )
-    return tuple(coerce_interval(step, what="backoff step", allow_zero=True) for step in ladder)
+    return tuple(
+        coerce_interval(step, what="backoff step", allow_zero=True, field="backoff")
+        for step in ladder
+    )
 
 
 def backoff_delay(failures: int, ladder: Sequence[timedelta] = DEFAULT_BACKOFF) -> timedelta:

@@ -26,11 +26,12 @@ class Deferred(Exception):
     """
 
     def __init__(self, delay: timedelta | float | str, reason: str = "") -> None:
-        self.delay = coerce_interval(delay, what="Deferred delay")
+        self.delay = coerce_interval(delay, what="Deferred delay", field="delay")
         if self.delay > MAX_DEFER:  # a due time past the calendar could never be planned
             raise IntervalParseError(
                 f"Deferred delay {delay!r} is too long (at most {MAX_DEFER.days} days)",
                 input=delay,
+                field="delay",
             )
         self.reason = reason
         super().__init__(reason or f"deferred for {describe_duration(self.delay)}")

@@ -209,6 +209,7 @@ def test_deferred_rejects_bad_delays(delay: object) -> None:
     with pytest.raises(IntervalParseError, match="Deferred delay") as info:
         Deferred(delay)  # type: ignore[arg-type]
     assert info.value.input == delay
+    assert info.value.field == "delay"  # was "interval"
 
 
 def test_session_not_found_is_a_plain_signal() -> None:

@@ -9,6 +9,7 @@ from herdsched import (
     Agent,
     AgentNotFoundError,
     ConflictError,
+    IntervalParseError,
     InvalidScheduleError,
     Schedule,
     ScheduleNotFoundError,
@@ -46,6 +47,36 @@ def test_constructor_rejects_bad_settings_naming_them(kwargs: dict, message: str
     options = {"state_dir": None, **kwargs}
     with pytest.raises(ValueError, match=message):
         ThreadedScheduler(**options)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field", "message"),
+    [
+        (
+            {"backoff": ["30s", "x"]},
+            "backoff",
+            'backoff step: Missing numeric value in interval "x"',
+        ),
+        ({"catch_up_window": "0s"}, "catch_up_window", "catch_up_window: Zero interval"),
+        ({"min_interval": -1}, "min_interval", "Negative intervals are not allowed: min_interval"),
+    ],
+)
+def test_a_bad_duration_setting_is_blamed_on_its_own_field(
+    kwargs: dict, field: str, message: str
+) -> None:
+    """They were blamed on the interval (``field == "interval"``)."""
+    with pytest.raises(IntervalParseError, match=message) as info:
+        ThreadedScheduler(state_dir=None, **kwargs)
+    assert info.value.field == field
+
+
+def test_a_bad_timeout_given_to_update_schedule_is_blamed_on_the_timeout() -> None:
+    sched = ThreadedScheduler(state_dir=None)
+    sched.add_agent(Agent("a", job=Recorder(), schedules={"c": Schedule.cron("0 * * * *")}))
+    with pytest.raises(IntervalParseError, match="timeout: Missing time unit") as info:
+        sched.update_schedule("a", "c", timeout="10")
+    assert info.value.field == "timeout"
+    assert sched.get_schedule("a", "c").timeout is None  # nothing changed
 
 
 class _NotAClock:
