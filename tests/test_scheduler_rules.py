@@ -253,6 +253,47 @@ def test_a_once_whose_time_passes_during_a_triggered_run_is_missed_and_completed
         assert state(sched).status is Status.COMPLETED
 
 
+def test_a_run_now_of_a_completed_once_records_no_missed_slot() -> None:
+    """Its slot, run an hour before, was recorded ``missed`` a second time (with a JobMissed)."""
+    with running() as (sched, clock):
+        missed: list[JobMissed] = []
+        sched.add_listener(missed.append, JobMissed)
+        sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.once(T0 + M)}))
+        sched.start()
+        step(sched, clock, "1m")
+        step(sched, clock, "1h")
+        assert sched.trigger("a", "s").success
+        step(sched)
+        records = [(r.status, r.trigger_type) for r in reversed(sched.history("a", "s"))]
+        assert records == [(RunStatus.SUCCESS, TriggerType.ONCE), (RunStatus.SUCCESS, "manual")]
+        assert missed == []
+        assert (state(sched).status, state(sched).next_run_at) == (Status.COMPLETED, None)
+
+
+def test_a_run_now_of_a_paused_once_after_its_time_leaves_its_slot_to_the_resume() -> None:
+    """Its slot was recorded ``missed`` by the run-now, then run all the same at the resume."""
+    with running() as (sched, clock):
+        job = Recorder()
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.once(T0 + 2 * M)}))
+        sched.start()
+        step(sched)
+        sched.pause("a", "s")
+        step(sched, clock, "30m")
+        assert sched.trigger("a", "s").success
+        step(sched)
+        assert [(r.status, r.trigger_type) for r in sched.history("a", "s")] == [
+            (RunStatus.SUCCESS, "manual")
+        ]
+        assert state(sched).status is Status.PAUSED
+        clock.advance("10m")
+        sched.resume("a", "s")
+        step(sched)
+        records = [(r.status, r.trigger_type) for r in reversed(sched.history("a", "s"))]
+        assert records == [(RunStatus.SUCCESS, "manual"), (RunStatus.SUCCESS, TriggerType.ONCE)]
+        assert job.slots() == [None, T0 + 2 * M]
+        assert state(sched).status is Status.COMPLETED
+
+
 def test_once_failure_also_completes() -> None:
     with running() as (sched, clock):
         job = Recorder(lambda info: 1 / 0)

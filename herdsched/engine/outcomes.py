@@ -61,7 +61,10 @@ def next_after_run(
     cron and once count from the slot, or from when the run fired if that was later (a
     catch-up or buffered run stands for every slot that passed before it fired, so none of
     them runs or is missed again), and a slot that has passed by the time the run ended goes
-    to the overlap rule. A manual run leaves the planned slot (``planned_slot``) as it is.
+    to the overlap rule. A manual run leaves the planned slot (``planned_slot``) as it is, and
+    meets the overlap rule only when there was one: a schedule with nothing planned (paused,
+    completed) had no slot to miss while it ran, so a once time that passed before is neither
+    recorded missed nor taken from a later resume.
     """
     cadence = schedule.cadence
     zone = settings.timezone
@@ -77,8 +80,12 @@ def next_after_run(
             default_jitter=settings.jitter_percent,
         )
         return NextRun(due, due)
+    planned: datetime | None
     if run.trigger_type is TriggerType.MANUAL:
-        planned = planned_slot if planned_slot is not None else cadence.first_due(now, zone)
+        if planned_slot is None:
+            first = cadence.first_due(now, zone)
+            return NextRun(first, first)
+        planned = planned_slot
     else:
         slot = max(run.scheduled_for, run.fired_at) if run.scheduled_for else now
         planned = cadence.next_due(slot=slot, finished_at=now, now=now, zone=zone)
