@@ -28,7 +28,7 @@ from herdsched import (
     ThreadedScheduler,
     TriggerType,
 )
-from herdsched.cadence import Cron, Interval
+from herdsched.cadence import Cron, Interval, parse_interval
 from herdsched.store import MemoryStateStore
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.testing import FakeClock
@@ -1279,6 +1279,59 @@ def test_a_timed_out_job_that_runs_on_past_its_next_slot_follows_the_overlap_rul
         records = [(r.status, r.scheduled_for) for r in reversed(sched.history("a", "s"))]
         assert records == history
         assert state(sched).next_run_at == next_due
+
+
+@pytest.mark.parametrize(
+    ("schedule", "manual", "returns_after", "backoff", "next_after"),
+    [
+        # an interval counts from when the thread returned: it counted from the timeout
+        (Schedule.interval("5m", timeout="2m"), False, "4m", None, "9m"),
+        (Schedule.interval("5m", timeout="2m"), False, "6m50s", None, "11m50s"),
+        (Schedule.interval("5m", timeout="2m"), True, "4m", None, "9m"),
+        # never sooner than the failure's backoff, which counts from the timeout
+        (Schedule.interval("5m", timeout="2m"), False, "4m", ["10m"], "12m"),
+        # slots on a grid or a clock stand
+        (Schedule.interval("5m", anchor=T0, timeout="2m"), False, "4m", None, "5m"),
+        (Schedule.cron("*/5 * * * *", timeout="2m"), False, "4m", None, "5m"),
+    ],
+)
+def test_a_timed_out_job_plans_its_next_run_from_when_its_thread_returned(
+    schedule: Schedule, manual: bool, returns_after: str, backoff: Any, next_after: str
+) -> None:
+    """The next run was planned from the timeout: a job that ignored its cancel and returned
+    just before that time was run again at once, with no rest."""
+    release = threading.Event()
+    calls: list[Any] = []
+
+    def job(info: Any) -> None:
+        calls.append(info.scheduled_for)
+        if len(calls) == 1:
+            assert release.wait(10)  # ignores its cancel event
+
+    if manual:  # the timer leaves it alone until long after
+        schedule = schedule.with_changes(cadence=Interval("5m", start_at=T0 + 1440 * M))
+    with running(backoff=backoff) as (sched, clock):
+        sched.add_agent(Agent("a", job=job, schedules={"s": schedule}))
+        sched.start()
+        if manual:
+            assert sched.trigger("a", "s").success
+        else:
+            clock.advance(state(sched).next_run_at - T0)  # type: ignore[operator]
+            sched.run_pending()
+        assert wait_until(lambda: calls)
+        began = clock.now()
+        while clock.now() < began + parse_interval(returns_after):  # timed out, goes on
+            clock.advance("10s")
+            sched.run_pending()
+        release.set()
+        step(sched)
+        assert [r.status for r in sched.history("a", "s")] == [RunStatus.TIMEOUT]
+        next_due = began + parse_interval(next_after)
+        assert state(sched).next_run_at == next_due
+        step(sched, clock, next_due - clock.now() - S)
+        assert len(calls) == 1
+        step(sched, clock, S)
+        assert len(calls) == 2
 
 
 def test_a_slow_notifier_of_a_timed_out_run_does_not_hold_up_the_timer() -> None:

@@ -271,28 +271,42 @@ class Dispatcher:
         entry = core.entries.get((run.agent, run.schedule_name))
         if entry is not None and entry.run is run:
             entry.run = None
-            if run.timed_out and run.trigger_type is not TriggerType.MANUAL:
+            if run.timed_out:
                 self._replan_after_overrun(entry, run)
             if entry.due is not None:
                 core.plan.push(entry)
         core.idle.notify_all()
 
     def _replan_after_overrun(self, entry: Entry, run: Run) -> None:
-        """A timed-out job that went on past the next run planned when it timed out: that
-        slot came due while the job still ran, so the overlap rule applies as to a run ending
-        now (``skip`` records it missed and waits for the next slot, an interval counts from
-        now), instead of the stale slot firing the moment the job returns. Caller holds the
-        lock."""
+        """Plan the next run of a timed-out job whose thread has returned, from now: its run was
+        settled (and its next run planned) at the timeout, while the job went on.
+
+        An interval counts from when the thread returned (the run's end, for a job that
+        ignores its cancel event), and never sooner than the timeout's failure backoff; an
+        anchored interval keeps its grid point. A cron or once slot stands unless it came due
+        while the job still ran: then the overlap rule applies as to a run ending now (``skip``
+        records it missed and waits for the next slot) instead of the stale slot firing the
+        moment the job returns; a manual run's slot stands (see :func:`next_after_run`). Caller
+        holds the lock.
+        """
         core = self.core
         now = core.clock.now()
-        if entry.due is None or entry.due > now:
+        cadence = entry.schedule.cadence
+        if entry.due is None or cadence is None:
+            return  # parked, completed or disabled meanwhile: nothing to move
+        from_return = cadence.measured_from_completion
+        if not from_return and (entry.due > now or run.trigger_type is TriggerType.MANUAL):
             return
         normal = next_after_run(
             entry.schedule, run, now, entry.scheduled_for, core.settings, core.rng
         )
         if normal.missed is not None:
             core.record_missed(entry, normal.missed)
-        core.set_due(entry, normal.due, normal.slot)
+        due, slot = normal.due, normal.slot
+        if from_return and due is not None:
+            # the plan made at the timeout holds the failure's backoff: never sooner than it
+            due = slot = max(due, entry.due)
+        core.set_due(entry, due, slot)
 
     # ------------------------------------------------------------------------ outcomes
 
