@@ -4,6 +4,7 @@ requests from another host, and a standby taking over when the leader stops."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -35,6 +36,34 @@ class Ledger:
             return "ok"
 
         return run
+
+
+def ticking_on(store: PostgresStateStore, every: str = "1h") -> ThreadedScheduler:
+    """A scheduler on ``store`` whose one schedule runs every ``every``."""
+    agent = Agent("ag", schedules={"tick": Schedule.interval(every)})
+    return ThreadedScheduler([agent], on_trigger=lambda info: "ok", store=store, state_dir=None)
+
+
+@contextlib.contextmanager
+def table_locked(dsn: str, table: str) -> Iterator[None]:
+    """``table`` locked ``ACCESS EXCLUSIVE`` by another session for the block (a migration,
+    ``VACUUM FULL``), so that every statement touching it waits."""
+    locked, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with psycopg.connect(dsn) as conn:
+            conn.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+            locked.set()
+            done.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert locked.wait(10)
+        yield
+    finally:
+        done.set()
+        holder.join(10)
 
 
 @pytest.fixture
@@ -240,12 +269,7 @@ def test_a_leader_cut_off_from_its_database_stops_leading_when_its_lease_runs_ou
     runs out (here, before: 12 s after it)."""
     link = CuttableLink(postgres_dsn)
     store = PostgresStateStore(link.dsn, namespace=pg_namespace, lease_ttl=3)
-    sched = ThreadedScheduler(
-        [Agent("ag", schedules={"tick": Schedule.interval(every)})],
-        on_trigger=lambda info: "ok",
-        store=store,
-        state_dir=None,
-    )
+    sched = ticking_on(store, every)
     sched.start()
     try:
         assert wait_until(lambda: sched.is_leader, timeout=10)
@@ -272,12 +296,7 @@ def test_a_web_request_on_a_host_whose_database_stops_answering_answers_503_in_t
     one request took 45 s, past gunicorn's 30 s worker timeout (which kills the worker). The
     calls of one request now share its ``request_timeout``: it answers 503 in time."""
     store = PostgresStateStore(postgres_dsn, namespace=pg_namespace, lease_ttl=30)
-    sched = ThreadedScheduler(
-        [Agent("ag", schedules={"tick": Schedule.interval("1h")})],
-        on_trigger=lambda info: "ok",
-        store=store,
-        state_dir=None,
-    )
+    sched = ticking_on(store, "1h")
     api = RestApi(sched, request_timeout=2)
     assert api.handle("GET", "/api/schedule/ag/tick").status == 200
     answers: list[object] = []
@@ -322,24 +341,10 @@ def test_a_request_past_its_deadline_on_a_healthy_server_leaves_the_leaders_sess
     leader.start()
     standby.start()
     session = leader.store._db.backend_pid
-    locked, done = threading.Event(), threading.Event()
-
-    def hold_the_runs_table() -> None:
-        with psycopg.connect(postgres_dsn) as conn:
-            conn.execute("LOCK TABLE herdsched_runs IN ACCESS EXCLUSIVE MODE")
-            locked.set()
-            done.wait(10)
-
-    holder = threading.Thread(target=hold_the_runs_table)
-    holder.start()
-    try:
-        assert locked.wait(10)
+    with table_locked(postgres_dsn, "herdsched_runs"):
         began = time.monotonic()
         answer = RestApi(leader, request_timeout=1).handle("GET", "/api/schedule/ag/tick/history")
         took = time.monotonic() - began
-    finally:
-        done.set()
-        holder.join(10)
     assert answer.status == 503
     assert "the request's 1 s for the store are over" in answer.body["error"]
     assert took < 5
@@ -356,33 +361,14 @@ def test_a_requests_single_statement_read_past_its_deadline_leaves_the_session_a
     number, which each request reads first): it had no statement timeout, so it was cut two
     seconds after the deadline by closing the session, the leader's advisory lock with it."""
     store = PostgresStateStore(postgres_dsn, namespace=pg_namespace, lease_ttl=30)
-    sched = ThreadedScheduler(
-        [Agent("ag", schedules={"tick": Schedule.interval("1h")})],
-        on_trigger=lambda info: "ok",
-        store=store,
-        state_dir=None,
-    )
+    sched = ticking_on(store, "1h")
     sched.start()
     assert wait_until(lambda: sched.is_leader, timeout=10)
     session = store._db.backend_pid
-    locked, done = threading.Event(), threading.Event()
-
-    def hold_the_change_numbers() -> None:
-        with psycopg.connect(postgres_dsn) as conn:
-            conn.execute("LOCK TABLE herdsched_namespaces IN ACCESS EXCLUSIVE MODE")
-            locked.set()
-            done.wait(10)
-
-    holder = threading.Thread(target=hold_the_change_numbers)
-    holder.start()
-    try:
-        assert locked.wait(10)
+    with table_locked(postgres_dsn, "herdsched_namespaces"):  # the change numbers
         store._stale = True  # the request reads the change number first
         answer = RestApi(sched, request_timeout=1).handle("GET", "/api/schedule/ag/tick")
         time.sleep(2.5)  # past the cut that closed the session before
-    finally:
-        done.set()
-        holder.join(10)
     assert answer.status in (200, 503)  # from the view it last read, or the store's error
     assert store._db.backend_pid == session  # the session and the lease's lock live on
     assert sched.is_leader

@@ -1234,6 +1234,20 @@ def test_a_slow_notifier_does_not_delay_the_cancel_of_a_timed_out_job() -> None:
     assert notified_after_cancel == [True]  # the job was cancelled while the notifier ran
 
 
+def _first_run_ignores_its_cancel() -> tuple[Callable[[Any], None], list[Any], threading.Event]:
+    """A job whose first run ignores its cancel event and returns once ``release`` is set, and
+    the slots it was called for."""
+    release = threading.Event()
+    calls: list[Any] = []
+
+    def job(info: Any) -> None:
+        calls.append(info.scheduled_for)
+        if len(calls) == 1:
+            assert release.wait(10)
+
+    return job, calls, release
+
+
 @pytest.mark.parametrize(
     ("schedule", "history", "next_due"),
     [
@@ -1256,14 +1270,7 @@ def test_a_timed_out_job_that_runs_on_past_its_next_slot_follows_the_overlap_rul
     """The next run was planned when the run timed out; when the job, ignoring its cancel,
     returned minutes later, that stale slot fired at once: ``skip`` ran it like
     ``buffer_one``, and an interval ran again with no rest."""
-    release = threading.Event()
-    calls: list[Any] = []
-
-    def job(info: Any) -> None:
-        calls.append(info.scheduled_for)
-        if len(calls) == 1:
-            assert release.wait(10)  # ignores its cancel event
-
+    job, calls, release = _first_run_ignores_its_cancel()
     with running(max_consecutive_failures=None) as (sched, clock):
         sched.add_agent(Agent("a", job=job, schedules={"s": schedule}))
         sched.start()
@@ -1300,14 +1307,7 @@ def test_a_timed_out_job_plans_its_next_run_from_when_its_thread_returned(
 ) -> None:
     """The next run was planned from the timeout: a job that ignored its cancel and returned
     just before that time was run again at once, with no rest."""
-    release = threading.Event()
-    calls: list[Any] = []
-
-    def job(info: Any) -> None:
-        calls.append(info.scheduled_for)
-        if len(calls) == 1:
-            assert release.wait(10)  # ignores its cancel event
-
+    job, calls, release = _first_run_ignores_its_cancel()
     if manual:  # the timer leaves it alone until long after
         schedule = schedule.with_changes(cadence=Interval("5m", start_at=T0 + 1440 * M))
     with running(backoff=backoff) as (sched, clock):
