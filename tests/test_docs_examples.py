@@ -88,8 +88,14 @@ def run_examples(path: Path) -> None:
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_page_examples_run(page: str) -> None:
+def test_page_examples_run(page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each page in a directory of its own: an example may write a relative ``.herdsched``,
+    the demo fleet's state directory (``state.md`` pauses ``triage/check-issues`` there, which
+    the suite once did to the checkout's own demo state)."""
+    monkeypatch.chdir(tmp_path)
     run_examples(DOCS / page)
+    if page == "state.md":
+        assert (tmp_path / ".herdsched" / "state.yaml").exists()
 
 
 def test_readme_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
