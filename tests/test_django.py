@@ -631,6 +631,25 @@ def test_run_with_no_body_and_no_content_type(client: Client, sched: ThreadedSch
     assert sched.wait_until_idle(5)
 
 
+def test_a_bodiless_write_under_djangos_own_server_is_not_refused(
+    client: Client, sched: ThreadedScheduler
+) -> None:
+    """The bug: ``manage.py runserver`` (wsgiref) sets ``text/plain`` for a request sent
+    without a Content-Type, so ``curl -X POST .../run`` and ``curl -X DELETE`` with no body
+    were refused with 415 there, and accepted under gunicorn."""
+    response = client.generic(
+        "POST", f"{API}/schedule/triage/check/run", CONTENT_TYPE="text/plain"
+    )  # as wsgiref sets it
+    assert response.status_code == 202, response.content
+    assert sched.wait_until_idle(5)
+    put = send(client, "PUT", f"{API}/schedule/triage/gone", {"interval": "1h"})
+    assert put.status_code == 201
+    gone = client.generic(
+        "DELETE", f"{API}/schedule/triage/gone", CONTENT_TYPE="text/plain"
+    )  # as wsgiref sets it
+    assert gone.status_code == 200, gone.content
+
+
 def test_session_writes_need_the_csrf_token(sched: ThreadedScheduler) -> None:
     value = {"SCHEDULER": sched, "AUTOSTART": False, "AUTH": f"{__name__}:session_staff"}
     middleware = ["django.middleware.csrf.CsrfViewMiddleware"]
