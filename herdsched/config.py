@@ -634,7 +634,8 @@ def _build_agents(
     ctx: _AgentContext,
 ) -> list[Agent]:
     """Every valid agent of ``raw_agents`` in file order; a repeated name is a problem at the
-    later entry."""
+    later entry, found by the names as written, so that it is told with every other problem
+    of either entry rather than once they are mended."""
     agents: list[Agent] = []
     seen: dict[str, int] = {}
     for index, entry in enumerate(raw_agents):
@@ -643,17 +644,18 @@ def _build_agents(
             continue
         merged, agent_chk = _merged_agent(problems, layers, defaults, label)
         agent = _build_agent(agent_chk, merged, (), ctx)
-        if agent is None:
-            continue
-        if agent.name in seen:
+        name = merged.get("name") if isinstance(merged, Mapping) else None
+        if isinstance(name, str) and name in seen:
             problems.add(
                 label,
                 ("agents", index, "name"),
-                f'duplicate agent name "{agent.name}" (also agents[{seen[agent.name]}])',
+                f'duplicate agent name "{name}" (also agents[{seen[name]}])',
             )
             continue
-        seen[agent.name] = index
-        agents.append(agent)
+        if isinstance(name, str):
+            seen[name] = index
+        if agent is not None:
+            agents.append(agent)
     return agents
 
 

@@ -824,6 +824,21 @@ def test_fleet_errors(tmp_path: Path, text: str, path: str, why: str) -> None:
     assert [p for p in found if p.startswith(prefix) and why in p], found
 
 
+def test_a_duplicate_agent_name_is_told_with_the_entries_other_problems(tmp_path: Path) -> None:
+    """The bug: an entry with any problem was dropped before the name check, so the duplicate
+    name was told only once the other problem was mended ("every problem at once")."""
+    text = (
+        "agents:\n"
+        "  - {name: a, job: 'json:dumps', schedules: {x: {interval: 5x}}}\n"
+        "  - {name: a, job: 'json:dumps', schedules: {y: {interval: 5y}}}\n"
+    )
+    found = problems(tmp_path, text)
+    label = str(tmp_path / "fleet.yaml")
+    assert any(p.startswith(f"{label}: agents[0].schedules.x.interval: ") for p in found), found
+    assert any(p.startswith(f"{label}: agents[1].schedules.y.interval: ") for p in found), found
+    assert f'{label}: agents[1].name: duplicate agent name "a" (also agents[0])' in found
+
+
 def test_include_errors(tmp_path: Path) -> None:
     write(tmp_path / "list.yaml", "- 1\n")
     write(tmp_path / "broken.yaml", "name: [unclosed\n")
