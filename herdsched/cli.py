@@ -886,13 +886,23 @@ def _target(text: str) -> tuple[str, str | None]:
     return agent, (schedule if sep else None)
 
 
+def _all_states(store: StateStore) -> dict[str, dict[str, ScheduleState]]:
+    """Every schedule's state by agent, with those created at run time (a REST ``PUT``, another
+    process) that no scheduler has taken in yet: a stored definition without a state, shown
+    as never run, and steered like any other."""
+    states = {agent: dict(named) for agent, named in store.get_all_schedule_states().items()}
+    for agent, defined in store.load_definitions().items():
+        for name in defined:
+            states.setdefault(agent, {}).setdefault(name, ScheduleState())
+    return {agent: named for agent, named in states.items() if named}
+
+
 def _agent_states(store: StateStore, agent: str) -> dict[str, ScheduleState]:
-    states = store.get_agent_schedule_states(agent)
-    if not states:
-        known = sorted(store.get_all_schedule_states())
-        hint = f" (known: {', '.join(known)})" if known else f" ({_empty_store(store)})"
+    every = _all_states(store)
+    if agent not in every:
+        hint = f" (known: {', '.join(sorted(every))})" if every else f" ({_empty_store(store)})"
         raise _Failure(f"agent {agent!r} not found{hint}")
-    return states
+    return every[agent]
 
 
 def _empty_store(store: StateStore) -> str:
@@ -1001,7 +1011,7 @@ def _state_rows(
 ) -> list[tuple[str, str, ScheduleState]]:
     return [
         (agent, name, state)
-        for agent, states in sorted(store.get_all_schedule_states().items())
+        for agent, states in sorted(_all_states(store).items())
         for name, state in sorted(states.items())
     ]
 
@@ -1257,7 +1267,7 @@ def _width(args: argparse.Namespace, width: int) -> int:
 def _fleet_history(store: StateStore, limit: int) -> list[RunRecord]:
     """The latest ``limit`` runs of every agent, newest first."""
     records: list[RunRecord] = []
-    for agent in sorted(store.get_all_schedule_states()):
+    for agent in sorted(_all_states(store)):
         records.extend(history_with_requests(store, agent, None, limit))
     floor = datetime.min.replace(tzinfo=timezone.utc)
     top = datetime.max.replace(tzinfo=timezone.utc)  # queued runs: the newest of all

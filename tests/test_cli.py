@@ -565,6 +565,27 @@ def test_trigger_queues_a_request(capsys: pytest.CaptureFixture[str], state_dir:
     ]
 
 
+def test_a_schedule_created_at_run_time_is_seen_and_steered_before_a_scheduler_takes_it_in(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The bug: a schedule a web worker created (REST ``PUT``) has a stored definition but no
+    state until a leading scheduler takes it in; till then ``status`` showed no schedules and
+    ``trigger`` answered "agent 'reports' not found (known: reports)"."""
+    state_dir = tmp_path / "state"
+    store = YamlStateStore(state_dir)
+    try:
+        store.save_definition("reports", "hook", {"type": "webhook"}, exists=False)
+    finally:
+        store.close()
+    code, out, _ = run_cli(capsys, "status", "--state-dir", str(state_dir))
+    assert code == 0 and "hook" in out and "none" not in out.split("\n", 1)[0]
+    code, out, err = run_cli(capsys, "trigger", "reports/hook", "--state-dir", str(state_dir))
+    assert (code, err.count("not found")) == (0, 0)
+    assert out.startswith("queued a run of reports/hook as run ")
+    code, _, err = run_cli(capsys, "pause", "reports/nope", "--state-dir", str(state_dir))
+    assert code == 1 and "schedule 'nope' of agent 'reports' not found (known: hook)" in err
+
+
 def test_trigger_refuses_a_prompt_that_is_not_text_and_queues_nothing(
     capsys: pytest.CaptureFixture[str], state_dir: Path
 ) -> None:
