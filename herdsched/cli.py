@@ -16,6 +16,7 @@ writes to stdout.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -658,13 +659,26 @@ class _Stopper:
             self.event.set()
             return
         logger.warning("%s received again: quitting without waiting for running jobs", sig.name)
+        self.quit(130)
+
+    def quit(self, code: int) -> None:
+        """End the process with ``code`` now, running jobs or not, after saving what it can
+        within :data:`FINAL_SAVE_WAIT` seconds.
+
+        ``os._exit`` because a normal exit would wait for every job thread to return (the
+        interpreter joins them), which is what quitting is meant to avoid; jobs left running
+        are recorded as interrupted at the next start.
+        """
         if self.flush is not None:
             saver = threading.Thread(target=self._save, name="herdsched-final-save", daemon=True)
             saver.start()
             saver.join(FINAL_SAVE_WAIT)
             if saver.is_alive():
                 logger.error("could not save state within %s s: quitting anyway", FINAL_SAVE_WAIT)
-        os._exit(130)
+        for stream in (sys.stdout, sys.stderr):  # os._exit does not flush them
+            with contextlib.suppress(OSError, ValueError):  # a closed or broken stream
+                stream.flush()
+        os._exit(code)
 
     def _save(self) -> None:
         assert self.flush is not None
@@ -672,6 +686,27 @@ class _Stopper:
             self.flush()
         except Exception:
             logger.exception("could not save state before quitting")
+
+
+class _RunningJobs:
+    """Listener that tracks the jobs running now (``agent/schedule`` by run id), so ``run``
+    can name the jobs a timed-out stop leaves behind."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, event: Any) -> None:
+        with self._lock:
+            if isinstance(event, events.JobStarted):
+                self._jobs[event.run_id] = f"{event.agent}/{event.schedule}"
+            else:
+                self._jobs.pop(event.record.run_id, None)
+
+    def names(self) -> list[str]:
+        """The running jobs as ``agent/schedule``, sorted (repeated for concurrent runs)."""
+        with self._lock:
+            return sorted(self._jobs.values())
 
 
 def _setup_logging(level: int) -> Callable[[], None]:
@@ -753,6 +788,10 @@ def _run_fleet(
 ) -> int:
     """Run ``scheduler`` until a signal, ``--duration`` or a job stops it."""
     scheduler.add_listener(_log_run, events.JobSucceeded, events.JobDeferred)
+    running = _RunningJobs()
+    scheduler.add_listener(
+        running, events.JobStarted, events.JobSucceeded, events.JobFailed, events.JobDeferred
+    )
     stopper.flush = scheduler.store.flush
     stopper.install()
     schedules = sum(len(agent.schedules) for agent in fleet.agents)
@@ -779,9 +818,32 @@ def _run_fleet(
     try:
         scheduler.stop(wait_for_jobs=True, timeout=args.stop_timeout.total_seconds())
     except SchedulerShutdownError as exc:
-        logger.error("%s", exc)
+        _quit_leaving_jobs(exc, running, args.stop_timeout, stopper)
         return EXIT_FAILURE
     return EXIT_OK
+
+
+def _quit_leaving_jobs(
+    exc: SchedulerShutdownError, running: _RunningJobs, waited: timedelta, stopper: _Stopper
+) -> None:
+    """After ``--stop-timeout``: name the jobs still running and quit with exit code 1
+    without waiting for them (a normal exit would wait until each job returned).
+
+    The scheduler has stopped and let go of its lease, so a job that returned later could not
+    record its outcome anyway; the next start records such runs as interrupted.
+    """
+    if not exc.timed_out:  # pragma: no cover - stop() raises this only on a timeout
+        logger.error("%s", exc)
+        return
+    names = running.names()
+    logger.error(
+        "stop timed out after %s with %d job(s) still running%s; quitting without waiting for "
+        "them: they will be recorded as interrupted at the next start",
+        format_interval(waited),
+        exc.running_job_count,
+        f": {', '.join(names)}" if names else "",
+    )
+    stopper.quit(EXIT_FAILURE)
 
 
 # --------------------------------------------------------------------------------------------

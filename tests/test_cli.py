@@ -775,8 +775,10 @@ def test_run_uses_the_fleet_state_dir(capsys: pytest.CaptureFixture[str], tmp_pa
 
 @pytest.mark.slow
 def test_run_reports_jobs_that_outlive_the_stop_timeout(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    exits: list[int] = []
+    monkeypatch.setattr(cli.os, "_exit", exits.append)  # the process test quits for real
     fleet = _fleet(
         tmp_path,
         """
@@ -797,8 +799,9 @@ def test_run_reports_jobs_that_outlive_the_stop_timeout(
         "--stop-timeout",
         "1s",
     )
-    assert code == 1
-    assert "still running" in err
+    assert code == 1 and exits == [1]
+    assert "1 job(s) still running: a/long" in err
+    assert "recorded as interrupted at the next start" in err
 
 
 def test_run_with_an_invalid_fleet_exits_2(

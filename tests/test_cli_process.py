@@ -210,6 +210,40 @@ def test_second_signal_quits_at_once(
     assert "quitting without waiting" in log.read_text()
 
 
+def test_run_quits_when_the_stop_timeout_passes_and_records_the_job_interrupted(
+    tmp_path: Path, fleet_process: Callable[..., subprocess.Popen[str]]
+) -> None:
+    started = tmp_path / "started"
+    (tmp_path / "sleepy.py").write_text(
+        "import pathlib, time\n"
+        "def run(trigger):\n"
+        f"    pathlib.Path({str(started)!r}).touch()\n"
+        "    time.sleep(20)\n"
+        "    return 'done'\n"
+    )
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "agents:\n  - name: a\n    job: sleepy:run\n"
+        "    schedules: {long: {type: interval, interval: 1h}}\n"
+    )
+    state = tmp_path / "state"
+    process = fleet_process(
+        fleet, "--state-dir", str(state), "--duration", "1s", "--stop-timeout", "1s"
+    )
+    assert wait_for(started.exists)
+    began = time.monotonic()
+    assert process.wait(timeout=30) == 1
+    assert time.monotonic() - began < 8  # not held until the job returns (20 s)
+    log = (tmp_path / "run.log").read_text()
+    assert "1 job(s) still running: a/long" in log
+    assert "recorded as interrupted at the next start" in log
+    assert "were not written" not in log  # it quit before the job could try
+    again = fleet_process(fleet, "--state-dir", str(state), "--duration", "1s")
+    assert again.wait(timeout=30) == 0
+    statuses = [record["status"] for record in history(state, "a/long")]
+    assert "interrupted" in statuses
+
+
 def test_validate_broken_fleet_as_a_process(tmp_path: Path) -> None:
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(
