@@ -93,7 +93,7 @@ from herdsched.store.deadline import answer_within
 from herdsched.store.memory import MemoryStateStore
 from herdsched.store.runs import find_run
 from herdsched.store.spec import store_location
-from herdsched.timestamps import format_timestamp
+from herdsched.timestamps import format_timestamp, zone_name
 
 if TYPE_CHECKING:
     from herdsched.scheduler import ThreadedScheduler
@@ -881,7 +881,8 @@ class RestApi:
             self._check_owner(caller, existing.owner, agent, name)
             self._check_defined_here(self._item(agent, name))
             _keep_owner(agent, name, fields, existing)
-        schedule = schedule_from_mapping(fields)
+        schedule = self._read_definition(fields)
+        _check_zone_kept(fields, schedule, scheduler.timezone)
         if existing is None:
             scheduler.add_schedule(agent, name, schedule, persist=True, owner=schedule.owner)
             created = True
@@ -903,6 +904,13 @@ class RestApi:
                 name,
             ) from None
         return ApiResponse(201 if created else 200, self._json(item))
+
+    def _read_definition(self, fields: Mapping[str, Any]) -> Schedule:
+        """The schedule ``fields`` define, read as a fleet file reads them: a time without an
+        offset is in the schedule's ``timezone``, else the scheduler's zone (the one a fleet
+        file's ``scheduler.timezone`` sets); a cron without a zone keeps following the
+        scheduler's."""
+        return schedule_from_mapping(fields, naive_timezone=self.scheduler.timezone)
 
     def _patch(
         self,
@@ -943,9 +951,10 @@ class RestApi:
                     merged.pop(key, None)
                 else:
                     merged[key] = value
-            updated = schedule_from_mapping(merged).with_changes(
+            updated = self._read_definition(merged).with_changes(
                 job=existing.job, enabled=existing.enabled
             )
+            _check_zone_kept(fields, updated, scheduler.timezone)
             changes = _changes(existing, updated)
             if changes:
                 scheduler.update_schedule(agent, name, owner=caller, **changes)
@@ -1267,6 +1276,21 @@ def _keep_owner(agent: str, name: str, fields: dict[str, Any], existing: Schedul
         )
     if owner is None:
         del fields["owner"]
+
+
+def _check_zone_kept(fields: Mapping[str, Any], schedule: Schedule, zone: tzinfo) -> None:
+    """Refuse a ``timezone`` the schedule does not keep (a once or interval schedule holds
+    instants): a fleet file reads its times in it and forgets it, but over the API a GET
+    would then answer something else than the write gave, so the field is named instead."""
+    cadence = schedule.cadence
+    if fields.get("timezone") is None or (cadence is not None and "timezone" in cadence.FIELDS):
+        return
+    raise _field_error(
+        "timezone",
+        f'"timezone" is not kept by a {schedule.type.value} schedule, whose times are instants: '
+        'give them with an offset ("2030-01-01T09:00:00+01:00"), or without one to have them '
+        f"read in the scheduler's zone ({zone_name(zone)})",
+    )
 
 
 def _definition_fields(schedule: Schedule) -> dict[str, Any]:

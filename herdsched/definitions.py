@@ -47,7 +47,7 @@ from herdsched.models import (
     Schedule,
     ScheduleType,
 )
-from herdsched.timestamps import resolve_timezone, system_timezone, to_utc
+from herdsched.timestamps import resolve_timezone, to_utc
 
 __all__ = [
     "SCHEDULE_FIELDS",
@@ -509,7 +509,7 @@ def _job_or_command(
 class _ScheduleContext:
     base_dir: Path | None
     cron_zone: str | None  # zone of a cron without its own (None: the scheduler's zone)
-    naive_zone: str | None  # zone of times written without an offset (None: the system's)
+    naive_zone: str | tzinfo | None  # zone of times written without an offset (None: the system's)
     now: datetime
 
 
@@ -612,9 +612,7 @@ def _schedule_zones(
     zone_name: str | None = None
     if "timezone" in data:
         zone_name = chk.zone(data["timezone"], (*path, "timezone"), "timezone")
-    naive_name = zone_name or ctx.naive_zone
-    naive_zone = resolve_timezone(naive_name) if naive_name else system_timezone()
-    return zone_name, naive_zone
+    return zone_name, resolve_timezone(zone_name or ctx.naive_zone)
 
 
 def _check_cadence_keys(
@@ -809,12 +807,16 @@ def schedule_from_mapping(
     timezone: str | None = None,
     now: datetime | None = None,
     path: str = "",
+    naive_timezone: str | tzinfo | None = None,
 ) -> Schedule:
     """Build a :class:`~herdsched.models.Schedule` from fleet-file schedule fields.
 
     ``base_dir`` is where ``job`` modules are imported from and ``command`` runs; ``timezone``
-    is the default zone for cron and for times without an offset; ``now`` anchors relative
-    ``at`` values (``"+10m"``). Raises :class:`~herdsched.errors.ConfigError` listing every
+    is the default zone for cron and for times without an offset; ``naive_timezone``, when
+    given, is the default zone of times without an offset alone (a cron without a zone then
+    stays without one, following the scheduler's: what the REST API needs); ``now`` anchors
+    relative ``at`` values (``"+10m"``). Either way a schedule's own ``timezone`` comes first,
+    as in a fleet file. Raises :class:`~herdsched.errors.ConfigError` listing every
     problem as ``"path: why"`` (``path`` is prefixed to each, such as ``"schedules.check"``).
     """
     problems: list[str] = []
@@ -833,7 +835,7 @@ def schedule_from_mapping(
         ctx = _ScheduleContext(
             Path(base_dir) if base_dir is not None else None,
             timezone,
-            timezone,
+            naive_timezone if naive_timezone is not None else timezone,
             to_utc(now) if now is not None else datetime.now(tz=_UTC),
         )
         schedule = _build_schedule(chk, mapping, prefix, ctx)

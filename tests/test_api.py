@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo
 from herdsched.api import (
@@ -23,6 +24,7 @@ from herdsched.api import (
     read_only_reason,
     schedule_json,
 )
+from herdsched.config import parse_fleet
 from herdsched.errors import (
     ConfigError,
     CronParseError,
@@ -1184,3 +1186,117 @@ def test_history_shows_a_traceback_when_the_record_has_one(
     status, body = call(api, "GET", "/api/schedule/triage/check/history")
     assert status == 200
     assert body["runs"][0]["traceback"].endswith("KeyError: 'missing'")
+
+
+# ------------------------------------------------------------------ times without an offset
+
+
+@pytest.fixture
+def berlin(clock: FakeClock, tmp_path: Path) -> Iterator[tuple[RestApi, Path]]:
+    """A REST API over a scheduler in Europe/Berlin with a state directory, and that directory."""
+    scheduler = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="Europe/Berlin")
+    scheduler.add_agent(Agent("a", job=lambda info: "done"))
+    scheduler.start()
+    yield RestApi(scheduler), tmp_path
+    scheduler.stop(timeout=10)
+
+
+def fleet_reads(schedule: dict[str, Any]) -> dict[str, Any]:
+    """The cadence fields of ``schedule`` as a fleet file in Europe/Berlin reads them."""
+    fleet = parse_fleet(
+        {
+            "scheduler": {"timezone": "Europe/Berlin"},
+            "agents": [{"name": "a", "schedules": {"z": schedule}}],
+        },
+        require_jobs=False,
+        now=START,
+    )
+    return fleet.agent("a").schedules["z"].cadence.to_fields()  # type: ignore[union-attr]
+
+
+def stored(state_dir: Path) -> dict[str, Any]:
+    """The run-time definition of a/z as schedules.yaml keeps it."""
+    data = yaml.safe_load((state_dir / "schedules.yaml").read_text())
+    schedule: dict[str, Any] = data["agents"]["a"]["schedules"]["z"]
+    return schedule
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ({"at": "2030-01-01 09:00"}, {"at": "2030-01-01T08:00:00.000Z"}),
+        (  # summer time: +02:00
+            {"interval": "1h", "anchor": "2030-07-01 09:00", "start_at": "2030-07-01 10:00"},
+            {"anchor": "2030-07-01T07:00:00.000Z", "start_at": "2030-07-01T08:00:00.000Z"},
+        ),
+        ({"at": "2030-01-01T09:00:00Z"}, {"at": "2030-01-01T09:00:00.000Z"}),  # an offset wins
+    ],
+)
+def test_put_reads_times_without_an_offset_in_the_scheduler_zone_as_a_fleet_file_does(
+    berlin: tuple[RestApi, Path], body: dict[str, Any], expected: dict[str, str]
+) -> None:
+    api, state_dir = berlin
+    status, answer = call(api, "PUT", "/api/schedule/a/z", body)
+    assert status == 201, answer
+    assert {key: answer[key] for key in expected} == expected
+    assert {key: fleet_reads(body)[key] for key in expected} == expected
+    assert {key: call(api, "GET", "/api/schedule/a/z")[1][key] for key in expected} == expected
+    assert {key: stored(state_dir)[key] for key in expected} == expected
+
+
+def test_patch_reads_times_without_an_offset_in_the_scheduler_zone(
+    berlin: tuple[RestApi, Path],
+) -> None:
+    api, state_dir = berlin
+    assert call(api, "PUT", "/api/schedule/a/z", {"at": "2030-01-01T00:00:00Z"})[0] == 201
+    status, answer = call(api, "PATCH", "/api/schedule/a/z", {"at": "2030-07-01 09:00"})
+    assert status == 200, answer
+    assert answer["at"] == "2030-07-01T07:00:00.000Z"
+    assert stored(state_dir)["at"] == "2030-07-01T07:00:00.000Z"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"at": "2030-01-01 09:00", "timezone": "Europe/Berlin"},
+        {"type": "once", "at": "2030-01-01T09:00:00Z", "timezone": "America/New_York"},
+        {"interval": "1h", "anchor": "2030-01-01 09:00", "timezone": "America/New_York"},
+    ],
+)
+def test_put_refuses_a_timezone_that_a_once_or_interval_schedule_would_not_keep(
+    berlin: tuple[RestApi, Path], body: dict[str, Any]
+) -> None:
+    """A once or interval schedule holds instants, not a zone: a ``timezone`` that GET could
+    not answer back is refused by name rather than dropped."""
+    api, _ = berlin
+    status, answer = call(api, "PUT", "/api/schedule/a/z", body)
+    assert status == 400, answer
+    assert_error(answer, "timezone", "offset")
+    assert call(api, "GET", "/api/schedule/a/z")[0] == 404
+
+
+def test_patch_refuses_a_timezone_on_a_schedule_without_one(
+    berlin: tuple[RestApi, Path],
+) -> None:
+    api, state_dir = berlin
+    assert call(api, "PUT", "/api/schedule/a/z", {"interval": "1h"})[0] == 201
+    status, answer = call(api, "PATCH", "/api/schedule/a/z", {"timezone": "Asia/Tokyo"})
+    assert status == 400, answer
+    assert_error(answer, "timezone")
+    assert "timezone" not in stored(state_dir)
+
+
+def test_a_null_timezone_on_a_once_schedule_is_not_a_zone_and_a_cron_keeps_its_zone(
+    berlin: tuple[RestApi, Path],
+) -> None:
+    api, state_dir = berlin
+    status, answer = call(
+        api, "PUT", "/api/schedule/a/z", {"at": "2030-01-01 09:00", "timezone": None}
+    )
+    assert status == 201, answer
+    assert answer["at"] == "2030-01-01T08:00:00.000Z"
+    body = {"cron": "0 9 * * *", "timezone": "America/New_York"}
+    status, answer = call(api, "PUT", "/api/schedule/a/z", body)
+    assert status == 200, answer
+    assert answer["timezone"] == call(api, "GET", "/api/schedule/a/z")[1]["timezone"]
+    assert stored(state_dir)["timezone"] == "America/New_York" == answer["timezone"]
