@@ -167,14 +167,30 @@ def test_a_definition_written_before_a_takeover_is_seen_by_the_new_leader(
 
 
 def test_a_schedule_enabled_again_in_another_process_follows_the_catch_up_rule(
-    pair: tuple[ThreadedScheduler, ThreadedScheduler],
+    tmp_path: Path,
 ) -> None:
     """The bug: the leader took the definition enabled again as a plan to start at once, and
     ran the slot that had passed while disabled then, standing for the time it took the change
-    in, also with ``catch_up="skip"``."""
-    one, two = pair
-    clock = one.clock
-    assert isinstance(clock, FakeClock)
+    in, also with ``catch_up="skip"``. (A lease longer than the hours the clock jumps: the
+    standby's own timer must not take the lead meanwhile.)"""
+    clock = FakeClock(START)
+    one, two = (ThreadedScheduler(state_dir=tmp_path, clock=clock, lease_ttl=86400) for _ in "12")
+    for sched in (one, two):
+        sched.add_agent(Agent("a", job=lambda info: "ok"))
+    with as_separate_processes():
+        one.start()
+        two.start()
+    try:
+        _enabled_again_elsewhere(one, two, clock)
+    finally:
+        two.stop()
+        one.stop()
+
+
+def _enabled_again_elsewhere(
+    one: ThreadedScheduler, two: ThreadedScheduler, clock: FakeClock
+) -> None:
+    assert (one.status, two.status) == ("running", "standby")
     hourly = Schedule.cron("0 * * * *", catch_up="skip")
     one.add_schedule("a", "h", hourly, persist=True)
     two.update_schedule("a", "h", enabled=False)  # the standby: a web worker, say
