@@ -521,15 +521,20 @@ def test_a_renewal_that_waited_is_told_with_the_time_left_after_it_and_past_the_
 
 
 class RenewalsSeeTheirDeadline(MemoryStateStore):
-    """A store that notes the deadline each renewal is made under."""
+    """A store that notes the deadline each renewal (and each claim) is made under."""
 
     def __init__(self, clock: FakeClock) -> None:
         super().__init__(clock=clock)
         self.seen: list[Deadline | None] = []
+        self.claimed: list[Deadline | None] = []
 
     def renew_lease(self, lease: Lease, ttl: float) -> Lease:
         self.seen.append(current_deadline())
         return super().renew_lease(lease, ttl)
+
+    def claim_runs(self, claims: list[RunClaim]) -> None:
+        self.claimed.append(current_deadline())
+        super().claim_runs(claims)
 
 
 def test_a_renewal_waits_for_its_store_no_longer_than_the_lease_has_left(
@@ -555,6 +560,25 @@ def test_a_renewal_waits_for_its_store_no_longer_than_the_lease_has_left(
     assert first.budget == "the 20 s left of this scheduler's lease"
     assert late.strict and late.seconds == pytest.approx(1)
     assert current_deadline() is None  # the timer's other calls keep their own bounds
+
+
+def test_a_leaders_claim_waits_for_its_store_no_longer_than_the_lease_has_left(
+    clock: FakeClock,
+) -> None:
+    """The bug (seen by a probe): cut off from PostgreSQL while its timer claimed a run, a
+    leader waited for the claim as long as any store call may (``lease_ttl`` + 1 s) before
+    its renewal could even start, and stepped down 2-7 s after its lease had run out (in 9
+    of 11 runs). Its claims are bounded by the time its lease has left, as its renewal is."""
+    store = RenewalsSeeTheirDeadline(clock)
+    sched = ThreadedScheduler(state_dir=None, store=store, clock=clock, lease_ttl=TTL)
+    sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1h")}))
+    with sched:
+        sched.run_pending()  # leads (its lease: 30 s) and claims the first run
+        assert sched.wait_until_idle(10)
+    (claimed,) = store.claimed
+    assert claimed is not None and claimed.strict
+    assert claimed.seconds == pytest.approx(TTL)
+    assert claimed.budget == "the 30 s left of this scheduler's lease"
 
 
 def test_the_timer_wakes_for_the_heartbeat(clock: FakeClock) -> None:

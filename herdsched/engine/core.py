@@ -13,6 +13,7 @@ are only collected there and delivered once the lock is released (see
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
@@ -99,6 +100,10 @@ class EngineCore:
         self.planned_wake: tuple[datetime, float] | None = None
         # what a store refusing a write for a lost lease calls (set by the leadership)
         self.leadership_lost: Callable[[BaseException], None] | None = None
+        #: bounds a leader's store calls by the time its lease has left (set by Leadership)
+        self.lease_bound: Callable[[], contextlib.AbstractContextManager[None]] = (
+            contextlib.nullcontext
+        )
         #: logs the store's failures (once, then a summary a minute) and its recovery
         self.store_health = StoreHealth(log, clock)
 

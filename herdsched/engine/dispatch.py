@@ -161,7 +161,8 @@ class Dispatcher:
             for run in runs
         ]
         try:
-            core.store.claim_runs(claims)
+            with core.lease_bound():  # a cut-off leader's claim must not outlast its lease
+                core.store.claim_runs(claims)
         except LeadershipLostError as exc:  # another scheduler leads: run nothing, write nothing
             with core.lock:
                 for run in runs:

@@ -17,6 +17,7 @@ per slot); a schedule that missed slots while nothing ran fires once or waits, b
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -80,6 +81,7 @@ class Leadership:
         self._renew_at = 0.0  # monotonic: the next heartbeat
         self._warned_at: float | None = None  # monotonic: the last failed renewal logged
         core.leadership_lost = self.step_down
+        core.lease_bound = self.bounded
 
     def holder(self) -> dict[str, Any] | None:
         """Who holds the lease: holder, epoch, pid, host, since (``started_at``), expiry."""
@@ -161,10 +163,8 @@ class Leadership:
         asked_at = core.clock.monotonic()
         if asked_at < self._renew_at:
             return True
-        left = max(self._deadline - asked_at, _RENEW_RETRY)  # also for a timer that was late
         try:
-            budget = f"the {left:.3g} s left of this scheduler's lease"
-            with answer_within(left, budget=budget, strict=True):
+            with self.bounded():
                 fresh = core.store.renew_lease(lease, self.ttl)
         except LeadershipLostError as exc:
             self.step_down(exc)
@@ -192,6 +192,17 @@ class Leadership:
                 return False
             self._hold(fresh, asked_at)
         return True
+
+    def bounded(self) -> contextlib.AbstractContextManager[None]:
+        """Store calls of this leader inside the block (its renewal, its claims) wait no longer
+        than its lease has left, at least a second (also for a timer that was late), and are
+        cut then: a leader cut off from its store stops leading when its lease runs out, not
+        a store call's own time limit later. No bound without a lease."""
+        if self.lease is None:
+            return contextlib.nullcontext()
+        left = max(self._deadline - self.core.clock.monotonic(), _RENEW_RETRY)
+        budget = f"the {left:.3g} s left of this scheduler's lease"
+        return answer_within(left, budget=budget, strict=True)
 
     def step_down(self, exc: BaseException) -> None:
         """Stop leading after losing the lease (or failing to renew it in time): dispatch
