@@ -152,9 +152,7 @@ class Leadership:
         A refused renewal (another holder) steps down at once; a failed one (the store is
         unreachable) is retried until the monotonic deadline, then steps down too: also when
         the failed renewal itself waited past it, so that no warning names time that is gone.
-        A renewal waits for its store no longer than the lease has left (at least a second),
-        so a leader cut off from its database stops leading when its lease runs out, not a
-        store call's own time limit later.
+        A renewal waits for its store no longer than the lease has left (:meth:`bounded`).
         """
         lease = self.lease
         if lease is None:
