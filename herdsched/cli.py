@@ -688,27 +688,6 @@ class _Stopper:
             logger.exception("could not save state before quitting")
 
 
-class _RunningJobs:
-    """Listener that tracks the jobs running now (``agent/schedule`` by run id), so ``run``
-    can name the jobs a timed-out stop leaves behind."""
-
-    def __init__(self) -> None:
-        self._jobs: dict[str, str] = {}
-        self._lock = threading.Lock()
-
-    def __call__(self, event: Any) -> None:
-        with self._lock:
-            if isinstance(event, events.JobStarted):
-                self._jobs[event.run_id] = f"{event.agent}/{event.schedule}"
-            else:
-                self._jobs.pop(event.record.run_id, None)
-
-    def names(self) -> list[str]:
-        """The running jobs as ``agent/schedule``, sorted (repeated for concurrent runs)."""
-        with self._lock:
-            return sorted(self._jobs.values())
-
-
 def _setup_logging(level: int) -> Callable[[], None]:
     """Log herdsched's records to stderr; returns the function that undoes it."""
     handler = logging.StreamHandler(sys.stderr)
@@ -788,10 +767,6 @@ def _run_fleet(
 ) -> int:
     """Run ``scheduler`` until a signal, ``--duration`` or a job stops it."""
     scheduler.add_listener(_log_run, events.JobSucceeded, events.JobDeferred)
-    running = _RunningJobs()
-    scheduler.add_listener(
-        running, events.JobStarted, events.JobSucceeded, events.JobFailed, events.JobDeferred
-    )
     stopper.flush = scheduler.store.flush
     stopper.install()
     schedules = sum(len(agent.schedules) for agent in fleet.agents)
@@ -818,14 +793,12 @@ def _run_fleet(
     try:
         scheduler.stop(wait_for_jobs=True, timeout=args.stop_timeout.total_seconds())
     except SchedulerShutdownError as exc:
-        _quit_leaving_jobs(exc, running, args.stop_timeout, stopper)
+        _quit_leaving_jobs(exc, args.stop_timeout, stopper)
         return EXIT_FAILURE
     return EXIT_OK
 
 
-def _quit_leaving_jobs(
-    exc: SchedulerShutdownError, running: _RunningJobs, waited: timedelta, stopper: _Stopper
-) -> None:
+def _quit_leaving_jobs(exc: SchedulerShutdownError, waited: timedelta, stopper: _Stopper) -> None:
     """After ``--stop-timeout``: name the jobs still running and quit with exit code 1
     without waiting for them (a normal exit would wait until each job returned).
 
@@ -835,7 +808,7 @@ def _quit_leaving_jobs(
     if not exc.timed_out:  # pragma: no cover - stop() raises this only on a timeout
         logger.error("%s", exc)
         return
-    names = running.names()
+    names = exc.running_jobs
     logger.error(
         "stop timed out after %s with %d job(s) still running%s; quitting without waiting for "
         "them: they will be recorded as interrupted at the next start",

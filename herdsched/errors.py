@@ -148,7 +148,11 @@ class ScheduleTriggerError(SchedulerError):
 
 
 class SchedulerShutdownError(SchedulerError):
-    """``stop()`` could not finish cleanly, typically because jobs outlived the timeout."""
+    """``stop()`` could not finish cleanly, typically because jobs outlived the timeout.
+
+    ``running_jobs`` names the jobs still running as ``agent/schedule``, sorted (repeated for
+    concurrent runs), a job that timed out but has not returned included.
+    """
 
     def __init__(
         self,
@@ -156,10 +160,12 @@ class SchedulerShutdownError(SchedulerError):
         timed_out: bool = False,
         running_job_count: int = 0,
         cause: BaseException | None = None,
+        running_jobs: tuple[str, ...] = (),
     ) -> None:
         super().__init__(message, cause)
         self.timed_out = timed_out
         self.running_job_count = running_job_count
+        self.running_jobs = running_jobs
 
 
 class StateError(SchedulerError):

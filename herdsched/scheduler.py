@@ -362,7 +362,8 @@ class ThreadedScheduler:
                 return
             core.status = "stopping"
         core.changed()
-        remaining = self._wait_for_runs(timeout if wait_for_jobs else 0.0)
+        left = self._wait_for_runs(timeout if wait_for_jobs else 0.0)
+        remaining = len(left)
         timed_out = wait_for_jobs and remaining > 0
         self._timer.join()
         self._commits.stop()
@@ -385,19 +386,22 @@ class ThreadedScheduler:
                 f"stop() timed out after {timeout} s with {remaining} job(s) still running",
                 timed_out=True,
                 running_job_count=remaining,
+                running_jobs=left,
             )
 
-    def _wait_for_runs(self, timeout: float | None) -> int:
-        """Wait until no job but the caller's own runs; returns how many still run."""
+    def _wait_for_runs(self, timeout: float | None) -> tuple[str, ...]:
+        """Wait until no job but the caller's own runs; returns the jobs still running (a
+        timed-out job whose thread goes on included) as sorted ``agent/schedule`` names."""
         core = self._core
         me = threading.get_ident()
 
-        def others() -> int:
-            return sum(1 for run in core.running.values() if run.thread_id != me)
+        def others() -> list[str]:
+            runs = core.running.values()
+            return [f"{run.agent}/{run.schedule_name}" for run in runs if run.thread_id != me]
 
         with core.idle:
-            core.idle.wait_for(lambda: others() == 0, timeout)
-            return others()
+            core.idle.wait_for(lambda: not others(), timeout)
+            return tuple(sorted(others()))
 
     def run_forever(self) -> None:
         """Start (if needed) and block until SIGINT/SIGTERM or ``stop()``, then stop gracefully."""

@@ -23,6 +23,7 @@ from herdsched import (
     RunStatus,
     Schedule,
     ScheduleDisabled,
+    SchedulerShutdownError,
     SkipReason,
     Status,
     ThreadedScheduler,
@@ -441,6 +442,25 @@ def test_timeout_sets_cancel_event_records_timeout_and_frees_slot_when_thread_en
         assert sched.get_running_job_count("a") == 0
         records = sched.history("a", "s")
         assert [r.status for r in records] == [RunStatus.TIMEOUT]
+
+
+def test_stop_names_a_timed_out_job_whose_thread_goes_on() -> None:
+    job, calls, release = _first_run_ignores_its_cancel()
+    with running() as (sched, clock):
+        sched.add_agent(
+            Agent("a", job=job, schedules={"s": Schedule.interval("1h", timeout="30s")})
+        )
+        sched.start()
+        sched.run_pending()
+        assert wait_until(lambda: calls)
+        clock.advance("31s")
+        sched.run_pending()
+        assert state(sched).last_result is RunStatus.TIMEOUT
+        with pytest.raises(SchedulerShutdownError) as stopped:
+            sched.stop(timeout=0.2)
+        release.set()
+    assert stopped.value.running_job_count == 1
+    assert stopped.value.running_jobs == ("a/s",)
 
 
 def test_at_capacity_waits_in_due_order_and_fires_when_a_slot_frees() -> None:

@@ -139,6 +139,7 @@ def test_a_hung_job_makes_stop_raise_at_its_timeout() -> None:
     release.set()
     assert info.value.timed_out is True
     assert info.value.running_job_count == 1
+    assert info.value.running_jobs == ("a/s",)
     assert 0.4 <= took < 5.0
     assert sched.status == "stopped"
 
