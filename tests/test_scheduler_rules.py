@@ -700,6 +700,31 @@ def test_a_run_a_dead_process_left_while_paused_is_recorded_interrupted_not_run_
         assert job.slots() == [T0 + 60 * M]
 
 
+def test_a_run_id_an_older_version_left_after_the_run_ended_is_not_an_interrupted_run() -> None:
+    store = MemoryStateStore()
+    clock = FakeClock(T0 + 5 * M)
+    # an older version ran the schedule to its end but carried the stale id along
+    store.update_schedule_state(
+        "a",
+        "s",
+        status=Status.IDLE,
+        last_run_at=T0,
+        last_slot_at=T0,
+        last_finished_at=T0 + M,
+        last_result=RunStatus.SUCCESS,
+        running_run_id="abcd1234abcd1234",
+        next_run_at=T0 + 60 * M,
+    )
+    with running(store=store, clock=clock) as (sched, _):
+        sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.cron("0 * * * *")}))
+        sched.start()
+        step(sched)
+        assert sched.history("a", "s") == []
+        after = state(sched)
+        assert after.last_result is RunStatus.SUCCESS
+        assert after.next_run_at == T0 + 60 * M
+
+
 def test_trigger_refuses_running_and_full_agents_unless_bypassed() -> None:
     gate = threading.Event()
     with running() as (sched, _clock):

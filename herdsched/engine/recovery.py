@@ -361,8 +361,7 @@ def plan_from_state(core: EngineCore, entry: Entry, now: datetime, *, recovering
     """Compute ``entry``'s due time from its persisted state (restart recovery included).
 
     Caller holds the engine lock."""
-    running = entry.state.status is Status.RUNNING or entry.state.running_run_id is not None
-    if recovering and running and entry.run is None:
+    if recovering and _left_running(entry.state) and entry.run is None:
         _record_interrupted(core, entry, now)
     state = entry.state
     # as stored now (a cron naming the zone it inherits), or as before (without it)
@@ -438,6 +437,18 @@ def _cadence_plan(core: EngineCore, entry: Entry) -> datetime | None:
     slot = state.last_slot_at or finished
     # "now" at the run's end: the cadence's own time, not moved up to the present
     return cadence.next_due(slot=slot, finished_at=finished, now=finished, zone=zone, rng=core.rng)
+
+
+def _left_running(state: ScheduleState) -> bool:
+    """Whether ``state`` shows a run going on: ``running``, or (paused or disabled meanwhile)
+    a run id whose run has not ended since it started. An older version that ran the
+    schedule on keeps a stale run id in its state: that run ended when its end came after
+    the last start."""
+    if state.status is Status.RUNNING:
+        return True
+    started, ended = state.last_run_at, state.last_finished_at
+    ended_since = started is not None and ended is not None and ended > started
+    return state.running_run_id is not None and not ended_since
 
 
 def _record_interrupted(core: EngineCore, entry: Entry, now: datetime) -> None:
