@@ -153,6 +153,29 @@ def test_a_count_that_disagrees_or_a_marker_not_last_is_corruption(
         assert sum(len(s) for s in codec.decode(unmarked.encode()).states.values()) == 4
 
 
+def test_a_whole_file_an_older_version_rewrote_with_the_markers_it_kept_is_read_whole(
+    tmp_path: Path, sample: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A version before the markers that added a schedule carried them along unchanged."""
+    text = sample.decode()
+    added = text.replace(
+        "end_of_file: 4\n",
+        "  later:\n    schedules:\n      s:\n        status: paused\nend_of_file: 4\n",
+    )
+    assert added.count("schedule_count: 4\n") == 1
+    for codec in _codecs():
+        assert sum(len(s) for s in codec.decode(added.encode()).states.values()) == 5
+    (tmp_path / "state.yaml").write_text(added)
+    with YamlStateStore(tmp_path) as store:
+        assert store.get_schedule_state("later", "s").status is Status.PAUSED
+        assert store.last_corruption is None
+        store.update_schedule_state("later", "t", status="idle")
+    assert "last written by an older herdsched" in caplog.text
+    assert not list(tmp_path.glob("state.yaml.corrupt-*"))
+    rewritten = (tmp_path / "state.yaml").read_text()
+    assert "schedule_count: 6\n" in rewritten and rewritten.endswith("\nend_of_file: 6\n")
+
+
 def test_the_restored_backup_is_what_the_scheduler_last_wrote(
     tmp_path: Path, sample: bytes
 ) -> None:

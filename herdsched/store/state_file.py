@@ -28,6 +28,7 @@ written by other tools, are kept at every level) next to the validated
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -38,6 +39,8 @@ from herdsched.models import ScheduleState
 from herdsched.store.document import DocumentError, describe_error
 from herdsched.store.simple_yaml import render_simple_entry
 from herdsched.store.yaml_io import dump_yaml, render_entry, render_key
+
+logger = logging.getLogger("herdsched")
 
 __all__ = [
     "COUNT_KEY",
@@ -187,7 +190,10 @@ def _is_count(value: Any) -> bool:
 def _check_counts(doc: dict[Any, Any], entries: int) -> None:
     """Whether ``doc`` is whole: its count and end marker agree with its ``entries``.
 
-    A file with neither key was written before the markers existed and is taken as it is.
+    A file with neither key was written before the markers existed and is taken as it is. A
+    cut removes the end marker or shortens its line (``check_text_end``), so markers that
+    agree with each other but not with the entries come from a version before the markers
+    that rewrote the file and kept them: that file is whole.
     """
     if COUNT_KEY not in doc and END_KEY not in doc:
         return
@@ -199,10 +205,19 @@ def _check_counts(doc: dict[Any, Any], entries: int) -> None:
         )
     if list(doc)[-1] != END_KEY:
         raise DocumentError(f"the end marker {END_KEY!r} is not the last key of the file")
-    if not (_is_count(announced) and _is_count(end) and announced == end == entries):
+    if not (_is_count(announced) and _is_count(end) and announced == end):
         raise DocumentError(
             f"the file is cut short or damaged: it holds {entries} schedule entries but "
             f"{COUNT_KEY} says {announced!r} and {END_KEY} says {end!r}"
+        )
+    if end != entries:
+        # a whole file (its last line is intact and agrees with the first) whose entries were
+        # rewritten by a version before the markers, which carried them along unchanged
+        logger.warning(
+            "The state file holds %d schedule entries where its markers say %d: it was last "
+            "written by an older herdsched and is read whole; the next save counts again.",
+            entries,
+            end,
         )
 
 
