@@ -136,6 +136,25 @@ def test_requests_are_validated(tmp_path: Path) -> None:
         assert store.trigger_requests() == []
 
 
+def test_a_request_names_its_id_as_versions_before_run_ids_read_it_until_it_starts(
+    tmp_path: Path,
+) -> None:
+    """A version before run ids, still leading while a newer process queues a run-now, reads
+    the id as ``request_id`` (without it, it set the request aside and the run-now was lost);
+    it knows no start marks, so a started request loses that key and is set aside by such a
+    version instead of being run again."""
+    with YamlStateStore(tmp_path) as store:
+        run_id = store.request_trigger("a", "s", prompt="go")
+        (path,) = (tmp_path / "requests").glob(f"*-{run_id}.json")
+        body = json.loads(path.read_text())
+        assert (body["request_id"], body["run_id"], body["prompt"]) == (run_id, run_id, "go")
+        started = datetime(2026, 11, 25, 9, 0, tzinfo=timezone.utc)
+        store.mark_trigger_started(run_id, started)
+        assert "request_id" not in json.loads(path.read_text())
+        [request] = store.trigger_requests()
+        assert (request.run_id, request.started_at) == (run_id, started)
+
+
 def test_unreadable_request_is_set_aside_by_the_active_store(tmp_path: Path) -> None:
     with YamlStateStore(tmp_path) as store:
         good = store.request_trigger("a", "s")

@@ -67,6 +67,7 @@ class TriggerRequestQueue:
         run_id = new_run_id()
         body = {
             "run_id": run_id,
+            "request_id": run_id,  # the name versions before run ids read (see mark_started)
             "agent": agent,
             "schedule": schedule,
             "requested_at": format_timestamp(self._now()),
@@ -123,6 +124,9 @@ class TriggerRequestQueue:
         try:
             body = json.loads(path.read_bytes())
             body["started_at"] = format_timestamp(at)
+            # a version before run ids knows no start marks and would run a started request
+            # again: without the id it reads, it sets the file aside instead
+            body.pop("request_id", None)
             atomic_write(path, _encode(body))
         except (OSError, ValueError) as exc:
             raise StateError(
