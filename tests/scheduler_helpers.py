@@ -66,6 +66,15 @@ def running(**kwargs: Any) -> Iterator[tuple[ThreadedScheduler, FakeClock]]:
         sched.stop(timeout=5)
 
 
+def drop_flocks_as_at_kill(store: YamlStateStore) -> None:
+    """What the kernel does to the locks of a lease holder killed with ``kill -9``: its
+    liveness lock and its hold on ``scheduler.lock`` go; its lease record stays."""
+    leases: Any = store._leases  # type: ignore[attr-defined]
+    leases._liveness.release()
+    if leases._legacy is not None:
+        leases._legacy.release()
+
+
 def wait_until(predicate: Callable[[], object], timeout: float = 10.0, step: float = 0.005) -> bool:
     """Poll ``predicate`` (real seconds) until it is true or ``timeout`` passes; its last answer.
 

@@ -17,7 +17,7 @@ from socket import gethostname
 from typing import Any
 
 import pytest
-from scheduler_helpers import Blocker, Recorder, wait_until
+from scheduler_helpers import Blocker, Recorder, drop_flocks_as_at_kill, wait_until
 
 import herdsched
 from herdsched import Agent, Schedule, StateError, ThreadedScheduler
@@ -180,7 +180,7 @@ def test_yaml_a_dead_holder_is_replaced_at_once(
     dead, standby = yaml_stores(), yaml_stores()
     assert dead.acquire_lease("dead", TTL) is not None
     # what the kernel does when the holder is killed: its liveness flock goes, its record stays
-    dead._leases._liveness.release()  # type: ignore[union-attr]
+    drop_flocks_as_at_kill(dead)
     lease = standby.acquire_lease("new", TTL)
     assert lease is not None and lease.epoch == 2  # no time passed
     assert [p.name for p in tmp_path.glob("leader-*.lock")] == [standby._leases._liveness_name]
@@ -196,7 +196,7 @@ def test_yaml_liveness_is_the_current_holders_not_an_old_hung_ones(
     assert taken is not None and taken.epoch == 2
     # the hung holder still holds its own lock: that must not make anyone think the current
     # holder alive once the current holder dies (killed: its flock goes, its record stays)
-    current._leases._liveness.release()  # type: ignore[union-attr]
+    drop_flocks_as_at_kill(current)
     third_lease = third.acquire_lease("third", TTL)
     assert third_lease is not None and third_lease.epoch == 3
 
@@ -208,7 +208,7 @@ def test_yaml_the_hung_old_holders_death_does_not_unseat_the_new_holder(
     assert hung.acquire_lease("hung", TTL) is not None
     clock.advance(TTL)
     assert current.acquire_lease("current", TTL) is not None
-    hung._leases._liveness.release()  # type: ignore[union-attr]  # the hung process dies
+    drop_flocks_as_at_kill(hung)  # the hung process dies
     assert third.acquire_lease("third", TTL) is None
     info = read_leader_info(current.state_dir)
     assert info is not None and info["holder"] == "current" and info["epoch"] == 2
@@ -617,7 +617,7 @@ def test_a_leader_whose_lease_was_taken_runs_nothing_writes_nothing_and_stands_b
         try:
             # the leader's liveness lock is lost the way a killed process loses it, while the
             # process goes on: its heartbeat is not due yet, so only the fence can stop it
-            sched.store._leases._liveness.release()  # type: ignore[attr-defined]
+            drop_flocks_as_at_kill(sched.store)
             taken = other.acquire_lease("other", TTL)
             assert taken is not None and taken.epoch == 2
             journal = (tmp_path / "claims.log").read_bytes()
@@ -661,7 +661,7 @@ def test_a_run_that_ends_after_its_leader_lost_the_lease_is_not_written_when_it_
         assert job.began.wait(10)
         other = YamlStateStore(tmp_path, clock=clock)
         try:
-            sched.store._leases._liveness.release()  # type: ignore[attr-defined]
+            drop_flocks_as_at_kill(sched.store)
             taken = other.acquire_lease("other", TTL)
             assert taken is not None and taken.epoch == 2
             clock.advance(11)  # the heartbeat is due: refused, the scheduler steps down
@@ -713,7 +713,7 @@ def test_an_outcome_still_uncommitted_when_the_lead_is_lost_is_not_written_when_
             assert wait_until(lambda: sched.status == "standby")
         other = YamlStateStore(tmp_path, clock=clock)
         try:
-            store._leases._liveness.release()  # type: ignore[attr-defined]
+            drop_flocks_as_at_kill(store)
             taken = other.acquire_lease("other", TTL)  # another host led meanwhile
             assert taken is not None and taken.epoch == 2
             other.release_lease(taken)

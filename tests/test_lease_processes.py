@@ -27,6 +27,7 @@ pytestmark = [
     pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="needs SIGSTOP/SIGCONT"),
 ]
 CHILD = Path(__file__).parent / "procs" / "lease_child.py"
+PRE_LEASE = Path(__file__).parent / "procs" / "pre_lease_leader.py"
 
 
 class Fleet:
@@ -139,4 +140,35 @@ def test_a_killed_leader_is_replaced_at_once_not_after_its_ttl(fleet: Fleet) -> 
     assert wait_for(lambda: fleet.leader_pid() == second.pid, timeout=10)
     assert time.monotonic() - killed_at < 5
     assert wait_for(lambda: sum(pid == second.pid for pid, _ in fleet.rows()) >= 2)
+    fleet.assert_no_slot_twice()
+
+
+def test_a_version_before_the_lease_and_this_one_never_lead_one_state_directory_at_once(
+    fleet: Fleet,
+) -> None:
+    """During an upgrade an older herdsched (leading through ``scheduler.lock``) and this one
+    share a state directory: whichever leads first, the other stands by; no slot runs twice."""
+
+    def older(seconds: float) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            [sys.executable, str(PRE_LEASE), str(fleet.state_dir), str(fleet.ledger), str(seconds)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        fleet.procs.append(proc)  # type: ignore[arg-type]  # stopped by the fixture
+        return proc
+
+    first = older(4.0)
+    assert wait_for(lambda: any(pid == first.pid for pid, _ in fleet.rows()))
+    new = fleet.spawn(ttl=1.5)
+    assert wait_for(lambda: "an older herdsched leads" in fleet.log_of(new))
+    assert fleet.leader_pid() is None  # it stands by while the older version leads
+    assert first.communicate(timeout=20)[0].strip() == "led"
+    assert wait_for(lambda: fleet.leader_pid() == new.pid)
+    assert wait_for(lambda: any(pid == new.pid for pid, _ in fleet.rows()))
+    # an older version (re)started while this one leads stands by
+    second = older(3.0)
+    assert second.communicate(timeout=20)[0].strip() == "stood by"
+    assert not any(pid == second.pid for pid, _ in fleet.rows())
+    assert fleet.leader_pid() == new.pid
     fleet.assert_no_slot_twice()

@@ -6,6 +6,7 @@ Files::
                             name of the holder's liveness lock (rewritten atomically)
     lease.lock              guards lease.json: exclusive to change the lease, shared to fence
     leader-<random>.lock    one per holder, locked by it for as long as its process lives
+    scheduler.lock          the leader lock of versions before the lease, also held by the leader
 
 **Liveness.** The current holder keeps an exclusive ``flock`` on its own
 ``leader-<random>.lock``. The operating system drops it when the process dies, even by
@@ -24,6 +25,13 @@ exclusive lock, so it happens either before the check (the write is refused) or 
 (the new holder's recovery reads it). Shared, so the leader's claims never wait for its own group
 commit. The lease lock is always taken last (innermost), and its exclusive holders wait for
 nothing while they hold it, so no two locks ever wait for each other.
+
+**Versions before the lease** led while they held a ``flock`` on ``scheduler.lock`` and knew
+nothing of ``lease.json``. A leader holds that lock too, and a free lease (never taken,
+released, or its holder dead) is not taken while another process holds it: while an older and
+a newer herdsched share a state directory during an upgrade, one leads and the other stands
+by, whichever started first. Taking over from a hung holder does not wait for it (the hung
+holder may hold it); the new leader takes it once it is free.
 """
 
 from __future__ import annotations
@@ -53,6 +61,7 @@ __all__ = ["LEASE_FILE_NAME", "LEASE_LOCK_NAME", "LeaseFile", "read_leader_info"
 LEASE_FILE_NAME = "lease.json"
 LEASE_LOCK_NAME = "lease.lock"
 _LIVENESS_PREFIX = "leader-"
+LEGACY_LOCK_NAME = "scheduler.lock"
 #: Longest wait for the exclusive lease lock: a holder stopped inside its fenced write keeps
 #: the shared lock, and a standby must not block its timer for long on it (it retries).
 _EXCLUSIVE_WAIT = 2.0
@@ -79,11 +88,17 @@ if hasattr(os, "register_at_fork"):
 class LivenessLock:
     """The exclusive flock a lease holder keeps on its own file while its process lives."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, shared_content: bytes | None = None) -> None:
+        """Lock ``path`` (``LockException`` when another process holds it). A file others lock
+        too (``shared_content`` given) is never removed: it holds that content while locked."""
         self.path = path
+        self._shared = shared_content is not None
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             portalocker.lock(fd, portalocker.LOCK_EX | portalocker.LOCK_NB)
+            if shared_content is not None:
+                os.ftruncate(fd, 0)
+                os.write(fd, shared_content)
         except BaseException:
             os.close(fd)
             raise
@@ -91,12 +106,15 @@ class LivenessLock:
         _live.add(self)
 
     def release(self) -> None:
-        """Unlock and remove the file (idempotent)."""
+        """Unlock and remove the file, unless others lock it too (idempotent)."""
         fd, self._fd = self._fd, None
         if fd is None:
             return
         with contextlib.suppress(OSError):
-            self.path.unlink()
+            if self._shared:
+                os.ftruncate(fd, 0)  # nobody holds it: no holder to name
+            else:
+                self.path.unlink()
         os.close(fd)  # closing the last descriptor drops the flock
 
     def forget_after_fork(self) -> None:
@@ -122,6 +140,16 @@ def holder_alive(path: Path) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+def _legacy_holder_is_this_version(path: Path) -> bool:
+    """Whether ``scheduler.lock`` names a lease holder (a process of this version, such as a
+    hung holder that was taken over from) rather than a version before the lease."""
+    try:
+        record = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and "holder" in record
 
 
 def _encode(lease: Lease | None, epoch: int, lock_name: str | None) -> bytes:
@@ -182,6 +210,8 @@ class LeaseFile:
         self._held: Lease | None = None
         self._liveness: LivenessLock | None = None
         self._liveness_name: str | None = None
+        self._legacy: LivenessLock | None = None  # scheduler.lock, held while leading
+        self._legacy_told = False
         #: set once this store handed out a lease: its run writes are fenced from then on
         self.fenced = False
         _lease_files.add(self)
@@ -192,6 +222,7 @@ class LeaseFile:
         self._held = None
         self._liveness = None
         self._liveness_name = None
+        self._legacy = None
 
     @property
     def held(self) -> Lease | None:
@@ -260,12 +291,28 @@ class LeaseFile:
             lease = grant(stored, holder, ttl, self._now(), holder_dead=dead, last_epoch=last_epoch)
             if lease is None:
                 return None
-            if stored is None or stored.holder != holder:
+            new_holder = stored is None or stored.holder != holder
+            older_version_leads = (
+                new_holder
+                and (stored is None or dead)
+                and not self._hold_legacy_lock(lease)
+                and not _legacy_holder_is_this_version(self.path.parent / LEGACY_LOCK_NAME)
+            )
+            if older_version_leads:
+                self._tell_older_version_leads()
+                return None
+            if new_holder:
                 self._take_liveness()
-            self._write(lease, lease.epoch, self._liveness_name)
+            try:
+                self._write(lease, lease.epoch, self._liveness_name)
+            except BaseException:
+                if self.held is None:
+                    self._drop_legacy_lock()  # no lease, no leader lock for older versions
+                raise
             with self._mutex:
                 self._held = lease
                 self.fenced = True
+            self._legacy_told = False
             self._sweep(keep=self._liveness_name)
         log.info(
             "This process holds the scheduler lease of %s (epoch %d, expires %s).",
@@ -283,6 +330,41 @@ class LeaseFile:
         self._liveness_name = name
         if old is not None:
             old.release()
+
+    def _hold_legacy_lock(self, lease: Lease) -> bool:
+        """Hold ``scheduler.lock`` unless another process does (no wait), naming ``lease``'s
+        holder in it as versions before the lease named theirs; whether this store holds it."""
+        if self._legacy is None:
+            named = {
+                "pid": lease.pid,
+                "host": lease.host,
+                "started_at": format_timestamp(lease.acquired_at),
+                "holder": lease.holder,
+            }
+            try:
+                self._legacy = LivenessLock(
+                    self.path.parent / LEGACY_LOCK_NAME, shared_content=json.dumps(named).encode()
+                )
+            except (portalocker.exceptions.LockException, OSError):
+                return False
+        return True
+
+    def _drop_legacy_lock(self) -> None:
+        with self._mutex:
+            legacy, self._legacy = self._legacy, None
+        if legacy is not None:
+            legacy.release()
+
+    def _tell_older_version_leads(self) -> None:
+        """Log, once per spell, why a free lease was not taken."""
+        if not self._legacy_told:
+            self._legacy_told = True
+            log.warning(
+                "Another process holds %s, the leader lock of herdsched versions before the "
+                "lease: an older herdsched leads this state directory, so this scheduler stands "
+                "by until it stops.",
+                self.path.parent / LEGACY_LOCK_NAME,
+            )
 
     def _sweep(self, keep: str | None) -> None:
         """Remove liveness files of dead holders (caller holds the exclusive lease lock)."""
@@ -305,6 +387,7 @@ class LeaseFile:
                 raise
             fresh = renewed(lease, ttl, self._now())
             self._write(fresh, fresh.epoch, self._liveness_name)
+            self._hold_legacy_lock(fresh)  # a hung holder taken over from may have let go
             with self._mutex:
                 self._held = fresh
         return fresh
@@ -329,6 +412,7 @@ class LeaseFile:
         finally:
             if liveness is not None:
                 liveness.release()  # a standby sees a free lock even if the write failed
+                self._drop_legacy_lock()
 
     def lost(self) -> None:
         """Forget the lease after another holder took it (fences stay on: writes refused)."""
@@ -337,6 +421,7 @@ class LeaseFile:
             self._held = None
         if liveness is not None:
             liveness.release()
+        self._drop_legacy_lock()
 
     def current(self) -> Lease | None:
         """The stored lease unless released or its holder is dead (for status displays).
