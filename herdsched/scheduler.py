@@ -26,7 +26,6 @@ from typing import Any, Literal, TypeVar
 import herdsched.events as ev
 from herdsched import handover
 from herdsched.clock import Clock, SystemClock
-from herdsched.definitions import schedule_from_mapping, schedule_to_mapping
 from herdsched.engine import registry
 from herdsched.engine.changes import Changes
 from herdsched.engine.collaborators import (
@@ -228,12 +227,11 @@ class ThreadedScheduler:
 
     def _wire(self, leader_lock: bool, lease_ttl: float) -> None:
         """Build the engine's parts around the core: dispatch, commits, leadership, the timer."""
-        self._codec = registry.DefinitionCodec(schedule_to_mapping, schedule_from_mapping)
         self._dispatch = Dispatcher(self._core)
         self._commits = GroupCommitter(self._core)
         self._leadership = Leadership(self._core, enabled=leader_lock, ttl=lease_ttl)
-        self._others = OtherProcesses(self._core, self._codec, self._dispatch)
-        self._changes = Changes(self._core, self._codec, self.refresh)
+        self._others = OtherProcesses(self._core, self._dispatch)
+        self._changes = Changes(self._core, self.refresh)
         self._timer = Timer(
             self._core, self._dispatch, self._commits, self._leadership, self._others
         )
@@ -486,7 +484,7 @@ class ThreadedScheduler:
                     field="name",
                     value=agent.name,
                 )
-            registry.install_agent(core, agent, self._codec)
+            registry.install_agent(core, agent)
         core.changed()
 
     def remove_agent(self, name: str) -> None:
@@ -515,7 +513,7 @@ class ThreadedScheduler:
                     del core.agents[name]
                     core.executors.forget(name)
             for agent in new.values():
-                registry.install_agent(core, agent, self._codec)
+                registry.install_agent(core, agent)
         core.changed()
 
     def add_schedule(
@@ -620,7 +618,7 @@ class ThreadedScheduler:
             agent_name = agent or schedule_name
             with self._core.lock:
                 if agent_name not in self._core.agents:
-                    registry.install_agent(self._core, Agent(agent_name), self._codec)
+                    registry.install_agent(self._core, Agent(agent_name))
             self.add_schedule(agent_name, schedule_name, schedule.with_changes(job=func))
             return func
 

@@ -25,6 +25,7 @@ from typing import Any
 from attrs import evolve
 
 import herdsched.events as ev
+from herdsched.definitions import schedule_to_mapping
 from herdsched.engine import registry
 from herdsched.engine.core import EngineCore
 from herdsched.engine.planning import Entry, fresh_due
@@ -38,11 +39,8 @@ __all__ = ["Changes"]
 class Changes:
     """The fleet's changes as transactions (see the module docstring)."""
 
-    def __init__(
-        self, core: EngineCore, codec: registry.DefinitionCodec, adopt: Callable[[], None]
-    ) -> None:
+    def __init__(self, core: EngineCore, adopt: Callable[[], None]) -> None:
         self.core = core
-        self.codec = codec
         # takes in what other processes wrote, so that a change is checked against it (a
         # standby's view is not kept up to date between changes)
         self.adopt = adopt
@@ -66,7 +64,7 @@ class Changes:
                     )
                 registry.check_owner_limit(core, schedule.owner)
             if persist:
-                mapping = self.codec.to_mapping(schedule)
+                mapping = schedule_to_mapping(schedule)
                 core.store.save_definition(agent, name, mapping, exists=False)
                 # a new schedule starts afresh, whatever state a removed namesake left
                 core.store_call(core.store.remove_schedule_state, agent, name)
@@ -93,10 +91,10 @@ class Changes:
                 if schedule.owner != entry.schedule.owner:
                     registry.check_owner_limit(core, schedule.owner)
                 seen_owner = entry.schedule.owner
-                base = self.codec.to_mapping(entry.schedule)
+                base = schedule_to_mapping(entry.schedule)
             if entry.persisted_definition:
                 # only the changed fields: another process's change of other fields holds too
-                mapping = self.codec.to_mapping(schedule)
+                mapping = schedule_to_mapping(schedule)
                 core.store.save_definition(
                     agent, name, mapping, exists=True, owner=seen_owner, base=base
                 )

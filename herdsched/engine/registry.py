@@ -8,12 +8,13 @@ registered again. Every function here is called with the engine lock held.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import attrs
 
 from herdsched.cadence import CADENCE_FIELDS
+from herdsched.definitions import schedule_from_mapping
 from herdsched.engine.core import AD_HOC_SCHEDULE, EngineCore
 from herdsched.engine.planning import Entry, fresh_due
 from herdsched.engine.recovery import plan_from_state, plan_resumed
@@ -22,7 +23,6 @@ from herdsched.models import Agent, Schedule, ScheduleState, Status, check_name
 
 __all__ = [
     "CheckedWhen",
-    "DefinitionCodec",
     "ad_hoc_entry",
     "apply_changes",
     "check_cadence",
@@ -35,23 +35,7 @@ __all__ = [
 ]
 
 
-class DefinitionCodec:
-    """How run-time definitions are written to and read from the store: fleet-file mappings.
-
-    The conversion itself lives with the fleet files (:mod:`herdsched.definitions`); the
-    engine only needs the two directions.
-    """
-
-    def __init__(
-        self,
-        to_mapping: Callable[[Schedule], dict[str, Any]],
-        from_mapping: Callable[[Mapping[str, Any]], Schedule],
-    ) -> None:
-        self.to_mapping = to_mapping
-        self.from_mapping = from_mapping
-
-
-def install_agent(core: EngineCore, agent: Agent, codec: DefinitionCodec) -> None:
+def install_agent(core: EngineCore, agent: Agent) -> None:
     """Register ``agent`` (replacing one of the same name), with its stored definitions."""
     old = core.agents.get(agent.name)
     core.agents[agent.name] = agent
@@ -71,7 +55,7 @@ def install_agent(core: EngineCore, agent: Agent, codec: DefinitionCodec) -> Non
     stored = core.store.get_agent_schedule_states(agent.name)
     for name, schedule in agent.schedules.items():
         install_entry(core, agent, name, schedule, persisted=False, stored=stored)
-    for name, schedule in stored_definitions(core, agent.name, codec).items():
+    for name, schedule in stored_definitions(core, agent.name).items():
         if name not in agent.schedules:
             updated = core.agents[agent.name].with_schedule(name, schedule)
             core.agents[agent.name] = updated
@@ -153,7 +137,7 @@ def ad_hoc_entry(core: EngineCore, agent: Agent) -> Entry:
     return entry
 
 
-def stored_definitions(core: EngineCore, agent: str, codec: DefinitionCodec) -> dict[str, Schedule]:
+def stored_definitions(core: EngineCore, agent: str) -> dict[str, Schedule]:
     """The run-time definitions stored for ``agent``.
 
     One that fails validation (it cannot be read, its name is invalid, its cadence is refused)
@@ -168,7 +152,7 @@ def stored_definitions(core: EngineCore, agent: str, codec: DefinitionCodec) -> 
     loaded: dict[str, Schedule] = {}
     for name, mapping in raw.items():
         try:
-            schedule = codec.from_mapping(mapping)
+            schedule = schedule_from_mapping(mapping)
             check_name("schedule", name)
             check_cadence(core, agent, name, schedule, when="registered")
         except Exception as exc:

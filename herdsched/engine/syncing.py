@@ -16,7 +16,7 @@ from attrs import evolve
 from herdsched.engine.core import EngineCore
 from herdsched.engine.dispatch import Dispatcher
 from herdsched.engine.recovery import plan_resumed, resets_backoff
-from herdsched.engine.registry import DefinitionCodec, drop_entry, install_entry, stored_definitions
+from herdsched.engine.registry import drop_entry, install_entry, stored_definitions
 from herdsched.engine.requests import RunRequests
 from herdsched.models import Status
 from herdsched.store.deadline import held
@@ -27,9 +27,8 @@ __all__ = ["OtherProcesses"]
 class OtherProcesses:
     """Applies what other processes wrote, and runs the requests they queued."""
 
-    def __init__(self, core: EngineCore, codec: DefinitionCodec, dispatch: Dispatcher) -> None:
+    def __init__(self, core: EngineCore, dispatch: Dispatcher) -> None:
         self.core = core
-        self.codec = codec
         self.requests = RunRequests(core, dispatch)
 
     def poll(self) -> None:
@@ -129,7 +128,7 @@ class OtherProcesses:
             core.agents[agent_name] = core.agents[agent_name].without_schedule(schedule_name)
             if core.leading:  # the state a commit of ours wrote after the removal goes too
                 core.store_call(core.store.remove_schedule_state, agent_name, schedule_name)
-        for schedule_name, schedule in stored_definitions(core, agent_name, self.codec).items():
+        for schedule_name, schedule in stored_definitions(core, agent_name).items():
             entry = core.entries.get((agent_name, schedule_name))
             if entry is not None and not entry.persisted_definition:
                 continue  # a code or fleet-file schedule wins over a stored one
