@@ -1057,12 +1057,12 @@ class RestApi:
             record = find_run(self.scheduler.store, agent, name, run_id)
             if record is None:
                 raise
-            return ApiResponse(200, _run_json(record))
+            return ApiResponse(200, record_to_dict(record))
         self._check_owner(caller, item.owner, agent, name)
         record = find_run(self.scheduler.store, agent, name, run_id)
         if record is None:
             raise ApiError(404, f"no run {run_id!r} of {agent}/{name}")
-        return ApiResponse(200, _run_json(record))
+        return ApiResponse(200, record_to_dict(record))
 
     def _history(
         self,
@@ -1081,7 +1081,7 @@ class RestApi:
         records = self.scheduler.history(agent, name, limit=limit)
         return ApiResponse(
             200,
-            {"agent": agent, "name": name, "runs": [_run_json(r) for r in records]},
+            {"agent": agent, "name": name, "runs": [record_to_dict(r) for r in records]},
         )
 
 
@@ -1182,15 +1182,6 @@ def _check_length(field: str, value: Any, limit: int) -> None:
             f"{field} is too long: {len(value)} characters, at most {limit}",
             field=field,
         )
-
-
-def _run_json(record: RunRecord) -> dict[str, Any]:
-    """A run's JSON, with its ``traceback`` when the record keeps one."""
-    out = record_to_dict(record)
-    traceback = getattr(record, "traceback", None)
-    if traceback and "traceback" not in out:
-        out["traceback"] = traceback
-    return out
 
 
 def _accepted(agent: str, name: str, run_id: str | None, *, queued: bool) -> ApiResponse:

@@ -1335,7 +1335,7 @@ def _cmd_history(args: argparse.Namespace) -> int:
     finally:
         store.close()
     if args.json:
-        _json([_record_json(r) for r in records])
+        _json([record_to_dict(r) for r in records])
         return EXIT_OK
     if not records:
         _out(f"no runs of {args.target} yet" if args.target else f"no runs yet{empty}")
@@ -1361,22 +1361,13 @@ def _cmd_history(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _record_json(record: RunRecord) -> dict[str, Any]:
-    out = record_to_dict(record)
-    traceback = getattr(record, "traceback", None)
-    if traceback and "traceback" not in out:
-        out["traceback"] = traceback
-    return out
-
-
 def _print_tracebacks(records: Sequence[RunRecord]) -> None:
     """The traceback of each failed run that kept one (``--long``)."""
     for record in records:
-        traceback = getattr(record, "traceback", None)
-        if traceback:
+        if record.traceback:
             _out()
             _out(f"Run {record.run_id} of {record.agent}/{record.schedule}:")
-            _out(str(traceback).rstrip())
+            _out(record.traceback.rstrip())
 
 
 # --------------------------------------------------------------------------------------------

@@ -1169,23 +1169,20 @@ def test_status_page_counts_filters_and_pages(api: RestApi, sched: ThreadedSched
     assert "data-count='failing'" in html
 
 
-def test_history_shows_a_traceback_when_the_record_has_one(
-    api: RestApi, sched: ThreadedScheduler, monkeypatch: pytest.MonkeyPatch
+def test_history_shows_the_traceback_of_a_failed_run(
+    api: RestApi, sched: ThreadedScheduler
 ) -> None:
-    assert sched.trigger("triage", "check", wait=True).success
-    (record,) = sched.history("triage", "check")
+    def lookup(info: TriggerInfo) -> str:
+        settings: dict[str, str] = {}
+        return settings["missing"]
 
-    class WithTraceback:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(record, name)
-
-        traceback = "Traceback (most recent call last):\n  ...\nKeyError: 'missing'"
-
-    monkeypatch.setattr(sched, "history", lambda *a, **k: [WithTraceback()])
-    monkeypatch.setattr("herdsched.api.record_to_dict", lambda r: {"run_id": r.run_id})
-    status, body = call(api, "GET", "/api/schedule/triage/check/history")
+    sched.add_agent(Agent("broken", job=lookup, schedules={"s": Schedule.manual()}))
+    assert not sched.trigger("broken", "s", wait=True).success
+    status, body = call(api, "GET", "/api/schedule/broken/s/history")
     assert status == 200
-    assert body["runs"][0]["traceback"].endswith("KeyError: 'missing'")
+    (run,) = body["runs"]
+    assert run["traceback"].startswith("Traceback (most recent call last):")
+    assert run["traceback"].rstrip().endswith("KeyError: 'missing'")
 
 
 # ------------------------------------------------------------------ times without an offset
