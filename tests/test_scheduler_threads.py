@@ -14,6 +14,7 @@ from herdsched import (
     Agent,
     Schedule,
     SchedulerShutdownError,
+    SkipReason,
     ThreadedScheduler,
     TriggerInfo,
 )
@@ -97,6 +98,42 @@ def test_max_concurrent_holds_and_waiting_schedules_fire_when_a_slot_frees() -> 
             time.sleep(0.05)
     assert sorted(done) == [f"s{i}" for i in range(5)]
     assert peak == 2
+
+
+def test_a_changed_max_concurrent_changes_how_many_jobs_run_at_once() -> None:
+    gate = threading.Event()
+    started: list[str] = []
+
+    def job(info: TriggerInfo) -> str:
+        started.append(info.schedule)
+        gate.wait(10)
+        return "done"
+
+    def agent(max_concurrent: int) -> Agent:
+        schedules = {f"s{i}": Schedule.manual() for i in range(3)}
+        return Agent("a", job=job, max_concurrent=max_concurrent, schedules=schedules)
+
+    sched = make()
+    sched.add_agent(agent(1))
+    with sched:
+        gate.set()
+        assert sched.trigger("a", "s0", wait=True).success  # its executor has one thread
+        gate.clear()
+        sched.set_agents([agent(3)])
+        for name in ("s0", "s1", "s2"):
+            assert sched.trigger("a", name).success
+        # three at once, not one running and two queued behind it
+        assert wait_until(lambda: len(started) == 4, timeout=10)
+        gate.set()
+        assert sched.wait_until_idle(15)
+        gate.clear()
+        sched.set_agents([agent(1)])
+        assert sched.trigger("a", "s0").success
+        refused = sched.trigger("a", "s1")
+        assert refused.skipped
+        assert refused.skip_reason is SkipReason.AT_CAPACITY
+        gate.set()
+        assert sched.wait_until_idle(15)
 
 
 def test_nothing_starts_after_stop_returns() -> None:

@@ -25,21 +25,19 @@ def thread_pool(agent: str, max_workers: int) -> Executor:
 
 
 class AgentExecutors:
-    """The executor of every agent, made on first use, replaced when its size changes."""
+    """The executor of every agent, made on first use; forgotten when the agent is removed or
+    its ``max_concurrent`` changes (:func:`herdsched.engine.registry.install_agent`)."""
 
     def __init__(self, factory: ExecutorFactory = thread_pool) -> None:
         self._factory = factory
-        self._executors: dict[str, tuple[int, Executor]] = {}
+        self._executors: dict[str, Executor] = {}
 
     def submit(self, agent: str, size: int, func: Callable[..., Any], *args: Any) -> None:
-        """Run ``func(*args)`` on ``agent``'s executor of ``size`` workers."""
-        current = self._executors.get(agent)
-        if current is None or current[0] != size:
-            if current is not None:
-                current[1].shutdown(wait=False)  # its running jobs finish on their threads
-            current = (size, self._factory(agent, size))
-            self._executors[agent] = current
-        current[1].submit(func, *args)
+        """Run ``func(*args)`` on ``agent``'s executor, made with ``size`` workers if new."""
+        executor = self._executors.get(agent)
+        if executor is None:
+            executor = self._executors[agent] = self._factory(agent, size)
+        executor.submit(func, *args)
 
     def submit_extra(self, agent: str, func: Callable[..., Any], *args: Any) -> None:
         """Run ``func(*args)`` beyond the agent's slots (``trigger(bypass_concurrency=True)``):
@@ -50,12 +48,12 @@ class AgentExecutors:
 
     def forget(self, agent: str) -> None:
         """Let ``agent``'s executor go (its running jobs finish)."""
-        current = self._executors.pop(agent, None)
-        if current is not None:
-            current[1].shutdown(wait=False)
+        executor = self._executors.pop(agent, None)
+        if executor is not None:
+            executor.shutdown(wait=False)
 
     def shutdown(self) -> None:
         """Shut every executor down without waiting (the scheduler waits for its runs)."""
         executors, self._executors = self._executors, {}
-        for _, executor in executors.values():
+        for executor in executors.values():
             executor.shutdown(wait=False)
