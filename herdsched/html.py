@@ -289,7 +289,6 @@ def _meta(
     status: SchedulerStatus,
     pid: int | None,
     timezone: tzinfo | None,
-    note: str = "",
     store: str | None = None,
 ) -> str:
     """The line above the table: this process, the leader (host, pid, epoch, since), the
@@ -308,8 +307,6 @@ def _meta(
     meta.append(f"{status.active_jobs} job(s) running here")
     if timezone is not None:
         meta.append(f"times in your browser's zone (server: {escape(str(timezone))})")
-    if note:
-        meta.append(escape(note))
     return " · ".join(meta)
 
 
@@ -422,8 +419,6 @@ def status_page(
     api_base: str,
     timezone: tzinfo | None = None,
     pid: int | None = None,
-    title: str = "herdsched",
-    note: str = "",
     counts: Mapping[str, int] | None = None,
     agents: Sequence[str] = (),
     filters: Mapping[str, str] | None = None,
@@ -472,11 +467,11 @@ def status_page(
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width,initial-scale=1'>"
-        f"<title>{escape(title)}</title><style>{_STYLE}</style></head>"
+        f"<title>herdsched</title><style>{_STYLE}</style></head>"
         f"<body data-api='{escape(api_base, quote=True)}' data-refresh='{REFRESH_SECONDS}'"
         f"{csrf_attrs}>"
-        f"<h1>{escape(title)}</h1>"
-        f"<div class='meta' id='meta'>{_meta(status, pid, timezone, note, store)}</div>"
+        "<h1>herdsched</h1>"
+        f"<div class='meta' id='meta'>{_meta(status, pid, timezone, store)}</div>"
         "<p class='stale' id='stale' hidden></p>"
         f"{banner}{rejected_html(status)}{_counts_html(counts)}"
         f"{_filters_form(filters or {}, agents, paging)}"

@@ -76,7 +76,6 @@ def test_status_page_timeline_is_oldest_first_and_coloured() -> None:
         api_base="/api",
         timezone=zone,
         pid=7,
-        title="ops <board>",
     )
     timeline = html[html.index("<div class='timeline'>") :]
     assert (
@@ -86,7 +85,7 @@ def test_status_page_timeline_is_oldest_first_and_coloured() -> None:
     assert "failed · 2026-03-02 09:01:00 CET · 2.0 s · it broke" in timeline
     assert "2026-03-02 10:00:00 CET" in html  # the last run in the page's zone (no script)
     assert "<td class='next'>paused</td>" in html  # not a next run in the past
-    assert "<title>ops &lt;board&gt;</title>" in html
+    assert "<title>herdsched</title>" in html
     assert "page served by pid 7" in html
     assert "no active scheduler" in html
     # a paused schedule offers resume, not pause

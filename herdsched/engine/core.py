@@ -167,8 +167,6 @@ class EngineCore:
         entry: Entry,
         due: datetime | None,
         scheduled_for: datetime | None,
-        *,
-        persist: bool = True,
     ) -> None:
         """Plan ``entry`` and, when this scheduler leads, record the new ``next_run_at``.
 
@@ -178,7 +176,7 @@ class EngineCore:
         """
         self.plan.set_due(entry, due, scheduled_for)
         parked = due is None and (not entry.schedule.enabled or entry.state.status in _PARKED)
-        if persist and self.leading and not parked and due != entry.state.next_run_at:
+        if self.leading and not parked and due != entry.state.next_run_at:
             self.change_state(entry, next_run_at=due)
 
     def persist_description(self, entry: Entry) -> None:

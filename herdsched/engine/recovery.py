@@ -70,7 +70,7 @@ def check_lease_support(store: StateStore) -> None:
 class Leadership:
     """Takes the store's lease (recovering before leading), renews it, and steps down."""
 
-    def __init__(self, core: EngineCore, *, enabled: bool, ttl: float = DEFAULT_LEASE_TTL) -> None:
+    def __init__(self, core: EngineCore, *, enabled: bool, ttl: float) -> None:
         self.core = core
         self.enabled = enabled
         self.ttl = check_ttl(ttl)

@@ -171,9 +171,9 @@ class Lease:
         """Whether the lease lapsed at ``now`` (a standby may take it over)."""
         return now >= self.expires_at
 
-    def describe(self, now: datetime | None = None) -> dict[str, Any]:
+    def describe(self, now: datetime) -> dict[str, Any]:
         """The lease as plain JSON-ready data: what ``status`` and the CLI show as "leader"."""
-        info: dict[str, Any] = {
+        return {
             "holder": self.holder,
             "epoch": self.epoch,
             "pid": self.pid,
@@ -181,10 +181,8 @@ class Lease:
             "started_at": format_timestamp(self.acquired_at),
             "renewed_at": format_timestamp(self.renewed_at),
             "expires_at": format_timestamp(self.expires_at),
+            "expired": self.expired(now),
         }
-        if now is not None:
-            info["expired"] = self.expired(now)
-        return info
 
 
 #: Seconds a lease lasts without renewal. Renewed every ttl/3 (10 s), a leader survives two
