@@ -124,6 +124,18 @@ def test_a_store_that_never_claimed_leaves_the_claims_alone(tmp_path: Path) -> N
     cli.close()
 
 
+def test_claiming_no_runs_leaves_the_claims_of_another_store_alone(tmp_path: Path) -> None:
+    scheduler = YamlStateStore(tmp_path)
+    other = YamlStateStore(tmp_path)
+    scheduler.claim_runs([claim("s")])
+    other.claim_runs([])  # claims nothing, so it does not take the journal over
+    other.record_transition("a", "t", status="idle")
+    other.flush()
+    assert [c.schedule for c in scheduler.load_claims()] == ["s"]
+    scheduler.close()
+    other.close()
+
+
 def test_a_drop_stops_at_the_first_claim_whose_run_the_state_does_not_show(
     tmp_path: Path,
 ) -> None:

@@ -190,6 +190,11 @@ def test_trigger_requests_oldest_first_kept_until_settled(store: StateStore) -> 
     assert [r.run_id for r in store.trigger_requests()] == [second]
 
 
+def test_claiming_no_runs_is_a_no_op(store: StateStore) -> None:
+    store.claim_runs([])
+    assert store.load_claims() == []
+
+
 def test_history_statuses_survive(store: StateStore) -> None:
     store.append_run(
         RunRecord(

@@ -341,8 +341,8 @@ class Dispatcher:
         record = record_for(run, outcome, None) if transition is None else transition.record
         if run.timed_out:
             run.cancel()  # recorded first, so a job that wakes on it finds the timeout
-        if core.notifier is not None and outcome.status in _NOTIFIED:
-            record = evolve(record, notified=self._notify(run, outcome))
+        if outcome.status in _NOTIFIED and self._notify(run, outcome):
+            record = evolve(record, notified=True)
         ended = transition is not None and transition.changes.get("status") is Status.COMPLETED
         if not outcome.no_work:
             core.append_run(record)

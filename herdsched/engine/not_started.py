@@ -113,8 +113,6 @@ def _record(run: Run, reason: str, now: datetime) -> RunRecord:
 def _log_not_started(core: EngineCore, runs: Sequence[Run], reason: str) -> None:
     """One ERROR line for the runs of one pass that did not start (a pass of a large fleet
     during a store outage would otherwise log one per run); their records name each."""
-    if not runs:
-        return
     if len(runs) == 1:
         [run] = runs
         core.log.error(

@@ -66,9 +66,7 @@ class ClaimJournal:
         self._torn = False  # an append failed: it may have left part of a line behind
 
     def append(self, claims: Sequence[RunClaim]) -> None:
-        """Durably record ``claims``: returns once they are written and synced."""
-        if not claims:
-            return
+        """Durably record ``claims`` (at least one): returns once they are written and synced."""
         lines = [_encode(claim) for claim in claims]
         with self._lock:
             created = not self.path.exists()

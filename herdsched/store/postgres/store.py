@@ -456,8 +456,6 @@ class PostgresStateStore:
         """Commit ``claims`` before their jobs start, fenced by the lease's epoch (one
         statement, one round trip: a burst claims once per timer pass)."""
         self._check_open()
-        if not claims:
-            return
         fence = self._lease.held
         if self._lease.fenced and fence is None:
             self._lease_lost()
