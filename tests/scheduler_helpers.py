@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,6 +18,7 @@ import pytest
 
 from herdsched import Status, ThreadedScheduler, TriggerInfo
 from herdsched.store import YamlStateStore
+from herdsched.store.state_file import StateRenderer
 from herdsched.testing import FakeClock
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)  # a Monday
@@ -155,3 +156,13 @@ def tmpfs_mount(mount: Path, options: str) -> Iterator[Path]:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def rendered(renderer: StateRenderer, raw: Mapping[str, Any]) -> str:
+    """The YAML text the renderer writes for ``raw``: its parts joined."""
+    return "".join(renderer.parts(raw))
+
+
+def entry_texts(renderer: StateRenderer) -> dict[tuple[str, str], tuple[Any, str]]:
+    """(agent, schedule) → (raw entry, its text) as last rendered."""
+    return {(agent, name): (entry, text) for agent, name, entry, text in renderer.each_entry_text()}

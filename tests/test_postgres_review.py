@@ -34,13 +34,13 @@ def hosts(postgres_dsn: str, pg_namespace: str) -> Iterator[list[PostgresStateSt
         store.close()
 
 
-def restarted(store: PostgresStateStore) -> PostgresStateStore:
+def restarted(dsn: str, store: PostgresStateStore) -> PostgresStateStore:
     """A new store on the same namespace: what a scheduler sees after the process died."""
-    return PostgresStateStore(store.dsn, namespace=store.namespace)
+    return PostgresStateStore(dsn, namespace=store.namespace)
 
 
 def test_a_claim_is_kept_until_the_state_showing_its_run_is_committed(
-    hosts: list[PostgresStateStore], monkeypatch: pytest.MonkeyPatch
+    postgres_dsn: str, hosts: list[PostgresStateStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The timer thread starts a run (its transition, then its claim) after the flusher took
     the pending transitions but before it wrote them: that flush must not drop the claim, since
@@ -59,7 +59,7 @@ def test_a_claim_is_kept_until_the_state_showing_its_run_is_committed(
     store.flush()
     monkeypatch.undo()
     # the process dies here, before its next flush
-    after = restarted(store)
+    after = restarted(postgres_dsn, store)
     try:
         shown = after.get_schedule_state("a", "s").last_run_at == T0
         claimed = [c.run_id for c in after.load_claims()]
@@ -90,6 +90,7 @@ def test_a_schedule_removed_then_added_again_keeps_its_transitions(
 
 
 def test_a_schedule_removed_by_another_host_stays_removed(
+    postgres_dsn: str,
     hosts: list[PostgresStateStore],
 ) -> None:
     """The other side of the rule: a removal this view had not seen wins over a pending
@@ -100,7 +101,7 @@ def test_a_schedule_removed_by_another_host_stays_removed(
     other.remove_schedule_state("a", "s")
     store.flush()
     assert "s" not in other.get_agent_schedule_states("a")
-    with restarted(store) as after:
+    with restarted(postgres_dsn, store) as after:
         assert "s" not in after.get_agent_schedule_states("a")
 
 
@@ -127,7 +128,7 @@ def after_commit(
 
 
 def test_an_own_write_does_not_hide_a_newer_change_adopted_meanwhile(
-    hosts: list[PostgresStateStore], monkeypatch: pytest.MonkeyPatch
+    postgres_dsn: str, hosts: list[PostgresStateStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Between this store's commit and its adopting what it wrote, another host pauses the
     schedule and another thread of this process catches up: the view must end with the pause."""
@@ -141,7 +142,7 @@ def test_an_own_write_does_not_hide_a_newer_change_adopted_meanwhile(
     after_commit(store, monkeypatch, "update the state", another_host_pauses_and_the_timer_polls)
     store.update_schedule_state("a", "s", session_id="session-1")
     store.refresh()
-    with restarted(store) as after:
+    with restarted(postgres_dsn, store) as after:
         assert after.get_schedule_state("a", "s").status is Status.PAUSED
     assert store.get_schedule_state("a", "s").status is Status.PAUSED
     assert store.get_schedule_state("a", "s").session_id == "session-1"
@@ -159,7 +160,7 @@ def test_a_run_now_request_adopted_meanwhile_is_listed_once(
 
 
 def test_a_definition_whose_commit_failed_is_not_in_the_view(
-    hosts: list[PostgresStateStore], monkeypatch: pytest.MonkeyPatch
+    postgres_dsn: str, hosts: list[PostgresStateStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The server ends the session just before the commit: save_definition raises, and neither
     this store nor another host lists the definition."""
@@ -168,7 +169,7 @@ def test_a_definition_whose_commit_failed_is_not_in_the_view(
 
     def and_the_session_is_terminated(*args: Any) -> None:
         write(*args)
-        with psycopg.connect(store.dsn, autocommit=True) as killer:
+        with psycopg.connect(postgres_dsn, autocommit=True) as killer:
             killer.execute("SELECT pg_terminate_backend(%s)", (store._db.backend_pid,))
 
     monkeypatch.setattr(store, "_write_definition", and_the_session_is_terminated)
@@ -286,10 +287,10 @@ def test_a_slower_catch_up_does_not_lay_older_states_over_a_newer_one(
     assert store.get_schedule_state("a", "s").session_id == "session-1"
 
 
-def take_over(first: PostgresStateStore, second: PostgresStateStore) -> Lease:
+def take_over(dsn: str, first: PostgresStateStore, second: PostgresStateStore) -> Lease:
     """``first`` leads, its session ends, ``second`` takes the lease over."""
     assert first.acquire_lease("h1", 60) is not None
-    with psycopg.connect(first.dsn, autocommit=True) as killer:
+    with psycopg.connect(dsn, autocommit=True) as killer:
         killer.execute("SELECT pg_terminate_backend(%s)", (first._db.backend_pid,))
     for _ in range(200):  # the server ends the session on its own time
         if (taken := second.acquire_lease("h2", 60)) is not None:
@@ -299,13 +300,13 @@ def take_over(first: PostgresStateStore, second: PostgresStateStore) -> Lease:
 
 
 def test_a_lost_lease_drops_every_pending_transition_not_only_those_taken(
-    hosts: list[PostgresStateStore], monkeypatch: pytest.MonkeyPatch
+    postgres_dsn: str, hosts: list[PostgresStateStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Transitions recorded while the refused group commit was on its way belong to the lost
     lease too: none of them may be written when this store leads again."""
     first, second = hosts
     first.update_schedule_state("a", "s", next_run_at=T0)
-    taken = take_over(first, second)
+    taken = take_over(postgres_dsn, first, second)
     first.record_transition("a", "s", status=Status.RUNNING, last_run_at=T0)
     with pytest.raises(LeadershipLostError):
         first.claim_runs([RunClaim("a", "s", "run-1", T0, T0)])
@@ -350,6 +351,7 @@ def test_catching_up_with_its_own_removal_keeps_the_schedule_added_since(
 
 
 def test_a_renewal_refused_drops_the_pending_work_of_the_lost_lease(
+    postgres_dsn: str,
     hosts: list[PostgresStateStore],
 ) -> None:
     """As a refused claim or commit does (and the YAML store's renewal): nothing recorded under
@@ -358,7 +360,7 @@ def test_a_renewal_refused_drops_the_pending_work_of_the_lost_lease(
     first.update_schedule_state("a", "s", next_run_at=T0)
     lease = first.acquire_lease("h1", 60)
     assert lease is not None
-    taken = take_over(first, second)
+    taken = take_over(postgres_dsn, first, second)
     first.record_transition("a", "s", status=Status.RUNNING, last_run_at=T0)
     with pytest.raises(LeadershipLostError):
         first.renew_lease(lease, 60)

@@ -14,6 +14,7 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scheduler_helpers import entry_texts, rendered
 
 from herdsched.errors import StateError, StateLockTimeoutError
 from herdsched.models import ScheduleState, Status
@@ -391,18 +392,18 @@ def test_renderer_output_is_the_plain_dump(
         agents[agent] = {**agents[agent], "extra": agent_extra}
     raw["agents"] = agents
     renderer = StateRenderer()
-    text = renderer.render(raw)
+    text = rendered(renderer, raw)
     assert text == dump_yaml(raw)
     assert load_yaml(text) == load_yaml(dump_yaml(raw))
-    assert renderer.render(raw) == text  # from the cache
+    assert rendered(renderer, raw) == text  # from the cache
     changed = apply_changes(doc, {key: {"consecutive_failures": 7} for key in list(entries)[:1]})
-    assert renderer.render(changed.raw) == dump_yaml(changed.raw)
+    assert rendered(renderer, changed.raw) == dump_yaml(changed.raw)
 
 
 def test_renderer_handles_keys_that_cannot_be_simple(tmp_path: Path) -> None:
     long_agent = "x" * 200  # longer than a YAML simple key may be
     doc = apply_changes(empty_state(), {(long_agent, "s"): {"status": "paused"}})
-    text = StateRenderer().render(doc.raw)
+    text = rendered(StateRenderer(), doc.raw)
     assert text == dump_yaml(doc.raw)
     assert load_yaml(text)["agents"][long_agent]["schedules"]["s"]["status"] == "paused"
 
@@ -412,17 +413,15 @@ def test_renderer_reuses_unchanged_entries() -> None:
         empty_state(), {("a", f"s{i}"): {"next_run_at": T0 + timedelta(i)} for i in range(50)}
     )
     renderer = StateRenderer()
-    renderer.render(doc.raw)
-    cached = renderer.entry_texts()
+    rendered(renderer, doc.raw)
+    cached = entry_texts(renderer)
     changed = apply_changes(doc, {("a", "s3"): {"consecutive_failures": 1}})
-    renderer.render(changed.raw)
-    texts = renderer.entry_texts()
+    rendered(renderer, changed.raw)
+    texts = entry_texts(renderer)
     reused = [key for key, (_, text) in texts.items() if cached[key][1] is text]
     assert len(cached) == len(texts) == 50
     assert len(reused) == 49
     assert ("a", "s3") not in reused
-    renderer.forget()
-    assert renderer.entry_texts() == {}
 
 
 def test_marking_an_unknown_request_started_names_it(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scheduler_helpers import entry_texts, rendered
 
 from herdsched.models import Status
 from herdsched.store import YamlStateStore
@@ -133,7 +134,7 @@ def test_incremental_reads_equal_full_parses(steps: list[dict[Any, Any]]) -> Non
                 for key, patch in changes.items()
             },
         )
-        data = renderer.render(doc.raw).encode()
+        data = rendered(renderer, doc.raw).encode()
         parsed = reader.parse(data)
         full = parse_state_document(yaml.safe_load(data))
         assert parsed.raw == full.raw
@@ -205,13 +206,13 @@ def test_a_read_file_keeps_one_copy_of_each_entry_text_and_of_repeated_words() -
             doc,
             {("fleet", name): normalise_changes({"status": "idle", "next_run_at": moment})},
         )
-    text = writer.render(doc.raw)
+    text = rendered(writer, doc.raw)
     reader = StateReader(renderer)
     parsed = reader.parse(text.encode())
     kept = reader._chunks
-    rendered = [entry_text for _, entry_text in renderer.entry_texts().values()]
+    cached = [entry_text for _, entry_text in entry_texts(renderer).values()]
     assert len(kept) == 3
-    assert all(any(key is entry_text for entry_text in rendered) for key in kept)
+    assert all(any(key is entry_text for entry_text in cached) for key in kept)
     entries = [parsed.raw["agents"]["fleet"]["schedules"][name] for name in ("a", "b", "c")]
     statuses = [entry["status"] for entry in entries]
     assert statuses[0] is statuses[1] is statuses[2]
@@ -266,7 +267,7 @@ def test_reader_keeps_slices_of_the_file_not_rendered_copies() -> None:
     renderer = StateRenderer()
     reader = StateReader(renderer)
     parsed = reader.parse(text.encode())
-    texts = renderer.entry_texts()
+    texts = entry_texts(renderer)
     assert set(texts) == {("a", "s"), ("a", "t"), ("b", "u")}
     assert "".join(renderer.parts(parsed.raw)) == text
     for (agent, name), (entry, entry_text) in texts.items():
@@ -280,11 +281,11 @@ def test_renderer_parts_join_to_the_dump_and_commit_the_cache_at_the_end() -> No
     renderer = StateRenderer()
     parts = renderer.parts(doc.raw)
     first = [next(parts) for _ in range(3)]
-    assert renderer.entry_texts() == {}  # not yet: a caller may still stop here
+    assert entry_texts(renderer) == {}  # not yet: a caller may still stop here
     rest = list(parts)
-    assert "".join(first + rest) == dump_yaml(doc.raw) == renderer.render(doc.raw)
-    assert len(renderer.entry_texts()) == 3
-    assert [text for _, text in renderer.entry_texts().values()] == [
+    assert "".join(first + rest) == dump_yaml(doc.raw) == rendered(renderer, doc.raw)
+    assert len(entry_texts(renderer)) == 3
+    assert [text for _, text in entry_texts(renderer).values()] == [
         render_entry(f"s{i}", doc.raw["agents"]["a"]["schedules"][f"s{i}"], 6) for i in range(3)
     ]
 

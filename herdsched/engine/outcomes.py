@@ -44,7 +44,6 @@ class Transition:
     scheduled_for: datetime | None
     record: RunRecord
     disabled_reason: str | None
-    missed: datetime | None
 
 
 def next_after_run(
@@ -192,7 +191,7 @@ def transition_for(
         changes["next_run_at"] = planned
     record = record_for(run, outcome, session_id if schedule.persist_session else None)
     slot = normal.slot if due == normal.due else due
-    return Transition(changes, due, slot, record, disabled_reason, normal.missed)
+    return Transition(changes, due, slot, record, disabled_reason)
 
 
 def record_for(run: Run, outcome: RunOutcome, session_id: str | None) -> RunRecord:

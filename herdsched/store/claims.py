@@ -116,13 +116,6 @@ class ClaimJournal:
                     return offset
             return limit
 
-    def size(self) -> int:
-        """The journal's length in bytes (0 when absent)."""
-        try:
-            return self.path.stat().st_size
-        except FileNotFoundError:
-            return 0
-
     def read(self) -> list[RunClaim]:
         """Every complete claim, oldest first; torn or foreign lines are skipped with a
         warning."""

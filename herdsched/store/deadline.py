@@ -42,10 +42,9 @@ class Deadline:
     a call may be cut at the deadline itself, its session lost, rather than left a moment for
     the server to end it and keep the session."""
 
-    __slots__ = ("at", "budget", "seconds", "strict", "thread")
+    __slots__ = ("at", "budget", "strict", "thread")
 
     def __init__(self, seconds: float, *, budget: str | None = None, strict: bool = False) -> None:
-        self.seconds = seconds
         self.at = time.monotonic() + seconds
         self.thread = threading.get_ident()
         self.budget = budget or f"the request's {seconds:g} s for the store"

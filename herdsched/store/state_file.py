@@ -291,10 +291,6 @@ class StateRenderer:
         # agent → schedule → (raw entry, its text): nested, so 10,000 entries need no key tuples
         self._entries: dict[str, dict[str, tuple[Any, str]]] = {}
 
-    def render(self, raw: Mapping[str, Any]) -> str:
-        """The YAML text of ``raw``: :meth:`parts` joined."""
-        return "".join(self.parts(raw))
-
     def parts(self, raw: Mapping[str, Any]) -> Iterator[str]:
         """The YAML text of ``raw`` in pieces (one per entry, agent head, top-level key).
 
@@ -353,16 +349,9 @@ class StateRenderer:
         """
         self._entries = entries
 
-    def entry_texts(self) -> dict[tuple[str, str], tuple[Any, str]]:
-        """(agent, schedule) → (raw entry, its text) as last rendered."""
-        return {(agent, name): (entry, text) for agent, name, entry, text in self.each_entry_text()}
-
     def each_entry_text(self) -> Iterator[tuple[str, str, Any, str]]:
         """(agent, schedule, raw entry, its text) as last rendered, one at a time (no
         10,000-key mapping built just to be walked once)."""
         for agent, entries in self._entries.items():
             for name, (entry, text) in entries.items():
                 yield agent, name, entry, text
-
-    def forget(self) -> None:
-        self._cache, self._entries = {}, {}

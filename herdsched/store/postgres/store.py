@@ -140,7 +140,6 @@ class PostgresStateStore:
         if not isinstance(dsn, str) or not dsn.strip():
             raise ValueError(f"dsn must be a non-empty connection string, got {dsn!r}")
         check_max_run_history(max_run_history)
-        self.dsn = dsn
         self.namespace = _check_namespace(namespace)
         self.lease_ttl = check_ttl(lease_ttl) if lease_ttl is not None else None
         self.max_run_history = max_run_history
