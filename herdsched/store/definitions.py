@@ -28,7 +28,7 @@ from herdsched.errors import ConflictError, ScheduleNotFoundError, UnauthorizedE
 from herdsched.models import RejectedDefinition
 from herdsched.store.document import DocumentError, GuardedYamlFile
 from herdsched.store.files import FileContent
-from herdsched.store.state_file import FORMAT_VERSION, check_format_version
+from herdsched.store.state_file import FORMAT_VERSION, check_format_version, check_mapping
 from herdsched.store.yaml_io import dump_yaml, load_yaml
 from herdsched.timestamps import format_timestamp, parse_timestamp
 
@@ -54,28 +54,22 @@ def _empty() -> DefinitionsDoc:
     return DefinitionsDoc({"format_version": FORMAT_VERSION, "agents": {}}, {})
 
 
-def _mapping(value: Any, where: str) -> dict[Any, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise DocumentError(f"{where} must be a mapping, got {type(value).__name__} {value!r}")
-    return value
-
-
 def parse_definitions(doc: Any) -> DefinitionsDoc:
     """Validate a loaded ``schedules.yaml``; raises :class:`DocumentError` naming the culprit."""
     doc = check_format_version(doc, "schedules file")
     definitions: Definitions = {}
-    for agent, agent_raw in _mapping(doc.get("agents"), "'agents'").items():
+    for agent, agent_raw in check_mapping(doc.get("agents"), "'agents'").items():
         if not isinstance(agent, str) or not agent:
             raise DocumentError(f"agent names must be non-empty strings, got {agent!r}")
         where = f"agent {agent!r}"
-        schedules = _mapping(_mapping(agent_raw, where).get("schedules"), f"{where} 'schedules'")
+        schedules = check_mapping(
+            check_mapping(agent_raw, where).get("schedules"), f"{where} 'schedules'"
+        )
         parsed: dict[str, dict[str, Any]] = {}
         for name, definition in schedules.items():
             if not isinstance(name, str) or not name:
                 raise DocumentError(f"{where}: schedule names must be non-empty strings")
-            parsed[name] = _mapping(definition, f"{where}, schedule {name!r}")
+            parsed[name] = check_mapping(definition, f"{where}, schedule {name!r}")
         definitions[agent] = parsed
     return DefinitionsDoc(doc, definitions)
 

@@ -49,6 +49,7 @@ __all__ = [
     "StateDoc",
     "StateRenderer",
     "apply_changes",
+    "check_mapping",
     "check_text_end",
     "empty_state",
     "parse_state_document",
@@ -101,7 +102,8 @@ def same_data(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def _mapping(value: Any, where: str) -> dict[Any, Any]:
+def check_mapping(value: Any, where: str) -> dict[Any, Any]:
+    """``value`` if it is a mapping, ``{}`` if absent; otherwise a :class:`DocumentError`."""
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -153,7 +155,7 @@ def parse_state_document(
     them again.
     """
     doc = check_format_version(doc, "state file")
-    _mapping(doc.get("fleet"), "'fleet'")
+    check_mapping(doc.get("fleet"), "'fleet'")
     # a missing or empty `agents` (a file cut short, an edit gone wrong) never means "no
     # schedules": paused schedules would run again
     if "agents" not in doc:
@@ -165,11 +167,13 @@ def parse_state_document(
     for agent, agent_raw in agents.items():
         _check_name(agent, "agent")
         where = f"agent {agent!r}"
-        agent_map = _mapping(agent_raw, where)
+        agent_map = check_mapping(agent_raw, where)
         parsed: dict[str, ScheduleState] = {}
-        for name, entry in _mapping(agent_map.get("schedules"), f"{where} 'schedules'").items():
+        for name, entry in check_mapping(
+            agent_map.get("schedules"), f"{where} 'schedules'"
+        ).items():
             _check_name(name, f"{where}: schedule")
-            entry_map = _mapping(entry, f"{where}, schedule {name!r}")
+            entry_map = check_mapping(entry, f"{where}, schedule {name!r}")
             reused = known(agent, name, entry_map) if known is not None else None
             if reused is not None:
                 parsed[name] = reused
