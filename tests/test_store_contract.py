@@ -121,6 +121,17 @@ def test_history_is_bounded_and_newest_first(store: StateStore) -> None:
     assert store.get_history("b") == []
 
 
+@pytest.mark.parametrize("limit", [-1, 2.0, "2", True, None])
+def test_a_history_limit_that_is_not_a_count_is_refused(store: StateStore, limit: object) -> None:
+    for minute in range(3):
+        store.append_run(record(f"r{minute}", minutes=minute))
+    with pytest.raises(ValueError, match=r"limit must be a non-negative integer, got "):
+        store.get_history("a", "s", limit=limit)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"limit must be a non-negative integer, got "):
+        store.get_history("a", limit=limit)  # type: ignore[arg-type]
+    assert store.get_history("a", "s", limit=0) == []
+
+
 @pytest.mark.parametrize("flushed", [False, True])
 def test_runs_started_in_the_same_millisecond_stay_newest_first(
     store: StateStore, flushed: bool

@@ -53,6 +53,7 @@ __all__ = [
     "RunClaim",
     "StateStore",
     "TriggerRequest",
+    "check_history_limit",
     "check_max_run_history",
     "check_ttl",
     "leaves_user_intent",
@@ -198,6 +199,14 @@ def check_ttl(ttl: float) -> float:
     return float(ttl)
 
 
+def check_history_limit(limit: int) -> int:
+    """``limit`` as how many records ``get_history`` returns; a ``ValueError`` unless it is a
+    whole number of at least 0."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ValueError(f"limit must be a non-negative integer, got {limit!r}")
+    return limit
+
+
 def check_max_run_history(value: int) -> int:
     """``value`` as the number of run records a store keeps per schedule; a ``ValueError``
     naming ``max_run_history`` unless it is a whole number of at least 1."""
@@ -271,7 +280,10 @@ class StateStore(Protocol):
     def get_history(
         self, agent: str, schedule: str | None = None, limit: int = 20
     ) -> list[RunRecord]:
-        """Records newest first; all of the agent's schedules when ``schedule`` is None."""
+        """Records newest first; all of the agent's schedules when ``schedule`` is None.
+
+        At most ``limit`` of them, a whole number of at least 0 (else a ``ValueError``, see
+        :func:`check_history_limit`)."""
 
     # -- definitions created at run time (``persist=True``) ---------------------------------
     def load_definitions(self) -> dict[str, dict[str, dict[str, Any]]]:

@@ -21,6 +21,7 @@ from herdsched.store.base import (
     Lease,
     RunClaim,
     TriggerRequest,
+    check_history_limit,
     check_max_run_history,
     check_ttl,
     leaves_user_intent,
@@ -158,6 +159,7 @@ class MemoryStateStore:
     def get_history(
         self, agent: str, schedule: str | None = None, limit: int = 20
     ) -> list[RunRecord]:
+        check_history_limit(limit)
         with self._lock:
             records = [
                 record

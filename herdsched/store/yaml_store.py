@@ -44,6 +44,7 @@ from herdsched.store.base import (
     Lease,
     RunClaim,
     TriggerRequest,
+    check_history_limit,
     check_max_run_history,
     check_ttl,
     merged_history,
@@ -610,8 +611,7 @@ class YamlStateStore:
         Includes records not yet flushed. At most ``max_run_history`` per schedule.
         """
         self._check_open()
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise ValueError(f"limit must be a non-negative integer, got {limit!r}")
+        check_history_limit(limit)
         with self._hist_io:
             stored = self._history.read(agent, schedule)
             with self._mem:

@@ -35,6 +35,7 @@ from herdsched.store.base import (
     Lease,
     RunClaim,
     TriggerRequest,
+    check_history_limit,
     check_max_run_history,
     check_ttl,
     leaves_user_intent,
@@ -581,8 +582,7 @@ class PostgresStateStore:
         """Records newest first (committed and pending); at most ``max_run_history`` per
         schedule."""
         self._check_open()
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise ValueError(f"limit must be a non-negative integer, got {limit!r}")
+        check_history_limit(limit)
         with self._mem:
             pending = [
                 r
