@@ -47,6 +47,7 @@ from herdsched.store.base import (
     check_history_limit,
     check_max_run_history,
     check_ttl,
+    leaves_user_intent,
     merged_history,
 )
 from herdsched.store.claims import ClaimJournal
@@ -723,12 +724,8 @@ def _keep_user_intent(disk: StateDoc, agent: str, name: str, patch: dict[str, An
     completed; a run that ends while its schedule was paused elsewhere must not unpause it.
     """
     stored = disk.state(agent, name)
-    status = patch.get("status")
-    if (
-        stored is not None
-        and status is not None
-        and stored.status in USER_INTENT_STATUSES
-        and status not in USER_INTENT_STATUSES
-    ):
-        log.info("Keeping %s/%s %s over the pending %s", agent, name, stored.status, status)
+    if stored is not None and leaves_user_intent(stored, patch):
+        log.info(
+            "Keeping %s/%s %s over the pending %s", agent, name, stored.status, patch["status"]
+        )
         del patch["status"]
