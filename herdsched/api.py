@@ -88,7 +88,6 @@ from herdsched.models import (
     Status,
     check_prompt,
 )
-from herdsched.scheduler import describe_cadence
 from herdsched.store.deadline import answer_within
 from herdsched.store.memory import MemoryStateStore
 from herdsched.store.runs import find_run
@@ -342,7 +341,7 @@ def schedule_json(
         "name": item.schedule,
         "type": item.type.value,
         **cadence_fields(schedule),
-        "cadence": describe_cadence(schedule, zone) if schedule is not None else item.type.value,
+        "cadence": schedule.describe(zone) if schedule is not None else item.type.value,
         "prompt": schedule.prompt if schedule is not None else None,
         "enabled": enabled,
         "status": item.status.value,

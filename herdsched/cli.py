@@ -64,7 +64,7 @@ from herdsched.models import (
     Status,
     check_prompt,
 )
-from herdsched.scheduler import ThreadedScheduler, describe_cadence
+from herdsched.scheduler import ThreadedScheduler
 from herdsched.stop_signals import StopSignals
 from herdsched.store.runs import history_with_requests
 from herdsched.store.spec import (
@@ -619,7 +619,7 @@ def _runnable_fleet(path: str) -> FleetConfig:
 def _cadence_text(schedule: Schedule, zone: str | None) -> str:
     """The scheduler's own wording, which ``status`` shows too (a cron names the zone it fires
     in: its own, else the fleet's ``scheduler.timezone``, else the system's)."""
-    return describe_cadence(schedule, resolve_timezone(zone) if zone else _system_timezone())
+    return schedule.describe(resolve_timezone(zone) if zone else _system_timezone())
 
 
 def _runs_text(job: object) -> str:

@@ -81,7 +81,7 @@ from herdsched.store.yaml_store import YamlStateStore
 from herdsched.timestamps import to_utc
 from herdsched.worksource import WorkSource
 
-__all__ = ["ThreadedScheduler", "describe_cadence"]
+__all__ = ["ThreadedScheduler"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _E = TypeVar("_E", bound=ev.Event)
@@ -128,12 +128,6 @@ def _stop_all_at_exit() -> None:
 
 
 before_pools_join(_stop_all_at_exit)
-
-
-def describe_cadence(schedule: Schedule, zone: tzinfo | None = None) -> str:
-    """A short text for what a schedule's cadence is (stored for other processes to show);
-    ``zone``, the scheduler's, is named for a cron that has none of its own."""
-    return schedule.describe(zone)
 
 
 class ThreadedScheduler:

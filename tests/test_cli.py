@@ -1025,7 +1025,6 @@ def test_status_and_validate_word_cadences_alike(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     from herdsched.config import load_fleet
-    from herdsched.scheduler import describe_cadence
 
     fleet = _fleet(
         tmp_path,
@@ -1042,7 +1041,7 @@ def test_status_and_validate_word_cadences_alike(
     assert code == 0
     schedules = load_fleet(fleet).agents[0].schedules
     for schedule in schedules.values():
-        assert describe_cadence(schedule) in out  # what status shows (stored by the scheduler)
+        assert schedule.describe() in out  # what status shows (stored by the scheduler)
     assert "on trigger" not in out
     assert "2099-12-01T09:00:00+00:00" in out
 
