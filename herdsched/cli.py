@@ -66,6 +66,7 @@ from herdsched.models import (
 )
 from herdsched.scheduler import ThreadedScheduler
 from herdsched.stop_signals import StopSignals
+from herdsched.store.base import READ_ALL_HISTORY
 from herdsched.store.runs import history_with_requests
 from herdsched.store.spec import (
     StoreSpecError,
@@ -863,14 +864,13 @@ def _store_choice(args: argparse.Namespace) -> _StoreChoice:
     return _StoreChoice(spec, origin, namespace, namespace_origin)
 
 
-#: What a command that reads the history sees of it: all that is stored (the fleet's
-#: ``max_run_history`` is not known here; with the default of 20 a fleet that keeps 50 records
-#: showed 20). The command line appends no records, so it trims nothing either.
-_READ_ALL_HISTORY = 1_000_000
-
-
 def _open_store(args: argparse.Namespace) -> StateStore:
-    """The store of a command that reads or steers a fleet (which must exist already)."""
+    """The store of a command that reads or steers a fleet (which must exist already).
+
+    A command that reads the history sees all that is stored (``READ_ALL_HISTORY``: the
+    fleet's ``max_run_history`` is not known here; with the default of 20 a fleet that keeps
+    50 records showed 20). The command line appends no records, so it trims nothing either.
+    """
     choice = _store_choice(args)
     if choice.spec is None:
         return _open_state_dir(args.state_dir or DEFAULT_STATE_DIR, "--state-dir")
@@ -878,7 +878,7 @@ def _open_store(args: argparse.Namespace) -> StateStore:
         return _open_state_dir(choice.spec, choice.origin)
     # a look or a change leaves no tables in a database named by mistake, as it makes no
     # state directory where there is none
-    options: dict[str, Any] = {"create_tables": False, "max_run_history": _READ_ALL_HISTORY}
+    options: dict[str, Any] = {"create_tables": False, "max_run_history": READ_ALL_HISTORY}
     if choice.namespace is not None:
         options["namespace"] = choice.namespace
     return _open_database(choice.spec, choice.namespace_origin, options)
@@ -909,7 +909,7 @@ def _open_state_dir(state_dir: str, option: str) -> StateStore:
             f"no state directory at {path}: run a fleet first (herdsched run FLEET) or give "
             f"{'--state-dir or --store' if option == '--state-dir' else 'another ' + option}"
         )
-    return YamlStateStore(path, max_run_history=_READ_ALL_HISTORY)
+    return YamlStateStore(path, max_run_history=READ_ALL_HISTORY)
 
 
 def _target(text: str) -> tuple[str, str | None]:

@@ -72,7 +72,7 @@ from herdsched.models import (
 from herdsched.notify import Notification
 from herdsched.stats import RunStats, compute_run_stats
 from herdsched.stop_signals import StopSignals
-from herdsched.store.base import StateStore
+from herdsched.store.base import READ_ALL_HISTORY, StateStore
 from herdsched.store.deadline import held
 from herdsched.store.memory import MemoryStateStore
 from herdsched.store.runs import history_with_requests
@@ -725,7 +725,7 @@ class ThreadedScheduler:
         self, agent: str, schedule: str | None = None, since: datetime | None = None
     ) -> RunStats:
         """Counts by status, success rate, mean and p95 duration, last success and failure."""
-        records = self.store.get_history(agent, schedule, limit=1_000_000)
+        records = self.store.get_history(agent, schedule, limit=READ_ALL_HISTORY)
         return compute_run_stats(records, since=to_utc(since) if since else None)
 
     def wait_until_idle(self, timeout: float | None = None) -> bool:

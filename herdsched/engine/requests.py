@@ -29,12 +29,9 @@ from herdsched.engine.planning import Entry
 from herdsched.engine.registry import ad_hoc_entry
 from herdsched.models import RunRecord, RunStatus, TriggerType
 from herdsched.runner import Run
-from herdsched.store.base import TriggerRequest
+from herdsched.store.base import READ_ALL_HISTORY, TriggerRequest
 
 __all__ = ["RunRequests"]
-
-#: history() records read when looking for one run id (bounded by max_run_history anyway)
-_ALL = 1_000_000
 
 
 class RunRequests:
@@ -204,7 +201,7 @@ class RunRequests:
         otherwise record it interrupted (its job may have run: it never runs again)."""
         core = self.core
         try:
-            records = core.store.get_history(request.agent, request.schedule, _ALL)
+            records = core.store.get_history(request.agent, request.schedule, READ_ALL_HISTORY)
         except Exception as exc:
             core.state_error(exc)
             return

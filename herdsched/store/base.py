@@ -48,6 +48,7 @@ from herdsched.timestamps import format_timestamp
 
 __all__ = [
     "DEFAULT_LEASE_TTL",
+    "READ_ALL_HISTORY",
     "USER_INTENT_STATUSES",
     "Lease",
     "RunClaim",
@@ -197,6 +198,11 @@ def check_ttl(ttl: float) -> float:
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0:
         raise ValueError(f"lease_ttl must be a positive number of seconds, got {ttl!r}")
     return float(ttl)
+
+
+#: A ``get_history`` limit (or ``max_run_history``) that reads every stored record: a store
+#: keeps at most ``max_run_history`` per schedule, far fewer.
+READ_ALL_HISTORY = 1_000_000
 
 
 def check_history_limit(limit: int) -> int:

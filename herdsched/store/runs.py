@@ -12,11 +12,9 @@ record is durable, so a run is never missing from both.
 from __future__ import annotations
 
 from herdsched.models import RunRecord, RunStatus, TriggerType
-from herdsched.store.base import StateStore, TriggerRequest
+from herdsched.store.base import READ_ALL_HISTORY, StateStore, TriggerRequest
 
 __all__ = ["find_run", "history_with_requests", "request_record"]
-
-_ALL = 1_000_000
 
 
 def request_record(request: TriggerRequest) -> RunRecord:
@@ -47,7 +45,7 @@ def history_with_requests(
     requests = _requests_of(store, agent, schedule)
     if not requests:
         return store.get_history(agent, schedule, limit)
-    records = store.get_history(agent, schedule, _ALL)
+    records = store.get_history(agent, schedule, READ_ALL_HISTORY)
     recorded = {record.run_id for record in records}
     live = [request_record(r) for r in reversed(requests) if r.run_id not in recorded]
     return (live + records)[:limit]
@@ -57,7 +55,7 @@ def find_run(store: StateStore, agent: str, schedule: str, run_id: str) -> RunRe
     """The run ``run_id`` of ``agent/schedule``: its history record, or its request's
     ``queued``/``running`` record; ``None`` when neither exists."""
     pending = [r for r in _requests_of(store, agent, schedule) if r.run_id == run_id]
-    for record in store.get_history(agent, schedule, _ALL):
+    for record in store.get_history(agent, schedule, READ_ALL_HISTORY):
         if record.run_id == run_id:
             return record
     return request_record(pending[0]) if pending else None

@@ -32,6 +32,7 @@ from herdsched.models import RejectedDefinition, RunRecord, ScheduleState
 from herdsched.runner import new_run_id
 from herdsched.store.base import (
     DEFAULT_LEASE_TTL,
+    READ_ALL_HISTORY,
     Lease,
     RunClaim,
     TriggerRequest,
@@ -589,7 +590,7 @@ class PostgresStateStore:
                 for r in self._pending_runs
                 if r.agent == agent and (schedule is None or r.schedule == schedule)
             ]
-        window = limit + len(pending) if schedule is not None else 1_000_000
+        window = limit + len(pending) if schedule is not None else READ_ALL_HISTORY
         with self._db.transaction(f"read the run history of {agent}") as cursor:
             stored = read_history(cursor, self.namespace, agent, schedule, window)
         return merged_history(stored + pending, self.max_run_history, limit)
