@@ -48,7 +48,6 @@ class StoreHealth:
         self._failing_since: float | None = None  # monotonic; None while the store works
         self._failures = 0  # in the current run of failures
         self._failed_at = 0.0  # the latest failure
-        self._reported = False  # the current run has an ERROR line
         self._logged: dict[str, float] = {}  # failures of this run logged as ERROR, and when
         self._unlogged = 0  # failures since the last ERROR line
 
@@ -59,7 +58,7 @@ class StoreHealth:
         now, text = self._clock.monotonic(), str(exc)
         with self._lock:
             if self._failing_since is None or now - self._failed_at > REPEAT_EVERY:
-                self._failing_since, self._failures, self._reported = now, 0, False
+                self._failing_since, self._failures = now, 0
                 self._logged.clear()
             self._failed_at = now
             self._failures += 1
@@ -70,7 +69,6 @@ class StoreHealth:
             first = self._failures == 1
             failing_for, unlogged = now - self._failing_since, self._unlogged
             self._logged[text], self._unlogged = now, 0
-            self._reported = True
         if first:
             self._log.error("The state store failed: %s", exc)
             return
@@ -83,12 +81,12 @@ class StoreHealth:
         )
 
     def worked(self) -> None:
-        """A call reached the store: ends the run of failures, saying how long it lasted if
-        it was reported."""
+        """A call reached the store: ends the run of failures, saying how long it lasted (its
+        first failure was logged as an ERROR)."""
         with self._lock:
-            since, failures, reported = self._failing_since, self._failures, self._reported
-            self._failing_since, self._failures, self._reported = None, 0, False
-        if since is not None and reported:
+            since, failures = self._failing_since, self._failures
+            self._failing_since, self._failures = None, 0
+        if since is not None:
             self._log.warning(
                 "The state store works again after failing for %s (%s).",
                 _seconds(self._clock.monotonic() - since),
