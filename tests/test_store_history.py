@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -65,6 +66,30 @@ def test_bound_applies_to_unflushed_records_too(tmp_path: Path) -> None:
         for minute in range(6):
             store.append_run(record(f"r{minute}", minute))
         assert [r.run_id for r in store.get_history("a", "s")] == ["r5", "r4", "r3"]
+
+
+@pytest.mark.parametrize("sync_history", [False, True])
+def test_sync_history_fsyncs_every_history_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync_history: bool
+) -> None:
+    synced: list[tuple[int, int]] = []  # (device, inode) of each file synced
+    fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        info = os.fstat(fd)
+        synced.append((info.st_dev, info.st_ino))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    with YamlStateStore(tmp_path, sync_history=sync_history) as store:
+        store.append_run(record("r1", 1))
+        store.append_run(record("t1", 1, schedule="t"))
+        store.flush()
+        store.append_run(record("r2", 2))
+        store.flush()
+    files = [os.stat(history_file(tmp_path, schedule=name)) for name in ("s", "t")]
+    appends = [synced.count((info.st_dev, info.st_ino)) for info in files]
+    assert appends == ([2, 1] if sync_history else [0, 0])
 
 
 def test_newest_first_across_schedules_and_limit(tmp_path: Path) -> None:
