@@ -68,8 +68,6 @@ class Run:
     thread_id: int | None = None
     outcome: RunOutcome | None = None
     cancel_event: threading.Event = attrs.field(factory=threading.Event)
-    # set once the run has settled and given its slot back
-    done: threading.Event = attrs.field(factory=threading.Event)
 
     def cancel(self) -> None:
         """Ask the job to stop (timeout); safe before the job has started."""

@@ -677,9 +677,10 @@ class ThreadedScheduler:
                 entry, TriggerType.MANUAL, None, self.clock.now(), prompt=prompt
             )
         self._dispatch.launch([run], bypass=bypass_concurrency)
-        if not wait and not run.done.is_set():  # done already: its claim failed, it never ran
-            return TriggerResult(success=True, run_id=run.run_id)
-        run.done.wait()
+        with core.idle:  # a run has ended once it gave its slot back (its claim failed, say)
+            if not wait and run.run_id in core.running:
+                return TriggerResult(success=True, run_id=run.run_id)
+            core.idle.wait_for(lambda: run.run_id not in core.running)
         outcome = run.outcome
         ok = outcome is not None and outcome.status is RunStatus.SUCCESS and not run.timed_out
         error = None if ok else (outcome.error if outcome else "run did not finish")

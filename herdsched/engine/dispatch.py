@@ -168,7 +168,6 @@ class Dispatcher:
                 for run in runs:
                     run.finalized = True
                     self._release(run)
-                    run.done.set()
             core.state_error(exc)  # steps down
             return
         except Exception as exc:  # fail closed: no job starts without its durable claim
@@ -241,7 +240,6 @@ class Dispatcher:
             with core.lock:
                 self._release(run)
                 wake = self._timer_must_replan(run)
-            run.done.set()
             if wake:
                 core.wake.set()
             core.listeners.deliver()

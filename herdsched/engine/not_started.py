@@ -89,9 +89,7 @@ def _abandon(
             run.outcome = RunOutcome(
                 status=RunStatus.SKIPPED, started_at=now, finished_at=now, error=reason
             )
-            release(run)
-    for run in runs:
-        run.done.set()  # a trigger(wait=True) returns with the reason
+            release(run)  # a trigger(wait=True) returns with the reason
     core.changed()  # the freed slots and the new plan
 
 

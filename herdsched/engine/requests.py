@@ -40,7 +40,7 @@ class RunRequests:
     def __init__(self, core: EngineCore, dispatch: Dispatcher) -> None:
         self.core = core
         self.dispatch = dispatch
-        self._active: dict[str, Run] = {}  # runs of requests started here, by run id
+        self._active: set[str] = set()  # the run ids of requests started here
         self._waiting: set[str] = set()  # requests already logged as waiting
         # one serve at a time (the timer thread, run_pending()): each reads the requests afresh,
         # so none acts on a request another has started or settled meanwhile
@@ -73,14 +73,14 @@ class RunRequests:
     def _settle_finished(self) -> None:
         """Remove the requests whose runs ended here, once their records are durable."""
         core = self.core
-        done = [run_id for run_id, run in self._active.items() if run.done.is_set()]
+        done = [run_id for run_id in self._active if run_id not in core.running]
         if not done:
             return
         try:
             core.store.flush()
             for run_id in done:
                 core.store.settle_trigger_request(run_id)
-                del self._active[run_id]
+                self._active.remove(run_id)
         except Exception as exc:  # retried on the next poll
             core.state_error(exc)
 
@@ -162,7 +162,7 @@ class RunRequests:
         run = self.dispatch.prepare(
             entry, TriggerType.MANUAL, None, now, prompt=request.prompt, run_id=request.run_id
         )
-        self._active[run.run_id] = run
+        self._active.add(run.run_id)
         return run
 
     def _note_waiting(self, request: TriggerRequest, entry: Entry) -> None:
