@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from scheduler_helpers import wait_until
 
 from herdsched import (
     Agent,
@@ -177,6 +178,10 @@ def test_rest_refuses_definition_changes_of_code_schedules_but_not_pause_or_resu
     pair: tuple[ThreadedScheduler, ThreadedScheduler],
 ) -> None:
     leader, standby = pair
+    # its first run (due at once) is over, so enabling it again starts nothing that could make
+    # the answer say "running"
+    assert wait_until(lambda: leader.history("triage", "coded"))
+    assert leader.wait_until_idle(10)
     for sched in (leader, standby):
         status, body = call(sched, "PATCH", "/api/schedule/triage/coded", {"prompt": "x"})
         assert status == 409
