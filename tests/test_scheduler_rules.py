@@ -20,6 +20,7 @@ from herdsched import (
     JobMissed,
     JobStarted,
     JobSucceeded,
+    RunRecord,
     RunStatus,
     Schedule,
     ScheduleDisabled,
@@ -700,10 +701,22 @@ def test_a_run_a_dead_process_left_while_paused_is_recorded_interrupted_not_run_
         assert job.slots() == [T0 + 60 * M]
 
 
-def test_a_run_id_an_older_version_left_after_the_run_ended_is_not_an_interrupted_run() -> None:
-    store = MemoryStateStore()
-    clock = FakeClock(T0 + 5 * M)
-    # an older version ran the schedule to its end but carried the stale id along
+def _left_with_run_id(store: MemoryStateStore, *, ended_before: bool) -> None:
+    """A state whose run id ``abcd1234abcd1234`` was kept, its run recorded in the history
+    (``ended_before``) or not, while a later run's times say it ended."""
+    if ended_before:
+        store.append_run(
+            RunRecord(
+                run_id="abcd1234abcd1234",
+                agent="a",
+                schedule="s",
+                trigger_type=TriggerType.CRON,
+                scheduled_for=T0 - 60 * M,
+                started_at=T0 - 60 * M,
+                finished_at=T0 - 59 * M,
+                status=RunStatus.SUCCESS,
+            )
+        )
     store.update_schedule_state(
         "a",
         "s",
@@ -715,14 +728,34 @@ def test_a_run_id_an_older_version_left_after_the_run_ended_is_not_an_interrupte
         running_run_id="abcd1234abcd1234",
         next_run_at=T0 + 60 * M,
     )
-    with running(store=store, clock=clock) as (sched, _):
+
+
+def test_a_run_id_an_older_version_left_after_the_run_ended_is_not_an_interrupted_run() -> None:
+    store = MemoryStateStore()
+    # an older version ran the schedule on after this one recorded the run, carrying the id
+    _left_with_run_id(store, ended_before=True)
+    with running(store=store, clock=FakeClock(T0 + 5 * M)) as (sched, _):
         sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.cron("0 * * * *")}))
         sched.start()
         step(sched)
-        assert sched.history("a", "s") == []
+        assert [r.status for r in sched.history("a", "s")] == [RunStatus.SUCCESS]
         after = state(sched)
         assert after.last_result is RunStatus.SUCCESS
         assert after.next_run_at == T0 + 60 * M
+
+
+def test_a_run_left_running_after_the_wall_clock_stepped_back_is_recorded_interrupted() -> None:
+    """Its start (after the step back) is earlier than the end of the run before it: times
+    alone would take its id for a stale one."""
+    store = MemoryStateStore()
+    _left_with_run_id(store, ended_before=False)
+    with running(store=store, clock=FakeClock(T0 + 5 * M)) as (sched, _):
+        sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.cron("0 * * * *")}))
+        sched.start()
+        step(sched)
+        [record] = sched.history("a", "s")
+        assert (record.run_id, record.status) == ("abcd1234abcd1234", RunStatus.INTERRUPTED)
+        assert state(sched).running_run_id is None
 
 
 def test_trigger_refuses_running_and_full_agents_unless_bypassed() -> None:

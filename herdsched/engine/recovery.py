@@ -30,7 +30,14 @@ from herdsched.engine.planning import Entry, due_after_downtime, fresh_due
 from herdsched.errors import LeadershipLostError, StateError
 from herdsched.models import RunRecord, RunStatus, ScheduleState, Status, TriggerType
 from herdsched.runner import new_run_id
-from herdsched.store.base import DEFAULT_LEASE_TTL, Lease, RunClaim, StateStore, check_ttl
+from herdsched.store.base import (
+    DEFAULT_LEASE_TTL,
+    READ_ALL_HISTORY,
+    Lease,
+    RunClaim,
+    StateStore,
+    check_ttl,
+)
 from herdsched.store.deadline import answer_within
 from herdsched.store.lease_rules import new_holder_id
 
@@ -361,7 +368,7 @@ def plan_from_state(core: EngineCore, entry: Entry, now: datetime, *, recovering
     """Compute ``entry``'s due time from its persisted state (restart recovery included).
 
     Caller holds the engine lock."""
-    if recovering and _left_running(entry.state) and entry.run is None:
+    if recovering and entry.run is None and _left_running(core, entry):
         _record_interrupted(core, entry, now)
     state = entry.state
     # as stored now (a cron naming the zone it inherits), or as before (without it)
@@ -439,16 +446,22 @@ def _cadence_plan(core: EngineCore, entry: Entry) -> datetime | None:
     return cadence.next_due(slot=slot, finished_at=finished, now=finished, zone=zone, rng=core.rng)
 
 
-def _left_running(state: ScheduleState) -> bool:
-    """Whether ``state`` shows a run going on: ``running``, or (paused or disabled meanwhile)
-    a run id whose run has not ended since it started. An older version that ran the
-    schedule on keeps a stale run id in its state: that run ended when its end came after
-    the last start."""
+def _left_running(core: EngineCore, entry: Entry) -> bool:
+    """Whether ``entry``'s state shows a run going on: ``running``, or (paused or resumed
+    meanwhile) a run id with no record in the history. An older version that ran the schedule
+    on keeps a stale run id in its state, whose run is recorded (times cannot tell: the
+    wall clock may have stepped back since)."""
+    state = entry.state
     if state.status is Status.RUNNING:
         return True
-    started, ended = state.last_run_at, state.last_finished_at
-    ended_since = started is not None and ended is not None and ended > started
-    return state.running_run_id is not None and not ended_since
+    if state.running_run_id is None:
+        return False
+    try:
+        records = core.store.get_history(entry.agent, entry.name, READ_ALL_HISTORY)
+    except Exception as exc:
+        core.state_error(exc, entry)
+        return True  # the safe side: recorded interrupted rather than run again
+    return all(record.run_id != state.running_run_id for record in records)
 
 
 def _record_interrupted(core: EngineCore, entry: Entry, now: datetime) -> None:
