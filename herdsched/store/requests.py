@@ -126,7 +126,8 @@ class TriggerRequestQueue:
             body["started_at"] = format_timestamp(at)
             # a version before run ids knows no start marks and would run a started request
             # again: without the id it reads, it sets the file aside instead
-            body.pop("request_id", None)
+            if "request_id" in body:
+                body.setdefault("run_id", body.pop("request_id"))
             atomic_write(path, _encode(body))
         except (OSError, ValueError) as exc:
             raise StateError(
