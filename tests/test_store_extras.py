@@ -156,6 +156,30 @@ def test_a_request_names_its_id_as_versions_before_run_ids_read_it_until_it_star
         assert (request.run_id, request.started_at) == (run_id, started)
 
 
+def test_a_request_queued_by_a_version_before_run_ids_keeps_its_id_once_started(
+    tmp_path: Path,
+) -> None:
+    """Its file names the id only as ``request_id``: marking it started must not take that away
+    (it was set aside as unreadable at the next poll)."""
+    requests = tmp_path / "requests"
+    requests.mkdir()
+    body = {
+        "request_id": "0123456789abcdef",
+        "agent": "a",
+        "schedule": "s",
+        "requested_at": "2026-11-25T08:59:00.000Z",
+        "prompt": None,
+    }
+    (requests / "00000000000000000001-0123456789abcdef.json").write_text(json.dumps(body))
+    with YamlStateStore(tmp_path) as store:
+        store.load_claims()  # the active scheduler's store, which sets unreadable files aside
+        started = datetime(2026, 11, 25, 9, 0, tzinfo=timezone.utc)
+        store.mark_trigger_started("0123456789abcdef", started)
+        [request] = store.trigger_requests()
+        assert (request.run_id, request.started_at) == ("0123456789abcdef", started)
+        assert not list(requests.glob("*.corrupt"))
+
+
 def test_unreadable_request_is_set_aside_by_the_active_store(tmp_path: Path) -> None:
     with YamlStateStore(tmp_path) as store:
         good = store.request_trigger("a", "s")
@@ -298,9 +322,11 @@ def test_a_large_state_file_is_written_in_small_pieces_and_is_the_plain_dump(
 ) -> None:
     sizes: list[int] = []
     real_write = os.write
+    me = threading.get_ident()  # not a thread another test left running (a lease renewal)
 
     def write(fd: int, data: bytes | memoryview) -> int:
-        sizes.append(len(data))
+        if threading.get_ident() == me:
+            sizes.append(len(data))
         return real_write(fd, data)
 
     moment = datetime(2026, 1, 5, 9, tzinfo=timezone.utc)
