@@ -72,8 +72,7 @@ def drop_flocks_as_at_kill(store: YamlStateStore) -> None:
     liveness lock and its hold on ``scheduler.lock`` go; its lease record stays."""
     leases: Any = store._leases  # type: ignore[attr-defined]
     leases._liveness.release()
-    if leases._legacy is not None:
-        leases._legacy.release()
+    leases._pre_lease.release()
 
 
 def wait_until(predicate: Callable[[], object], timeout: float = 10.0, step: float = 0.005) -> bool:

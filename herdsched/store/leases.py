@@ -26,12 +26,9 @@ exclusive lock, so it happens either before the check (the write is refused) or 
 commit. The lease lock is always taken last (innermost), and its exclusive holders wait for
 nothing while they hold it, so no two locks ever wait for each other.
 
-**Versions before the lease** led while they held a ``flock`` on ``scheduler.lock`` and knew
-nothing of ``lease.json``. A leader holds that lock too, and a free lease (never taken,
-released, or its holder dead) is not taken while another process holds it: while an older and
-a newer herdsched share a state directory during an upgrade, one leads and the other stands
-by, whichever started first. Taking over from a hung holder does not wait for it (the hung
-holder may hold it); the new leader takes it once it is free.
+**Versions before the lease** led while they held ``scheduler.lock``: a leader holds it too, and
+neither takes nor keeps the lead while such a version holds it (see
+:mod:`herdsched.store.pre_lease_lock`).
 """
 
 from __future__ import annotations
@@ -54,6 +51,7 @@ from herdsched.errors import LeadershipLostError, StateError, StateLockTimeoutEr
 from herdsched.store.base import Lease
 from herdsched.store.files import atomic_write
 from herdsched.store.lease_rules import check_fence, grant, renewed
+from herdsched.store.pre_lease_lock import PreLeaseLock
 from herdsched.timestamps import format_timestamp, parse_timestamp
 
 __all__ = ["LEASE_FILE_NAME", "LEASE_LOCK_NAME", "LeaseFile", "read_leader_info"]
@@ -61,7 +59,6 @@ __all__ = ["LEASE_FILE_NAME", "LEASE_LOCK_NAME", "LeaseFile", "read_leader_info"
 LEASE_FILE_NAME = "lease.json"
 LEASE_LOCK_NAME = "lease.lock"
 _LIVENESS_PREFIX = "leader-"
-LEGACY_LOCK_NAME = "scheduler.lock"
 #: Longest wait for the exclusive lease lock: a holder stopped inside its fenced write keeps
 #: the shared lock, and a standby must not block its timer for long on it (it retries).
 _EXCLUSIVE_WAIT = 2.0
@@ -88,17 +85,11 @@ if hasattr(os, "register_at_fork"):
 class LivenessLock:
     """The exclusive flock a lease holder keeps on its own file while its process lives."""
 
-    def __init__(self, path: Path, *, shared_content: bytes | None = None) -> None:
-        """Lock ``path`` (``LockException`` when another process holds it). A file others lock
-        too (``shared_content`` given) is never removed: it holds that content while locked."""
+    def __init__(self, path: Path) -> None:
         self.path = path
-        self._shared = shared_content is not None
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             portalocker.lock(fd, portalocker.LOCK_EX | portalocker.LOCK_NB)
-            if shared_content is not None:
-                os.ftruncate(fd, 0)
-                os.write(fd, shared_content)
         except BaseException:
             os.close(fd)
             raise
@@ -106,15 +97,12 @@ class LivenessLock:
         _live.add(self)
 
     def release(self) -> None:
-        """Unlock and remove the file, unless others lock it too (idempotent)."""
+        """Unlock and remove the file (idempotent)."""
         fd, self._fd = self._fd, None
         if fd is None:
             return
         with contextlib.suppress(OSError):
-            if self._shared:
-                os.ftruncate(fd, 0)  # nobody holds it: no holder to name
-            else:
-                self.path.unlink()
+            self.path.unlink()
         os.close(fd)  # closing the last descriptor drops the flock
 
     def forget_after_fork(self) -> None:
@@ -140,16 +128,6 @@ def holder_alive(path: Path) -> bool:
         return False
     finally:
         os.close(fd)
-
-
-def _legacy_holder_is_this_version(path: Path) -> bool:
-    """Whether ``scheduler.lock`` names a lease holder (a process of this version, such as a
-    hung holder that was taken over from) rather than a version before the lease."""
-    try:
-        record = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return False
-    return isinstance(record, dict) and "holder" in record
 
 
 def _encode(lease: Lease | None, epoch: int, lock_name: str | None) -> bytes:
@@ -210,8 +188,7 @@ class LeaseFile:
         self._held: Lease | None = None
         self._liveness: LivenessLock | None = None
         self._liveness_name: str | None = None
-        self._legacy: LivenessLock | None = None  # scheduler.lock, held while leading
-        self._legacy_told = False
+        self._pre_lease = PreLeaseLock(state_dir)  # held while leading
         #: set once this store handed out a lease: its run writes are fenced from then on
         self.fenced = False
         _lease_files.add(self)
@@ -222,7 +199,6 @@ class LeaseFile:
         self._held = None
         self._liveness = None
         self._liveness_name = None
-        self._legacy = None
 
     @property
     def held(self) -> Lease | None:
@@ -292,14 +268,7 @@ class LeaseFile:
             if lease is None:
                 return None
             new_holder = stored is None or stored.holder != holder
-            older_version_leads = (
-                new_holder
-                and (stored is None or dead)
-                and not self._hold_legacy_lock(lease)
-                and not _legacy_holder_is_this_version(self.path.parent / LEGACY_LOCK_NAME)
-            )
-            if older_version_leads:
-                self._tell_older_version_leads()
+            if new_holder and self._pre_lease.older_version_leads(lease):
                 return None
             if new_holder:
                 self._take_liveness()
@@ -307,12 +276,11 @@ class LeaseFile:
                 self._write(lease, lease.epoch, self._liveness_name)
             except BaseException:
                 if self.held is None:
-                    self._drop_legacy_lock()  # no lease, no leader lock for older versions
+                    self._pre_lease.release()  # no lease, no leader lock for older versions
                 raise
             with self._mutex:
                 self._held = lease
                 self.fenced = True
-            self._legacy_told = False
             self._sweep(keep=self._liveness_name)
         log.info(
             "This process holds the scheduler lease of %s (epoch %d, expires %s).",
@@ -330,41 +298,6 @@ class LeaseFile:
         self._liveness_name = name
         if old is not None:
             old.release()
-
-    def _hold_legacy_lock(self, lease: Lease) -> bool:
-        """Hold ``scheduler.lock`` unless another process does (no wait), naming ``lease``'s
-        holder in it as versions before the lease named theirs; whether this store holds it."""
-        if self._legacy is None:
-            named = {
-                "pid": lease.pid,
-                "host": lease.host,
-                "started_at": format_timestamp(lease.acquired_at),
-                "holder": lease.holder,
-            }
-            try:
-                self._legacy = LivenessLock(
-                    self.path.parent / LEGACY_LOCK_NAME, shared_content=json.dumps(named).encode()
-                )
-            except (portalocker.exceptions.LockException, OSError):
-                return False
-        return True
-
-    def _drop_legacy_lock(self) -> None:
-        with self._mutex:
-            legacy, self._legacy = self._legacy, None
-        if legacy is not None:
-            legacy.release()
-
-    def _tell_older_version_leads(self) -> None:
-        """Log, once per spell, why a free lease was not taken."""
-        if not self._legacy_told:
-            self._legacy_told = True
-            log.warning(
-                "Another process holds %s, the leader lock of herdsched versions before the "
-                "lease: an older herdsched leads this state directory, so this scheduler stands "
-                "by until it stops.",
-                self.path.parent / LEGACY_LOCK_NAME,
-            )
 
     def _sweep(self, keep: str | None) -> None:
         """Remove liveness files of dead holders (caller holds the exclusive lease lock)."""
@@ -386,8 +319,18 @@ class LeaseFile:
                 self.lost()
                 raise
             fresh = renewed(lease, ttl, self._now())
+            # taken over from a hung holder that held scheduler.lock, this one takes it once
+            # it is free; a version before the lease that took it first leads: step down
+            if self._pre_lease.older_version_leads(fresh):
+                self._write(None, fresh.epoch, None)
+                self.lost()
+                raise LeadershipLostError(
+                    f"a herdsched before the lease took {self._pre_lease.path}: this scheduler "
+                    "gave its lease up and does not lead until that one stops",
+                    held_epoch=lease.epoch,
+                    path=self.path,
+                )
             self._write(fresh, fresh.epoch, self._liveness_name)
-            self._hold_legacy_lock(fresh)  # a hung holder taken over from may have let go
             with self._mutex:
                 self._held = fresh
         return fresh
@@ -402,6 +345,9 @@ class LeaseFile:
         try:
             with self._locked(shared=False, timeout=min(self._lock_timeout, _EXCLUSIVE_WAIT)):
                 stored, last_epoch, _ = self._read()
+                # let scheduler.lock go first: a standby that finds the lease free takes it
+                # too, before a version before the lease can
+                self._pre_lease.release()
                 if stored is not None and stored.holder == lease.holder:
                     self._write(None, last_epoch, None)
                     log.info(
@@ -412,7 +358,7 @@ class LeaseFile:
         finally:
             if liveness is not None:
                 liveness.release()  # a standby sees a free lock even if the write failed
-                self._drop_legacy_lock()
+                self._pre_lease.release()
 
     def lost(self) -> None:
         """Forget the lease after another holder took it (fences stay on: writes refused)."""
@@ -421,7 +367,7 @@ class LeaseFile:
             self._held = None
         if liveness is not None:
             liveness.release()
-        self._drop_legacy_lock()
+        self._pre_lease.release()
 
     def current(self) -> Lease | None:
         """The stored lease unless released or its holder is dead (for status displays).
