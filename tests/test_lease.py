@@ -6,16 +6,19 @@ objects of this process (each on its own descriptor, as separate processes would
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import pickle
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from socket import gethostname
 from typing import Any, NamedTuple
 
+import portalocker
 import pytest
 from scheduler_helpers import Blocker, Recorder, drop_flocks_as_at_kill, wait_until
 
@@ -28,7 +31,7 @@ from herdsched.models import RunRecord, RunStatus, TriggerType
 from herdsched.store.base import Lease, RunClaim, StateStore
 from herdsched.store.deadline import current_deadline
 from herdsched.store.lease_rules import grant
-from herdsched.store.leases import read_leader_info
+from herdsched.store.leases import LeaseFile, read_leader_info
 from herdsched.store.memory import MemoryStateStore
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.testing import FakeClock, as_separate_processes
@@ -968,3 +971,116 @@ def test_a_claim_newer_than_a_stored_running_state_is_the_run_recovery_records(
         assert record.scheduled_for == t0 + second
         [status] = sched.get_status().schedules
         assert status.next_run_at == t0 + 2 * second
+
+
+# ------------------------------------------------------------------ versions before the lease
+# scheduler.lock, their leader lock: a leader of this version holds it too, and neither takes
+# nor keeps the lead while such a version holds it (across real processes:
+# tests/test_lease_processes.py)
+
+
+@contextmanager
+def older_version_leading(state_dir: Path) -> Iterator[None]:
+    """Hold ``scheduler.lock`` as a version before the lease did: pid, host and start written
+    into it, no lease holder."""
+    with open(state_dir / "scheduler.lock", "a+", encoding="utf-8") as handle:
+        portalocker.lock(handle, portalocker.LOCK_EX | portalocker.LOCK_NB)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(json.dumps({"pid": 1, "host": "old", "started_at": "2026-03-01T11:00:00Z"}))
+        handle.flush()
+        yield
+        portalocker.unlock(handle)
+
+
+def free_for_an_older_version(state_dir: Path) -> bool:
+    """Whether a version before the lease could take ``scheduler.lock`` now."""
+    with open(state_dir / "scheduler.lock", "a+", encoding="utf-8") as handle:
+        try:
+            portalocker.lock(handle, portalocker.LOCK_EX | portalocker.LOCK_NB)
+        except portalocker.AlreadyLocked:
+            return False
+        portalocker.unlock(handle)
+        return True
+
+
+def test_a_free_lease_is_not_taken_while_an_older_version_leads(
+    yaml_stores: Callable[[], YamlStateStore], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = yaml_stores()
+    with older_version_leading(tmp_path):
+        assert store.acquire_lease("new", TTL) is None
+        assert store.acquire_lease("new", TTL) is None
+    assert caplog.text.count("an older herdsched leads this state directory") == 1
+    lease = store.acquire_lease("new", TTL)
+    assert lease is not None
+    assert not free_for_an_older_version(tmp_path)  # it stands by behind this leader
+    named = json.loads((tmp_path / "scheduler.lock").read_text())
+    assert (named["holder"], named["pid"]) == ("new", lease.pid)
+
+
+def test_a_leader_that_took_over_from_a_hung_one_takes_scheduler_lock_once_it_is_free(
+    yaml_stores: Callable[[], YamlStateStore], clock: FakeClock, tmp_path: Path
+) -> None:
+    hung, current = yaml_stores(), yaml_stores()
+    assert hung.acquire_lease("hung", TTL) is not None
+    clock.advance(TTL)
+    lease = current.acquire_lease("current", TTL)
+    assert lease is not None  # the hung holder's scheduler.lock does not hold the takeover up
+    assert not free_for_an_older_version(tmp_path)
+    drop_flocks_as_at_kill(hung)  # the hung process dies at last
+    current.renew_lease(lease, TTL)
+    assert not free_for_an_older_version(tmp_path)
+
+
+def test_a_leader_steps_down_when_an_older_version_took_scheduler_lock_first(
+    yaml_stores: Callable[[], YamlStateStore], clock: FakeClock, tmp_path: Path
+) -> None:
+    """A leader that took over from a hung holder leads without the lock; when the hung one
+    dies and a version before the lease takes the lock first, both led."""
+    hung, current, third = yaml_stores(), yaml_stores(), yaml_stores()
+    assert hung.acquire_lease("hung", TTL) is not None
+    clock.advance(TTL)
+    lease = current.acquire_lease("current", TTL)
+    assert lease is not None
+    drop_flocks_as_at_kill(hung)
+    with older_version_leading(tmp_path):
+        with pytest.raises(LeadershipLostError, match="before the lease"):
+            current.renew_lease(lease, TTL)
+        assert read_leader_info(tmp_path) is None  # the lease was given up
+        assert third.acquire_lease("third", TTL) is None
+    assert third.acquire_lease("third", TTL) is not None
+
+
+def test_a_released_lease_lets_scheduler_lock_go_before_the_lease_reads_free(
+    yaml_stores: Callable[[], YamlStateStore], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Else a standby of this version could take the free lease without the lock in between,
+    and a version before the lease take the lock as it went: two leaders."""
+    store = yaml_stores()
+    lease = store.acquire_lease("me", TTL)
+    assert lease is not None
+    free_when_written: list[bool] = []
+    write = LeaseFile._write
+
+    def watched(self: LeaseFile, held: Any, epoch: int, lock_name: str | None) -> None:
+        if held is None:
+            free_when_written.append(free_for_an_older_version(tmp_path))
+        write(self, held, epoch, lock_name)
+
+    monkeypatch.setattr(LeaseFile, "_write", watched)
+    store.release_lease(lease)
+    assert free_when_written == [True]
+
+
+def test_a_scheduler_lock_that_cannot_be_used_is_told_and_not_waited_for(
+    yaml_stores: Callable[[], YamlStateStore], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "scheduler.lock").mkdir()  # nobody can open or lock it, root included
+    store = yaml_stores()
+    with caplog.at_level(logging.WARNING, logger="herdsched"):
+        lease = store.acquire_lease("me", TTL)
+        assert lease is not None
+        store.renew_lease(lease, TTL)
+    assert caplog.text.count("Cannot use") == 1
+    assert "an older herdsched leads" not in caplog.text
