@@ -345,9 +345,10 @@ class LeaseFile:
         try:
             with self._locked(shared=False, timeout=min(self._lock_timeout, _EXCLUSIVE_WAIT)):
                 stored, last_epoch, _ = self._read()
-                # let scheduler.lock go first: a standby that finds the lease free takes it
-                # too, before a version before the lease can
-                self._pre_lease.release()
+                if liveness is not None:
+                    # scheduler.lock goes first: a standby that finds the lease free takes it
+                    # too, before a version before the lease can
+                    self._pre_lease.release()
                 if stored is not None and stored.holder == lease.holder:
                     self._write(None, last_epoch, None)
                     log.info(
