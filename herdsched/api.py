@@ -608,6 +608,8 @@ class RestApi:
             except StateError as exc:  # the store is down: one try tells, not one per row
                 _log.warning("The status page shows no recent runs: %s", exc)
                 break
+            except (AgentNotFoundError, ScheduleNotFoundError):  # removed since it was listed
+                continue
             except Exception:  # the page still shows the rest
                 _log.exception("could not read the history of %s/%s", agent, name)
         return runs

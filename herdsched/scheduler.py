@@ -38,7 +38,12 @@ from herdsched.engine.core import AD_HOC_SCHEDULE, EngineCore
 from herdsched.engine.dispatch import Dispatcher
 from herdsched.engine.executors import ExecutorFactory
 from herdsched.engine.recovery import DEFAULT_LEASE_TTL, Leadership, foreign_agents, name_some
-from herdsched.engine.reporting import schedule_status, search_statuses
+from herdsched.engine.reporting import (
+    named_history,
+    require_known,
+    schedule_status,
+    search_statuses,
+)
 from herdsched.engine.settings import EngineSettings, resolve_poll_interval
 from herdsched.engine.syncing import OtherProcesses
 from herdsched.engine.timer import Timer
@@ -75,7 +80,6 @@ from herdsched.stop_signals import StopSignals
 from herdsched.store.base import READ_ALL_HISTORY, StateStore
 from herdsched.store.deadline import held
 from herdsched.store.memory import MemoryStateStore
-from herdsched.store.runs import history_with_requests
 from herdsched.store.usable import check_state_dir
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.timestamps import to_utc
@@ -716,7 +720,7 @@ class ThreadedScheduler:
         Run-now requests queued through another process come first, as ``queued`` until the
         active scheduler starts them and ``running`` until their record is stored."""
         check_count(limit, "limit", minimum=1)
-        return history_with_requests(self.store, agent, schedule, limit)
+        return named_history(self._core, agent, schedule, limit)
 
     def purge_history(self, agent: str, schedule: str) -> None:
         """Delete the run history of one schedule, removed or not (durable when it returns)."""
@@ -727,6 +731,8 @@ class ThreadedScheduler:
     ) -> RunStats:
         """Counts by status, success rate, mean and p95 duration, last success and failure."""
         records = self.store.get_history(agent, schedule, limit=READ_ALL_HISTORY)
+        if not records:  # a mistyped name is told, not answered with empty counts
+            require_known(self._core, agent, schedule)
         return compute_run_stats(records, since=to_utc(since) if since else None)
 
     def wait_until_idle(self, timeout: float | None = None) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from scheduler_helpers import T0, running, step
 
-from herdsched import Agent, RunStatus, Schedule, ThreadedScheduler
+from herdsched import Agent, AgentNotFoundError, RunStatus, Schedule, ThreadedScheduler
 from herdsched.models import MAX_TRACEBACK, RunRecord
 from herdsched.testing import FakeClock
 
@@ -94,4 +94,5 @@ def test_history_outlives_its_schedule_until_purged(tmp_path: Path) -> None:
     reopened = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
     assert len(reopened.history("a", "s")) == 1  # after a restart too
     reopened.purge_history("a", "s")
-    assert reopened.history("a", "s") == []
+    with pytest.raises(AgentNotFoundError):  # nothing of it is left: the name is unknown now
+        reopened.history("a", "s")

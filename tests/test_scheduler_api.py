@@ -258,6 +258,35 @@ def test_search_and_history_arguments_are_checked_by_name() -> None:
     assert sched.search(limit=1).total == 1
 
 
+def test_history_and_stats_of_a_name_nobody_knows_are_refused_naming_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A mistyped name answered an empty history and zero counts, as if it had never run."""
+    sched = ThreadedScheduler(state_dir=tmp_path, poll_interval=None)
+    sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.manual()}))
+    for call in (sched.history, sched.run_stats):
+        with pytest.raises(AgentNotFoundError, match="'triage'"):
+            call("triage")
+        with pytest.raises(ScheduleNotFoundError, match="'nightly'"):
+            call("a", "nightly")
+    assert sched.history("a") == [] and sched.history("a", "s") == []  # known, never ran
+    assert sched.run_stats("a", "s").total == 0
+    # another process's agent, known to this one only through the store: no runs yet, no error
+    sched.store.update_schedule_state("b", "t", consecutive_failures=0)
+    assert sched.history("b") == [] and sched.history("b", "t") == []
+
+
+def test_the_history_of_a_removed_schedule_stays_readable() -> None:
+    sched = ThreadedScheduler(state_dir=None)
+    sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.manual()}))
+    sched.start()
+    try:
+        assert sched.trigger("a", "s", wait=True).success
+        sched.remove_schedule("a", "s")
+        assert [r.status.value for r in sched.history("a", "s")] == ["success"]
+        assert sched.run_stats("a", "s").total == 1
+    finally:
+        sched.stop()
+
+
 def test_a_bad_stop_or_wait_argument_is_refused_before_anything_changes() -> None:
     """``stop(timeout="5")`` with a job running raised a bare TypeError from inside the wait and
     left the scheduler "stopping" for good: no later ``stop()`` or ``start()`` could end it."""

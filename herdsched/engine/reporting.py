@@ -1,4 +1,5 @@
-"""Reporting: each schedule's status as ``get_status()`` shows it, and ``search()`` over them.
+"""Reporting: each schedule's status as ``get_status()`` shows it, ``search()`` over them, and
+the run history of a name the engine or the store knows.
 
 Read-only views of the engine's state (caller holds the lock for :func:`schedule_status`).
 """
@@ -10,7 +11,10 @@ from datetime import datetime
 
 from herdsched.engine.core import EngineCore
 from herdsched.engine.planning import Entry
+from herdsched.errors import AgentNotFoundError, ScheduleNotFoundError
 from herdsched.models import (
+    AD_HOC_SCHEDULE,
+    RunRecord,
     ScheduleStatus,
     ScheduleType,
     SearchPage,
@@ -19,8 +23,15 @@ from herdsched.models import (
     check_choice,
     check_count,
 )
+from herdsched.store.runs import history_with_requests
 
-__all__ = ["MAX_SEARCH_LIMIT", "schedule_status", "search_statuses"]
+__all__ = [
+    "MAX_SEARCH_LIMIT",
+    "named_history",
+    "require_known",
+    "schedule_status",
+    "search_statuses",
+]
 
 #: the most results one page of ``search()`` returns
 MAX_SEARCH_LIMIT = 50
@@ -98,3 +109,30 @@ def search_statuses(
         else ""
     )
     return SearchPage(page, len(matches), offset, limit, remaining, hint)
+
+
+def named_history(
+    core: EngineCore, agent: str, schedule: str | None, limit: int
+) -> list[RunRecord]:
+    """The newest ``limit`` runs of ``agent`` (or of one of its schedules), run-now requests
+    first; when there are none, :class:`AgentNotFoundError` or :class:`ScheduleNotFoundError`
+    for a name that neither this engine nor the store knows, so a mistyped name is told
+    rather than answered "no runs yet". A removed schedule's history stays readable."""
+    records = history_with_requests(core.store, agent, schedule, limit)
+    if not records:
+        require_known(core, agent, schedule)
+    return records
+
+
+def require_known(core: EngineCore, agent: str, schedule: str | None) -> None:
+    """Raise unless ``agent`` (and ``schedule``) is registered here or has state in the store
+    (a schedule removed from the fleet, or defined by another process)."""
+    any_of_agent = schedule is None or schedule == AD_HOC_SCHEDULE
+    with core.lock:
+        if agent in core.agents and (any_of_agent or (agent, schedule) in core.entries):
+            return
+    stored = core.store.get_agent_schedule_states(agent)
+    if not stored and agent not in core.agents:
+        raise AgentNotFoundError(agent)
+    if not any_of_agent and schedule not in stored:
+        raise ScheduleNotFoundError(agent, str(schedule))
