@@ -56,6 +56,7 @@ from herdsched.errors import (
 )
 from herdsched.fleet_checks import runnable_problems
 from herdsched.models import (
+    AD_HOC_SCHEDULE,
     RejectedDefinition,
     RunRecord,
     RunStatus,
@@ -109,7 +110,6 @@ FINAL_SAVE_WAIT = 5.0
 logger = logging.getLogger("herdsched.cli")
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
-_AD_HOC_SCHEDULE = "manual"  # what the scheduler records an agent-only trigger as
 _CELL_WIDTH = 60
 _NAMESPACES_SHOWN = 10  # an empty namespace's hint names at most this many others
 
@@ -1175,7 +1175,7 @@ def _cmd_trigger(args: argparse.Namespace) -> int:
     try:
         if schedule is None:
             _schedule_names(store, agent, None, steered=True)
-            name = _AD_HOC_SCHEDULE
+            name = AD_HOC_SCHEDULE
         else:
             name = _schedule_names(store, agent, schedule, steered=True)[0]
         run_id = store.request_trigger(agent, name, prompt=args.prompt)
@@ -1328,7 +1328,7 @@ def _cmd_history(args: argparse.Namespace) -> int:
         else:
             records = history_with_requests(store, agent, schedule, args.n)
             if not records:  # say why: a typo in the name, or simply no runs yet
-                if schedule is None or schedule == _AD_HOC_SCHEDULE:
+                if schedule is None or schedule == AD_HOC_SCHEDULE:
                     _agent_states(store, agent)
                 else:
                     _schedule_names(store, agent, schedule)
