@@ -11,7 +11,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
@@ -233,6 +233,27 @@ def test_a_lease_is_on_the_servers_clock_and_a_hung_holder_loses_it_after_its_tt
     with pytest.raises(LeadershipLostError):
         first.claim_runs([claim("late")])
     assert second.load_claims() == []  # the refused claim was not written
+
+
+def test_a_host_whose_clock_is_off_reads_the_leases_expiry_on_the_servers_clock(
+    stores: list[PostgresStateStore],
+) -> None:
+    """``status`` on a host whose clock ran a minute ahead called a live leader's lease
+    expired (a hung leader), and one a minute behind called a hung leader's lease live."""
+    first, second = stores
+    held = first.acquire_lease("h1", 30.0)
+    assert held is not None
+    lease = second.current_lease()
+    assert lease is not None and lease.read_at is not None
+    ahead = datetime.now(timezone.utc) + timedelta(minutes=1)
+    assert lease.describe(ahead)["expired"] is False
+    first.release_lease(held)
+    assert first.acquire_lease("h1", 0.2) is not None
+    time.sleep(0.4)  # the holder's session lives on; only its lease ran out
+    hung = second.current_lease()
+    assert hung is not None
+    behind = datetime.now(timezone.utc) - timedelta(minutes=1)
+    assert hung.describe(behind)["expired"] is True
 
 
 def test_a_holder_whose_session_ends_is_replaced_at_once(

@@ -168,13 +168,19 @@ class Lease:
     expires_at: datetime = attrs.field(validator=_aware)
     pid: int | None = None
     host: str | None = None
+    #: the store's clock when the lease was read, from a store whose clock is not the reader's
+    #: (PostgreSQL's server): ``describe`` judges the expiry on it, not on the reader's clock
+    read_at: datetime | None = attrs.field(
+        default=None, eq=False, validator=attrs.validators.optional(_aware)
+    )
 
     def expired(self, now: datetime) -> bool:
         """Whether the lease lapsed at ``now`` (a standby may take it over)."""
         return now >= self.expires_at
 
     def describe(self, now: datetime) -> dict[str, Any]:
-        """The lease as plain JSON-ready data: what ``status`` and the CLI show as "leader"."""
+        """The lease as plain JSON-ready data: what ``status`` and the CLI show as "leader";
+        ``expired`` at ``read_at`` when the store gave it, else at ``now``."""
         return {
             "holder": self.holder,
             "epoch": self.epoch,
@@ -183,7 +189,7 @@ class Lease:
             "started_at": format_timestamp(self.acquired_at),
             "renewed_at": format_timestamp(self.renewed_at),
             "expires_at": format_timestamp(self.expires_at),
-            "expired": self.expired(now),
+            "expired": self.expired(self.read_at or now),
         }
 
 

@@ -61,8 +61,10 @@ def _lock_key(namespace: str) -> int:
 def _lease_of(row: tuple[Any, ...] | None) -> Lease | None:
     if row is None or row[0] is None:
         return None
-    holder, epoch, acquired, renewed_at, expires, pid, host = row[:7]
-    return Lease(holder, int(epoch), acquired, renewed_at, expires, pid=pid, host=host)
+    holder, epoch, acquired, renewed_at, expires, pid, host, read_at = row
+    return Lease(
+        holder, int(epoch), acquired, renewed_at, expires, pid=pid, host=host, read_at=read_at
+    )
 
 
 class LeaseRow:
@@ -78,7 +80,8 @@ class LeaseRow:
 
     def _select(self, cursor: psycopg.Cursor[Any], lock: str = "") -> Lease | None:
         cursor.execute(
-            f"SELECT {_COLUMNS} FROM herdsched_leases WHERE ns = %s {lock}", (self.namespace,)
+            f"SELECT {_COLUMNS}, statement_timestamp() FROM herdsched_leases WHERE ns = %s {lock}",
+            (self.namespace,),
         )
         return _lease_of(cursor.fetchone())
 
