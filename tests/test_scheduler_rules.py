@@ -852,6 +852,7 @@ def test_restart_recovery_interrupted_and_catch_up_once() -> None:
         history = sched.history("a", "was-running")
         assert [r.status for r in history] == [RunStatus.INTERRUPTED, RunStatus.SUCCESS]
         assert history[0].started_at == T0 + 10 * M
+        assert history[0].duration is None  # not the hour down: when it stopped is unknown
         assert store.get_schedule_state("a", "was-running").status is Status.IDLE
         step(sched, clock, "1m")
         assert job.schedules() == ["cron"]

@@ -480,7 +480,7 @@ def _record_interrupted(core: EngineCore, entry: Entry, now: datetime) -> None:
         trigger_type=TriggerType.MANUAL if request_id else timer_trigger_type(entry),
         scheduled_for=state.last_slot_at,
         started_at=state.last_run_at,
-        finished_at=now,
+        finished_at=None,  # when the process stopped is not known: not the restart's time
         status=RunStatus.INTERRUPTED,
         error="the process running this job stopped before it finished",
     )

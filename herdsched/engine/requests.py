@@ -238,7 +238,8 @@ class RunRequests:
             schedule=request.schedule,
             trigger_type=TriggerType.MANUAL,
             started_at=started_at,
-            finished_at=core.clock.now(),
+            # when an interrupted run stopped is not known: its duration is not made up
+            finished_at=None if status is RunStatus.INTERRUPTED else core.clock.now(),
             status=status,
             error=error,
         )
