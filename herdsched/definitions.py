@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import re
+import reprlib
 import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import date, datetime, timedelta, timezone, tzinfo
@@ -386,7 +387,9 @@ def resolve_job(reference: str, *, search_path: str | Path | None = None) -> Job
 
     ``search_path`` (the fleet file's directory) is put on ``sys.path`` first, so a fleet can
     ship its jobs next to it. Raises :class:`~herdsched.errors.InvalidScheduleError` naming
-    what could not be found.
+    what could not be found; a module that exits while being imported (``sys.exit()``) is
+    such an error too, so it cannot end a ``validate`` or ``run`` silently. A
+    ``KeyboardInterrupt`` still interrupts.
     """
 
     if not isinstance(reference, str) or not _JOB_REF.match(reference.strip()):
@@ -408,6 +411,14 @@ def resolve_job(reference: str, *, search_path: str | Path | None = None) -> Job
         else:
             message = f'importing module "{module_name}" of job "{reference}" failed: {exc}'
         raise InvalidScheduleError(message, field="job", value=reference, cause=exc) from exc
+    except SystemExit as exc:  # the module's own sys.exit(): not a reason for us to exit
+        raise InvalidScheduleError(
+            f'importing module "{module_name}" of job "{reference}" failed: the module exited '
+            f"while being imported (SystemExit({reprlib.repr(exc.code)}))",
+            field="job",
+            value=reference,
+            cause=exc,
+        ) from exc
     except Exception as exc:
         raise InvalidScheduleError(
             f'importing module "{module_name}" of job "{reference}" failed: '

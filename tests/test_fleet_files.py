@@ -1,0 +1,83 @@
+"""Fleet files as ``herdsched validate`` and ``run`` read them: what a broken one reports.
+
+Each problem is an exit-2 fleet problem naming the file that wrote the culprit and its path.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from herdsched.cli import main
+from herdsched.config import resolve_job
+
+
+@pytest.fixture(autouse=True)
+def _restore_sys_path() -> Iterator[None]:
+    saved = list(sys.path)
+    yield
+    sys.path[:] = saved
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def validate_and_run(capsys: pytest.CaptureFixture[str], fleet: Path) -> list[str]:
+    """The errors of ``validate`` and ``run``, which must both refuse with exit code 2."""
+    errors = []
+    state = fleet.parent / "run-state"
+    run = ["run", str(fleet), "--state-dir", str(state), "--duration", "1s"]
+    for argv in (["validate", str(fleet)], run):
+        code, out, err = run_cli(capsys, *argv)
+        assert code == 2, (argv, out, err)
+        errors.append(err)
+    return errors
+
+
+# --------------------------------------------------------------------------------------------
+# Jobs whose module exits while being imported
+
+
+@pytest.mark.parametrize(
+    ("body", "shown"), [("raise SystemExit(0)", "SystemExit(0)"), ('sys.exit("bye")', "'bye'")]
+)
+def test_a_job_module_that_exits_on_import_is_a_problem_of_its_field(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, body: str, shown: str
+) -> None:
+    """``validate`` exited 0 saying nothing, and ``run`` exited 0 (or 1, printing "bye")
+    without running anything."""
+    module = f"exits_{uuid.uuid4().hex}"
+    write(tmp_path / f"{module}.py", f"import sys\n{body}\ndef job(info): pass\n")
+    fleet = write(
+        tmp_path / "fleet.yaml",
+        f"""
+        agents:
+          - name: a
+            job: "{module}:job"
+            schedules: {{s: {{interval: 5m}}}}
+        """,
+    )
+    for err in validate_and_run(capsys, fleet):
+        assert f"{fleet}: agents[0].job: importing module" in err
+        assert "the module exited while being imported" in err and shown in err
+
+
+def test_a_keyboard_interrupt_while_importing_a_job_still_interrupts(tmp_path: Path) -> None:
+    module = f"interrupts_{uuid.uuid4().hex}"
+    write(tmp_path / f"{module}.py", "raise KeyboardInterrupt\n")
+    with pytest.raises(KeyboardInterrupt):
+        resolve_job(f"{module}:job", search_path=tmp_path)
