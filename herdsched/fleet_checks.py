@@ -2,10 +2,10 @@
 
 ``herdsched validate`` and ``herdsched run`` both ask :func:`runnable_problems`, so a fleet that
 validates also starts, and one that ``run`` refuses was refused by ``validate`` first: the
-fleet's ``state_dir`` is not a file, every command's program exists, no schedule names a work
-source (the command line registers none: they are Python objects given to
-``ThreadedScheduler(work_sources=...)``), and the scheduler ``run`` would build accepts every
-agent. Each problem names the file and the place in it.
+fleet's ``state_dir`` can be used (no file in the way, it can be made and written), every
+command's program exists, no schedule names a work source (the command line registers none:
+they are Python objects given to ``ThreadedScheduler(work_sources=...)``), and the scheduler
+``run`` would build accepts every agent. Each problem names the file and the place in it.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from pathlib import Path
 
 from herdsched.command import CommandJob
 from herdsched.config import FleetConfig
-from herdsched.errors import SchedulerError
+from herdsched.errors import SchedulerError, StateError
 from herdsched.models import JobFunc
 from herdsched.scheduler import ThreadedScheduler
+from herdsched.store.usable import state_dir_could_be_made
 
 __all__ = ["runnable_problems"]
 
@@ -32,11 +33,16 @@ def runnable_problems(fleet: FleetConfig) -> list[str]:
 
 
 def _state_dir(fleet: FleetConfig) -> list[str]:
-    """A problem when ``scheduler.state_dir`` names something that is not a directory."""
-    path = fleet.state_dir
-    if path is None or not path.exists() or path.is_dir():
+    """A problem when ``scheduler.state_dir`` cannot be used: a file is in the way, or it
+    cannot be made or written. Judged as the scheduler's start judges it, but without
+    creating the directory (``validate`` leaves no trace)."""
+    if fleet.state_dir is None:
         return []
-    return [f"{fleet.path}: scheduler.state_dir: {path} exists but is not a directory"]
+    try:
+        state_dir_could_be_made(fleet.state_dir)
+    except StateError as exc:
+        return [f"{fleet.path}: scheduler.state_dir: {exc}"]
+    return []
 
 
 def _jobs(fleet: FleetConfig) -> list[tuple[str, JobFunc | None]]:

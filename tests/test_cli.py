@@ -984,7 +984,9 @@ def test_validate_finds_a_state_dir_that_is_a_file(
     for argv in (["validate", str(fleet)], ["run", str(fleet), "--duration", "1s"]):
         code, _, err = run_cli(capsys, *argv)
         assert code == 2, err
-        assert f"scheduler.state_dir: {tmp_path / 'afile'} exists but is not a directory" in err
+        assert (
+            f"scheduler.state_dir: The state directory {tmp_path / 'afile'} cannot be used: " in err
+        )
 
 
 @pytest.mark.parametrize(

@@ -81,3 +81,49 @@ def test_a_keyboard_interrupt_while_importing_a_job_still_interrupts(tmp_path: P
     write(tmp_path / f"{module}.py", "raise KeyboardInterrupt\n")
     with pytest.raises(KeyboardInterrupt):
         resolve_job(f"{module}:job", search_path=tmp_path)
+
+
+# --------------------------------------------------------------------------------------------
+# scheduler.state_dir
+
+
+@pytest.mark.parametrize("where", ["afile/sub", "/proc/nope/x"])
+def test_a_state_dir_that_cannot_be_made_is_a_problem_of_the_fleet_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, where: str
+) -> None:
+    """``validate`` passed both, and ``run`` failed with exit code 1 naming neither the fleet
+    file nor the setting."""
+    if where.startswith("/proc") and not Path("/proc/self").is_dir():
+        pytest.skip("needs a /proc file system")
+    (tmp_path / "afile").write_text("")
+    fleet = write(
+        tmp_path / "fleet.yaml",
+        f"""
+        scheduler: {{state_dir: "{where}"}}
+        agents:
+          - name: a
+            command: ["true"]
+            schedules: {{s: {{interval: 5m}}}}
+        """,
+    )
+    for err in validate_and_run(capsys, fleet):
+        assert f"{fleet}: scheduler.state_dir: The state directory " in err
+        assert "cannot be used" in err
+
+
+def test_validate_does_not_create_the_state_dir(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    fleet = write(
+        tmp_path / "fleet.yaml",
+        """
+        scheduler: {state_dir: new/state}
+        agents:
+          - name: a
+            command: ["true"]
+            schedules: {s: {interval: 5m}}
+        """,
+    )
+    code, _, err = run_cli(capsys, "validate", str(fleet))
+    assert code == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.yaml"]
