@@ -193,8 +193,46 @@ def _plain(value: Any) -> Any:
     return value
 
 
+#: The most values (mappings, lists, keys and scalars) a YAML document may hold once every
+#: alias (``*name``) is counted again at each use. Far beyond a real fleet file (written out,
+#: tens of megabytes), yet a dozen lines of nested aliases ("billion laughs") pass it, and
+#: copying, checking or saving such a document took minutes and gigabytes.
+_MAX_VALUES = 1_000_000
+
+
+def _too_many_values(data: Any, limit: int = _MAX_VALUES) -> tuple[str | int, ...] | None:
+    """Where ``data``, each alias counted again at every use, passes ``limit`` values (the path
+    up to its last mapping key); ``None`` if it holds no more than ``limit``.
+
+    Loading shares one object among an anchor's uses, so the document is small until something
+    copies or walks it; this walk stops at ``limit``, so it costs no more however far the
+    aliases would expand.
+    """
+    count = 0
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(data, ())]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, dict):
+            count += 2 * len(node)  # keys and values
+            inner = [(v, (*where, str(k))) for k, v in node.items() if isinstance(v, (dict, list))]
+        elif isinstance(node, list):
+            count += len(node)
+            inner = [(v, (*where, i)) for i, v in enumerate(node) if isinstance(v, (dict, list))]
+        else:
+            continue
+        if count > limit:
+            while where and not isinstance(where[-1], str):
+                where = where[:-1]
+            return where
+        stack.extend(inner)
+    return None
+
+
 def _load_yaml(path: Path, label: str) -> tuple[Any, list[str]]:
-    """The document in ``path`` and the problems met while reading it (``label`` names it)."""
+    """The document in ``path`` and the problems met while reading it (``label`` names it).
+
+    A document that its aliases expand past :data:`_MAX_VALUES` values is refused.
+    """
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -213,6 +251,13 @@ def _load_yaml(path: Path, label: str) -> tuple[Any, list[str]]:
         return None, [f"{label}: invalid YAML: {exc}"]
     finally:
         loader.dispose()
+    too_many = _too_many_values(data)
+    if too_many is not None:
+        shown = f"{label}: {_format_path(too_many)}" if too_many else label
+        return None, [
+            f"{shown}: the document holds more than {_MAX_VALUES} values once its aliases "
+            "(*name) are expanded, too many to check or keep: use fewer nested aliases"
+        ]
     problems = [
         f'{label}:{line}: duplicate key "{key}" (YAML would silently keep only the last one)'
         for line, key in loader.duplicates
