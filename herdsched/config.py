@@ -140,6 +140,8 @@ class FleetConfig:
     version: int = FLEET_VERSION
     state_dir: Path | None = None
     scheduler_options: Mapping[str, Any] = attrs.field(factory=dict)
+    # where each agent's fields were written, in the order of ``agents`` (see locate())
+    _sources: Sequence[_AgentSources] = attrs.field(default=(), repr=False, eq=False)
 
     @property
     def timezone(self) -> str | None:
@@ -154,6 +156,17 @@ class FleetConfig:
                 return agent
 
         raise AgentNotFoundError(name)
+
+    def locate(self, index: int, path: Sequence[str | int]) -> str:
+        """``"file: path"`` of field ``path`` (such as ``("command",)``) of ``agents[index]``,
+        in the file that wrote its value: an included agent file, the entry's ``overrides``,
+        ``defaults`` or the agent's own mapping, as validation shows its problems. A check made
+        after loading (a missing program) then blames the same place."""
+        if 0 <= index < len(self._sources):
+            label, where = self._sources[index].blame(tuple(path))
+        else:  # built without load_fleet
+            label, where = str(self.path), ("agents", index, *path)
+        return f"{label}: {_format_path(where)}"
 
     def create_scheduler(
         self, *, state_dir: str | Path | None = None, **overrides: Any
@@ -176,6 +189,24 @@ class _Source:
     label: str
     prefix: _PathT
     data: Any
+
+
+@attrs.frozen
+class _AgentSources:
+    """The layers of one merged agent, highest priority first, and its own mapping."""
+
+    layers: Sequence[_Source]
+    primary: _Source  # where problems about the agent as a whole are shown
+
+    def blame(self, path: _PathT) -> tuple[str, _PathT]:
+        """The file and full path of the layer that wrote ``path`` (its longest part that a
+        layer holds); the agent's own mapping when none does."""
+        for length in range(len(path), 0, -1):
+            head = path[:length]
+            for source in self.layers:
+                if _exists(source.data, head):
+                    return source.label, source.prefix + path
+        return self.primary.label, self.primary.prefix + path
 
 
 def _exists(data: Any, path: _PathT) -> bool:
@@ -215,21 +246,11 @@ class _Problems:
         """A checker whose paths are inside the file called ``label``."""
         return _Checker(lambda path, message: self.add(label, path, message))
 
-    def layered_checker(self, layers: Sequence[_Source], primary: _Source) -> _Checker:
-        """A checker for a merged agent: each path is shown in the layer that wrote it.
-
-        ``layers`` are ordered highest priority first; problems about the agent as a whole
-        are shown at ``primary`` (the agent's own mapping).
-        """
+    def layered_checker(self, sources: _AgentSources) -> _Checker:
+        """A checker for a merged agent: each path is shown in the layer that wrote it."""
 
         def emit(path: _PathT, message: str) -> None:
-            for length in range(len(path), 0, -1):
-                head = path[:length]
-                for source in layers:
-                    if _exists(source.data, head):
-                        self.add(source.label, source.prefix + path, message)
-                        return
-            self.add(primary.label, primary.prefix + path, message)
+            self.add(*sources.blame(path), message)
 
         return _Checker(emit)
 
@@ -613,17 +634,17 @@ def _agent_entries(chk: _Checker, top: Mapping[Any, Any]) -> list[Any]:
 
 
 def _merged_agent(
-    problems: _Problems, layers: list[_Source], defaults: Mapping[Any, Any], label: str
-) -> tuple[Any, _Checker]:
-    """An agent entry's layers merged over the fleet's defaults, and a checker that reports
-    each problem in the layer (file and path) that wrote the culprit."""
+    layers: list[_Source], defaults: Mapping[Any, Any], label: str
+) -> tuple[Any, _AgentSources]:
+    """An agent entry's layers merged over the fleet's defaults, and where each of its values
+    was written (to report each problem in the layer, file and path, that wrote the culprit)."""
     primary = layers[-1]
     if defaults:
         layers.append(_Source(label, ("defaults",), defaults))
     merged: Any = {}
     for layer in reversed(layers):
         merged = _deep_merge(merged, layer.data)
-    return merged, problems.layered_checker(layers, primary)
+    return merged, _AgentSources(tuple(layers), primary)
 
 
 def _build_agents(
@@ -632,18 +653,18 @@ def _build_agents(
     defaults: Mapping[Any, Any],
     label: str,
     ctx: _AgentContext,
-) -> list[Agent]:
-    """Every valid agent of ``raw_agents`` in file order; a repeated name is a problem at the
-    later entry, found by the names as written, so that it is told with every other problem
-    of either entry rather than once they are mended."""
-    agents: list[Agent] = []
+) -> list[tuple[Agent, _AgentSources]]:
+    """Every valid agent of ``raw_agents`` in file order, with where its values were written;
+    a repeated name is a problem at the later entry, found by the names as written, so that it
+    is told with every other problem of either entry rather than once they are mended."""
+    agents: list[tuple[Agent, _AgentSources]] = []
     seen: dict[str, int] = {}
     for index, entry in enumerate(raw_agents):
         layers = _agent_layers(problems, entry, index, label, ctx.base_dir)
         if layers is None:
             continue
-        merged, agent_chk = _merged_agent(problems, layers, defaults, label)
-        agent = _build_agent(agent_chk, merged, (), ctx)
+        merged, sources = _merged_agent(layers, defaults, label)
+        agent = _build_agent(problems.layered_checker(sources), merged, (), ctx)
         name = merged.get("name") if isinstance(merged, Mapping) else None
         if isinstance(name, str) and name in seen:
             problems.add(
@@ -655,7 +676,7 @@ def _build_agents(
         if isinstance(name, str):
             seen[name] = index
         if agent is not None:
-            agents.append(agent)
+            agents.append((agent, sources))
     return agents
 
 
@@ -681,12 +702,13 @@ def _parse(
     defaults = _fleet_defaults(chk, top)
     raw_agents = _agent_entries(chk, top)
     ctx = _AgentContext(base_dir, options.get("timezone"), now, require_jobs, _settings(options))
-    agents = _build_agents(problems, raw_agents, defaults, label, ctx)
+    built = _build_agents(problems, raw_agents, defaults, label, ctx)
     if problems.items:
         return None
     return FleetConfig(
         path=Path(label),
-        agents=agents,
+        agents=[agent for agent, _ in built],
+        sources=tuple(sources for _, sources in built),
         name=name,
         description=description,
         version=version,

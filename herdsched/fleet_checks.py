@@ -23,13 +23,16 @@ from herdsched.store.usable import state_dir_could_be_made
 
 __all__ = ["runnable_problems"]
 
+_PathT = tuple[str | int, ...]  # a field inside an agent, such as ("schedules", "s", "command")
+
 
 def runnable_problems(fleet: FleetConfig) -> list[str]:
-    """Every reason ``fleet`` would not run from the command line, as ``"file: path: why"``."""
+    """Every reason ``fleet`` would not run from the command line, as ``"file: path: why"``,
+    each in the file that wrote the culprit (an included agent file, ``defaults``), once."""
     problems = [*_state_dir(fleet), *_missing_programs(fleet), *_work_sources(fleet)]
     if not problems:
         problems += _scheduler_refusal(fleet)
-    return problems
+    return list(dict.fromkeys(problems))
 
 
 def _state_dir(fleet: FleetConfig) -> list[str]:
@@ -45,13 +48,13 @@ def _state_dir(fleet: FleetConfig) -> list[str]:
     return []
 
 
-def _jobs(fleet: FleetConfig) -> list[tuple[str, JobFunc | None]]:
-    """Every agent's and schedule's job with its place in the fleet file."""
-    jobs: list[tuple[str, JobFunc | None]] = []
+def _jobs(fleet: FleetConfig) -> list[tuple[int, _PathT, JobFunc | None]]:
+    """Every agent's and schedule's job: the agent's index and the job's path in the agent."""
+    jobs: list[tuple[int, _PathT, JobFunc | None]] = []
     for index, agent in enumerate(fleet.agents):
-        jobs.append((f"agents[{index}].command", agent.job))
+        jobs.append((index, ("command",), agent.job))
         jobs += [
-            (f"agents[{index}].schedules.{name}.command", schedule.job)
+            (index, ("schedules", name, "command"), schedule.job)
             for name, schedule in agent.schedules.items()
         ]
     return jobs
@@ -60,11 +63,11 @@ def _jobs(fleet: FleetConfig) -> list[tuple[str, JobFunc | None]]:
 def _missing_programs(fleet: FleetConfig) -> list[str]:
     """A problem for each command whose program does not exist (it would fail every run)."""
     problems = []
-    for where, job in _jobs(fleet):
+    for index, where, job in _jobs(fleet):
         if isinstance(job, CommandJob) and job.argv:
             problem = _program_problem(job.argv[0], job.cwd)
             if problem:
-                problems.append(f"{fleet.path}: {where}: {problem}")
+                problems.append(f"{fleet.locate(index, where)}: {problem}")
     return problems
 
 
@@ -85,7 +88,7 @@ def _program_problem(program: str, cwd: Path | None) -> str | None:
 def _work_sources(fleet: FleetConfig) -> list[str]:
     """A problem for each schedule that names a work source: the command line has none."""
     return [
-        f"{fleet.path}: agents[{index}].schedules.{name}.work_source: work source "
+        f"{fleet.locate(index, ('schedules', name, 'work_source'))}: work source "
         f"{schedule.work_source!r} is not registered: the command line registers none (run "
         "this fleet from Python with ThreadedScheduler(work_sources=...))"
         for index, agent in enumerate(fleet.agents)

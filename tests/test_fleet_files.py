@@ -182,3 +182,52 @@ def test_merge_keys_and_small_aliases_still_work(tmp_path: Path) -> None:
     schedules = load_fleet(fleet).agents[0].schedules
     assert {schedules[name].cadence for name in ("two", "three")} == {schedules["one"].cadence}
     assert schedules["two"].prompt == "two" and schedules["three"].metadata == {"team": "ops"}
+
+
+# --------------------------------------------------------------------------------------------
+# Problems are shown in the file that wrote the culprit
+
+
+def test_run_time_checks_blame_the_file_that_wrote_the_value(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A missing program or a work source written in an included agent file, in ``overrides``
+    or in ``defaults`` was blamed on ``agents[N]`` of the fleet file (once per agent)."""
+    write(
+        tmp_path / "agents" / "prog.yaml",
+        """
+        name: p
+        command: ["no-such-program-xyz", "a"]
+        schedules:
+          s: {interval: 5m, work_source: inbox}
+          t: {interval: 5m, command: "also-missing-xyz"}
+        """,
+    )
+    fleet = write(
+        tmp_path / "fleet.yaml",
+        """
+        defaults:
+          command: "from-defaults-xyz"
+        agents:
+          - path: agents/prog.yaml
+          - path: agents/prog.yaml
+            overrides: {name: q, command: "from-overrides-xyz"}
+          - name: b
+            schedules: {s: {interval: 5m}}
+          - name: c
+            schedules: {s: {interval: 5m}}
+        """,
+    )
+    included = tmp_path / "agents" / "prog.yaml"
+    expected = [
+        f"{included}: command: program 'no-such-program-xyz' not found on PATH",
+        f"{included}: schedules.t.command: program 'also-missing-xyz' not found on PATH",
+        f"{fleet}: agents[1].overrides.command: program 'from-overrides-xyz' not found on PATH",
+        f"{fleet}: defaults.command: program 'from-defaults-xyz' not found on PATH",
+        f"{included}: schedules.s.work_source: work source 'inbox' is not registered",
+    ]
+    for err in validate_and_run(capsys, fleet):
+        problems = [line[4:] for line in err.splitlines() if line.startswith("  - ")]
+        assert len(problems) == len(expected), err
+        for problem, start in zip(problems, expected, strict=True):
+            assert problem.startswith(start), (problem, start)
