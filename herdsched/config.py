@@ -552,6 +552,10 @@ def _agent_layers(
         return None
     include = base_dir / Path(rel).expanduser()
     include_label = str(include)
+    if not include.exists() or include.is_dir():  # the culprit is this entry's path
+        what = "is a directory" if include.exists() else "not found"
+        problems.add(label, (*path, "path"), f"agent file {include} {what}")
+        return None
     data, read_problems = _load_yaml(include, include_label)
     for text in read_problems:  # these name the included file already
         if text not in problems.items:

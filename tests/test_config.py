@@ -859,7 +859,10 @@ def test_include_errors(tmp_path: Path) -> None:
         f'{tmp_path / "text.yaml"}: an agent file must be a mapping, got "{text}..." '
         "(1279 characters)"
     ) in found
-    assert f"{tmp_path / 'missing.yaml'}: file not found" in found
+    assert (
+        f"{tmp_path / 'fleet.yaml'}: agents[0].path: agent file {tmp_path / 'missing.yaml'} "
+        "not found"
+    ) in found
     assert f"{tmp_path / 'list.yaml'}: an agent file must be a mapping, got a list" in found
     assert any(
         p.startswith(f"{tmp_path / 'broken.yaml'}:2:") and "invalid YAML" in p for p in found

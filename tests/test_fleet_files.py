@@ -231,3 +231,26 @@ def test_run_time_checks_blame_the_file_that_wrote_the_value(
         assert len(problems) == len(expected), err
         for problem, start in zip(problems, expected, strict=True):
             assert problem.startswith(start), (problem, start)
+
+
+@pytest.mark.parametrize(
+    ("target", "what"), [("missing.yaml", "not found"), ("", "is a directory")]
+)
+def test_an_include_that_is_not_a_file_is_a_problem_of_its_path(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, target: str, what: str
+) -> None:
+    """It was shown as ``agents/missing.yaml: file not found``, without the entry naming it."""
+    (tmp_path / "agents").mkdir()
+    fleet = write(
+        tmp_path / "fleet.yaml",
+        f"""
+        agents:
+          - name: a
+            command: ["true"]
+            schedules: {{s: {{interval: 5m}}}}
+          - path: agents/{target}
+        """,
+    )
+    include = tmp_path / "agents" / target
+    for err in validate_and_run(capsys, fleet):
+        assert f"{fleet}: agents[1].path: agent file {include} {what}" in err
