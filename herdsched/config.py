@@ -572,16 +572,20 @@ def _agent_layers(
 
 
 def _fleet_version(chk: _Checker, top: Mapping[Any, Any]) -> int:
-    """The checked ``version``: only :data:`FLEET_VERSION` is read (``true`` is not 1)."""
+    """The checked ``version``: only :data:`FLEET_VERSION` is read (``true`` is not 1, and
+    neither is ``"1"``: the number, not text)."""
     if "version" not in top:
         return FLEET_VERSION
     value = top["version"]
     if isinstance(value, int) and not isinstance(value, bool) and value == FLEET_VERSION:
         return int(value)
-    chk.problem(
-        ("version",),
-        f"unsupported version {_plain(value)!r}: this herdsched reads version {FLEET_VERSION}",
-    )
+    if isinstance(value, str):  # version: "1" is the likely one
+        shown = _describe(value)
+        why = f"the version is the number {FLEET_VERSION}, not text (version: {FLEET_VERSION})"
+    else:
+        shown = repr(_plain(value))
+        why = f"this herdsched reads version {FLEET_VERSION}"
+    chk.problem(("version",), f"unsupported version {shown}: {why}")
     return FLEET_VERSION
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from herdsched.cli import main
 from herdsched.config import load_fleet, resolve_job
+from herdsched.errors import ConfigError
 
 
 @pytest.fixture(autouse=True)
@@ -254,3 +255,24 @@ def test_an_include_that_is_not_a_file_is_a_problem_of_its_path(
     include = tmp_path / "agents" / target
     for err in validate_and_run(capsys, fleet):
         assert f"{fleet}: agents[1].path: agent file {include} {what}" in err
+
+
+# --------------------------------------------------------------------------------------------
+# Wording
+
+
+def test_a_quoted_version_is_told_to_be_the_number(tmp_path: Path) -> None:
+    """It said "unsupported version '1': this herdsched reads version 1"."""
+    fleet = write(
+        tmp_path / "fleet.yaml",
+        """
+        version: "1"
+        agents: [{name: a, command: "true"}]
+        """,
+    )
+    with pytest.raises(ConfigError) as info:
+        load_fleet(fleet)
+    assert info.value.problems == [
+        f'{fleet}: version: unsupported version "1": the version is the number 1, not text '
+        "(version: 1)"
+    ]
