@@ -372,13 +372,21 @@ class _Checker:
         self, value: Any, path: _PathT, what: str, *, allow_zero: bool = False
     ) -> timedelta | None:
         """A duration string (``"5m"``, ``"1h30m"``; ``"0s"`` only with ``allow_zero``);
-        numbers are the YAML traps, not seconds."""
+        numbers are the YAML traps, not seconds. Text without a digit is no near miss, so the
+        problem says what a duration looks like rather than what is wrong with it."""
         if isinstance(value, timedelta):
             if value > timedelta(0):
                 return value
             self.problem(path, f"{what} must be positive, got {value}")
             return None
         if isinstance(value, str):
+            if not any(char.isdigit() for char in value):  # "abc", "never": not a near miss
+                self.problem(
+                    path,
+                    f'{what} must be a duration such as "30s", "5m" or "1h30m", got '
+                    f"{_describe(value)}",
+                )
+                return None
             try:
                 return parse_interval(value, allow_zero=allow_zero)
             except IntervalParseError as exc:

@@ -276,3 +276,23 @@ def test_a_quoted_version_is_told_to_be_the_number(tmp_path: Path) -> None:
         f'{fleet}: version: unsupported version "1": the version is the number 1, not text '
         "(version: 1)"
     ]
+
+
+@pytest.mark.parametrize("field", ["max_sleep", "lease_ttl", "catch_up_window"])
+def test_a_duration_setting_without_a_number_says_what_a_duration_is(
+    tmp_path: Path, field: str
+) -> None:
+    """It said 'Missing numeric value in interval "abc"'."""
+    fleet = write(
+        tmp_path / "fleet.yaml",
+        f"""
+        scheduler: {{{field}: abc}}
+        agents: [{{name: a, command: "true"}}]
+        """,
+    )
+    with pytest.raises(ConfigError) as info:
+        load_fleet(fleet)
+    assert info.value.problems == [
+        f'{fleet}: scheduler.{field}: {field} must be a duration such as "30s", "5m" or '
+        '"1h30m", got "abc"'
+    ]
