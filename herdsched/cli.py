@@ -135,11 +135,20 @@ def _err(text: str) -> None:
     sys.stderr.write(mask_password(text) + "\n")
 
 
+# argparse's words when an option's value is missing, or starts with "-" (--duration -1s)
+_NO_VALUE = re.compile(r"argument (?:\S+/)?(-[^\s:/]+): expected one argument")
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse's parser, whose usage errors (which quote the arguments, a ``--store`` URL
-    given in the wrong place included) never show a password."""
+    given in the wrong place included) never show a password, and say how to give a value
+    that starts with "-" (argparse reads ``--duration -1s`` as two options)."""
 
     def error(self, message: str) -> NoReturn:
+        missing = _NO_VALUE.fullmatch(message)
+        if missing:
+            option = missing.group(1)
+            message += f' (for a value that starts with "-", write {option}=VALUE)'
         super().error(mask_password(message))
 
 

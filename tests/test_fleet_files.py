@@ -296,3 +296,19 @@ def test_a_duration_setting_without_a_number_says_what_a_duration_is(
         f'{fleet}: scheduler.{field}: {field} must be a duration such as "30s", "5m" or '
         '"1h30m", got "abc"'
     ]
+
+
+def test_an_option_value_that_starts_with_a_dash_is_told_how_to_be_given(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``--duration -1s`` said only "expected one argument"."""
+    fleet = write(tmp_path / "fleet.yaml", 'agents: [{name: a, command: "true"}]\n')
+    code, out, err = run_cli(capsys, "run", str(fleet), "--duration", "-1s")
+    assert code == 2 and out == ""
+    assert (
+        'argument --duration: expected one argument (for a value that starts with "-", write '
+        "--duration=VALUE)"
+    ) in err
+    code, _, err = run_cli(capsys, "run", str(fleet), "--duration=-1s")
+    assert code == 2
+    assert 'argument --duration: Negative intervals are not allowed in interval "-1s"' in err
