@@ -58,6 +58,7 @@ __all__ = [
 
 from herdsched.cadence import format_interval
 from herdsched.definitions import (
+    _EXCERPT,
     _UTC,
     SCHEDULE_FIELDS,
     _alias,
@@ -563,7 +564,8 @@ def _agent_layers(
     if data is None and read_problems:
         return None
     if not isinstance(data, Mapping):
-        problems.add(include_label, (), f"an agent file must be a mapping, got {_describe(data)}")
+        got = _describe(data, _EXCERPT)  # the start of a file that may not be the one meant
+        problems.add(include_label, (), f"an agent file must be a mapping, got {got}")
         return None
     layers = [_Source(include_label, (), data)]
     if overrides:
@@ -700,7 +702,7 @@ def _parse(
     """Validate a fleet document section by section, collecting every problem in
     ``problems``; the :class:`FleetConfig`, or ``None`` if there was any problem."""
     chk = problems.checker(label)
-    top = chk.mapping(data, (), "a fleet file")
+    top = chk.mapping(data, (), "a fleet file", limit=_EXCERPT)
     if top is None:
         return None
     chk.known_keys(top, (), _TOP_FIELDS, "the fleet file")

@@ -273,12 +273,16 @@ _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 def _format_path(parts: Sequence[object]) -> str:
+    """``agents[0].schedules.check``; a key that is not a name is quoted, cut short (see
+    :data:`_EXCERPT`)."""
     text = ""
     for part in parts:
         if isinstance(part, int) and not isinstance(part, bool):
             text += f"[{part}]"
         elif isinstance(part, str) and _PLAIN_KEY.match(part):
             text += f".{part}" if text else part
+        elif isinstance(part, str) and len(part) > _EXCERPT:
+            text += f"[{part[:_EXCERPT] + '...'!r}]"
         else:
             text += f"[{part!r}]"
     return text
@@ -286,10 +290,15 @@ def _format_path(parts: Sequence[object]) -> str:
 
 #: The longest text quoted whole in a message about a value.
 _QUOTED = 80
+#: The longest start of a text quoted where it may come from a file that is not the YAML
+#: expected (the keys "root:$6$...:" of /etc/shadow, a whole file read as one string), which
+#: may hold secrets.
+_EXCERPT = 20
 
 
-def _describe(value: Any) -> str:
-    """How a value is named in a message: YAML words for YAML values."""
+def _describe(value: Any, limit: int = _QUOTED) -> str:
+    """How a value is named in a message: YAML words for YAML values; text longer than
+    ``limit`` is cut short."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -297,8 +306,8 @@ def _describe(value: Any) -> str:
     if isinstance(value, (int, float)):
         return f"the number {_plain(value)!r}"
     if isinstance(value, str):
-        if len(value) > _QUOTED:  # a whole file read as one string would fill the screen
-            return f'"{value[:_QUOTED]}..." ({len(value)} characters)'
+        if len(value) > limit:  # a whole file read as one string would fill the screen
+            return f'"{value[:limit]}..." ({len(value)} characters)'
         return f'"{value}"'
     if isinstance(value, Mapping):
         return "a mapping"
@@ -318,27 +327,43 @@ class _Checker:
         self.count += 1
         self.emit(path, message)
 
-    def mapping(self, value: Any, path: _PathT, what: str) -> Mapping[Any, Any] | None:
+    def mapping(
+        self, value: Any, path: _PathT, what: str, *, limit: int = _QUOTED
+    ) -> Mapping[Any, Any] | None:
+        """``value`` if it is a mapping; else a problem showing up to ``limit`` characters
+        of it (:data:`_EXCERPT` for a whole file, which may not be the one meant)."""
         if isinstance(value, Mapping):
             return value
-        self.problem(path, f"{what} must be a mapping, got {_describe(value)}")
+        self.problem(path, f"{what} must be a mapping, got {_describe(value, limit)}")
         return None
 
     def known_keys(
         self, data: Mapping[Any, Any], path: _PathT, allowed: Collection[str], what: str
     ) -> None:
+        """A problem for each key of ``data`` not in ``allowed``, with a "did you mean" hint.
+
+        Of the keys that are not names (``"root:$6$...:"``: the lines of a file such as
+        /etc/shadow, read as YAML) only the first is told, cut short, with their count: such a
+        file is not the one meant, and it may hold secrets.
+        """
+        odd = [
+            k for k in data if isinstance(k, str) and k not in allowed and not _PLAIN_KEY.match(k)
+        ]
+        untold = set(odd[1:])
         for key in data:
-            if isinstance(key, str) and key in allowed:
+            if isinstance(key, str) and (key in allowed or key in untold):
                 continue
             hint = ""
             if isinstance(key, str):
                 close = difflib.get_close_matches(key, list(allowed), n=1)
                 if close:
                     hint = f' (did you mean "{close[0]}"?)'
-            shown = key if isinstance(key, str) else _describe(key)
+            shown = _describe(key, _EXCERPT) if isinstance(key, str) else f'"{_describe(key)}"'
+            if len(odd) > 1 and key == odd[0]:
+                hint += f" (and {len(odd) - 1} more keys that are not names: is it the file meant?)"
             self.problem(
                 (*path, str(key)),
-                f'unknown key "{shown}" in {what}{hint}; valid keys: ' + ", ".join(allowed),
+                f"unknown key {shown} in {what}{hint}; valid keys: " + ", ".join(allowed),
             )
 
     def string(self, value: Any, path: _PathT, what: str, *, empty_ok: bool = False) -> str | None:

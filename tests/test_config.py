@@ -854,9 +854,8 @@ def test_include_errors(tmp_path: Path) -> None:
           - path: text.yaml
         """,
     )
-    text = "root:x:0:0:root:/root:/bin/bash root:x:0:0:root:/root:/bin/bash root:x:0:0:root:"
     assert (
-        f'{tmp_path / "text.yaml"}: an agent file must be a mapping, got "{text}..." '
+        f'{tmp_path / "text.yaml"}: an agent file must be a mapping, got "root:x:0:0:root:/roo..." '
         "(1279 characters)"
     ) in found
     assert (

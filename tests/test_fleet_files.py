@@ -312,3 +312,39 @@ def test_an_option_value_that_starts_with_a_dash_is_told_how_to_be_given(
     code, _, err = run_cli(capsys, "run", str(fleet), "--duration=-1s")
     assert code == 2
     assert 'argument --duration: Negative intervals are not allowed in interval "-1s"' in err
+
+
+SHADOW = "".join(
+    f"{user}:$6$salt{user}$SECRET{user * 12}:19000:0:99999:7:::\n"
+    for user in ("root", "daemon", "bob")
+)
+
+
+@pytest.mark.parametrize("included", [True, False])
+def test_a_file_that_is_not_yaml_is_not_echoed(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, included: bool
+) -> None:
+    """/etc/shadow as an agent file (or as the fleet file) had each of its lines shown twice:
+    YAML reads each as a key. Now only the start of the first one is, and how many more."""
+    shadow = tmp_path / "shadow"
+    shadow.write_text(SHADOW)
+    fleet = (
+        write(tmp_path / "fleet.yaml", f"agents: [{{path: {shadow}}}]\n") if included else shadow
+    )
+    for err in validate_and_run(capsys, fleet):
+        assert "SECRET" not in err and "daemon" not in err and "bob" not in err, err
+        assert (
+            f"{shadow}: ['root:$6$saltroot$SEC...']: unknown key \"root:$6$saltroot$SEC...\" "
+            "(89 characters) in " in err
+        )
+        assert "(and 2 more keys that are not names: is it the file meant?)" in err
+
+
+def test_a_file_read_as_one_string_is_shown_by_its_start_only(tmp_path: Path) -> None:
+    """80 characters of it were quoted: two lines of /etc/passwd, or of a private key."""
+    secrets = write(tmp_path / "id_key", "-----BEGIN KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n")
+    with pytest.raises(ConfigError) as info:
+        load_fleet(secrets)
+    assert info.value.problems == [
+        f'{secrets}: a fleet file must be a mapping, got "-----BEGIN KEY----- ..." (52 characters)'
+    ]
