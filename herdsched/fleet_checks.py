@@ -102,6 +102,6 @@ def _scheduler_refusal(fleet: FleetConfig) -> list[str]:
     (on no store and without starting), so ``validate`` never passes what ``run`` refuses."""
     try:
         ThreadedScheduler(fleet.agents, state_dir=None, **fleet.scheduler_options)
-    except SchedulerError as exc:
+    except (SchedulerError, ValueError) as exc:  # a setting's own check: lease_ttl too long
         return [f"{fleet.path}: {exc}"]
     return []

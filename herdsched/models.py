@@ -481,17 +481,20 @@ def check_flag(value: Any, name: str) -> bool:
 
 
 def check_timeout(value: Any, name: str) -> float | None:
-    """``value`` as seconds to wait (``None``: for as long as it takes); a ``TypeError`` for
-    anything but a number (``"5"``, ``True``) and a ``ValueError`` below zero, naming ``name``."""
+    """``value`` as seconds to wait (``None``: for as long as it takes, as is ``inf`` or any
+    wait longer than the platform's threads can wait); a ``TypeError`` for anything but a
+    number (``"5"``, ``True``) and a ``ValueError`` for NaN or below zero, naming ``name``."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(
             f"{name} must be a number of seconds or None, got {type(value).__name__} {value!r}"
         )
-    if not value >= 0:  # also NaN
+    if math.isnan(value):
+        raise ValueError(f"{name} must be a number of seconds or None, got nan")
+    if value < 0:
         raise ValueError(f"{name} must not be negative, got {value!r}")
-    return float(value)
+    return None if value >= threading.TIMEOUT_MAX else float(value)
 
 
 def check_count(value: Any, name: str, *, minimum: int) -> int:

@@ -11,7 +11,8 @@ from datetime import datetime, timedelta
 
 import attrs
 
-from herdsched.cadence import coerce_interval
+from herdsched.cadence import coerce_interval, format_interval
+from herdsched.errors import IntervalParseError
 from herdsched.models import CatchUp, Overlap, SkipReason, Status
 
 __all__ = [
@@ -34,6 +35,8 @@ DEFAULT_BACKOFF: tuple[timedelta, ...] = (
     timedelta(minutes=15),
     timedelta(minutes=60),
 )
+#: The longest wait a backoff step may ask for (a far longer one overflowed the retry time).
+LONGEST_BACKOFF = timedelta(days=36_500)
 
 
 def coerce_backoff(ladder: Sequence[timedelta | float | str] | None) -> tuple[timedelta, ...]:
@@ -45,10 +48,19 @@ def coerce_backoff(ladder: Sequence[timedelta | float | str] | None) -> tuple[ti
             "backoff must be a non-empty sequence of durations such as ['30s', '5m'], "
             f"got {type(ladder).__name__} {ladder!r}"
         )
-    return tuple(
+    steps = tuple(
         coerce_interval(step, what="backoff step", allow_zero=True, field="backoff")
         for step in ladder
     )
+    for raw, step in zip(ladder, steps, strict=True):
+        if step > LONGEST_BACKOFF:  # its retry time overflowed, and the failed run was lost
+            raise IntervalParseError(
+                f"backoff step {format_interval(step)} is too long: at most "
+                f"{format_interval(LONGEST_BACKOFF)}",
+                raw,
+                field="backoff",
+            )
+    return steps
 
 
 def backoff_delay(failures: int, ladder: Sequence[timedelta] = DEFAULT_BACKOFF) -> timedelta:

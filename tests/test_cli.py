@@ -928,6 +928,20 @@ _NOT_RUNNABLE = {
         """,
         ["agents[0].command: program 'no-such-program-xyz' not found on PATH"],
     ),
+    "lease_ttl": (  # ``validate`` passed it; ``run`` overflowed the lease's expiry
+        """
+        scheduler: {lease_ttl: 3000000d}
+        agents: [{name: a, command: ["true"], schedules: {s: {interval: 5m}}}]
+        """,
+        ["lease_ttl must be at most a day (86400 s)"],
+    ),
+    "backoff": (  # accepted; the first failure's retry time overflowed and its run was lost
+        """
+        scheduler: {backoff: [30s, 3000000d]}
+        agents: [{name: a, command: ["true"], schedules: {s: {interval: 5m}}}]
+        """,
+        ["backoff step 3000000d is too long: at most 36500d"],
+    ),
 }
 
 

@@ -253,12 +253,18 @@ def test_a_directory_store(apps: list[Flask], tmp_path: Path) -> None:
         (
             {"HERDSCHED_LEASE_TTL": "30 seconds"},
             "app.config: HERDSCHED_LEASE_TTL must be a positive number of seconds or a duration "
-            "such as \"15s\", got '30 seconds'",
+            "such as \"15s\", at most a day; got '30 seconds'",
         ),
         ({"HERDSCHED_LEASE_TTL": -1}, "HERDSCHED_LEASE_TTL must be a positive number of seconds"),
         (
+            {"HERDSCHED_LEASE_TTL": 1e300},
+            "HERDSCHED_LEASE_TTL must be a positive number of seconds or a duration such as "
+            '"15s", at most a day; got 1e+300',
+        ),
+        (
             {"HERDSCHED_REQUEST_TIMEOUT": float("inf")},
-            "HERDSCHED_REQUEST_TIMEOUT must be a finite number of seconds, got inf",
+            "HERDSCHED_REQUEST_TIMEOUT must be a positive number of seconds or a duration such as "
+            '"15s", at most a day; got inf',
         ),
         (
             {"HERDSCHED_REQUEST_TIMEOUT": "soon"},

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from scheduler_helpers import Blocker, Recorder, running, step
 
@@ -41,6 +43,11 @@ from herdsched import (
         ({"catch_up": "sometimes"}, "catch_up must be one of once, skip; got 'sometimes'"),
         ({"max_run_history": 2.5}, "max_run_history must be a whole number of records"),
         ({"state_dir": ""}, r"state_dir is empty \(''\): give a directory \('\.' for the current"),
+        # accepted, then the first failure's retry time overflowed and its run was lost, or
+        # start() overflowed the lease's expiry
+        ({"backoff": ["30s", "3000000d"]}, "backoff step 3000000d is too long: at most 36500d"),
+        ({"lease_ttl": 1e12}, r"lease_ttl must be at most a day \(86400 s\)"),
+        ({"lease_ttl": float("inf")}, "lease_ttl must be at most a day"),
     ],
 )
 def test_constructor_rejects_bad_settings_naming_them(kwargs: dict, message: str) -> None:
@@ -303,6 +310,7 @@ def test_a_bad_stop_or_wait_argument_is_refused_before_anything_changes() -> Non
             (lambda: sched.stop(wait_for_jobs="no"), TypeError, "wait_for_jobs must be True or"),
             (lambda: sched.wait_until_idle("5"), TypeError, "timeout must be a number"),
             (lambda: sched.wait_until_idle(True), TypeError, "got bool True"),
+            (lambda: sched.wait_until_idle(float("nan")), ValueError, "seconds or None, got nan"),
         ]
         for call, kind, message in cases:
             with pytest.raises(kind, match=message):
@@ -312,6 +320,25 @@ def test_a_bad_stop_or_wait_argument_is_refused_before_anything_changes() -> Non
         job.release.set()
         sched.stop(timeout=10)
     assert sched.status == "stopped"
+
+
+@pytest.mark.parametrize("forever", [float("inf"), 1e10, 1e300])
+def test_a_wait_longer_than_threads_can_wait_waits_for_as_long_as_it_takes(forever: float) -> None:
+    """``stop(timeout=inf)`` (or ``1e10``) raised OverflowError from inside the wait and left
+    the scheduler "stopping" for good; ``wait_until_idle(1e300)`` raised it too."""
+    job = Blocker()
+    sched = ThreadedScheduler(state_dir=None)
+    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.manual()}))
+    sched.start()
+    sched.trigger("a", "s")
+    assert job.began.wait(10)
+    threading.Timer(0.2, job.release.set).start()
+    assert sched.wait_until_idle(forever)
+    sched.trigger("a", "s")
+    threading.Timer(0.2, job.release.set).start()
+    sched.stop(timeout=forever)
+    assert sched.status == "stopped"
+    assert [r.status.value for r in sched.history("a", "s")] == ["success", "success"]
 
 
 def test_set_agents_refuses_a_name_given_twice() -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import math
 import os
 import sys
 import threading
@@ -497,8 +496,8 @@ def timezone_setting(value: Any, *, what: str) -> None:
 
 
 def lease_ttl_setting(value: Any, *, what: str) -> float:
-    """The ``LEASE_TTL`` setting as seconds: a positive number, or a duration as the fleet
-    file writes it (``"15s"``, as an environment variable gives it); a ``SchedulerError``
+    """The ``LEASE_TTL`` setting as seconds: a positive number up to a day, or a duration as
+    the fleet file writes it (``"15s"``, as an environment variable gives it); a ``SchedulerError``
     naming ``what`` otherwise."""
     try:
         if isinstance(value, str):
@@ -506,18 +505,15 @@ def lease_ttl_setting(value: Any, *, what: str) -> float:
         return check_ttl(value)
     except ValueError as exc:
         raise SchedulerError(
-            f'{what} must be a positive number of seconds or a duration such as "15s", got '
-            f"{value!r}"
+            f"{what} must be a positive number of seconds or a duration such as "
+            f'"15s", at most a day; got {value!r}'
         ) from exc
 
 
 def request_timeout_setting(value: Any, *, what: str) -> float:
     """The ``REQUEST_TIMEOUT`` setting as seconds (unset: :data:`~herdsched.api.REQUEST_TIMEOUT`),
-    read as ``LEASE_TTL`` is, and finite."""
-    seconds = REQUEST_TIMEOUT if value is None else lease_ttl_setting(value, what=what)
-    if not math.isfinite(seconds):
-        raise SchedulerError(f"{what} must be a finite number of seconds, got {value!r}")
-    return seconds
+    read as ``LEASE_TTL`` is."""
+    return REQUEST_TIMEOUT if value is None else lease_ttl_setting(value, what=what)
 
 
 def setting_name(source: str, key: str) -> str:

@@ -199,10 +199,20 @@ class Lease:
 DEFAULT_LEASE_TTL = 30.0
 
 
+#: The longest lease: a hung leader keeps every standby out for that long.
+LONGEST_LEASE_TTL = 86_400.0
+
+
 def check_ttl(ttl: float) -> float:
-    """``ttl`` as float seconds; a clear ``ValueError`` unless it is a positive number."""
+    """``ttl`` as float seconds; a clear ``ValueError`` unless it is a positive number of at
+    most a day (a longer one overflowed the lease's expiry and kept a hung leader for ever)."""
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0:
         raise ValueError(f"lease_ttl must be a positive number of seconds, got {ttl!r}")
+    if not ttl <= LONGEST_LEASE_TTL:
+        raise ValueError(
+            f"lease_ttl must be at most a day ({LONGEST_LEASE_TTL:g} s): a hung leader keeps "
+            f"every standby out for that long; got {ttl!r}"
+        )
     return float(ttl)
 
 
