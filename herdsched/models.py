@@ -216,6 +216,37 @@ def _opt_timeout(value: Any) -> timedelta | None:
     return coerce_interval(value, what="timeout")
 
 
+def _optional(kind: type, what: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    """Validator: ``None`` or an instance of ``kind`` (``what`` in the message)."""
+
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value is not None and not isinstance(value, kind):
+            raise TypeError(
+                f"{type(instance).__name__}.{attribute.name} must be {what} or None, got "
+                f"{type(value).__name__} {value!r}"
+            )
+
+    return check
+
+
+def _optional_number(*, integral: bool) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    """Validator: ``None``, a whole number of at least 0 (``integral``), or a finite number."""
+    what = "a whole number of at least 0" if integral else "a finite number"
+
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value is None:
+            return
+        kinds = (int,) if integral else (int, float)
+        fits = isinstance(value, kinds) and not isinstance(value, bool)
+        if not fits or (integral and value < 0) or not math.isfinite(value):
+            raise TypeError(
+                f"{type(instance).__name__}.{attribute.name} must be {what} or None, got "
+                f"{type(value).__name__} {value!r}"
+            )
+
+    return check
+
+
 JobFunc = Callable[["TriggerInfo"], Any]
 CadenceT = Union[Interval, Cron, Once, None]  # noqa: UP007 - runtime alias
 
@@ -727,13 +758,16 @@ class TriggerInfo:
 
 @attrs.frozen
 class JobResult:
-    """What a job may return; a plain string means ``JobResult(output=...)``."""
+    """What a job may return; a plain string means ``JobResult(output=...)``.
 
-    output: str | None = None
-    session_id: str | None = None
-    notify: bool | None = None
-    cost: float | None = None
-    turns: int | None = None
+    Each field is checked when the result is made, inside the job, so a wrong type fails that
+    run with an error naming the field instead of losing its record when it is stored."""
+
+    output: str | None = attrs.field(default=None, validator=_optional(str, "a string"))
+    session_id: str | None = attrs.field(default=None, validator=_optional(str, "a string"))
+    notify: bool | None = attrs.field(default=None, validator=_optional(bool, "True or False"))
+    cost: float | None = attrs.field(default=None, validator=_optional_number(integral=False))
+    turns: int | None = attrs.field(default=None, validator=_optional_number(integral=True))
 
 
 @attrs.frozen

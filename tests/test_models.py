@@ -23,6 +23,7 @@ from herdsched import (
     ScheduleType,
     SkipReason,
     Status,
+    ThreadedScheduler,
     TriggerInfo,
     TriggerResult,
     TriggerType,
@@ -486,3 +487,37 @@ def test_evolve_converts_and_validates_what_changes() -> None:
         evolve(base, status="sleeping")
     with pytest.raises(TypeError, match="'bogus'"):
         evolve(base, bogus=1)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"output": 5}, "JobResult.output must be a string or None, got int 5"),
+        ({"session_id": 5}, "JobResult.session_id must be a string or None, got int 5"),
+        ({"notify": "yes"}, "JobResult.notify must be True or False or None, got str 'yes'"),
+        ({"cost": "0.2"}, "JobResult.cost must be a finite number or None, got str '0.2'"),
+        ({"cost": float("nan")}, "JobResult.cost must be a finite number or None, got float nan"),
+        ({"turns": 2.5}, "JobResult.turns must be a whole number of at least 0 or None"),
+        ({"turns": -1}, "JobResult.turns must be a whole number of at least 0 or None"),
+    ],
+)
+def test_a_job_result_names_a_field_of_the_wrong_type(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        JobResult(**fields)
+    assert JobResult(output="x", session_id="s", notify=False, cost=0, turns=3).cost == 0
+
+
+def test_a_job_returning_a_bad_result_fails_its_run_and_keeps_its_record() -> None:
+    """``JobResult(output=5)`` was taken as a success whose record could not be stored: the
+    history lost the run while the state said it succeeded."""
+    sched = ThreadedScheduler(state_dir=None)
+    sched.add_agent(
+        Agent("a", job=lambda info: JobResult(output=5), schedules={"s": Schedule.manual()})
+    )
+    with sched:
+        result = sched.trigger("a", "s", wait=True)
+    (record,) = sched.history("a", "s")
+    assert not result.success and record.run_id == result.run_id
+    assert record.status is RunStatus.FAILED
+    assert "JobResult.output must be a string or None, got int 5" in (record.error or "")
+    assert sched.get_status().schedules[0].last_result is RunStatus.FAILED
