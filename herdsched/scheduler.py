@@ -31,7 +31,7 @@ from herdsched.engine.changes import Changes
 from herdsched.engine.collaborators import (
     check_agents,
     check_collaborators,
-    check_state_dir_argument,
+    state_dir_of,
 )
 from herdsched.engine.committer import GroupCommitter
 from herdsched.engine.core import AD_HOC_SCHEDULE, EngineCore
@@ -201,7 +201,7 @@ class ThreadedScheduler:
         )
         self.clock: Clock = clock or SystemClock()
         self.log = logger or logging.getLogger("herdsched")
-        self.state_dir = check_state_dir_argument(state_dir)
+        self.state_dir = state_dir_of(state_dir, store, max_run_history)
         self._owns_store = store is None
         if store is None:
             store = self._default_store(max_run_history)

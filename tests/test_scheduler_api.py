@@ -19,6 +19,8 @@ from herdsched import (
     Status,
     ThreadedScheduler,
 )
+from herdsched.store.memory import MemoryStateStore
+from herdsched.store.yaml_store import YamlStateStore
 
 
 @pytest.mark.parametrize(
@@ -234,6 +236,28 @@ def test_pause_and_resume_a_whole_agent() -> None:
         sched.resume("a")
         step(sched)
         assert len(job.calls) == 4
+
+
+def test_a_store_is_given_alone_and_the_scheduler_reports_its_directory(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``state_dir`` and ``max_run_history`` beside ``store`` were ignored, and ``state_dir``
+    (the default ``.herdsched`` too) was reported as where the state lives; a DSN string as
+    ``store`` was told it lacks the lease contract."""
+    memory = MemoryStateStore()
+    with pytest.raises(ValueError, match="give state_dir or store, not both"):
+        ThreadedScheduler(state_dir=tmp_path / "x", store=memory)
+    with pytest.raises(ValueError, match="max_run_history belongs to the store"):
+        ThreadedScheduler(store=memory, max_run_history=3)
+    with pytest.raises(
+        TypeError,
+        match=r"store must be a StateStore or None, got str .*"
+        r"for a database, pass PostgresStateStore\(dsn\)",
+    ):
+        ThreadedScheduler(store="postgresql://db/app")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="state_dir contains a NUL character"):
+        ThreadedScheduler(state_dir="state\0dir")
+    assert ThreadedScheduler(store=memory).state_dir is None
+    assert ThreadedScheduler(state_dir=None, store=memory).state_dir is None
+    assert ThreadedScheduler(store=YamlStateStore(tmp_path)).state_dir == tmp_path
 
 
 def test_poll_interval_auto_polls_only_when_other_processes_can_write(tmp_path) -> None:  # type: ignore[no-untyped-def]

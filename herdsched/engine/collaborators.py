@@ -20,7 +20,11 @@ from herdsched.errors import InvalidScheduleError
 from herdsched.models import Agent, check_flag
 from herdsched.worksource import WorkSource
 
-__all__ = ["check_agents", "check_collaborators", "check_state_dir_argument"]
+__all__ = ["check_agents", "check_collaborators", "state_dir_of"]
+
+#: ``ThreadedScheduler``'s defaults of the settings a given store makes its own
+DEFAULT_STATE_DIR = ".herdsched"
+DEFAULT_MAX_RUN_HISTORY = 20
 
 #: What the engine calls on its clock (:class:`herdsched.clock.Clock`).
 _CLOCK_METHODS = ("now", "monotonic", "wait")
@@ -30,7 +34,7 @@ def _kind(value: object) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
-def check_state_dir_argument(state_dir: object) -> Path | None:
+def _checked_state_dir(state_dir: object) -> Path | None:
     """``state_dir`` as a path (``None``: memory only). An empty string is refused: ``""``
     meant the current directory here and the default directory in the command line and the
     web integrations, so it is more likely an unset variable than a choice."""
@@ -43,7 +47,34 @@ def check_state_dir_argument(state_dir: object) -> Path | None:
             f"state_dir is empty ({state_dir!r}): give a directory ('.' for the current one), "
             "or None to keep the state in memory"
         )
+    if "\0" in os.fspath(state_dir):
+        raise ValueError(f"state_dir contains a NUL character: {state_dir!r}")
     return Path(state_dir)
+
+
+def state_dir_of(state_dir: object, store: object, max_run_history: object) -> Path | None:
+    """The state directory of a scheduler: ``state_dir`` checked, or with a ``store`` the
+    store's own (a YAML store's directory, ``None`` for others). A ``state_dir`` or
+    ``max_run_history`` given beside a store is refused, since the store keeps its own (they
+    were ignored, and ``state_dir`` reported beside a database); so is a ``store`` that is
+    not a store (a DSN string, say)."""
+    if store is None:
+        return _checked_state_dir(state_dir)
+    if not callable(getattr(store, "get_schedule_state", None)):
+        hint = ": for a database, pass PostgresStateStore(dsn)" if isinstance(store, str) else ""
+        raise TypeError(f"store must be a StateStore or None, got {_kind(store)}{hint}")
+    if state_dir not in (None, DEFAULT_STATE_DIR):
+        raise ValueError(
+            f"give state_dir or store, not both: the store keeps its own state (state_dir "
+            f"{state_dir!r}, store {store!r})"
+        )
+    if max_run_history != DEFAULT_MAX_RUN_HISTORY:
+        raise ValueError(
+            f"max_run_history belongs to the store when one is given: pass it to the store "
+            f"(got {max_run_history!r} beside store {store!r})"
+        )
+    own = getattr(store, "state_dir", None)
+    return Path(own) if isinstance(own, (str, os.PathLike)) else None
 
 
 def check_collaborators(
