@@ -582,7 +582,7 @@ class ThreadedScheduler:
         **options: Any,
     ) -> Callable[[_F], _F]:
         """Decorator: run the function every ``interval`` (measured from completion)."""
-        return self._register_as_job(Schedule.interval(interval, **options), agent, name)
+        return _register_as_job(self, Schedule.interval(interval, **options), agent, name)
 
     def cron(
         self,
@@ -593,7 +593,7 @@ class ThreadedScheduler:
         **options: Any,
     ) -> Callable[[_F], _F]:
         """Decorator: run the function on a cron expression."""
-        return self._register_as_job(Schedule.cron(expression, **options), agent, name)
+        return _register_as_job(self, Schedule.cron(expression, **options), agent, name)
 
     def once(
         self,
@@ -604,23 +604,7 @@ class ThreadedScheduler:
         **options: Any,
     ) -> Callable[[_F], _F]:
         """Decorator: run the function once at ``at``."""
-        return self._register_as_job(Schedule.once(at, **options), agent, name)
-
-    def _register_as_job(
-        self, schedule: Schedule, agent: str | None, name: str | None
-    ) -> Callable[[_F], _F]:
-        """The decorator body: the function becomes the schedule's job (agent made if new)."""
-
-        def register(func: _F) -> _F:
-            schedule_name = name or func.__name__
-            agent_name = agent or schedule_name
-            with self._core.lock:
-                if agent_name not in self._core.agents:
-                    registry.install_agent(self._core, Agent(agent_name))
-            self.add_schedule(agent_name, schedule_name, schedule.with_changes(job=func))
-            return func
-
-        return register
+        return _register_as_job(self, Schedule.once(at, **options), agent, name)
 
     # ----------------------------------------------------------------------------- runs
 
@@ -832,6 +816,32 @@ class ThreadedScheduler:
         commit that is due happens on the calling thread too, so tests see it at once.
         """
         self._timer.run_pass(timer_thread=False)
+
+
+def _register_as_job(
+    scheduler: ThreadedScheduler, schedule: Schedule, agent: str | None, name: str | None
+) -> Callable[[_F], _F]:
+    """The decorators' body: the function becomes the schedule's job, its agent made if new;
+    a schedule the scheduler refuses leaves no agent behind (one did, and a later
+    ``add_agent`` of that name was refused as already registered)."""
+
+    def register(func: _F) -> _F:
+        schedule_name = name or func.__name__
+        agent_name = agent or schedule_name
+        core = scheduler._core
+        with core.lock:
+            made = agent_name not in core.agents
+            if made:
+                registry.install_agent(core, Agent(agent_name))
+        try:
+            scheduler.add_schedule(agent_name, schedule_name, schedule.with_changes(job=func))
+        except BaseException:
+            if made:
+                scheduler.remove_agent(agent_name)
+            raise
+        return func
+
+    return register
 
 
 def _skipped(reason: SkipReason, error: str) -> TriggerResult:

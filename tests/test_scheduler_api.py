@@ -180,6 +180,18 @@ def test_trigger_without_any_job_is_refused() -> None:
         assert (info.value.agent, info.value.schedule) == ("a", "s")
 
 
+def test_a_refused_trigger_of_an_agent_without_a_job_writes_nothing(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The agent's ``manual`` entry was written to ``state.yaml`` (and listed by ``status``)
+    before the trigger was refused for want of a job."""
+    sched = ThreadedScheduler(state_dir=tmp_path, poll_interval=None)
+    sched.add_agent(Agent("z"))
+    with sched:
+        with pytest.raises(ScheduleTriggerError, match="z/manual has no job"):
+            sched.trigger("z")
+        assert sched.get_status().schedules == []
+    assert sched.store.get_all_schedule_states() == {}
+
+
 def test_remove_schedule_agent_and_set_agents() -> None:
     with running() as (sched, clock):
         job = Recorder()

@@ -1151,6 +1151,23 @@ def test_decorators_register_jobs() -> None:
         assert sorted(set(calls)) == ["heartbeat", "lunch", "migrate"]
         with pytest.raises(ConflictError, match="already exists"):
             sched.every("1m", agent="triage", name="heartbeat")(print)
+        assert [s.schedule for s in sched.get_status().schedules if s.agent == "triage"] == [
+            "heartbeat",
+            "lunch",
+        ]  # the refused one left the agent as it was
+
+
+def test_a_decorated_schedule_that_is_refused_leaves_no_agent_behind() -> None:
+    """The agent was made before its schedule was refused, and stayed: ``add_agent`` of that
+    name was then refused as already registered."""
+    with running() as (sched, _):
+        with pytest.raises(InvalidScheduleError, match="has already passed"):
+            sched.once(T0 - M, agent="migrations", name="p")(print)
+        with pytest.raises(InvalidScheduleError, match="min_interval"):
+            sched.every(0.1, agent="pings")(print)
+        assert "migrations" not in [s.agent for s in sched.get_status().schedules]
+        sched.add_agent(Agent("migrations", job=print))
+        sched.add_agent(Agent("pings", job=print))
 
 
 def test_context_manager_and_status_reporting() -> None:
