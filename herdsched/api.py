@@ -885,10 +885,8 @@ class RestApi:
         if existing is None:
             scheduler.add_schedule(agent, name, schedule, persist=True, owner=schedule.owner)
             created = True
-        else:
-            changes = _changes(existing, schedule.with_changes(job=existing.job))
-            if changes:  # one change, also of the type: a new cadence of another kind
-                scheduler.update_schedule(agent, name, owner=caller, **changes)
+        else:  # whole, even where this process saw no change: another may have made one
+            scheduler.replace_schedule(agent, name, schedule, owner=caller)
             created = False
         try:
             item = self._item(agent, name)

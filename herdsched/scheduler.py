@@ -548,6 +548,15 @@ class ThreadedScheduler:
         check_schedule_arguments(agent, name, owner=owner)
         return self._changes.update_schedule(agent, name, owner, changes)
 
+    def replace_schedule(
+        self, agent: str, name: str, schedule: Schedule, *, owner: str | None = None
+    ) -> Schedule:
+        """Replace a schedule's whole definition (its job stays); returns the new one. Unlike
+        :meth:`update_schedule`, a stored definition is written as given, so a field another
+        process changed meanwhile is not kept beside it (REST ``PUT``)."""
+        check_schedule_arguments(agent, name, schedule, owner=owner, need_schedule=True)
+        return self._changes.replace_schedule(agent, name, owner, schedule)
+
     def remove_schedule(self, agent: str, name: str, *, owner: str | None = None) -> None:
         """Remove a schedule and its persisted state and definition.
 

@@ -185,10 +185,11 @@ def test_pause_lands_while_the_leader_has_unflushed_transitions(tmp_path: Path) 
     """The leader's group commit may merge the other process's write before its next poll;
     the poll must still see the change."""
     recorder = Recorder()
-    clock = FakeClock(datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc))
-    # its lease is stamped on the fake clock and read by the standby on the real one: a ttl
-    # that outlasts the difference keeps the standby from taking it over
-    leader = ThreadedScheduler(state_dir=tmp_path, clock=clock, poll_interval=1.0, lease_ttl=1e9)
+    today = datetime.now(timezone.utc).replace(hour=8, minute=0, second=0, microsecond=0)
+    clock = FakeClock(today)
+    # its lease is stamped on the fake clock and read by the standby on the real one: the
+    # longest ttl (a day) outlasts the difference and keeps the standby from taking it over
+    leader = ThreadedScheduler(state_dir=tmp_path, clock=clock, poll_interval=1.0, lease_ttl=86400)
     leader.add_agent(
         Agent("triage", job=recorder.job, schedules={"check": Schedule.cron("0 9 * * *")})
     )

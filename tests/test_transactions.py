@@ -372,6 +372,35 @@ def test_changes_of_different_fields_from_two_processes_both_hold(
         assert (body["prompt"], body["timeout"]) == ("changed by one", "5m")
 
 
+def test_a_put_racing_a_patch_replaces_the_whole_definition(
+    pair: tuple[ThreadedScheduler, ThreadedScheduler], tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A PUT read the definition, another process PATCHed it, then the PUT wrote only the
+    fields that differed from what it read: the timeout it sent (the one it had read) was
+    dropped, and the stored definition mixed both requests (prompt of the PUT, timeout of the
+    PATCH), which its own 200 showed too."""
+    one, two = pair
+    base = {"interval": "1h", "prompt": "p0", "timeout": "5m"}
+    assert call(one, "PUT", "/api/schedule/triage/mixed", base)[0] == 201
+    two.refresh()
+    read = two.get_schedule
+
+    def read_then_patched_elsewhere(agent: str, name: str) -> Schedule:
+        seen = read(agent, name)
+        monkeypatch.setattr(two, "get_schedule", read)  # once: the PUT's own read
+        one.update_schedule(agent, name, prompt="PATCH", timeout=timedelta(minutes=7))
+        return seen
+
+    monkeypatch.setattr(two, "get_schedule", read_then_patched_elsewhere)
+    status, body = call(two, "PUT", "/api/schedule/triage/mixed", {**base, "prompt": "PUT"})
+    assert status == 200, body
+    assert (body["prompt"], body["timeout"]) == ("PUT", "5m")
+    stored = YamlStateStore(tmp_path).load_definitions()["triage"]["mixed"]
+    assert (stored["prompt"], stored["timeout"]) == ("PUT", "5m")
+    one.refresh()
+    assert one.get_schedule("triage", "mixed").timeout == timedelta(minutes=5)
+
+
 def test_merge_definition_writes_only_the_changed_fields() -> None:
     from herdsched.store.definitions import merge_definition
 

@@ -77,23 +77,49 @@ class Changes:
     def update_schedule(
         self, agent: str, name: str, owner: str | None, changes: dict[str, Any]
     ) -> Schedule:
-        """Change one schedule's definition; a stored one is rewritten for every process."""
+        """Change some fields of one schedule's definition; a stored one is rewritten for every
+        process, where only the changed fields are written (another process's change of other
+        fields holds too)."""
+        return self._rewrite(
+            agent, name, owner, lambda old: registry.apply_changes(old, dict(changes)), merge=True
+        )
+
+    def replace_schedule(
+        self, agent: str, name: str, owner: str | None, schedule: Schedule
+    ) -> Schedule:
+        """Replace one schedule's whole definition (REST ``PUT``): a stored one is written as
+        given, so no field another process changed meanwhile is mixed into it."""
+        return self._rewrite(
+            agent, name, owner, lambda old: schedule.with_changes(job=old.job), merge=False
+        )
+
+    def _rewrite(
+        self,
+        agent: str,
+        name: str,
+        owner: str | None,
+        make: Callable[[Schedule], Schedule],
+        *,
+        merge: bool,
+    ) -> Schedule:
+        """Validate the definition ``make`` turns the current one into, write it (merged field
+        by field into the stored one, or whole), then take it into memory."""
         core = self.core
         self.adopt()
         with core.changes:
             with core.lock:
                 entry = core.require_entry(agent, name)
                 registry.check_owner(entry, owner)
-                schedule = registry.apply_changes(entry.schedule, dict(changes))
+                schedule = make(entry.schedule)
                 cadence_changed = schedule.cadence != entry.schedule.cadence
                 when: registry.CheckedWhen = "changed" if cadence_changed else "registered"
                 registry.validate_schedule(core, agent, name, schedule, when=when)
                 if schedule.owner != entry.schedule.owner:
                     registry.check_owner_limit(core, schedule.owner)
                 seen_owner = entry.schedule.owner
-                base = schedule_to_mapping(entry.schedule)
+                toggled = schedule.enabled != entry.schedule.enabled
+                base = schedule_to_mapping(entry.schedule) if merge else None
             if entry.persisted_definition:
-                # only the changed fields: another process's change of other fields holds too
                 mapping = schedule_to_mapping(schedule)
                 core.store.save_definition(
                     agent, name, mapping, exists=True, owner=seen_owner, base=base
@@ -106,7 +132,7 @@ class Changes:
                     now = core.clock.now()
                     due = fresh_due(entry, now, core.settings.timezone, core.rng, recompute=True)
                     core.set_due(entry, due, due)
-                elif "enabled" in changes and entry.run is None:  # as a pause or resume
+                elif toggled and entry.run is None:  # as a pause or resume
                     plan_resumed(core, entry, core.clock.now())
                 core.persist_description(entry)
         core.changed()
