@@ -713,6 +713,19 @@ def test_a_server_out_of_connections_is_named_so(fatal: str) -> None:
     assert "check the user, password" not in message
 
 
+def test_a_server_that_asks_for_a_password_none_was_given_for_is_named_so() -> None:
+    """It was told as an unreachable server ("check that it runs and that the DSN's host and
+    port are right"), though the server had answered and asked for a password."""
+    refused = psycopg.OperationalError(
+        'connection failed: connection to server at "127.0.0.1", port 54329 failed: '
+        "fe_sendauth: no password supplied"
+    )
+    message = str(state_error(refused, "connect", "postgresql://hs@127.0.0.1:54329/postgres"))
+    assert "the server asks for a password and none was given: put it in the DSN, in " in message
+    assert "PGPASSWORD or in ~/.pgpass" in message
+    assert "unreachable" not in message
+
+
 @contextlib.contextmanager
 def _session_stopped(store: PostgresStateStore) -> Iterator[int]:
     """The store's query session stopped (SIGSTOP) for the block: a server that no longer

@@ -220,6 +220,11 @@ def state_error(exc: BaseException, doing: str, where: str) -> StateError:
 
 def _connection_hint(text: str) -> str:
     """What to do about a connection that failed or broke, from libpq's ``text``."""
+    if "no password supplied" in text:  # the server asked for one: it runs and was reached
+        return (
+            "the server asks for a password and none was given: put it in the DSN, in "
+            "PGPASSWORD or in ~/.pgpass"
+        )
     if "FATAL:" not in text:
         return (
             "the server is unreachable or closed the connection: check that it runs and that "
