@@ -550,7 +550,20 @@ def _next_instant_uncached(parsed: CronExpression, after: datetime, zone: tzinfo
             # A wall time swallowed by a spring-forward gap: resume at the end of the gap.
             if candidate.year > wall.year + _MAX_YEARS:  # the calendar and the zone's rule
                 raise _never_fires(parsed, zone)  # repeated: every match falls in a gap
-            pending = _matches(parsed, _wall(_gap_end(candidate, zone), zone))
+            resume = _wall(_gap_end(candidate, zone), zone)
+            if resume <= candidate:  # a zone that maps gap times before the jump: no progress
+                raise _not_pep_495(zone)
+            pending = _matches(parsed, resume)
+
+
+def _not_pep_495(zone: tzinfo) -> InvalidScheduleError:
+    return InvalidScheduleError(
+        f"time zone {zone!r} does not follow PEP 495 on DST days (a wall time skipped by a "
+        "spring-forward jump must land after the jump, as zoneinfo zones do): give the IANA "
+        "name instead",
+        field="timezone",
+        value=zone,
+    )
 
 
 def _never_fires(parsed: CronExpression, zone: tzinfo) -> InvalidScheduleError:

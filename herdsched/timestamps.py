@@ -119,6 +119,14 @@ def resolve_timezone(name: str | tzinfo | None) -> tzinfo:
     A pytz zone is read by its IANA name (see :func:`pytz_zone_name`)."""
     if name is None:
         return system_timezone()
+    if isinstance(name, dateutil_tz.tzlocal):
+        return system_timezone()  # the same zone, read so that DST days come out right
+    if isinstance(name, dateutil_tz.tzrange):  # tzstr(...) too
+        raise ValueError(
+            f"time zone {name!r} places a wall time skipped by a spring-forward jump before "
+            "the jump, so cron slots on DST days would be wrong: give the IANA name, or the "
+            "rule as text (TZ) for the system zone"
+        )
     if isinstance(name, tzinfo):
         named = pytz_zone_name(name)
         return name if named is None else ZoneInfo(named)
@@ -155,8 +163,13 @@ def zone_name(zone: tzinfo) -> str:
     return datetime.now(zone).tzname() or str(zone)
 
 
+#: The system's zone file, read when ``TZ`` names no zone.
+LOCALTIME = "/etc/localtime"
+
+
 def system_timezone() -> tzinfo:
-    """The process's local zone, as an IANA zone when it can be named, else dateutil's tzlocal.
+    """The process's local zone, as an IANA zone when it can be named, else the zone file
+    ``/etc/localtime`` (a copy, as a container mounts it) read by ``zoneinfo``, else UTC.
 
     ``TZ`` wins as it does for every program: a zone name, a zone file's path, or a POSIX rule
     such as ``CET-1CEST,M3.5.0,M10.5.0/3`` (see :func:`_posix_rule_zone`). A ``TZ`` that is
@@ -176,14 +189,9 @@ def system_timezone() -> tzinfo:
             except ValueError:
                 pass
     try:
-        link = os.path.realpath("/etc/localtime")
-        marker = "zoneinfo/"
-        if marker in link:
-            return ZoneInfo(link.split(marker, 1)[1])
-    except (OSError, ZoneInfoNotFoundError, ValueError):
-        pass
-    local = dateutil_tz.tzlocal()
-    return local
+        return _zone_file(LOCALTIME)  # by its name when it links into a zone database
+    except (OSError, ValueError):  # none, or not a zone file: dateutil's tzlocal would read
+        return timezone.utc  # the C library's answer, which is UTC then too
 
 
 def _posix_rule_zone(rule: str) -> ZoneInfo:

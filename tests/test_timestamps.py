@@ -6,7 +6,8 @@ import itertools
 import os
 import time
 from collections.abc import Iterator
-from datetime import date, datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone, tzinfo
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -16,7 +17,14 @@ from dateutil import tz as dateutil_tz
 from hypothesis import given
 from hypothesis import strategies as st
 
-from herdsched import Schedule, calculate_next_cron_trigger, calculate_next_trigger, timestamps
+from herdsched import (
+    InvalidScheduleError,
+    Schedule,
+    ThreadedScheduler,
+    calculate_next_cron_trigger,
+    calculate_next_trigger,
+    timestamps,
+)
 from herdsched.cadence import Interval
 from herdsched.cron import iter_cron_triggers
 from herdsched.timestamps import (
@@ -346,11 +354,72 @@ def test_system_zone_from_etc_localtime(monkeypatch: pytest.MonkeyPatch) -> None
     assert system_timezone() == ZoneInfo("Asia/Tokyo")
 
 
-@pytest.mark.parametrize("link", ["/etc/some-local-file", "/usr/share/zoneinfo/Not/AZone"])
-def test_system_zone_falls_back_to_tzlocal(monkeypatch: pytest.MonkeyPatch, link: str) -> None:
+def test_a_copied_etc_localtime_is_read_as_its_zone(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A ``/etc/localtime`` that is a copy, not a link into the zone database (``docker run -v
+    /etc/localtime:/etc/localtime:ro``, a copied zone file), gave dateutil's ``tzlocal``: a
+    ``30 2 * * *`` cron fired at 01:30 on the spring-forward night, an hour early, and a
+    ``*/30`` cron never found its fire after 01:30 (the timer hung, holding its lock)."""
+    source = Path("/usr/share/zoneinfo/America/New_York")
+    if not source.is_file():
+        pytest.skip(f"{source} is not installed here")
+    copy = tmp_path / "localtime"
+    copy.write_bytes(source.read_bytes())
     monkeypatch.delenv("TZ", raising=False)
-    monkeypatch.setattr(timestamps.os.path, "realpath", lambda path: link)
-    assert isinstance(system_timezone(), dateutil_tz.tzlocal)
+    monkeypatch.setattr(timestamps, "LOCALTIME", str(copy))
+    named = ZoneInfo("America/New_York")
+    before_gap = datetime(2026, 3, 8, 0, 59, tzinfo=named)
+    for expression in ("30 2 * * *", "*/30 * * * *"):
+        expected = list(itertools.islice(iter_cron_triggers(expression, before_gap, named), 5))
+        got = list(itertools.islice(iter_cron_triggers(expression, before_gap, None), 5))
+        assert got == expected, expression
+    assert next(iter_cron_triggers("30 2 * * *", before_gap, None)) == datetime(
+        2026, 3, 8, 7, 0, tzinfo=timezone.utc
+    )
+
+
+def test_no_etc_localtime_is_utc(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("TZ", raising=False)
+    monkeypatch.setattr(timestamps, "LOCALTIME", str(tmp_path / "missing"))
+    assert system_timezone() == timezone.utc
+
+
+def test_dateutils_rule_zones_are_refused_and_tzlocal_is_read_as_the_system_zone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Given as the scheduler's zone they were taken as they are, with the same wrong slot and
+    hang on DST days; a cron over such a zone given directly now refuses it by name instead
+    of looping."""
+    rule = dateutil_tz.tzstr("EST5EDT,M3.2.0,M11.1.0")
+    with pytest.raises(ValueError, match="places a wall time skipped by a spring-forward jump"):
+        resolve_timezone(rule)
+    with pytest.raises(ValueError, match="tzstr"):
+        ThreadedScheduler(state_dir=None, timezone=rule)
+    monkeypatch.setenv("TZ", "America/New_York")
+    assert resolve_timezone(dateutil_tz.tzlocal()) == ZoneInfo("America/New_York")
+    after = datetime(2026, 3, 8, 6, 30, tzinfo=timezone.utc)  # 01:30 EST, before the jump
+    with pytest.raises(InvalidScheduleError, match="does not follow PEP 495"):
+        list(itertools.islice(iter_cron_triggers("*/30 * * * *", after, _Like(rule)), 3))
+
+
+class _Like(tzinfo):
+    """A zone of another class that maps wall times as ``zone`` does."""
+
+    def __init__(self, zone: tzinfo) -> None:
+        self.zone = zone
+
+    def utcoffset(self, dt: datetime | None) -> timedelta | None:
+        return self.zone.utcoffset(dt)
+
+    def dst(self, dt: datetime | None) -> timedelta | None:
+        return self.zone.dst(dt)
+
+    def tzname(self, dt: datetime | None) -> str | None:
+        return self.zone.tzname(dt)
+
+    def fromutc(self, dt: datetime) -> datetime:
+        return self.zone.fromutc(dt.replace(tzinfo=self.zone)).replace(tzinfo=self)
 
 
 def test_years_below_1000_are_zero_padded_and_round_trip() -> None:
