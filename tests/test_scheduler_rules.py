@@ -192,6 +192,29 @@ def test_once_fires_once_then_completed_and_past_once_is_refused() -> None:
         assert info.value.field == "at"
 
 
+@pytest.mark.parametrize(
+    ("settings", "runs"),
+    [({}, 1), ({"catch_up": "skip"}, 0), ({"catch_up_window": "1h"}, 0)],
+)
+def test_a_once_whose_time_passed_before_it_was_first_registered_follows_the_catch_up_rule(
+    settings: dict[str, str], runs: int
+) -> None:
+    """A once a year past, registered with its agent on fresh state (an old migration left in
+    code, a new host, a wiped state directory), ran at once whatever ``catch_up`` and
+    ``catch_up_window`` said; now its slot is missed as after downtime."""
+    with running(**settings) as (sched, clock):
+        job = Recorder()
+        past = T0 - timedelta(days=365)
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.once(past)}))
+        sched.start()
+        step(sched, clock, "1m")
+        assert len(job.slots()) == runs
+        assert state(sched).status is Status.COMPLETED
+        records = sched.history("a", "s")
+        assert [r.status.value for r in records] == (["success"] if runs else ["missed"])
+        assert records[0].scheduled_for == past
+
+
 def test_a_failing_once_completes_at_the_auto_disable_limit_and_resume_skips_it() -> None:
     """It was auto-disabled instead (with ``max_consecutive_failures=1``, or after triggers had
     failed before), and ``resume()`` ran it a second time."""
@@ -756,6 +779,27 @@ def test_a_run_left_running_after_the_wall_clock_stepped_back_is_recorded_interr
         [record] = sched.history("a", "s")
         assert (record.run_id, record.status) == ("abcd1234abcd1234", RunStatus.INTERRUPTED)
         assert state(sched).running_run_id is None
+
+
+def test_an_interval_run_with_the_clock_a_day_fast_waits_its_interval_after_a_restart() -> None:
+    """Run while the wall clock was a day fast, stopped, started again with the clock right:
+    the interval kept the plan of the fast clock and stayed silent for a day (a step back
+    while it ran moved the wait back with the clock)."""
+    store = MemoryStateStore()
+    fast = FakeClock(T0 + timedelta(days=1))
+    with running(store=store, clock=fast) as (sched, _):
+        sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("5m")}))
+        sched.start()
+        step(sched)
+        assert len(sched.history("a", "s")) == 1
+    job = Recorder()
+    with running(store=store, clock=FakeClock(T0 + 2 * M)) as (sched, clock):
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("5m")}))
+        sched.start()
+        step(sched)
+        assert state(sched).next_run_at == T0 + 7 * M  # five minutes from now, not a day on
+        step(sched, clock, "5m")
+        assert job.slots() == [T0 + 7 * M]
 
 
 def test_trigger_refuses_running_and_full_agents_unless_bypassed() -> None:

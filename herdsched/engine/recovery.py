@@ -378,10 +378,25 @@ def plan_from_state(core: EngineCore, entry: Entry, now: datetime, *, recovering
         core.set_due(entry, None, None)
     elif cadence_changed or state.next_run_at is None:
         due = fresh_due(entry, now, core.settings.timezone, core.rng, recompute=True)
-        core.set_due(entry, due, due)
+        cadence = entry.schedule.cadence
+        if due is not None and due < now and cadence is not None and cadence.runs_once:
+            plan_catch_up(core, entry, due, now)  # passed before any scheduler planned it
+        else:
+            core.set_due(entry, due, due)
     else:
-        plan_catch_up(core, entry, state.next_run_at, now)
+        plan_catch_up(core, entry, _stepped_back(entry, state.next_run_at, now), now)
     core.persist_description(entry)
+
+
+def _stepped_back(entry: Entry, planned: datetime, now: datetime) -> datetime:
+    """``planned`` moved back by as much as the wall clock stepped back while no scheduler
+    ran, for a cadence that waits elapsed time: a last run that ended after ``now`` shows the
+    step, and the wait counts as if it ended now (it waited a day for a clock a day fast)."""
+    finished = entry.state.last_finished_at
+    cadence = entry.schedule.cadence
+    if cadence is None or not cadence.waits_elapsed_time or finished is None or finished <= now:
+        return planned
+    return planned - (finished - now)
 
 
 def plan_catch_up(core: EngineCore, entry: Entry, persisted: datetime, now: datetime) -> None:
