@@ -638,7 +638,9 @@ class Agent:
     schedules: Mapping[str, Schedule] = attrs.field(
         factory=dict, kw_only=True, converter=_to_schedule_map, validator=_check_schedules
     )
-    description: str | None = attrs.field(default=None, kw_only=True)
+    description: str | None = attrs.field(
+        default=None, kw_only=True, validator=_optional(str, "a string")
+    )
     default_prompt: str | None = attrs.field(
         default=None, kw_only=True, validator=_prompt_text("default_prompt")
     )

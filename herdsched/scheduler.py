@@ -82,7 +82,6 @@ from herdsched.store.deadline import held
 from herdsched.store.memory import MemoryStateStore
 from herdsched.store.usable import check_state_dir
 from herdsched.store.yaml_store import YamlStateStore
-from herdsched.timestamps import to_utc
 from herdsched.worksource import WorkSource
 
 __all__ = ["ThreadedScheduler"]
@@ -726,7 +725,7 @@ class ThreadedScheduler:
         records = self.store.get_history(agent, schedule, limit=READ_ALL_HISTORY)
         if not records:  # a mistyped name is told, not answered with empty counts
             require_known(self._core, agent, schedule)
-        return compute_run_stats(records, since=to_utc(since) if since else None)
+        return compute_run_stats(records, since=since)
 
     def wait_until_idle(self, timeout: float | None = None) -> bool:
         """Block until no job runs and none waits for capacity (``timeout`` in real seconds)."""

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 import attrs
 
 from herdsched.models import RunRecord, RunStatus
+from herdsched.timestamps import to_utc
 
 __all__ = ["RunStats", "compute_run_stats"]
 
@@ -39,6 +40,12 @@ def compute_run_stats(records: Iterable[RunRecord], since: datetime | None = Non
     """Summarise ``records`` (those started, or scheduled if they never started, at or after
     ``since`` when it is given). The scheduler passes the bounded run history, so at most
     ``max_run_history`` runs per schedule are counted."""
+    if since is not None:
+        if not isinstance(since, datetime):
+            raise TypeError(
+                f"since must be a datetime or None, got {type(since).__name__} {since!r}"
+            )
+        since = to_utc(since)
     chosen = [
         r
         for r in records

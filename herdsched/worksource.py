@@ -15,7 +15,12 @@ __all__ = ["WorkItem", "WorkOutcome", "WorkSource"]
 
 
 def _labels(value: Sequence[str] | None) -> tuple[str, ...]:
-    return tuple(value or ())
+    """A sequence of label strings as a tuple; one string is refused, not split into letters."""
+    if value is None:
+        return ()
+    if isinstance(value, str) or not all(isinstance(label, str) for label in value):
+        raise TypeError(f"WorkItem.labels must be a sequence of strings, got {value!r}")
+    return tuple(value)
 
 
 @attrs.frozen(kw_only=True)

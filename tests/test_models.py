@@ -521,3 +521,17 @@ def test_a_job_returning_a_bad_result_fails_its_run_and_keeps_its_record() -> No
     assert record.status is RunStatus.FAILED
     assert "JobResult.output must be a string or None, got int 5" in (record.error or "")
     assert sched.get_status().schedules[0].last_result is RunStatus.FAILED
+
+
+def test_a_work_items_labels_and_an_agents_description_are_checked() -> None:
+    """``labels="bug"`` was kept as the labels ``b``, ``u``, ``g``; ``description=5`` was
+    accepted (a fleet file refuses it)."""
+    from herdsched.worksource import WorkItem
+
+    with pytest.raises(
+        TypeError, match=r"WorkItem\.labels must be a sequence of strings, got .bug."
+    ):
+        WorkItem(id="1", title="t", labels="bug")  # type: ignore[arg-type]
+    assert WorkItem(id="1", title="t", labels=["bug", "ui"]).labels == ("bug", "ui")
+    with pytest.raises(TypeError, match=r"Agent\.description must be a string or None, got int 5"):
+        Agent("a", description=5)  # type: ignore[arg-type]

@@ -293,6 +293,10 @@ def test_search_and_history_arguments_are_checked_by_name() -> None:
         (lambda: sched.search(status="asleep"), ValueError, "status must be one of idle, "),
         (lambda: sched.search(cadence_type="hourly"), ValueError, "cadence_type must be one of"),
         (lambda: sched.history("a", limit="5"), TypeError, "limit must be a whole number"),
+        # were "expected a datetime, got str" and "Agent 5 not found"
+        (lambda: sched.run_stats("a", since="2026-01-01"), TypeError, "since must be a datetime"),
+        (lambda: sched.pause(5), InvalidScheduleError, "agent must be a string, got int 5"),
+        (lambda: sched.resume(["a"]), InvalidScheduleError, "agent must be a string"),
         (lambda: sched.trigger("a", "s", wait="no"), TypeError, "wait must be True or False"),
     ]
     for call, kind, message in cases:

@@ -31,7 +31,7 @@ from herdsched.engine.core import EngineCore
 from herdsched.engine.planning import Entry, fresh_due
 from herdsched.engine.recovery import plan_resumed, resets_backoff
 from herdsched.errors import ConflictError, StateError
-from herdsched.models import Schedule, Status
+from herdsched.models import Schedule, Status, check_schedule_arguments
 
 __all__ = ["Changes"]
 
@@ -211,6 +211,7 @@ class Changes:
 
     def _targets(self, agent: str, schedule: str | None, owner: str | None) -> list[Entry]:
         """The entries ``pause``/``resume`` act on, each checked against ``owner``."""
+        check_schedule_arguments(agent, "" if schedule is None else schedule, owner=owner)
         core = self.core
         with core.lock:
             if schedule is not None:
