@@ -270,6 +270,9 @@ def test_a_store_is_given_alone_and_the_scheduler_reports_its_directory(tmp_path
     assert ThreadedScheduler(store=memory).state_dir is None
     assert ThreadedScheduler(state_dir=None, store=memory).state_dir is None
     assert ThreadedScheduler(store=YamlStateStore(tmp_path)).state_dir == tmp_path
+    assert ThreadedScheduler(state_dir=tmp_path, store=YamlStateStore(tmp_path)).state_dir == (
+        tmp_path
+    )  # the store's own directory given twice is no contradiction
 
 
 def test_poll_interval_auto_polls_only_when_other_processes_can_write(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -54,16 +54,18 @@ def _checked_state_dir(state_dir: object) -> Path | None:
 
 def state_dir_of(state_dir: object, store: object, max_run_history: object) -> Path | None:
     """The state directory of a scheduler: ``state_dir`` checked, or with a ``store`` the
-    store's own (a YAML store's directory, ``None`` for others). A ``state_dir`` or
-    ``max_run_history`` given beside a store is refused, since the store keeps its own (they
-    were ignored, and ``state_dir`` reported beside a database); so is a ``store`` that is
-    not a store (a DSN string, say)."""
+    store's own (a YAML store's directory, ``None`` for others). A ``state_dir`` other than
+    the store's or a ``max_run_history`` given beside a store is refused, since the store
+    keeps its own (they were ignored, and ``state_dir`` reported beside a database); so is a
+    ``store`` that is not a store (a DSN string, say)."""
     if store is None:
         return _checked_state_dir(state_dir)
     if not callable(getattr(store, "get_schedule_state", None)):
         hint = ": for a database, pass PostgresStateStore(dsn)" if isinstance(store, str) else ""
         raise TypeError(f"store must be a StateStore or None, got {_kind(store)}{hint}")
-    if state_dir not in (None, DEFAULT_STATE_DIR):
+    own = getattr(store, "state_dir", None)
+    own_dir = Path(own) if isinstance(own, (str, os.PathLike)) else None
+    if state_dir not in (None, DEFAULT_STATE_DIR) and _checked_state_dir(state_dir) != own_dir:
         raise ValueError(
             f"give state_dir or store, not both: the store keeps its own state (state_dir "
             f"{state_dir!r}, store {store!r})"
@@ -73,8 +75,7 @@ def state_dir_of(state_dir: object, store: object, max_run_history: object) -> P
             f"max_run_history belongs to the store when one is given: pass it to the store "
             f"(got {max_run_history!r} beside store {store!r})"
         )
-    own = getattr(store, "state_dir", None)
-    return Path(own) if isinstance(own, (str, os.PathLike)) else None
+    return own_dir
 
 
 def check_collaborators(
