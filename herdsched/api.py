@@ -18,7 +18,8 @@ mount point (``/herdsched`` by default)::
 Errors are ``{"error": "...", "details": [{"field": ..., "message": ...}]}`` with 400 (bad
 input, naming the field), 401 (an anonymous caller), 403 (a caller who may not: not the
 caller's schedule, a write when no auth is configured, a cross-site write), 404, 405, 409
-(already running, at capacity, over a limit), 413 (a body over :data:`MAX_BODY_BYTES`), 415 (a
+(already running, at capacity, over a limit), 411 (a chunked body the server does not pass
+on), 413 (a body over :data:`MAX_BODY_BYTES`), 415 (a
 write with a body that is not JSON) and 503 (the state store is unavailable, or did not answer
 within :data:`REQUEST_TIMEOUT`: the store calls of one request share that deadline, so a host
 cut off from its database answers in time instead of holding the worker).
@@ -109,6 +110,7 @@ __all__ = [
     "RestApi",
     "body_too_large",
     "is_cross_site",
+    "length_required",
     "read_only_reason",
     "schedule_json",
     "store_unavailable",
@@ -1092,6 +1094,19 @@ def body_too_large(limit: int) -> ApiError:
         f"request body too large: at most {limit} bytes are accepted "
         f"(prompts are at most {MAX_PROMPT_LENGTH} characters)",
         [_detail("body", f"at most {limit} bytes")],
+    )
+
+
+def length_required() -> ApiError:
+    """The 411 answer for a write whose body the server cannot hand on: sent without a
+    Content-Length (``Transfer-Encoding: chunked``) to a server that does not end the body's
+    stream where the body ends. Taking it as empty would apply a write the caller did not send
+    (a PATCH answered 200 with nothing changed)."""
+    return ApiError(
+        411,
+        "the request body cannot be read: it was sent without a Content-Length (Transfer-"
+        "Encoding: chunked), which this server does not pass on; send it with a Content-Length",
+        [_detail("Content-Length", "required for a body on this server")],
     )
 
 

@@ -3,6 +3,8 @@ start-up rules (autoreloader, management commands), auth, and ``manage.py herdsc
 
 from __future__ import annotations
 
+import io
+import json
 import logging
 import re
 import sys
@@ -122,8 +124,6 @@ def error_of(response: Any, status: int, field: str | None = None) -> dict[str, 
 
 
 def send(client: Client, method: str, url: str, body: Any = None, **extra: Any) -> Any:
-    import json
-
     data = json.dumps(body) if body is not None else ""
     return client.generic(method, url, data, content_type="application/json", **extra)
 
@@ -700,6 +700,59 @@ def test_anonymous_401_refused_user_403_and_browser_to_login(sched: ThreadedSche
         assert page.status_code == 302
         assert page["Location"] == "/login/?next=/herdsched/"
         assert client.get(f"{API}/schedule", headers={"X-User": "boss"}).status_code == 200
+
+
+def chunked(client: Client, method: str, url: str, body: Any, *, terminated: bool = True) -> Any:
+    """A write sent as ``curl -H 'Transfer-Encoding: chunked'`` makes it: no Content-Length,
+    the body in ``wsgi.input``, which gunicorn ends where the body ends and says so
+    (``wsgi.input_terminated``); ``terminated=False`` is a server that does not."""
+    environ: dict[str, Any] = {
+        "wsgi.input": io.BytesIO(json.dumps(body).encode()),
+        "CONTENT_TYPE": "application/json",
+        "HTTP_TRANSFER_ENCODING": "chunked",
+    }
+    if terminated:
+        environ["wsgi.input_terminated"] = True
+    return client.generic(method, url, **environ)
+
+
+def test_a_chunked_body_is_read_under_gunicorn(
+    client: Client, sched: ThreadedScheduler, jobs: Jobs
+) -> None:
+    """The bug: Django reads a body without a Content-Length as empty, so a chunked PATCH
+    answered 200 with nothing changed, a chunked PUT was a 400 ("type" is required) and a
+    chunked run-now ran with the default prompt."""
+    url = f"{API}/schedule/triage/check"
+    response = chunked(client, "PATCH", url, {"prompt": "new", "enabled": False})
+    assert response.status_code == 200, response.content
+    assert (response.json()["prompt"], response.json()["status"]) == ("new", "paused")
+    response = chunked(client, "PUT", f"{API}/schedule/triage/made", {"interval": "1h"})
+    assert response.status_code == 201, response.content
+    response = chunked(client, "POST", f"{url}/run", {"prompt": "now"})
+    assert response.status_code == 202, response.content
+    assert sched.wait_until_idle(5)
+    assert [info.prompt for info in jobs.calls if info.schedule == "check"] == ["now"]
+
+
+def test_a_chunked_write_the_server_cannot_read_is_411(
+    client: Client, sched: ThreadedScheduler, jobs: Jobs
+) -> None:
+    """A server that does not end the body's stream (Django's own): 411 naming the cause,
+    and nothing is changed or run."""
+    url = f"{API}/schedule/triage/check"
+    for method, path, body in (
+        ("PATCH", url, {"prompt": "new", "enabled": False}),
+        ("PUT", f"{API}/schedule/triage/made", {"interval": "1h"}),
+        ("POST", f"{url}/run", {"prompt": "now"}),
+    ):
+        response = chunked(client, method, path, body, terminated=False)
+        answer = error_of(response, 411, "Content-Length")
+        assert "without a Content-Length" in answer["error"]
+    check = client.get(url).json()
+    assert (check["prompt"], check["status"]) == ("Check", "idle")
+    assert client.get(f"{API}/schedule/triage/made").status_code == 404
+    assert jobs.calls == []
+    assert chunked(client, "GET", url, {}, terminated=False).status_code == 200
 
 
 def test_body_limit_setting(sched: ThreadedScheduler) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import json
 import logging
 import re
 import threading
@@ -355,6 +357,33 @@ def test_run_with_no_body_and_no_content_type(
     response = client.post(f"{API}/schedule/triage/check/run")  # what curl -X POST sends
     assert response.status_code == 202, response.get_data(as_text=True)
     assert sched.wait_until_idle(5)
+
+
+def test_a_chunked_body_is_read_or_refused_with_411(
+    client: FlaskClient, sched: ThreadedScheduler
+) -> None:
+    """A body sent without a Content-Length (``Transfer-Encoding: chunked``) is read when the
+    server ends its stream (gunicorn, werkzeug's server: ``wsgi.input_terminated``); a server
+    that does not made werkzeug read it as empty, and the PATCH was a 200 that changed
+    nothing. It is a 411 naming the cause now."""
+    url = f"{API}/schedule/triage/check"
+
+    def patch(body: dict[str, Any], **environ: Any) -> Any:
+        return client.open(
+            url,
+            method="PATCH",
+            input_stream=io.BytesIO(json.dumps(body).encode()),
+            content_type="application/json",
+            headers={"Transfer-Encoding": "chunked"},
+            environ_overrides={"CONTENT_LENGTH": "", **environ},
+        )
+
+    answer = error_of(patch({"prompt": "lost", "enabled": False}), 411, field="Content-Length")
+    assert "without a Content-Length" in answer["error"]
+    assert client.get(url).get_json()["prompt"] == "Check"
+    response = patch({"prompt": "new"}, **{"wsgi.input_terminated": True})
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert client.get(url).get_json()["prompt"] == "new"
 
 
 def test_body_limit_is_413_and_configurable(sched: ThreadedScheduler) -> None:

@@ -690,6 +690,21 @@ def call_auth(
     return owner
 
 
+def sent_without_length(environ: Mapping[str, Any]) -> bool:
+    """Whether the request's body comes without a Content-Length (``Transfer-Encoding:
+    chunked``): WSGI frameworks read only Content-Length bytes, so such a body is read from
+    ``wsgi.input`` itself, when :func:`body_unreadable` says the server allows that."""
+    return not environ.get("CONTENT_LENGTH") and bool(environ.get("HTTP_TRANSFER_ENCODING"))
+
+
+def body_unreadable(environ: Mapping[str, Any]) -> bool:
+    """Whether the request has a body that cannot be read: sent without a Content-Length to a
+    server that does not end ``wsgi.input`` where the body ends (gunicorn and werkzeug's
+    server do, and say so with ``wsgi.input_terminated``; reading further would wait for the
+    connection to close). Such a write is answered 411, never taken as having no body."""
+    return sent_without_length(environ) and not environ.get("wsgi.input_terminated")
+
+
 def flag_setting(value: Any, *, what: str) -> bool:
     """A yes/no setting, which must be a bool: the string ``"false"`` is true in Python, so
     ``AUTOSTART="false"`` would start the scheduler in a process meant not to run jobs."""

@@ -53,6 +53,7 @@ from herdsched.api import (
     RestApi,
     body_too_large,
     is_cross_site,
+    length_required,
     read_only_reason,
     store_unavailable,
 )
@@ -63,6 +64,7 @@ from herdsched.contrib import (
     EmbeddedScheduler,
     auth_setting,
     body_limit_setting,
+    body_unreadable,
     call_auth,
     flag_setting,
     request_timeout_setting,
@@ -303,6 +305,12 @@ class _Refused(Exception):
         error = body_too_large(limit)
         return cls(error.status, error.error, error.details)
 
+    @classmethod
+    def unreadable(cls) -> _Refused:
+        """The API's 411 answer, for a body the server does not hand on."""
+        error = length_required()
+        return cls(error.status, error.error, error.details)
+
 
 def _caller(ext: FlaskHerdsched) -> str | None:
     """The owner of the current request (``None``: full access); raises :class:`_Refused`."""
@@ -326,7 +334,12 @@ def _json_response(answer: ApiResponse) -> Response:
 
 
 def _read_body(ext: FlaskHerdsched) -> bytes:
-    """The request body, read only when it is within the limit (raises :class:`_Refused`)."""
+    """The request body, read only when it is within the limit (raises :class:`_Refused`).
+
+    A write sent without a Content-Length to a server that does not end the body's stream
+    (werkzeug then reads it as empty) is refused with 411, never taken as having no body."""
+    if request.method not in ("GET", "HEAD", "OPTIONS") and body_unreadable(request.environ):
+        raise _Refused.unreadable()
     limit = ext.max_body_bytes
     length = request.content_length
     if length is not None and length > limit:

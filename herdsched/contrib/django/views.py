@@ -26,10 +26,11 @@ from herdsched.api import (
     RestApi,
     body_too_large,
     is_cross_site,
+    length_required,
     read_only_reason,
     store_unavailable,
 )
-from herdsched.contrib import AuthCheckFailed, call_auth
+from herdsched.contrib import AuthCheckFailed, body_unreadable, call_auth, sent_without_length
 from herdsched.contrib import django as integration
 from herdsched.errors import StateError, UnauthorizedError
 
@@ -132,12 +133,23 @@ def _check_csrf(request: HttpRequest) -> None:
 
 def _read_body(request: HttpRequest, limit: int) -> bytes:
     """The body, read only when it is within ``limit`` (the API's own limit: read from the
-    stream, so Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE`` does not answer for it in HTML)."""
+    stream, so Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE`` does not answer for it in HTML).
+
+    Django reads a body sent without a Content-Length (``Transfer-Encoding: chunked``) as
+    empty: such a body is read from the server's stream when the server ends it where the
+    body ends (gunicorn does), and a write is refused with 411 when it does not."""
+    meta = request.META
+    if body_unreadable(meta):
+        if request.method in _SAFE:
+            return b""  # a read's body is not used
+        status, answer = length_required().response()
+        raise _Refused(JsonResponse(answer, status=status))
     try:
-        length = int(request.META.get("CONTENT_LENGTH") or 0)
+        length = int(meta.get("CONTENT_LENGTH") or 0)
     except ValueError:
         length = 0
-    body = b"" if length > limit else request.read(limit + 1)
+    stream = meta["wsgi.input"] if sent_without_length(meta) else request
+    body = b"" if length > limit else stream.read(limit + 1)
     if length > limit or len(body) > limit:
         status, answer = body_too_large(limit).response()
         raise _Refused(JsonResponse(answer, status=status))
