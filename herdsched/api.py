@@ -38,8 +38,9 @@ scheduler: the 202 comes once the request is durable, with the run id the run wi
 Nothing ever runs a job inside the request thread.
 
 Ownership: a caller is an owner name, or ``None`` for full access (no authentication
-configured, or an auth callback that returned :data:`ADMIN`). A caller with an owner name sees
-and changes only schedules of that owner; schedules it creates belong to it.
+configured, or an auth callback that returned :data:`ADMIN` itself: the text ``"*"`` is no
+owner name, for a caller or a schedule). A caller with an owner name sees and changes only
+schedules of that owner; schedules it creates belong to it.
 
 Jobs cannot be set through the API (``job`` and ``command`` are refused): what runs is decided
 by code; the API decides when, and with which prompt.
@@ -105,10 +106,12 @@ __all__ = [
     "MAX_NAME_LENGTH",
     "MAX_PROMPT_LENGTH",
     "REQUEST_TIMEOUT",
+    "RESERVED_OWNER",
     "ApiError",
     "ApiResponse",
     "RestApi",
     "body_too_large",
+    "is_admin",
     "is_cross_site",
     "length_required",
     "read_only_reason",
@@ -118,8 +121,36 @@ __all__ = [
 
 _log = logging.getLogger("herdsched")
 
-#: What an auth callback returns for a caller that may see and change every schedule.
-ADMIN = "*"
+
+class _FullAccess(str):
+    """The type of :data:`ADMIN`: a string (``"*"``) that means full access only as that very
+    object. An owner name an auth callback builds from a request (``"user-*"`` cut to ``"*"``)
+    is a plain string, so it can never spell its way to full access."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "herdsched.api.ADMIN"
+
+    def __reduce__(self) -> str:
+        return "ADMIN"  # copies and pickles are ADMIN itself
+
+
+#: What an auth callback returns for a caller that may see and change every schedule: this
+#: object itself (compare with ``is``); the text ``"*"`` is refused as an owner name.
+ADMIN: str = _FullAccess("*")
+#: The owner name no schedule and no caller may have: it is how :data:`ADMIN` reads.
+RESERVED_OWNER = "*"
+
+
+_RESERVED_CALLER = (
+    f"{RESERVED_OWNER!r} is not an owner name: full access is herdsched.api.ADMIN itself"
+)
+
+
+def is_admin(owner: object) -> bool:
+    """Whether ``owner`` is :data:`ADMIN` itself (not merely the same text)."""
+    return owner is ADMIN
 
 
 def ALLOW_ANYONE(request: object) -> str:
@@ -467,9 +498,11 @@ class RestApi:
         refuses writes a browser sent from another site. ``actor`` names the person for the
         log lines of changes (a user name), when the adapter knows it.
         """
-        caller = None if owner == ADMIN else owner
+        caller = None if is_admin(owner) else owner
         method = method.upper()
         try:
+            if caller == RESERVED_OWNER:
+                raise ApiError(403, _RESERVED_CALLER)
             route, args, allowed, known = self._route(path)
             if method == "HEAD" and "GET" in allowed:  # the adapter's server drops the body
                 method = "GET"
@@ -559,7 +592,7 @@ class RestApi:
             return self._read_page_view(owner, query)
 
     def _read_page_view(self, owner: str | None, query: Mapping[str, str]) -> _PageView:
-        caller = None if owner == ADMIN else owner
+        caller = None if is_admin(owner) else owner
         status = self.scheduler.get_status()
         visible = sorted(
             (s for s in status.schedules if caller is None or s.owner == caller),
@@ -1261,6 +1294,12 @@ def _checked_fields(agent: str, name: str, data: Mapping[str, Any]) -> dict[str,
                 key, f"unknown field {key!r} (writable: {', '.join(sorted(WRITABLE_FIELDS))})"
             )
     _check_length("prompt", fields.get("prompt"), MAX_PROMPT_LENGTH)
+    if fields.get("owner") == RESERVED_OWNER:
+        raise _field_error(
+            "owner",
+            f"owner {RESERVED_OWNER!r} is reserved (it reads as full access): choose an owner "
+            "name, or leave owner out for a schedule without one",
+        )
     if "enabled" in fields and not isinstance(fields["enabled"], bool):
         raise _field_error(
             "enabled", f"enabled must be true or false, got {json.dumps(fields['enabled'])}"

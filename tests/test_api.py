@@ -1017,6 +1017,30 @@ def test_read_only_refuses_every_write_with_its_reason(api: RestApi) -> None:
     assert body["enabled"] is True
 
 
+def test_only_admin_itself_gives_full_access(api: RestApi) -> None:
+    """``ADMIN`` was the text ``"*"``: any owner name spelled so had full access. It is a
+    distinct object now, kept by copies and pickles; a caller named ``"*"`` is refused."""
+    import copy
+    import pickle
+
+    assert ADMIN == "*" and isinstance(ADMIN, str)  # what code comparing it still sees
+    assert copy.deepcopy(ADMIN) is ADMIN
+    assert pickle.loads(pickle.dumps(ADMIN)) is ADMIN
+    assert call(api, "GET", "/api/schedule", owner=ADMIN)[1]["total"] == 4
+    for method, path, body in (
+        ("GET", "/api/schedule", None),
+        ("PATCH", "/api/schedule/triage/check", {"enabled": False}),
+    ):
+        status, answer = call(api, method, path, body, owner="*")
+        assert status == 403, answer
+        assert "not an owner name" in answer["error"]
+    status, answer = call(api, "PUT", "/api/schedule/triage/x", {"interval": "1h", "owner": "*"})
+    assert status == 400, answer
+    assert answer["details"][0]["field"] == "owner"
+    status, answer = call(api, "PATCH", "/api/schedule/triage/check", {"owner": "*"})
+    assert status == 400 and "reserved" in answer["error"], answer
+
+
 def test_allow_anyone_is_full_access() -> None:
     assert ALLOW_ANYONE(object()) == ADMIN
 

@@ -228,6 +228,9 @@ def test_auth_setting_as_import_path(sched: ThreadedScheduler) -> None:
         )
         error_of(response, 403)
         assert client.get(f"{API}/schedule", headers={"X-Owner": "root"}).json()["total"] == 2
+        # an owner name taken from the request that spells ADMIN's text gets no full access
+        error_of(client.get(f"{API}/schedule", headers={"X-Owner": "*"}), 500)
+        assert client.get("/herdsched/", headers={"X-Owner": "*"}).status_code == 500
 
 
 def failing_auth(request: Any) -> str | None:
@@ -870,7 +873,7 @@ def test_system_checks_report_every_settings_problem(tmp_path: Path) -> None:
         ({"LEASE_TTL": 0}, "herdsched.E014", "LEASE_TTL'] must be a positive number of seconds"),
         ({"REQUEST_TIMEOUT": "soon"}, "herdsched.E015", "TIMEOUT'] must be a positive number"),
         (
-            {"SCHEDULER": "herdsched.api:ADMIN"},
+            {"SCHEDULER": "herdsched.api:RESERVED_OWNER"},
             "herdsched.E007",
             "SCHEDULER'] must be a ThreadedScheduler or its import path, got str",
         ),

@@ -444,6 +444,40 @@ def test_auth_owner_sees_own_and_is_refused_others(auth_client: FlaskClient) -> 
     assert "data-api='/ops/api'" in page
 
 
+def test_an_owner_name_spelled_as_admin_gets_no_full_access(
+    sched: ThreadedScheduler, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The hole: ``ADMIN`` was the text ``"*"``, so the docs' auth callback, which takes the
+    owner name from ``Bearer user-<name>``, gave full access to ``Bearer user-*``. Only
+    ``ADMIN`` itself gives it now; a ``"*"`` from the request is a 500 the log explains."""
+    from apps.flask_factory import owner_of  # tests/apps/flask_factory.py, shown in the docs
+
+    app = Flask("spelled")
+    init_app(app, sched, auth=owner_of)
+    client = app.test_client()
+    star = {"Authorization": "Bearer user-*"}
+    with caplog.at_level(logging.ERROR, logger="herdsched"):
+        assert error_of(client.get(f"{API}/schedule", headers=star), 500)["error"] == AUTH_FAILED
+        error_of(client.patch(f"{API}/schedule/triage/check", json={}, headers=star), 500)
+        assert client.get("/herdsched/", headers=star).status_code == 500
+    assert "returned the owner name '*'" in caplog.text
+    ann = {"Authorization": "Bearer user-ann"}
+    body = client.get(f"{API}/schedule", headers=ann).get_json()
+    assert [s["name"] for s in body["schedules"]] == ["report"]
+    admin = {"Authorization": "Bearer admin-token"}
+    assert client.get(f"{API}/schedule", headers=admin).get_json()["total"] == 2
+    # nor can a schedule be given to "*"
+    reserved = error_of(
+        client.put(
+            f"{API}/schedule/triage/starred", json={"interval": "1h", "owner": "*"}, headers=admin
+        ),
+        400,
+        field="owner",
+    )
+    assert "reserved" in reserved["error"]
+    assert client.get(f"{API}/schedule/triage/starred", headers=admin).status_code == 404
+
+
 def test_auth_admin_sees_all(auth_client: FlaskClient) -> None:
     body = auth_client.get("/ops/api/schedule", headers={"X-Owner": "root"}).get_json()
     assert body["total"] == 2

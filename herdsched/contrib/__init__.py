@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 import attrs
 
-from herdsched.api import MAX_BODY_BYTES, REQUEST_TIMEOUT
+from herdsched.api import MAX_BODY_BYTES, REQUEST_TIMEOUT, RESERVED_OWNER, is_admin
 from herdsched.cadence import parse_interval
 from herdsched.config import STORE_FIELDS, load_fleet
 from herdsched.errors import ConfigError, SchedulerError, StateError
@@ -669,7 +669,9 @@ def call_auth(
     ``refusals`` (``UnauthorizedError``, Django's ``PermissionDenied``) pass through for the
     integration to answer 403. Anything else ``auth`` raises, and a result that is not text or
     ``None``, is logged with the callable's name and becomes :class:`AuthCheckFailed`, so the
-    caller gets the API's JSON answer instead of the framework's HTML error page.
+    caller gets the API's JSON answer instead of the framework's HTML error page. So does the
+    text ``"*"`` that is not :data:`herdsched.api.ADMIN` itself: an owner name built from the
+    request (``"Bearer user-*"`` cut to ``"*"``) must not read as full access.
     """
     try:
         owner = auth(request)
@@ -684,6 +686,15 @@ def call_auth(
             "(str) or None. The request is answered 500.",
             auth,
             type(owner).__name__,
+            owner,
+        )
+        raise AuthCheckFailed(AUTH_FAILED)
+    if owner == RESERVED_OWNER and not is_admin(owner):
+        _log.error(
+            "The herdsched auth callable %r returned the owner name %r, which no caller may "
+            "have: return herdsched.api.ADMIN itself for full access, and never an owner name "
+            "taken from the request unchecked. The request is answered 500.",
+            auth,
             owner,
         )
         raise AuthCheckFailed(AUTH_FAILED)
