@@ -712,6 +712,25 @@ def test_history_limit_is_validated(api: RestApi) -> None:
     assert_error(body, "n")
 
 
+def test_a_timer_run_in_progress_is_running_under_its_id(
+    api: RestApi, sched: ThreadedScheduler, clock: FakeClock, jobs: Jobs
+) -> None:
+    """A run the timer started has no request: its schedule's state names it while it runs."""
+    clock.set(LATER)
+    sched.run_pending()
+    assert jobs.started.wait(5)
+    run_id = sched.store.get_schedule_state("builder", "build").running_run_id
+    assert run_id is not None
+    status, run = call(api, "GET", f"/api/schedule/builder/build/runs/{run_id}")
+    assert status == 200, run
+    assert (run["status"], run["trigger_type"]) == ("running", "interval")
+    assert run["scheduled_for"] == "2026-03-02T09:00:00.000Z"
+    jobs.gate.set()
+    assert sched.wait_until_idle(5)
+    assert call(api, "GET", f"/api/schedule/builder/build/runs/{run_id}")[1]["status"] == "success"
+    assert call(api, "GET", "/api/schedule/builder/build/runs/0123456789abcdef")[0] == 404
+
+
 def test_history_shows_failures_newest_first(
     api: RestApi, sched: ThreadedScheduler, clock: FakeClock
 ) -> None:

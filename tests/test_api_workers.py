@@ -140,6 +140,31 @@ def test_run_now_through_a_standby_is_queued_and_run_by_the_leader(pair: Pair) -
     assert runs[0]["run_id"] == body["run_id"]
 
 
+def test_a_run_the_leader_took_directly_is_traceable_from_every_worker(pair: Pair) -> None:
+    """A run-now the leader answered itself (202, ``queued: false``) has no request in the
+    store: ``GET .../runs/<run_id>`` answered 404 on every worker until the run's record was
+    written. It is ``running`` from its schedule's state now, then its record."""
+    leader, standby, recorder = pair
+    recorder.gate.clear()
+    status, body = call(leader, "POST", "/api/schedule/triage/check/run", {"prompt": "direct"})
+    assert status == 202, body
+    assert body["queued"] is False
+    url = f"/api/schedule/triage/check/runs/{body['run_id']}"
+    assert recorder.started.wait(5)
+
+    def run_on(sched: ThreadedScheduler, expected: str) -> dict[str, Any] | None:
+        status, run = call(sched, "GET", url)
+        return run if status == 200 and run["status"] == expected else None
+
+    for sched in (leader, standby):  # the standby once the leader's group commit is out
+        run = wait_for(lambda sched=sched: run_on(sched, "running"))
+        assert (run["run_id"], run["trigger_type"]) == (body["run_id"], "manual")
+        assert run["started_at"] is not None
+    recorder.gate.set()
+    for sched in (leader, standby):
+        wait_for(lambda sched=sched: run_on(sched, "success"))
+
+
 def test_run_through_a_standby_while_running_is_409(pair: Pair) -> None:
     leader, standby, recorder = pair
     recorder.gate.clear()

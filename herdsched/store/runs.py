@@ -5,13 +5,19 @@ A run-now request is traceable from the moment it is accepted: while it waits it
 left in history (``success``, ``failed``, ``skipped`` with the reason, ...). Any process can
 read this (a standby web worker, the CLI), because requests and history are both in the store.
 
-Requests are read before the history: the active scheduler removes a request only after its
-record is durable, so a run is never missing from both.
+A run the active scheduler started itself (a run-now it answered, a timer's run) has no
+request: while it runs, its schedule's state names it (``running_run_id``, written with the
+run's start and, for other processes, durable with the next group commit), and it shows as
+``running`` from that.
+
+Requests and the state are read before the history: the active scheduler removes a request,
+and clears the state's run id, only along with the run's record, so a run is never missing
+from all three.
 """
 
 from __future__ import annotations
 
-from herdsched.models import RunRecord, RunStatus, TriggerType
+from herdsched.models import RunRecord, RunStatus, ScheduleState, TriggerType
 from herdsched.store.base import READ_ALL_HISTORY, StateStore, TriggerRequest
 
 __all__ = ["find_run", "history_with_requests", "request_record"]
@@ -51,11 +57,35 @@ def history_with_requests(
     return (live + records)[:limit]
 
 
+def _running_record(agent: str, schedule: str, state: ScheduleState) -> RunRecord | None:
+    """The ``running`` record of the run ``state`` names as in progress, if any: a run without
+    a slot is a run-now, else a run of the schedule's own type."""
+    run_id = state.running_run_id
+    if run_id is None:
+        return None
+    kinds = {kind.value for kind in TriggerType}
+    timer = state.type if state.type in kinds else None
+    return RunRecord(
+        run_id=run_id,
+        agent=agent,
+        schedule=schedule,
+        trigger_type=timer if state.last_slot_at is not None and timer else TriggerType.MANUAL,
+        scheduled_for=state.last_slot_at,
+        started_at=state.last_run_at,
+        status=RunStatus.RUNNING,
+    )
+
+
 def find_run(store: StateStore, agent: str, schedule: str, run_id: str) -> RunRecord | None:
-    """The run ``run_id`` of ``agent/schedule``: its history record, or its request's
-    ``queued``/``running`` record; ``None`` when neither exists."""
+    """The run ``run_id`` of ``agent/schedule``: its history record, its request's
+    ``queued``/``running`` record, or ``running`` while its schedule's state names it as the
+    run in progress; ``None`` when none of these knows it."""
     pending = [r for r in _requests_of(store, agent, schedule) if r.run_id == run_id]
+    state = store.get_schedule_state(agent, schedule)
     for record in store.get_history(agent, schedule, READ_ALL_HISTORY):
         if record.run_id == run_id:
             return record
-    return request_record(pending[0]) if pending else None
+    if pending:
+        return request_record(pending[0])
+    running = _running_record(agent, schedule, state)
+    return running if running is not None and running.run_id == run_id else None
