@@ -507,10 +507,8 @@ class RestApi:
             if method == "HEAD" and "GET" in allowed:  # the adapter's server drops the body
                 method = "GET"
             if method not in allowed:
-                raise ApiError(
-                    405,
-                    f"method {method} is not allowed on {path} (allowed: {', '.join(allowed)})",
-                )
+                listed = ", ".join(_with_head(allowed))
+                raise ApiError(405, f"method {method} is not allowed on {path} (allowed: {listed})")
             _check_query(query or {}, known)
             if method in _WRITES:
                 _check_write(read_only, cross_site)
@@ -650,9 +648,10 @@ class RestApi:
         return runs
 
     def allowed_methods(self, path: str) -> tuple[str, ...]:
-        """The methods ``path`` accepts (for an ``Allow`` header); empty when unknown."""
+        """The methods ``path`` accepts (for an ``Allow`` header: ``HEAD`` with ``GET``);
+        empty when unknown."""
         try:
-            return self._route(path)[2]
+            return _with_head(self._route(path)[2])
         except ApiError:
             return ()
 
@@ -1118,6 +1117,13 @@ class RestApi:
 
 
 _WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def _with_head(methods: tuple[str, ...]) -> tuple[str, ...]:
+    """``methods`` with ``HEAD`` after ``GET``: every route that reads answers it as ``GET``."""
+    return tuple(
+        m for method in methods for m in ((method, "HEAD") if method == "GET" else (method,))
+    )
 
 
 def body_too_large(limit: int) -> ApiError:

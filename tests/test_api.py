@@ -248,7 +248,7 @@ def test_unknown_route_is_404_and_wrong_method_405(api: RestApi) -> None:
     status, body = call(api, "DELETE", "/api/status")
     assert status == 405
     assert_error(body, text="GET")
-    assert api.allowed_methods("/api/schedule/a/b") == ("GET", "PUT", "PATCH", "DELETE")
+    assert api.allowed_methods("/api/schedule/a/b") == ("GET", "HEAD", "PUT", "PATCH", "DELETE")
     assert api.allowed_methods("/nope") == ()
 
 

@@ -176,13 +176,38 @@ def test_run_history_and_conflict(client: Client, sched: ThreadedScheduler, jobs
     assert jobs.calls[0].prompt == "go"
 
 
+#: Requests under the API's prefix that the framework's routing would refuse on its own, and
+#: their JSON answer: status, Allow header.
+EDGES = [
+    ("GET", "", 404, None),
+    ("GET", "/", 404, None),
+    ("GET", "/schedule/triage/new%0Aline", 404, None),
+    ("PUT", "/schedule/triage/new%0Aline", 400, None),
+    ("PROPFIND", "/schedule/triage/check", 405, "GET, HEAD, PUT, PATCH, DELETE"),
+    ("OPTIONS", "/schedule/triage/check", 405, "GET, HEAD, PUT, PATCH, DELETE"),
+    ("OPTIONS", "/status", 405, "GET, HEAD"),
+    ("POST", "/schedule", 405, "GET, HEAD"),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "status", "allow"), EDGES)
+def test_every_path_under_the_api_answers_in_json(
+    client: Client, method: str, path: str, status: int, allow: str | None
+) -> None:
+    """``api`` itself and a name with a newline got Django's HTML 404 page, and the ``Allow``
+    of a 405 left out ``HEAD``, which every route that reads answers."""
+    response = send(client, method, f"{API}{path}", {"interval": "1h"})
+    error_of(response, status)
+    assert response.get("Allow") == allow
+
+
 def test_status_route_errors_and_csrf_rule(client: Client) -> None:
     body = client.get(f"{API}/status").json()
     assert (body["status"], body["is_leader"], body["schedules"]) == ("running", True, 2)
     error_of(client.get(f"{API}/nothing"), 404)
     response = send(client, "DELETE", f"{API}/status")
     error_of(response, 405)
-    assert response["Allow"] == "GET"
+    assert response["Allow"] == "GET, HEAD"
     # a form post, what another site could make a browser send, is refused
     response = client.post(f"{API}/schedule/triage/check/run", {"prompt": "x"})
     error_of(response, 415, "Content-Type")

@@ -207,9 +207,35 @@ def test_unknown_route_and_wrong_method(client: FlaskClient) -> None:
     error_of(client.get(f"{API}/nothing/here"), 404)
     response = client.post(f"{API}/status", json={})
     error_of(response, 405)
-    assert response.headers["Allow"] == "GET"
+    assert response.headers["Allow"] == "GET, HEAD"
     response = client.post(f"{API}/schedule/triage/check", json={})
-    assert response.headers["Allow"] == "GET, PUT, PATCH, DELETE"
+    assert response.headers["Allow"] == "GET, HEAD, PUT, PATCH, DELETE"
+
+
+#: Requests under the API's prefix that the framework's routing would refuse on its own, and
+#: their JSON answer: status, Allow header.
+EDGES = [
+    ("GET", "", 404, None),
+    ("GET", "/", 404, None),
+    ("GET", "/schedule/triage/new%0Aline", 404, None),
+    ("PUT", "/schedule/triage/new%0Aline", 400, None),
+    ("PROPFIND", "/schedule/triage/check", 405, "GET, HEAD, PUT, PATCH, DELETE"),
+    ("OPTIONS", "/schedule/triage/check", 405, "GET, HEAD, PUT, PATCH, DELETE"),
+    ("OPTIONS", "/status", 405, "GET, HEAD"),
+    ("POST", "/schedule", 405, "GET, HEAD"),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "status", "allow"), EDGES)
+def test_every_path_under_the_api_answers_in_json(
+    client: FlaskClient, method: str, path: str, status: int, allow: str | None
+) -> None:
+    """Flask's routing answered these with its HTML 404 or 405 pages, and OPTIONS with an
+    empty text/html 200; they get the API's JSON answer now, as in Django."""
+    response = client.open(f"{API}{path}", method=method, json={"interval": "1h"})
+    error_of(response, status)
+    assert response.headers.get("Allow") == allow
+    assert client.get("/herdsched/apiary").mimetype == "text/html"  # not the API's
 
 
 def test_status_page_lists_schedules_with_buttons(

@@ -46,6 +46,7 @@ from typing import Any, TypeVar
 
 import attrs
 from flask import Blueprint, Flask, Request, Response, jsonify, request
+from werkzeug.exceptions import MethodNotAllowed, NotFound
 
 from herdsched.api import (
     REQUEST_TIMEOUT,
@@ -236,6 +237,7 @@ def init_app(
         _log.info("herdsched's web API is read-only: no auth is configured")
     app.register_blueprint(_blueprint(ext), url_prefix=prefix or None)
     app.before_request(ext.serving)
+    app.before_request(functools.partial(_unrouted_api_request, ext))
     app.extensions[EXTENSION_KEY] = ext
     if scheduler is None:
         build = functools.partial(
@@ -376,32 +378,7 @@ def _blueprint(ext: FlaskHerdsched) -> Blueprint:
         return Response(html, mimetype="text/html")
 
     def api(subpath: str) -> Response:
-        path = f"/api/{subpath}"
-        try:
-            owner = _caller(ext)
-            body = _read_body(ext)
-        except _Refused as refused:
-            return _json_response(
-                ApiResponse(refused.status, {"error": refused.error, "details": refused.details})
-            )
-        try:
-            api = ext.ready()
-        except StateError as exc:
-            return _json_response(store_unavailable(exc))
-        answer = api.handle(
-            request.method,
-            path,
-            query=request.args.to_dict(),
-            body=body,
-            content_type=request.headers.get("Content-Type", ""),
-            owner=owner,
-            read_only=_NO_AUTH if ext.auth is None else None,
-            cross_site=is_cross_site(dict(request.headers), request.host),
-        )
-        response = _json_response(answer)
-        if answer.status == 405:
-            response.headers["Allow"] = ", ".join(api.allowed_methods(path))
-        return response
+        return _api_answer(ext, f"/api/{subpath}")
 
     blueprint.add_url_rule("/", "status_page", page, methods=["GET"])
     blueprint.add_url_rule(
@@ -409,8 +386,50 @@ def _blueprint(ext: FlaskHerdsched) -> Blueprint:
         "api",
         api,
         methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+        provide_automatic_options=False,  # the API answers OPTIONS itself (405, in JSON)
     )
     return blueprint
+
+
+def _unrouted_api_request(ext: FlaskHerdsched) -> Response | None:
+    """Before each request: the API's own JSON answer for a request under ``<prefix>/api`` that
+    Flask's routing refused (``/api`` itself, a name with a newline, a method such as
+    ``PROPFIND`` or ``OPTIONS``), which Flask would answer with an HTML page."""
+    if not isinstance(request.routing_exception, NotFound | MethodNotAllowed):
+        return None
+    root = f"{ext.url_prefix}/api"
+    if request.path != root and not request.path.startswith(f"{root}/"):
+        return None
+    return _api_answer(ext, request.path[len(ext.url_prefix) :])
+
+
+def _api_answer(ext: FlaskHerdsched, path: str) -> Response:
+    """The REST API's answer to the current request for ``path`` (``/api/...``)."""
+    try:
+        owner = _caller(ext)
+        body = _read_body(ext)
+    except _Refused as refused:
+        return _json_response(
+            ApiResponse(refused.status, {"error": refused.error, "details": refused.details})
+        )
+    try:
+        api = ext.ready()
+    except StateError as exc:
+        return _json_response(store_unavailable(exc))
+    answer = api.handle(
+        request.method,
+        path,
+        query=request.args.to_dict(),
+        body=body,
+        content_type=request.headers.get("Content-Type", ""),
+        owner=owner,
+        read_only=_NO_AUTH if ext.auth is None else None,
+        cross_site=is_cross_site(dict(request.headers), request.host),
+    )
+    response = _json_response(answer)
+    if answer.status == 405:
+        response.headers["Allow"] = ", ".join(api.allowed_methods(path))
+    return response
 
 
 def with_app_context(app: Flask) -> Callable[[Callable[[TriggerInfo], _R]], Callable[..., _R]]:

@@ -10,5 +10,6 @@ app_name = "herdsched"
 
 urlpatterns = [
     path("", views.status_page, name="status"),
-    re_path(r"^api/(?P<subpath>.*)$", views.api, name="api"),
+    # every path under api/ (api itself, names with a newline) gets the API's JSON answer
+    re_path(r"^api(?:/(?P<subpath>(?s:.*)))?$", views.api, name="api"),
 ]

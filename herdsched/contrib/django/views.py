@@ -202,8 +202,9 @@ def status_page(request: HttpRequest) -> HttpResponse:
 
 # CSRF is checked in the view (_check_csrf): only for writes that carry the session cookie.
 @csrf_exempt
-def api(request: HttpRequest, subpath: str) -> HttpResponse:
-    """Every REST route (see :mod:`herdsched.api`)."""
+def api(request: HttpRequest, subpath: str | None = None) -> HttpResponse:
+    """Every REST route (see :mod:`herdsched.api`); ``subpath`` is ``None`` for ``api``
+    itself."""
     try:
         owner = _caller(request)
         _check_csrf(request)
@@ -211,7 +212,7 @@ def api(request: HttpRequest, subpath: str) -> HttpResponse:
         body = _read_body(request, rest.max_body_bytes)
     except _Refused as refused:
         return refused.response
-    path = f"/api/{subpath}"
+    path = "/api" if subpath is None else f"/api/{subpath}"
     status, answer = rest.handle(
         request.method or "GET",
         path,
