@@ -53,7 +53,7 @@ import logging
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlsplit
@@ -479,7 +479,7 @@ class RestApi:
         method: str,
         path: str,
         *,
-        query: Mapping[str, str] | None = None,
+        query: Mapping[str, str | Sequence[str]] | None = None,
         body: bytes | str | Mapping[str, Any] | None = None,
         content_type: str | None = None,
         owner: str | None = None,
@@ -489,7 +489,9 @@ class RestApi:
     ) -> ApiResponse:
         """Answer one request; never raises (errors become JSON error answers).
 
-        ``path`` is relative to the mount point (``/api/...``). ``body`` is the raw request
+        ``path`` is relative to the mount point (``/api/...``). ``query`` maps each query
+        parameter to its value, or to every value given (a parameter given twice is a 400:
+        frameworks disagree on which one counts). ``body`` is the raw request
         body or an already parsed mapping. ``content_type`` is the request's header as the
         adapter saw it (``None`` when the call does not come from HTTP): a write with a body
         must send ``application/json``, which browsers cannot do across sites without CORS.
@@ -509,13 +511,14 @@ class RestApi:
             if method not in allowed:
                 listed = ", ".join(_with_head(allowed))
                 raise ApiError(405, f"method {method} is not allowed on {path} (allowed: {listed})")
-            _check_query(query or {}, known)
+            params = _single_values(query or {})
+            _check_query(params, known)
             if method in _WRITES:
                 _check_write(read_only, cross_site)
             data = self._body(method, body, content_type)
             with answer_within(self.request_timeout):
                 answer: ApiResponse | _Patched = route(
-                    method, *args, query=dict(query or {}), data=data, caller=caller
+                    method, *args, query=params, data=data, caller=caller
                 )
         except Exception as exc:
             return _error_for(exc).response()
@@ -1241,6 +1244,22 @@ def _accepted(agent: str, name: str, run_id: str | None, *, queued: bool) -> Api
 
 #: The query parameters of ``GET /api/schedule``.
 _LIST_QUERY = ("limit", "offset", "owner", "q", "status", "type")
+
+
+def _single_values(query: Mapping[str, str | Sequence[str]]) -> dict[str, str]:
+    """One value per query parameter; one given more than once (``?limit=1&limit=abc``) is
+    refused by name, since Flask would use the first and Django the last."""
+    params = {}
+    for name, value in query.items():
+        if isinstance(value, str):
+            params[name] = value
+            continue
+        if len(value) > 1:
+            raise _field_error(
+                name, f"the query parameter {name!r} is given {len(value)} times: give it once"
+            )
+        params[name] = value[0] if value else ""
+    return params
 
 
 def _check_query(query: Mapping[str, str], known: tuple[str, ...]) -> None:

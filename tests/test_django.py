@@ -229,6 +229,14 @@ def test_requests_mark_the_process_as_serving(client: Client) -> None:
     assert integration.get_embedded().serving
 
 
+@pytest.mark.parametrize("query", ["limit=1&limit=abc", "limit=abc&limit=1", "q=a&q=a"])
+def test_a_query_parameter_given_twice_is_400_naming_it(client: Client, query: str) -> None:
+    """Flask used the first value (200) and Django the last (400): both refuse it now."""
+    body = error_of(client.get(f"{API}/schedule?{query}"), 400, field=query.partition("=")[0])
+    assert "given 2 times" in body["error"]
+    assert client.get(f"{API}/schedule?limit=1&offset=0").status_code == 200
+
+
 # ------------------------------------------------------------------------------------ auth
 
 

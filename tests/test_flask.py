@@ -253,6 +253,14 @@ def test_status_page_lists_schedules_with_buttons(
     assert "data-api='/shop/herdsched/api'" in mounted  # under a WSGI mount point
 
 
+@pytest.mark.parametrize("query", ["limit=1&limit=abc", "limit=abc&limit=1", "q=a&q=a"])
+def test_a_query_parameter_given_twice_is_400_naming_it(client: FlaskClient, query: str) -> None:
+    """Flask used the first value (200) and Django the last (400): both refuse it now."""
+    body = error_of(client.get(f"{API}/schedule?{query}"), 400, field=query.partition("=")[0])
+    assert "given 2 times" in body["error"]
+    assert client.get(f"{API}/schedule?limit=1&offset=0").status_code == 200
+
+
 # ------------------------------------------------------------------------------------ auth
 
 

@@ -419,7 +419,7 @@ def _api_answer(ext: FlaskHerdsched, path: str) -> Response:
     answer = api.handle(
         request.method,
         path,
-        query=request.args.to_dict(),
+        query=request.args.to_dict(flat=False),
         body=body,
         content_type=request.headers.get("Content-Type", ""),
         owner=owner,

@@ -216,7 +216,7 @@ def api(request: HttpRequest, subpath: str | None = None) -> HttpResponse:
     status, answer = rest.handle(
         request.method or "GET",
         path,
-        query=request.GET.dict(),
+        query=dict(request.GET.lists()),
         body=body,
         # Django's own server (wsgiref) says text/plain for a request sent without the header:
         # an empty body's type tells nothing (a browser's cross-site write is refused anyway)
