@@ -58,7 +58,7 @@ from datetime import datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlsplit
 
-from herdsched.cadence import CADENCE_FIELDS, Cron, Interval, Once
+from herdsched.cadence import CADENCE_FIELDS, Cron, Interval, Once, kind_with_article
 from herdsched.config import (
     SCHEDULE_FIELDS,
     format_interval,
@@ -1130,11 +1130,14 @@ def _with_head(methods: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def body_too_large(limit: int) -> ApiError:
-    """The 413 answer for a body over ``limit`` bytes (adapters refuse before reading it)."""
+    """The 413 answer for a body over ``limit`` bytes (adapters refuse before reading it). It
+    says that bytes count, not characters: a prompt within :data:`MAX_PROMPT_LENGTH` may be
+    refused here when written in a script outside ASCII or sent with ``\\u`` escapes."""
     return ApiError(
         413,
-        f"request body too large: at most {limit} bytes are accepted "
-        f"(prompts are at most {MAX_PROMPT_LENGTH} characters)",
+        f"request body too large: at most {limit} bytes are accepted, counted as sent (a "
+        "character outside ASCII takes 2 to 4 bytes in UTF-8, 6 or 12 as a \\u escape), so a "
+        f"prompt may meet this limit before its own of {MAX_PROMPT_LENGTH} characters",
         [_detail("body", f"at most {limit} bytes")],
     )
 
@@ -1335,6 +1338,10 @@ def _checked_fields(agent: str, name: str, data: Mapping[str, Any]) -> dict[str,
 def _keep_owner(agent: str, name: str, fields: dict[str, Any], existing: Schedule) -> None:
     """An existing schedule keeps its owner: absent means unchanged, another one is refused."""
     owner = fields.setdefault("owner", existing.owner)
+    if owner is not None and not isinstance(owner, str):  # as a new schedule's check says
+        raise _field_error("owner", f"owner must be a string, got {json.dumps(owner)[:80]}")
+    if isinstance(owner, str) and not owner.strip():
+        raise _field_error("owner", "owner cannot be empty")
     if owner != existing.owner:
         raise _field_error(
             "owner",
@@ -1354,7 +1361,8 @@ def _check_zone_kept(fields: Mapping[str, Any], schedule: Schedule, zone: tzinfo
         return
     raise _field_error(
         "timezone",
-        f'"timezone" is not kept by a {schedule.type.value} schedule, whose times are instants: '
+        f'"timezone" is not kept by {kind_with_article(schedule.type.value)} schedule, whose '
+        "times are instants: "
         'give them with an offset ("2030-01-01T09:00:00+01:00"), or without one to have them '
         f"read in the scheduler's zone ({zone_name(zone)})",
     )

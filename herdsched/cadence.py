@@ -53,6 +53,7 @@ __all__ = [
     "is_schedule_due",
     "is_valid_cron_expression",
     "iter_cron_triggers",
+    "kind_with_article",
     "parse_cron_expression",
     "parse_interval",
 ]
@@ -339,6 +340,12 @@ def describe_duration(every: timedelta) -> str:
     return f"{seconds:g}s"
 
 
+def kind_with_article(kind: str) -> str:
+    """A schedule type with its article, for messages: ``"an interval"``, ``"a cron"``,
+    ``"a once"`` (said with a w), ``"a manual"``."""
+    return f"{'an' if kind[:1] in 'aeiu' else 'a'} {kind}"
+
+
 def _changed_cadence(
     kind: str, fields: frozenset[str], changes: Mapping[str, Any], build: Any
 ) -> Any:
@@ -346,7 +353,7 @@ def _changed_cadence(
     unknown = sorted(set(changes) - fields)
     if unknown:
         raise InvalidScheduleError(
-            f"a {kind} schedule has no field {unknown[0]!r} "
+            f"{kind_with_article(kind)} schedule has no field {unknown[0]!r} "
             f"(its fields: {', '.join(sorted(fields))})",
             field=unknown[0],
         )

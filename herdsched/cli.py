@@ -925,7 +925,8 @@ def _target(text: str) -> tuple[str, str | None]:
     agent, sep, schedule = text.partition("/")
     if not _NAME.match(agent) or (sep and not _NAME.match(schedule)):
         raise _UsageError(
-            f"{text!r} is not AGENT or AGENT/SCHEDULE (names use letters, digits, '-' and '_')"
+            f"{text!r} is not AGENT or AGENT/SCHEDULE (names use ASCII letters, digits, '-' "
+            "and '_')"
         )
     return agent, (schedule if sep else None)
 

@@ -28,6 +28,7 @@ from herdsched.cadence import (
     Interval,
     Once,
     format_interval,
+    kind_with_article,
     parse_cron_expression,
     parse_interval,
 )
@@ -712,7 +713,9 @@ def _check_cadence_keys(
     allowed = _CADENCE_KEYS.get(kind, ())
     for key in (*_ALL_CADENCE_KEYS, "timezone"):
         if key in data and key not in allowed:
-            chk.problem((*path, key), f'"{key}" does not apply to a {kind.value} schedule')
+            chk.problem(
+                (*path, key), f'"{key}" does not apply to {kind_with_article(kind.value)} schedule'
+            )
 
 
 def _interval_args(

@@ -554,7 +554,7 @@ AD_HOC_SCHEDULE = "manual"
 
 
 def check_name(kind: str, value: Any) -> None:
-    """Refuse an agent or schedule name that is not letters, digits, '-' and '_', and a
+    """Refuse an agent or schedule name that is not ASCII letters, digits, '-' and '_', and a
     schedule named as the agent's ad-hoc runs are recorded."""
     if not isinstance(value, str) or not _AGENT_NAME.match(value):
         hint = ""
@@ -562,8 +562,8 @@ def check_name(kind: str, value: Any) -> None:
             hint = " (YAML reads on, off, yes, no and null unquoted as this: quote the name)"
         shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:76] + "...'"
         raise InvalidScheduleError(
-            f"{kind} name {shown} is invalid: use letters, digits, '-' and '_', starting "
-            f"with a letter or digit{hint}",
+            f"{kind} name {shown} is invalid: use ASCII letters (a-z, A-Z), digits, '-' and "
+            f"'_', starting with a letter or digit{hint}",
             field="name",
             value=value,
         )

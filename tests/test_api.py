@@ -584,6 +584,33 @@ def test_patch_rejects_bad_changes_naming_the_field(
     assert_error(answer, field, text)
 
 
+@pytest.mark.parametrize(
+    ("method", "body", "field", "text"),
+    [
+        # said "cannot change from None to 5", as if the owner were only taken
+        ("PATCH", {"owner": 5}, "owner", "owner must be a string, got 5"),
+        ("PUT", {"interval": "1h", "owner": [1]}, "owner", "owner must be a string, got [1]"),
+        ("PATCH", {"owner": " "}, "owner", "owner cannot be empty"),
+        # said "a interval"
+        ("PATCH", {"cron": "0 9 * * *"}, "cron", '"cron" does not apply to an interval schedule'),
+        ("PATCH", {"timezone": "UTC"}, "timezone", "is not kept by an interval schedule"),
+    ],
+)
+def test_a_bad_change_is_told_in_plain_words(
+    api: RestApi, method: str, body: dict[str, Any], field: str, text: str
+) -> None:
+    status, answer = call(api, method, "/api/schedule/triage/check", body)
+    assert status == 400, answer
+    assert_error(answer, field, text)
+
+
+def test_a_name_outside_ascii_is_told_that_only_ascii_letters_do(api: RestApi) -> None:
+    """It said "use letters", and "ä" is a letter."""
+    status, answer = call(api, "PUT", "/api/schedule/triage/ä", {"interval": "1h"})
+    assert status == 400, answer
+    assert_error(answer, "name", "use ASCII letters (a-z, A-Z), digits")
+
+
 def test_patch_unknown_schedule_is_404(api: RestApi) -> None:
     status, _ = call(api, "PATCH", "/api/schedule/triage/ghost", {"enabled": False})
     assert status == 404

@@ -433,6 +433,16 @@ def test_body_limit_is_413_and_configurable(sched: ThreadedScheduler) -> None:
     assert client.put(f"{API}/schedule/triage/big", json=body).status_code == 201
 
 
+def test_a_413_says_that_the_limit_counts_bytes(client: FlaskClient) -> None:
+    """A prompt of 20,000 "€" is within the 32,768 characters a prompt may have, but its
+    body (each "€" sent as a 6-byte \\u escape) is over 64 KiB: the 413 said "prompts are
+    at most 32768 characters", which it was."""
+    body = {"interval": "5m", "prompt": "€" * 20_000}
+    answer = error_of(client.put(f"{API}/schedule/triage/euro", json=body), 413, field="body")
+    assert "at most 65536 bytes are accepted, counted as sent" in answer["error"]
+    assert "prompts are at most" not in answer["error"]
+
+
 def test_the_request_timeout_setting_bounds_the_apis_store_calls(sched: ThreadedScheduler) -> None:
     app = Flask("bounded")
     app.config["HERDSCHED_REQUEST_TIMEOUT"] = "5s"  # as an environment variable gives it
