@@ -872,6 +872,10 @@ class RestApi:
             return ApiResponse(200, self._json(item))
         if method == "PATCH":
             return self._patch(agent, name, data or {}, caller, item.status)
+        if data:  # what it asks for would be ignored: a run-now refuses unknown fields too
+            raise _field_error(
+                sorted(data)[0], f"DELETE takes no body, got the fields {', '.join(sorted(data))}"
+            )
         self._check_defined_here(item)
         self.scheduler.remove_schedule(agent, name, owner=caller)
         return ApiResponse(200, {"deleted": {"agent": agent, "name": name}})

@@ -629,6 +629,16 @@ def test_delete_removes_the_schedule(api: RestApi, sched: ThreadedScheduler) -> 
     assert status == 404
 
 
+def test_a_delete_with_fields_in_its_body_is_400(api: RestApi) -> None:
+    """A body was ignored: ``DELETE {"keep_history": true}`` removed the schedule anyway,
+    while a run-now refuses fields it does not know."""
+    status, answer = call(api, "DELETE", "/api/schedule/triage/report", {"keep_history": True})
+    assert status == 400, answer
+    assert_error(answer, "keep_history", "DELETE takes no body")
+    assert call(api, "GET", "/api/schedule/triage/report")[0] == 200
+    assert call(api, "DELETE", "/api/schedule/triage/report", {})[0] == 200
+
+
 # -------------------------------------------------------------------------------- run, history
 
 
