@@ -11,7 +11,7 @@ scroll position, the filters and the focus survive.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, tzinfo
 from html import escape
 from importlib import resources
@@ -268,18 +268,20 @@ def _row(item: Mapping[str, Any], cells: Mapping[str, str], writable: bool) -> s
     )
 
 
-def _lease_text(info: Mapping[str, Any]) -> str:
-    """ " on host, lease epoch N since T" from a leader mapping (the parts it has)."""
+def _lease_text(info: Mapping[str, Any], when: Callable[[str], str] | None = None) -> str:
+    """ " on host, lease epoch N since T" from a leader mapping (the parts it has); ``when``
+    renders its times (the status page's as its other times), else they are shown as read."""
+    shown = when or escape
     text = f" on {escape(str(info['host']))}" if info.get("host") else ""
     if info.get("epoch"):
         text += f", lease epoch {escape(str(info['epoch']))}"
     if info.get("started_at"):
-        text += f" since {escape(str(info['started_at']))}"
+        text += f" since {shown(str(info['started_at']))}"
     if info.get("expired"):
         renewed = info.get("renewed_at")
         text += (
             " (<b>not renewed</b>"
-            + (f" since {escape(str(renewed))}" if renewed else "")
+            + (f" since {shown(str(renewed))}" if renewed else "")
             + ": it hangs or cannot reach the store; a standby takes over, if one runs)"
         )
     return text
@@ -297,16 +299,21 @@ def _meta(
     meta = [f"scheduler <b>{escape(status.status)}</b>"]
     if pid is not None:
         meta.append(f"page served by pid {pid}")
-    meta.append(
-        f"active scheduler: pid {escape(str(leader))}{_lease_text(status.leader)}"
-        if leader and status.leader
-        else "no active scheduler"
-    )
+    if leader and status.leader:
+        lease = _lease_text(status.leader, lambda value: _time_html(value, timezone))
+        meta.append(f"active scheduler: pid {escape(str(leader))}{lease}")
+    else:
+        meta.append("no active scheduler")
     if store:
         meta.append(f"state in <span class='store'>{escape(store)}</span>")
     meta.append(f"{status.active_jobs} job(s) running here")
     if timezone is not None:
-        meta.append(f"times in your browser's zone (server: {escape(str(timezone))})")
+        # the server's zone until the script shows the times in the browser's
+        zone = escape(str(timezone), quote=True)
+        meta.append(
+            f"<span data-browser-text='times in your browser&#x27;s zone (server: {zone})'>"
+            f"times in the server's zone ({zone})</span>"
+        )
     return " · ".join(meta)
 
 
@@ -472,6 +479,9 @@ def status_page(
         f"{csrf_attrs}>"
         "<h1>herdsched</h1>"
         f"<div class='meta' id='meta'>{_meta(status, pid, timezone, store)}</div>"
+        "<noscript><p class='readonly nojs'>JavaScript is off: times are in the server's zone, the "
+        "page does not refresh itself, and its pause, resume and run buttons do nothing (the "
+        "REST API does all three).</p></noscript>"
         "<p class='stale' id='stale' hidden></p>"
         f"{banner}{rejected_html(status)}{_counts_html(counts)}"
         f"{_filters_form(filters or {}, agents, paging)}"

@@ -19,7 +19,12 @@
         {day: "numeric", month: "short", year: "numeric"}) + " ";
     el.textContent = day + time + " (" + rel(d - now) + ")"; el.title = d.toString();
   }
-  function times(root){ root.querySelectorAll("time[datetime]").forEach(fmt); }
+  function times(root){
+    root.querySelectorAll("time[datetime]").forEach(fmt);
+    root.querySelectorAll("[data-browser-text]").forEach(function(el){
+      el.textContent = el.dataset.browserText;  // the server's zone until now
+    });
+  }
   function headers(json){
     const h = {"Accept": "application/json"};
     if (json) h["Content-Type"] = "application/json";

@@ -6,6 +6,7 @@ the page is kept as ``test-artifacts/status-page.png``.
 
 from __future__ import annotations
 
+import re
 import shutil
 import threading
 from collections.abc import Iterator
@@ -97,8 +98,8 @@ def base_url(scheduler: ThreadedScheduler) -> Iterator[str]:
         thread.join(5)
 
 
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def chromium(profile: Path, *, javascript: bool = True) -> Any:
+    """A headless Chromium driven by selenium (``javascript=False``: with scripts off)."""
     webdriver = pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.chrome.service import Service
 
@@ -107,8 +108,17 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     options.binary_location = CHROMIUM
     for flag in CHROMIUM_FLAGS:
         options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    options.add_argument(f"--user-data-dir={profile}")
+    if not javascript:
+        options.add_experimental_option(
+            "prefs", {"profile.managed_default_content_settings.javascript": 2}
+        )
+    return webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    driver = chromium(tmp_path_factory.mktemp("chromium-profile"))
     try:
         yield driver
     finally:
@@ -159,6 +169,45 @@ def test_status_page_pause_resume_run_in_chromium(
     assert scheduler.wait_until_idle(10)
     assert len(scheduler.history("triage", "check", limit=50)) == before + 1
     assert (ARTIFACTS / "status-page.png").stat().st_size > 0
+
+
+def test_the_leaders_since_is_shown_like_the_other_times(
+    browser: Any, base_url: str, scheduler: ThreadedScheduler
+) -> None:
+    """It was the raw UTC text ("since 2026-11-25T10:34:24.882Z") on a page that says its
+    times are in the browser's zone."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(base_url)
+    meta = browser.find_element(By.ID, "meta")
+    started = scheduler.get_status().leader["started_at"]  # type: ignore[index]
+    since = meta.find_element(By.CSS_SELECTOR, f"time[datetime='{started}']")
+    assert since.text.endswith(" ago)"), since.text  # "11:34:24 (3 s ago)", as the rows read
+    assert started not in meta.text
+    assert "times in your browser's zone (server: Europe/Berlin)" in meta.text
+    assert "JavaScript is off" not in browser.find_element(By.TAG_NAME, "body").text
+
+
+def test_without_javascript_the_page_says_so_and_shows_the_servers_zone(
+    base_url: str, scheduler: ThreadedScheduler, tmp_path: Path
+) -> None:
+    """It claimed the browser's zone for times rendered in the server's, and showed buttons
+    that do nothing without a word."""
+    from selenium.webdriver.common.by import By
+
+    driver = chromium(tmp_path / "profile", javascript=False)
+    try:
+        driver.get(base_url)
+        notice = driver.find_element(By.CLASS_NAME, "nojs")
+        assert notice.is_displayed()
+        assert "JavaScript is off: times are in the server's zone" in notice.text
+        assert "buttons do nothing" in notice.text
+        meta = driver.find_element(By.ID, "meta").text
+        assert "times in the server's zone (Europe/Berlin)" in meta
+        assert "browser" not in meta
+        assert re.search(r"since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d CES?T", meta), meta
+    finally:
+        driver.quit()
 
 
 def test_relative_times_move_on_with_each_refresh(browser: Any, base_url: str) -> None:

@@ -122,7 +122,10 @@ def test_django_default_runs_the_scheduler_on_the_project_database(
     assert leader["epoch"] >= 1 and leader["started_at"]
     page = client.get("/herdsched/").content.decode()
     assert f"active scheduler: pid {os.getpid()} on {socket.gethostname()}" in page
-    assert f"since {leader['started_at']}" in page and f"namespace {pg_namespace}" in page
+    assert (
+        f"since <time datetime='{leader['started_at']}'>" in page
+        and f"namespace {pg_namespace}" in page
+    )
     response = client.patch(
         f"{API}/schedule/triage/check", {"enabled": False}, content_type="application/json"
     )

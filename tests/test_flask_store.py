@@ -99,10 +99,10 @@ def test_the_app_runs_on_postgres_and_shows_its_leader(
     assert abs(since - datetime.now(since.tzinfo)) < timedelta(minutes=1)
     page = client.get("/herdsched/").get_data(as_text=True)
     assert f"active scheduler: pid {os.getpid()} on {socket.gethostname()}" in page
-    assert f"since {leader['started_at']}" in page
+    assert f"since <time datetime='{leader['started_at']}'>" in page
     assert f"namespace {pg_namespace}" in page
     update = client.get("/herdsched/?format=json").get_json()
-    assert f"since {leader['started_at']}" in update["meta"]
+    assert f"since <time datetime='{leader['started_at']}'>" in update["meta"]
     # a pause through the API is durable in the database, for every host to see
     response = client.patch(f"{API}/schedule/triage/check", json={"enabled": False})
     assert response.status_code == 200, response.get_json()

@@ -788,7 +788,7 @@ def test_status_and_the_status_page_show_holder_epoch_and_since(
         assert leader["epoch"] == 1 and leader["started_at"] == "2026-03-01T12:00:00.000Z"
         assert leader["expired"] is False and leader["holder"].count(":") == 2
         page = status_page(sched.get_status(), [], {}, api_base="/api")
-        assert "lease epoch 1 since 2026-03-01T12:00:00.000Z" in page
+        assert "lease epoch 1 since <time datetime='2026-03-01T12:00:00.000Z'>" in page
 
 
 def test_the_status_page_and_the_notebook_view_say_when_the_lease_was_last_renewed() -> None:
@@ -802,12 +802,13 @@ def test_the_status_page_and_the_notebook_view_say_when_the_lease_was_last_renew
         )
         page = status_page(status, [], {}, api_base="/api")
         table = status_table(status)  # the notebook view
-        wording = (
-            "(<b>not renewed</b> since 2026-03-01T12:00:20.000Z: it hangs or cannot reach the "
-            "store; a standby takes over, if one runs)"
-        )
-        for html in (page, table):
-            assert "pid 4242 on vm, lease epoch 3 since 2026-03-01T12:00:00.000Z" in html
+        # the page shows its times as its other times (the browser's zone); the notebook as read
+        for html, shown in ((page, "<time datetime='{}'>"), (table, "{}")):
+            since = shown.format("2026-03-01T12:00:00.000Z")
+            assert f"pid 4242 on vm, lease epoch 3 since {since}" in html
+            renewed_at = shown.format("2026-03-01T12:00:20.000Z")
+            assert (f"(<b>not renewed</b> since {renewed_at}" in html) is expired
+            wording = "it hangs or cannot reach the store; a standby takes over, if one runs)"
             assert (wording in html) is expired
 
 
