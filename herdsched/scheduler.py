@@ -653,22 +653,22 @@ class ThreadedScheduler:
                 return _skipped(
                     SkipReason.STOPPING, f"scheduler is {core.status}: nothing is dispatched"
                 )
-            entry = (
-                core.entries[(agent, schedule)]
-                if schedule is not None
-                else registry.ad_hoc_entry(core, agent_obj)
-            )
+            named = core.entries[(agent, schedule)] if schedule is not None else None
+            if (
+                core.job_for(named) if named is not None else agent_obj.job or core.on_trigger
+            ) is None:
+                raise ScheduleTriggerError(  # before an ad hoc entry's state is written
+                    f"{agent}/{schedule or AD_HOC_SCHEDULE} has no job: give the agent or "
+                    "schedule a job",
+                    agent,
+                    schedule,
+                )
+            entry = named or registry.ad_hoc_entry(core, agent_obj)
             if entry.run is not None:
                 return _skipped(SkipReason.ALREADY_RUNNING, f"{agent}/{entry.name} is running")
             full = core.capacity.why_full(agent, agent_obj.max_concurrent)
             if full is not None and not bypass_concurrency:
                 return _skipped(SkipReason.AT_CAPACITY, full)
-            if core.job_for(entry) is None:
-                raise ScheduleTriggerError(
-                    f"{agent}/{entry.name} has no job: give the agent or schedule a job",
-                    agent,
-                    schedule,
-                )
             run = self._dispatch.prepare(
                 entry, TriggerType.MANUAL, None, self.clock.now(), prompt=prompt
             )
@@ -844,8 +844,11 @@ def _register_as_job(
         try:
             scheduler.add_schedule(agent_name, schedule_name, schedule.with_changes(job=func))
         except BaseException:
-            if made:
-                scheduler.remove_agent(agent_name)
+            if made:  # in memory only: schedules stored for that name belong to other processes
+                with core.changes, core.lock:
+                    for stored in list(core.agents[agent_name].schedules):
+                        registry.drop_entry(core, agent_name, stored, forget_state=False)
+                    del core.agents[agent_name]
             raise
         return func
 

@@ -268,6 +268,31 @@ def test_requests_wait_while_the_agent_is_at_capacity_then_run(pair: Pair) -> No
     assert jobs.run_ids == [busy.run_id, waiting]
 
 
+def test_a_request_for_an_agent_without_a_job_is_skipped_and_the_others_run(
+    tmp_path: Path,
+) -> None:
+    """A first fix of a refused ``trigger(agent)`` raised from the ad hoc entry itself, which
+    the leader's request handling reached too: every timer pass failed on such a request and
+    the requests queued behind it never ran."""
+    clock = FakeClock(T0)
+    jobs = Jobs()
+    leader = build(tmp_path, clock, jobs)
+    leader.add_agent(Agent("idle"))
+    other = YamlStateStore(tmp_path)
+    leader.start()
+    try:
+        idle = other.request_trigger("idle", "manual")
+        wanted = other.request_trigger("a", "s")
+        drive(leader, clock, lambda: not leader.store.trigger_requests())
+        assert jobs.run_ids == [wanted]
+        (record,) = leader.history("idle", "manual")
+        assert (record.run_id, record.status) == (idle, RunStatus.SKIPPED)
+        assert (record.error or "").startswith("no job:")
+    finally:
+        other.close()
+        leader.stop(timeout=10)
+
+
 def test_a_request_for_a_removed_schedule_is_recorded_as_skipped(tmp_path: Path) -> None:
     clock = FakeClock(T0)
     jobs = Jobs()

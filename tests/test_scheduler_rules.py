@@ -1214,6 +1214,21 @@ def test_a_decorated_schedule_that_is_refused_leaves_no_agent_behind() -> None:
         sched.add_agent(Agent("pings", job=print))
 
 
+def test_a_refused_decorator_leaves_the_schedules_other_processes_stored_alone(
+    tmp_path: Path,
+) -> None:
+    """A first fix took the made agent back with ``remove_agent``, which deletes the
+    schedules stored for that name by other processes, for every process."""
+    first = ThreadedScheduler(state_dir=tmp_path, poll_interval=None, timezone="UTC")
+    first.add_agent(Agent("triage", job=print))
+    first.add_schedule("triage", "kept", Schedule.interval("1h"), persist=True)
+    second = ThreadedScheduler(state_dir=tmp_path, poll_interval=None, timezone="UTC")
+    with pytest.raises(InvalidScheduleError, match="min_interval"):
+        second.every(timedelta(milliseconds=500), agent="triage")(print)
+    assert "kept" in YamlStateStore(tmp_path).load_definitions()["triage"]
+    second.add_agent(Agent("triage", job=print))  # the name is free again in the second
+
+
 def test_context_manager_and_status_reporting() -> None:
     clock = FakeClock(T0)
     from herdsched import ThreadedScheduler

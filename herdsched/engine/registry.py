@@ -18,12 +18,7 @@ from herdsched.definitions import schedule_from_mapping
 from herdsched.engine.core import AD_HOC_SCHEDULE, EngineCore
 from herdsched.engine.planning import Entry, fresh_due
 from herdsched.engine.recovery import plan_from_state, plan_resumed
-from herdsched.errors import (
-    InvalidScheduleError,
-    LimitExceededError,
-    ScheduleTriggerError,
-    UnauthorizedError,
-)
+from herdsched.errors import InvalidScheduleError, LimitExceededError, UnauthorizedError
 from herdsched.models import Agent, Schedule, ScheduleState, Status, check_name
 
 __all__ = [
@@ -131,16 +126,9 @@ def retire_entry(core: EngineCore, agent: str, name: str) -> None:
 
 
 def ad_hoc_entry(core: EngineCore, agent: Agent) -> Entry:
-    """The entry that records ``trigger(agent)`` runs of the agent's own job; made (and its
-    state written) only once there is a job to run: a refused trigger writes nothing."""
+    """The entry that records ``trigger(agent)`` runs of the agent's own job."""
     key = (agent.name, AD_HOC_SCHEDULE)
     entry = core.entries.get(key)
-    if agent.job is None and core.on_trigger is None:
-        raise ScheduleTriggerError(
-            f"{agent.name}/{AD_HOC_SCHEDULE} has no job: give the agent or schedule a job",
-            agent.name,
-            None,
-        )
     if entry is None:
         state = core.store.get_schedule_state(agent.name, AD_HOC_SCHEDULE)
         entry = Entry(agent.name, AD_HOC_SCHEDULE, Schedule.manual(), state)
