@@ -45,6 +45,7 @@ from herdsched.config import (
     load_fleet,
 )
 from herdsched.converter import converter, record_to_dict
+from herdsched.engine.collaborators import DEFAULT_STATE_DIR
 from herdsched.errors import (
     ConfigError,
     CronParseError,
@@ -95,7 +96,6 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_STATE_DIR", "NAMESPACE_ENV", "STORE_ENV", "build_parser", "main"]
 
 #: The state directory used when ``--state-dir`` is not given (relative to the current one).
-DEFAULT_STATE_DIR = ".herdsched"
 #: The environment variable ``--store`` defaults to (empty: not set).
 STORE_ENV = "HERDSCHED_STORE"
 #: The environment variable ``--namespace`` defaults to (empty: not set).

@@ -29,6 +29,8 @@ from herdsched.clock import Clock, SystemClock
 from herdsched.engine import registry
 from herdsched.engine.changes import Changes
 from herdsched.engine.collaborators import (
+    DEFAULT_MAX_RUN_HISTORY,
+    DEFAULT_STATE_DIR,
     check_agents,
     check_collaborators,
     state_dir_of,
@@ -146,7 +148,7 @@ class ThreadedScheduler:
         self,
         agents: Iterable[Agent] = (),
         *,
-        state_dir: str | Path | None = ".herdsched",
+        state_dir: str | Path | None = DEFAULT_STATE_DIR,
         on_trigger: JobFunc | None = None,
         timezone: str | tzinfo | None = None,
         max_sleep: float = 60.0,
@@ -156,7 +158,7 @@ class ThreadedScheduler:
         max_consecutive_failures: int | None = 5,
         catch_up: CatchUp | str = CatchUp.ONCE,
         catch_up_window: timedelta | float | str | None = None,
-        max_run_history: int = 20,
+        max_run_history: int = DEFAULT_MAX_RUN_HISTORY,
         max_total_concurrent: int | None = None,
         max_schedules_per_owner: int | None = None,
         work_sources: Mapping[str, WorkSource] | None = None,

@@ -475,6 +475,21 @@ def test_run_gives_the_fleet_files_lease_ttl_to_the_database(
     assert seen.read_text() == "6.0"
 
 
+def test_a_fleets_max_run_history_runs_on_a_database(
+    capsys: pytest.CaptureFixture[str], postgres_dsn: str, pg_namespace: str, tmp_path: Path
+) -> None:
+    """A first fix of a ``max_run_history`` ignored beside ``store=`` refused it, and a fleet
+    file's (which ``run --store`` gives to the store as well) with it."""
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "scheduler: {max_run_history: 50}\nagents:\n  - name: ops\n    command: ['true']\n"
+        "    schedules:\n      tick: {type: interval, interval: 1h}\n"
+    )
+    where = ["--store", postgres_dsn, "--namespace", pg_namespace]
+    code, _, err = run_cli(capsys, "run", str(fleet), *where, "--duration", "1s")
+    assert code == 0, err
+
+
 def test_run_on_a_directory_named_by_the_environment(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

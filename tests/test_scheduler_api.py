@@ -273,6 +273,10 @@ def test_a_store_is_given_alone_and_the_scheduler_reports_its_directory(tmp_path
     assert ThreadedScheduler(state_dir=tmp_path, store=YamlStateStore(tmp_path)).state_dir == (
         tmp_path
     )  # the store's own directory given twice is no contradiction
+    own = YamlStateStore(tmp_path / "own", max_run_history=50)
+    assert ThreadedScheduler(
+        state_dir=(tmp_path / "own").resolve(), store=own, max_run_history=50
+    ).state_dir == (tmp_path / "own")  # its own settings, said again
 
 
 def test_poll_interval_auto_polls_only_when_other_processes_can_write(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -20,7 +20,13 @@ from herdsched.errors import InvalidScheduleError
 from herdsched.models import Agent, check_flag
 from herdsched.worksource import WorkSource
 
-__all__ = ["check_agents", "check_collaborators", "state_dir_of"]
+__all__ = [
+    "DEFAULT_MAX_RUN_HISTORY",
+    "DEFAULT_STATE_DIR",
+    "check_agents",
+    "check_collaborators",
+    "state_dir_of",
+]
 
 #: ``ThreadedScheduler``'s defaults of the settings a given store makes its own
 DEFAULT_STATE_DIR = ".herdsched"
@@ -54,8 +60,8 @@ def _checked_state_dir(state_dir: object) -> Path | None:
 
 def state_dir_of(state_dir: object, store: object, max_run_history: object) -> Path | None:
     """The state directory of a scheduler: ``state_dir`` checked, or with a ``store`` the
-    store's own (a YAML store's directory, ``None`` for others). A ``state_dir`` other than
-    the store's or a ``max_run_history`` given beside a store is refused, since the store
+    store's own (a YAML store's directory, ``None`` for others). A ``state_dir`` or a
+    ``max_run_history`` other than the store's own, given beside a store, is refused: the store
     keeps its own (they were ignored, and ``state_dir`` reported beside a database); so is a
     ``store`` that is not a store (a DSN string, say)."""
     if store is None:
@@ -65,12 +71,14 @@ def state_dir_of(state_dir: object, store: object, max_run_history: object) -> P
         raise TypeError(f"store must be a StateStore or None, got {_kind(store)}{hint}")
     own = getattr(store, "state_dir", None)
     own_dir = Path(own) if isinstance(own, (str, os.PathLike)) else None
-    if state_dir not in (None, DEFAULT_STATE_DIR) and _checked_state_dir(state_dir) != own_dir:
+    given = None if state_dir in (None, DEFAULT_STATE_DIR) else _checked_state_dir(state_dir)
+    if given is not None and (own_dir is None or given.resolve() != own_dir.resolve()):
         raise ValueError(
             f"give state_dir or store, not both: the store keeps its own state (state_dir "
             f"{state_dir!r}, store {store!r})"
         )
-    if max_run_history != DEFAULT_MAX_RUN_HISTORY:
+    own_limit = getattr(store, "max_run_history", max_run_history)
+    if max_run_history not in (DEFAULT_MAX_RUN_HISTORY, own_limit):
         raise ValueError(
             f"max_run_history belongs to the store when one is given: pass it to the store "
             f"(got {max_run_history!r} beside store {store!r})"
