@@ -466,3 +466,32 @@ def test_schedulers_dropped_after_stop_leave_no_open_file(tmp_path: Path) -> Non
     gc.collect()
     left = open_files()
     assert len(left) <= before, [path for path in left if "state.yaml" in path]
+
+
+def test_a_finished_run_is_found_while_its_group_commit_is_half_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The group commit wrote the state (no run named running any more) before it appended
+    the run's record: a reader in between found neither, and ``GET .../runs/<id>`` answered
+    404 for a run that had just ended."""
+    from herdsched.store.runs import find_run
+
+    writer, reader = YamlStateStore(tmp_path), YamlStateStore(tmp_path)
+    writer.record_transition("a", "s", status="running", running_run_id="r1")
+    writer.flush()
+    writer.record_transition("a", "s", status="idle", running_run_id=None)
+    writer.append_run(
+        RunRecord(run_id="r1", agent="a", schedule="s", trigger_type="manual", status="success")
+    )
+    seen: list[RunRecord | None] = []
+    append = writer._history.append  # type: ignore[attr-defined]
+
+    def look_then_append(runs: list[RunRecord]) -> None:
+        seen.append(find_run(reader, "a", "s", "r1"))
+        append(runs)
+
+    monkeypatch.setattr(writer._history, "append", look_then_append)  # type: ignore[attr-defined]
+    writer.flush()
+    assert seen and seen[0] is not None and seen[0].status.value == "running"
+    found = find_run(reader, "a", "s", "r1")
+    assert found is not None and found.status.value == "success"

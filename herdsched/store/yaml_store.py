@@ -456,10 +456,10 @@ class YamlStateStore:
         self._flush()
 
     def _flush(self) -> None:
-        with self._mem:
-            has_states = bool(self._pending)
-        if has_states:
-            self._write({})
+        """Append the pending run records, then write the pending states: a run's record is
+        in the history before its state stops naming it running, so a reader in between
+        finds the run one way or the other (a crash in between is read as ended, see
+        recovery)."""
         with self._hist_io, self._fenced_runs():
             with self._mem:
                 runs, self._pending_runs = self._pending_runs, []
@@ -475,6 +475,10 @@ class YamlStateStore:
                 with self._mem:  # to be tried again
                     self._pending_runs = unwritten + self._pending_runs
                 raise
+        with self._mem:
+            has_states = bool(self._pending)
+        if has_states:
+            self._write({})
         with self._mem:
             self._settle()
 
