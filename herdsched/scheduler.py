@@ -552,7 +552,8 @@ class ThreadedScheduler:
     def replace_schedule(
         self, agent: str, name: str, schedule: Schedule, *, owner: str | None = None
     ) -> Schedule:
-        """Replace a schedule's whole definition (its job stays); returns the new one. Unlike
+        """Replace a schedule's whole definition (its job stays, and its owner unless the new
+        one names one: an ``owner`` caller cannot name another); returns the new one. Unlike
         :meth:`update_schedule`, a stored definition is written as given, so a field another
         process changed meanwhile is not kept beside it (REST ``PUT``)."""
         check_schedule_arguments(agent, name, schedule, owner=owner, need_schedule=True)

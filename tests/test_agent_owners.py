@@ -178,6 +178,22 @@ def test_changes_by_someone_else_are_refused() -> None:
         assert sched.get_status().schedules == []
 
 
+def test_a_replacement_keeps_the_owner_and_an_owner_cannot_give_it_away() -> None:
+    """A first ``replace_schedule`` took the new definition's owner as given: an owner could
+    hand a schedule to someone else, and a definition without one stripped it."""
+    with running() as (sched, _clock):
+        sched.add_agent(Agent("bot", job=Script()))
+        sched.add_schedule("bot", "report", Schedule.interval("1h"), owner="alice")
+        with pytest.raises(UnauthorizedError, match="'alice' cannot give bot/report to 'bob'"):
+            sched.replace_schedule(
+                "bot", "report", Schedule.interval("2h", owner="bob"), owner="alice"
+            )
+        sched.replace_schedule("bot", "report", Schedule.interval("2h"), owner="alice")
+        assert sched.get_schedule("bot", "report").owner == "alice"
+        sched.replace_schedule("bot", "report", Schedule.interval("3h", owner="bob"))
+        assert sched.get_schedule("bot", "report").owner == "bob"  # the operator may
+
+
 def test_pausing_a_whole_agent_as_one_owner_checks_every_schedule_first() -> None:
     with running() as (sched, _clock):
         sched.add_agent(

@@ -30,7 +30,7 @@ from herdsched.engine import registry
 from herdsched.engine.core import EngineCore
 from herdsched.engine.planning import Entry, fresh_due
 from herdsched.engine.recovery import plan_resumed, resets_backoff
-from herdsched.errors import ConflictError, StateError
+from herdsched.errors import ConflictError, StateError, UnauthorizedError
 from herdsched.models import Schedule, Status, check_schedule_arguments
 
 __all__ = ["Changes"]
@@ -88,10 +88,18 @@ class Changes:
         self, agent: str, name: str, owner: str | None, schedule: Schedule
     ) -> Schedule:
         """Replace one schedule's whole definition (REST ``PUT``): a stored one is written as
-        given, so no field another process changed meanwhile is mixed into it."""
-        return self._rewrite(
-            agent, name, owner, lambda old: schedule.with_changes(job=old.job), merge=False
-        )
+        given, so no field another process changed meanwhile is mixed into it. The job stays,
+        and so does the owner unless the new definition names one; a caller acting as an owner
+        cannot name another."""
+        if owner is not None and schedule.owner not in (None, owner):
+            raise UnauthorizedError(
+                f"{owner!r} cannot give {agent}/{name} to {schedule.owner!r}", owner=owner
+            )
+
+        def make(old: Schedule) -> Schedule:
+            return schedule.with_changes(job=old.job, owner=schedule.owner or old.owner)
+
+        return self._rewrite(agent, name, owner, make, merge=False)
 
     def _rewrite(
         self,
