@@ -614,11 +614,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _runnable_fleet(path: str) -> FleetConfig:
+def _runnable_fleet(path: str, *, own_state_dir: bool = True) -> FleetConfig:
     """The fleet file at ``path``, checked as ``run`` needs it (``ConfigError``, exit code 2,
-    listing every problem). Loading imports every job: one that does not import is a problem."""
+    listing every problem). Loading imports every job: one that does not import is a problem.
+    ``own_state_dir=False``: the state goes elsewhere, the file's ``state_dir`` is not judged."""
     fleet = load_fleet(path)
-    problems = runnable_problems(fleet)
+    problems = runnable_problems(fleet, own_state_dir=own_state_dir)
     if problems:
         count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
         head = f"Invalid fleet file {path} ({count}):"
@@ -740,7 +741,7 @@ def _log_run(event: Any) -> None:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     choice = _store_choice(args)  # a usage error before the fleet's jobs are imported
-    fleet = _runnable_fleet(args.fleet)
+    fleet = _runnable_fleet(args.fleet, own_state_dir=not (choice.spec or args.state_dir))
     scheduler = _fleet_scheduler(fleet, args, choice)
     stopper = _Stopper()
     try:

@@ -26,10 +26,13 @@ __all__ = ["runnable_problems"]
 _PathT = tuple[str | int, ...]  # a field inside an agent, such as ("schedules", "s", "command")
 
 
-def runnable_problems(fleet: FleetConfig) -> list[str]:
+def runnable_problems(fleet: FleetConfig, *, own_state_dir: bool = True) -> list[str]:
     """Every reason ``fleet`` would not run from the command line, as ``"file: path: why"``,
-    each in the file that wrote the culprit (an included agent file, ``defaults``), once."""
-    problems = [*_state_dir(fleet), *_missing_programs(fleet), *_work_sources(fleet)]
+    each in the file that wrote the culprit (an included agent file, ``defaults``), once.
+    ``own_state_dir=False``: the run keeps its state elsewhere (``--state-dir``, ``--store``),
+    so the file's ``scheduler.state_dir`` is not judged."""
+    places = _state_dir(fleet) if own_state_dir else []
+    problems = [*places, *_missing_programs(fleet), *_work_sources(fleet)]
     if not problems:
         problems += _scheduler_refusal(fleet)
     return list(dict.fromkeys(problems))

@@ -1001,6 +1001,13 @@ def test_validate_finds_a_state_dir_that_is_a_file(
         assert (
             f"scheduler.state_dir: The state directory {tmp_path / 'afile'} cannot be used: " in err
         )
+    # kept elsewhere, the file's own state directory does not matter to the run
+    elsewhere = tmp_path / "elsewhere"
+    code, _, err = run_cli(
+        capsys, "run", str(fleet), "--state-dir", str(elsewhere), "--duration", "1s"
+    )
+    assert code == 0, err
+    assert (elsewhere / "state.yaml").is_file()
 
 
 @pytest.mark.parametrize(
