@@ -326,6 +326,9 @@ def test_history_and_stats_of_a_name_nobody_knows_are_refused_naming_it(tmp_path
     # another process's agent, known to this one only through the store: no runs yet, no error
     sched.store.update_schedule_state("b", "t", consecutive_failures=0)
     assert sched.history("b") == [] and sched.history("b", "t") == []
+    # defined by another process, before any scheduler wrote its state
+    sched.store.save_definition("c", "u", {"type": "interval", "interval": "1h"}, exists=False)
+    assert sched.history("c") == [] and sched.history("c", "u") == []
 
 
 def test_the_history_of_a_removed_schedule_stays_readable() -> None:

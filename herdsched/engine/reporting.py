@@ -125,13 +125,17 @@ def named_history(
 
 
 def require_known(core: EngineCore, agent: str, schedule: str | None) -> None:
-    """Raise unless ``agent`` (and ``schedule``) is registered here or has state in the store
-    (a schedule removed from the fleet, or defined by another process)."""
+    """Raise unless ``agent`` (and ``schedule``) is registered here, has state in the store
+    (a schedule removed from the fleet) or a stored definition (one another process defined,
+    before a scheduler wrote its state)."""
     any_of_agent = schedule is None or schedule == AD_HOC_SCHEDULE
     with core.lock:
         if agent in core.agents and (any_of_agent or (agent, schedule) in core.entries):
             return
-    stored = core.store.get_agent_schedule_states(agent)
+    stored = {
+        **core.store.get_agent_schedule_states(agent),
+        **core.store.load_definitions().get(agent, {}),
+    }
     if not stored and agent not in core.agents:
         raise AgentNotFoundError(agent)
     if not any_of_agent and schedule not in stored:
