@@ -238,13 +238,21 @@ def _optional_number(*, integral: bool) -> Callable[[Any, attrs.Attribute[Any], 
             return
         kinds = (int,) if integral else (int, float)
         fits = isinstance(value, kinds) and not isinstance(value, bool)
-        if not fits or (integral and value < 0) or not math.isfinite(value):
+        if not fits or (integral and value < 0) or not _fits_a_float(value):
             raise TypeError(
                 f"{type(instance).__name__}.{attribute.name} must be {what} or None, got "
                 f"{type(value).__name__} {value!r}"
             )
 
     return check
+
+
+def _fits_a_float(value: float) -> bool:
+    """Whether ``value`` is a finite number a float holds (``10**400`` is not)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 JobFunc = Callable[["TriggerInfo"], Any]

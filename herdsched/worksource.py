@@ -6,7 +6,7 @@ before each run; no item means nothing to do, and the run is skipped with ``no_w
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
 import attrs
@@ -18,9 +18,10 @@ def _labels(value: Sequence[str] | None) -> tuple[str, ...]:
     """A sequence of label strings as a tuple; one string is refused, not split into letters."""
     if value is None:
         return ()
-    if isinstance(value, str) or not all(isinstance(label, str) for label in value):
+    labels = None if isinstance(value, str) or not isinstance(value, Iterable) else tuple(value)
+    if labels is None or not all(isinstance(label, str) for label in labels):
         raise TypeError(f"WorkItem.labels must be a sequence of strings, got {value!r}")
-    return tuple(value)
+    return labels
 
 
 @attrs.frozen(kw_only=True)

@@ -499,6 +499,7 @@ def test_evolve_converts_and_validates_what_changes() -> None:
         ({"cost": float("nan")}, "JobResult.cost must be a finite number or None, got float nan"),
         ({"turns": 2.5}, "JobResult.turns must be a whole number of at least 0 or None"),
         ({"turns": -1}, "JobResult.turns must be a whole number of at least 0 or None"),
+        ({"cost": 10**400}, "JobResult.cost must be a finite number or None, got int"),
     ],
 )
 def test_a_job_result_names_a_field_of_the_wrong_type(fields: dict[str, Any], message: str) -> None:
@@ -533,5 +534,8 @@ def test_a_work_items_labels_and_an_agents_description_are_checked() -> None:
     ):
         WorkItem(id="1", title="t", labels="bug")  # type: ignore[arg-type]
     assert WorkItem(id="1", title="t", labels=["bug", "ui"]).labels == ("bug", "ui")
+    assert WorkItem(id="1", title="t", labels=(x for x in ["bug"])).labels == ("bug",)
+    with pytest.raises(TypeError, match="got 5"):
+        WorkItem(id="1", title="t", labels=5)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"Agent\.description must be a string or None, got int 5"):
         Agent("a", description=5)  # type: ignore[arg-type]
