@@ -35,6 +35,7 @@ if not settings.configured:
     )
     django.setup()
 
+from api_edges import EDGES  # noqa: E402
 from django.apps import apps  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.test import Client, override_settings  # noqa: E402
@@ -174,20 +175,6 @@ def test_run_history_and_conflict(client: Client, sched: ThreadedScheduler, jobs
     runs = client.get(f"{API}/schedule/triage/check/history").json()["runs"]
     assert [(r["run_id"], r["status"]) for r in runs] == [(run_id, "success")]
     assert jobs.calls[0].prompt == "go"
-
-
-#: Requests under the API's prefix that the framework's routing would refuse on its own, and
-#: their JSON answer: status, Allow header.
-EDGES = [
-    ("GET", "", 404, None),
-    ("GET", "/", 404, None),
-    ("GET", "/schedule/triage/new%0Aline", 404, None),
-    ("PUT", "/schedule/triage/new%0Aline", 400, None),
-    ("PROPFIND", "/schedule/triage/check", 405, "GET, HEAD, PUT, PATCH, DELETE"),
-    ("OPTIONS", "/schedule/triage/check", 405, "GET, HEAD, PUT, PATCH, DELETE"),
-    ("OPTIONS", "/status", 405, "GET, HEAD"),
-    ("POST", "/schedule", 405, "GET, HEAD"),
-]
 
 
 @pytest.mark.parametrize(("method", "path", "status", "allow"), EDGES)

@@ -17,6 +17,7 @@ import pytest
 
 flask = pytest.importorskip("flask")
 
+from api_edges import EDGES  # noqa: E402
 from flask import Flask, Request, current_app  # noqa: E402
 from flask.testing import FlaskClient  # noqa: E402
 
@@ -210,20 +211,6 @@ def test_unknown_route_and_wrong_method(client: FlaskClient) -> None:
     assert response.headers["Allow"] == "GET, HEAD"
     response = client.post(f"{API}/schedule/triage/check", json={})
     assert response.headers["Allow"] == "GET, HEAD, PUT, PATCH, DELETE"
-
-
-#: Requests under the API's prefix that the framework's routing would refuse on its own, and
-#: their JSON answer: status, Allow header.
-EDGES = [
-    ("GET", "", 404, None),
-    ("GET", "/", 404, None),
-    ("GET", "/schedule/triage/new%0Aline", 404, None),
-    ("PUT", "/schedule/triage/new%0Aline", 400, None),
-    ("PROPFIND", "/schedule/triage/check", 405, "GET, HEAD, PUT, PATCH, DELETE"),
-    ("OPTIONS", "/schedule/triage/check", 405, "GET, HEAD, PUT, PATCH, DELETE"),
-    ("OPTIONS", "/status", 405, "GET, HEAD"),
-    ("POST", "/schedule", 405, "GET, HEAD"),
-]
 
 
 @pytest.mark.parametrize(("method", "path", "status", "allow"), EDGES)

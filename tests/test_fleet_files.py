@@ -39,11 +39,14 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
-def validate_and_run(capsys: pytest.CaptureFixture[str], fleet: Path) -> list[str]:
-    """The errors of ``validate`` and ``run``, which must both refuse with exit code 2."""
+def validate_and_run(
+    capsys: pytest.CaptureFixture[str], fleet: Path, *, elsewhere: bool = True
+) -> list[str]:
+    """The errors of ``validate`` and ``run``, which must both refuse with exit code 2
+    (``elsewhere``: the run keeps its state in a directory of its own)."""
     errors = []
-    state = fleet.parent / "run-state"
-    run = ["run", str(fleet), "--state-dir", str(state), "--duration", "1s"]
+    state = ["--state-dir", str(fleet.parent / "run-state")] if elsewhere else []
+    run = ["run", str(fleet), *state, "--duration", "1s"]
     for argv in (["validate", str(fleet)], run):
         code, out, err = run_cli(capsys, *argv)
         assert code == 2, (argv, out, err)
@@ -109,7 +112,7 @@ def test_a_state_dir_that_cannot_be_made_is_a_problem_of_the_fleet_file(
             schedules: {{s: {{interval: 5m}}}}
         """,
     )
-    for err in validate_and_run(capsys, fleet):
+    for err in validate_and_run(capsys, fleet, elsewhere=False):
         assert f"{fleet}: scheduler.state_dir: The state directory " in err
         assert "cannot be used" in err
 

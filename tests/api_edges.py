@@ -1,0 +1,16 @@
+"""Requests under the REST API's prefix that a web framework's routing would refuse on its own,
+and the API's JSON answer to each (status, ``Allow`` header): the Flask and Django faces must
+answer them alike."""
+
+from __future__ import annotations
+
+EDGES = [
+    ("GET", "", 404, None),
+    ("GET", "/", 404, None),
+    ("GET", "/schedule/triage/new%0Aline", 404, None),
+    ("PUT", "/schedule/triage/new%0Aline", 400, None),
+    ("PROPFIND", "/schedule/triage/check", 405, "GET, HEAD, PUT, PATCH, DELETE"),
+    ("OPTIONS", "/schedule/triage/check", 405, "GET, HEAD, PUT, PATCH, DELETE"),
+    ("OPTIONS", "/status", 405, "GET, HEAD"),
+    ("POST", "/schedule", 405, "GET, HEAD"),
+]
