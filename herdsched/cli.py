@@ -95,7 +95,6 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_STATE_DIR", "NAMESPACE_ENV", "STORE_ENV", "build_parser", "main"]
 
-#: The state directory used when ``--state-dir`` is not given (relative to the current one).
 #: The environment variable ``--store`` defaults to (empty: not set).
 STORE_ENV = "HERDSCHED_STORE"
 #: The environment variable ``--namespace`` defaults to (empty: not set).

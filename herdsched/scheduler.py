@@ -666,7 +666,7 @@ class ThreadedScheduler:
                     agent,
                     schedule,
                 )
-            entry = named or registry.ad_hoc_entry(core, agent_obj)
+            entry = named if named is not None else registry.ad_hoc_entry(core, agent_obj)
             if entry.run is not None:
                 return _skipped(SkipReason.ALREADY_RUNNING, f"{agent}/{entry.name} is running")
             full = core.capacity.why_full(agent, agent_obj.max_concurrent)

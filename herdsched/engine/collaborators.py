@@ -28,7 +28,9 @@ __all__ = [
     "state_dir_of",
 ]
 
-#: ``ThreadedScheduler``'s defaults of the settings a given store makes its own
+#: ``ThreadedScheduler``'s defaults of the settings a given store makes its own; the state
+#: directory is also the command line's when neither ``--state-dir`` nor ``--store`` is given
+#: (relative to the current directory)
 DEFAULT_STATE_DIR = ".herdsched"
 DEFAULT_MAX_RUN_HISTORY = 20
 
