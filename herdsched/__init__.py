@@ -23,6 +23,7 @@ from herdsched.errors import (
     InvalidScheduleError,
     LeadershipLostError,
     LimitExceededError,
+    RevisionMismatchError,
     ScheduleNotFoundError,
     SchedulerError,
     SchedulerShutdownError,
@@ -71,6 +72,7 @@ from herdsched.models import (
 )
 from herdsched.notify import Notification
 from herdsched.prompts import build_schedule_prompt
+from herdsched.revisions import schedule_revision
 from herdsched.scheduler import ThreadedScheduler
 from herdsched.signals import Deferred, SessionNotFound
 from herdsched.stats import RunStats
@@ -106,6 +108,7 @@ __all__ = [
     "NotifyPolicy",
     "Once",
     "Overlap",
+    "RevisionMismatchError",
     "RunRecord",
     "RunStats",
     "RunStatus",
@@ -149,4 +152,5 @@ __all__ = [
     "is_valid_cron_expression",
     "parse_cron_expression",
     "parse_interval",
+    "schedule_revision",
 ]

@@ -20,6 +20,7 @@ __all__ = [
     "InvalidScheduleError",
     "LeadershipLostError",
     "LimitExceededError",
+    "RevisionMismatchError",
     "ScheduleNotFoundError",
     "ScheduleTriggerError",
     "SchedulerError",
@@ -251,6 +252,34 @@ class ConflictError(SchedulerError):
         super().__init__(message)
         self.agent = agent
         self.schedule = schedule
+
+
+class RevisionMismatchError(ConflictError):
+    """A conditional change found the schedule's definition changed since it was read (412 over
+    REST, ``If-Match``).
+
+    ``expected`` is the revision the change was made from (see
+    :func:`herdsched.definitions.schedule_revision`), ``current`` the one the definition has
+    now (``None`` when the schedule is gone). Nothing was written: read the schedule again,
+    decide again, and repeat the change with its new revision.
+    """
+
+    def __init__(
+        self,
+        agent: str,
+        schedule: str,
+        expected: str,
+        current: str | None,
+    ) -> None:
+        now = "it was removed" if current is None else f"its revision is now {current!r}"
+        super().__init__(
+            f"{agent}/{schedule} changed since revision {expected!r} was read ({now}): read it "
+            "again and repeat the change",
+            agent,
+            schedule,
+        )
+        self.expected = expected
+        self.current = current
 
 
 class LeadershipLostError(StateError):

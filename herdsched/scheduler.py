@@ -39,6 +39,7 @@ from herdsched.engine.committer import GroupCommitter
 from herdsched.engine.core import AD_HOC_SCHEDULE, EngineCore
 from herdsched.engine.dispatch import Dispatcher
 from herdsched.engine.executors import ExecutorFactory
+from herdsched.engine.planning import Entry
 from herdsched.engine.recovery import DEFAULT_LEASE_TTL, Leadership, foreign_agents, name_some
 from herdsched.engine.reporting import (
     named_history,
@@ -77,6 +78,7 @@ from herdsched.models import (
     check_timeout,
 )
 from herdsched.notify import Notification
+from herdsched.runner import Run
 from herdsched.stats import RunStats, compute_run_stats
 from herdsched.stop_signals import StopSignals
 from herdsched.store.base import READ_ALL_HISTORY, StateStore
@@ -538,35 +540,52 @@ class ThreadedScheduler:
         self._changes.add_schedule(agent, name, schedule, persist=persist, owner=owner)
 
     def update_schedule(
-        self, agent: str, name: str, *, owner: str | None = None, **changes: Any
+        self,
+        agent: str,
+        name: str,
+        *,
+        owner: str | None = None,
+        if_revision: str | None = None,
+        **changes: Any,
     ) -> Schedule:
         """Change a schedule; a new cadence (``interval=``, ``cron=``, ``at=``, ``timezone=``,
         ``anchor=``...) recomputes its next run. Returns the new definition.
 
         A schedule created at run time with ``persist=True`` (or over REST) changes for every
         process; one defined in code or a fleet file changes in this process only (change the
-        code or the file to change it everywhere)."""
+        code or the file to change it everywhere). ``if_revision``: change it only if its
+        definition still has that :func:`~herdsched.schedule_revision` in every process, else
+        :class:`~herdsched.errors.RevisionMismatchError` and nothing is written."""
         check_schedule_arguments(agent, name, owner=owner)
-        return self._changes.update_schedule(agent, name, owner, changes)
+        return self._changes.update_schedule(agent, name, owner, changes, if_revision)
 
     def replace_schedule(
-        self, agent: str, name: str, schedule: Schedule, *, owner: str | None = None
+        self,
+        agent: str,
+        name: str,
+        schedule: Schedule,
+        *,
+        owner: str | None = None,
+        if_revision: str | None = None,
     ) -> Schedule:
         """Replace a schedule's whole definition (its job stays, and its owner unless the new
         one names one: an ``owner`` caller cannot name another); returns the new one. Unlike
         :meth:`update_schedule`, a stored definition is written as given, so a field another
-        process changed meanwhile is not kept beside it (REST ``PUT``)."""
+        process changed meanwhile is not kept beside it (REST ``PUT``); ``if_revision`` as there."""
         check_schedule_arguments(agent, name, schedule, owner=owner, need_schedule=True)
-        return self._changes.replace_schedule(agent, name, owner, schedule)
+        return self._changes.replace_schedule(agent, name, owner, schedule, if_revision)
 
-    def remove_schedule(self, agent: str, name: str, *, owner: str | None = None) -> None:
-        """Remove a schedule and its persisted state and definition.
+    def remove_schedule(
+        self, agent: str, name: str, *, owner: str | None = None, if_revision: str | None = None
+    ) -> None:
+        """Remove a schedule and its persisted state and definition (``if_revision`` as for
+        :meth:`update_schedule`).
 
         Its run history stays (``history(agent, name)`` still shows it, bounded by
         ``max_run_history`` as before) until :meth:`purge_history` removes it. A schedule
         defined in code or a fleet file is removed from this process only.
         """
-        self._changes.remove_schedule(agent, name, owner)
+        self._changes.remove_schedule(agent, name, owner, if_revision)
 
     def pause(self, agent: str, schedule: str | None = None, *, owner: str | None = None) -> None:
         """Pause one schedule (or every schedule of the agent) for every process.
@@ -637,11 +656,7 @@ class ThreadedScheduler:
         says whether it succeeded.
         """
         check_prompt(prompt)
-        for value, what in ((wait, "wait"), (bypass_concurrency, "bypass_concurrency")):
-            if not isinstance(value, bool):  # wait="no" is true: it waited
-                raise TypeError(
-                    f"{what} must be True or False, got {type(value).__name__} {value!r}"
-                )
+        _check_flags(wait=wait, bypass_concurrency=bypass_concurrency)
         core = self._core
         with core.lock:
             agent_obj = core.require_agent(agent)
@@ -657,15 +672,7 @@ class ThreadedScheduler:
                     SkipReason.STOPPING, f"scheduler is {core.status}: nothing is dispatched"
                 )
             named = core.entries[(agent, schedule)] if schedule is not None else None
-            if (
-                core.job_for(named) if named is not None else agent_obj.job or core.on_trigger
-            ) is None:
-                raise ScheduleTriggerError(  # before an ad hoc entry's state is written
-                    f"{agent}/{schedule or AD_HOC_SCHEDULE} has no job: give the agent or "
-                    "schedule a job",
-                    agent,
-                    schedule,
-                )
+            _require_job(core, agent_obj, named)  # before an ad hoc entry's state is written
             entry = named if named is not None else registry.ad_hoc_entry(core, agent_obj)
             if entry.run is not None:
                 return _skipped(SkipReason.ALREADY_RUNNING, f"{agent}/{entry.name} is running")
@@ -680,12 +687,7 @@ class ThreadedScheduler:
             if not wait and run.run_id in core.running:
                 return TriggerResult(success=True, run_id=run.run_id)
             core.idle.wait_for(lambda: run.run_id not in core.running)
-        outcome = run.outcome
-        ok = outcome is not None and outcome.status is RunStatus.SUCCESS and not run.timed_out
-        error = None if ok else (outcome.error if outcome else "run did not finish")
-        if run.timed_out:
-            error = "timeout"
-        return TriggerResult(success=ok, run_id=run.run_id, error=error)
+        return _finished(run)
 
     def get_running_job_count(self, agent: str) -> int:
         """Jobs of ``agent`` running now."""
@@ -860,6 +862,34 @@ def _register_as_job(
 
 def _skipped(reason: SkipReason, error: str) -> TriggerResult:
     return TriggerResult(success=False, error=error, skipped=True, skip_reason=reason)
+
+
+def _check_flags(**flags: object) -> None:
+    for what, value in flags.items():
+        if not isinstance(value, bool):  # wait="no" is true: it waited
+            raise TypeError(f"{what} must be True or False, got {type(value).__name__} {value!r}")
+
+
+def _require_job(core: EngineCore, agent: Agent, named: Entry | None) -> None:
+    """Refuse a run-now of a schedule (``named``) or agent (``None``: ad hoc) with no job."""
+    if (core.job_for(named) if named is not None else agent.job or core.on_trigger) is None:
+        schedule = None if named is None else named.name
+        raise ScheduleTriggerError(
+            f"{agent.name}/{schedule or AD_HOC_SCHEDULE} has no job: give the agent or schedule "
+            "a job",
+            agent.name,
+            schedule,
+        )
+
+
+def _finished(run: Run) -> TriggerResult:
+    """What ``trigger(wait=True)`` answers about a run that has ended."""
+    outcome = run.outcome
+    ok = outcome is not None and outcome.status is RunStatus.SUCCESS and not run.timed_out
+    error = None if ok else (outcome.error if outcome else "run did not finish")
+    if run.timed_out:
+        error = "timeout"
+    return TriggerResult(success=ok, run_id=run.run_id, error=error)
 
 
 def _call_if_offered(store: StateStore, method: str, *args: Any) -> None:

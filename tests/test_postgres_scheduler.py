@@ -17,7 +17,14 @@ import pytest
 from network_cut import CuttableLink
 from scheduler_helpers import wait_until
 
-from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo
+from herdsched import (
+    Agent,
+    RevisionMismatchError,
+    Schedule,
+    ThreadedScheduler,
+    TriggerInfo,
+    schedule_revision,
+)
 from herdsched.api import ApiResponse, RestApi
 from herdsched.models import Status
 from herdsched.store.postgres import PostgresStateStore
@@ -374,3 +381,36 @@ def test_a_requests_single_statement_read_past_its_deadline_leaves_the_session_a
     assert sched.is_leader
     sched.stop()
     store.close()
+
+
+def test_of_two_hosts_changing_one_revision_at_once_exactly_one_wins(scheduler_on) -> None:
+    """The revision is the same on both hosts although the database reorders the keys it
+    keeps (JSONB), and its check is part of the writing transaction."""
+    one, two = scheduler_on("a", Ledger()), scheduler_on("b", Ledger())
+    one.start()
+    two.start()
+    metadata = {"zeta": 1, "alpha": {"y": 2, "b": 3}}
+    one.add_schedule("ag", "shared", Schedule.interval("1h", metadata=metadata), persist=True)
+    two.refresh()
+    revision = schedule_revision(one.get_schedule("ag", "shared"))
+    assert schedule_revision(two.get_schedule("ag", "shared")) == revision
+    barrier = threading.Barrier(2)
+    outcomes: dict[str, str] = {}
+
+    def change(sched: ThreadedScheduler, prompt: str) -> None:
+        barrier.wait()
+        try:
+            sched.update_schedule("ag", "shared", if_revision=revision, prompt=prompt)
+            outcomes[prompt] = "changed"
+        except RevisionMismatchError:
+            outcomes[prompt] = "refused"
+
+    threads = [threading.Thread(target=change, args=(s, p)) for s, p in ((one, "1"), (two, "2"))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    assert sorted(outcomes.values()) == ["changed", "refused"], outcomes
+    winner = next(prompt for prompt, outcome in outcomes.items() if outcome == "changed")
+    for sched in (one, two):
+        assert sched.get_schedule("ag", "shared").prompt == winner

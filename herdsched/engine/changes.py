@@ -32,6 +32,8 @@ from herdsched.engine.planning import Entry, fresh_due
 from herdsched.engine.recovery import plan_resumed, resets_backoff
 from herdsched.errors import ConflictError, StateError, UnauthorizedError
 from herdsched.models import Schedule, Status, check_schedule_arguments
+from herdsched.revisions import check_revision, stored_revision_check
+from herdsched.store.base import Precondition
 
 __all__ = ["Changes"]
 
@@ -75,17 +77,29 @@ class Changes:
         core.changed()
 
     def update_schedule(
-        self, agent: str, name: str, owner: str | None, changes: dict[str, Any]
+        self,
+        agent: str,
+        name: str,
+        owner: str | None,
+        changes: dict[str, Any],
+        if_revision: str | None = None,
     ) -> Schedule:
         """Change some fields of one schedule's definition; a stored one is rewritten for every
         process, where only the changed fields are written (another process's change of other
         fields holds too)."""
-        return self._rewrite(
-            agent, name, owner, lambda old: registry.apply_changes(old, dict(changes)), merge=True
-        )
+
+        def make(old: Schedule) -> Schedule:
+            return registry.apply_changes(old, dict(changes))
+
+        return self._rewrite(agent, name, owner, make, merge=True, if_revision=if_revision)
 
     def replace_schedule(
-        self, agent: str, name: str, owner: str | None, schedule: Schedule
+        self,
+        agent: str,
+        name: str,
+        owner: str | None,
+        schedule: Schedule,
+        if_revision: str | None = None,
     ) -> Schedule:
         """Replace one schedule's whole definition (REST ``PUT``): a stored one is written as
         given, so no field another process changed meanwhile is mixed into it. The job stays,
@@ -99,7 +113,7 @@ class Changes:
         def make(old: Schedule) -> Schedule:
             return schedule.with_changes(job=old.job, owner=schedule.owner or old.owner)
 
-        return self._rewrite(agent, name, owner, make, merge=False)
+        return self._rewrite(agent, name, owner, make, merge=False, if_revision=if_revision)
 
     def _rewrite(
         self,
@@ -109,15 +123,19 @@ class Changes:
         make: Callable[[Schedule], Schedule],
         *,
         merge: bool,
+        if_revision: str | None,
     ) -> Schedule:
         """Validate the definition ``make`` turns the current one into, write it (merged field
-        by field into the stored one, or whole), then take it into memory."""
+        by field into the stored one, or whole), then take it into memory. ``if_revision``:
+        only if the definition still has that revision, here and in the store's write."""
         core = self.core
         self.adopt()
         with core.changes:
             with core.lock:
                 entry = core.require_entry(agent, name)
                 registry.check_owner(entry, owner)
+                if if_revision is not None:
+                    check_revision(agent, name, entry.schedule, if_revision)
                 schedule = make(entry.schedule)
                 cadence_changed = schedule.cadence != entry.schedule.cadence
                 when: registry.CheckedWhen = "changed" if cadence_changed else "registered"
@@ -130,7 +148,13 @@ class Changes:
             if entry.persisted_definition:
                 mapping = schedule_to_mapping(schedule)
                 core.store.save_definition(
-                    agent, name, mapping, exists=True, owner=seen_owner, base=base
+                    agent,
+                    name,
+                    mapping,
+                    exists=True,
+                    owner=seen_owner,
+                    base=base,
+                    check=_revision_check(agent, name, if_revision),
                 )
             with core.lock:
                 core.agents[agent] = core.agents[agent].with_schedule(name, schedule)
@@ -146,18 +170,28 @@ class Changes:
         core.changed()
         return schedule
 
-    def remove_schedule(self, agent: str, name: str, owner: str | None) -> None:
-        """Remove one schedule, its stored definition and state (its history stays)."""
+    def remove_schedule(
+        self, agent: str, name: str, owner: str | None, if_revision: str | None = None
+    ) -> None:
+        """Remove one schedule, its stored definition and state (its history stays);
+        ``if_revision`` as for :meth:`update_schedule`."""
         core = self.core
         self.adopt()
         with core.changes:
             with core.lock:
                 entry = core.require_entry(agent, name)
                 registry.check_owner(entry, owner)
+                if if_revision is not None:
+                    check_revision(agent, name, entry.schedule, if_revision)
                 seen = entry.state
             if entry.persisted_definition:
                 # the change itself: with its definition gone it is gone for every process
-                core.store.delete_definition(agent, name, owner=entry.schedule.owner)
+                core.store.delete_definition(
+                    agent,
+                    name,
+                    owner=entry.schedule.owner,
+                    check=_revision_check(agent, name, if_revision),
+                )
                 _clear_removed_state(core, agent, name)
             else:
                 core.store.remove_schedule_state(agent, name)
@@ -230,6 +264,10 @@ class Changes:
             for entry in entries:
                 registry.check_owner(entry, owner)
             return entries
+
+
+def _revision_check(agent: str, name: str, if_revision: str | None) -> Precondition | None:
+    return None if if_revision is None else stored_revision_check(agent, name, if_revision)
 
 
 def _clear_removed_state(core: EngineCore, agent: str, name: str) -> None:

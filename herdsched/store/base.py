@@ -37,7 +37,7 @@ and wakes for the expiry it saw. Without it a standby tries every ``min(5 s, ttl
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any, Protocol, runtime_checkable
 
@@ -46,11 +46,16 @@ import attrs
 from herdsched.models import RejectedDefinition, RunRecord, ScheduleState, check_prompt
 from herdsched.timestamps import format_timestamp
 
+#: A caller's own precondition of a definition's write: called with the stored definition
+#: (``None``: there is none) inside the store's locked write, it raises to refuse the write.
+Precondition = Callable[[Mapping[str, Any] | None], None]
+
 __all__ = [
     "DEFAULT_LEASE_TTL",
     "READ_ALL_HISTORY",
     "USER_INTENT_STATUSES",
     "Lease",
+    "Precondition",
     "RunClaim",
     "StateStore",
     "TriggerRequest",
@@ -320,6 +325,7 @@ class StateStore(Protocol):
         exists: bool | None = None,
         owner: str | None = None,
         base: Mapping[str, Any] | None = None,
+        check: Precondition | None = None,
     ) -> None:
         """Store one definition; durable when it returns.
 
@@ -332,13 +338,23 @@ class StateStore(Protocol):
         written over the stored one (:func:`herdsched.store.definitions.merge_definition`), so
         concurrent changes of different fields all hold; a stored definition of another type
         than ``base`` (the schedule was removed and created again) refuses the change with a
-        ``ConflictError``.
+        ``ConflictError``. ``check``, last, is the caller's own precondition: called with the
+        stored definition (``None``: there is none) inside the same locked write, it raises to
+        refuse it (a change made from a given revision, :mod:`herdsched.revisions`).
         """
 
-    def delete_definition(self, agent: str, schedule: str, *, owner: str | None = None) -> None:
+    def delete_definition(
+        self,
+        agent: str,
+        schedule: str,
+        *,
+        owner: str | None = None,
+        check: Precondition | None = None,
+    ) -> None:
         """Remove one definition (no error when absent); durable when it returns.
 
-        ``owner``: refuse (``UnauthorizedError``) when the stored definition is someone else's.
+        ``owner``: refuse (``UnauthorizedError``) when the stored definition is someone else's;
+        ``check`` as for :meth:`save_definition`.
         """
 
     def reject_definition(self, agent: str, schedule: str, reason: str) -> None:

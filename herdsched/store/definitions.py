@@ -26,6 +26,7 @@ import attrs
 
 from herdsched.errors import ConflictError, ScheduleNotFoundError, UnauthorizedError
 from herdsched.models import RejectedDefinition
+from herdsched.store.base import Precondition
 from herdsched.store.document import DocumentError, GuardedYamlFile
 from herdsched.store.files import FileContent
 from herdsched.store.state_file import FORMAT_VERSION, check_format_version, check_mapping
@@ -82,6 +83,7 @@ def check_preconditions(
     exists: bool | None,
     owner: str | None,
     base: Mapping[str, Any] | None = None,
+    check: Precondition | None = None,
 ) -> None:
     """Refuse a write whose preconditions do not hold against the stored ``current``.
 
@@ -89,7 +91,8 @@ def check_preconditions(
     the locked section that writes, so the check and the write are one step. A change made
     from ``base`` is refused when the stored definition is of another type than ``base``: the
     schedule was removed and created again meanwhile, and a merge field by field would mix
-    the two (an interval's fields in a cron schedule).
+    the two (an interval's fields in a cron schedule). ``check``, last, is the caller's own
+    (a change made only from a given revision, :mod:`herdsched.revisions`).
     """
     if exists is False and current is not None:
         raise ConflictError(
@@ -109,6 +112,8 @@ def check_preconditions(
             agent,
             schedule,
         )
+    if check is not None:
+        check(current)
 
 
 def merge_definition(
@@ -217,6 +222,7 @@ class DefinitionsFile:
         exists: bool | None = None,
         owner: str | None = None,
         base: Mapping[str, Any] | None = None,
+        check: Precondition | None = None,
     ) -> None:
         for value, what in ((agent, "agent"), (schedule, "schedule")):
             if not isinstance(value, str) or not value:
@@ -227,10 +233,17 @@ class DefinitionsFile:
                 f"{type(definition).__name__}"
             )
         plain = plain_data(definition, f"definition of {agent}/{schedule}")
-        self._modify(agent, schedule, plain, exists=exists, owner=owner, base=base)
+        self._modify(agent, schedule, plain, exists=exists, owner=owner, base=base, check=check)
 
-    def delete(self, agent: str, schedule: str, *, owner: str | None = None) -> None:
-        self._modify(agent, schedule, None, exists=None, owner=owner)
+    def delete(
+        self,
+        agent: str,
+        schedule: str,
+        *,
+        owner: str | None = None,
+        check: Precondition | None = None,
+    ) -> None:
+        self._modify(agent, schedule, None, exists=None, owner=owner, check=check)
 
     def reject(self, agent: str, schedule: str, reason: str) -> None:
         """Move a definition to the ``rejected`` list with its reason (no-op when gone)."""
@@ -251,6 +264,7 @@ class DefinitionsFile:
         owner: str | None,
         reason: str | None = None,
         base: Mapping[str, Any] | None = None,
+        check: Precondition | None = None,
     ) -> None:
         """One locked read-check-write of the file: the preconditions hold against what every
         process wrote, or nothing is written."""
@@ -260,7 +274,9 @@ class DefinitionsFile:
                 self._absorbed = True
             doc = self._doc
             current = doc.definitions.get(agent, {}).get(schedule)
-            check_preconditions(current, agent, schedule, exists=exists, owner=owner, base=base)
+            check_preconditions(
+                current, agent, schedule, exists=exists, owner=owner, base=base, check=check
+            )
             if definition is None and current is None:
                 return
             if definition is not None:

@@ -19,6 +19,7 @@ from herdsched.models import RejectedDefinition, RunRecord, ScheduleState
 from herdsched.runner import new_run_id
 from herdsched.store.base import (
     Lease,
+    Precondition,
     RunClaim,
     TriggerRequest,
     check_history_limit,
@@ -184,17 +185,27 @@ class MemoryStateStore:
         exists: bool | None = None,
         owner: str | None = None,
         base: Mapping[str, Any] | None = None,
+        check: Precondition | None = None,
     ) -> None:
         with self._lock:
             current = self._definitions.get(agent, {}).get(schedule)
-            check_preconditions(current, agent, schedule, exists=exists, owner=owner, base=base)
+            check_preconditions(
+                current, agent, schedule, exists=exists, owner=owner, base=base, check=check
+            )
             merged = merge_definition(current, base, definition)
             self._definitions.setdefault(agent, {})[schedule] = merged
 
-    def delete_definition(self, agent: str, schedule: str, *, owner: str | None = None) -> None:
+    def delete_definition(
+        self,
+        agent: str,
+        schedule: str,
+        *,
+        owner: str | None = None,
+        check: Precondition | None = None,
+    ) -> None:
         with self._lock:
             current = self._definitions.get(agent, {}).get(schedule)
-            check_preconditions(current, agent, schedule, exists=None, owner=owner)
+            check_preconditions(current, agent, schedule, exists=None, owner=owner, check=check)
             self._definitions.get(agent, {}).pop(schedule, None)
 
     def reject_definition(self, agent: str, schedule: str, reason: str) -> None:

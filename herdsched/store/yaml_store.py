@@ -42,6 +42,7 @@ from herdsched.models import RejectedDefinition, RunRecord, ScheduleState
 from herdsched.store.base import (
     USER_INTENT_STATUSES,
     Lease,
+    Precondition,
     RunClaim,
     TriggerRequest,
     check_history_limit,
@@ -642,17 +643,27 @@ class YamlStateStore:
         exists: bool | None = None,
         owner: str | None = None,
         base: Mapping[str, Any] | None = None,
+        check: Precondition | None = None,
     ) -> None:
         """Store one definition, its preconditions checked under the file lock; durable."""
         self._check_open()
         self._ensure_dir()
-        self._definitions.save(agent, schedule, definition, exists=exists, owner=owner, base=base)
+        self._definitions.save(
+            agent, schedule, definition, exists=exists, owner=owner, base=base, check=check
+        )
 
-    def delete_definition(self, agent: str, schedule: str, *, owner: str | None = None) -> None:
+    def delete_definition(
+        self,
+        agent: str,
+        schedule: str,
+        *,
+        owner: str | None = None,
+        check: Precondition | None = None,
+    ) -> None:
         """Remove one definition (no error when absent); durable when it returns."""
         self._check_open()
         self._ensure_dir()
-        self._definitions.delete(agent, schedule, owner=owner)
+        self._definitions.delete(agent, schedule, owner=owner, check=check)
 
     def reject_definition(self, agent: str, schedule: str, reason: str) -> None:
         """Move one definition to the ``rejected`` list of ``schedules.yaml``; durable."""

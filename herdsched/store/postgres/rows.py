@@ -27,6 +27,7 @@ __all__ = [
     "insert_claims",
     "patch_json",
     "read_claims",
+    "read_definition",
     "read_history",
     "upsert_states",
     "write_runs",
@@ -139,6 +140,16 @@ def read_requests(cursor: Cursor, namespace: str) -> list[TriggerRequest]:
         (namespace,),
     )
     return [TriggerRequest(*row) for row in cursor.fetchall()]
+
+
+def read_definition(cursor: Cursor, namespace: str, key: Key) -> dict[str, Any] | None:
+    """The stored definition of ``key`` as the transaction sees it (``None``: there is none)."""
+    cursor.execute(
+        "SELECT data FROM herdsched_definitions WHERE ns = %s AND agent = %s AND schedule = %s",
+        (namespace, *key),
+    )
+    row = cursor.fetchone()
+    return row[0] if row is not None else None
 
 
 def read_rejected(cursor: Cursor, namespace: str) -> list[RejectedDefinition]:

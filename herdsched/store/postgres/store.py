@@ -34,6 +34,7 @@ from herdsched.store.base import (
     DEFAULT_LEASE_TTL,
     READ_ALL_HISTORY,
     Lease,
+    Precondition,
     RunClaim,
     TriggerRequest,
     check_history_limit,
@@ -55,6 +56,7 @@ from herdsched.store.postgres.rows import (
     delete_claims,
     insert_claims,
     read_claims,
+    read_definition,
     read_history,
     read_rejected,
     read_requests,
@@ -618,14 +620,6 @@ class PostgresStateStore:
                 for step in adopt:
                     step()
 
-    def _stored_definition(self, cursor: Any, key: Key) -> dict[str, Any] | None:
-        cursor.execute(
-            "SELECT data FROM herdsched_definitions WHERE ns = %s AND agent = %s AND schedule = %s",
-            (self.namespace, *key),
-        )
-        row = cursor.fetchone()
-        return row[0] if row is not None else None
-
     def _write_definition(
         self, cursor: Any, adopt: list[Callable[[], None]], key: Key, data: Mapping[str, Any] | None
     ) -> None:
@@ -656,23 +650,33 @@ class PostgresStateStore:
         exists: bool | None = None,
         owner: str | None = None,
         base: Mapping[str, Any] | None = None,
+        check: Precondition | None = None,
     ) -> None:
         """Store one definition; its preconditions are checked in the writing transaction."""
         self._check_open()
         key = (agent, schedule)
         new = _json_definition(definition)
         with self._change(f"save the definition of {agent}/{schedule}") as (cursor, adopt):
-            current = self._stored_definition(cursor, key)
-            check_preconditions(current, agent, schedule, exists=exists, owner=owner, base=base)
+            current = read_definition(cursor, self.namespace, key)
+            check_preconditions(
+                current, agent, schedule, exists=exists, owner=owner, base=base, check=check
+            )
             base_json = _json_definition(base) if base is not None else None
             self._write_definition(cursor, adopt, key, merge_definition(current, base_json, new))
 
-    def delete_definition(self, agent: str, schedule: str, *, owner: str | None = None) -> None:
+    def delete_definition(
+        self,
+        agent: str,
+        schedule: str,
+        *,
+        owner: str | None = None,
+        check: Precondition | None = None,
+    ) -> None:
         self._check_open()
         key = (agent, schedule)
         with self._change(f"delete the definition of {agent}/{schedule}") as (cursor, adopt):
-            current = self._stored_definition(cursor, key)
-            check_preconditions(current, agent, schedule, exists=None, owner=owner)
+            current = read_definition(cursor, self.namespace, key)
+            check_preconditions(current, agent, schedule, exists=None, owner=owner, check=check)
             if current is not None:
                 self._write_definition(cursor, adopt, key, None)
 
@@ -680,7 +684,7 @@ class PostgresStateStore:
         self._check_open()
         key = (agent, schedule)
         with self._change(f"set aside the definition of {agent}/{schedule}") as (cursor, adopt):
-            current = self._stored_definition(cursor, key)
+            current = read_definition(cursor, self.namespace, key)
             if current is None:
                 return
             self._write_definition(cursor, adopt, key, None)
