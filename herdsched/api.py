@@ -73,12 +73,14 @@ from herdsched.errors import (
     CronParseError,
     InvalidScheduleError,
     LimitExceededError,
+    RevisionMismatchError,
     ScheduleNotFoundError,
     ScheduleTriggerError,
     StateError,
     UnauthorizedError,
 )
 from herdsched.html import STATUS_FILTERS, count_schedules, matches_status, page_update, status_page
+from herdsched.http_conditions import WriteConditions, parse_conditions
 from herdsched.models import (
     MAX_METADATA_DEPTH,
     RunRecord,
@@ -90,6 +92,7 @@ from herdsched.models import (
     Status,
     check_prompt,
 )
+from herdsched.revisions import schedule_revision
 from herdsched.store.deadline import answer_within
 from herdsched.store.memory import MemoryStateStore
 from herdsched.store.runs import find_run
@@ -206,6 +209,7 @@ _OPTION_FIELDS = (
     "metadata",
 )
 _MAX_LIMIT = 50
+_NO_CONDITIONS = WriteConditions()
 #: The most schedules one page of the status page shows, how many it shows by default, and
 #: the runs in each schedule's timeline strip.
 PAGE_LIMIT = 500
@@ -241,6 +245,17 @@ class ApiResponse(NamedTuple):
     status: int
     body: dict[str, Any]
 
+    @property
+    def headers(self) -> dict[str, str]:
+        """The headers an adapter adds: ``ETag``, the revision of the definition of the
+        schedule answered about (see :mod:`herdsched.http_conditions`), with ``Cache-Control:
+        no-store``: the body's live state changes under the same tag, so no cache may keep it
+        and answer a revalidation with "not modified"."""
+        revision = self.body.get("revision")
+        if not isinstance(revision, str):
+            return {}
+        return {"ETag": f'"{revision}"', "Cache-Control": "no-store"}
+
 
 class _Patched(NamedTuple):
     """A PATCH's answer and the part of its body that changed something, which its audit line
@@ -255,15 +270,22 @@ class ApiError(Exception):
     """An error answer: ``status`` code, ``error`` message, ``details`` naming the culprits."""
 
     def __init__(
-        self, status: int, error: str, details: list[dict[str, Any]] | None = None
+        self,
+        status: int,
+        error: str,
+        details: list[dict[str, Any]] | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(error)
         self.status = status
         self.error = error
         self.details = details or []
+        self.extra = dict(extra or {})  # more fields of the answer (a 412's current revision)
 
     def response(self) -> ApiResponse:
-        return ApiResponse(self.status, {"error": self.error, "details": self.details})
+        return ApiResponse(
+            self.status, {"error": self.error, "details": self.details, **self.extra}
+        )
 
 
 def _detail(field: str | None, message: str) -> dict[str, Any]:
@@ -388,6 +410,7 @@ def schedule_json(
         "skip_reason": _value(item.skip_reason),
         "disabled_reason": item.disabled_reason,
         "defined_in": item.defined_in,
+        "revision": schedule_revision(schedule) if schedule is not None else None,
     }
     if schedule is not None:
         for field in ("timeout", "catch_up", "overlap", "notify", "work_source"):
@@ -425,6 +448,8 @@ def _error_for(exc: Exception) -> ApiError:
         return ApiError(404, str(exc))
     if isinstance(exc, UnauthorizedError):
         return ApiError(403, str(exc))
+    if isinstance(exc, RevisionMismatchError):  # a ConflictError: before the 409
+        return ApiError(412, str(exc), [_detail("If-Match", str(exc))], {"revision": exc.current})
     if isinstance(exc, (LimitExceededError, ScheduleTriggerError, ConflictError)):
         return ApiError(409, str(exc))
     if isinstance(exc, StateError):
@@ -486,6 +511,8 @@ class RestApi:
         read_only: str | None = None,
         cross_site: bool = False,
         actor: str | None = None,
+        if_match: str | None = None,
+        if_none_match: str | None = None,
     ) -> ApiResponse:
         """Answer one request; never raises (errors become JSON error answers).
 
@@ -498,7 +525,9 @@ class RestApi:
         ``owner`` is the caller (``None`` or :data:`ADMIN` for full access). ``read_only`` is
         the reason every write is refused with 403 (an adapter without auth); ``cross_site``
         refuses writes a browser sent from another site. ``actor`` names the person for the
-        log lines of changes (a user name), when the adapter knows it.
+        log lines of changes (a user name), when the adapter knows it. ``if_match`` and
+        ``if_none_match`` are the request's headers of those names (writes of one schedule
+        only, see :mod:`herdsched.http_conditions`); the answer's ``headers`` go back with it.
         """
         caller = None if is_admin(owner) else owner
         method = method.upper()
@@ -516,9 +545,10 @@ class RestApi:
             if method in _WRITES:
                 _check_write(read_only, cross_site)
             data = self._body(method, body, content_type)
+            extra = _conditions_of(route == self._one, method, if_match, if_none_match)
             with answer_within(self.request_timeout):
                 answer: ApiResponse | _Patched = route(
-                    method, *args, query=params, data=data, caller=caller
+                    method, *args, query=params, data=data, caller=caller, **extra
                 )
         except Exception as exc:
             return _error_for(exc).response()
@@ -737,25 +767,8 @@ class RestApi:
             schedule = None
         out = schedule_json(item, schedule, self.scheduler.timezone)
         if out["next_run_at"] is None and schedule is not None and not self.scheduler.is_leader:
-            out["next_run_at"] = _time(self._preview_next(item, schedule))
+            out["next_run_at"] = _time(_preview_next(self.scheduler, item, schedule))
         return out
-
-    def _preview_next(self, item: ScheduleStatus, schedule: Schedule) -> datetime | None:
-        """The first due time the active scheduler will compute for a schedule it has not
-        planned yet (a schedule just created through a standby process)."""
-        if (
-            schedule.cadence is None
-            or not schedule.enabled
-            or item.status is not Status.IDLE
-            or item.last_run_at is not None
-        ):
-            return None
-        return schedule.cadence.first_due(self.scheduler.clock.now(), self.scheduler.timezone)
-
-    @staticmethod
-    def _check_owner(caller: str | None, owner: str | None, agent: str, name: str) -> None:
-        if caller is not None and owner != caller:
-            raise ApiError(403, f"{agent}/{name} is not owned by {caller!r}")
 
     def _sync(self) -> None:
         """Take in what other processes wrote, so the answer is true for every process."""
@@ -863,35 +876,46 @@ class RestApi:
         query: dict[str, str],
         data: dict[str, Any] | None,
         caller: str | None,
+        conditions: WriteConditions = _NO_CONDITIONS,
     ) -> ApiResponse | _Patched:
         if method == "PUT":
-            return self._put(agent, name, data or {}, caller)
+            return self._put(agent, name, data or {}, caller, conditions)
         item = self._item(agent, name)
-        self._check_owner(caller, item.owner, agent, name)
+        _check_owner(caller, item.owner, agent, name)
         if method == "GET":
             return ApiResponse(200, self._json(item))
+        if conditions.create_only:
+            raise ApiError(412, f"{agent}/{name} exists (If-None-Match: *)")
+        revision = conditions.revision(agent, name, self.scheduler.get_schedule(agent, name))
         if method == "PATCH":
-            return self._patch(agent, name, data or {}, caller, item.status)
+            return self._patch(agent, name, data or {}, caller, item.status, revision)
         if data:  # what it asks for would be ignored: a run-now refuses unknown fields too
             raise _field_error(
                 sorted(data)[0], f"DELETE takes no body, got the fields {', '.join(sorted(data))}"
             )
         self._check_defined_here(item)
-        self.scheduler.remove_schedule(agent, name, owner=caller)
+        self.scheduler.remove_schedule(agent, name, owner=caller, if_revision=revision)
         return ApiResponse(200, {"deleted": {"agent": agent, "name": name}})
 
-    def _put(self, agent: str, name: str, data: dict[str, Any], caller: str | None) -> ApiResponse:
+    def _put(
+        self,
+        agent: str,
+        name: str,
+        data: dict[str, Any],
+        caller: str | None,
+        conditions: WriteConditions,
+    ) -> ApiResponse:
         """Create or replace. A schedule another request removed between the PUT's read and
         its write (whose compare-and-set then finds the definition gone) is created by a
         second try, 201: a PUT never says "not found" about the schedule it makes. Removed
         again meanwhile, or removed after the write (a removal answered then stands), it is a
         409."""
         try:
-            return self._put_once(agent, name, data, caller)
+            return self._put_once(agent, name, data, caller, conditions)
         except ScheduleNotFoundError:
             pass  # removed meanwhile: the second try finds it gone and creates it
         try:
-            return self._put_once(agent, name, data, caller)
+            return self._put_once(agent, name, data, caller, conditions)
         except ScheduleNotFoundError:
             raise ConflictError(
                 f"{agent}/{name} was removed by other requests twice while this PUT ran: try again",
@@ -900,7 +924,12 @@ class RestApi:
             ) from None
 
     def _put_once(
-        self, agent: str, name: str, data: dict[str, Any], caller: str | None
+        self,
+        agent: str,
+        name: str,
+        data: dict[str, Any],
+        caller: str | None,
+        conditions: WriteConditions,
     ) -> ApiResponse:
         scheduler = self.scheduler
         self._sync()
@@ -918,16 +947,19 @@ class RestApi:
             existing = None
             _check_length("name", name, MAX_NAME_LENGTH)
         if existing is not None:
-            self._check_owner(caller, existing.owner, agent, name)
+            _check_owner(caller, existing.owner, agent, name)
             self._check_defined_here(self._item(agent, name))
             _keep_owner(agent, name, fields, existing)
+            if conditions.create_only:
+                raise ApiError(412, f"{agent}/{name} exists (If-None-Match: *)")
+        revision = conditions.revision(agent, name, existing)
         schedule = self._read_definition(fields)
         _check_zone_kept(fields, schedule, scheduler.timezone)
         if existing is None:
-            scheduler.add_schedule(agent, name, schedule, persist=True, owner=schedule.owner)
+            _create(scheduler, agent, name, schedule, conditions)
             created = True
         else:  # whole, even where this process saw no change: another may have made one
-            scheduler.replace_schedule(agent, name, schedule, owner=caller)
+            scheduler.replace_schedule(agent, name, schedule, owner=caller, if_revision=revision)
             created = False
         try:
             item = self._item(agent, name)
@@ -957,10 +989,11 @@ class RestApi:
         data: dict[str, Any],
         caller: str | None,
         status_before: Status,
+        revision: str | None,
     ) -> _Patched:
         """Apply a partial update; the answer says which part of ``data`` changed something
         (``status_before``, the schedule's status as the request found it, tells whether a
-        pause changes it)."""
+        pause changes it). ``revision``: the one its first definition write must find."""
         scheduler = self.scheduler
         effective: dict[str, Any] = {}
         self._sync()
@@ -995,7 +1028,10 @@ class RestApi:
             _check_zone_kept(fields, updated, scheduler.timezone)
             changes = _changes(existing, updated)
             if changes:
-                scheduler.update_schedule(agent, name, owner=caller, **changes)
+                scheduler.update_schedule(
+                    agent, name, owner=caller, if_revision=revision, **changes
+                )
+                revision = None  # this request's own write made a new one
                 effective = {
                     key: value
                     for key, value in data.items()
@@ -1007,7 +1043,9 @@ class RestApi:
                 effective["enabled"] = False
         elif enabled is True:
             if not scheduler.get_schedule(agent, name).enabled:
-                scheduler.update_schedule(agent, name, owner=caller, enabled=True)
+                scheduler.update_schedule(
+                    agent, name, owner=caller, if_revision=revision, enabled=True
+                )
                 effective["enabled"] = True
             if self._item(agent, name).status in (Status.PAUSED, Status.DISABLED):
                 scheduler.resume(agent, name, owner=caller)
@@ -1026,7 +1064,7 @@ class RestApi:
     ) -> ApiResponse:
         scheduler = self.scheduler
         item = self._item(agent, name)
-        self._check_owner(caller, item.owner, agent, name)
+        _check_owner(caller, item.owner, agent, name)
         data = data or {}
         unknown = sorted(set(data) - {"prompt"})
         if unknown:
@@ -1096,7 +1134,7 @@ class RestApi:
             if record is None:
                 raise
             return ApiResponse(200, record_to_dict(record))
-        self._check_owner(caller, item.owner, agent, name)
+        _check_owner(caller, item.owner, agent, name)
         record = find_run(self.scheduler.store, agent, name, run_id)
         if record is None:
             raise ApiError(404, f"no run {run_id!r} of {agent}/{name}")
@@ -1113,7 +1151,7 @@ class RestApi:
         caller: str | None,
     ) -> ApiResponse:
         item = self._item(agent, name)
-        self._check_owner(caller, item.owner, agent, name)
+        _check_owner(caller, item.owner, agent, name)
         limit = min(_int_param(query, "limit", 20, minimum=1), _MAX_HISTORY)
         self._refresh_history()
         records = self.scheduler.history(agent, name, limit=limit)
@@ -1124,6 +1162,66 @@ class RestApi:
 
 
 _WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def _preview_next(
+    scheduler: ThreadedScheduler, item: ScheduleStatus, schedule: Schedule
+) -> datetime | None:
+    """The first due time the active scheduler will compute for a schedule it has not planned
+    yet (a schedule just created through a standby process)."""
+    if (
+        schedule.cadence is None
+        or not schedule.enabled
+        or item.status is not Status.IDLE
+        or item.last_run_at is not None
+    ):
+        return None
+    return schedule.cadence.first_due(scheduler.clock.now(), scheduler.timezone)
+
+
+def _check_owner(caller: str | None, owner: str | None, agent: str, name: str) -> None:
+    if caller is not None and owner != caller:
+        raise ApiError(403, f"{agent}/{name} is not owned by {caller!r}")
+
+
+def _conditions_of(
+    one_schedule: bool, method: str, if_match: str | None, if_none_match: str | None
+) -> dict[str, WriteConditions]:
+    """The ``conditions`` argument of a route: for a write of one schedule; ignored on reads;
+    a 400 on another write (a precondition a write cannot keep must not be dropped)."""
+    if method not in _WRITES:
+        return {}
+    try:
+        conditions = parse_conditions(if_match, if_none_match)
+    except ValueError as exc:
+        header = str(exc).split(":", 1)[0]
+        raise ApiError(400, str(exc), [_detail(header, str(exc))]) from None
+    if not conditions.given:
+        return {}
+    if not one_schedule:
+        raise ApiError(
+            400,
+            "If-Match and If-None-Match apply to PUT, PATCH and DELETE of "
+            "/api/schedule/<agent>/<schedule> only",
+        )
+    return {"conditions": conditions}
+
+
+def _create(
+    scheduler: ThreadedScheduler,
+    agent: str,
+    name: str,
+    schedule: Schedule,
+    conditions: WriteConditions,
+) -> None:
+    """Create a schedule for a PUT; with ``If-None-Match: *`` a name another request took
+    meanwhile is a 412, as one taken before the request is."""
+    try:
+        scheduler.add_schedule(agent, name, schedule, persist=True, owner=schedule.owner)
+    except ConflictError:
+        if conditions.create_only:
+            raise ApiError(412, f"{agent}/{name} exists (If-None-Match: *)") from None
+        raise
 
 
 def _with_head(methods: tuple[str, ...]) -> tuple[str, ...]:

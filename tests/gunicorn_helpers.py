@@ -66,10 +66,12 @@ def get_json(url: str) -> Any:
         return json.loads(response.read())
 
 
-def call(method: str, url: str, body: Any = None) -> tuple[int, Any, dict[str, str]]:
+def call(
+    method: str, url: str, body: Any = None, headers: dict[str, str] | None = None
+) -> tuple[int, Any, dict[str, str]]:
     """One HTTP request with a JSON body; (status, parsed JSON answer, headers), errors too."""
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method)
+    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
     if data is not None:
         request.add_header("Content-Type", "application/json")
     try:

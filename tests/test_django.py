@@ -971,3 +971,22 @@ def test_a_body_over_djangos_own_limit_gets_the_apis_413_or_is_read(
     ):
         response = send(Client(), "PUT", url, body)
         assert response.status_code == 201, response.content
+
+
+def test_an_etag_goes_out_and_if_match_and_if_none_match_come_in(client: Client) -> None:
+    url = f"{API}/schedule/triage/check"
+    read = client.get(url)
+    etag = read["ETag"]
+    assert etag == f'"{read.json()["revision"]}"'
+    assert read["Cache-Control"] == "no-store"
+    patch = {"data": '{"prompt": "x"}', "content_type": "application/json"}
+    stale = client.patch(url, **patch, HTTP_IF_MATCH='"0000000000000000"')
+    assert stale.status_code == 412, stale.json()
+    assert stale["ETag"] == etag and stale.json()["revision"] == etag.strip('"')
+    changed = client.patch(url, **patch, HTTP_IF_MATCH=etag)
+    assert changed.status_code == 200 and changed["ETag"] not in ("", etag)
+    taken = client.put(
+        url, data='{"interval": "5m"}', content_type="application/json", HTTP_IF_NONE_MATCH="*"
+    )
+    assert taken.status_code == 412 and "exists" in taken.json()["error"]
+    assert client.get(url).json()["prompt"] == "x"

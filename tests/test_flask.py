@@ -703,3 +703,19 @@ def test_no_start_in_the_reloader_watcher(
     init_app(app, sched)
     assert not sched.is_running()
     assert app.test_client().get(f"{API}/status").get_json()["status"] == "stopped"
+
+
+def test_an_etag_goes_out_and_if_match_and_if_none_match_come_in(client: FlaskClient) -> None:
+    url = f"{API}/schedule/triage/check"
+    read = client.get(url)
+    etag = read.headers["ETag"]
+    assert etag == f'"{read.get_json()["revision"]}"'
+    assert read.headers["Cache-Control"] == "no-store"
+    stale = client.patch(url, json={"prompt": "x"}, headers={"If-Match": '"0000000000000000"'})
+    assert stale.status_code == 412, stale.get_json()
+    assert stale.headers["ETag"] == etag and stale.get_json()["revision"] == etag.strip('"')
+    changed = client.patch(url, json={"prompt": "x"}, headers={"If-Match": etag})
+    assert changed.status_code == 200 and changed.headers["ETag"] not in ("", etag)
+    taken = client.put(url, json={"interval": "5m"}, headers={"If-None-Match": "*"})
+    assert taken.status_code == 412 and "exists" in taken.get_json()["error"]
+    assert client.get(url).get_json()["prompt"] == "x"

@@ -24,11 +24,13 @@ from herdsched import (
     Agent,
     ConflictError,
     InvalidScheduleError,
+    RevisionMismatchError,
     Schedule,
     ScheduleNotFoundError,
     StateError,
     Status,
     ThreadedScheduler,
+    schedule_revision,
 )
 from herdsched.api import RestApi
 from herdsched.store.yaml_store import YamlStateStore
@@ -518,3 +520,146 @@ def test_a_schedule_removed_by_a_standby_leaves_no_state_behind_the_leaders_comm
     one.store.flush()
     states = YamlStateStore(tmp_path).get_agent_schedule_states("triage")
     assert "brief" not in states, states.get("brief")
+
+
+# ------------------------------------------------------------ changes made from a revision
+
+
+def ask(sched: ThreadedScheduler, method: str, path: str, body: Any = None, **headers: str) -> Any:
+    """A REST call with precondition headers (``if_match=``, ``if_none_match=``)."""
+    raw = json.dumps(body).encode() if body is not None else b""
+    return RestApi(sched).handle(method, path, body=raw, content_type="application/json", **headers)
+
+
+def test_revisions_are_equal_for_equal_definitions_in_every_process(
+    pair: tuple[ThreadedScheduler, ThreadedScheduler],
+) -> None:
+    one, two = pair
+    definition = Schedule.cron(
+        "30 9 * * 1-5", timezone="Europe/Berlin", prompt="p", metadata={"b": 1, "a": [1, 2]}
+    )
+    one.add_schedule("triage", "rev", definition, persist=True)
+    two.refresh()  # read back from schedules.yaml
+    revision = schedule_revision(one.get_schedule("triage", "rev"))
+    assert revision == schedule_revision(two.get_schedule("triage", "rev"))
+    assert revision == schedule_revision(definition.with_changes(job=print))  # not the job
+    assert revision != schedule_revision(definition.with_changes(prompt="q"))
+    assert len(revision) == 16 and int(revision, 16) >= 0
+    coded = one.get_schedule("triage", "coded")  # a sub-second timeout has no fleet-file form
+    short = schedule_revision(coded.with_changes(timeout=timedelta(seconds=0.5)))
+    assert short == schedule_revision(coded.with_changes(timeout=timedelta(seconds=0.5)))
+    assert short != schedule_revision(coded.with_changes(timeout=timedelta(seconds=0.25)))
+
+
+def test_a_change_from_an_old_revision_is_refused_and_writes_nothing(
+    pair: tuple[ThreadedScheduler, ThreadedScheduler], tmp_path: Path
+) -> None:
+    one, two = pair
+    one.add_schedule("triage", "rev", Schedule.interval("1h", prompt="p0"), persist=True)
+    seen = schedule_revision(one.get_schedule("triage", "rev"))
+    two.update_schedule("triage", "rev", prompt="p1")  # another process, meanwhile
+    stored_before = YamlStateStore(tmp_path).load_definitions()["triage"]["rev"]
+    for change in (
+        lambda: one.update_schedule("triage", "rev", if_revision=seen, prompt="p2"),
+        lambda: one.replace_schedule("triage", "rev", Schedule.interval("2h"), if_revision=seen),
+        lambda: one.remove_schedule("triage", "rev", if_revision=seen),
+    ):
+        with pytest.raises(RevisionMismatchError, match="changed since revision") as raised:
+            change()
+        assert raised.value.expected == seen
+        assert raised.value.current == schedule_revision(two.get_schedule("triage", "rev"))
+    assert YamlStateStore(tmp_path).load_definitions()["triage"]["rev"] == stored_before
+    current = schedule_revision(one.get_schedule("triage", "rev"))
+    changed = one.update_schedule("triage", "rev", if_revision=current, prompt="p2")
+    assert changed.prompt == "p2"
+    one.remove_schedule("triage", "rev", if_revision=schedule_revision(changed))
+    assert "rev" not in stored_names(tmp_path)
+    with pytest.raises(TypeError, match="if_revision must be a non-empty string"):
+        one.update_schedule("triage", "coded", if_revision="", prompt="x")
+
+
+def test_the_store_refuses_a_change_made_from_a_revision_another_process_replaced_meanwhile(
+    pair: tuple[ThreadedScheduler, ThreadedScheduler], tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The revision held in memory when the change began, then another process wrote before
+    this one's store write: the compare-and-set in the store's locked write refuses it."""
+    one, two = pair
+    one.add_schedule("triage", "rev", Schedule.interval("1h", prompt="p0"), persist=True)
+    two.refresh()
+    seen = schedule_revision(two.get_schedule("triage", "rev"))
+    write = two.store.save_definition
+
+    def another_process_writes_first(*args: Any, **kwargs: Any) -> None:
+        monkeypatch.setattr(two.store, "save_definition", write)
+        one.update_schedule("triage", "rev", prompt="by one")
+        write(*args, **kwargs)
+
+    monkeypatch.setattr(two.store, "save_definition", another_process_writes_first)
+    with pytest.raises(RevisionMismatchError):
+        two.update_schedule("triage", "rev", if_revision=seen, timeout=timedelta(minutes=5))
+    stored = YamlStateStore(tmp_path).load_definitions()["triage"]["rev"]
+    assert stored == {"type": "interval", "interval": "1h", "prompt": "by one"}
+    assert two.get_schedule("triage", "rev").timeout is None  # memory unchanged too
+
+
+def test_rest_answers_an_etag_and_honours_if_match_and_if_none_match(
+    pair: tuple[ThreadedScheduler, ThreadedScheduler], tmp_path: Path
+) -> None:
+    one, two = pair
+    path = "/api/schedule/triage/rev"
+    created = ask(one, "PUT", path, {"interval": "1h"}, if_none_match="*")
+    assert created.status == 201, created.body
+    etag = created.headers["ETag"]
+    assert etag == f'"{created.body["revision"]}"'
+    assert ask(two, "GET", path).headers == {"ETag": etag, "Cache-Control": "no-store"}
+    again = ask(two, "PUT", path, {"interval": "2h"}, if_none_match="*")
+    assert again.status == 412 and "exists" in again.body["error"]
+    patched = ask(two, "PATCH", path, {"prompt": "p1"}, if_match=etag)
+    assert patched.status == 200 and patched.headers["ETag"] != etag
+    for method, body in (
+        ("PATCH", {"prompt": "p2"}),
+        ("PUT", {"interval": "3h"}),
+        ("DELETE", None),
+    ):
+        stale = ask(one, method, path, body, if_match=etag)
+        assert stale.status == 412, (method, stale.body)
+        assert stale.body["revision"] == patched.body["revision"]
+        assert stale.headers == patched.headers  # the current one, to read again from
+        assert stale.body["details"][0]["field"] == "If-Match"
+    assert YamlStateStore(tmp_path).load_definitions()["triage"]["rev"]["prompt"] == "p1"
+    assert ask(one, "PATCH", path, {"enabled": False}, if_match="W/" + etag).status == 412
+    assert ask(one, "PATCH", path, {"enabled": False}, if_match="*").status == 200
+    assert (
+        ask(one, "PUT", "/api/schedule/triage/absent", {"interval": "1h"}, if_match="*").status
+        == 412
+    )
+    assert "absent" not in stored_names(tmp_path)
+    bare = patched.body["revision"]  # as typed without quotes, in a list
+    assert ask(one, "DELETE", path, if_match=f'"0000000000000000", {bare}').status == 200
+    assert "rev" not in stored_names(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "headers", "culprit"),
+    [
+        ("PATCH", "/api/schedule/triage/coded", {"if_match": '"a b"'}, "If-Match"),
+        ("PATCH", "/api/schedule/triage/coded", {"if_match": ""}, "If-Match"),
+        ("PUT", "/api/schedule/triage/x", {"if_none_match": '"abc"'}, "If-None-Match"),
+        ("POST", "/api/schedule/triage/coded/run", {"if_match": "*"}, None),
+    ],
+)
+def test_a_precondition_that_cannot_be_kept_is_a_400_not_ignored(
+    pair: tuple[ThreadedScheduler, ThreadedScheduler],
+    method: str,
+    path: str,
+    headers: dict[str, str],
+    culprit: str | None,
+) -> None:
+    answer = ask(pair[0], method, path, None, **headers)
+    assert answer.status == 400, answer.body
+    assert (answer.body["details"][0]["field"] if answer.body["details"] else None) == culprit
+    assert "If-" in answer.body["error"]
+    runs = pair[0].history("triage", "coded")
+    assert [r for r in runs if r.trigger_type == "manual"] == []  # no run-now happened
+    # reads ignore them (a browser revalidating its cache sends If-None-Match)
+    assert ask(pair[0], "GET", "/api/schedule/triage/coded", if_none_match='"x"').status == 200

@@ -425,8 +425,11 @@ def _api_answer(ext: FlaskHerdsched, path: str) -> Response:
         owner=owner,
         read_only=_NO_AUTH if ext.auth is None else None,
         cross_site=is_cross_site(dict(request.headers), request.host),
+        if_match=request.headers.get("If-Match"),
+        if_none_match=request.headers.get("If-None-Match"),
     )
     response = _json_response(answer)
+    response.headers.update(answer.headers)
     if answer.status == 405:
         response.headers["Allow"] = ", ".join(api.allowed_methods(path))
     return response

@@ -213,7 +213,7 @@ def api(request: HttpRequest, subpath: str | None = None) -> HttpResponse:
     except _Refused as refused:
         return refused.response
     path = "/api" if subpath is None else f"/api/{subpath}"
-    status, answer = rest.handle(
+    answer = rest.handle(
         request.method or "GET",
         path,
         query=dict(request.GET.lists()),
@@ -225,8 +225,10 @@ def api(request: HttpRequest, subpath: str | None = None) -> HttpResponse:
         read_only=_NO_AUTH if integration.auth_callable() is None else None,
         cross_site=is_cross_site(dict(request.headers), request.META.get("HTTP_HOST")),
         actor=_actor(request),
+        if_match=request.headers.get("If-Match"),
+        if_none_match=request.headers.get("If-None-Match"),
     )
-    response = JsonResponse(answer, status=status)
-    if status == 405:
+    response = JsonResponse(answer.body, status=answer.status, headers=answer.headers)
+    if answer.status == 405:
         response["Allow"] = ", ".join(rest.allowed_methods(path))
     return response
