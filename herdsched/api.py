@@ -80,7 +80,7 @@ from herdsched.errors import (
     UnauthorizedError,
 )
 from herdsched.html import STATUS_FILTERS, count_schedules, matches_status, page_update, status_page
-from herdsched.http_conditions import WriteConditions, parse_conditions
+from herdsched.http_conditions import WriteConditions, answer_tag, parse_conditions
 from herdsched.models import (
     MAX_METADATA_DEPTH,
     RunRecord,
@@ -247,14 +247,12 @@ class ApiResponse(NamedTuple):
 
     @property
     def headers(self) -> dict[str, str]:
-        """The headers an adapter adds: ``ETag``, the revision of the definition of the
-        schedule answered about (see :mod:`herdsched.http_conditions`), with ``Cache-Control:
-        no-store``: the body's live state changes under the same tag, so no cache may keep it
-        and answer a revalidation with "not modified"."""
-        revision = self.body.get("revision")
-        if not isinstance(revision, str):
+        """The headers an adapter adds: an answer about one schedule has an ``ETag`` (see
+        :mod:`herdsched.http_conditions`) and ``Cache-Control: no-store``, its state being
+        live."""
+        if "revision" not in self.body or "error" in self.body:
             return {}
-        return {"ETag": f'"{revision}"', "Cache-Control": "no-store"}
+        return {"ETag": f'"{answer_tag(self.body)}"', "Cache-Control": "no-store"}
 
 
 class _Patched(NamedTuple):
@@ -884,9 +882,8 @@ class RestApi:
         _check_owner(caller, item.owner, agent, name)
         if method == "GET":
             return ApiResponse(200, self._json(item))
-        if conditions.create_only:
-            raise ApiError(412, f"{agent}/{name} exists (If-None-Match: *)")
-        revision = conditions.revision(agent, name, self.scheduler.get_schedule(agent, name))
+        current = self.scheduler.get_schedule(agent, name)
+        revision = _required_revision(self, conditions, agent, name, current)
         if method == "PATCH":
             return self._patch(agent, name, data or {}, caller, item.status, revision)
         if data:  # what it asks for would be ignored: a run-now refuses unknown fields too
@@ -950,9 +947,7 @@ class RestApi:
             _check_owner(caller, existing.owner, agent, name)
             self._check_defined_here(self._item(agent, name))
             _keep_owner(agent, name, fields, existing)
-            if conditions.create_only:
-                raise ApiError(412, f"{agent}/{name} exists (If-None-Match: *)")
-        revision = conditions.revision(agent, name, existing)
+        revision = _required_revision(self, conditions, agent, name, existing)
         schedule = self._read_definition(fields)
         _check_zone_kept(fields, schedule, scheduler.timezone)
         if existing is None:
@@ -1207,6 +1202,28 @@ def _conditions_of(
     return {"conditions": conditions}
 
 
+def _required_revision(
+    rest: RestApi,
+    conditions: WriteConditions,
+    agent: str,
+    name: str,
+    current: Schedule | None,
+) -> str | None:
+    """The ``if_revision`` of a write made under ``conditions`` to a schedule whose definition
+    is ``current`` (``None``: none); a 412 when they fail already."""
+    if conditions.create_only and current is not None:
+        raise _taken(agent, name)
+    tag = None
+    if current is not None and conditions.tags:
+        tag = answer_tag(rest._json(rest._item(agent, name)))
+    return conditions.revision(agent, name, current, tag)
+
+
+def _taken(agent: str, name: str) -> ApiError:
+    message = f"{agent}/{name} exists (If-None-Match: *): it was not replaced"
+    return ApiError(412, message, [_detail("If-None-Match", message)])
+
+
 def _create(
     scheduler: ThreadedScheduler,
     agent: str,
@@ -1220,7 +1237,7 @@ def _create(
         scheduler.add_schedule(agent, name, schedule, persist=True, owner=schedule.owner)
     except ConflictError:
         if conditions.create_only:
-            raise ApiError(412, f"{agent}/{name} exists (If-None-Match: *)") from None
+            raise _taken(agent, name) from None
         raise
 
 

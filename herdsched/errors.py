@@ -259,7 +259,7 @@ class RevisionMismatchError(ConflictError):
     REST, ``If-Match``).
 
     ``expected`` is the revision the change was made from (see
-    :func:`herdsched.definitions.schedule_revision`), ``current`` the one the definition has
+    :func:`herdsched.revisions.schedule_revision`), ``current`` the one the definition has
     now (``None`` when the schedule is gone). Nothing was written: read the schedule again,
     decide again, and repeat the change with its new revision.
     """

@@ -1,61 +1,82 @@
 """Conditional REST writes: ``If-Match`` and ``If-None-Match: *`` on a schedule.
 
-A client that reads a schedule (its ``ETag`` is the definition's revision, see
-:mod:`herdsched.revisions`), changes it and writes it back sends ``If-Match`` with that tag: the
-write holds only if nobody changed the definition meanwhile, in any process, else it is answered
-412 and nothing is written. ``If-Match: *`` asks only that the schedule exists (a ``PUT`` that
-must not create); ``If-None-Match: *`` that it does not (a ``PUT`` that must not replace another
-client's new schedule). Tags compare strongly (RFC 9110, 13.1.1): a weak tag (``W/"..."``) never
-matches. A tag may be sent without its quotes, as people type it in ``curl``.
+Every answer about one schedule has an ``ETag``: a digest of the whole answer, so it changes
+with the live state too (a run, a pause) and caches and middleware that compare it (Django's
+``ConditionalGetMiddleware``) never take a changed answer for an unchanged one. The answer's
+body carries the ``revision`` of the definition besides (see :mod:`herdsched.revisions`).
+
+A ``PUT``, ``PATCH`` or ``DELETE`` with ``If-Match`` holds only if one of its tags is the
+schedule's current ``ETag`` (nothing in the answer changed since it was read) or the current
+``revision`` (the definition did not change; a schedule that runs often can still be changed
+from what was read); the definition write then checks the revision again inside the store's
+locked write, so of two writes made from one tag exactly one holds. ``If-Match: *`` asks only
+that the schedule exists, ``If-None-Match: *`` that it does not (a ``PUT`` that must create).
+Tags compare strongly (RFC 9110, 13.1.1): a weak tag (``W/"..."``, as a compressing proxy makes
+of an ``ETag``) never matches; send the body's ``revision`` through such a proxy. A tag may be
+sent without its quotes, as people type it in ``curl``.
 """
 
 from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
 
 import attrs
 
 from herdsched.errors import RevisionMismatchError
 from herdsched.models import Schedule
-from herdsched.revisions import schedule_revision
+from herdsched.revisions import ANY_REVISION, schedule_revision
 
-__all__ = ["WriteConditions", "parse_conditions"]
+__all__ = ["WriteConditions", "answer_tag", "parse_conditions"]
 
-_ANY = "*"
+
+def answer_tag(body: Mapping[str, Any]) -> str:
+    """The entity tag of a schedule's JSON answer (16 hex digits, without quotes)."""
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 @attrs.frozen
 class WriteConditions:
     """The preconditions of one write request, as its headers give them."""
 
-    #: the entity tags of ``If-Match`` (weak ones left out: they never match), ``("*",)``
-    #: for any, ``None`` without the header
-    match: tuple[str, ...] | None = None
+    #: the strong entity tags of ``If-Match`` (``None`` without the header)
+    tags: tuple[str, ...] | None = None
+    #: ``If-Match: *``
+    any_tag: bool = False
     #: ``If-None-Match: *``: the write may only create
     create_only: bool = False
 
     @property
     def given(self) -> bool:
-        return self.match is not None or self.create_only
+        return self.tags is not None or self.any_tag or self.create_only
 
-    def revision(self, agent: str, name: str, current: Schedule | None) -> str | None:
-        """The revision the write must still find in the store (``None``: no condition on
-        it); raises :class:`RevisionMismatchError` when ``If-Match`` already fails against
-        ``current`` (``None``: the schedule does not exist)."""
-        if self.match is None:
+    def revision(
+        self, agent: str, name: str, current: Schedule | None, tag: str | None
+    ) -> str | None:
+        """The ``if_revision`` of the write (``None``: no condition on the definition); raises
+        :class:`RevisionMismatchError` when ``If-Match`` already fails against ``current``
+        (``None``: the schedule does not exist) whose answer has the entity tag ``tag``."""
+        if self.tags is None and not self.any_tag:
             return None
         found = None if current is None else schedule_revision(current)
-        expected = ", ".join(self.match) or "(only weak tags)"
-        if found is None or (self.match != (_ANY,) and found not in self.match):
+        if self.any_tag and found is not None:
+            return ANY_REVISION
+        if found is None or not {found, tag} & set(self.tags or ()):
+            expected = ", ".join(self.tags or ()) or "*"
             raise RevisionMismatchError(agent, name, expected, found)
-        return None if self.match == (_ANY,) else found
+        return found
 
 
 def _tags(header: str) -> tuple[str, ...]:
-    """The strong entity tags of a list header (raises ``ValueError`` naming what is wrong)."""
-    text = header.strip()
-    if text == _ANY:
-        return (_ANY,)
+    """The strong entity tags of a list header, empty elements skipped (RFC 9110, 5.6.1);
+    raises ``ValueError`` naming what is wrong."""
     tags = []
-    for item in (part.strip() for part in text.split(",")):
+    for item in (part.strip() for part in header.split(",")):
+        if not item:
+            continue
         weak = item.startswith("W/")
         tag = item[2:] if weak else item
         if len(tag) >= 2 and tag[0] == tag[-1] == '"':
@@ -73,18 +94,23 @@ def parse_conditions(if_match: str | None, if_none_match: str | None) -> WriteCo
     Raises ``ValueError`` naming the header: a malformed tag list, or an ``If-None-Match``
     other than ``*`` (a write given tags it must not match is not supported).
     """
-    match = None
+    tags, any_tag = None, False
     if if_match is not None:
-        try:
-            match = _tags(if_match)
-        except ValueError as exc:
-            raise ValueError(f"If-Match: {exc}") from None
+        if if_match.strip() == "*":  # the wildcard unquoted only: '"*"' is a tag
+            any_tag = True
+        else:
+            try:
+                tags = _tags(if_match)
+            except ValueError as exc:
+                raise ValueError(f"If-Match: {exc}") from None
+            if not tags and not if_match.strip():
+                raise ValueError("If-Match: the header is empty")
     create_only = False
     if if_none_match is not None:
-        if if_none_match.strip() != _ANY:
+        if if_none_match.strip() != "*":
             raise ValueError(
                 f"If-None-Match: only * is supported on a write (create only), got "
                 f"{if_none_match!r}"
             )
         create_only = True
-    return WriteConditions(match, create_only)
+    return WriteConditions(tags, any_tag, create_only)

@@ -554,8 +554,9 @@ class ThreadedScheduler:
         A schedule created at run time with ``persist=True`` (or over REST) changes for every
         process; one defined in code or a fleet file changes in this process only (change the
         code or the file to change it everywhere). ``if_revision``: change it only if its
-        definition still has that :func:`~herdsched.schedule_revision` in every process, else
-        :class:`~herdsched.errors.RevisionMismatchError` and nothing is written."""
+        definition still has that :func:`~herdsched.schedule_revision` in every process (``"*"``:
+        if it still exists), else :class:`~herdsched.errors.RevisionMismatchError`, nothing
+        written."""
         check_schedule_arguments(agent, name, owner=owner)
         return self._changes.update_schedule(agent, name, owner, changes, if_revision)
 

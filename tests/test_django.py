@@ -976,13 +976,13 @@ def test_a_body_over_djangos_own_limit_gets_the_apis_413_or_is_read(
 def test_an_etag_goes_out_and_if_match_and_if_none_match_come_in(client: Client) -> None:
     url = f"{API}/schedule/triage/check"
     read = client.get(url)
-    etag = read["ETag"]
-    assert etag == f'"{read.json()["revision"]}"'
+    etag, revision = read["ETag"], read.json()["revision"]
     assert read["Cache-Control"] == "no-store"
+    assert client.get(url)["ETag"] == etag  # nothing changed
     patch = {"data": '{"prompt": "x"}', "content_type": "application/json"}
     stale = client.patch(url, **patch, HTTP_IF_MATCH='"0000000000000000"')
     assert stale.status_code == 412, stale.json()
-    assert stale["ETag"] == etag and stale.json()["revision"] == etag.strip('"')
+    assert stale.json()["revision"] == revision and not stale.has_header("ETag")
     changed = client.patch(url, **patch, HTTP_IF_MATCH=etag)
     assert changed.status_code == 200 and changed["ETag"] not in ("", etag)
     taken = client.put(
@@ -990,3 +990,17 @@ def test_an_etag_goes_out_and_if_match_and_if_none_match_come_in(client: Client)
     )
     assert taken.status_code == 412 and "exists" in taken.json()["error"]
     assert client.get(url).json()["prompt"] == "x"
+
+
+@override_settings(MIDDLEWARE=["django.middleware.http.ConditionalGetMiddleware"])
+def test_a_conditional_get_is_not_modified_only_while_nothing_in_the_answer_changed(
+    client: Client, sched: ThreadedScheduler
+) -> None:
+    """The ETag covers the whole answer: Django's ConditionalGetMiddleware answers 304 while
+    it holds, and the new answer once a pause changed the schedule's live state."""
+    url = f"{API}/schedule/triage/check"
+    etag = client.get(url)["ETag"]
+    assert client.get(url, HTTP_IF_NONE_MATCH=etag).status_code == 304
+    sched.pause("triage", "check")
+    after = client.get(url, HTTP_IF_NONE_MATCH=etag)
+    assert after.status_code == 200 and after.json()["status"] == "paused"

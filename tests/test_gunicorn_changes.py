@@ -194,22 +194,24 @@ def test_an_invalid_stored_definition_never_stops_a_worker_from_booting(tmp_path
         assert BOOT_FAILED not in gunicorn_log(tmp_path)
 
 
-def test_of_concurrent_changes_from_one_etag_on_every_worker_exactly_one_holds(
+def test_of_concurrent_changes_from_one_revision_on_every_worker_exactly_one_holds(
     tmp_path: Path,
 ) -> None:
-    """Clients that read a schedule, change it and write it back with ``If-Match``: however
-    the requests spread over the workers, one write per revision holds, the others are 412
-    and write nothing, so no acknowledged change is lost."""
+    """Clients that read a schedule, change it and write it back with ``If-Match`` (the
+    revision of the definition they read): however the requests spread over the workers, one
+    write per revision holds, the others are 412 and write nothing, so no acknowledged change
+    is lost."""
     with open_app(tmp_path) as (_, base, _workers):
         url = f"{base}/api/schedule/clock/contended"
-        status, body, headers = call("PUT", url, {"interval": "1h"}, {"If-None-Match": "*"})
+        status, body, _ = call("PUT", url, {"interval": "1h"}, {"If-None-Match": "*"})
         assert status == 201, body
-        etag = headers["ETag"]
+        revision = body["revision"]
         for _round in range(3):
-            prompts = [f"{etag}-{i}" for i in range(WORKERS * 2)]
+            prompts = [f"{revision}-{i}" for i in range(WORKERS * 2)]
 
-            def write(prompt: str, etag: str = etag) -> tuple[int, str, int]:
-                status, _, answer = call("PATCH", url, {"prompt": prompt}, {"If-Match": etag})
+            def write(prompt: str, revision: str = revision) -> tuple[int, str, int]:
+                headers = {"If-Match": f'"{revision}"'}
+                status, _, answer = call("PATCH", url, {"prompt": prompt}, headers)
                 return status, prompt, int(answer["X-Worker-Pid"])
 
             with ThreadPoolExecutor(WORKERS) as pool:
@@ -217,9 +219,9 @@ def test_of_concurrent_changes_from_one_etag_on_every_worker_exactly_one_holds(
             held = [prompt for status, prompt, _ in answers if status == 200]
             assert len(held) == 1, answers
             assert sorted(status for status, _, _ in answers)[1:] == [412] * (len(prompts) - 1)
-            status, body, headers = call("GET", url)
+            status, body, _ = call("GET", url)
             assert body["prompt"] == held[0]  # the acknowledged change is the stored one
             assert (
                 stored(tmp_path)["agents"]["clock"]["schedules"]["contended"]["prompt"] == held[0]
             )
-            etag = headers["ETag"]
+            revision = body["revision"]

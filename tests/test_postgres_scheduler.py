@@ -389,7 +389,8 @@ def test_of_two_hosts_changing_one_revision_at_once_exactly_one_wins(scheduler_o
     one, two = scheduler_on("a", Ledger()), scheduler_on("b", Ledger())
     one.start()
     two.start()
-    metadata = {"zeta": 1, "alpha": {"y": 2, "b": 3}}
+    # JSONB reorders keys, keeps 1e16 as 10000000000000000 and -0.0 as 0
+    metadata = {"zeta": 1, "alpha": {"y": 2, "b": 3}, "big": 1e16, "zero": -0.0}
     one.add_schedule("ag", "shared", Schedule.interval("1h", metadata=metadata), persist=True)
     two.refresh()
     revision = schedule_revision(one.get_schedule("ag", "shared"))

@@ -33,6 +33,7 @@ from herdsched import (
     schedule_revision,
 )
 from herdsched.api import RestApi
+from herdsched.command import CommandJob
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.testing import FakeClock, as_separate_processes
 
@@ -542,13 +543,18 @@ def test_revisions_are_equal_for_equal_definitions_in_every_process(
     two.refresh()  # read back from schedules.yaml
     revision = schedule_revision(one.get_schedule("triage", "rev"))
     assert revision == schedule_revision(two.get_schedule("triage", "rev"))
-    assert revision == schedule_revision(definition.with_changes(job=print))  # not the job
+    assert revision != schedule_revision(definition.with_changes(job=json.dumps))  # the job counts
     assert revision != schedule_revision(definition.with_changes(prompt="q"))
     assert len(revision) == 16 and int(revision, 16) >= 0
     coded = one.get_schedule("triage", "coded")  # a sub-second timeout has no fleet-file form
     short = schedule_revision(coded.with_changes(timeout=timedelta(seconds=0.5)))
     assert short == schedule_revision(coded.with_changes(timeout=timedelta(seconds=0.5)))
     assert short != schedule_revision(coded.with_changes(timeout=timedelta(seconds=0.25)))
+    keys = [
+        coded.with_changes(timeout=timedelta(seconds=0.5), metadata=m)
+        for m in ({"a": 1, "b": 2}, {"b": 2, "a": 1})
+    ]
+    assert schedule_revision(keys[0]) == schedule_revision(keys[1])  # key order is no change
 
 
 def test_a_change_from_an_old_revision_is_refused_and_writes_nothing(
@@ -609,34 +615,82 @@ def test_rest_answers_an_etag_and_honours_if_match_and_if_none_match(
     path = "/api/schedule/triage/rev"
     created = ask(one, "PUT", path, {"interval": "1h"}, if_none_match="*")
     assert created.status == 201, created.body
-    etag = created.headers["ETag"]
-    assert etag == f'"{created.body["revision"]}"'
-    assert ask(two, "GET", path).headers == {"ETag": etag, "Cache-Control": "no-store"}
+    assert created.headers["Cache-Control"] == "no-store"
+    read = ask(one, "GET", path)
+    etag, revision = read.headers["ETag"], read.body["revision"]
+    assert revision == created.body["revision"]
+    assert ask(two, "GET", path).body["revision"] == revision  # the same in every process
     again = ask(two, "PUT", path, {"interval": "2h"}, if_none_match="*")
-    assert again.status == 412 and "exists" in again.body["error"]
-    patched = ask(two, "PATCH", path, {"prompt": "p1"}, if_match=etag)
+    assert again.status == 412 and again.body["details"][0]["field"] == "If-None-Match"
+    patched = ask(one, "PATCH", path, {"prompt": "p1"}, if_match=etag)
     assert patched.status == 200 and patched.headers["ETag"] != etag
+    assert patched.body["revision"] != revision
     for method, body in (
         ("PATCH", {"prompt": "p2"}),
         ("PUT", {"interval": "3h"}),
         ("DELETE", None),
     ):
-        stale = ask(one, method, path, body, if_match=etag)
-        assert stale.status == 412, (method, stale.body)
-        assert stale.body["revision"] == patched.body["revision"]
-        assert stale.headers == patched.headers  # the current one, to read again from
-        assert stale.body["details"][0]["field"] == "If-Match"
+        for stale in (etag, revision):
+            answer = ask(two, method, path, body, if_match=stale)
+            assert answer.status == 412, (method, answer.body)
+            assert answer.body["revision"] == patched.body["revision"]  # to write again from
+            assert answer.body["details"][0]["field"] == "If-Match"
     assert YamlStateStore(tmp_path).load_definitions()["triage"]["rev"]["prompt"] == "p1"
-    assert ask(one, "PATCH", path, {"enabled": False}, if_match="W/" + etag).status == 412
-    assert ask(one, "PATCH", path, {"enabled": False}, if_match="*").status == 200
+    # a pause changes the answer (its ETag) but not the definition (its revision)
+    current = patched.body["revision"]
     assert (
-        ask(one, "PUT", "/api/schedule/triage/absent", {"interval": "1h"}, if_match="*").status
+        ask(one, "PATCH", path, {"enabled": False}, if_match=f"W/{patched.headers['ETag']}").status
         == 412
     )
+    paused = ask(one, "PATCH", path, {"enabled": False}, if_match="*")
+    assert paused.status == 200 and paused.body["revision"] == current
+    assert paused.headers["ETag"] != patched.headers["ETag"]
+    assert ask(one, "PATCH", path, {"prompt": "p3"}, if_match=patched.headers["ETag"]).status == 412
+    assert ask(two, "PATCH", path, {"prompt": "p3"}, if_match=f'"{current}"').status == 200
+    absent = "/api/schedule/triage/absent"
+    assert ask(one, "PUT", absent, {"interval": "1h"}, if_match="*").status == 412
+    assert ask(one, "PUT", absent, {"interval": "1h"}, if_match='"*"').status == 412  # a tag
     assert "absent" not in stored_names(tmp_path)
-    bare = patched.body["revision"]  # as typed without quotes, in a list
-    assert ask(one, "DELETE", path, if_match=f'"0000000000000000", {bare}').status == 200
+    latest = ask(one, "GET", path).body["revision"]  # typed without quotes, in a list
+    assert ask(one, "DELETE", path, if_match=f'"0000000000000000", , {latest}').status == 200
     assert "rev" not in stored_names(tmp_path)
+
+
+def test_a_removal_from_any_revision_is_refused_when_another_process_removed_it_first(
+    pair: tuple[ThreadedScheduler, ThreadedScheduler], monkeypatch: Any
+) -> None:
+    """``If-Match: *`` (``if_revision="*"``) asks that the schedule still exists when the
+    removal is written: of two removals at once, one holds."""
+    one, two = pair
+    one.add_schedule("triage", "gone", Schedule.interval("1h"), persist=True)
+    two.refresh()
+    delete = two.store.delete_definition
+
+    def removed_elsewhere_first(*args: Any, **kwargs: Any) -> None:
+        monkeypatch.setattr(two.store, "delete_definition", delete)
+        one.remove_schedule("triage", "gone")
+        delete(*args, **kwargs)
+
+    monkeypatch.setattr(two.store, "delete_definition", removed_elsewhere_first)
+    with pytest.raises(RevisionMismatchError, match="it was removed") as raised:
+        two.remove_schedule("triage", "gone", if_revision="*")
+    assert raised.value.current is None
+
+
+def test_a_replacement_from_a_revision_does_not_undo_another_process_changing_the_command(
+    pair: tuple[ThreadedScheduler, ThreadedScheduler], tmp_path: Path
+) -> None:
+    """The job is part of the revision: a replacement writes it too."""
+    one, two = pair
+    old = Schedule.interval("1h", job=CommandJob(["echo", "old"]))
+    one.add_schedule("triage", "cmd", old, persist=True)
+    two.refresh()
+    seen = schedule_revision(two.get_schedule("triage", "cmd"))
+    one.update_schedule("triage", "cmd", job=CommandJob(["echo", "new"]))
+    with pytest.raises(RevisionMismatchError):
+        two.replace_schedule("triage", "cmd", Schedule.interval("2h"), if_revision=seen)
+    stored = YamlStateStore(tmp_path).load_definitions()["triage"]["cmd"]
+    assert (stored["command"], stored["interval"]) == (["echo", "new"], "1h")
 
 
 @pytest.mark.parametrize(

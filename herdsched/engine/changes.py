@@ -32,7 +32,7 @@ from herdsched.engine.planning import Entry, fresh_due
 from herdsched.engine.recovery import plan_resumed, resets_backoff
 from herdsched.errors import ConflictError, StateError, UnauthorizedError
 from herdsched.models import Schedule, Status, check_schedule_arguments
-from herdsched.revisions import check_revision, stored_revision_check
+from herdsched.revisions import check_revision, schedule_revision, stored_revision_check
 from herdsched.store.base import Precondition
 
 __all__ = ["Changes"]
@@ -135,7 +135,7 @@ class Changes:
                 entry = core.require_entry(agent, name)
                 registry.check_owner(entry, owner)
                 if if_revision is not None:
-                    check_revision(agent, name, entry.schedule, if_revision)
+                    check_revision(agent, name, schedule_revision(entry.schedule), if_revision)
                 schedule = make(entry.schedule)
                 cadence_changed = schedule.cadence != entry.schedule.cadence
                 when: registry.CheckedWhen = "changed" if cadence_changed else "registered"
@@ -182,7 +182,7 @@ class Changes:
                 entry = core.require_entry(agent, name)
                 registry.check_owner(entry, owner)
                 if if_revision is not None:
-                    check_revision(agent, name, entry.schedule, if_revision)
+                    check_revision(agent, name, schedule_revision(entry.schedule), if_revision)
                 seen = entry.state
             if entry.persisted_definition:
                 # the change itself: with its definition gone it is gone for every process
