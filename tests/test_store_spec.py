@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from herdsched.errors import StateError
+from herdsched.store.masking import hide_passwords_of
 from herdsched.store.memory import MemoryStateStore
 from herdsched.store.spec import (
     StoreSpecError,
@@ -76,11 +77,26 @@ def test_a_directory_string_opens_the_yaml_store_with_its_options(tmp_path: Path
         ("host=db password='s3 cr\\'et' user=app", "host=db password=*** user=app"),
         ("mysql://root:s3cret@db/app", "mysql://root:***@db/app"),
         ("postgresql://app@db/app", "postgresql://app@db/app"),
+        # spaces, quotes and "&" that libpq refuses or takes as part of the value
+        ("postgresql://app:s3 cret@db/app", "postgresql://app:***@db/app"),
+        ("postgresql://app:s3'cr\"et@db/app", "postgresql://app:***@db/app"),
+        ('host=db password=s3"cret user=app', "host=db password=*** user=app"),
+        ("host=db password=s3&cret user=app", "host=db password=*** user=app"),
+        ("host=db password='s3 cret", "host=db password=***"),
     ],
 )
 def test_passwords_are_masked(spec: str, masked: str) -> None:
     assert masked in mask_password(spec)
     assert "s3" not in mask_password(spec) and "p%40ss" not in mask_password(spec)
+    assert "cret" not in hide_passwords_of(spec, f"libpq cannot read {spec!r}")
+
+
+def test_a_dsn_libpq_refuses_for_a_space_in_its_password_is_named_without_it() -> None:
+    spec = "postgresql://herd:Wr ngPw@127.0.0.1:55432/postgres"
+    with pytest.raises(StoreSpecError) as caught:
+        check_spec(spec)
+    assert "ngPw" not in str(caught.value) and "Wr " not in str(caught.value)
+    assert "postgresql://herd:***@127.0.0.1:55432/postgres" in str(caught.value)
 
 
 @pytest.mark.parametrize("spec", ["", "   ", "\n"])

@@ -10,14 +10,23 @@ import re
 
 __all__ = ["hide_passwords_of", "mask_password"]
 
-# up to the last "@" of the URL: a password pasted unencoded may hold "@", ":" and "/"
-_URL_PASSWORD = re.compile(r"""(://[^:/@?#\s'"]*:)[^\s'"]*@""")
-_KEY_PASSWORD = re.compile(r"""(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&'"]*)""", re.IGNORECASE)
+# Up to the last "@": a password pasted unencoded may hold "@", ":", "/", spaces and quotes
+# (libpq refuses some of them, and its message must not show them either). Masking too much
+# is the safe side.
+_URL_PASSWORD = re.compile(r"""(://[^:/@?#\s'"]*:).*@""")
+# In a URL's query, up to the next "&", "#" or space.
+_QUERY_PASSWORD = re.compile(r"""([?&]password=)([^&#\s]*)""", re.IGNORECASE)
+# In "key=value" form, a value as libpq reads it: single-quoted with backslash escapes (to the
+# end of the text when the quote is never closed), else every character up to the next space.
+_KEY_PASSWORD = re.compile(
+    r"""((?:^|(?<=[\s'"]))password\s*=\s*)('(?:[^'\\]|\\.)*'?|\S*)""", re.IGNORECASE
+)
 
 
 def mask_password(spec: str) -> str:
     """``spec`` with any password replaced by ``***`` (in a URL's user part, in ``password=``)."""
-    return _KEY_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1***@", spec))
+    masked = _URL_PASSWORD.sub(r"\1***@", spec)
+    return _KEY_PASSWORD.sub(r"\1***", _QUERY_PASSWORD.sub(r"\1***", masked))
 
 
 def hide_passwords_of(spec: str, text: str) -> str:
@@ -25,7 +34,8 @@ def hide_passwords_of(spec: str, text: str) -> str:
     it quotes a URL, and removed where it quotes a password alone (libpq quotes the token it
     cannot decode, such as ``"s3cr%zz"``)."""
     secrets = [m.group(0)[len(m.group(1)) : -1] for m in _URL_PASSWORD.finditer(spec)]
-    secrets += [m.group(2).strip("'") for m in _KEY_PASSWORD.finditer(spec)]
+    for pattern in (_QUERY_PASSWORD, _KEY_PASSWORD):
+        secrets += [m.group(2).strip("'") for m in pattern.finditer(spec)]
     for secret in sorted(filter(None, secrets), key=len, reverse=True):
         text = text.replace(secret, "***")
     return mask_password(text)
