@@ -14,7 +14,7 @@ from pathlib import Path
 
 from herdsched.errors import StateError
 
-__all__ = ["check_state_dir", "state_dir_could_be_made"]
+__all__ = ["check_state_dir", "state_dir_could_be_made", "unreadable_state_dir"]
 
 
 def _file_in_the_way(state_dir: Path) -> Path | None:
@@ -73,6 +73,22 @@ def state_dir_could_be_made(state_dir: Path) -> None:
             state_dir,
             cause=exc,
         ) from exc
+
+
+def unreadable_state_dir(state_dir: Path, exc: OSError) -> StateError:
+    """The error of a state directory this process may not read (a service user's ``0700``
+    directory, say), naming the path refused and what to do."""
+    where = exc.filename or state_dir
+    todo = (
+        _todo(exc).replace("write access", "read and write access")
+        if exc.errno in (errno.EACCES, errno.EPERM)
+        else "Pass another state_dir."
+    )
+    return StateError(
+        f"The state directory {state_dir} cannot be read: {where}: {exc.strerror or exc}. {todo}",
+        state_dir,
+        cause=exc,
+    )
 
 
 def _what(exc: OSError) -> str:

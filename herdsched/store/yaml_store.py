@@ -65,6 +65,7 @@ from herdsched.store.state_file import (
     apply_changes,
     empty_state,
 )
+from herdsched.store.usable import unreadable_state_dir
 from herdsched.timestamps import parse_timestamp, to_utc
 
 __all__ = ["YamlStateStore"]
@@ -189,12 +190,15 @@ class YamlStateStore:
         # write), so refresh() reports it even when a write absorbed it first.
         self._absorbed = False
         self._closed = False
-        if self.state_dir.is_dir():
-            for directory in (self.state_dir, self._requests.directory):
-                sweep_temp_files(directory)
-            self._sweep_history()
-        self._sync()
-        self._definitions.refresh()
+        try:
+            if self.state_dir.is_dir():
+                for directory in (self.state_dir, self._requests.directory):
+                    sweep_temp_files(directory)
+                self._sweep_history()
+            self._sync()
+            self._definitions.refresh()
+        except OSError as exc:
+            raise unreadable_state_dir(self.state_dir, exc) from exc
         self._absorbed = False  # the first load is not a change made by someone else
 
     # -- plumbing --------------------------------------------------------------------------
