@@ -24,13 +24,17 @@ class FlakyStore(MemoryStateStore):
         self.pending: list[tuple[str, str, dict[str, Any]]] = []
         self.flushes = 0
 
+        self.unwritten = False  # what a failed commit left pending, as a real store keeps it
+
     def flush(self) -> None:
         if self.broken:
+            self.unwritten = True
             raise StateError("disk full", "/nowhere/state.yaml")
         self.flushes += 1
+        self.unwritten = False
 
     def flush_deadline(self) -> float | None:
-        return 0.0 if self.broken else None
+        return 0.0 if self.broken or self.unwritten else None
 
     def update_schedule_state(self, agent: str, schedule: str, **changes: Any):  # type: ignore[no-untyped-def]
         if self.broken:
@@ -278,3 +282,26 @@ def test_a_status_read_waiting_for_the_store_holds_up_no_step_down() -> None:
         finally:
             store.answer.set()
             reader.join(10)
+
+
+def test_a_commit_with_nothing_to_write_does_not_say_a_failing_store_works_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Reads of a damaged state file failed, then ``stop()`` committed nothing and said "The
+    state store works again" while the file was as damaged as before."""
+    store = FlakyStore()
+    with running(store=store) as (sched, clock):
+        sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1h")}))
+        sched.start()
+        step(sched)
+
+        def damaged() -> list[Any]:
+            raise StateError("state.yaml is not a valid state file", "/s/state.yaml")
+
+        with caplog.at_level(logging.INFO, logger="herdsched"):
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(store, "rejected_definitions", damaged)
+                sched.get_status()  # a read of the damaged file fails
+            step(sched, clock, "1s")
+    lines = [r.getMessage() for r in caplog.records if "state store" in r.getMessage()]
+    assert lines == ["The state store failed: state.yaml is not a valid state file"]

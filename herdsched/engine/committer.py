@@ -62,11 +62,16 @@ class GroupCommitter:
             self.commit()
 
     def commit(self) -> None:
-        """Make every pending transition and record durable now; retried later on failure."""
+        """Make every pending transition and record durable now; retried later on failure.
+
+        Only a commit that had something to write tells that the store works again: one with
+        nothing pending touches no file (a state file still damaged would pass it)."""
+        had_work = self.core.store.flush_deadline() is not None
         try:
             self.core.store.flush()
             self._retry_at = None
-            self.core.store_health.worked()
+            if had_work:
+                self.core.store_health.worked()
         except LeadershipLostError as exc:  # the store dropped the work: nothing to retry
             self._retry_at = None
             self.core.state_error(exc)  # steps down
