@@ -90,7 +90,7 @@ from herdsched.models import (
     ScheduleType,
     SkipReason,
     Status,
-    check_prompt,
+    check_prompt_override,
 )
 from herdsched.revisions import schedule_revision
 from herdsched.store.deadline import answer_within
@@ -1066,7 +1066,7 @@ class RestApi:
             raise _field_error(unknown[0], f"unknown field {unknown[0]!r} (known: prompt)")
         prompt = data.get("prompt")
         try:
-            check_prompt(prompt)
+            check_prompt_override(prompt)
         except (TypeError, ValueError) as exc:  # a NUL was a 500: the store refused it late
             raise _field_error("prompt", str(exc)) from None
         _check_length("prompt", prompt, MAX_PROMPT_LENGTH)

@@ -64,7 +64,7 @@ from herdsched.models import (
     Schedule,
     ScheduleState,
     Status,
-    check_prompt,
+    check_prompt_override,
 )
 from herdsched.scheduler import ThreadedScheduler
 from herdsched.stop_signals import StopSignals
@@ -244,7 +244,7 @@ def _next_count_arg(text: str) -> int:
 
 def _prompt_arg(text: str) -> str:
     try:
-        check_prompt(text)
+        check_prompt_override(text)
     except ValueError as exc:  # undecodable bytes on the command line, a NUL
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text

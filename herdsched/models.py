@@ -597,6 +597,17 @@ def check_prompt(value: Any) -> None:
         raise ValueError(problem)
 
 
+def check_prompt_override(value: Any) -> None:
+    """:func:`check_prompt` for a prompt given to one run (``trigger(prompt=...)``, a run-now
+    over REST or the CLI), which must say something: an empty one would run with the default
+    prompt, neither the schedule's nor none."""
+    check_prompt(value)
+    if value is not None and not value.strip():
+        raise ValueError(
+            f"prompt {value!r} is empty: leave it out to run with the schedule's own prompt"
+        )
+
+
 def _check_name(kind: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
     def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         check_name(kind, value)

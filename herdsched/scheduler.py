@@ -73,7 +73,7 @@ from herdsched.models import (
     TriggerType,
     check_count,
     check_flag,
-    check_prompt,
+    check_prompt_override,
     check_schedule_arguments,
     check_timeout,
 )
@@ -656,7 +656,7 @@ class ThreadedScheduler:
         apply). With ``wait=True`` the call returns when the run has finished and ``success``
         says whether it succeeded.
         """
-        check_prompt(prompt)
+        check_prompt_override(prompt)
         _check_flags(wait=wait, bypass_concurrency=bypass_concurrency)
         core = self._core
         with core.lock:

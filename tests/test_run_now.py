@@ -513,3 +513,23 @@ def test_a_request_the_store_could_not_mark_started_keeps_its_turn(
     drive(leader, clock, lambda: len(jobs.run_ids) >= 3)
     assert failed == [given[0]]
     assert jobs.run_ids == given
+
+
+@pytest.mark.parametrize("prompt", ["", "  \n"])
+def test_an_empty_run_now_prompt_is_refused_by_every_face_and_nothing_is_queued(
+    pair: Pair, tmp_path: Path, capsys: pytest.CaptureFixture[str], prompt: str
+) -> None:
+    """It ran with the default prompt ("Execute scheduled task."), neither the schedule's
+    nor none."""
+    leader, standby, jobs, _ = pair
+    for sched in (leader, standby):
+        with pytest.raises(ValueError, match="is empty: leave it out"):
+            sched.trigger("a", "s", prompt=prompt)
+        raw = json.dumps({"prompt": prompt})
+        answer = RestApi(sched).handle(
+            "POST", "/api/schedule/a/s/run", body=raw, content_type="application/json"
+        )
+        assert answer.status == 400 and answer.body["details"][0]["field"] == "prompt"
+    assert main(["trigger", "a/s", "--prompt", prompt, "--state-dir", str(tmp_path)]) == 2
+    assert "is empty: leave it out" in capsys.readouterr().err
+    assert YamlStateStore(tmp_path).trigger_requests() == [] and jobs.prompts == []

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from herdsched.errors import StateError
-from herdsched.models import check_prompt
+from herdsched.models import check_prompt_override
 from herdsched.runner import new_run_id
 from herdsched.store.base import TriggerRequest
 from herdsched.store.files import atomic_write, fsync_dir
@@ -63,7 +63,7 @@ class TriggerRequestQueue:
         for value, what in ((agent, "agent"), (schedule, "schedule")):
             if not isinstance(value, str) or not value:
                 raise ValueError(f"{what} must be a non-empty string, got {value!r}")
-        check_prompt(prompt)
+        check_prompt_override(prompt)
         run_id = new_run_id()
         body = {
             "run_id": run_id,
