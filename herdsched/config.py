@@ -27,7 +27,7 @@ which the REST API and the run-time definitions file (``schedules.yaml``) share.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,9 @@ import attrs
 from herdsched.engine.settings import EngineSettings
 from herdsched.errors import AgentNotFoundError, ConfigError, InvalidScheduleError
 from herdsched.models import Agent, CatchUp, JobFunc, Schedule, check_name
+from herdsched.policy import coerce_backoff
 from herdsched.scheduler import ThreadedScheduler
+from herdsched.store.base import check_ttl
 from herdsched.timestamps import to_utc
 
 __all__ = [
@@ -463,6 +465,8 @@ def _scheduler_options(
         elif key in ("max_sleep", "lease_ttl"):
             delta = chk.duration(value, at(key), key)
             options[key] = None if delta is None else delta.total_seconds()
+            if key == "lease_ttl" and delta is not None:
+                _check_in(chk, at(key), check_ttl, options[key])
         elif key == "jitter_percent":
             options[key] = chk.percent(value, at(key), key)
         elif key == "backoff":
@@ -477,7 +481,19 @@ def _scheduler_options(
                     chk.duration(item, (*at(key), i), "backoff step")
                     for i, item in enumerate(value)
                 ]
+                for i, step in enumerate(options[key]):
+                    if step is not None:
+                        _check_in(chk, (*at(key), i), coerce_backoff, [step])
     return options, state_dir
+
+
+def _check_in(chk: _Checker, path: _PathT, check: Callable[[Any], object], value: Any) -> None:
+    """``check(value)``'s refusal (a range the scheduler enforces) as a problem at ``path``,
+    reported with the others rather than after them."""
+    try:
+        check(value)
+    except ValueError as exc:
+        chk.problem(path, str(exc))
 
 
 def parse_fleet(

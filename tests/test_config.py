@@ -921,6 +921,28 @@ def test_duplicate_keys_and_other_problems_are_reported_together(tmp_path: Path)
     assert "duplicate key" in found[0] and "not a duration string" in found[1]
 
 
+def test_scheduler_settings_out_of_range_are_named_with_the_other_problems(
+    tmp_path: Path,
+) -> None:
+    """A lease_ttl over a day or a backoff step over 36,500 days was told without its path,
+    and only once every other problem was fixed."""
+    found = problems(
+        tmp_path,
+        """
+        scheduler: {lease_ttl: 2d, backoff: [30s, 99999d], max_sleep: abc}
+        agents:
+          - name: a
+            job: test_config:sample_job
+            schedules: {s: {type: interval, interval: 0s}}
+        """,
+    )
+    assert len(found) == 4, found
+    assert any("scheduler.lease_ttl: lease_ttl must be at most a day" in p for p in found)
+    assert any("scheduler.backoff[1]: backoff step 99999d is too long" in p for p in found)
+    assert any("scheduler.max_sleep" in p for p in found)
+    assert any("schedules.s.interval" in p for p in found)
+
+
 def test_yaml_merge_keys_are_not_duplicates(tmp_path: Path) -> None:
     config = fleet(
         tmp_path,
