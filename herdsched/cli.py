@@ -75,6 +75,7 @@ from herdsched.store.spec import (
     check_spec,
     is_database_spec,
     mask_password,
+    mask_passwords_in,
     open_store,
     store_location,
 )
@@ -131,7 +132,7 @@ def _out(text: str = "") -> None:
 
 def _err(text: str) -> None:
     """Write an error line; a password in it (a ``--store`` URL echoed back) is masked."""
-    sys.stderr.write(mask_password(text) + "\n")
+    sys.stderr.write(mask_passwords_in(text) + "\n")
 
 
 # argparse's words when an option's value is missing, or starts with "-" (--duration -1s)
@@ -148,7 +149,7 @@ class _Parser(argparse.ArgumentParser):
         if missing:
             option = missing.group(1)
             message += f' (for a value that starts with "-", write {option}=VALUE)'
-        super().error(mask_password(message))
+        super().error(mask_passwords_in(message))
 
 
 def _format_time(moment: datetime | None, zone: tzinfo) -> str:

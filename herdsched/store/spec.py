@@ -26,7 +26,7 @@ from typing import Any
 
 from herdsched.errors import StateError, StoreSpecError
 from herdsched.store.base import StateStore
-from herdsched.store.masking import mask_password
+from herdsched.store.masking import mask_password, mask_passwords_in
 from herdsched.store.memory import MemoryStateStore
 from herdsched.store.yaml_store import YamlStateStore
 
@@ -35,6 +35,7 @@ __all__ = [
     "StoreSpecError",
     "is_database_spec",
     "mask_password",
+    "mask_passwords_in",
     "open_store",
     "store_location",
 ]
