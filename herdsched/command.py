@@ -146,7 +146,11 @@ class CommandJob:
         return env
 
     def __call__(self, info: TriggerInfo) -> JobResult:
-        """Run the command once for ``info``; its stdout is the output."""
+        """Run the command once for ``info``; its stdout is the output.
+
+        Errors name the command once, as a shell would read it (``shlex.join``): passing that
+        text through ``repr`` again wrapped it in a second layer of quotes and backslashes.
+        """
         command = shlex.join(self.argv)
         try:
             process = subprocess.Popen(
@@ -160,7 +164,7 @@ class CommandJob:
             )
         except OSError as exc:
             raise CommandError(
-                f"command {command!r} could not start: {exc}", self.argv, cause=exc
+                f"command {command} could not start: {exc}", self.argv, cause=exc
             ) from exc
         logger.debug("run %s: started %s (pid %d)", info.run_id, command, process.pid)
         stdout, stderr, cancelled = self._communicate(process, info)
@@ -170,7 +174,7 @@ class CommandJob:
         tail = _tail(err)
         if cancelled:
             raise CommandError(
-                f"command {command!r} was cancelled; its process group was killed "
+                f"command {command} was cancelled; its process group was killed "
                 f"(exit code {code})" + (f"; stderr:\n{tail}" if tail else ""),
                 self.argv,
                 returncode=code,
@@ -181,7 +185,7 @@ class CommandJob:
         if code != 0:
             how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
             raise CommandError(
-                f"command {command!r} {how}" + (f"; stderr:\n{tail}" if tail else "; no stderr"),
+                f"command {command} {how}" + (f"; stderr:\n{tail}" if tail else "; no stderr"),
                 self.argv,
                 returncode=code,
                 stdout=out,

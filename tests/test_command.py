@@ -248,3 +248,20 @@ def test_equality_and_repr() -> None:
     assert a != "echo"
     assert hash(a) == hash(CommandJob(["echo", "a b"]))
     assert repr(a) == "CommandJob(\"echo 'a b'\")"
+
+
+def test_errors_show_the_command_once_as_a_shell_reads_it(tmp_path: Path) -> None:
+    """The text of ``shlex.join`` was passed through ``repr`` again: ``command 'sh -c \\'echo
+    out; exit 3\\'' exited with code 3``, quotes doubled and escaped."""
+    with pytest.raises(CommandError) as failed:
+        CommandJob(["sh", "-c", "echo out; exit 3"])(info())
+    assert str(failed.value) == "command sh -c 'echo out; exit 3' exited with code 3; no stderr"
+    missing = tmp_path / "no such program"
+    with pytest.raises(CommandError) as unstarted:
+        CommandJob([str(missing), "a b"])(info())
+    assert str(unstarted.value).startswith(f"command '{missing}' 'a b' could not start: ")
+    cancelled = info()
+    cancelled.cancel_event.set()  # already cancelled: the process group is killed at once
+    with pytest.raises(CommandError) as killed:
+        CommandJob(["sleep", "30"], kill_grace=0.0)(cancelled)
+    assert str(killed.value).startswith("command sleep 30 was cancelled; its process group")
