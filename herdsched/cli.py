@@ -126,13 +126,33 @@ class _Failure(Exception):
 # Output helpers
 
 
+# Control characters: C0, DEL and C1. ESC starts every terminal escape sequence, and C1 holds
+# the one-byte forms of some (CSI, OSC).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _visible(text: str, keep: str = "") -> str:
+    """``text`` with every control character but those in ``keep`` written as a visible escape
+    (``\\x1b``).
+
+    Job output and errors are untrusted (an agent writes them): printed raw, an escape
+    sequence in them recolours, clears or retitles the operator's terminal, or hides what
+    follows. Backslashes are left alone, so escaping twice changes nothing.
+    """
+    return _CONTROL.sub(
+        lambda found: found[0] if found[0] in keep else f"\\x{ord(found[0]):02x}", text
+    )
+
+
 def _out(text: str = "") -> None:
-    sys.stdout.write(text + "\n")
+    """Write a line for people: control characters are shown as escapes, line breaks kept."""
+    sys.stdout.write(_visible(text, keep="\n") + "\n")
 
 
 def _err(text: str) -> None:
-    """Write an error line; a password in it (a ``--store`` URL echoed back) is masked."""
-    sys.stderr.write(mask_passwords_in(text) + "\n")
+    """Write an error line; a password in it (a ``--store`` URL echoed back) is masked, control
+    characters are shown as escapes."""
+    sys.stderr.write(_visible(mask_passwords_in(text), keep="\n") + "\n")
 
 
 # argparse's words when an option's value is missing, or starts with "-" (--duration -1s)
@@ -162,8 +182,10 @@ def _format_time(moment: datetime | None, zone: tzinfo) -> str:
 
 
 def _cell(value: object, width: int = _CELL_WIDTH) -> str:
+    """``value`` as one line of at most ``width`` characters, control characters shown as
+    escapes (before the width is measured, so that the columns line up)."""
     text = "-" if value is None or value == "" else str(value)
-    text = " ".join(text.split())  # one line
+    text = " ".join(_visible(text, keep="\t\n\r").split())  # one line
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
@@ -180,7 +202,8 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def _json(data: Any) -> None:
-    _out(json.dumps(data, indent=2, sort_keys=False, default=str))
+    """Write ``data`` as JSON, exactly (JSON escapes control characters itself)."""
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
 def _duration_text(delta: timedelta | None) -> str:
@@ -699,12 +722,21 @@ class _Stopper:
             logger.exception("could not save state before quitting")
 
 
+class _VisibleFormatter(logging.Formatter):
+    """The log format of the command; control characters in a record (a job's output or
+    error, its traceback's last line) are shown as escapes, line breaks kept."""
+
+    def __init__(self, fmt: str) -> None:
+        super().__init__(fmt, "%H:%M:%S")
+
+    def format(self, record: logging.LogRecord) -> str:
+        return _visible(super().format(record), keep="\n")
+
+
 def _setup_logging(level: int) -> Callable[[], None]:
     """Log herdsched's records to stderr; returns the function that undoes it."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S")
-    )
+    handler.setFormatter(_VisibleFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
     root = logging.getLogger("herdsched")
     previous = root.level
     root.addHandler(handler)

@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import textwrap
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -1110,3 +1111,117 @@ def test_a_state_dir_that_is_a_file_says_so_in_every_command(
     code, _, err = run_cli(capsys, command, *extra, "--state-dir", str(file))
     assert code == 1
     assert f"state_dir {file} exists but is not a directory" in err
+
+
+# --------------------------------------------------------------------------------------------
+# Untrusted text: job output and errors reach the terminal with their control characters shown
+
+HOSTILE_OUTPUT = "\x1b[31mRED\x1b[0m \x1b]0;pwned-title\x07"
+HOSTILE_ERROR = "RuntimeError: \x1b[2Jcleared\x9b31m\x7f\rhidden"
+_RAW_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")  # any but the line break
+
+
+def _hostile_state(state_dir: Path) -> None:
+    store = YamlStateStore(state_dir)
+    store.update_schedule_state(
+        "triage", "check", last_error=HOSTILE_ERROR, disabled_reason=None, cadence="every 5m"
+    )
+    store.update_schedule_state("triage", "report", disabled_reason="off \x1b[8m")
+    store.append_run(
+        RunRecord(
+            run_id="run-evil",
+            agent="triage",
+            schedule="check",
+            trigger_type="interval",
+            started_at=T0 + timedelta(hours=2),
+            finished_at=T0 + timedelta(hours=2, seconds=1),
+            status="success",
+            output_summary=HOSTILE_OUTPUT,
+        )
+    )
+    store.append_run(
+        RunRecord(
+            run_id="run-bad",
+            agent="triage",
+            schedule="check",
+            trigger_type="interval",
+            started_at=T0 + timedelta(hours=3),
+            finished_at=T0 + timedelta(hours=3, seconds=1),
+            status="failed",
+            error=HOSTILE_ERROR,
+            traceback=f"Traceback (most recent call last):\n  File 'x'\n{HOSTILE_ERROR}\n",
+        )
+    )
+    store.close()
+
+
+def test_status_and_history_show_control_characters_as_escapes(
+    capsys: pytest.CaptureFixture[str], state_dir: Path
+) -> None:
+    """An agent's output or error with escape sequences recoloured, cleared and retitled the
+    operator's terminal when ``status`` or ``history`` printed it."""
+    _hostile_state(state_dir)
+    where = ["--state-dir", str(state_dir)]
+    outputs = [
+        run_cli(capsys, "status", *where)[1],
+        run_cli(capsys, "status", "--long", *where)[1],
+        run_cli(capsys, "history", *where)[1],
+        run_cli(capsys, "history", "triage/check", "--long", *where)[1],
+    ]
+    for out in outputs:
+        assert not _RAW_CONTROL.search(out), out
+    status, long_status, history, long_history = outputs
+    # a cell folds line breaks (\r too) into spaces, as before
+    assert "RuntimeError: \\x1b[2Jcleared\\x9b31m\\x7f hidden" in long_status
+    assert "off \\x1b[8m" in status  # the disabled reason
+    assert "\\x1b[31mRED\\x1b[0m \\x1b]0;pwned-title\\x07" in long_history
+    assert "RuntimeError: \\x1b[2J" in history
+    assert long_history.rstrip().endswith("RuntimeError: \\x1b[2Jcleared\\x9b31m\\x7f\\x0dhidden")
+    # the columns still line up: the escapes are counted in the cells' widths
+    header, *rows = history.splitlines()
+    assert all(row[header.index("TRIGGER") :].startswith("interval") for row in rows[:2])
+
+
+def test_json_output_keeps_control_characters_exactly(
+    capsys: pytest.CaptureFixture[str], state_dir: Path
+) -> None:
+    _hostile_state(state_dir)
+    _, out, _ = run_cli(capsys, "history", "triage/check", "--json", "--state-dir", str(state_dir))
+    records = {r["run_id"]: r for r in json.loads(out)}
+    assert records["run-evil"]["output_summary"] == HOSTILE_OUTPUT
+    assert records["run-bad"]["error"] == HOSTILE_ERROR
+    _, out, _ = run_cli(capsys, "status", "--json", "--state-dir", str(state_dir))
+    rows = {(r["agent"], r["schedule"]): r for r in json.loads(out)["schedules"]}
+    assert rows["triage", "check"]["last_error"] == HOSTILE_ERROR
+
+
+def test_the_run_log_shows_control_characters_in_job_output_and_errors_as_escapes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``herdsched run`` logged a succeeded run's output and a failed run's traceback raw."""
+    from herdsched import events
+
+    record = RunRecord(
+        run_id="r1",
+        agent="a",
+        schedule="s",
+        trigger_type="interval",
+        started_at=T0,
+        finished_at=T0 + timedelta(seconds=1),
+        status="success",
+        output_summary=HOSTILE_OUTPUT,
+    )
+    undo = cli._setup_logging(logging.INFO)
+    try:
+        cli._log_run(events.JobSucceeded(at=T0, agent="a", schedule="s", record=record))
+        try:
+            raise RuntimeError("\x1b[2Jcleared")
+        except RuntimeError as exc:
+            logging.getLogger("herdsched").error("The job of a/s failed.", exc_info=exc)
+    finally:
+        undo()
+    err = capsys.readouterr().err
+    assert not _RAW_CONTROL.search(err), err
+    assert "a/s succeeded in 1.00s: \\x1b[31mRED\\x1b[0m \\x1b]0;pwned-title\\x07" in err
+    assert "RuntimeError: \\x1b[2Jcleared" in err
+    assert err.count("\n") > 2  # the traceback keeps its lines
