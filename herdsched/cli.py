@@ -122,6 +122,13 @@ class _Failure(Exception):
     """A runtime failure with a message for the user (exit code 1)."""
 
 
+class _OutputError(Exception):
+    """Standard output could not be written (a full disk, a lost device): exit code 1."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(error.strerror or str(error))
+
+
 # --------------------------------------------------------------------------------------------
 # Output helpers
 
@@ -144,15 +151,50 @@ def _visible(text: str, keep: str = "") -> str:
     )
 
 
+def _write(text: str) -> None:
+    """Write ``text`` to stdout; a write that fails (a full disk) is an :class:`_OutputError`.
+
+    A broken pipe stays itself: the reader stopped reading (``| head``), which is no failure.
+    """
+    try:
+        sys.stdout.write(text)
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise _OutputError(exc) from exc
+
+
+def _flush() -> None:
+    """Flush stdout, so that a write the buffer held fails here, where it is answered, and not
+    at the interpreter's exit."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise _OutputError(exc) from exc
+
+
 def _out(text: str = "") -> None:
     """Write a line for people: control characters are shown as escapes, line breaks kept."""
-    sys.stdout.write(_visible(text, keep="\n") + "\n")
+    _write(_visible(text, keep="\n") + "\n")
 
 
 def _err(text: str) -> None:
     """Write an error line; a password in it (a ``--store`` URL echoed back) is masked, control
-    characters are shown as escapes."""
-    sys.stderr.write(_visible(mask_passwords_in(text), keep="\n") + "\n")
+    characters are shown as escapes. Nothing more can be said when stderr cannot be written."""
+    with contextlib.suppress(OSError):
+        sys.stderr.write(_visible(mask_passwords_in(text), keep="\n") + "\n")
+
+
+def _discard_stdout() -> None:
+    """Point stdout at the null device: what its buffer still holds would fail again when the
+    interpreter flushes it at exit (a second error, and exit code 120)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # a stdout without a file
+        target = sys.stdout.fileno()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, target)
+        os.close(devnull)
 
 
 # argparse's words when an option's value is missing, or starts with "-" (--duration -1s)
@@ -203,7 +245,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def _json(data: Any) -> None:
     """Write ``data`` as JSON, exactly (JSON escapes control characters itself)."""
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    _write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
 def _duration_text(delta: timedelta | None) -> str:
@@ -589,7 +631,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Callable[[argparse.Namespace], int] = args.handler
     undo_logging = _setup_logging(_log_level(args))
     try:
-        return handler(args)
+        code = handler(args)
+        _flush()
+        return code
+    except _OutputError as exc:  # e.g. "herdsched status > /dev/full"
+        _err(f"herdsched {args.command}: could not write the output: {exc}")
+        _discard_stdout()
+        return EXIT_FAILURE
     except _UsageError as exc:
         _err(f"herdsched {args.command}: error: {exc}")
         return EXIT_USAGE
@@ -600,8 +648,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _err(f"herdsched {args.command}: {exc}")
         return EXIT_FAILURE
     except BrokenPipeError:  # pragma: no cover - e.g. "herdsched history x | head -1"
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _discard_stdout()
         return EXIT_OK
     except KeyboardInterrupt:
         _err("interrupted")

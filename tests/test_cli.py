@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import os
@@ -1225,3 +1226,42 @@ def test_the_run_log_shows_control_characters_in_job_output_and_errors_as_escape
     assert "a/s succeeded in 1.00s: \\x1b[31mRED\\x1b[0m \\x1b]0;pwned-title\\x07" in err
     assert "RuntimeError: \\x1b[2Jcleared" in err
     assert err.count("\n") > 2  # the traceback keeps its lines
+
+
+# --------------------------------------------------------------------------------------------
+# Output that cannot be written
+
+
+class _FullDisk:
+    """A stdout on a full disk: its writes fail at once, or only when it is flushed."""
+
+    def __init__(self, *, buffered: bool) -> None:
+        self.buffered = buffered
+        self.held: list[str] = []
+
+    def write(self, text: str) -> int:
+        if not self.buffered:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.held.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.held:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.mark.parametrize("buffered", [False, True])
+@pytest.mark.parametrize("argv", [["status"], ["history", "--json"], ["list"]])
+def test_output_to_a_full_disk_is_one_line_on_stderr_and_exit_1(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    state_dir: Path,
+    argv: list[str],
+    buffered: bool,
+) -> None:
+    """``herdsched status > /dev/full`` ended with a traceback of OSError from inside the CLI."""
+    monkeypatch.setattr("sys.stdout", _FullDisk(buffered=buffered))
+    code = main([*argv, "--state-dir", str(state_dir)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err == f"herdsched {argv[0]}: could not write the output: No space left on device\n"

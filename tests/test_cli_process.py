@@ -108,6 +108,26 @@ def test_run_the_demo_fleet_and_read_its_history(tmp_path: Path) -> None:
     assert by_name["reporter", "on-demand"]["status"] == "idle"
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_status_to_a_full_disk_says_so_in_one_line_and_exits_1(tmp_path: Path) -> None:
+    """``herdsched status > /dev/full`` ended with a traceback: OSError: [Errno 28]."""
+    state = tmp_path / "state"
+    state.mkdir()
+    with open("/dev/full", "w", encoding="utf-8") as full:
+        result = subprocess.run(
+            [sys.executable, "-m", "herdsched", "status", "--state-dir", str(state)],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert result.returncode == 1
+    assert (
+        result.stderr == "herdsched status: could not write the output: No space left on device\n"
+    )
+
+
 def test_pause_and_trigger_from_a_second_process(
     tmp_path: Path, fleet_process: Callable[..., subprocess.Popen[str]]
 ) -> None:
