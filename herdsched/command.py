@@ -209,8 +209,11 @@ class CommandJob:
                 payload = None  # already handed over; a retry must not send it again
             if not cancelled and info.cancel_event.is_set():
                 cancelled = True
-                logger.info(
-                    "run %s: cancelled; stopping process group %d", info.run_id, process.pid
+                # at DEBUG: the scheduler logged why (the run timed out) already
+                logger.debug(
+                    "Run %s was cancelled; stopping its process group %d.",
+                    info.run_id,
+                    process.pid,
                 )
                 self._kill_group(process)
 

@@ -224,12 +224,7 @@ def _call_job(run: Run, info: TriggerInfo, started: datetime, clock: Clock) -> R
         except BaseException as exc:  # SystemExit too: a job must never take its slot with it
             if isinstance(exc, (KeyboardInterrupt, GeneratorExit)):
                 raise
-            _log.error(  # the traceback's last line says what failed: written once
-                "The job of %s/%s failed; its traceback follows.",
-                run.agent,
-                run.schedule_name,
-                exc_info=exc,
-            )
+            _log_failure(run, exc)
             return RunOutcome(
                 status=RunStatus.FAILED,
                 started_at=started,
@@ -246,6 +241,30 @@ def _call_job(run: Run, info: TriggerInfo, started: datetime, clock: Clock) -> R
             result=result,
             session_cleared=session_cleared,
         )
+
+
+def _log_failure(run: Run, exc: BaseException) -> None:
+    """Log a job that raised: once, at ERROR, with its traceback (whose last line says what
+    failed).
+
+    Not when the run had timed out: the timeout was recorded and logged already (a WARNING),
+    and the job raising now is most often its answer to the cancel event (a command job's
+    killed process), whose traceback shows herdsched's own frames and nothing of the job.
+    """
+    if run.timed_out:
+        _log.debug(
+            "The job of %s/%s, timed out already, ended with %s.",
+            run.agent,
+            run.schedule_name,
+            _describe(exc),
+        )
+        return
+    _log.error(
+        "The job of %s/%s failed; its traceback follows.",
+        run.agent,
+        run.schedule_name,
+        exc_info=exc,
+    )
 
 
 def _report(source: WorkSource, item: WorkItem, outcome: RunOutcome, run: Run) -> None:

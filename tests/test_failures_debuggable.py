@@ -10,6 +10,7 @@ import pytest
 from scheduler_helpers import T0, running, step
 
 from herdsched import Agent, AgentNotFoundError, RunStatus, Schedule, ThreadedScheduler
+from herdsched.command import CommandJob
 from herdsched.models import MAX_TRACEBACK, RunRecord
 from herdsched.testing import FakeClock
 
@@ -39,6 +40,47 @@ def test_a_failed_run_keeps_its_traceback_and_logs_it_once(
     assert failures[0].exc_info is not None
     assert failures[0].getMessage() == "The job of a/s failed; its traceback follows."
     assert caplog.text.count("KeyError: 'missing'") == 1  # the traceback's last line
+
+
+def _cancelled_raises(info: Any) -> None:
+    """A job that stops when its run is cancelled, and says so by raising."""
+    assert info.cancel_event.wait(10)
+    raise RuntimeError("stopped: the run was cancelled")
+
+
+@pytest.mark.parametrize(
+    "job",
+    [_cancelled_raises, CommandJob(["sleep", "30"], kill_grace=0.5)],
+    ids=["python", "command"],
+)
+def test_a_timed_out_run_is_logged_once_as_a_timeout_without_a_failure_or_traceback(
+    caplog: pytest.LogCaptureFixture, job: Any
+) -> None:
+    """A timed-out run was logged twice: its WARNING, then "The job of a/s failed" at ERROR
+    with a traceback of herdsched's own frames (the command job's answer to the cancel)."""
+    caplog.set_level(logging.INFO, logger="herdsched")
+    with running() as (sched, clock):
+        schedules = {"s": Schedule.interval("1h", timeout="2s")}
+        sched.add_agent(Agent("a", job=job, schedules=schedules))
+        sched.start()
+        sched.run_pending()
+        clock.advance("3s")
+        sched.run_pending()
+        assert sched.wait_until_idle(10)
+        (record,) = sched.history("a", "s")
+    assert record.status is RunStatus.TIMEOUT
+    assert record.error == "timed out after 2s"
+    about_the_run = [r for r in caplog.records if "a/s" in r.getMessage()]
+    assert [(r.levelno, r.getMessage()) for r in about_the_run] == [
+        (
+            logging.WARNING,
+            f"Run {record.run_id} of a/s timed out after 2s; its slot frees when the job returns.",
+        ),
+    ]
+    assert len([r for r in caplog.records if record.run_id in r.getMessage()]) == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not [r for r in caplog.records if r.exc_info]
+    assert "Traceback" not in caplog.text
 
 
 def test_the_traceback_survives_the_state_directory_and_is_bounded(tmp_path: Path) -> None:
