@@ -40,6 +40,7 @@ from herdsched.store.base import (
 )
 from herdsched.store.deadline import answer_within
 from herdsched.store.lease_rules import new_holder_id
+from herdsched.store.spec import store_location
 
 __all__ = [
     "DEFAULT_LEASE_TTL",
@@ -223,7 +224,7 @@ class Leadership:
                 "This scheduler lost the lead of %s (epoch %d): %s. It dispatches nothing more; "
                 "%d running job(s) may finish but their outcomes are not recorded; it stands by "
                 "and tries to lead again.",
-                core.store,
+                store_location(core.store),  # in words, a password masked: not the repr
                 lease.epoch,
                 str(exc).rstrip("."),
                 len(core.running),
@@ -480,10 +481,15 @@ def _left_running(core: EngineCore, entry: Entry) -> bool:
 
 
 def _record_interrupted(core: EngineCore, entry: Entry, now: datetime) -> None:
-    """Record the run a dead process left ``running`` as interrupted, and plan the next."""
+    """Record the run a dead process left ``running`` as interrupted, and plan the next.
+
+    Its scheduler stopped, or lost the lead (it hung past its lease, or was cut off from the
+    store): nothing here tells which, so the log names both.
+    """
     state = entry.state
     core.log.warning(
-        "%s/%s was running when its scheduler stopped; the run is recorded as interrupted.",
+        "%s/%s was running when its scheduler stopped or lost the lead; the run is recorded as "
+        "interrupted.",
         entry.agent,
         entry.name,
     )
