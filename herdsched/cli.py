@@ -56,6 +56,7 @@ from herdsched.errors import (
     StateError,
 )
 from herdsched.fleet_checks import runnable_problems
+from herdsched.html import cut_text, format_time, lease_time
 from herdsched.models import (
     AD_HOC_SCHEDULE,
     RejectedDefinition,
@@ -82,7 +83,6 @@ from herdsched.store.spec import (
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.timestamps import (
     format_timestamp,
-    parse_timestamp,
     resolve_timezone,
     to_utc,
     wall_time,
@@ -215,20 +215,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _format_time(moment: datetime | None, zone: tzinfo) -> str:
-    """``2026-03-08 03:00:05 +01:00``: local wall time with its offset."""
-    if moment is None:
-        return "-"
-    local = wall_time(moment, zone)
-    offset = local.strftime("%z") or "+0000"
-    return local.strftime("%Y-%m-%d %H:%M:%S ") + f"{offset[:3]}:{offset[3:5]}"
+    """``2026-03-08 03:00:05 +01:00``: local wall time with its offset (as the notebook view
+    shows it: one function for both)."""
+    return "-" if moment is None else format_time(moment, zone)
 
 
 def _cell(value: object, width: int = _CELL_WIDTH) -> str:
     """``value`` as one line of at most ``width`` characters, control characters shown as
     escapes (before the width is measured, so that the columns line up)."""
     text = "-" if value is None or value == "" else str(value)
-    text = " ".join(_visible(text, keep="\t\n\r").split())  # one line
-    return text if len(text) <= width else text[: width - 3] + "..."
+    return cut_text(_visible(text, keep="\t\n\r"), width)
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -1112,10 +1108,7 @@ def _leader_text(info: dict[str, Any] | None, zone: tzinfo) -> str:
 
 def _leader_time(text: str | None, zone: tzinfo) -> str:
     """A lease time as the tables show times (as stored when it cannot be read)."""
-    try:
-        return _format_time(parse_timestamp(text), zone) if text else "?"
-    except ValueError:
-        return str(text)
+    return lease_time(text, zone) if text else "?"
 
 
 def _store_line(store: StateStore) -> str:

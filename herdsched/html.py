@@ -17,10 +17,19 @@ from html import escape
 from importlib import resources
 from typing import Any
 
-from herdsched.models import RunRecord, SchedulerStatus
-from herdsched.timestamps import parse_timestamp, wall_time
+from herdsched.models import RunRecord, SchedulerStatus, ScheduleStatus
+from herdsched.timestamps import parse_timestamp, system_timezone, wall_time
 
-__all__ = ["REFRESH_SECONDS", "RUN_COLOURS", "page_update", "status_page", "status_table"]
+__all__ = [
+    "REFRESH_SECONDS",
+    "RUN_COLOURS",
+    "cut_text",
+    "format_time",
+    "lease_time",
+    "page_update",
+    "status_page",
+    "status_table",
+]
 
 #: How often the status page refreshes its rows.
 REFRESH_SECONDS = 5
@@ -39,18 +48,65 @@ RUN_COLOURS: Mapping[str, str] = {
 }
 
 
+#: How much of an error the notebook's table shows (as ``herdsched status``); the whole of it is
+#: in the cell's title.
+_ERROR_WIDTH = 50
+
+
+def format_time(moment: datetime, zone: tzinfo | None = None) -> str:
+    """``2026-03-08 03:00:05 +01:00``: the wall time in ``zone`` (``None``: the system's) with
+    its offset. ``herdsched status`` and the notebook view both show times so, so that a time
+    read in one is found in the other."""
+    local = wall_time(moment, zone if zone is not None else system_timezone())
+    offset = local.strftime("%z") or "+0000"
+    return local.strftime("%Y-%m-%d %H:%M:%S ") + f"{offset[:3]}:{offset[3:5]}"
+
+
+def lease_time(text: str, zone: tzinfo | None = None) -> str:
+    """A time of a lease (as :meth:`~herdsched.store.base.Lease.describe` writes it) shown as
+    :func:`format_time` shows the rows' times; as written when it cannot be read."""
+    try:
+        return format_time(parse_timestamp(text), zone)
+    except ValueError:
+        return text
+
+
+def cut_text(text: str, width: int) -> str:
+    """``text`` on one line (every run of whitespace one space), cut to ``width`` characters
+    with ``...``: a table cell's share of a long error, as the command line and the notebook
+    show it."""
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
 def _time(moment: datetime | None) -> str:
-    if moment is None:
-        return "—"
-    return wall_time(moment, None).strftime("%Y-%m-%d %H:%M:%S %z")
+    return "—" if moment is None else escape(format_time(moment))
+
+
+def _error_cell(item: ScheduleStatus) -> str:
+    """Why the schedule is disabled, else its last error, as ``herdsched status`` shows it: cut
+    to one short line, the whole text in the cell's title (with the last error, when the
+    reason does not hold all of it)."""
+    text = item.disabled_reason or item.last_error or ""
+    whole = text
+    if item.last_error and item.last_error not in text:
+        whole += f"\n{item.last_error}"
+    shown = cut_text(text, _ERROR_WIDTH)
+    if shown == whole:
+        return f"<td>{escape(shown)}</td>"
+    return f"<td title='{escape(whole, quote=True)}'>{escape(shown)}</td>"
 
 
 def status_table(status: SchedulerStatus) -> str:
-    """A self-contained HTML table of every schedule (no scripts, no external assets)."""
+    """A self-contained HTML table of every schedule (no scripts, no external assets).
+
+    Times are shown as ``herdsched status`` shows them, in the system's zone, the leader's
+    among them; a long error is cut, with its whole text in the cell's title.
+    """
     leader = ""
     if status.leader:
         leader = f" · leader pid {escape(str(status.leader.get('pid', '?')))}"
-        leader += _lease_text(status.leader)
+        leader += _lease_text(status.leader, lambda value: escape(lease_time(value)))
     rows = []
     for item in status.schedules:
         rows.append(
@@ -60,7 +116,7 @@ def status_table(status: SchedulerStatus) -> str:
             f"<td>{_time(item.next_run_at)}</td><td>{_time(item.last_run_at)}</td>"
             f"<td>{escape(str(item.last_result or '—'))}</td>"
             f"<td>{item.consecutive_failures}</td>"
-            f"<td>{escape(item.last_error or '')}</td>"
+            f"{_error_cell(item)}"
             "</tr>"
         )
     head = "".join(

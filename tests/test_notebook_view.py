@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
+from html import escape
 
 import pytest
 
-from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo
+from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo, cli
 from herdsched.html import RUN_COLOURS, status_page, status_table
-from herdsched.models import RunRecord, SchedulerStatus
+from herdsched.models import (
+    RunRecord,
+    RunStatus,
+    SchedulerStatus,
+    ScheduleStatus,
+    ScheduleType,
+    Status,
+)
 from herdsched.testing import FakeClock
+from herdsched.timestamps import system_timezone
 
 START = datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc)
 
@@ -124,4 +134,82 @@ def test_a_time_at_the_calendars_end_is_shown_in_utc_where_a_zone_cannot_show_it
         monkeypatch.undo()
         time.tzset()
     assert "9999-12-31 23:59:59 UTC" in page
-    assert "9999-12-31 23:59:59 +0000" in table
+    assert "9999-12-31 23:59:59 +00:00" in table  # as herdsched status shows it
+
+
+@pytest.fixture
+def berlin(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The system's zone is Europe/Berlin (UTC+1 in March)."""
+    import time
+
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_the_notebook_shows_times_as_herdsched_status_does_the_leaders_too(berlin: None) -> None:
+    """The rows read ``2026-03-02 09:00:00 +0100`` and the leader line
+    ``2026-03-02T08:00:00.000Z``, while ``herdsched status`` shows ``... +01:00`` for both."""
+    sched = ThreadedScheduler(state_dir=None, clock=FakeClock(START))
+    sched.add_agent(Agent("nb", job=failing, schedules={"tick": Schedule.interval("1h")}))
+    sched.start()
+    try:
+        sched.run_pending()
+        assert sched.wait_until_idle(10)
+        html = sched._repr_html_()
+    finally:
+        sched.stop()
+    shown = cli._format_time(START, system_timezone())  # what herdsched status prints
+    assert shown == "2026-03-02 09:00:00 +01:00"
+    assert f"lease epoch 1 since {shown}</p>" in html
+    assert f"<td>{shown}</td>" in html  # the last run
+    assert "<td>2026-03-02 10:00:00 +01:00</td>" in html  # the next run
+    assert "T08:00:00" not in html and "+0100" not in html
+
+
+def test_the_notebook_shows_why_a_schedule_is_disabled_and_cuts_long_errors_to_a_title() -> None:
+    """It showed the last error only, never why the schedule was disabled, and all of it: a
+    cell of 2,000 characters without a break."""
+    long_error = "ValueError: <bad> & 'worse' " + "x" * 2000
+    reason = "auto-disabled after 3 consecutive failures; last error: ValueError: <bad> & 'w..."
+    rows = [
+        ScheduleStatus(
+            agent="nb",
+            schedule="off",
+            type=ScheduleType.INTERVAL,
+            status=Status.DISABLED,
+            enabled=False,
+            next_run_at=None,
+            last_run_at=START,
+            last_result=RunStatus.FAILED,
+            last_error=long_error,
+            consecutive_failures=3,
+            running=0,
+            skip_reason=None,
+            disabled_reason=reason,
+        ),
+        ScheduleStatus(
+            agent="nb",
+            schedule="on",
+            type=ScheduleType.INTERVAL,
+            status=Status.IDLE,
+            enabled=True,
+            next_run_at=None,
+            last_run_at=START,
+            last_result=RunStatus.FAILED,
+            last_error="short <error>",
+            consecutive_failures=1,
+            running=0,
+            skip_reason=None,
+        ),
+    ]
+    html = status_table(SchedulerStatus(running=True, active_jobs=0, schedules=rows))
+    cut = "auto-disabled after 3 consecutive failures; las..."
+    assert cut == cli._cell(reason, 50)  # as herdsched status cuts it
+    title = escape(f"{reason}\n{long_error}", quote=True)
+    assert f"<td title='{title}'>{cut}</td>" in html
+    assert "x" * 100 not in html.replace(title, "")  # the whole error is in the title only
+    assert "<td>short &lt;error&gt;</td>" in html  # short: shown whole, without a title
+    assert "<script" not in html and "<bad>" not in html
