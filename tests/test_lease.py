@@ -26,7 +26,7 @@ import herdsched
 from herdsched import Agent, Schedule, StateError, ThreadedScheduler
 from herdsched.cli import main
 from herdsched.errors import LeadershipLostError
-from herdsched.html import status_page, status_table
+from herdsched.html import format_time, status_page, status_table
 from herdsched.models import RunRecord, RunStatus, TriggerType
 from herdsched.store.base import Lease, RunClaim, StateStore
 from herdsched.store.deadline import current_deadline
@@ -35,6 +35,7 @@ from herdsched.store.leases import LeaseFile, read_leader_info
 from herdsched.store.memory import MemoryStateStore
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.testing import FakeClock, as_separate_processes
+from herdsched.timestamps import format_timestamp
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 TTL = 30.0
@@ -802,12 +803,14 @@ def test_the_status_page_and_the_notebook_view_say_when_the_lease_was_last_renew
         )
         page = status_page(status, [], {}, api_base="/api")
         table = status_table(status)  # the notebook view
-        # the page shows its times as its other times (the browser's zone); the notebook as read
-        for html, shown in ((page, "<time datetime='{}'>"), (table, "{}")):
-            since = shown.format("2026-03-01T12:00:00.000Z")
-            assert f"pid 4242 on vm, lease epoch 3 since {since}" in html
-            renewed_at = shown.format("2026-03-01T12:00:20.000Z")
-            assert (f"(<b>not renewed</b> since {renewed_at}" in html) is expired
+        # the page shows its times as its other times (the browser's zone); the notebook as
+        # herdsched status shows them
+        for html, shown in (
+            (page, lambda moment: f"<time datetime='{format_timestamp(moment)}'>"),
+            (table, format_time),
+        ):
+            assert f"pid 4242 on vm, lease epoch 3 since {shown(T0)}" in html
+            assert (f"(<b>not renewed</b> since {shown(renewed)}" in html) is expired
             wording = "it hangs or cannot reach the store; a standby takes over, if one runs)"
             assert (wording in html) is expired
 
