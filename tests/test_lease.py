@@ -970,9 +970,12 @@ def test_a_claim_newer_than_a_stored_running_state_is_the_run_recovery_records(
         sched.run_pending()
         assert sched.wait_until_idle(10)
         assert job.calls == []  # slot :02 started in the dead process: not again
-        [record] = sched.history("a", "s")
+        # both runs started and neither end was recorded: each has its interrupted record
+        record, earlier = sched.history("a", "s")
         assert (record.run_id, record.status) == ("r2" * 8, RunStatus.INTERRUPTED)
         assert record.scheduled_for == t0 + second
+        assert (earlier.run_id, earlier.status) == ("r0" * 8, RunStatus.INTERRUPTED)
+        assert earlier.scheduled_for == t0
         [status] = sched.get_status().schedules
         assert status.next_run_at == t0 + 2 * second
 

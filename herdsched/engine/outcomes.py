@@ -147,7 +147,8 @@ def _plan_and_status(
     # it (a trigger) went on and the overlap rule skipped it
     slot_missed = cadence is not None and cadence.runs_once and normal.missed is not None
     over = run.trigger_type is TriggerType.ONCE or slot_missed
-    if over and status is Status.IDLE and not deferred:
+    # paused while its run went on, it is over all the same: a resume must not run it again
+    if over and status in (Status.IDLE, Status.PAUSED) and not deferred:
         status = Status.COMPLETED
     return status, due, failures, disabled_reason
 

@@ -246,6 +246,9 @@ class Leadership:
             self.core.log.warning("Could not record the release of the scheduler lease: %s", exc)
 
 
+_INTERRUPTED = "the process running this job stopped before it finished"
+
+
 def recover_all(core: EngineCore) -> None:
     """Plan every schedule from the store, recording runs a dead process left unfinished."""
     core.store.refresh()
@@ -257,12 +260,16 @@ def recover_all(core: EngineCore) -> None:
         if entry.run is not None:
             continue
         entry.state = core.store.get_schedule_state(entry.agent, entry.name)
-        claim = claimed.get(entry.key)
+        claims = claimed.get(entry.key, [])
+        claim = claims[-1] if claims else None
+        if len(claims) > 1:
+            _record_earlier_claims(core, entry, claims[:-1])
         status = entry.state.status
         if claim is not None and _claim_is_newer(entry.state, claim):
             # its job may have started before the process died: treat it as running (a pause
             # or disable made meanwhile stays). Also over a stored "running" of an earlier
-            # run whose end was not committed: the claimed run is the one that may have run.
+            # run whose end was not committed: that run is recorded interrupted first.
+            _record_stored_run(core, entry, claim)
             entry.state = evolve(
                 entry.state,
                 status=Status.RUNNING if status is Status.IDLE else status,
@@ -274,6 +281,17 @@ def recover_all(core: EngineCore) -> None:
         plan_from_state(core, entry, now, recovering=True)
     if stored is not None:
         _mark_removed(core, now, stored)
+
+
+def _record_stored_run(core: EngineCore, entry: Entry, claim: RunClaim) -> None:
+    """Record as interrupted the run the stored state shows going on, when a later claimed run
+    takes its place in the state and the history has no record of it."""
+    state = entry.state
+    if state.running_run_id is None or state.running_run_id == claim.run_id:
+        return
+    left, record = _run_left(core, entry)
+    if left and record is None:
+        _record_unended(core, entry, state.running_run_id, state.last_run_at, state.last_slot_at)
 
 
 def _claim_is_newer(state: ScheduleState, claim: RunClaim) -> bool:
@@ -349,28 +367,77 @@ def name_some(names: list[str]) -> str:
     return ", ".join(names[:_REMOVED_NAMED]) + (f" and {more} more" if more > 0 else "")
 
 
-def _unfinished_claims(core: EngineCore) -> dict[tuple[str, str], RunClaim]:
-    """Durable claims whose run never reached the state as finished, by schedule."""
+def _unfinished_claims(core: EngineCore) -> dict[tuple[str, str], list[RunClaim]]:
+    """Durable claims whose run never reached the state as finished, by schedule, oldest
+    first: more than one when a run started right after another ended (a run-now waiting for
+    its schedule) and neither end was committed."""
     try:
         claims = core.store.load_claims()
     except Exception as exc:
         core.state_error(exc)
         return {}
-    latest: dict[tuple[str, str], RunClaim] = {}
-    for claim in claims:
+    unfinished: dict[tuple[str, str], list[RunClaim]] = {}
+    for claim in sorted(claims, key=lambda c: c.run_at):
         state = core.store.get_schedule_state(claim.agent, claim.schedule)
         finished = state.last_finished_at is not None and state.last_finished_at >= claim.run_at
         if not finished:
-            latest[(claim.agent, claim.schedule)] = claim
-    return latest
+            unfinished.setdefault((claim.agent, claim.schedule), []).append(claim)
+    return unfinished
+
+
+def _record_earlier_claims(core: EngineCore, entry: Entry, claims: list[RunClaim]) -> None:
+    """Record as interrupted each claimed run before the last one of ``entry`` that has no
+    record: it started, and whether it finished is not known (the last one is taken up from
+    the state, by :func:`plan_from_state`)."""
+    try:
+        records = core.store.get_history(entry.agent, entry.name, READ_ALL_HISTORY)
+    except Exception as exc:
+        core.state_error(exc, entry)
+        return
+    recorded = {record.run_id for record in records}
+    for claim in claims:
+        if claim.run_id not in recorded:
+            _record_unended(core, entry, claim.run_id, claim.run_at, claim.slot)
+
+
+def _record_unended(
+    core: EngineCore, entry: Entry, run_id: str, started: datetime | None, slot: datetime | None
+) -> None:
+    """Record as interrupted a run of ``entry`` that started and whose end was never recorded,
+    before a later run of the same schedule that is taken up from the state."""
+    core.log.warning(
+        "Run %s of %s/%s started before its scheduler stopped or lost the lead, and its end "
+        "was not recorded; it is recorded as interrupted.",
+        run_id,
+        entry.agent,
+        entry.name,
+    )
+    kind = TriggerType.MANUAL if slot is None else timer_trigger_type(entry)
+    core.append_run(
+        RunRecord(
+            run_id=run_id,
+            agent=entry.agent,
+            schedule=entry.name,
+            trigger_type=kind,
+            scheduled_for=slot,
+            started_at=started,
+            finished_at=None,
+            status=RunStatus.INTERRUPTED,
+            error=_INTERRUPTED,
+        )
+    )
 
 
 def plan_from_state(core: EngineCore, entry: Entry, now: datetime, *, recovering: bool) -> None:
     """Compute ``entry``'s due time from its persisted state (restart recovery included).
 
     Caller holds the engine lock."""
-    if recovering and entry.run is None and _left_running(core, entry):
-        _record_interrupted(core, entry, now)
+    if recovering and entry.run is None:
+        left, record = _run_left(core, entry)
+        if record is not None:
+            _record_end_taken_up(core, entry, record, now)
+        elif left:
+            _record_interrupted(core, entry, now)
     state = entry.state
     # as stored now (a cron naming the zone it inherits), or as before (without it)
     described = {entry.schedule.describe(core.settings.timezone), entry.schedule.description}
@@ -462,22 +529,56 @@ def _cadence_plan(core: EngineCore, entry: Entry) -> datetime | None:
     return cadence.next_due(slot=slot, finished_at=finished, now=finished, zone=zone, rng=core.rng)
 
 
-def _left_running(core: EngineCore, entry: Entry) -> bool:
-    """Whether ``entry``'s state shows a run going on: ``running``, or (paused or resumed
-    meanwhile) a run id with no record in the history. An older version that ran the schedule
-    on keeps a stale run id in its state, whose run is recorded (times cannot tell: the
-    wall clock may have stepped back since)."""
+def _run_left(core: EngineCore, entry: Entry) -> tuple[bool, RunRecord | None]:
+    """Whether ``entry``'s state shows a run going on (``running``, or, paused or resumed
+    meanwhile, a run id), and that run's record when the history holds it: the run ended and
+    a crash came between the two writes of its group commit (the record, then the state).
+
+    An older version that ran the schedule on keeps a stale run id in its state, whose run is
+    recorded before the state's last end: that run is over, and nothing is taken up from it.
+    """
     state = entry.state
-    if state.status is Status.RUNNING:
-        return True
     if state.running_run_id is None:
-        return False
+        return state.status is Status.RUNNING, None
     try:
         records = core.store.get_history(entry.agent, entry.name, READ_ALL_HISTORY)
     except Exception as exc:
         core.state_error(exc, entry)
-        return True  # the safe side: recorded interrupted rather than run again
-    return all(record.run_id != state.running_run_id for record in records)
+        return True, None  # the safe side: recorded interrupted rather than run again
+    for record in records:
+        if record.run_id == state.running_run_id:
+            newer = state.last_finished_at is None or (
+                record.finished_at is not None and record.finished_at > state.last_finished_at
+            )
+            return (True, record) if newer else (False, None)
+    return True, None
+
+
+def _record_end_taken_up(core: EngineCore, entry: Entry, record: RunRecord, now: datetime) -> None:
+    """Take up the end of a run whose record is in the history but not in the state: the
+    state as the run's end leaves it (its result, its failure count; the backoff of a failure
+    is not applied), planned past the slot it stood for, which never runs again."""
+    core.log.info(
+        "%s/%s: run %s ended (%s) before its scheduler stopped; its end is taken up from its "
+        "record.",
+        entry.agent,
+        entry.name,
+        record.run_id,
+        record.status,
+    )
+    failed = record.status in (RunStatus.FAILED, RunStatus.TIMEOUT)
+    failures = entry.state.consecutive_failures + 1 if failed else 0
+    if record.status not in (RunStatus.SUCCESS, RunStatus.FAILED, RunStatus.TIMEOUT):
+        failures = entry.state.consecutive_failures
+    _settle_ended(
+        core,
+        entry,
+        now,
+        finished=record.finished_at or now,
+        result=record.status,
+        error=record.error,
+        consecutive_failures=failures,
+    )
 
 
 def _record_interrupted(core: EngineCore, entry: Entry, now: datetime) -> None:
@@ -498,34 +599,55 @@ def _record_interrupted(core: EngineCore, entry: Entry, now: datetime) -> None:
         run_id=request_id or state.running_run_id or new_run_id(),
         agent=entry.agent,
         schedule=entry.name,
-        trigger_type=TriggerType.MANUAL if request_id else timer_trigger_type(entry),
+        # a run with no slot was a run-now, whether queued (a request) or made directly
+        trigger_type=TriggerType.MANUAL
+        if request_id or state.last_slot_at is None
+        else timer_trigger_type(entry),
         scheduled_for=state.last_slot_at,
         started_at=state.last_run_at,
         finished_at=None,  # when the process stopped is not known: not the restart's time
         status=RunStatus.INTERRUPTED,
-        error="the process running this job stopped before it finished",
+        error=_INTERRUPTED,
     )
     core.append_run(record)
+    _settle_ended(core, entry, now, finished=now, result=RunStatus.INTERRUPTED, error=record.error)
+
+
+def _settle_ended(
+    core: EngineCore,
+    entry: Entry,
+    now: datetime,
+    *,
+    finished: datetime,
+    result: RunStatus,
+    error: str | None,
+    **more: Any,
+) -> None:
+    """The state of ``entry`` once the run it shows has ended with ``result``: no longer
+    running, planned past the slot that run stood for; a pause or disable stays, except on a
+    once schedule, which is completed (a resume must not run it again)."""
+    state = entry.state
     cadence = entry.schedule.cadence
     due = None
     if cadence is not None and not cadence.runs_once:
         due = cadence.next_due(
-            slot=state.last_slot_at or state.last_run_at or now,
-            finished_at=now,
+            slot=state.last_slot_at or state.last_run_at or finished,
+            finished_at=finished,
             now=now,
             zone=core.settings.timezone,
             rng=core.rng,
         )
     once = cadence is not None and cadence.runs_once
-    status = Status.COMPLETED if once else Status.IDLE
+    kept = state.status in (Status.PAUSED, Status.DISABLED) and not once
     core.change_state(
         entry,
-        status=state.status if state.status in (Status.PAUSED, Status.DISABLED) else status,
-        last_result=RunStatus.INTERRUPTED,
-        last_finished_at=now,
-        last_error=record.error,
+        status=state.status if kept else (Status.COMPLETED if once else Status.IDLE),
+        last_result=result,
+        last_finished_at=finished,
+        last_error=error,
         running_run_id=None,
         next_run_at=due,
+        **more,
     )
 
 

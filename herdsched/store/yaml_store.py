@@ -295,12 +295,16 @@ class YamlStateStore:
             return False
         return state.last_run_at == run_at if latest else True
 
-    def _write(self, changes: Mapping[Key, Mapping[str, Any] | None]) -> None:
+    def _write(
+        self, changes: Mapping[Key, Mapping[str, Any] | None], *, take_pending: bool = True
+    ) -> None:
         """Apply pending transitions plus ``changes`` to the freshest file, durably.
 
         Once this store handed out a lease, the write is fenced by its epoch: with the lease
         lost, the pending run transitions are dropped, a user-intent change is written alone,
-        and a group commit (no ``changes``) raises :class:`LeadershipLostError`.
+        and a group commit (no ``changes``) raises :class:`LeadershipLostError`. Without
+        ``take_pending`` the pending transitions stay pending (their runs' records could not be
+        appended first), and so do the claims of their runs.
         """
         self._ensure_dir()
         with (
@@ -318,9 +322,10 @@ class YamlStateStore:
                 self._install(self._file.load_locked(self._codec.decode) or empty_state())
             # Read first, take second: a claim is dropped only when the state this write takes
             # already shows its run (pending or on disk); any store but the owner's drops nothing.
-            claimed_through = self._claims.droppable(self._shows_run) if self._claims.owned else 0
+            owned = self._claims.owned and take_pending
+            claimed_through = self._claims.droppable(self._shows_run) if owned else 0
             with self._mem:
-                taken, self._pending = self._pending, {}
+                taken, self._pending = (self._pending, {}) if take_pending else ({}, self._pending)
                 for (agent, name), transition in taken.items():
                     _keep_user_intent(self._disk, agent, name, transition)
             combined: dict[Key, Mapping[str, Any] | None] = dict(taken)
@@ -404,7 +409,7 @@ class YamlStateStore:
         patch = normalise_changes(changes)
         with self._mem:
             evolve(self._view.get(agent, {}).get(schedule) or ScheduleState(), **patch)
-        self._write({(agent, schedule): patch})
+        self._write({(agent, schedule): patch}, take_pending=self._records_first())
         with self._mem:
             return self._view.get(agent, {}).get(schedule) or ScheduleState()
 
@@ -435,7 +440,7 @@ class YamlStateStore:
             with self._mem:
                 self._pending.pop((agent, schedule), None)
                 self._settle()
-            self._write({(agent, schedule): None})
+            self._write({(agent, schedule): None}, take_pending=self._records_first())
 
     def purge_history(self, agent: str, schedule: str) -> None:
         """Delete one schedule's run history, pending records included (durable on return)."""
@@ -465,6 +470,36 @@ class YamlStateStore:
         in the history before its state stops naming it running, so a reader in between
         finds the run one way or the other (a crash in between is read as ended, see
         recovery)."""
+        self._append_pending_runs()
+        with self._mem:
+            has_states = bool(self._pending)
+        if has_states:
+            self._write({})
+        with self._mem:
+            self._settle()
+
+    def _records_first(self) -> bool:
+        """Before a change by a person, which writes the pending transitions along: append the
+        pending run records first, as a group commit does (a transition that ends a run must
+        not reach the file before the run's record). ``False`` when they could not be
+        appended: the change is then written alone, the transitions stay pending."""
+        try:
+            self._append_pending_runs()
+        except LeadershipLostError:
+            return True  # the lease is gone, and the pending work with it
+        except Exception as exc:
+            log.warning(
+                "Run records for %s could not be written before a change (%s); the change is "
+                "written alone, the runs' ends with their records at the next group commit.",
+                self.state_dir,
+                exc,
+            )
+            return False
+        return True
+
+    def _append_pending_runs(self) -> None:
+        """Append the pending run records to the history, fenced by the lease; on failure they
+        stay pending (unless the lease is gone)."""
         with self._hist_io, self._fenced_runs():
             with self._mem:
                 runs, self._pending_runs = self._pending_runs, []
@@ -480,12 +515,6 @@ class YamlStateStore:
                 with self._mem:  # to be tried again
                     self._pending_runs = unwritten + self._pending_runs
                 raise
-        with self._mem:
-            has_states = bool(self._pending)
-        if has_states:
-            self._write({})
-        with self._mem:
-            self._settle()
 
     @contextlib.contextmanager
     def _fenced_runs(self) -> Iterator[None]:
