@@ -663,13 +663,15 @@ def test_a_leader_whose_lease_was_taken_runs_nothing_writes_nothing_and_stands_b
 
 
 def test_a_run_that_ends_after_its_leader_lost_the_lease_is_not_written_when_it_leads_again(
-    tmp_path: Path, clock: FakeClock
+    tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The job ran on while its scheduler lost the lead; its outcome waited in the store and
     was written with the first group commit after the scheduler led again, setting the
     schedule back to before the other leader's runs (on PostgreSQL, catch-up then ran a slot
     the other host had run: a double run). It finishes unrecorded, as documented, and the
-    next leader records it as interrupted."""
+    next leader records it as interrupted. The log names the store in words (it printed
+    "YamlStateStore('...')"), and the interrupted run's possible causes."""
+    caplog.set_level(logging.INFO, logger="herdsched")
     job = Blocker()
     sched = ThreadedScheduler(
         state_dir=tmp_path, clock=clock, lease_ttl=TTL, commit_delay=0, timezone="UTC"
@@ -698,6 +700,15 @@ def test_a_run_that_ends_after_its_leader_lost_the_lease_is_not_written_when_it_
         sched.store.flush()
         statuses = [r.status for r in YamlStateStore(tmp_path).get_history("a", "s")]
         assert statuses == [RunStatus.INTERRUPTED], statuses
+    messages = [r.getMessage() for r in caplog.records]
+    lost = [m for m in messages if m.startswith("This scheduler lost the lead")]
+    assert len(lost) == 1
+    assert lost[0].startswith(f"This scheduler lost the lead of {tmp_path} (epoch 1): ")
+    assert "StateStore" not in caplog.text
+    assert (
+        "a/s was running when its scheduler stopped or lost the lead; the run is recorded as "
+        "interrupted."
+    ) in messages
 
 
 def test_an_outcome_still_uncommitted_when_the_lead_is_lost_is_not_written_when_it_leads_again(

@@ -68,6 +68,20 @@ def records(tmp_path: Path, sched: ThreadedScheduler) -> dict[str, RunRecord]:
         store.close()
 
 
+def ended_run() -> RunRecord:
+    """The record of the run of slot ``SLOT``, which succeeded."""
+    return RunRecord(
+        run_id="ended",
+        agent="a",
+        schedule="s",
+        trigger_type=TriggerType.INTERVAL,
+        scheduled_for=SLOT,
+        started_at=SLOT,
+        finished_at=SLOT + timedelta(seconds=2),
+        status=RunStatus.SUCCESS,
+    )
+
+
 def test_every_unfinished_claim_of_a_schedule_is_recorded_not_only_the_last(
     tmp_path: Path, next_leader: ThreadedScheduler
 ) -> None:
@@ -122,18 +136,7 @@ def test_a_run_recorded_whose_end_did_not_reach_the_state_is_taken_up_and_its_sl
         running_run_id="ended",
         next_run_at=SLOT,
     )
-    store.append_run(
-        RunRecord(
-            run_id="ended",
-            agent="a",
-            schedule="s",
-            trigger_type=TriggerType.INTERVAL,
-            scheduled_for=SLOT,
-            started_at=SLOT,
-            finished_at=SLOT + timedelta(seconds=2),
-            status=RunStatus.SUCCESS,
-        )
-    )
+    store.append_run(ended_run())
     store.flush()
     store.close()
     next_leader.start()
@@ -189,24 +192,18 @@ def test_a_change_by_a_person_writes_the_pending_run_records_before_the_states(
     records, which wait for the group commit: a crash then left a run ended with no record."""
     store = YamlStateStore(tmp_path, commit_delay=60)
     store.record_transition(
-        "a", "s", status="idle", last_finished_at=SLOT, running_run_id=None, last_result="success"
+        "a",
+        "s",
+        status="idle",
+        last_finished_at=SLOT + timedelta(seconds=2),
+        running_run_id=None,
+        last_result="success",
     )
-    store.append_run(
-        RunRecord(
-            run_id="ended",
-            agent="a",
-            schedule="s",
-            trigger_type=TriggerType.INTERVAL,
-            scheduled_for=SLOT,
-            started_at=SLOT,
-            finished_at=SLOT,
-            status=RunStatus.SUCCESS,
-        )
-    )
+    store.append_run(ended_run())
     store.update_schedule_state("a", "t", status="paused")  # the state file is written now
     # a crash here: what another process reads
     after_crash = YamlStateStore(tmp_path)
-    assert after_crash.get_schedule_state("a", "s").last_finished_at == SLOT
+    assert after_crash.get_schedule_state("a", "s").last_finished_at == ended_run().finished_at
     assert [r.run_id for r in after_crash.get_history("a", "s", 10)] == ["ended"]
     after_crash.close()
     store.close()
