@@ -26,7 +26,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone, tzinfo
 from itertools import islice
 from pathlib import Path
@@ -151,28 +151,28 @@ def _visible(text: str, keep: str = "") -> str:
     )
 
 
-def _write(text: str) -> None:
-    """Write ``text`` to stdout; a write that fails (a full disk) is an :class:`_OutputError`.
-
-    A broken pipe stays itself: the reader stopped reading (``| head``), which is no failure.
-    """
+@contextlib.contextmanager
+def _stdout_errors() -> Iterator[None]:
+    """A write to stdout that fails (a full disk) becomes an :class:`_OutputError`. A broken
+    pipe stays itself: the reader stopped reading (``| head``), which is no failure."""
     try:
-        sys.stdout.write(text)
+        yield
     except BrokenPipeError:
         raise
     except OSError as exc:
         raise _OutputError(exc) from exc
+
+
+def _write(text: str) -> None:
+    with _stdout_errors():
+        sys.stdout.write(text)
 
 
 def _flush() -> None:
     """Flush stdout, so that a write the buffer held fails here, where it is answered, and not
     at the interpreter's exit."""
-    try:
+    with _stdout_errors():
         sys.stdout.flush()
-    except BrokenPipeError:
-        raise
-    except OSError as exc:
-        raise _OutputError(exc) from exc
 
 
 def _out(text: str = "") -> None:

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from html import escape
 
+import attrs
 import pytest
 
 from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo, cli
@@ -174,37 +175,31 @@ def test_the_notebook_shows_why_a_schedule_is_disabled_and_cuts_long_errors_to_a
     cell of 2,000 characters without a break."""
     long_error = "ValueError: <bad> & 'worse' " + "x" * 2000
     reason = "auto-disabled after 3 consecutive failures; last error: ValueError: <bad> & 'w..."
-    rows = [
-        ScheduleStatus(
-            agent="nb",
-            schedule="off",
-            type=ScheduleType.INTERVAL,
-            status=Status.DISABLED,
-            enabled=False,
-            next_run_at=None,
-            last_run_at=START,
-            last_result=RunStatus.FAILED,
-            last_error=long_error,
-            consecutive_failures=3,
-            running=0,
-            skip_reason=None,
-            disabled_reason=reason,
-        ),
-        ScheduleStatus(
-            agent="nb",
-            schedule="on",
-            type=ScheduleType.INTERVAL,
-            status=Status.IDLE,
-            enabled=True,
-            next_run_at=None,
-            last_run_at=START,
-            last_result=RunStatus.FAILED,
-            last_error="short <error>",
-            consecutive_failures=1,
-            running=0,
-            skip_reason=None,
-        ),
-    ]
+    off = ScheduleStatus(
+        agent="nb",
+        schedule="off",
+        type=ScheduleType.INTERVAL,
+        status=Status.DISABLED,
+        enabled=False,
+        next_run_at=None,
+        last_run_at=START,
+        last_result=RunStatus.FAILED,
+        last_error=long_error,
+        consecutive_failures=3,
+        running=0,
+        skip_reason=None,
+        disabled_reason=reason,
+    )
+    on = attrs.evolve(
+        off,
+        schedule="on",
+        status=Status.IDLE,
+        enabled=True,
+        last_error="short <error>",
+        consecutive_failures=1,
+        disabled_reason=None,
+    )
+    rows = [off, on]
     html = status_table(SchedulerStatus(running=True, active_jobs=0, schedules=rows))
     cut = "auto-disabled after 3 consecutive failures; las..."
     assert cut == cli._cell(reason, 50)  # as herdsched status cuts it
