@@ -76,70 +76,79 @@ _EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
 _FIXED_MONDAY = datetime(2026, 1, 5, tzinfo=timezone.utc)
 
 
-def _interval_error(problem: str, raw: object) -> IntervalParseError:
-    return IntervalParseError(f'{problem} in interval "{raw}"', input=raw)
+def _interval_error(problem: str, raw: object, what: str = "interval") -> IntervalParseError:
+    return IntervalParseError(f'{problem} in {what} "{raw}"', input=raw, field=what)
 
 
-def parse_interval(text: str, *, allow_zero: bool = False) -> timedelta:
+def parse_interval(text: str, *, allow_zero: bool = False, what: str = "interval") -> timedelta:
     """Parse ``"30s"``, ``"5m"``, ``"1h"``, ``"2d"`` or a compound such as ``"1h30m"``.
 
     Units are ``s m h d`` (any case); a compound lists each unit at most once, largest first.
     ``"0s"`` is refused unless ``allow_zero`` (a setting such as ``min_interval``, not a cadence).
-    Raises :class:`IntervalParseError` whose message names the problem and the input.
+    Raises :class:`IntervalParseError` whose message names the problem and the input; ``what``
+    names the setting the duration is for (``"timeout"``), so its errors speak of a duration of
+    that setting rather than of an interval.
     """
     raw = text
+    kind = "interval" if what == "interval" else "duration"
     if not isinstance(text, str):
         raise IntervalParseError(
-            f'Interval must be a duration string such as "5m", got {type(text).__name__} '
-            f"{text!r}: not a duration string",
+            f'{what.capitalize()} must be a duration string such as "5m", got '
+            f"{type(text).__name__} {text!r}: not a duration string",
             input=raw,
+            field=what,
         )
+
+    def fail(problem: str) -> IntervalParseError:
+        return _interval_error(problem, raw, what)
+
     body = text.strip().lower()
     if not body:
-        raise IntervalParseError(f"Interval cannot be empty (got {raw!r})", input=raw)
-    if body.startswith("-"):
-        raise _interval_error("Negative intervals are not allowed", raw)
-    if re.search(r"[0-9][.,]|[.,][0-9]", body):
-        raise _interval_error("Decimal values are not supported", raw)
-    if re.fullmatch(r"[0-9]+", body):
-        raise _interval_error(
-            'Missing time unit (expected format "{number}{unit}", units: ' + _VALID_UNITS + ")",
-            raw,
+        raise IntervalParseError(
+            f"{what.capitalize()} cannot be empty (got {raw!r})", raw, field=what
         )
+    if body.startswith("-"):
+        raise fail(f"Negative {kind}s are not allowed")
+    if re.search(r"[0-9][.,]|[.,][0-9]", body):
+        raise fail("Decimal values are not supported")
+    missing_unit = (
+        'Missing time unit (expected format "{number}{unit}", units: ' + _VALID_UNITS + ")"
+    )
+    if re.fullmatch(r"[0-9]+", body):
+        raise fail(missing_unit)
     if "a" <= body[0] <= "z":
-        raise _interval_error("Missing numeric value", raw)
+        raise fail("Missing numeric value")
+    too_large = f"{kind.capitalize()} is too large (at most 999999999 days)"
     total = 0
     pos = 0
     seen: list[str] = []
     while pos < len(body):
         match = _TOKEN.match(body, pos)
         if match is None:
-            raise _interval_error(f'Invalid character "{body[pos]}"', raw)
+            raise fail(f'Invalid character "{body[pos]}"')
         number, unit = match.groups()
         if not unit and match.end() < len(body):
-            raise _interval_error(f'Invalid character "{body[match.end()]}"', raw)
+            raise fail(f'Invalid character "{body[match.end()]}"')
         if not unit:
-            raise _interval_error(
-                'Missing time unit (expected format "{number}{unit}", units: ' + _VALID_UNITS + ")",
-                raw,
-            )
+            raise fail(missing_unit)
         if unit not in _UNITS:
             raise IntervalParseError(
-                f'Invalid time unit "{unit}" in interval "{raw}". Valid units are: {_VALID_UNITS}',
+                f'Invalid time unit "{unit}" in {what} "{raw}". Valid units are: {_VALID_UNITS}',
                 input=raw,
+                field=what,
             )
         order = list(_UNITS)
         if seen and order.index(unit) <= order.index(seen[-1]):
-            raise _interval_error("Units must appear once each, largest first (d, h, m, s)", raw)
+            raise fail("Units must appear once each, largest first (d, h, m, s)")
         seen.append(unit)
         if len(number.lstrip("0")) > 15:
-            raise _interval_error("Interval is too large (at most 999999999 days)", raw)
+            raise fail(too_large)
         total += int(number) * _UNITS[unit]
         pos = match.end()
     if total == 0 and not allow_zero:
-        raise _interval_error("Zero interval is not allowed", raw)
+        raise fail(f"Zero {kind} is not allowed")
     if total > _MAX_SECONDS:
-        raise _interval_error("Interval is too large (at most 999999999 days)", raw)
+        raise fail(too_large)
     return timedelta(seconds=total)
 
 
@@ -156,14 +165,14 @@ def coerce_interval(
     ``.field``, so a bad ``timeout`` or ``backoff`` names its own setting, not the interval.
     """
     culprit = what if field is None else field
+    kind = "interval" if what == "interval" else "duration"
     if isinstance(value, str):
         try:
-            return parse_interval(value, allow_zero=allow_zero)
+            return parse_interval(value, allow_zero=allow_zero, what=what)
         except IntervalParseError as exc:
-            if what == "interval" and culprit == exc.field:
+            if culprit == exc.field:
                 raise
-            message = f"{what}: {exc.message}"
-            raise IntervalParseError(message, value, exc, field=culprit) from exc
+            raise IntervalParseError(exc.message, value, exc, field=culprit) from exc
     if isinstance(value, bool) or not isinstance(value, (timedelta, int, float)):
         raise IntervalParseError(
             f"{what} must be a duration string, timedelta or seconds, got {value!r}",
@@ -179,12 +188,12 @@ def coerce_interval(
             f"{what} {value!r} is too large (at most 999999999 days)", value, exc, field=culprit
         ) from exc
     if delta < timedelta(0):
-        message = f"Negative intervals are not allowed: {what} {value!r}"
+        message = f"Negative {kind}s are not allowed: {what} {value!r}"
         raise IntervalParseError(message, value, field=culprit)
     positive = delta > timedelta(0) or (not isinstance(value, timedelta) and value > 0)
     if delta == timedelta(0) and not positive and not allow_zero:
         raise IntervalParseError(
-            f"Zero interval is not allowed: {what} {value!r}", value, field=culprit
+            f"Zero {kind} is not allowed: {what} {value!r}", value, field=culprit
         )
     if positive and delta < MIN_INTERVAL:
         raise IntervalParseError(

@@ -261,7 +261,7 @@ def _duration_text(delta: timedelta | None) -> str:
 
 def _duration_arg(text: str) -> timedelta:
     try:
-        return parse_interval(text)
+        return parse_interval(text, what="duration")
     except IntervalParseError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

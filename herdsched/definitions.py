@@ -414,7 +414,7 @@ class _Checker:
                 )
                 return None
             try:
-                return parse_interval(value, allow_zero=allow_zero)
+                return parse_interval(value, allow_zero=allow_zero, what=what)
             except IntervalParseError as exc:
                 self.problem(path, str(exc))
                 return None
@@ -634,8 +634,8 @@ def _instant(
                 chk.problem(path, f"{what} cannot be relative ({value!r})")
                 return None
             try:
-                return to_utc(now + parse_interval(text[1:]))
-            except IntervalParseError as exc:  # it said "Zero interval ... in interval"
+                return to_utc(now + parse_interval(text[1:], what="time from now"))
+            except IntervalParseError as exc:
                 chk.problem(path, f'{what} {value!r} is not a time from now such as "+10m" ({exc})')
                 return None
         try:

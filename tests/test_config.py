@@ -549,6 +549,17 @@ def test_broken_fleet_reports_every_problem_with_its_path(tmp_path: Path) -> Non
         ("interval: 5m\ncron: '* * * * *'", "schedules.s.type", "of interval and cron are both"),
         ("type: daily", "schedules.s.type", "must be one of interval"),
         ("type: interval\ninterval: 0s", "schedules.s.interval", "Zero interval"),
+        # the other durations said "Zero interval is not allowed in interval"
+        (
+            "type: cron\ncron: '0 9 * * *'\ntimeout: 0s",
+            "schedules.s.timeout",
+            'Zero duration is not allowed in timeout "0s"',
+        ),
+        (
+            "type: once\nat: '+0m'",
+            "schedules.s.at",
+            "Zero duration is not allowed in time from now",
+        ),
         ("type: interval\ninterval: -5m", "schedules.s.interval", "Negative"),
         ("type: interval\ninterval: 5", "schedules.s.interval", "not a duration string"),
         ("type: interval\ninterval: true", "schedules.s.interval", "got true"),
@@ -795,7 +806,7 @@ def test_agent_errors(tmp_path: Path, agent: str, path: str, why: str) -> None:
         (
             "scheduler: {lease_ttl: 0s}\nagents: [{name: a, job: 'json:dumps'}]",
             "scheduler.lease_ttl",
-            "Zero interval is not allowed",
+            'Zero duration is not allowed in lease_ttl "0s"',
         ),
         (
             "scheduler: {state_dir: 5}\nagents: [{name: a, job: 'json:dumps'}]",

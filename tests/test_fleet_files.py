@@ -314,7 +314,7 @@ def test_an_option_value_that_starts_with_a_dash_is_told_how_to_be_given(
     ) in err
     code, _, err = run_cli(capsys, "run", str(fleet), "--duration=-1s")
     assert code == 2
-    assert 'argument --duration: Negative intervals are not allowed in interval "-1s"' in err
+    assert 'argument --duration: Negative durations are not allowed in duration "-1s"' in err
 
 
 SHADOW = "".join(

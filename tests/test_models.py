@@ -192,9 +192,18 @@ def test_with_changes_revalidates() -> None:
         (lambda: Schedule.interval("5m", persist_session=1), "persist_session", "true or false"),
         (lambda: Schedule.interval("5x"), "interval", 'Invalid time unit "x"'),
         # a bad timeout was blamed on the interval (field "interval"), even on a cron
-        (lambda: Schedule.cron("0 9 * * *", timeout="0s"), "timeout", "timeout: Zero interval"),
-        (lambda: Schedule.interval("5m", timeout="10"), "timeout", "timeout: Missing time unit"),
-        (lambda: Schedule.interval("5m", timeout=-1), "timeout", "Negative intervals"),
+        (
+            lambda: Schedule.cron("0 9 * * *", timeout="0s"),
+            "timeout",
+            "Zero duration is not allowed in timeout",
+        ),
+        (
+            lambda: Schedule.interval("5m", timeout="10"),
+            "timeout",
+            'Missing time unit (expected format "{number}{unit}", units: s, m, h, d) '
+            'in timeout "10"',
+        ),
+        (lambda: Schedule.interval("5m", timeout=-1), "timeout", "Negative durations"),
         (lambda: Schedule.interval("5m", anchor="soon"), "anchor", "interval anchor 'soon'"),
         (lambda: Schedule.interval("5m", start_at="x"), "start_at", "interval start_at 'x'"),
         (lambda: Schedule.interval("5m", jitter_percent=300), "jitter_percent", "jitter_percent"),

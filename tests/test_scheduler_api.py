@@ -64,10 +64,14 @@ def test_constructor_rejects_bad_settings_naming_them(kwargs: dict, message: str
         (
             {"backoff": ["30s", "x"]},
             "backoff",
-            'backoff step: Missing numeric value in interval "x"',
+            'Missing numeric value in backoff step "x"',
         ),
-        ({"catch_up_window": "0s"}, "catch_up_window", "catch_up_window: Zero interval"),
-        ({"min_interval": -1}, "min_interval", "Negative intervals are not allowed: min_interval"),
+        (
+            {"catch_up_window": "0s"},
+            "catch_up_window",
+            "Zero duration is not allowed in catch_up_window",
+        ),
+        ({"min_interval": -1}, "min_interval", "Negative durations are not allowed: min_interval"),
     ],
 )
 def test_a_bad_duration_setting_is_blamed_on_its_own_field(
@@ -82,7 +86,7 @@ def test_a_bad_duration_setting_is_blamed_on_its_own_field(
 def test_a_bad_timeout_given_to_update_schedule_is_blamed_on_the_timeout() -> None:
     sched = ThreadedScheduler(state_dir=None)
     sched.add_agent(Agent("a", job=Recorder(), schedules={"c": Schedule.cron("0 * * * *")}))
-    with pytest.raises(IntervalParseError, match="timeout: Missing time unit") as info:
+    with pytest.raises(IntervalParseError, match=r'Missing time unit .* in timeout "10"') as info:
         sched.update_schedule("a", "c", timeout="10")
     assert info.value.field == "timeout"
     assert sched.get_schedule("a", "c").timeout is None  # nothing changed
