@@ -601,6 +601,7 @@ class _ScheduleContext:
     cron_zone: str | None  # zone of a cron without its own (None: the scheduler's zone)
     naive_zone: str | tzinfo | None  # zone of times written without an offset (None: the system's)
     now: datetime
+    relative_at: bool = True  # whether a once time may be relative to now ("+10m")
 
 
 def _instant(
@@ -767,15 +768,22 @@ def _cron_args(
 
 
 def _once_args(
-    chk: _Checker, data: Mapping[Any, Any], path: _PathT, zone: tzinfo, now: datetime
+    chk: _Checker, data: Mapping[Any, Any], path: _PathT, zone: tzinfo, ctx: _ScheduleContext
 ) -> dict[str, Any]:
-    """The checked argument of a once cadence: ``at``, absolute or relative to ``now``."""
+    """The checked argument of a once cadence: ``at``, absolute or (where ``ctx`` allows it)
+    relative to ``ctx.now``."""
     if "at" not in data:
         chk.problem(path, 'a once schedule needs "at" (such as "2026-12-01T09:00:00Z")')
         return {}
-    moment = _instant(
-        chk, data["at"], path=(*path, "at"), what="at", zone=zone, now=now, relative=True
-    )
+    at = data["at"]
+    if not ctx.relative_at and isinstance(at, str) and at.strip().startswith("+"):
+        chk.problem(
+            (*path, "at"),
+            f"at {at!r} is relative, which a stored definition cannot be: every process would "
+            'read it from its own "now"; write the time itself (such as "2026-12-01T09:00:00Z")',
+        )
+        return {}
+    moment = _instant(chk, at, path=(*path, "at"), what="at", zone=zone, now=ctx.now, relative=True)
     return {"at": moment}
 
 
@@ -800,7 +808,7 @@ def _cadence_args(
     if kind is ScheduleType.CRON:
         return _cron_args(chk, data, path, zone_name or ctx.cron_zone)
     if kind is ScheduleType.ONCE:
-        return _once_args(chk, data, path, naive_zone, ctx.now)
+        return _once_args(chk, data, path, naive_zone, ctx)
     return {}
 
 
@@ -900,6 +908,7 @@ def schedule_from_mapping(
     now: datetime | None = None,
     path: str = "",
     naive_timezone: str | tzinfo | None = None,
+    relative_at: bool = True,
 ) -> Schedule:
     """Build a :class:`~herdsched.models.Schedule` from fleet-file schedule fields.
 
@@ -907,9 +916,11 @@ def schedule_from_mapping(
     is the default zone for cron and for times without an offset; ``naive_timezone``, when
     given, is the default zone of times without an offset alone (a cron without a zone then
     stays without one, following the scheduler's: what the REST API needs); ``now`` anchors
-    relative ``at`` values (``"+10m"``). Either way a schedule's own ``timezone`` comes first,
-    as in a fleet file. Raises :class:`~herdsched.errors.ConfigError` listing every
-    problem as ``"path: why"`` (``path`` is prefixed to each, such as ``"schedules.check"``).
+    relative ``at`` values (``"+10m"``), which ``relative_at=False`` refuses (a stored
+    definition, read anew by every process, must say its time). Either way a schedule's own
+    ``timezone`` comes first, as in a fleet file. Raises :class:`~herdsched.errors.ConfigError`
+    listing every problem as ``"path: why"`` (``path`` is prefixed to each, such as
+    ``"schedules.check"``).
     """
     problems: list[str] = []
     prefix: _PathT = tuple(p for p in path.split(".") if p) if path else ()
@@ -929,6 +940,7 @@ def schedule_from_mapping(
             timezone,
             naive_timezone if naive_timezone is not None else timezone,
             to_utc(now) if now is not None else datetime.now(tz=_UTC),
+            relative_at,
         )
         schedule = _build_schedule(chk, mapping, prefix, ctx)
     if schedule is None or problems:

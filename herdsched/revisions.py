@@ -68,7 +68,7 @@ def _stored_revision(stored: Mapping[str, Any]) -> str | None:
     importing its job: the check runs inside the store's locked write."""
     without_job = {key: value for key, value in stored.items() if key != "job"}
     try:
-        mapping = schedule_to_mapping(schedule_from_mapping(without_job))
+        mapping = schedule_to_mapping(schedule_from_mapping(without_job, relative_at=False))
     except (ConfigError, InvalidScheduleError):
         return None
     if "job" in stored:

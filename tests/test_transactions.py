@@ -338,6 +338,30 @@ def test_invalid_stored_definitions_are_set_aside_and_the_fleet_boots(
     assert {r.schedule for r in again.get_status().rejected} == {"bad name", "bad-cron"}
 
 
+def test_a_relative_once_time_written_by_hand_into_the_store_is_set_aside(tmp_path: Path) -> None:
+    """It was read as "ten minutes from now" by every process and at every read: each host
+    planned it at another time, and its revision changed with each read, so no conditional
+    change of it could hold."""
+    (tmp_path / "schedules.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "format_version": 1,
+                "agents": {"triage": {"schedules": {"soon": {"type": "once", "at": "+10m"}}}},
+            }
+        )
+    )
+    sched = build(tmp_path, FakeClock(START))
+    sched.start()
+    try:
+        assert "soon" not in {s.schedule for s in sched.get_status().schedules}
+        [rejected] = sched.get_status().rejected
+        assert rejected.schedule == "soon"
+        assert "at '+10m' is relative, which a stored definition cannot be" in rejected.reason
+        assert "write the time itself" in rejected.reason
+    finally:
+        sched.stop()
+
+
 def test_the_cli_status_lists_definitions_set_aside(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

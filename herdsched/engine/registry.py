@@ -152,7 +152,7 @@ def stored_definitions(core: EngineCore, agent: str) -> dict[str, Schedule]:
     loaded: dict[str, Schedule] = {}
     for name, mapping in raw.items():
         try:
-            schedule = schedule_from_mapping(mapping)
+            schedule = schedule_from_mapping(mapping, relative_at=False)
             check_name("schedule", name)
             check_cadence(core, agent, name, schedule, when="registered")
         except Exception as exc:
