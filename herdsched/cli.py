@@ -133,22 +133,28 @@ class _OutputError(Exception):
 # Output helpers
 
 
-# Control characters: C0, DEL and C1. ESC starts every terminal escape sequence, and C1 holds
-# the one-byte forms of some (CSI, OSC).
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# Control characters: C0, DEL and C1 (ESC starts every terminal escape sequence, and C1 holds
+# the one-byte forms of some: CSI, OSC), and Unicode's direction controls, which reorder what
+# follows them on the line (so "failed" can read as "deliaf", or a run id show another's).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def _visible(text: str, keep: str = "") -> str:
     """``text`` with every control character but those in ``keep`` written as a visible escape
-    (``\\x1b``).
+    (``\\x1b``, ``\\u202e``).
 
     Job output and errors are untrusted (an agent writes them): printed raw, an escape
     sequence in them recolours, clears or retitles the operator's terminal, or hides what
     follows. Backslashes are left alone, so escaping twice changes nothing.
     """
-    return _CONTROL.sub(
-        lambda found: found[0] if found[0] in keep else f"\\x{ord(found[0]):02x}", text
-    )
+
+    def escape(found: re.Match[str]) -> str:
+        char = found[0]
+        if char in keep:
+            return char
+        return f"\\x{ord(char):02x}" if ord(char) <= 0xFF else f"\\u{ord(char):04x}"
+
+    return _CONTROL.sub(escape, text)
 
 
 @contextlib.contextmanager

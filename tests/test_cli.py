@@ -1117,9 +1117,13 @@ def test_a_state_dir_that_is_a_file_says_so_in_every_command(
 # --------------------------------------------------------------------------------------------
 # Untrusted text: job output and errors reach the terminal with their control characters shown
 
-HOSTILE_OUTPUT = "\x1b[31mRED\x1b[0m \x1b]0;pwned-title\x07"
+# ending in a right-to-left override, which shows "deliaf" as "failed" (it was printed raw)
+HOSTILE_OUTPUT = "\x1b[31mRED\x1b[0m \x1b]0;pwned-title\x07 \u202edeliaf\u2069"
 HOSTILE_ERROR = "RuntimeError: \x1b[2Jcleared\x9b31m\x7f\rhidden"
-_RAW_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")  # any but the line break
+# any but the line break, and the direction controls
+_RAW_CONTROL = re.compile(
+    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
 
 
 def _hostile_state(state_dir: Path) -> None:
@@ -1175,7 +1179,7 @@ def test_status_and_history_show_control_characters_as_escapes(
     # a cell folds line breaks (\r too) into spaces, as before
     assert "RuntimeError: \\x1b[2Jcleared\\x9b31m\\x7f hidden" in long_status
     assert "off \\x1b[8m" in status  # the disabled reason
-    assert "\\x1b[31mRED\\x1b[0m \\x1b]0;pwned-title\\x07" in long_history
+    assert "\\x1b[31mRED\\x1b[0m \\x1b]0;pwned-title\\x07 \\u202edeliaf\\u2069" in long_history
     assert "RuntimeError: \\x1b[2J" in history
     assert long_history.rstrip().endswith("RuntimeError: \\x1b[2Jcleared\\x9b31m\\x7f\\x0dhidden")
     # the columns still line up: the escapes are counted in the cells' widths
