@@ -36,7 +36,7 @@ from dateutil import parser as dateutil_parser
 
 from herdsched import __version__, events
 from herdsched.cadence import iter_cron_triggers, parse_cron_expression, parse_interval
-from herdsched.command import CommandJob
+from herdsched.command import KILL_GRACE, CommandJob, wait_for_commands
 from herdsched.config import (
     STORE_FIELDS,
     FleetConfig,
@@ -885,14 +885,20 @@ def _run_fleet(
     try:
         scheduler.stop(wait_for_jobs=True, timeout=args.stop_timeout.total_seconds())
     except SchedulerShutdownError as exc:
-        _quit_leaving_jobs(exc, args.stop_timeout, stopper)
+        # stop() cancelled them: a command's process group gets its SIGTERM, then its SIGKILL
+        # after KILL_GRACE; a process left behind would run on beside the next start's runs
+        ended = wait_for_commands(KILL_GRACE + 1.0)
+        _quit_leaving_jobs(exc, args.stop_timeout, stopper, ended=ended)
         return EXIT_FAILURE
     return EXIT_OK
 
 
-def _quit_leaving_jobs(exc: SchedulerShutdownError, waited: timedelta, stopper: _Stopper) -> None:
-    """After ``--stop-timeout``: name the jobs still running and quit with exit code 1
-    without waiting for them (a normal exit would wait until each job returned).
+def _quit_leaving_jobs(
+    exc: SchedulerShutdownError, waited: timedelta, stopper: _Stopper, *, ended: bool
+) -> None:
+    """After ``--stop-timeout``: name the jobs that were still running and quit with exit
+    code 1 without waiting any longer for those that ignore their cancel event (a normal exit
+    would wait until each job returned).
 
     The scheduler has stopped and let go of its lease, so a job that returned later could not
     record its outcome anyway; the next start records such runs as interrupted.
@@ -902,12 +908,15 @@ def _quit_leaving_jobs(exc: SchedulerShutdownError, waited: timedelta, stopper: 
         return
     names = exc.running_jobs
     logger.error(
-        "stop timed out after %s with %d job(s) still running%s; quitting without waiting for "
-        "them: they will be recorded as interrupted at the next start",
+        "stop timed out after %s with %d job(s) still running%s; they were asked to stop (a "
+        "command job's processes are ended) and will be recorded as interrupted at the next "
+        "start",
         format_interval(waited),
         exc.running_job_count,
         f": {', '.join(names)}" if names else "",
     )
+    if not ended:  # pragma: no cover - a process SIGKILL cannot end (stuck in the kernel)
+        logger.error("a command job's process did not end after SIGKILL: it may still run")
     stopper.quit(EXIT_FAILURE)
 
 

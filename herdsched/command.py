@@ -23,6 +23,7 @@ import os
 import shlex
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -30,17 +31,32 @@ from pathlib import Path
 from herdsched.errors import SchedulerError
 from herdsched.models import JobResult, TriggerInfo
 
-__all__ = ["MAX_ENV_PROMPT_BYTES", "CommandError", "CommandJob"]
+__all__ = ["KILL_GRACE", "MAX_ENV_PROMPT_BYTES", "CommandError", "CommandJob", "wait_for_commands"]
 
 logger = logging.getLogger("herdsched")
 
 #: How often a running command checks the run's cancel event (seconds).
 _POLL_SECONDS = 0.1
+#: how long a cancelled command gets between SIGTERM and SIGKILL, unless its job says otherwise
+KILL_GRACE = 5.0
 #: How much of stderr an error message quotes.
 _TAIL_LINES = 20
 _TAIL_CHARS = 2000
 #: Larger prompts are not put in the environment (Linux refuses strings over 128 KiB there).
 MAX_ENV_PROMPT_BYTES = 64 * 1024
+
+#: the process ids of this process's command jobs whose program has not been reaped yet
+_live: set[int] = set()
+_live_changed = threading.Condition()
+
+
+def wait_for_commands(timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds until no command job of this process runs; whether none
+    does. A process about to quit calls it after cancelling its runs, so the commands' process
+    groups are ended (SIGTERM, then SIGKILL after ``kill_grace``) rather than left running
+    beside the next start's runs."""
+    with _live_changed:
+        return _live_changed.wait_for(lambda: not _live, timeout)
 
 
 class CommandError(SchedulerError):
@@ -107,7 +123,7 @@ class CommandJob:
         *,
         cwd: str | Path | None = None,
         env: Mapping[str, str] | None = None,
-        kill_grace: float = 5.0,
+        kill_grace: float = KILL_GRACE,
     ) -> None:
         self.argv = _to_argv(argv)
         self.cwd = Path(cwd) if cwd is not None else None
@@ -167,7 +183,14 @@ class CommandJob:
                 f"command {command} could not start: {exc}", self.argv, cause=exc
             ) from exc
         logger.debug("run %s: started %s (pid %d)", info.run_id, command, process.pid)
-        stdout, stderr, cancelled = self._communicate(process, info)
+        with _live_changed:
+            _live.add(process.pid)
+        try:
+            stdout, stderr, cancelled = self._communicate(process, info)
+        finally:
+            with _live_changed:
+                _live.discard(process.pid)
+                _live_changed.notify_all()
         out = stdout.decode("utf-8", errors="replace")
         err = stderr.decode("utf-8", errors="replace")
         code = process.returncode

@@ -348,10 +348,12 @@ class ThreadedScheduler:
         """Stop dispatching, wait for running jobs (up to ``timeout`` real seconds), commit state.
 
         Nothing is dispatched once ``stop()`` has begun; running jobs are not cancelled, and the
-        outcome of every job that returns before the end is recorded. Raises
-        :class:`~herdsched.errors.SchedulerShutdownError` (``timed_out=True``) when jobs are
-        still running at the timeout; the scheduler is ``stopped`` either way. Idempotent, and
-        safe to call from a job or a listener.
+        outcome of every job that returns before the end is recorded. Jobs still running at the
+        timeout are asked to stop through their cancel event (a command job's process group is
+        ended), since nothing will record them, and
+        :class:`~herdsched.errors.SchedulerShutdownError` (``timed_out=True``) is raised. The
+        scheduler is ``stopped`` either way. Idempotent, and safe to call from a job or a
+        listener.
         """
         check_flag(wait_for_jobs, "wait_for_jobs")
         timeout = check_timeout(timeout, "timeout")
@@ -361,7 +363,7 @@ class ThreadedScheduler:
                 return
             core.status = "stopping"
         core.changed()
-        left = self._wait_for_runs(timeout if wait_for_jobs else 0.0)
+        left = self._wait_for_runs(timeout if wait_for_jobs else 0.0, cancel_left=wait_for_jobs)
         remaining = len(left)
         timed_out = wait_for_jobs and remaining > 0
         self._timer.join()
@@ -388,19 +390,22 @@ class ThreadedScheduler:
                 running_jobs=left,
             )
 
-    def _wait_for_runs(self, timeout: float | None) -> tuple[str, ...]:
+    def _wait_for_runs(self, timeout: float | None, *, cancel_left: bool) -> tuple[str, ...]:
         """Wait until no job but the caller's own runs; returns the jobs still running (a
-        timed-out job whose thread goes on included) as sorted ``agent/schedule`` names."""
+        timed-out job whose thread goes on included) as sorted ``agent/schedule`` names, and
+        sets their cancel events when ``cancel_left``."""
         core = self._core
         me = threading.get_ident()
 
-        def others() -> list[str]:
-            runs = core.running.values()
-            return [f"{run.agent}/{run.schedule_name}" for run in runs if run.thread_id != me]
+        def others() -> list[Run]:
+            return [run for run in core.running.values() if run.thread_id != me]
 
         with core.idle:
             core.idle.wait_for(lambda: not others(), timeout)
-            return tuple(sorted(others()))
+            left = others()
+            for run in left if cancel_left else ():
+                run.cancel()
+            return tuple(sorted(f"{run.agent}/{run.schedule_name}" for run in left))
 
     def run_forever(self) -> None:
         """Start (if needed) and block until SIGINT/SIGTERM or ``stop()``, then stop gracefully."""

@@ -264,6 +264,33 @@ def test_run_quits_when_the_stop_timeout_passes_and_records_the_job_interrupted(
     assert "interrupted" in statuses
 
 
+def test_run_quitting_at_the_stop_timeout_leaves_no_command_process_running(
+    tmp_path: Path, fleet_process: Callable[..., subprocess.Popen[str]]
+) -> None:
+    """The command's process ran on after ``herdsched run`` quit, unwatched, beside the runs of
+    the next start. Now it is sent SIGTERM, and SIGKILL after the kill grace (5 s): this one
+    ignores SIGTERM."""
+    pid_file = tmp_path / "pid"
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "agents:\n  - name: a\n"
+        f"    command: [sh, -c, 'trap \"\" TERM; echo $$ > {pid_file}; sleep 60; echo done']\n"
+        "    schedules: {long: {type: interval, interval: 1h}}\n"
+    )
+    state = tmp_path / "state"
+    process = fleet_process(
+        fleet, "--state-dir", str(state), "--duration", "1s", "--stop-timeout", "1s"
+    )
+    assert wait_for(lambda: pid_file.exists() and pid_file.read_text().strip() != "")
+    pid = int(pid_file.read_text())
+    assert process.wait(timeout=30) == 1
+    log = (tmp_path / "run.log").read_text()
+    assert "1 job(s) still running: a/long; they were asked to stop" in log
+    assert "did not end" not in log
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
 def test_validate_broken_fleet_as_a_process(tmp_path: Path) -> None:
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(

@@ -181,6 +181,27 @@ def test_a_hung_job_makes_stop_raise_at_its_timeout() -> None:
     assert sched.status == "stopped"
 
 
+def test_a_stop_that_times_out_asks_the_jobs_left_to_stop() -> None:
+    """They were left running untold, though nothing would record them: a job watching its
+    cancel event (a command job's process group) ran on, beside the next start's runs."""
+    started = threading.Event()
+    cancelled = threading.Event()
+
+    def job(info: TriggerInfo) -> None:
+        started.set()
+        if info.cancel_event.wait(30):
+            cancelled.set()
+
+    sched = make()
+    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
+    sched.start()
+    assert started.wait(10)
+    with pytest.raises(SchedulerShutdownError):
+        sched.stop(timeout=0.2)
+    assert cancelled.wait(10)
+    assert sched.wait_until_idle(10)
+
+
 def test_stop_without_waiting_leaves_the_job_running_and_records_it_later() -> None:
     release = threading.Event()
     started = threading.Event()
