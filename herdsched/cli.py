@@ -36,7 +36,7 @@ from dateutil import parser as dateutil_parser
 
 from herdsched import __version__, events
 from herdsched.cadence import iter_cron_triggers, parse_cron_expression, parse_interval
-from herdsched.command import KILL_GRACE, CommandJob, wait_for_commands
+from herdsched.command import KILL_GRACE, CommandJob, kill_commands, wait_for_commands
 from herdsched.config import (
     STORE_FIELDS,
     FleetConfig,
@@ -750,8 +750,12 @@ class _Stopper:
 
         ``os._exit`` because a normal exit would wait for every job thread to return (the
         interpreter joins them), which is what quitting is meant to avoid; jobs left running
-        are recorded as interrupted at the next start.
+        are recorded as interrupted at the next start. Command jobs' processes are killed first:
+        they would run on unwatched, beside the next start's runs.
         """
+        killed = kill_commands()
+        if killed:
+            logger.warning("killed the processes of %d command job(s) still running", killed)
         if self.flush is not None:
             saver = threading.Thread(target=self._save, name="herdsched-final-save", daemon=True)
             saver.start()

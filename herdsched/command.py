@@ -31,7 +31,14 @@ from pathlib import Path
 from herdsched.errors import SchedulerError
 from herdsched.models import JobResult, TriggerInfo
 
-__all__ = ["KILL_GRACE", "MAX_ENV_PROMPT_BYTES", "CommandError", "CommandJob", "wait_for_commands"]
+__all__ = [
+    "KILL_GRACE",
+    "MAX_ENV_PROMPT_BYTES",
+    "CommandError",
+    "CommandJob",
+    "kill_commands",
+    "wait_for_commands",
+]
 
 logger = logging.getLogger("herdsched")
 
@@ -57,6 +64,15 @@ def wait_for_commands(timeout: float) -> bool:
     beside the next start's runs."""
     with _live_changed:
         return _live_changed.wait_for(lambda: not _live, timeout)
+
+
+def kill_commands() -> int:
+    """SIGKILL the process group of every command job of this process still running; how many.
+    A process quitting at once calls it: a program left behind would run on unwatched."""
+    with _live_changed:
+        for pid in _live:
+            _signal_group(pid, signal.SIGKILL)
+        return len(_live)
 
 
 class CommandError(SchedulerError):

@@ -211,23 +211,36 @@ def test_sigterm_stops_gracefully_and_waits_for_the_running_job(
     assert history(state, "a/slow")[0]["status"] == "success"
 
 
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its new parent to reap it does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def test_second_signal_quits_at_once(
     tmp_path: Path, fleet_process: Callable[..., subprocess.Popen[str]]
 ) -> None:
+    """Quitting at once also kills the command's processes: they ran on, unwatched."""
     started = tmp_path / "started"
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(
-        f"agents:\n  - name: a\n    command: [sh, -c, 'touch {started}; sleep 30']\n"
+        f"agents:\n  - name: a\n    command: [sh, -c, 'echo $$ > {started}; sleep 30']\n"
         "    schedules: {long: {type: interval, interval: 1h}}\n"
     )
     process = fleet_process(fleet, "--state-dir", str(tmp_path / "state"))
     log = tmp_path / "run.log"
-    assert wait_for(started.exists)  # the job runs: the first signal waits for it
+    # the job runs: the first signal waits for it
+    assert wait_for(lambda: started.exists() and started.read_text().strip() != "")
     process.send_signal(signal.SIGINT)
     assert wait_for(lambda: "SIGINT received: stopping" in log.read_text())
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=20) == 130
     assert "quitting without waiting" in log.read_text()
+    assert "killed the processes of 1 command job(s) still running" in log.read_text()
+    assert wait_for(lambda: not _alive(int(started.read_text())))
 
 
 def test_run_quits_when_the_stop_timeout_passes_and_records_the_job_interrupted(
