@@ -91,6 +91,7 @@ from herdsched.models import (
     SkipReason,
     Status,
     check_prompt_override,
+    json_problem,
 )
 from herdsched.revisions import schedule_revision
 from herdsched.store.deadline import answer_within
@@ -317,26 +318,6 @@ def _object_without_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise _field_error(key, f"the field {key!r} is given twice in the request body")
         result[key] = value
     return result
-
-
-def _check_storable(value: Any, field: str, depth: int = 0) -> None:
-    """Refuse what JSON parses but no store can keep: text with lone surrogates (a malformed
-    ``\\ud800`` escape) and nesting deeper than ``_MAX_DEPTH`` levels. ``field`` names the top
-    field, so the 400 names the culprit."""
-    if depth > _MAX_DEPTH:
-        raise _field_error(field, f"{field} is nested more than {_MAX_DEPTH} levels deep")
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise _field_error(field, f"{field} holds a lone surrogate, not text") from None
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _check_storable(key, field, depth + 1)
-            _check_storable(item, field, depth + 1)
-    elif isinstance(value, list):
-        for item in value:
-            _check_storable(item, field, depth + 1)
 
 
 def _time(moment: datetime | None) -> str | None:
@@ -744,8 +725,10 @@ class RestApi:
             kind = "null" if parsed is None else type(parsed).__name__
             raise ApiError(400, f"request body must be a JSON object, got {kind}")
         for key, value in parsed.items():
-            _check_storable(key, "a field name")  # before the 400 of its value names it
-            _check_storable(value, key)
+            # what JSON parses but no store keeps (a lone surrogate), before a 400 names it
+            for field, item in (("a field name", key), (key, value)):
+                if (problem := json_problem(item, field, 0)) is not None:
+                    raise _field_error(field, problem)
         return parsed
 
     # ------------------------------------------------------------------------------ helpers

@@ -907,9 +907,6 @@ def _quit_leaving_jobs(
     The scheduler has stopped and let go of its lease, so a job that returned later could not
     record its outcome anyway; the next start records such runs as interrupted.
     """
-    if not exc.timed_out:  # pragma: no cover - stop() raises this only on a timeout
-        logger.error("%s", exc)
-        return
     names = exc.running_jobs
     logger.error(
         "stop timed out after %s with %d job(s) still running%s; they were asked to stop (a "

@@ -351,13 +351,13 @@ def _metadata(value: Any) -> dict[str, Any]:
             field="metadata",
             value=value,
         )
-    problem = _json_problem(value, "metadata", 0)
+    problem = json_problem(value, "metadata", 0)
     if problem is not None:
         raise InvalidScheduleError(problem, field="metadata", value=value)
     return dict(value)
 
 
-def _json_problem(value: Any, where: str, depth: int) -> str | None:
+def json_problem(value: Any, where: str, depth: int) -> str | None:
     """Why ``value`` (found at ``where``) is not JSON data every store keeps, or ``None``."""
     if depth > MAX_METADATA_DEPTH:
         return f"{where} is nested more than {MAX_METADATA_DEPTH} levels deep"
@@ -371,7 +371,7 @@ def _json_problem(value: Any, where: str, depth: int) -> str | None:
         for key, item in value.items():
             if not isinstance(key, str):
                 return f"{where}: keys must be strings, got {type(key).__name__} {key!r}"
-            problem = _text_problem(key, f"{where} key") or _json_problem(
+            problem = _text_problem(key, f"{where} key") or json_problem(
                 item, f"{where}.{key}", depth + 1
             )
             if problem is not None:
@@ -379,7 +379,7 @@ def _json_problem(value: Any, where: str, depth: int) -> str | None:
         return None
     if isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
-            problem = _json_problem(item, f"{where}[{index}]", depth + 1)
+            problem = json_problem(item, f"{where}[{index}]", depth + 1)
             if problem is not None:
                 return problem
         return None
@@ -457,12 +457,7 @@ class Schedule:
     @classmethod
     def cron(cls, expression: str, *, timezone: str | None = None, **options: Any) -> Schedule:
         """Run on a cron expression (5 fields, or 6 with seconds first) in an IANA zone."""
-        try:
-            cadence = Cron(expression, timezone=timezone)
-        except ValueError as exc:
-            if isinstance(exc, InvalidScheduleError):  # CronParseError, an unknown zone
-                raise
-            raise InvalidScheduleError(str(exc), field="timezone", value=timezone) from exc
+        cadence = Cron(expression, timezone=timezone)  # raises InvalidScheduleError only
         return cls(type=ScheduleType.CRON, cadence=cadence, **options)
 
     @classmethod

@@ -662,7 +662,8 @@ class ThreadedScheduler:
         says whether it succeeded.
         """
         check_prompt_override(prompt)
-        _check_flags(wait=wait, bypass_concurrency=bypass_concurrency)
+        check_flag(wait, "wait")
+        check_flag(bypass_concurrency, "bypass_concurrency")
         core = self._core
         with core.lock:
             agent_obj = core.require_agent(agent)
@@ -868,12 +869,6 @@ def _register_as_job(
 
 def _skipped(reason: SkipReason, error: str) -> TriggerResult:
     return TriggerResult(success=False, error=error, skipped=True, skip_reason=reason)
-
-
-def _check_flags(**flags: object) -> None:
-    for what, value in flags.items():
-        if not isinstance(value, bool):  # wait="no" is true: it waited
-            raise TypeError(f"{what} must be True or False, got {type(value).__name__} {value!r}")
 
 
 def _require_job(core: EngineCore, agent: Agent, named: Entry | None) -> None:

@@ -18,9 +18,9 @@ timer thread would never run, so :func:`check_server` raises instead of failing 
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
+import pkgutil
 import sys
 import threading
 import weakref
@@ -187,7 +187,7 @@ class EmbeddedScheduler:
     after a ``fork()`` in the child, or ``prefork_grace`` seconds after :meth:`start` if the
     process has not forked by then (a worker that gets no requests). A process that forks
     before serving hands the scheduler to its children: it stops its own (waiting up to
-    ``handover_timeout`` s for running jobs) and every child starts one.
+    :data:`HANDOVER_TIMEOUT` s for running jobs) and every child starts one.
 
     A start made at once in :meth:`start` raises what fails, for the app's set-up to see. A
     start made later (by a request, a timer or a fork) never fails the request that made it:
@@ -199,12 +199,10 @@ class EmbeddedScheduler:
         self,
         scheduler: ThreadedScheduler,
         *,
-        handover_timeout: float = HANDOVER_TIMEOUT,
         prefork_grace: float = PREFORK_GRACE,
         retry_delay: float = RETRY_DELAY,
     ) -> None:
         self.scheduler = scheduler
-        self.handover_timeout = handover_timeout
         self.prefork_grace = prefork_grace
         self.retry_delay = retry_delay
         self.failed_starts = 0  # in a row, since the last start that worked
@@ -325,7 +323,7 @@ class EmbeddedScheduler:
         if timer is not None:
             timer.cancel()
         if self.scheduler.is_running():
-            self._stop_scheduler(self.handover_timeout)
+            self._stop_scheduler(HANDOVER_TIMEOUT)
 
     def _after_fork_in_child(self) -> None:
         if not self.handed_over:
@@ -726,15 +724,9 @@ def flag_setting(value: Any, *, what: str) -> bool:
 
 def import_object(path: str, *, what: str) -> Any:
     """The object at ``"package.module:attribute"`` (or ``"package.module.attribute"``)."""
-    module_name, sep, attribute = path.partition(":")
-    if not sep:
-        module_name, _, attribute = path.rpartition(".")
-    if not module_name or not attribute:
+    if ":" not in path and "." not in path:
         raise SchedulerError(f'{what} {path!r} is not an import path such as "myapp.jobs:name"')
     try:
-        target: Any = importlib.import_module(module_name)
-        for part in attribute.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError) as exc:
+        return pkgutil.resolve_name(path)
+    except (ImportError, AttributeError, ValueError) as exc:
         raise SchedulerError(f"{what} {path!r} cannot be imported: {exc}", cause=exc) from exc
-    return target

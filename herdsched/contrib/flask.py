@@ -50,6 +50,7 @@ from werkzeug.exceptions import MethodNotAllowed, NotFound
 
 from herdsched.api import (
     REQUEST_TIMEOUT,
+    ApiError,
     ApiResponse,
     RestApi,
     body_too_large,
@@ -290,42 +291,19 @@ def get_scheduler(app: Flask) -> ThreadedScheduler:
     return ext.ready().scheduler
 
 
-class _Refused(Exception):
-    """The request is refused before it reaches the API (401, 403, 413 or 500)."""
-
-    def __init__(
-        self, status: int, error: str, details: list[dict[str, Any]] | None = None
-    ) -> None:
-        super().__init__(error)
-        self.status = status
-        self.error = error
-        self.details = details or []
-
-    @classmethod
-    def too_large(cls, limit: int) -> _Refused:
-        """The API's 413 answer, details and all."""
-        error = body_too_large(limit)
-        return cls(error.status, error.error, error.details)
-
-    @classmethod
-    def unreadable(cls) -> _Refused:
-        """The API's 411 answer, for a body the server does not hand on."""
-        error = length_required()
-        return cls(error.status, error.error, error.details)
-
-
 def _caller(ext: FlaskHerdsched) -> str | None:
-    """The owner of the current request (``None``: full access); raises :class:`_Refused`."""
+    """The owner of the current request (``None``: full access); raises an
+    :class:`~herdsched.api.ApiError` (401, 403 or 500) otherwise."""
     if ext.auth is None:
         return None
     try:
         owner = call_auth(ext.auth, request, refusals=(UnauthorizedError,))
     except UnauthorizedError as exc:
-        raise _Refused(403, str(exc) or "not allowed") from None
+        raise ApiError(403, str(exc) or "not allowed") from None
     except AuthCheckFailed as exc:
-        raise _Refused(500, str(exc)) from None
+        raise ApiError(500, str(exc)) from None
     if owner is None:
-        raise _Refused(401, "authentication required")
+        raise ApiError(401, "authentication required")
     return owner
 
 
@@ -336,19 +314,20 @@ def _json_response(answer: ApiResponse) -> Response:
 
 
 def _read_body(ext: FlaskHerdsched) -> bytes:
-    """The request body, read only when it is within the limit (raises :class:`_Refused`).
+    """The request body, read only when it is within the limit (else an
+    :class:`~herdsched.api.ApiError`: 411 or 413).
 
     A write sent without a Content-Length to a server that does not end the body's stream
     (werkzeug then reads it as empty) is refused with 411, never taken as having no body."""
     if request.method not in ("GET", "HEAD", "OPTIONS") and body_unreadable(request.environ):
-        raise _Refused.unreadable()
+        raise length_required()
     limit = ext.max_body_bytes
     length = request.content_length
     if length is not None and length > limit:
-        raise _Refused.too_large(limit)
+        raise body_too_large(limit)
     data = request.stream.read(limit + 1)
     if len(data) > limit:
-        raise _Refused.too_large(limit)
+        raise body_too_large(limit)
     return data
 
 
@@ -358,7 +337,7 @@ def _blueprint(ext: FlaskHerdsched) -> Blueprint:
     def page() -> Response:
         try:
             owner = _caller(ext)
-        except _Refused as refused:
+        except ApiError as refused:
             return Response(refused.error, status=refused.status, mimetype="text/plain")
         read_only = _NO_AUTH if ext.auth is None else None
         query = request.args.to_dict()
@@ -408,10 +387,8 @@ def _api_answer(ext: FlaskHerdsched, path: str) -> Response:
     try:
         owner = _caller(ext)
         body = _read_body(ext)
-    except _Refused as refused:
-        return _json_response(
-            ApiResponse(refused.status, {"error": refused.error, "details": refused.details})
-        )
+    except ApiError as refused:
+        return _json_response(refused.response())
     try:
         api = ext.ready()
     except StateError as exc:

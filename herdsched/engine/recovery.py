@@ -278,7 +278,7 @@ def recover_all(core: EngineCore) -> None:
                 running_run_id=claim.run_id,
             )
         core.plan.unplan(entry)
-        plan_from_state(core, entry, now, recovering=True)
+        plan_from_state(core, entry, now)
     if stored is not None:
         _mark_removed(core, now, stored)
 
@@ -428,11 +428,11 @@ def _record_unended(
     )
 
 
-def plan_from_state(core: EngineCore, entry: Entry, now: datetime, *, recovering: bool) -> None:
+def plan_from_state(core: EngineCore, entry: Entry, now: datetime) -> None:
     """Compute ``entry``'s due time from its persisted state (restart recovery included).
 
     Caller holds the engine lock."""
-    if recovering and entry.run is None:
+    if entry.run is None:
         left, record = _run_left(core, entry)
         if record is not None:
             _record_end_taken_up(core, entry, record, now)

@@ -89,7 +89,7 @@ def install_entry(
         entry = Entry(agent.name, name, schedule, state, persisted_definition=persisted)
         core.entries[entry.key] = entry
         if core.leading:  # otherwise planned when this scheduler starts leading
-            plan_from_state(core, entry, now, recovering=True)
+            plan_from_state(core, entry, now)
         return
     cadence_changed = existing.schedule.cadence != schedule.cadence
     existing.schedule = schedule

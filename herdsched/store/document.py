@@ -293,8 +293,6 @@ class GuardedYamlFile(Generic[T]):
                 return None
         finally:
             os.close(fd)
-        if value is None:  # pragma: no cover - parse functions never return None for content
-            return None
         return value, data
 
     # -- writing -------------------------------------------------------------------------

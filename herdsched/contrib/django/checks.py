@@ -83,7 +83,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         problems += _as_check(lease_ttl_setting, value["LEASE_TTL"], "LEASE_TTL", "herdsched.E014")
     if value.get("TIMEZONE") is not None:
         problems += _as_check(timezone_setting, value["TIMEZONE"], "TIMEZONE", "herdsched.E013")
-    problems += _body_limit(value.get("MAX_BODY_BYTES"))
+    problems += _as_check(
+        body_limit_setting, value.get("MAX_BODY_BYTES"), "MAX_BODY_BYTES", "herdsched.E006"
+    )
     if value.get("REQUEST_TIMEOUT") is not None:
         problems += _as_check(
             request_timeout_setting, value["REQUEST_TIMEOUT"], "REQUEST_TIMEOUT", "herdsched.E015"
@@ -146,14 +148,6 @@ def _scheduler(value: Mapping[str, Any]) -> list[CheckMessage]:
         given_scheduler(value, _SOURCE)
     except SchedulerError as exc:
         return [Error(str(exc), id="herdsched.E007")]
-    return []
-
-
-def _body_limit(value: Any) -> list[CheckMessage]:
-    try:
-        body_limit_setting(value, what="HERDSCHED['MAX_BODY_BYTES']")
-    except SchedulerError as exc:
-        return [Error(str(exc), id="herdsched.E006")]
     return []
 
 
