@@ -136,6 +136,27 @@ class _FleetLoader(_BaseLoader):
         super().__init__(stream)
         self.duplicates: list[tuple[int, object]] = []
 
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        """PyYAML's constructors raise plain Python errors for a value its tag cannot hold (an
+        unquoted ``2026-02-30`` is a timestamp with day 30 of February, ``!!int abc``): each
+        becomes a YAML error at the value's place, which loading reports as any other."""
+        try:
+            return super().construct_object(node, deep=deep)
+        except yaml.YAMLError:
+            raise
+        except (ArithmeticError, AttributeError, LookupError, TypeError, ValueError) as exc:
+            kind = str(node.tag).rsplit(":", 1)[-1]
+            # a date's own words say what is wrong ("day is out of range for month"); the
+            # other constructors' are about their code
+            why = f" ({exc})" if kind == "timestamp" and type(exc) is ValueError else ""
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"{_describe(node.value, _EXCERPT)} is not a valid {kind}{why}; to keep it as "
+                "text, quote it (without a !! tag)",
+                node.start_mark,
+            ) from exc
+
 
 def _construct_mapping(loader: _FleetLoader, node: yaml.MappingNode) -> dict[Any, Any]:
     explicit = sum(1 for key, _ in node.value if key.tag != "tag:yaml.org,2002:merge")

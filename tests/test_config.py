@@ -885,6 +885,30 @@ def test_yaml_syntax_error_names_line_and_column(tmp_path: Path) -> None:
     assert found[0].startswith(f"{tmp_path / 'fleet.yaml'}:") and "invalid YAML" in found[0]
 
 
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("2026-02-30", '"2026-02-30" is not a valid timestamp (day is out of range for month)'),
+        ("2026-13-01 09:00:00", '"2026-13-01 09:00:00" is not a valid timestamp (month must be'),
+        ("!!timestamp soon", '"soon" is not a valid timestamp;'),
+        ("!!int abc", '"abc" is not a valid int;'),
+        ("!!bool maybe", '"maybe" is not a valid bool;'),
+        ("!!float .", '"." is not a valid float;'),
+        ("!!map x", '"x" is not a valid map;'),
+    ],
+)
+def test_a_value_its_yaml_type_cannot_hold_is_a_problem_at_its_place(
+    tmp_path: Path, value: str, why: str
+) -> None:
+    """An unquoted impossible date or a bad tag raised ValueError, AttributeError, KeyError...
+    out of load_fleet: a traceback from ``validate`` and ``run``, and from the web set-up."""
+    text = "agents:\n  - name: a\n    job: test_config:sample_job\n    schedules:\n"
+    text += f"      s: {{at: {value}}}\n"
+    [found] = problems(tmp_path, text)
+    assert found.startswith(f"{tmp_path / 'fleet.yaml'}:5:15: invalid YAML: {why}")
+    assert found.endswith("to keep it as text, quote it (without a !! tag)")
+
+
 def test_missing_fleet_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_fleet(tmp_path / "nope.yaml")
