@@ -916,8 +916,8 @@ def _quit_leaving_jobs(
         exc.running_job_count,
         f": {', '.join(names)}" if names else "",
     )
-    if not ended:  # pragma: no cover - a process SIGKILL cannot end (stuck in the kernel)
-        logger.error("a command job's process did not end after SIGKILL: it may still run")
+    if not ended:  # pragma: no cover - its thread did not reach the kill in time
+        logger.error("a command job's processes were not ended in time: they may still run")
     stopper.quit(EXIT_FAILURE)
 
 

@@ -52,7 +52,8 @@ _TAIL_CHARS = 2000
 #: Larger prompts are not put in the environment (Linux refuses strings over 128 KiB there).
 MAX_ENV_PROMPT_BYTES = 64 * 1024
 
-#: the process ids of this process's command jobs whose program has not been reaped yet
+#: the process ids (and group ids) of this process's command jobs whose program has not
+#: ended yet: not reaped, and its group not killed
 _live: set[int] = set()
 _live_changed = threading.Condition()
 
@@ -266,6 +267,11 @@ class CommandJob:
             time.sleep(0.02)
         # Also reaps children that ignored SIGTERM after the leader exited.
         _signal_group(process.pid, signal.SIGKILL)
+        # ended: a process outside the group (started in a session of its own) may still hold
+        # the output open, but nothing of the command's own is left to wait for or to kill
+        with _live_changed:
+            _live.discard(process.pid)
+            _live_changed.notify_all()
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

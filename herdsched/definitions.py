@@ -804,7 +804,9 @@ def _once_args(
             'read it from its own "now"; write the time itself (such as "2026-12-01T09:00:00Z")',
         )
         return {}
-    moment = _instant(chk, at, path=(*path, "at"), what="at", zone=zone, now=ctx.now, relative=True)
+    moment = _instant(
+        chk, at, path=(*path, "at"), what="at", zone=zone, now=ctx.now, relative=ctx.relative_at
+    )
     return {"at": moment}
 
 

@@ -63,7 +63,8 @@ class Run:
     term: int = 0
     deadline: float | None = None  # monotonic
     timed_out: bool = False
-    # settled (as timed out, or when its job returned): a run is recorded once
+    # settled (as timed out, when its job returned, or given up by a stop that timed out): a
+    # run is recorded once
     finalized: bool = False
     thread_id: int | None = None
     outcome: RunOutcome | None = None
@@ -247,13 +248,13 @@ def _log_failure(run: Run, exc: BaseException) -> None:
     """Log a job that raised: once, at ERROR, with its traceback (whose last line says what
     failed).
 
-    Not when the run had timed out: the timeout was recorded and logged already (a WARNING),
-    and the job raising now is most often its answer to the cancel event (a command job's
-    killed process), whose traceback shows herdsched's own frames and nothing of the job.
+    Not when the run had timed out or was given up by a stop: that was logged already, and
+    the job raising now is most often its answer to the cancel event (a command job's killed
+    process), whose traceback shows herdsched's own frames and nothing of the job.
     """
-    if run.timed_out:
+    if run.timed_out or run.finalized:
         _log.debug(
-            "The job of %s/%s, timed out already, ended with %s.",
+            "The job of %s/%s, timed out or given up already, ended with %s.",
             run.agent,
             run.schedule_name,
             _describe(exc),

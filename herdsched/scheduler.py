@@ -392,8 +392,11 @@ class ThreadedScheduler:
 
     def _wait_for_runs(self, timeout: float | None, *, cancel_left: bool) -> tuple[str, ...]:
         """Wait until no job but the caller's own runs; returns the jobs still running (a
-        timed-out job whose thread goes on included) as sorted ``agent/schedule`` names, and
-        sets their cancel events when ``cancel_left``."""
+        timed-out job whose thread goes on included) as sorted ``agent/schedule`` names.
+
+        With ``cancel_left`` those are given up first (settled: whatever they return now is
+        not recorded, as the lease is about to go; the next start records them interrupted),
+        then asked to stop through their cancel event."""
         core = self._core
         me = threading.get_ident()
 
@@ -404,6 +407,7 @@ class ThreadedScheduler:
             core.idle.wait_for(lambda: not others(), timeout)
             left = others()
             for run in left if cancel_left else ():
+                run.finalized = True
                 run.cancel()
             return tuple(sorted(f"{run.agent}/{run.schedule_name}" for run in left))
 

@@ -23,7 +23,7 @@ from flask.testing import FlaskClient  # noqa: E402
 
 from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo  # noqa: E402
 from herdsched.api import ADMIN, ALLOW_ANYONE  # noqa: E402
-from herdsched.contrib import AUTH_FAILED  # noqa: E402
+from herdsched.contrib import AUTH_FAILED, import_object  # noqa: E402
 from herdsched.contrib.flask import (  # noqa: E402
     EXTENSION_KEY,
     get_scheduler,
@@ -362,6 +362,20 @@ def test_bad_auth_and_autostart_settings_fail_at_init_app_naming_them(
     with pytest.raises(SchedulerError, match=re.escape(words)):
         init_app(app, sched, auth=given)  # type: ignore[arg-type]
     assert not sched.is_running()
+
+
+@pytest.mark.parametrize("path", ["brokenapp.auth.check", "brokenapp.auth:check"])
+def test_an_import_path_to_a_module_that_fails_to_import_names_the_module_s_own_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """Resolved by ``pkgutil.resolve_name``, the dotted form said "module 'brokenapp' has no
+    attribute 'auth'", hiding the missing package the module imports."""
+    (tmp_path / "brokenapp").mkdir()
+    (tmp_path / "brokenapp" / "__init__.py").write_text("")
+    (tmp_path / "brokenapp" / "auth.py").write_text("import not_installed_here\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(SchedulerError, match="No module named 'not_installed_here'"):
+        import_object(path, what="HERDSCHED_AUTH")
 
 
 def test_auth_may_be_given_as_an_import_path(sched: ThreadedScheduler) -> None:

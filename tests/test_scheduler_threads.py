@@ -6,18 +6,21 @@ import itertools
 import threading
 import time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 from scheduler_helpers import wait_until
 
 from herdsched import (
     Agent,
+    RunStatus,
     Schedule,
     SchedulerShutdownError,
     SkipReason,
     ThreadedScheduler,
     TriggerInfo,
 )
+from herdsched.events import Event, JobFailed, JobSucceeded
 
 pytestmark = pytest.mark.slow
 
@@ -181,25 +184,45 @@ def test_a_hung_job_makes_stop_raise_at_its_timeout() -> None:
     assert sched.status == "stopped"
 
 
-def test_a_stop_that_times_out_asks_the_jobs_left_to_stop() -> None:
+def test_a_stop_that_times_out_asks_the_jobs_left_to_stop(tmp_path: Path) -> None:
     """They were left running untold, though nothing would record them: a job watching its
-    cancel event (a command job's process group) ran on, beside the next start's runs."""
+    cancel event (a command job's process group) ran on, beside the next start's runs. What
+    such a job does once told is not recorded either (as the stop said, it was still running):
+    its failure was recorded as a failure, announced, or lost with the lease."""
     started = threading.Event()
     cancelled = threading.Event()
+    events: list[Event] = []
 
     def job(info: TriggerInfo) -> None:
+        if started.is_set():
+            return  # the next start's run
         started.set()
         if info.cancel_event.wait(30):
             cancelled.set()
+            raise RuntimeError("told to stop")
 
-    sched = make()
-    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
+    def build() -> ThreadedScheduler:
+        sched = make(state_dir=tmp_path)
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
+        return sched
+
+    sched = build()
+    sched.add_listener(events.append)
     sched.start()
     assert started.wait(10)
-    with pytest.raises(SchedulerShutdownError):
+    with pytest.raises(SchedulerShutdownError) as info:
         sched.stop(timeout=0.2)
+    assert info.value.running_jobs == ("a/s",)
     assert cancelled.wait(10)
     assert sched.wait_until_idle(10)
+    assert not [e for e in events if isinstance(e, JobFailed | JobSucceeded)]
+    again = build()
+    again.start()
+    try:
+        assert again.history("a", "s")[-1].status is RunStatus.INTERRUPTED
+        assert [r.status for r in again.history("a", "s")].count(RunStatus.FAILED) == 0
+    finally:
+        again.stop()
 
 
 def test_stop_without_waiting_leaves_the_job_running_and_records_it_later() -> None:

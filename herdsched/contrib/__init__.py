@@ -18,9 +18,9 @@ timer thread would never run, so :func:`check_server` raises instead of failing 
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
-import pkgutil
 import sys
 import threading
 import weakref
@@ -724,9 +724,17 @@ def flag_setting(value: Any, *, what: str) -> bool:
 
 def import_object(path: str, *, what: str) -> Any:
     """The object at ``"package.module:attribute"`` (or ``"package.module.attribute"``)."""
-    if ":" not in path and "." not in path:
+    module_name, sep, attribute = path.partition(":")
+    if not sep:
+        module_name, _, attribute = path.rpartition(".")
+    if not module_name or not attribute:
         raise SchedulerError(f'{what} {path!r} is not an import path such as "myapp.jobs:name"')
     try:
-        return pkgutil.resolve_name(path)
-    except (ImportError, AttributeError, ValueError) as exc:
+        # not pkgutil.resolve_name: it reads a module that fails to import as no module at all,
+        # and names a missing attribute instead of the import error inside the module
+        target: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as exc:
         raise SchedulerError(f"{what} {path!r} cannot be imported: {exc}", cause=exc) from exc
+    return target
