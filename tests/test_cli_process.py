@@ -304,6 +304,32 @@ def test_run_quitting_at_the_stop_timeout_leaves_no_command_process_running(
         os.kill(pid, 0)
 
 
+def test_a_process_outside_the_command_s_group_holding_its_output_is_not_waited_for(
+    tmp_path: Path, fleet_process: Callable[..., subprocess.Popen[str]]
+) -> None:
+    """A daemon the command started in a session of its own keeps the output pipe open: the
+    command's group was killed, yet ``run`` waited until its wait ran out and said the
+    command's processes might still run."""
+    daemon = tmp_path / "daemon.pid"
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "agents:\n  - name: a\n"
+        f"    command: [sh, -c, 'setsid sleep 30 & echo $! > {daemon}; sleep 60']\n"
+        "    schedules: {long: {type: interval, interval: 1h}}\n"
+    )
+    process = fleet_process(
+        fleet, "--state-dir", str(tmp_path / "state"), "--duration", "1s", "--stop-timeout", "1s"
+    )
+    try:
+        assert process.wait(timeout=30) == 1
+        log = (tmp_path / "run.log").read_text()
+        assert "they were asked to stop" in log
+        assert "not ended in time" not in log
+    finally:
+        if daemon.exists():
+            os.kill(int(daemon.read_text()), signal.SIGKILL)
+
+
 def test_validate_broken_fleet_as_a_process(tmp_path: Path) -> None:
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(
