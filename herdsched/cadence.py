@@ -205,17 +205,20 @@ def coerce_interval(
     return delta
 
 
-def format_interval(every: timedelta) -> str:
+def format_interval(every: timedelta, *, what: str = "interval") -> str:
     """The shortest duration string for ``every`` (``5400 s`` → ``"1h30m"``).
 
     Only whole seconds can be written so that :func:`parse_interval` reads them back; anything
-    else raises :class:`~herdsched.errors.InvalidScheduleError` naming the interval.
+    else raises :class:`~herdsched.errors.InvalidScheduleError` naming ``what`` (the setting
+    the duration is for): a fraction of a second, which Python takes, has no written form.
     """
     seconds = every.total_seconds()
     if seconds <= 0 or seconds != int(seconds):
         raise InvalidScheduleError(
-            f"interval {every} cannot be written as a duration string (whole seconds only)",
-            field="interval",
+            f'{what} {seconds:g}s cannot be written as a duration string such as "1m30s" '
+            "(whole seconds only): a schedule with it can be changed from Python, but not "
+            "stored or changed as fleet-file fields (persist=True, the REST API)",
+            field=what,
             value=every,
         )
     remaining = int(seconds)

@@ -1012,7 +1012,7 @@ def schedule_to_mapping(
         if value == getattr(defaults, field) and not include_defaults:
             continue
         if isinstance(value, timedelta):
-            value = format_interval(value)
+            value = format_interval(value, what=field)
         elif hasattr(value, "value"):
             value = value.value
         out[field] = value

@@ -29,6 +29,7 @@ from herdsched.errors import (
     ConfigError,
     CronParseError,
     IntervalParseError,
+    InvalidScheduleError,
     StateError,
     UnauthorizedError,
 )
@@ -552,6 +553,28 @@ def test_patch_changes_only_the_given_fields(api: RestApi, sched: ThreadedSchedu
     assert body["start_at"] == "2026-03-02T09:00:00.000Z"
     schedule = sched.get_schedule("triage", "check")
     assert schedule.timeout == timedelta(minutes=2)
+
+
+@pytest.mark.parametrize(
+    ("schedule", "field", "shown"),
+    [
+        (Schedule.interval(90.5), "interval", "90.5s"),
+        (Schedule.interval("5m", timeout=0.25), "timeout", "0.25s"),
+    ],
+)
+def test_a_patch_of_a_schedule_with_a_fraction_of_a_second_names_that_duration(
+    api: RestApi, sched: ThreadedScheduler, schedule: Schedule, field: str, shown: str
+) -> None:
+    """Python takes durations to the millisecond, the REST API's fields whole seconds: the 400
+    blamed "interval" even for the timeout, and wrote it as ``0:00:00.250000``."""
+    sched.add_schedule("triage", "fine", schedule)
+    status, body = call(api, "PATCH", "/api/schedule/triage/fine", {"prompt": "again"})
+    assert status == 400
+    assert_error(body, field, f"{field} {shown} cannot be written as a duration string")
+    assert sched.get_schedule("triage", "fine") == schedule  # nothing changed
+    with pytest.raises(InvalidScheduleError, match=f"{field} {shown} cannot be written") as info:
+        sched.add_schedule("triage", "kept", schedule, persist=True)
+    assert info.value.field == field
 
 
 def test_patch_cadence_recomputes_next_run(api: RestApi) -> None:
