@@ -495,13 +495,23 @@ def _next_instant(parsed: CronExpression, after: datetime, zone: tzinfo) -> date
     """:func:`_next_instant_uncached`, cached when the zone can be a cache key.
 
     Schedules sharing an expression ask the same question at the same slot, and a fleet of
-    thousands shares a handful of expressions.
+    thousands shares a handful of expressions. A question the calendar cannot answer (the
+    next fire time after the last hours of the year 9999, or local times before the year 1)
+    is an :class:`InvalidScheduleError`, as for a fire time past the year 9999.
     """
     try:
-        hash(zone)
-    except TypeError:
-        return _next_instant_uncached(parsed, after, zone)
-    return _next_instant_cached(parsed, after, zone)
+        try:
+            hash(zone)
+        except TypeError:
+            return _next_instant_uncached(parsed, after, zone)
+        return _next_instant_cached(parsed, after, zone)
+    except OverflowError as exc:
+        raise InvalidScheduleError(
+            f'cron expression "{parsed.source}" has no fire time after {after.isoformat()} '
+            "within the calendar (the years 1 to 9999)",
+            field="cron",
+            value=parsed.source,
+        ) from exc
 
 
 @functools.lru_cache(maxsize=8192)

@@ -341,9 +341,30 @@ def test_impossible_side_of_an_or_does_not_refuse_the_expression() -> None:
         parse_cron_expression("0 0 30 2 *")
 
 
-def test_the_end_of_the_calendar_is_a_herdsched_error() -> None:
+@pytest.mark.parametrize(
+    ("expression", "after", "zone"),
+    [
+        ("0 0 1 1 *", _utc(9999, 6, 1), "UTC"),
+        # these raised a bare OverflowError (the last hours of the calendar, a zone east of UTC
+        # and a step past the end; local times before the year 1)
+        (
+            "30 1 * * *",
+            datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc),
+            "Australia/Lord_Howe",
+        ),
+        (
+            "*/7 0-23/6 30 oct-dec sun#1",
+            datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc),
+            "UTC",
+        ),
+        ("@daily", datetime(1, 1, 1, tzinfo=timezone.utc), "America/New_York"),
+    ],
+)
+def test_the_end_of_the_calendar_is_a_herdsched_error(
+    expression: str, after: datetime, zone: str
+) -> None:
     with pytest.raises(InvalidScheduleError, match="no fire time after"):
-        calculate_next_cron_trigger("0 0 1 1 *", _utc(9999, 6, 1), "UTC")
+        calculate_next_cron_trigger(expression, after, zone)
 
 
 # --------------------------------------------------------------------------------------------
