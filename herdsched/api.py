@@ -669,6 +669,9 @@ class RestApi:
 
     def _route(self, path: str) -> tuple[Any, tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
         """``(handler, path arguments, allowed methods, known query parameters)``."""
+        problem = json_problem(path, "the path", 0)  # a lone surrogate no store can look up
+        if problem is not None:
+            raise ApiError(400, problem)
         parts = [p for p in path.strip("/").split("/") if p]
         if parts[:1] == ["api"]:
             rest = parts[1:]

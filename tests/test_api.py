@@ -577,6 +577,20 @@ def test_a_patch_of_a_schedule_with_a_fraction_of_a_second_names_that_duration(
     assert info.value.field == field
 
 
+def test_a_path_that_is_not_text_is_a_400_naming_it(tmp_path: Path) -> None:
+    """A lone surrogate in the run route reached the store's history file names: a 500."""
+    sched = ThreadedScheduler(state_dir=tmp_path, clock=FakeClock(START))
+    sched.add_agent(Agent("a", job=lambda info: None, schedules={"s": Schedule.manual()}))
+    sched.start()
+    try:
+        for path in ("/api/schedule/a/\ud800/runs/x", "/api/schedule/a/s/runs/\ud800"):
+            status, body = call(RestApi(sched), "GET", path)
+            assert status == 400
+            assert_error(body, text="the path is not valid text")
+    finally:
+        sched.stop()
+
+
 def test_patch_cadence_recomputes_next_run(api: RestApi) -> None:
     status, body = call(api, "PATCH", "/api/schedule/triage/report", {"cron": "15 10 * * *"})
     assert status == 200, body
