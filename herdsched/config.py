@@ -223,14 +223,41 @@ def _exists(data: Any, path: _PathT) -> bool:
     return True
 
 
-def _deep_merge(base: Any, override: Any) -> Any:
-    """``override`` over ``base``: mappings merge key by key, anything else is replaced."""
-    if isinstance(base, Mapping) and isinstance(override, Mapping):
-        merged = dict(base)
-        for key, value in override.items():
-            merged[key] = _deep_merge(base[key], value) if key in base else value
-        return merged
-    return override
+#: Keys of an agent (and of a schedule) that say one thing, each with its other spelling: a
+#: layer that gives one replaces what a lower layer gave under the other (an agent's
+#: ``command`` over a ``job`` in ``defaults``, ``overrides: {prompt: ...}`` over a file's
+#: ``default_prompt``).
+_OTHER_SPELLING = {
+    "default_prompt": "prompt",
+    "prompt": "default_prompt",
+    "job": "command",
+    "command": "job",
+    "cron": "expression",
+    "expression": "cron",
+    "persist_session": "resume_session",
+    "resume_session": "persist_session",
+}
+
+
+def _deep_merge(base: Any, override: Any, level: str = "agent") -> Any:
+    """``override`` over ``base``: mappings merge key by key, anything else is replaced.
+
+    ``level`` says what the mappings are: an ``"agent"``, its ``"schedules"``, a
+    ``"schedule"``, or other ``"data"`` (``instances``, ``metadata``); in an agent or a
+    schedule, a key replaces its :data:`_OTHER_SPELLING` too."""
+    if not (isinstance(base, Mapping) and isinstance(override, Mapping)):
+        return override
+    merged = dict(base)
+    for key, value in override.items():
+        other = _OTHER_SPELLING.get(key) if level in ("agent", "schedule") else None
+        if other is not None and other not in override:  # both in one layer: its own problem
+            merged.pop(other, None)
+        if level == "agent":
+            below = "schedules" if key == "schedules" else "data"
+        else:
+            below = "schedule" if level == "schedules" else "data"
+        merged[key] = _deep_merge(base[key], value, below) if key in base else value
+    return merged
 
 
 class _Problems:

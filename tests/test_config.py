@@ -909,6 +909,36 @@ def test_a_value_its_yaml_type_cannot_hold_is_a_problem_at_its_place(
     assert found.endswith("to keep it as text, quote it (without a !! tag)")
 
 
+def test_a_layer_that_spells_a_key_another_way_replaces_the_lower_layer_s_value(
+    tmp_path: Path,
+) -> None:
+    """Merged side by side, the two spellings were refused as "give one, not both", blamed on
+    the agent file with no path inside it, though the upper layer was meant to win."""
+    write(
+        tmp_path / "worker.yaml",
+        "name: worker\ncommand: [echo, hi]\ndefault_prompt: Do the work.\n"
+        "schedules:\n  tick: {cron: '0 9 * * *'}\n  job: {interval: 1h}\n",
+    )
+    text = """
+defaults:
+  job: test_config:sample_job
+  schedules:
+    tick: {expression: '0 8 * * *'}
+    command: {interval: 2h}
+agents:
+  - path: worker.yaml
+    overrides: {prompt: Do more.}
+  - {name: inline, job: test_config:sample_job}
+"""
+    worker, inline = fleet(tmp_path, text).agents
+    assert worker.default_prompt == "Do more."  # the override's alias
+    assert isinstance(worker.job, CommandJob)  # the file's command over the defaults' job
+    assert worker.schedules["tick"].cadence == Cron("0 9 * * *")  # its cron over "expression"
+    # schedules named like those keys are only names
+    assert set(worker.schedules) == {"tick", "job", "command"}
+    assert inline.job is sample_job
+
+
 def test_missing_fleet_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_fleet(tmp_path / "nope.yaml")
