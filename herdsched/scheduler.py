@@ -363,7 +363,7 @@ class ThreadedScheduler:
                 return
             core.status = "stopping"
         core.changed()
-        left = self._wait_for_runs(timeout if wait_for_jobs else 0.0, cancel_left=wait_for_jobs)
+        left = _wait_for_runs(core, timeout if wait_for_jobs else 0.0, cancel_left=wait_for_jobs)
         remaining = len(left)
         timed_out = wait_for_jobs and remaining > 0
         self._timer.join()
@@ -389,27 +389,6 @@ class ThreadedScheduler:
                 running_job_count=remaining,
                 running_jobs=left,
             )
-
-    def _wait_for_runs(self, timeout: float | None, *, cancel_left: bool) -> tuple[str, ...]:
-        """Wait until no job but the caller's own runs; returns the jobs still running (a
-        timed-out job whose thread goes on included) as sorted ``agent/schedule`` names.
-
-        With ``cancel_left`` those are given up first (settled: whatever they return now is
-        not recorded, as the lease is about to go; the next start records them interrupted),
-        then asked to stop through their cancel event."""
-        core = self._core
-        me = threading.get_ident()
-
-        def others() -> list[Run]:
-            return [run for run in core.running.values() if run.thread_id != me]
-
-        with core.idle:
-            core.idle.wait_for(lambda: not others(), timeout)
-            left = others()
-            for run in left if cancel_left else ():
-                run.finalized = True
-                run.cancel()
-            return tuple(sorted(f"{run.agent}/{run.schedule_name}" for run in left))
 
     def run_forever(self) -> None:
         """Start (if needed) and block until SIGINT/SIGTERM or ``stop()``, then stop gracefully."""
@@ -873,6 +852,29 @@ def _register_as_job(
 
 def _skipped(reason: SkipReason, error: str) -> TriggerResult:
     return TriggerResult(success=False, error=error, skipped=True, skip_reason=reason)
+
+
+def _wait_for_runs(
+    core: EngineCore, timeout: float | None, *, cancel_left: bool
+) -> tuple[str, ...]:
+    """Wait until no job but the caller's own runs; returns the jobs still running (a
+    timed-out job whose thread goes on included) as sorted ``agent/schedule`` names.
+
+    With ``cancel_left`` those are given up first (settled: whatever they return now is not
+    recorded, as the lease is about to go; the next start records them interrupted), then
+    asked to stop through their cancel event."""
+    me = threading.get_ident()
+
+    def others() -> list[Run]:
+        return [run for run in core.running.values() if run.thread_id != me]
+
+    with core.idle:
+        core.idle.wait_for(lambda: not others(), timeout)
+        left = others()
+        for run in left if cancel_left else ():
+            run.finalized = True
+            run.cancel()
+        return tuple(sorted(f"{run.agent}/{run.schedule_name}" for run in left))
 
 
 def _require_job(core: EngineCore, agent: Agent, named: Entry | None) -> None:
