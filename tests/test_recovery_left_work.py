@@ -152,6 +152,39 @@ def test_a_run_recorded_whose_end_did_not_reach_the_state_is_taken_up_and_its_sl
     assert state.next_run_at is not None and state.next_run_at > SLOT
 
 
+def test_a_run_recorded_interrupted_by_a_takeover_that_could_not_write_the_state_is_not_run_again(
+    tmp_path: Path, next_leader: ThreadedScheduler, ledger: Ledger
+) -> None:
+    """A leader claimed the slot and died; the next recorded the run interrupted but could not
+    write the state (a full disk) and died too. The record has no end time, so it was taken
+    for a stale run older than the state's last end: the third leader ran the slot again."""
+    store = left_behind(
+        tmp_path, claims=[RunClaim("a", "s", "cut-short", SLOT, SLOT)], next_run_at=SLOT
+    )
+    store.append_run(
+        RunRecord(
+            run_id="cut-short",
+            agent="a",
+            schedule="s",
+            trigger_type=TriggerType.INTERVAL,
+            scheduled_for=SLOT,
+            started_at=SLOT,
+            status=RunStatus.INTERRUPTED,
+        )
+    )
+    store.flush()  # the history's append, the first write of the group commit
+    store.close()
+    next_leader.start()
+    next_leader.run_pending()
+    assert next_leader.wait_until_idle(10)
+    assert SLOT not in ledger.slots
+    found = records(tmp_path, next_leader)
+    assert [r.status for r in found.values()] == [RunStatus.INTERRUPTED]
+    state = next_leader.store.get_schedule_state("a", "s")
+    assert state.running_run_id is None
+    assert state.next_run_at is not None and state.next_run_at > SLOT
+
+
 def test_a_once_schedule_paused_while_its_run_went_on_is_completed_and_not_run_again(
     tmp_path: Path,
 ) -> None:

@@ -536,6 +536,9 @@ def _run_left(core: EngineCore, entry: Entry) -> tuple[bool, RunRecord | None]:
 
     An older version that ran the schedule on keeps a stale run id in its state, whose run is
     recorded before the state's last end: that run is over, and nothing is taken up from it.
+    A record without an end (``interrupted``: a takeover recorded it, then could not write the
+    state) is judged by its start: later than the state's last end, it is taken up too, or
+    the slot it stood for would run again.
     """
     state = entry.state
     if state.running_run_id is None:
@@ -547,8 +550,9 @@ def _run_left(core: EngineCore, entry: Entry) -> tuple[bool, RunRecord | None]:
         return True, None  # the safe side: recorded interrupted rather than run again
     for record in records:
         if record.run_id == state.running_run_id:
-            newer = state.last_finished_at is None or (
-                record.finished_at is not None and record.finished_at > state.last_finished_at
+            ended = record.finished_at or record.started_at
+            newer = (
+                state.last_finished_at is None or ended is None or ended > state.last_finished_at
             )
             return (True, record) if newer else (False, None)
     return True, None
