@@ -484,10 +484,12 @@ def test_a_first_request_start_that_fails_is_tried_again_later(
     for name in integration.WEB_SERVERS:
         monkeypatch.delitem(sys.modules, name, raising=False)
     caplog.set_level(logging.ERROR, logger="herdsched")
+    embedded = None
     try:
         with override_settings(HERDSCHED={"SCHEDULER": scheduler}):
             apps.get_app_config("herdsched").ready()
-            integration.get_embedded().retry_delay = 0.2
+            embedded = integration.get_embedded()
+            embedded.retry_delay = 0.2
             # the site's own answer (no such page here), not a failure of herdsched's start
             assert Client().get("/elsewhere/").status_code == 404
             assert not scheduler.is_running()
@@ -501,7 +503,11 @@ def test_a_first_request_start_that_fails_is_tried_again_later(
             assert Client().get("/elsewhere/").status_code == 404
             assert integration._process.started
     finally:
-        integration.get_embedded().stop()
+        # its own wrapper: once the settings are restored, get_embedded() builds another
+        # (and this scheduler ran on into the next tests, opening files as they counted them)
+        if embedded is not None:
+            embedded.stop()
+        scheduler.stop()
         integration._process.start_with_first_request = False
         integration.forget()
 
