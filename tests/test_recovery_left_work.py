@@ -13,6 +13,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from attrs import evolve
 
 from herdsched import Agent, RunStatus, Schedule, Status, ThreadedScheduler, TriggerInfo
 from herdsched.models import RunRecord, TriggerType
@@ -161,16 +162,10 @@ def test_a_run_recorded_interrupted_by_a_takeover_that_could_not_write_the_state
     store = left_behind(
         tmp_path, claims=[RunClaim("a", "s", "cut-short", SLOT, SLOT)], next_run_at=SLOT
     )
+    # the slot's run as a takeover records it: interrupted, with no end
+    cut_short = ended_run()
     store.append_run(
-        RunRecord(
-            run_id="cut-short",
-            agent="a",
-            schedule="s",
-            trigger_type=TriggerType.INTERVAL,
-            scheduled_for=SLOT,
-            started_at=SLOT,
-            status=RunStatus.INTERRUPTED,
-        )
+        evolve(cut_short, run_id="cut-short", finished_at=None, status=RunStatus.INTERRUPTED)
     )
     store.flush()  # the history's append, the first write of the group commit
     store.close()
