@@ -1,4 +1,5 @@
-"""The claim journal: durable appends, torn lines, and dropping what a flush covered."""
+"""The claim journal: durable appends, torn lines, and dropping the claims of runs that have
+ended on disk (recorded in the history, shown by the state a flush writes)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from scheduler_helpers import crash_copy, fail_next_claim_write, trace_on_disk, wait_until
 
 from herdsched import Status
+from herdsched.models import RunRecord
 from herdsched.store.base import RunClaim
 from herdsched.store.claims import ClaimJournal
 from herdsched.store.yaml_store import YamlStateStore
@@ -24,7 +26,7 @@ T0 = datetime(2026, 11, 22, 5, 41, 48, 898000, tzinfo=timezone.utc)
 
 
 def shown(agent: str, schedule: str, run_at: datetime, latest: bool) -> bool:
-    """The state about to be written shows every run (see ClaimJournal.droppable)."""
+    """The state about to be written shows every run (see ClaimJournal.covered)."""
     return True
 
 
@@ -47,17 +49,43 @@ def test_append_read_and_torn_last_line(tmp_path: Path) -> None:
     assert journal.read() == [claim("s"), claim("t", None)]
 
 
-def test_drop_through_keeps_later_claims(tmp_path: Path) -> None:
+def test_a_drop_keeps_the_other_claims(tmp_path: Path) -> None:
     journal = ClaimJournal(tmp_path / "claims.log")
-    journal.append([claim("s")])
-    covered = size(journal)
-    journal.append([claim("t")])
-    journal.drop_through(covered)
-    assert journal.read() == [claim("t")]
-    journal.drop_through(size(journal))
+    journal.append([claim("s"), claim("t")])
+    journal.append([claim("u")])
+    journal.drop({"run-t"})
+    assert journal.read() == [claim("s"), claim("u")]
+    journal.drop({"run-s", "run-u"})
     assert journal.read() == [] and journal.path.exists()
-    journal.drop_through(0)
-    ClaimJournal(tmp_path / "absent.log").drop_through(10)
+    journal.drop(set())
+    ClaimJournal(tmp_path / "absent.log").drop({"run-s"})
+    assert not (tmp_path / "absent.log").exists()
+
+
+def test_a_claim_is_covered_once_its_run_is_recorded_and_shown(tmp_path: Path) -> None:
+    """Shown by the state alone is not enough: a run whose schedule was removed while it ran
+    is "shown" (its state is gone), and its claim is then the only trace of it until its
+    record is in the history."""
+    journal = ClaimJournal(tmp_path / "claims.log")
+    journal.append([claim("s"), claim("t")])
+    assert journal.covered(shown) == set()
+    journal.recorded(["run-t", "run-elsewhere"])  # a run this journal does not hold: ignored
+    assert journal.covered(shown) == {"run-t"}
+    assert journal.covered(lambda *_: False) == set()
+    journal.drop(journal.covered(shown))
+    journal.recorded(["run-elsewhere"])
+    assert journal.read() == [claim("s")]
+    assert journal.covered(shown) == set()
+
+
+def test_lines_of_an_earlier_process_go_with_the_first_drop(tmp_path: Path) -> None:
+    """Recovery took them over (read them and recorded their runs); this journal does not hold
+    them, so its first drop rewrites them away, even one that drops nothing of its own."""
+    ClaimJournal(tmp_path / "claims.log").append([claim("old")])
+    journal = ClaimJournal(tmp_path / "claims.log")
+    journal.append([claim("new")])
+    journal.drop(set())
+    assert journal.read() == [claim("new")]
 
 
 def test_a_flush_of_state_yaml_clears_the_claims_it_covers(tmp_path: Path) -> None:
@@ -65,6 +93,7 @@ def test_a_flush_of_state_yaml_clears_the_claims_it_covers(tmp_path: Path) -> No
     store.record_transition("a", "s", status="running", last_run_at=T0, last_slot_at=T0)
     store.claim_runs([claim("s")])
     assert YamlStateStore(tmp_path).load_claims() == [claim("s")]
+    store.append_run(ended("s"))
     store.flush()
     assert store.load_claims() == []
     assert YamlStateStore(tmp_path).get_schedule_state("a", "s").last_slot_at == T0
@@ -122,7 +151,8 @@ def test_a_store_that_never_claimed_leaves_the_claims_alone(tmp_path: Path) -> N
     scheduler.claim_runs([claim("s")])
     cli.update_schedule_state("a", "t", status="paused")
     assert [c.schedule for c in scheduler.load_claims()] == ["s"]
-    scheduler.record_transition("a", "s", status="running", last_run_at=T0)
+    scheduler.record_transition("a", "s", status="idle", last_run_at=T0, last_finished_at=T0)
+    scheduler.append_run(ended("s"))
     scheduler.flush()  # the claimer's own commit covers it
     assert scheduler.load_claims() == []
     scheduler.close()
@@ -141,28 +171,23 @@ def test_claiming_no_runs_leaves_the_claims_of_another_store_alone(tmp_path: Pat
     other.close()
 
 
-def test_a_drop_stops_at_the_first_claim_whose_run_the_state_does_not_show(
-    tmp_path: Path,
-) -> None:
+def test_a_drop_keeps_every_claim_whose_run_the_state_does_not_show(tmp_path: Path) -> None:
+    """A long run's claim stays while the claims after it go: the journal holds the runs going
+    on, not every claim made since the oldest of them."""
     journal = ClaimJournal(tmp_path / "claims.log")
     journal.append([claim("done")])
-    first = size(journal)
     journal.append([claim("going"), claim("later")])
-    recorded = {"done"}
+    journal.recorded(["run-done", "run-going", "run-later"])
+    ended = {"done", "later"}
 
     def known(agent: str, schedule: str, run_at: datetime, latest: bool) -> bool:
-        return schedule in recorded and run_at == T0
+        return schedule in ended and run_at == T0
 
-    assert journal.droppable(known) == first  # "going" started, its start is not recorded
-    journal.drop_through(journal.droppable(known))
-    assert journal.read() == [claim("going"), claim("later")]
-    assert journal.droppable(known) == 0
-    recorded.add("going")
-    going_line = journal.path.read_text().splitlines()[0]
-    assert journal.droppable(known) == len(going_line) + 1  # offsets follow the rewrite
-    recorded.add("later")
-    assert journal.droppable(known) == size(journal)
-    journal.drop_through(journal.droppable(known))
+    journal.drop(journal.covered(known))
+    assert journal.read() == [claim("going")]
+    assert journal.covered(known) == set()
+    ended.add("going")
+    journal.drop(journal.covered(known))
     assert size(journal) == 0
     journal.close()
 
@@ -176,8 +201,25 @@ def test_a_flush_keeps_the_claim_of_a_run_whose_start_is_not_recorded(tmp_path: 
     assert store.load_claims() == [claim("going")]
     store.record_transition("a", "going", last_run_at=T0, last_finished_at=T0)
     store.flush()
+    assert store.load_claims() == [claim("going")], "dropped before the run's record"
+    store.append_run(ended("going"))
+    store.record_transition("a", "going", last_error=None)
+    store.flush()
     assert store.load_claims() == []
     store.close()
+
+
+def ended(name: str) -> RunRecord:
+    return RunRecord(
+        run_id=f"run-{name}",
+        agent="a",
+        schedule=name,
+        trigger_type="interval",
+        scheduled_for=T0,
+        started_at=T0,
+        finished_at=T0,
+        status="success",
+    )
 
 
 def held(name: str, at: datetime = T0) -> RunClaim:
@@ -200,7 +242,8 @@ def test_a_failed_append_leaves_nothing_that_lets_a_later_claim_be_dropped(
     def covered(agent: str, schedule: str, run_at: datetime, latest: bool) -> bool:
         return schedule != "nw"
 
-    journal.drop_through(journal.droppable(covered))
+    journal.recorded(["run-f1", "run-f2", "run-nw"])
+    journal.drop(journal.covered(covered))
     assert [c.schedule for c in journal.read()] == ["nw"], "the claim of 'nw' was dropped"
     journal.close()
 
@@ -214,11 +257,12 @@ def test_removing_a_schedule_during_a_write_does_not_lose_a_covered_start(tmp_pa
     store.claim_runs([held("s")])  # s's run starts
     store.record_transition("a", "s", status="running", last_run_at=T0)  # _record_starts
     journal = store._claims  # type: ignore[attr-defined]
-    original = journal.droppable
+    journal.recorded(["run-s"])  # as if it had ended: only the state decides
+    original = journal.covered
     remover: list[threading.Thread] = []
 
-    def droppable(covered: Any) -> int:
-        through = original(covered)
+    def covered(shows: Any) -> set[str]:
+        through = original(shows)
         if remover:
             return through
         t = threading.Thread(target=store.remove_schedule_state, args=("a", "s"))
@@ -227,16 +271,16 @@ def test_removing_a_schedule_during_a_write_does_not_lose_a_covered_start(tmp_pa
         wait_until(lambda: ("a", "s") not in store._pending, timeout=0.5)  # type: ignore[attr-defined]
         return through
 
-    journal.droppable = droppable
-    drop = journal.drop_through
+    journal.covered = covered
+    drop = journal.drop
     crashes: list[Path] = []
 
-    def drop_through(offset: int) -> None:
-        drop(offset)
+    def dropped(run_ids: set[str]) -> None:
+        drop(run_ids)
         if not crashes:
             crashes.append(crash_copy(tmp_path / "live", tmp_path / "crash"))
 
-    journal.drop_through = drop_through
+    journal.drop = dropped
     store.flush()  # the group commit
     remover[0].join(10)
     store.close()
@@ -277,7 +321,8 @@ def test_an_append_after_a_torn_failed_write_is_still_read(
         journal.append([claim("t")])
     journal.append([claim("u")])
     assert ClaimJournal(journal.path).read() == [claim("s"), claim("u")]
-    journal.drop_through(journal.droppable(shown))
+    journal.recorded(["run-s", "run-u"])
+    journal.drop(journal.covered(shown))
     assert ClaimJournal(journal.path).read() == []
 
 

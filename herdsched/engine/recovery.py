@@ -279,6 +279,7 @@ def recover_all(core: EngineCore) -> None:
             )
         core.plan.unplan(entry)
         plan_from_state(core, entry, now)
+    _record_orphan_claims(core, claimed)
     if stored is not None:
         _mark_removed(core, now, stored)
 
@@ -291,7 +292,10 @@ def _record_stored_run(core: EngineCore, entry: Entry, claim: RunClaim) -> None:
         return
     left, record = _run_left(core, entry)
     if left and record is None:
-        _record_unended(core, entry, state.running_run_id, state.last_run_at, state.last_slot_at)
+        kind = _kind(entry, state.last_slot_at)
+        _record_unended(
+            core, entry.key, kind, state.running_run_id, state.last_run_at, state.last_slot_at
+        )
 
 
 def _claim_is_newer(state: ScheduleState, claim: RunClaim) -> bool:
@@ -397,27 +401,75 @@ def _record_earlier_claims(core: EngineCore, entry: Entry, claims: list[RunClaim
     recorded = {record.run_id for record in records}
     for claim in claims:
         if claim.run_id not in recorded:
-            _record_unended(core, entry, claim.run_id, claim.run_at, claim.slot)
+            kind = _kind(entry, claim.slot)
+            _record_unended(core, entry.key, kind, claim.run_id, claim.run_at, claim.slot)
+
+
+def _kind(entry: Entry, slot: datetime | None) -> TriggerType:
+    """The trigger type of a run of ``entry`` with ``slot`` (none: a run-now)."""
+    return TriggerType.MANUAL if slot is None else timer_trigger_type(entry)
+
+
+def _record_orphan_claims(
+    core: EngineCore, claimed: Mapping[tuple[str, str], list[RunClaim]]
+) -> None:
+    """Record as interrupted the claimed runs of schedules that are gone: removed while their
+    runs went on, and the scheduler running them stopped before their records were written
+    (the claim journal keeps a claim until then). A schedule a stored definition still names
+    is taken in after recovery, its state telling what ran."""
+    gone = {key: claims for key, claims in claimed.items() if key not in core.entries}
+    if not gone:
+        return
+    try:
+        defined = core.store.load_definitions()
+    except Exception as exc:
+        core.state_error(exc)
+        return
+    for (agent, name), claims in gone.items():
+        if name in defined.get(agent, {}):
+            continue
+        try:
+            records = core.store.get_history(agent, name, READ_ALL_HISTORY)
+        except Exception as exc:
+            core.state_error(exc)
+            continue
+        # the type of the schedule's timer runs, from its history (it is gone with the schedule)
+        timed = [r.trigger_type for r in records if r.scheduled_for is not None]
+        recorded = {record.run_id for record in records}
+        for claim in claims:
+            if claim.run_id not in recorded:
+                kind = (
+                    TriggerType.MANUAL
+                    if claim.slot is None
+                    else next(iter(timed), TriggerType.INTERVAL)
+                )
+                _record_unended(core, (agent, name), kind, claim.run_id, claim.run_at, claim.slot)
 
 
 def _record_unended(
-    core: EngineCore, entry: Entry, run_id: str, started: datetime | None, slot: datetime | None
+    core: EngineCore,
+    key: tuple[str, str],
+    kind: TriggerType,
+    run_id: str,
+    started: datetime | None,
+    slot: datetime | None,
 ) -> None:
-    """Record as interrupted a run of ``entry`` that started and whose end was never recorded,
-    before a later run of the same schedule that is taken up from the state."""
+    """Record as interrupted a run of the schedule ``key`` that started and whose end was
+    never recorded (before a later run of the same schedule that is taken up from the state,
+    or of a schedule that is gone)."""
+    agent, name = key
     core.log.warning(
         "Run %s of %s/%s started before its scheduler stopped or lost the lead, and its end "
         "was not recorded; it is recorded as interrupted.",
         run_id,
-        entry.agent,
-        entry.name,
+        agent,
+        name,
     )
-    kind = TriggerType.MANUAL if slot is None else timer_trigger_type(entry)
     core.append_run(
         RunRecord(
             run_id=run_id,
-            agent=entry.agent,
-            schedule=entry.name,
+            agent=agent,
+            schedule=name,
             trigger_type=kind,
             scheduled_for=slot,
             started_at=started,

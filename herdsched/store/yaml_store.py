@@ -280,8 +280,8 @@ class YamlStateStore:
             self._view = view
 
     def _shows_run(self, agent: str, schedule: str, run_at: datetime, latest: bool) -> bool:
-        """Whether this store's state shows the run of a claim made at ``run_at``: its start or
-        its end is recorded, or the schedule is gone.
+        """Whether this store's state shows the run of a claim made at ``run_at`` (whose record
+        is in the history): its start or its end is recorded, or the schedule is gone.
 
         The schedule's latest claim is shown when ``last_run_at`` is that very time (not merely
         later: after the wall clock stepped back, a new run starts before the last one did); an
@@ -323,7 +323,7 @@ class YamlStateStore:
             # Read first, take second: a claim is dropped only when the state this write takes
             # already shows its run (pending or on disk); any store but the owner's drops nothing.
             owned = self._claims.owned and take_pending
-            claimed_through = self._claims.droppable(self._shows_run) if owned else 0
+            covered = self._claims.covered(self._shows_run) if owned else None
             with self._mem:
                 taken, self._pending = (self._pending, {}) if take_pending else ({}, self._pending)
                 for (agent, name), transition in taken.items():
@@ -340,7 +340,8 @@ class YamlStateStore:
                 # in pieces: no 3 MB text and bytes for 10,000 schedules (see files.py)
                 self._file.write(self._codec.encode(new_disk))
                 self._codec.written(new_disk)
-                self._claims.drop_through(claimed_through)
+                if covered is not None:
+                    self._claims.drop(covered)
             except BaseException:
                 if self._given_up():
                     self._drop_lost_work(states=len(taken))
@@ -507,8 +508,10 @@ class YamlStateStore:
                 if runs:
                     self._ensure_dir()
                 self._history.append(runs)
+                self._claims.recorded(run.run_id for run in runs)
             except BaseException as exc:  # the files written before a HistoryWriteError keep theirs
                 unwritten = exc.unwritten if isinstance(exc, HistoryWriteError) else runs
+                self._claims.recorded(run.run_id for run in runs if run not in unwritten)
                 if self._given_up():
                     self._drop_lost_work(runs=len(unwritten))
                     raise

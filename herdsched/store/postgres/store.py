@@ -168,6 +168,7 @@ class PostgresStateStore:
         self._requests: list[TriggerRequest] = []
         self._rejected: list[RejectedDefinition] = []
         self._claims: dict[str, tuple[str, str, datetime]] = {}  # held: run id → key, run_at
+        self._recorded: set[str] = set()  # held claims whose run records are committed or due
         self._seen = -1
         self._stale = True
         self._absorbed = False
@@ -373,6 +374,7 @@ class PostgresStateStore:
                         self._pending[key] = {**patch, **self._pending.get(key, {})}
                     self._pending_runs = runs + self._pending_runs
                     self._claims = {**covered, **self._claims}  # older than any made since
+                    self._recorded.update(covered)
                 raise
             with self._mem:
                 if self._own_write(number):
@@ -409,11 +411,17 @@ class PostgresStateStore:
         return written, number
 
     def _covered_claims(self) -> dict[str, tuple[str, str, datetime]]:
-        """Take the held claims whose runs the view shows (as the YAML store's journal: the
-        latest claim of a schedule by its very start time, earlier ones by any run).
+        """Take the held claims whose runs have ended in what this commit writes: their
+        records are committed or go out now, and the view shows the run or the schedule is
+        gone (as the YAML store's journal: the latest claim of a schedule by its very start
+        time, earlier ones by any run).
 
-        The caller holds ``_mem`` and takes every pending transition in the same breath, so
-        what shows a claim's run is committed with the claim's removal, never after it."""
+        The caller holds ``_mem`` and takes every pending transition and record in the same
+        breath, so what shows a claim's run is committed with the claim's removal, never
+        after it."""
+        self._recorded.update(
+            run.run_id for run in self._pending_runs if run.run_id in self._claims
+        )
         latest: dict[Key, str] = {}
         for run_id, (agent, name, _) in self._claims.items():
             latest[(agent, name)] = run_id
@@ -421,7 +429,7 @@ class PostgresStateStore:
         for run_id, (agent, name, run_at) in self._claims.items():
             key = (agent, name)
             state = self._state(key)
-            if (
+            if run_id in self._recorded and (
                 state is None
                 or (state.last_run_at is not None and latest[key] != run_id)
                 or state.last_run_at == run_at
@@ -429,6 +437,7 @@ class PostgresStateStore:
                 covered[run_id] = (agent, name, run_at)
         for run_id in covered:
             del self._claims[run_id]
+            self._recorded.discard(run_id)
         return covered
 
     def _drop_lost_work(self, states: int, runs: int) -> None:
@@ -436,6 +445,7 @@ class PostgresStateStore:
         refused commit took its own): all belong to the lease that is gone."""
         with self._mem:
             self._claims.clear()
+            self._recorded.clear()
             states += len(self._pending)
             runs += len(self._pending_runs)
             self._pending, self._pending_runs, self._pending_since = {}, [], None
@@ -493,6 +503,7 @@ class PostgresStateStore:
         with self._mem:
             for claim in claims:
                 self._claims[claim.run_id] = (claim.agent, claim.schedule, claim.run_at)
+                self._recorded.add(claim.run_id)  # recovery records what it finds unrecorded
         return claims
 
     # -- leadership lease ----------------------------------------------------------------
@@ -782,6 +793,7 @@ class PostgresStateStore:
         self._listener = None
         self._lease.held = None
         self._claims.clear()
+        self._recorded.clear()
         self._pending, self._pending_runs, self._pending_since = {}, [], None
         self._stale = True
 
