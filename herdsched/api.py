@@ -66,6 +66,7 @@ from herdsched.config import (
     schedule_to_mapping,
 )
 from herdsched.converter import record_to_dict
+from herdsched.engine.requests import stored_refusal
 from herdsched.errors import (
     AgentNotFoundError,
     ConfigError,
@@ -88,7 +89,6 @@ from herdsched.models import (
     SchedulerStatus,
     ScheduleStatus,
     ScheduleType,
-    SkipReason,
     Status,
     check_prompt_override,
     json_problem,
@@ -1057,7 +1057,7 @@ class RestApi:
             raise _field_error("prompt", str(exc)) from None
         _check_length("prompt", prompt, MAX_PROMPT_LENGTH)
         if not scheduler.is_leader:
-            self._refuse_busy(agent, name, item)
+            self._refuse_busy(agent, name)
         if scheduler.status == "stopped" and not isinstance(scheduler.store, MemoryStateStore):
             # The active scheduler lives in another process or on another host (``manage.py
             # herdsched``, ``herdsched run``): queue the request in the shared store.
@@ -1072,26 +1072,12 @@ class RestApi:
             raise ApiError(409, error, [_detail("skip_reason", str(reason))])
         return _accepted(agent, name, result.run_id, queued=scheduler.status == "standby")
 
-    def _refuse_busy(self, agent: str, name: str, item: ScheduleStatus) -> None:
+    def _refuse_busy(self, agent: str, name: str) -> None:
         """On a process that does not run jobs, refuse what the active one would skip."""
-        if item.status is Status.RUNNING:
-            raise ApiError(
-                409,
-                f"{agent}/{name} is already running",
-                [_detail("skip_reason", SkipReason.ALREADY_RUNNING.value)],
-            )
-        limit = self.scheduler.get_agent(agent).max_concurrent
-        busy = sum(
-            1
-            for other in self.scheduler.get_status().schedules
-            if other.agent == agent and other.status is Status.RUNNING
-        )
-        if busy >= limit:
-            raise ApiError(
-                409,
-                f"agent {agent!r} is at capacity ({busy} of {limit} running)",
-                [_detail("skip_reason", SkipReason.AT_CAPACITY.value)],
-            )
+        refused = stored_refusal(self.scheduler.store, self.scheduler.get_agent(agent), name)
+        if refused is not None:
+            reason, error = refused
+            raise ApiError(409, error, [_detail("skip_reason", reason.value)])
 
     def _one_run(
         self,

@@ -47,6 +47,7 @@ from herdsched.engine.reporting import (
     schedule_status,
     search_statuses,
 )
+from herdsched.engine.requests import stored_refusal
 from herdsched.engine.settings import EngineSettings, resolve_poll_interval
 from herdsched.engine.syncing import OtherProcesses
 from herdsched.engine.timer import Timer
@@ -653,9 +654,13 @@ class ThreadedScheduler:
             if schedule is not None:
                 core.require_entry(agent, schedule)
             if core.status == "standby":
-                run_id = core.store.request_trigger(
-                    agent, schedule or AD_HOC_SCHEDULE, prompt=prompt
+                name = schedule or AD_HOC_SCHEDULE
+                refused = stored_refusal(
+                    core.store, agent_obj, name, bypass_concurrency=bypass_concurrency
                 )
+                if refused is not None:
+                    return _skipped(*refused)
+                run_id = core.store.request_trigger(agent, name, prompt=prompt)
                 return TriggerResult(success=True, run_id=run_id)
             if not core.leading:
                 return _skipped(

@@ -123,6 +123,28 @@ def test_every_request_queued_through_a_standby_runs_once_under_its_id(pair: Pai
     assert statuses(standby) == dict.fromkeys(given, RunStatus.SUCCESS)
 
 
+def test_a_standby_refuses_a_run_now_as_the_leader_would(pair: Pair) -> None:
+    """A run-now of a running schedule was refused by the leader (``already_running``) but
+    queued by a standby, and ran once the first run ended: one request, two answers,
+    whichever process took it. A standby now judges from the store as the leader does."""
+    leader, standby, jobs, clock = pair
+    jobs.gate.clear()
+    first = leader.trigger("a", "s")
+    assert first.success and jobs.started.wait(5)
+    leader.store.flush()  # the group commit: the store shows s running
+    again = [sched.trigger("a", "s") for sched in (leader, standby)]
+    assert [(r.success, r.skip_reason) for r in again] == [(False, "already_running")] * 2
+    full = [sched.trigger("a", "t") for sched in (leader, standby)]  # one slot, s holds it
+    assert [(r.success, r.skip_reason) for r in full] == [(False, "at_capacity")] * 2
+    assert "at capacity" in (full[1].error or "")
+    queued = standby.trigger("a", "t", bypass_concurrency=True)
+    assert queued.success and queued.run_id is not None
+    jobs.gate.set()
+    drive(leader, clock, lambda: statuses(leader, "t").get(queued.run_id) is RunStatus.SUCCESS)
+    assert jobs.run_ids == [first.run_id, queued.run_id]
+    assert statuses(leader) == {first.run_id: RunStatus.SUCCESS}
+
+
 def test_requests_start_in_order_when_a_run_ends_during_a_poll(
     pair: Pair, monkeypatch: pytest.MonkeyPatch
 ) -> None:

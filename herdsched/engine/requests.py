@@ -27,11 +27,38 @@ from herdsched.engine.core import AD_HOC_SCHEDULE, EngineCore
 from herdsched.engine.dispatch import Dispatcher
 from herdsched.engine.planning import Entry
 from herdsched.engine.registry import ad_hoc_entry
-from herdsched.models import RunRecord, RunStatus, TriggerType
+from herdsched.models import Agent, RunRecord, RunStatus, SkipReason, Status, TriggerType
 from herdsched.runner import Run
-from herdsched.store.base import READ_ALL_HISTORY, TriggerRequest
+from herdsched.store.base import READ_ALL_HISTORY, StateStore, TriggerRequest
 
-__all__ = ["RunRequests"]
+__all__ = ["RunRequests", "stored_refusal"]
+
+
+def stored_refusal(
+    store: StateStore, agent: Agent, schedule: str, *, bypass_concurrency: bool = False
+) -> tuple[SkipReason, str] | None:
+    """Why the active scheduler would refuse a run-now of ``agent``/``schedule`` now, judged
+    from the store by a process that does not run jobs (a standby, a web worker), so that a
+    run-now gets one answer whichever process it reaches: the schedule shows running, or the
+    agent has ``max_concurrent`` runs going on. ``None``: the request is queued. A run that
+    started within the leader's last ``commit_delay`` is not in the store yet; a request made
+    then waits and runs after it."""
+    states = {
+        name: state
+        for name, state in store.get_agent_schedule_states(agent.name).items()
+        if state.removed_at is None
+    }
+    state = states.get(schedule)
+    if state is not None and state.status is Status.RUNNING:
+        return SkipReason.ALREADY_RUNNING, f"{agent.name}/{schedule} is already running"
+    busy = sum(1 for state in states.values() if state.status is Status.RUNNING)
+    if busy >= agent.max_concurrent and not bypass_concurrency:
+        limit = agent.max_concurrent
+        return (
+            SkipReason.AT_CAPACITY,
+            f"agent {agent.name!r} is at capacity ({busy} of {limit} running)",
+        )
+    return None
 
 
 class RunRequests:
