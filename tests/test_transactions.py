@@ -640,7 +640,8 @@ def test_rest_answers_an_etag_and_honours_if_match_and_if_none_match(
     created = ask(one, "PUT", path, {"interval": "1h"}, if_none_match="*")
     assert created.status == 201, created.body
     assert created.headers["Cache-Control"] == "no-store"
-    one.run_pending()  # the leader plans it: its answer's live state settles (the ETag with it)
+    one.run_pending()  # the leader plans it: due at once, it runs
+    assert one.wait_until_idle(10)  # the run's end changes the answer (the ETag with it)
     read = ask(one, "GET", path)
     etag, revision = read.headers["ETag"], read.body["revision"]
     assert revision == created.body["revision"]
