@@ -12,8 +12,8 @@ import pytest
 from scheduler_helpers import T0, Blocker, crash_copy
 
 from herdsched import Agent, RunStatus, Schedule, ThreadedScheduler
-from herdsched.models import RunRecord, Status
-from herdsched.store.base import RunClaim, StateStore
+from herdsched.models import RunRecord, ScheduleState, Status
+from herdsched.store.base import READ_ALL_HISTORY, RunClaim, StateStore
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.testing import FakeClock
 
@@ -23,9 +23,12 @@ def _fleet(job: Callable[[object], object], *names: str) -> Agent:
     return Agent("a", job=job, schedules=schedules)
 
 
-def crash_after_removing_s(tmp_path: Path, *, start_committed: bool, ends: bool) -> Path:
-    """Start s's run, remove s while it runs, and return what a kill -9 right then would leave
-    on disk (after s's run ended and its record was written, when ``ends``)."""
+def crash_after_removing_s(
+    tmp_path: Path, *, start_committed: bool, ends: bool, remove: bool = True
+) -> Path:
+    """Start s's run, remove s while it runs (unless not ``remove``), and return what a
+    kill -9 right then would leave on disk (after s's run ended and its record was written,
+    when ``ends``)."""
     job = Blocker()
     clock = FakeClock(T0)
     sched = ThreadedScheduler(state_dir=tmp_path / "live", clock=clock, commit_delay=0.5)
@@ -36,8 +39,9 @@ def crash_after_removing_s(tmp_path: Path, *, start_committed: bool, ends: bool)
         assert job.began.wait(10)
         if start_committed:
             sched.store.flush()  # the state shows s running; before, this dropped its claim
-        sched.remove_schedule("a", "s")  # writes state.yaml without s
-        sched.store.flush()
+        if remove:
+            sched.remove_schedule("a", "s")  # writes state.yaml without s
+            sched.store.flush()
         if ends:
             job.release.set()
             sched.wait_until_idle(10)
@@ -119,3 +123,139 @@ def test_postgres_keeps_the_claim_of_a_removed_run_and_recovery_records_it(
     ]
     with PostgresStateStore(postgres_dsn, namespace=pg_namespace) as later:
         assert later.load_claims() == []  # recorded: its claim went with the record
+
+
+# -- claims that must not stay: runs whose fate the store already holds ----------------------
+
+StoreMaker = Callable[[], StateStore]
+
+
+@pytest.fixture(params=["yaml", "postgres"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreMaker:
+    """A maker of stores on one state directory or namespace, as successive processes open."""
+    if request.param == "yaml":
+        return lambda: YamlStateStore(tmp_path / "state")
+    from herdsched.store.postgres import PostgresStateStore
+
+    dsn = request.getfixturevalue("postgres_dsn")
+    namespace = request.getfixturevalue("pg_namespace")
+    return lambda: PostgresStateStore(dsn, namespace=namespace)
+
+
+class _NoWork:
+    def get_next_work_item(self, agent: str, schedule: str) -> None:
+        return None
+
+    def report_outcome(self, item: object, outcome: object) -> None:
+        raise AssertionError("no item was handed out")
+
+
+def _restart(make_store: StoreMaker, fleet: Agent) -> tuple[list[RunRecord], ScheduleState]:
+    """Start a scheduler on the store with ``fleet``: the history of a/s and the state of s."""
+    store = make_store()
+    sched = ThreadedScheduler(store=store, clock=FakeClock(T0.replace(hour=20)))
+    sched.add_agent(fleet)
+    with sched:
+        history = store.get_history("a", "s", READ_ALL_HISTORY)
+        state = store.get_schedule_state("a", "s")
+    store.close()
+    return history, state
+
+
+def test_runs_that_find_no_work_leave_no_claim_behind(make_store: StoreMaker) -> None:
+    """A run that finds no work writes no record: the state showing its end is its fate. Its
+    claim stayed for as long as the process ran, and a restart after its schedule's removal
+    recorded each such run as interrupted."""
+    clock = FakeClock(T0)
+    store = make_store()
+    sched = ThreadedScheduler(store=store, clock=clock, work_sources={"q": _NoWork()})
+    schedules = {"s": Schedule.interval("1m", work_source="q"), "o": Schedule.interval("1h")}
+    sched.add_agent(Agent("a", job=lambda info: None, schedules=schedules))
+    with sched:
+        for _ in range(3):
+            sched.run_pending()
+            assert sched.wait_until_idle(10)
+            store.flush()
+            clock.advance(61)
+        assert store.load_claims() == []
+        sched.remove_schedule("a", "s")
+    store.close()
+    history, _ = _restart(make_store, _fleet(lambda info: None, "o"))
+    assert history == []
+
+
+def test_a_schedule_added_again_does_not_take_the_removed_ones_run(make_store: StoreMaker) -> None:
+    """s is removed while its job runs and added again; the old run fails afterwards. After a
+    clean restart the new s must not carry the old run's failure."""
+    job = Blocker()
+
+    def work(info: object) -> None:
+        job(info)
+        raise RuntimeError("the old run failed")
+
+    store = make_store()
+    sched = ThreadedScheduler(store=store, clock=FakeClock(T0))
+    sched.add_agent(_fleet(lambda info: None, "o"))
+    with sched:
+        sched.add_schedule("a", "s", Schedule.interval("1h", job=work))
+        sched.run_pending()
+        assert job.began.wait(10)
+        store.flush()
+        sched.remove_schedule("a", "s")
+        sched.add_schedule("a", "s", Schedule.cron("0 3 * * *"))
+        job.release.set()
+        assert sched.wait_until_idle(10)
+        store.flush()
+        assert store.load_claims() == []  # its record is written: the claim went
+    store.close()
+    fleet = _fleet(lambda info: None, "o")
+    history, state = _restart(make_store, fleet.with_schedule("s", Schedule.cron("0 3 * * *")))
+    assert [r.status for r in history] == [RunStatus.FAILED]  # the old run, recorded once
+    assert (state.last_result, state.consecutive_failures, state.last_error) == (None, 0, None)
+
+
+def test_forgetting_a_removed_schedule_leaves_no_claim_behind(make_store: StoreMaker) -> None:
+    """`purge_history` (`herdsched forget`) while the removed schedule's record is pending: the
+    record is dropped with the history, and its claim must go too, or a restart writes an
+    interrupted record into the history the user cleared."""
+    job = Blocker()
+    store = make_store()
+    sched = ThreadedScheduler(store=store, clock=FakeClock(T0), commit_delay=3600)
+    sched.add_agent(_fleet(lambda info: job(info) if info.schedule == "s" else None, "s", "o"))
+    with sched:
+        sched.run_pending()
+        assert job.began.wait(10)
+        store.flush()
+        sched.remove_schedule("a", "s")
+        job.release.set()
+        assert sched.wait_until_idle(10)  # its record is pending (a commit is an hour away)
+        sched.purge_history("a", "s")
+        store.flush()
+        assert store.load_claims() == []
+    store.close()
+    history, _ = _restart(make_store, _fleet(lambda info: None, "o"))
+    assert history == []
+
+
+def test_a_run_left_by_a_schedule_registered_after_start_is_recorded_once_and_not_run_again(
+    tmp_path: Path,
+) -> None:
+    """An agent added after ``start()``; a dead process left only the claim of its schedule's
+    run (the state shows the run before). The claim waits for the schedule's registration,
+    which takes it up as recovery at start would. Before, recovery took it for a removed
+    schedule's run (recorded interrupted) and the slot ran again."""
+    with YamlStateStore(tmp_path) as dead:
+        dead.update_schedule_state("a", "s", next_run_at=T0, type="interval", cadence="every 1h")
+        dead.claim_runs([RunClaim("a", "s", "run-s", T0, T0)])  # then killed
+    ran: list[str] = []
+    sched = ThreadedScheduler(state_dir=tmp_path, clock=FakeClock(T0), commit_delay=0.5)
+    sched.start()
+    try:
+        sched.add_agent(_fleet(lambda info: ran.append(info.schedule), "s", "o"))
+        sched.run_pending()
+        assert sched.wait_until_idle(10)
+        history = [(r.run_id, r.status) for r in sched.history("a", "s")]
+    finally:
+        sched.stop()
+    assert history == [("run-s", RunStatus.INTERRUPTED)]
+    assert "s" not in ran  # at most once per slot

@@ -18,16 +18,16 @@ from scheduler_helpers import crash_copy, fail_next_claim_write, trace_on_disk, 
 from herdsched import Status
 from herdsched.models import RunRecord
 from herdsched.store.base import RunClaim
-from herdsched.store.claims import ClaimJournal
+from herdsched.store.claims import ClaimJournal, RunShown
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.timestamps import format_timestamp
 
 T0 = datetime(2026, 11, 22, 5, 41, 48, 898000, tzinfo=timezone.utc)
 
 
-def shown(agent: str, schedule: str, run_at: datetime, latest: bool) -> bool:
-    """The state about to be written shows every run (see ClaimJournal.covered)."""
-    return True
+def shown(agent: str, schedule: str, run_at: datetime, latest: bool) -> RunShown:
+    """The state about to be written shows every run started (see ClaimJournal.covered)."""
+    return RunShown.STARTED
 
 
 def size(journal: ClaimJournal) -> int:
@@ -71,7 +71,7 @@ def test_a_claim_is_covered_once_its_run_is_recorded_and_shown(tmp_path: Path) -
     assert journal.covered(shown) == set()
     journal.recorded(["run-t", "run-elsewhere"])  # a run this journal does not hold: ignored
     assert journal.covered(shown) == {"run-t"}
-    assert journal.covered(lambda *_: False) == set()
+    assert journal.covered(lambda *_: RunShown.NOT) == set()
     journal.drop(journal.covered(shown))
     journal.recorded(["run-elsewhere"])
     assert journal.read() == [claim("s")]
@@ -180,8 +180,8 @@ def test_a_drop_keeps_every_claim_whose_run_the_state_does_not_show(tmp_path: Pa
     journal.recorded(["run-done", "run-going", "run-later"])
     ended = {"done", "later"}
 
-    def known(agent: str, schedule: str, run_at: datetime, latest: bool) -> bool:
-        return schedule in ended and run_at == T0
+    def known(agent: str, schedule: str, run_at: datetime, latest: bool) -> RunShown:
+        return RunShown.STARTED if schedule in ended and run_at == T0 else RunShown.NOT
 
     journal.drop(journal.covered(known))
     assert journal.read() == [claim("going")]
@@ -199,11 +199,11 @@ def test_a_flush_keeps_the_claim_of_a_run_whose_start_is_not_recorded(tmp_path: 
     store.record_transition("a", "other", status="paused")
     store.flush()  # a write for another reason: "going" is known only by its claim
     assert store.load_claims() == [claim("going")]
-    store.record_transition("a", "going", last_run_at=T0, last_finished_at=T0)
+    store.record_transition("a", "going", status="running", last_run_at=T0, running_run_id="x")
     store.flush()
     assert store.load_claims() == [claim("going")], "dropped before the run's record"
     store.append_run(ended("going"))
-    store.record_transition("a", "going", last_error=None)
+    store.record_transition("a", "going", status="idle", running_run_id=None, last_finished_at=T0)
     store.flush()
     assert store.load_claims() == []
     store.close()
@@ -239,8 +239,8 @@ def test_a_failed_append_leaves_nothing_that_lets_a_later_claim_be_dropped(
         journal.append([held("f1"), held("f2")])
     journal.append([held("nw")])  # a run started later (its start is not recorded yet)
 
-    def covered(agent: str, schedule: str, run_at: datetime, latest: bool) -> bool:
-        return schedule != "nw"
+    def covered(agent: str, schedule: str, run_at: datetime, latest: bool) -> RunShown:
+        return RunShown.NOT if schedule == "nw" else RunShown.STARTED
 
     journal.recorded(["run-f1", "run-f2", "run-nw"])
     journal.drop(journal.covered(covered))
@@ -333,7 +333,7 @@ def test_a_journal_still_appends_in_an_exit_hook(tmp_path: Path) -> None:
 import atexit
 from datetime import datetime, timezone
 from herdsched.store.base import RunClaim
-from herdsched.store.claims import ClaimJournal
+from herdsched.store.claims import ClaimJournal, RunShown
 T0 = datetime(2026, 11, 22, tzinfo=timezone.utc)
 journal = ClaimJournal(__import__("pathlib").Path({str(tmp_path / "claims.log")!r}))
 atexit.register(lambda: journal.append([RunClaim("a", "late", "run-late", T0, T0)]))
@@ -362,3 +362,32 @@ def test_ready_lines_of_an_earlier_version_load_as_claims_that_may_have_started(
         RunClaim("a", "s", "r1", T0, None),
         RunClaim("a", "t", "r2", T0, T0),
     ]
+
+
+def test_a_store_that_lost_the_lead_and_leads_again_writes_back_no_claim_of_its_old_term(
+    tmp_path: Path,
+) -> None:
+    """A loses the lead with r1 claimed; B recovers r1 and drops its claim; A leads again.
+    A's rewrites of the journal must not bring r1 back: no one would ever drop it."""
+    a, b = YamlStateStore(tmp_path), YamlStateStore(tmp_path)
+    first = a.acquire_lease("A", 30)
+    assert first is not None
+    a.claim_runs([held("s")])
+    a.record_transition("a", "s", status=Status.RUNNING, last_run_at=T0, running_run_id="run-s")
+    a.flush()
+    a.release_lease(first)  # it steps down
+    second = b.acquire_lease("B", 30)
+    assert second is not None and b.load_claims() == [held("s")]
+    b.append_run(ended("s"))
+    b.record_transition("a", "s", status=Status.IDLE, running_run_id=None, last_finished_at=T0)
+    b.flush()
+    assert b.load_claims() == []
+    b.release_lease(second)
+    assert a.acquire_lease("A", 30) is not None and a.load_claims() == []
+    later = held("t")
+    a.claim_runs([later])
+    a.record_transition("a", "t", status=Status.RUNNING, last_run_at=T0, running_run_id="run-t")
+    a.flush()
+    assert ClaimJournal(a._claims.path).read() == [later]  # type: ignore[attr-defined]
+    a.close()
+    b.close()

@@ -45,7 +45,7 @@ from herdsched.models import (
 from herdsched.notify import Notification
 from herdsched.policy import pre_dispatch_skip_reason
 from herdsched.runner import Run, new_run_id
-from herdsched.store.base import StateStore
+from herdsched.store.base import RunClaim, StateStore
 from herdsched.worksource import WorkSource
 
 __all__ = ["AD_HOC_SCHEDULE", "EngineCore"]
@@ -96,6 +96,9 @@ class EngineCore:
         #: the store was re-read (at start, at a takeover) without taking in what other
         #: processes changed: the next adoption does, even if the store reports nothing new
         self.unadopted = False
+        # unfinished claims of schedules not registered when recovery ran: taken up at their
+        # registration (see recovery.take_up_claims)
+        self.left_claims: dict[tuple[str, str], list[RunClaim]] = {}
         # when the sleeping timer thread wakes next (wall, monotonic); None while a pass runs
         self.planned_wake: tuple[datetime, float] | None = None
         # what a store refusing a write for a lost lease calls (set by the leadership)

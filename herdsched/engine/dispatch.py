@@ -344,7 +344,7 @@ class Dispatcher:
         ended = transition is not None and transition.changes.get("status") is Status.COMPLETED
         if not outcome.no_work:
             core.append_run(record)
-        elif ended:  # a once schedule ends
+        elif ended or mine is None:  # a once schedule ends; a removed one's run is in no state
             core.append_run(evolve(record, error=_NO_WORK))
         self._announce(run, outcome, record, transition.disabled_reason if transition else None)
 

@@ -52,6 +52,7 @@ __all__ = [
     "plan_resumed",
     "replan_after_jump",
     "resets_backoff",
+    "take_up_claims",
 ]
 
 #: How soon a failed renewal is tried again (before the deadline makes the leader step down).
@@ -256,32 +257,41 @@ def recover_all(core: EngineCore) -> None:
     now = core.clock.now()
     stored = core.store_call(core.store.get_all_schedule_states)  # before this fleet writes
     claimed = _unfinished_claims(core)
+    # the claims of schedules registered later are taken up then (see registry.install_entry)
+    core.left_claims = {key: claims for key, claims in claimed.items() if key not in core.entries}
     for entry in list(core.entries.values()):
         if entry.run is not None:
             continue
         entry.state = core.store.get_schedule_state(entry.agent, entry.name)
-        claims = claimed.get(entry.key, [])
-        claim = claims[-1] if claims else None
-        if len(claims) > 1:
-            _record_earlier_claims(core, entry, claims[:-1])
-        status = entry.state.status
-        if claim is not None and _claim_is_newer(entry.state, claim):
-            # its job may have started before the process died: treat it as running (a pause
-            # or disable made meanwhile stays). Also over a stored "running" of an earlier
-            # run whose end was not committed: that run is recorded interrupted first.
-            _record_stored_run(core, entry, claim)
-            entry.state = evolve(
-                entry.state,
-                status=Status.RUNNING if status is Status.IDLE else status,
-                last_run_at=claim.run_at,
-                last_slot_at=claim.slot,
-                running_run_id=claim.run_id,
-            )
+        take_up_claims(core, entry, claimed.get(entry.key, []))
         core.plan.unplan(entry)
         plan_from_state(core, entry, now)
-    _record_orphan_claims(core, claimed)
     if stored is not None:
+        _record_orphan_claims(core, stored)
         _mark_removed(core, now, stored)
+
+
+def take_up_claims(core: EngineCore, entry: Entry, claims: list[RunClaim]) -> None:
+    """Take up the unfinished claims (oldest first) a dead process left for ``entry``'s runs,
+    before its state is planned: each but the last is recorded interrupted unless recorded;
+    the last, newer than the state shows, may have started before the process died: the
+    state takes it as running (a pause or disable made meanwhile stays), over a stored
+    "running" of an earlier run whose end was not committed, which is recorded interrupted
+    first."""
+    if len(claims) > 1:
+        _record_earlier_claims(core, entry, claims[:-1])
+    claim = claims[-1] if claims else None
+    if claim is None or not _claim_is_newer(entry.state, claim):
+        return
+    _record_stored_run(core, entry, claim)
+    status = entry.state.status
+    entry.state = evolve(
+        entry.state,
+        status=Status.RUNNING if status is Status.IDLE else status,
+        last_run_at=claim.run_at,
+        last_slot_at=claim.slot,
+        running_run_id=claim.run_id,
+    )
 
 
 def _record_stored_run(core: EngineCore, entry: Entry, claim: RunClaim) -> None:
@@ -411,13 +421,17 @@ def _kind(entry: Entry, slot: datetime | None) -> TriggerType:
 
 
 def _record_orphan_claims(
-    core: EngineCore, claimed: Mapping[tuple[str, str], list[RunClaim]]
+    core: EngineCore, stored: Mapping[str, Mapping[str, ScheduleState]]
 ) -> None:
     """Record as interrupted the claimed runs of schedules that are gone: removed while their
     runs went on, and the scheduler running them stopped before their records were written
-    (the claim journal keeps a claim until then). A schedule a stored definition still names
-    is taken in after recovery, its state telling what ran."""
-    gone = {key: claims for key, claims in claimed.items() if key not in core.entries}
+    (the claim journal keeps a claim until then). A schedule with a stored state or a stored
+    definition is not gone: its claims wait in ``core.left_claims`` for its registration."""
+    gone = {
+        (agent, name): claims
+        for (agent, name), claims in core.left_claims.items()
+        if name not in stored.get(agent, {})
+    }
     if not gone:
         return
     try:
@@ -428,6 +442,7 @@ def _record_orphan_claims(
     for (agent, name), claims in gone.items():
         if name in defined.get(agent, {}):
             continue
+        del core.left_claims[(agent, name)]
         try:
             records = core.store.get_history(agent, name, READ_ALL_HISTORY)
         except Exception as exc:

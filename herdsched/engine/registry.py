@@ -17,7 +17,7 @@ from herdsched.cadence import CADENCE_FIELDS
 from herdsched.definitions import schedule_from_mapping
 from herdsched.engine.core import AD_HOC_SCHEDULE, EngineCore
 from herdsched.engine.planning import Entry, fresh_due
-from herdsched.engine.recovery import plan_from_state, plan_resumed
+from herdsched.engine.recovery import plan_from_state, plan_resumed, take_up_claims
 from herdsched.errors import InvalidScheduleError, LimitExceededError, UnauthorizedError
 from herdsched.models import Agent, Schedule, ScheduleState, Status, check_name
 
@@ -89,6 +89,7 @@ def install_entry(
         entry = Entry(agent.name, name, schedule, state, persisted_definition=persisted)
         core.entries[entry.key] = entry
         if core.leading:  # otherwise planned when this scheduler starts leading
+            take_up_claims(core, entry, core.left_claims.pop(entry.key, []))
             plan_from_state(core, entry, now)
         return
     cadence_changed = existing.schedule.cadence != schedule.cadence

@@ -3,12 +3,12 @@
 Before a job starts, the scheduler must make its claim on the slot durable, or a process killed
 right after could let another scheduler run the same slot again. Rewriting ``state.yaml`` for
 that costs tens of milliseconds on a large fleet; appending a line to ``claims.log`` and fsyncing
-it costs a fraction of one. A claim stays until its run has ended on disk: its record is in the
-history and the state being written shows the run (or the schedule is gone), so a run whose
-schedule is removed while it goes on is still found by the next leader's recovery should this
-process die first. A group commit then rewrites the journal without the claims it covers. A
-torn last line (a crash mid-append) is ignored: that claim never became durable, so its job
-never started.
+it costs a fraction of one. A claim stays until a group commit writes what tells its run's fate:
+the state showing the run ended, or the run's record in the history with the state showing the
+run (or the schedule's state removed since the claim). So a run whose schedule is removed while
+it goes on is still found by the next leader's recovery should this process die first. A group
+commit rewrites the journal without the claims it covers. A torn last line (a crash mid-append)
+is ignored: that claim never became durable, so its job never started.
 
 Journals written by earlier versions may hold claims made ahead of a free slot (``ready`` lines
 with start marks): they load as ordinary claims, that is as runs that may have started, the
@@ -17,6 +17,7 @@ side on which no slot runs twice.
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 import os
@@ -25,17 +26,50 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 
+from herdsched.models import ScheduleState, Status
 from herdsched.store.base import RunClaim
 from herdsched.store.files import atomic_write, fsync_dir
 from herdsched.timestamps import format_timestamp, parse_timestamp, to_utc
 
-__all__ = ["ClaimJournal", "ShowsRun"]
+__all__ = ["ClaimJournal", "HeldClaims", "RunShown", "ShowsRun", "shown_by"]
 
 log = logging.getLogger("herdsched")
 
-#: Whether the state about to be written shows a claim's run: (agent, schedule, run_at, and
+
+class RunShown(enum.Enum):
+    """What the state about to be written shows of a claim's run."""
+
+    NOT = "not"  #: nothing: the claim is its only trace
+    STARTED = "started"  #: its start, or a later run, or the schedule's state is gone
+    ENDED = "ended"  #: its end: the state tells its fate, a record or not (a run without work)
+
+
+#: What the state about to be written shows of a claim's run: (agent, schedule, run_at, and
 #: whether it is the latest claim of that schedule held here).
-ShowsRun = Callable[[str, str, datetime, bool], bool]
+ShowsRun = Callable[[str, str, datetime, bool], RunShown]
+
+
+def shown_by(state: ScheduleState, run_at: datetime, latest: bool) -> RunShown:
+    """What ``state`` shows of the run of a claim made at ``run_at`` (``latest``: the latest
+    claim of its schedule that the store holds).
+
+    The latest claim's run is shown when ``last_run_at`` is that very time (not merely later:
+    after the wall clock stepped back, a new run starts before the last one did), and ended
+    once no run goes on and the last end is not before it. An earlier claim's run is shown by
+    any recorded run, since a schedule's runs follow each other; its end needs its record (a
+    run-now may start the moment it ends).
+    """
+    if not latest:
+        return RunShown.NOT if state.last_run_at is None else RunShown.STARTED
+    if state.last_run_at != run_at:
+        return RunShown.NOT
+    finished = state.last_finished_at
+    going = state.status is Status.RUNNING or state.running_run_id is not None
+    return (
+        RunShown.ENDED
+        if not going and finished is not None and finished >= run_at
+        else RunShown.STARTED
+    )
 
 
 def _encode(claim: RunClaim) -> bytes:
@@ -47,6 +81,67 @@ def _encode(claim: RunClaim) -> bytes:
         "slot": format_timestamp(claim.slot) if claim.slot else None,
     }
     return (json.dumps(fields, separators=(",", ":")) + "\n").encode("utf-8")
+
+
+class HeldClaims:
+    """The claims a store made, or took over for restart recovery, and has not dropped yet,
+    in the order they were made, with what is known of their runs (both stores keep this
+    book; the caller's lock guards it).
+
+    A claim protects its slot, and names its run to the next leader's recovery, until a group
+    commit writes what tells the run's fate: the state showing the run ended, or the run's
+    record with the state showing the run (or the schedule's state removed since the claim,
+    a namesake added later showing nothing of it).
+    """
+
+    def __init__(self) -> None:
+        self.runs: dict[str, tuple[str, str, datetime]] = {}  # run id → agent, schedule, run_at
+        self._recorded: set[str] = set()  # held claims whose run records are in the history
+        self._orphaned: set[str] = set()  # held claims whose schedule's state was removed since
+
+    def hold(self, claim: RunClaim, *, recorded: bool = False) -> None:
+        """Hold ``claim`` (``recorded``: its fate is known elsewhere, as for a claim taken
+        over by restart recovery, which records what it finds unrecorded)."""
+        self.runs[claim.run_id] = (claim.agent, claim.schedule, to_utc(claim.run_at))
+        if recorded:
+            self._recorded.add(claim.run_id)
+
+    def recorded(self, run_ids: Iterable[str]) -> None:
+        """The records of these runs are in the history (ids not held are ignored)."""
+        self._recorded.update(run_id for run_id in run_ids if run_id in self.runs)
+
+    def state_removed(self, agent: str, schedule: str, *, purged: bool = False) -> None:
+        """The state of ``agent/schedule`` is being removed (``purged``: its history too):
+        its held claims need only their records from now on, or nothing more once purged."""
+        for run_id, (held_agent, held_schedule, _) in self.runs.items():
+            if (held_agent, held_schedule) == (agent, schedule):
+                self._orphaned.add(run_id)
+                if purged:
+                    self._recorded.add(run_id)
+
+    def covered(self, shows: ShowsRun) -> set[str]:
+        """The held claims a group commit writing the state ``shows`` tells may drop."""
+        latest = {(agent, schedule): run_id for run_id, (agent, schedule, _) in self.runs.items()}
+        covered = set()
+        for run_id, (agent, schedule, run_at) in self.runs.items():
+            shown = shows(agent, schedule, run_at, latest[(agent, schedule)] == run_id)
+            if shown is RunShown.ENDED or (
+                run_id in self._recorded and (shown is RunShown.STARTED or run_id in self._orphaned)
+            ):
+                covered.add(run_id)
+        return covered
+
+    def drop(self, run_ids: Iterable[str]) -> None:
+        for run_id in run_ids:
+            self.runs.pop(run_id, None)
+            self._recorded.discard(run_id)
+            self._orphaned.discard(run_id)
+
+    def forget(self) -> None:
+        """Hold nothing (the lease is lost: the next leader's recovery took the claims over)."""
+        self.runs.clear()
+        self._recorded.clear()
+        self._orphaned.clear()
 
 
 class ClaimJournal:
@@ -63,10 +158,8 @@ class ClaimJournal:
         # restart recovery, may drop them: another process writing state.yaml (the CLI, a web
         # worker) has not got their transitions to write.
         self.owned = False
-        # every claim appended here and not dropped yet, in file order: run id → (line, agent,
-        # schedule, run_at); a group commit drops a claim only once its run has ended on disk
-        self._held: dict[str, tuple[bytes, str, str, datetime]] = {}
-        self._recorded: set[str] = set()  # held claims whose run records are in the history
+        self._book = HeldClaims()  # every claim appended here and not dropped yet
+        self._lines: dict[str, bytes] = {}  # their lines, in file order
         self._torn = False  # an append failed: it may have left part of a line behind
 
     def append(self, claims: Sequence[RunClaim]) -> None:
@@ -91,42 +184,42 @@ class ClaimJournal:
             if created:
                 fsync_dir(self.path.parent)
             for claim, line in zip(claims, lines, strict=True):
-                self._held[claim.run_id] = (line, claim.agent, claim.schedule, to_utc(claim.run_at))
+                self._book.hold(claim)
+                self._lines[claim.run_id] = line
             self.owned = True
 
     def recorded(self, run_ids: Iterable[str]) -> None:
-        """Note that the records of these runs are durable in the history (ids of runs this
-        journal does not hold are ignored)."""
+        """See :meth:`HeldClaims.recorded`."""
         with self._lock:
-            self._recorded.update(run_id for run_id in run_ids if run_id in self._held)
+            self._book.recorded(run_ids)
+
+    def state_removed(self, agent: str, schedule: str, *, purged: bool = False) -> None:
+        """See :meth:`HeldClaims.state_removed`."""
+        with self._lock:
+            self._book.state_removed(agent, schedule, purged=purged)
+
+    def forget(self) -> None:
+        """See :meth:`HeldClaims.forget`."""
+        with self._lock:
+            self._book.forget()
+            self._lines.clear()
 
     def covered(self, shows: ShowsRun) -> set[str]:
-        """The held claims a group commit may drop: their runs are recorded and the state
-        being written shows them (``shows``).
-
-        A claim protects its slot, and names its run to the next leader's recovery, until
-        both are on disk. Claims read from an earlier process's journal are not held here:
-        restart recovery has recorded them, and the next :meth:`drop` rewrites them away.
+        """The held claims a group commit writing the state ``shows`` tells may drop (see
+        :class:`HeldClaims`). Claims read from an earlier process's journal are not held
+        here: restart recovery took them over, and the next :meth:`drop` rewrites them away.
         """
         with self._lock:
-            latest = {
-                (agent, schedule): run_id for run_id, (_, agent, schedule, _) in self._held.items()
-            }
-            return {
-                run_id
-                for run_id, (_, agent, schedule, run_at) in self._held.items()
-                if run_id in self._recorded
-                and shows(agent, schedule, run_at, latest[(agent, schedule)] == run_id)
-            }
+            return self._book.covered(shows)
 
     def drop(self, run_ids: set[str]) -> None:
-        """Rewrite the journal with the held claims but ``run_ids`` (recorded in the state
-        and the history now); lines of an earlier process's journal go too."""
+        """Rewrite the journal with the held claims but ``run_ids`` (their fate is written
+        now); lines of an earlier process's journal go too."""
         with self._lock:
+            self._book.drop(run_ids)
             for run_id in run_ids:
-                self._held.pop(run_id, None)
-                self._recorded.discard(run_id)
-            rest = b"".join(line for line, *_ in self._held.values())
+                self._lines.pop(run_id, None)
+            rest = b"".join(self._lines.values())
             try:
                 size = self.path.stat().st_size
             except FileNotFoundError:

@@ -51,7 +51,7 @@ from herdsched.store.base import (
     leaves_user_intent,
     merged_history,
 )
-from herdsched.store.claims import ClaimJournal
+from herdsched.store.claims import ClaimJournal, RunShown, shown_by
 from herdsched.store.definitions import DefinitionsFile
 from herdsched.store.document import GuardedYamlFile
 from herdsched.store.files import sweep_temp_files
@@ -279,21 +279,15 @@ class YamlStateStore:
                 view.setdefault(agent, {})[name] = evolve(base, **patch)
             self._view = view
 
-    def _shows_run(self, agent: str, schedule: str, run_at: datetime, latest: bool) -> bool:
-        """Whether this store's state shows the run of a claim made at ``run_at`` (whose record
-        is in the history): its start or its end is recorded, or the schedule is gone.
-
-        The schedule's latest claim is shown when ``last_run_at`` is that very time (not merely
-        later: after the wall clock stepped back, a new run starts before the last one did); an
-        earlier claim is shown by any recorded run, since a schedule's runs follow each other.
-        """
+    def _shows_run(self, agent: str, schedule: str, run_at: datetime, latest: bool) -> RunShown:
+        """What this store's state (pending transitions included) shows of the run of a
+        claim made at ``run_at``: see :func:`~herdsched.store.claims.shown_by`; a schedule
+        whose state is gone shows it started."""
         with self._mem:
             state = self._view.get(agent, {}).get(schedule)
         if state is None:
-            return True
-        if state.last_run_at is None:
-            return False
-        return state.last_run_at == run_at if latest else True
+            return RunShown.STARTED
+        return shown_by(state, run_at, latest)
 
     def _write(
         self, changes: Mapping[Key, Mapping[str, Any] | None], *, take_pending: bool = True
@@ -441,6 +435,7 @@ class YamlStateStore:
             with self._mem:
                 self._pending.pop((agent, schedule), None)
                 self._settle()
+            self._claims.state_removed(agent, schedule)
             self._write({(agent, schedule): None}, take_pending=self._records_first())
 
     def purge_history(self, agent: str, schedule: str) -> None:
@@ -453,6 +448,7 @@ class YamlStateStore:
                 r for r in self._pending_runs if (r.agent, r.schedule) != (agent, schedule)
             ]
             self._settle()
+        self._claims.state_removed(agent, schedule, purged=True)
         with self._hist_io:
             self._history.remove(agent, schedule)
 
@@ -552,6 +548,7 @@ class YamlStateStore:
         failed write took from them): they belong to a lease that is gone, and the scheduler
         that holds it now decides what happened to those runs."""
         self._claims.owned = False  # the new holder's recovery owns the journal now
+        self._claims.forget()
         with self._mem:
             states += len(self._pending)
             runs += len(self._pending_runs)

@@ -43,6 +43,7 @@ from herdsched.store.base import (
     leaves_user_intent,
     merged_history,
 )
+from herdsched.store.claims import HeldClaims, RunShown, shown_by
 from herdsched.store.definitions import check_preconditions, merge_definition
 from herdsched.store.lease_rules import log_lost_work
 from herdsched.store.postgres.connection import Database
@@ -167,8 +168,7 @@ class PostgresStateStore:
         self._definitions: dict[Key, dict[str, Any]] = {}
         self._requests: list[TriggerRequest] = []
         self._rejected: list[RejectedDefinition] = []
-        self._claims: dict[str, tuple[str, str, datetime]] = {}  # held: run id → key, run_at
-        self._recorded: set[str] = set()  # held claims whose run records are committed or due
+        self._claims = HeldClaims()  # made or taken over, not dropped yet
         self._seen = -1
         self._stale = True
         self._absorbed = False
@@ -344,6 +344,7 @@ class PostgresStateStore:
                 )
             with self._mem:
                 self._pending.pop((agent, schedule), None)
+                self._claims.state_removed(agent, schedule)
                 if self._own_write(number):
                     self._disk.pop((agent, schedule), None)
 
@@ -373,10 +374,9 @@ class PostgresStateStore:
                     for key, patch in taken.items():
                         self._pending[key] = {**patch, **self._pending.get(key, {})}
                     self._pending_runs = runs + self._pending_runs
-                    self._claims = {**covered, **self._claims}  # older than any made since
-                    self._recorded.update(covered)
                 raise
             with self._mem:
+                self._claims.drop(covered)
                 if self._own_write(number):
                     self._install(written)
                 if not self._pending and not self._pending_runs:
@@ -410,42 +410,26 @@ class PostgresStateStore:
             delete_claims(cursor, self.namespace, covered)
         return written, number
 
-    def _covered_claims(self) -> dict[str, tuple[str, str, datetime]]:
-        """Take the held claims whose runs have ended in what this commit writes: their
-        records are committed or go out now, and the view shows the run or the schedule is
-        gone (as the YAML store's journal: the latest claim of a schedule by its very start
-        time, earlier ones by any run).
+    def _covered_claims(self) -> set[str]:
+        """The held claims whose runs' fate this commit writes, the records it writes included
+        (see :class:`~herdsched.store.claims.HeldClaims`); dropped once it is committed.
 
         The caller holds ``_mem`` and takes every pending transition and record in the same
         breath, so what shows a claim's run is committed with the claim's removal, never
         after it."""
-        self._recorded.update(
-            run.run_id for run in self._pending_runs if run.run_id in self._claims
-        )
-        latest: dict[Key, str] = {}
-        for run_id, (agent, name, _) in self._claims.items():
-            latest[(agent, name)] = run_id
-        covered = {}
-        for run_id, (agent, name, run_at) in self._claims.items():
-            key = (agent, name)
-            state = self._state(key)
-            if run_id in self._recorded and (
-                state is None
-                or (state.last_run_at is not None and latest[key] != run_id)
-                or state.last_run_at == run_at
-            ):
-                covered[run_id] = (agent, name, run_at)
-        for run_id in covered:
-            del self._claims[run_id]
-            self._recorded.discard(run_id)
-        return covered
+        self._claims.recorded(run.run_id for run in self._pending_runs)
+
+        def shows(agent: str, name: str, run_at: datetime, latest: bool) -> RunShown:
+            state = self._state((agent, name))
+            return RunShown.STARTED if state is None else shown_by(state, run_at, latest)
+
+        return self._claims.covered(shows)
 
     def _drop_lost_work(self, states: int, runs: int) -> None:
         """Forget the claims and every pending transition and record (also those made since a
         refused commit took its own): all belong to the lease that is gone."""
         with self._mem:
-            self._claims.clear()
-            self._recorded.clear()
+            self._claims.forget()
             states += len(self._pending)
             runs += len(self._pending_runs)
             self._pending, self._pending_runs, self._pending_since = {}, [], None
@@ -482,7 +466,7 @@ class PostgresStateStore:
             self._lease_lost()
         with self._mem:
             for claim in claims:
-                self._claims[claim.run_id] = (claim.agent, claim.schedule, claim.run_at)
+                self._claims.hold(claim)
 
     def _lease_lost(self) -> NoReturn:
         """Drop the lost lease's work and raise ``LeadershipLostError`` naming who holds the
@@ -502,8 +486,7 @@ class PostgresStateStore:
             claims = read_claims(cursor, self.namespace)
         with self._mem:
             for claim in claims:
-                self._claims[claim.run_id] = (claim.agent, claim.schedule, claim.run_at)
-                self._recorded.add(claim.run_id)  # recovery records what it finds unrecorded
+                self._claims.hold(claim, recorded=True)  # recovery records what is missing
         return claims
 
     # -- leadership lease ----------------------------------------------------------------
@@ -589,6 +572,7 @@ class PostgresStateStore:
             self._pending_runs = [
                 r for r in self._pending_runs if (r.agent, r.schedule) != (agent, schedule)
             ]
+            self._claims.state_removed(agent, schedule, purged=True)
 
     def get_history(
         self, agent: str, schedule: str | None = None, limit: int = 20
@@ -792,8 +776,7 @@ class PostgresStateStore:
         self._flushing = threading.Lock()
         self._listener = None
         self._lease.held = None
-        self._claims.clear()
-        self._recorded.clear()
+        self._claims.forget()
         self._pending, self._pending_runs, self._pending_since = {}, [], None
         self._stale = True
 
