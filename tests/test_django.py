@@ -755,8 +755,10 @@ def test_a_chunked_body_is_read_under_gunicorn(
     response = chunked(client, "PATCH", url, {"prompt": "new", "enabled": False})
     assert response.status_code == 200, response.content
     assert (response.json()["prompt"], response.json()["status"]) == ("new", "paused")
-    response = chunked(client, "PUT", f"{API}/schedule/triage/made", {"interval": "1h"})
+    made = {"type": "manual"}  # not due at once: a run of it would take the agent's slot
+    response = chunked(client, "PUT", f"{API}/schedule/triage/made", made)
     assert response.status_code == 201, response.content
+    assert response.json()["type"] == "manual"
     response = chunked(client, "POST", f"{url}/run", {"prompt": "now"})
     assert response.status_code == 202, response.content
     assert sched.wait_until_idle(5)

@@ -259,3 +259,47 @@ def test_a_run_left_by_a_schedule_registered_after_start_is_recorded_once_and_no
         sched.stop()
     assert history == [("run-s", RunStatus.INTERRUPTED)]
     assert "s" not in ran  # at most once per slot
+
+
+def test_a_run_without_work_followed_by_a_run_now_leaves_no_claim(make_store: StoreMaker) -> None:
+    """Its claim is no longer the schedule's latest when the commit writes its end: the end
+    that state shows after it tells its fate (it left no record to wait for)."""
+    clock = FakeClock(T0)
+    store = make_store()
+    sched = ThreadedScheduler(
+        store=store, clock=clock, commit_delay=3600, work_sources={"q": _NoWork()}
+    )
+    schedules = {"s": Schedule.interval("1m", work_source="q"), "o": Schedule.interval("1h")}
+    sched.add_agent(Agent("a", job=lambda info: None, schedules=schedules))
+    with sched:
+        for _ in range(3):
+            sched.run_pending()
+            assert sched.wait_until_idle(10)
+            sched.trigger("a", "s", wait=True)  # finds no work either
+            store.flush()
+            clock.advance(61)
+        assert store.load_claims() == []
+    store.close()
+
+
+def test_an_ad_hoc_run_a_dead_leader_left_is_recorded_at_the_next_ad_hoc_run(
+    make_store: StoreMaker,
+) -> None:
+    dead = make_store()
+    before = T0.replace(hour=11)
+    dead.update_schedule_state(
+        "a", "manual", type="manual", last_run_at=before, last_finished_at=before
+    )
+    dead.claim_runs([RunClaim("a", "manual", "run-m", T0, None)])  # then killed
+    dead.close()
+    store = make_store()
+    sched = ThreadedScheduler(store=store, clock=FakeClock(T0.replace(hour=13)))
+    sched.add_agent(_fleet(lambda info: None, "o"))
+    with sched:
+        later = sched.trigger("a", wait=True)
+        assert sched.wait_until_idle(10)  # o's first run too
+        store.flush()
+        history = [(r.run_id, r.status) for r in store.get_history("a", "manual")]
+        assert store.load_claims() == []
+    store.close()
+    assert history == [(later.run_id, RunStatus.SUCCESS), ("run-m", RunStatus.INTERRUPTED)]

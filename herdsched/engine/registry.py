@@ -134,6 +134,9 @@ def ad_hoc_entry(core: EngineCore, agent: Agent) -> Entry:
         state = core.store.get_schedule_state(agent.name, AD_HOC_SCHEDULE)
         entry = Entry(agent.name, AD_HOC_SCHEDULE, Schedule.manual(), state)
         core.entries[key] = entry
+        if core.leading:  # a run a dead process left: recorded before this one starts
+            take_up_claims(core, entry, core.left_claims.pop(key, []))
+            plan_from_state(core, entry, core.clock.now())
         core.persist_description(entry)
     return entry
 

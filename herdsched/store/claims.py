@@ -56,20 +56,19 @@ def shown_by(state: ScheduleState, run_at: datetime, latest: bool) -> RunShown:
     The latest claim's run is shown when ``last_run_at`` is that very time (not merely later:
     after the wall clock stepped back, a new run starts before the last one did), and ended
     once no run goes on and the last end is not before it. An earlier claim's run is shown by
-    any recorded run, since a schedule's runs follow each other; its end needs its record (a
-    run-now may start the moment it ends).
+    any recorded run, since a schedule's runs follow each other, and ended by any end not
+    before it.
     """
+    finished = state.last_finished_at
+    ended = finished is not None and finished >= run_at
     if not latest:
-        return RunShown.NOT if state.last_run_at is None else RunShown.STARTED
+        if state.last_run_at is None:
+            return RunShown.NOT
+        return RunShown.ENDED if ended else RunShown.STARTED
     if state.last_run_at != run_at:
         return RunShown.NOT
-    finished = state.last_finished_at
     going = state.status is Status.RUNNING or state.running_run_id is not None
-    return (
-        RunShown.ENDED
-        if not going and finished is not None and finished >= run_at
-        else RunShown.STARTED
-    )
+    return RunShown.ENDED if ended and not going else RunShown.STARTED
 
 
 def _encode(claim: RunClaim) -> bytes:
