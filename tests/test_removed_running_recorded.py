@@ -166,19 +166,11 @@ def test_runs_that_find_no_work_leave_no_claim_behind(make_store: StoreMaker) ->
     """A run that finds no work writes no record: the state showing its end is its fate. Its
     claim stayed for as long as the process ran, and a restart after its schedule's removal
     recorded each such run as interrupted."""
-    clock = FakeClock(T0)
-    store = make_store()
-    sched = ThreadedScheduler(store=store, clock=clock, work_sources={"q": _NoWork()})
-    schedules = {"s": Schedule.interval("1m", work_source="q"), "o": Schedule.interval("1h")}
-    sched.add_agent(Agent("a", job=lambda info: None, schedules=schedules))
-    with sched:
-        for _ in range(3):
-            sched.run_pending()
-            assert sched.wait_until_idle(10)
-            store.flush()
-            clock.advance(61)
-        assert store.load_claims() == []
+    store, sched = runs_without_work(make_store, run_now=False)
+    try:
         sched.remove_schedule("a", "s")
+    finally:
+        sched.stop()
     store.close()
     history, _ = _restart(make_store, _fleet(lambda info: None, "o"))
     assert history == []
@@ -264,6 +256,16 @@ def test_a_run_left_by_a_schedule_registered_after_start_is_recorded_once_and_no
 def test_a_run_without_work_followed_by_a_run_now_leaves_no_claim(make_store: StoreMaker) -> None:
     """Its claim is no longer the schedule's latest when the commit writes its end: the end
     that state shows after it tells its fate (it left no record to wait for)."""
+    store, sched = runs_without_work(make_store, run_now=True)
+    sched.stop()
+    store.close()
+
+
+def runs_without_work(
+    make_store: StoreMaker, *, run_now: bool
+) -> tuple[StateStore, ThreadedScheduler]:
+    """Three slots of a schedule whose work source has nothing (and as many run-nows of it
+    before each commit, ``run_now``), each flushed: no claim may stay. The scheduler runs on."""
     clock = FakeClock(T0)
     store = make_store()
     sched = ThreadedScheduler(
@@ -271,15 +273,16 @@ def test_a_run_without_work_followed_by_a_run_now_leaves_no_claim(make_store: St
     )
     schedules = {"s": Schedule.interval("1m", work_source="q"), "o": Schedule.interval("1h")}
     sched.add_agent(Agent("a", job=lambda info: None, schedules=schedules))
-    with sched:
-        for _ in range(3):
-            sched.run_pending()
-            assert sched.wait_until_idle(10)
+    sched.start()
+    for _ in range(3):
+        sched.run_pending()
+        assert sched.wait_until_idle(10)
+        if run_now:
             sched.trigger("a", "s", wait=True)  # finds no work either
-            store.flush()
-            clock.advance(61)
-        assert store.load_claims() == []
-    store.close()
+        store.flush()
+        clock.advance(61)
+    assert store.load_claims() == []
+    return store, sched
 
 
 def test_an_ad_hoc_run_a_dead_leader_left_is_recorded_at_the_next_ad_hoc_run(
@@ -296,8 +299,10 @@ def test_an_ad_hoc_run_a_dead_leader_left_is_recorded_at_the_next_ad_hoc_run(
     sched = ThreadedScheduler(store=store, clock=FakeClock(T0.replace(hour=13)))
     sched.add_agent(_fleet(lambda info: None, "o"))
     with sched:
+        sched.run_pending()  # o's first run, which would take the agent's one slot
+        assert sched.wait_until_idle(10)
         later = sched.trigger("a", wait=True)
-        assert sched.wait_until_idle(10)  # o's first run too
+        assert later.success, later
         store.flush()
         history = [(r.run_id, r.status) for r in store.get_history("a", "manual")]
         assert store.load_claims() == []
