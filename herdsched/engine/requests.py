@@ -51,7 +51,7 @@ def stored_refusal(
     state = states.get(schedule)
     if state is not None and state.status is Status.RUNNING:
         return SkipReason.ALREADY_RUNNING, f"{agent.name}/{schedule} is already running"
-    busy = sum(1 for state in states.values() if state.status is Status.RUNNING)
+    busy = sum(1 for other in states.values() if other.status is Status.RUNNING)
     if busy >= agent.max_concurrent and not bypass_concurrency:
         limit = agent.max_concurrent
         return (

@@ -94,25 +94,25 @@ class HeldClaims:
     """
 
     def __init__(self) -> None:
-        self.runs: dict[str, tuple[str, str, datetime]] = {}  # run id → agent, schedule, run_at
+        self._runs: dict[str, tuple[str, str, datetime]] = {}  # run id → agent, schedule, run_at
         self._recorded: set[str] = set()  # held claims whose run records are in the history
         self._orphaned: set[str] = set()  # held claims whose schedule's state was removed since
 
     def hold(self, claim: RunClaim, *, recorded: bool = False) -> None:
         """Hold ``claim`` (``recorded``: its fate is known elsewhere, as for a claim taken
         over by restart recovery, which records what it finds unrecorded)."""
-        self.runs[claim.run_id] = (claim.agent, claim.schedule, to_utc(claim.run_at))
+        self._runs[claim.run_id] = (claim.agent, claim.schedule, to_utc(claim.run_at))
         if recorded:
             self._recorded.add(claim.run_id)
 
     def recorded(self, run_ids: Iterable[str]) -> None:
         """The records of these runs are in the history (ids not held are ignored)."""
-        self._recorded.update(run_id for run_id in run_ids if run_id in self.runs)
+        self._recorded.update(run_id for run_id in run_ids if run_id in self._runs)
 
     def state_removed(self, agent: str, schedule: str, *, purged: bool = False) -> None:
         """The state of ``agent/schedule`` is being removed (``purged``: its history too):
         its held claims need only their records from now on, or nothing more once purged."""
-        for run_id, (held_agent, held_schedule, _) in self.runs.items():
+        for run_id, (held_agent, held_schedule, _) in self._runs.items():
             if (held_agent, held_schedule) == (agent, schedule):
                 self._orphaned.add(run_id)
                 if purged:
@@ -120,9 +120,9 @@ class HeldClaims:
 
     def covered(self, shows: ShowsRun) -> set[str]:
         """The held claims a group commit writing the state ``shows`` tells may drop."""
-        latest = {(agent, schedule): run_id for run_id, (agent, schedule, _) in self.runs.items()}
+        latest = {(agent, schedule): run_id for run_id, (agent, schedule, _) in self._runs.items()}
         covered = set()
-        for run_id, (agent, schedule, run_at) in self.runs.items():
+        for run_id, (agent, schedule, run_at) in self._runs.items():
             shown = shows(agent, schedule, run_at, latest[(agent, schedule)] == run_id)
             if shown is RunShown.ENDED or (
                 run_id in self._recorded and (shown is RunShown.STARTED or run_id in self._orphaned)
@@ -132,13 +132,13 @@ class HeldClaims:
 
     def drop(self, run_ids: Iterable[str]) -> None:
         for run_id in run_ids:
-            self.runs.pop(run_id, None)
+            self._runs.pop(run_id, None)
             self._recorded.discard(run_id)
             self._orphaned.discard(run_id)
 
     def forget(self) -> None:
         """Hold nothing (the lease is lost: the next leader's recovery took the claims over)."""
-        self.runs.clear()
+        self._runs.clear()
         self._recorded.clear()
         self._orphaned.clear()
 
