@@ -66,6 +66,8 @@ class Run:
     # settled (as timed out, when its job returned, or given up by a stop that timed out): a
     # run is recorded once
     finalized: bool = False
+    #: its notification, record and state are being written (:meth:`Dispatcher.settle`)
+    settling: bool = False
     thread_id: int | None = None
     outcome: RunOutcome | None = None
     cancel_event: threading.Event = attrs.field(factory=threading.Event)

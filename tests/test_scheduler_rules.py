@@ -1296,42 +1296,6 @@ def test_the_group_commit_waits_for_a_run_due_within_commit_delay(tmp_path: Any)
         assert sched.store.flush_deadline() is not None
 
 
-class _TimeoutWatchingStore(MemoryStateStore):
-    """Notes whether the job had already seen its cancel event when the timeout was recorded."""
-
-    def __init__(self, job_saw_cancel: threading.Event) -> None:
-        super().__init__()
-        self.job_saw_cancel = job_saw_cancel
-        self.cancel_came_first: bool | None = None
-
-    def record_transition(self, agent: str, schedule: str, **changes: Any) -> Any:
-        if changes.get("last_result") is RunStatus.TIMEOUT:
-            self.cancel_came_first = self.job_saw_cancel.wait(0.5)
-        return super().record_transition(agent, schedule, **changes)
-
-
-def test_a_timed_out_job_is_cancelled_only_once_its_timeout_is_recorded() -> None:
-    saw_cancel, release = threading.Event(), threading.Event()
-    store = _TimeoutWatchingStore(saw_cancel)
-
-    def stubborn(info: Any) -> None:
-        if info.cancel_event.wait(10):
-            saw_cancel.set()
-        release.wait(10)
-
-    with running(store=store) as (sched, clock):
-        schedules = {"s": Schedule.interval("1h", timeout="30s")}
-        sched.add_agent(Agent("a", job=stubborn, schedules=schedules))
-        sched.start()
-        sched.run_pending()
-        clock.advance("31s")
-        sched.run_pending()
-        assert saw_cancel.wait(5)
-        release.set()
-        assert sched.wait_until_idle(5)
-    assert store.cancel_came_first is False
-
-
 class _PassHoldingStore(MemoryStateStore):
     """Holds the timer's first pass after it dispatched, until the first job has ended."""
 

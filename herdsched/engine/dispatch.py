@@ -10,9 +10,9 @@ The path of one run:
    (:mod:`herdsched.engine.not_started`);
 4. each run goes to its agent's executor, where the runner calls the job (:meth:`_execute`); a
    run the executor refuses (shut down as the interpreter exits) is recorded as not started;
-5. the outcome becomes a state transition (:mod:`herdsched.engine.outcomes`), a history record,
-   a notification and events, and the slot is given back (:meth:`finish`); the transition is
-   made durable by the next group commit (:mod:`herdsched.engine.committer`).
+5. the outcome becomes a notification, then a history record and a state transition
+   (:mod:`herdsched.engine.outcomes`), made durable together by the next group commit
+   (:mod:`herdsched.engine.committer`), then events, and the slot is given back (:meth:`finish`).
 """
 
 from __future__ import annotations
@@ -238,6 +238,8 @@ class Dispatcher:
             )
         finally:
             with core.lock:
+                # a timed-out run is settled on a thread of its own: its state comes first
+                core.idle.wait_for(lambda: not run.settling)
                 self._release(run)
                 wake = self._timer_must_replan(run)
             if wake:
@@ -310,46 +312,85 @@ class Dispatcher:
     # ------------------------------------------------------------------------ outcomes
 
     def settle(self, run: Run, outcome: RunOutcome) -> None:
-        """Turn a finished run into state, history, a notification and events (once per run:
-        a run settled as timed out is not settled again when its job returns)."""
+        """Turn a finished run into a notification, then its record and state together, then
+        events (once per run: a run settled as timed out is not settled again when its job
+        returns).
+
+        The notifier is heard first, outside the lock, so that the run's record (which says
+        whether the notification was delivered) and its new state reach the store in the same
+        group commit: a state showing the run ended lets the run's claim go, and a process
+        dying between the two would leave a run that had no record and that no one records.
+        A timed-out run's cancel event is set before the notifier is called, so a slow
+        notifier never keeps a timed-out job going; :meth:`finish` waits for the settling
+        before it frees the slot.
+        """
         core = self.core
         with core.lock:
             if run.finalized:
                 return
             run.finalized = True
-            if run.term != core.term:
-                core.log.info(
-                    "Run %s of %s/%s ended after this scheduler lost the lead it ran under: "
-                    "not recorded here (the leader records it as interrupted).",
-                    run.run_id,
-                    run.agent,
-                    run.schedule_name,
-                )
+            if self._lost_lead(run):
                 return
+            run.settling = True
             if run.timed_out and outcome.status is not RunStatus.TIMEOUT:
                 # the job saw the cancel event and returned before the timer settled the run
                 error = timeout_message(run.schedule.timeout)
                 outcome = evolve(outcome, status=RunStatus.TIMEOUT, error=error)
-            entry = core.entries.get((run.agent, run.schedule_name))
-            # a schedule removed while its job ran has no state to change (nor has a namesake
-            # added since), but what ran is recorded (its history stays, as for any removed
-            # schedule)
-            mine = entry if entry is not None and entry.run is run else None
-            transition = None if mine is None else self._apply(mine, run, outcome)
+        try:
+            if run.timed_out:
+                run.cancel()
+            notified = outcome.status in _NOTIFIED and self._notify(run, outcome)
+            with core.lock:
+                if self._lost_lead(run):
+                    return
+                record, disabled = self._write(run, outcome, notified)
+        finally:
+            with core.lock:
+                run.settling = False
+                core.idle.notify_all()
+        self._announce(run, outcome, record, disabled)
+
+    def _lost_lead(self, run: Run) -> bool:
+        """Whether ``run`` was dispatched under a lead this scheduler has lost since (caller
+        holds the lock): the next leader records it, as interrupted."""
+        core = self.core
+        if run.term == core.term:
+            return False
+        core.log.info(
+            "Run %s of %s/%s ended after this scheduler lost the lead it ran under: "
+            "not recorded here (the leader records it as interrupted).",
+            run.run_id,
+            run.agent,
+            run.schedule_name,
+        )
+        return True
+
+    def _write(self, run: Run, outcome: RunOutcome, notified: bool) -> tuple[RunRecord, str | None]:
+        """Append the run's record, then apply its transition to its schedule's state (caller
+        holds the lock); the record and the reason for an auto-disable, if any.
+
+        A schedule removed while its job ran has no state to change (nor has a namesake added
+        since), but what ran is recorded (its history stays, as for any removed schedule)."""
+        core = self.core
+        entry = core.entries.get((run.agent, run.schedule_name))
+        mine = entry if entry is not None and entry.run is run else None
+        transition = None if mine is None else self._transition(mine, run, outcome)
         record = record_for(run, outcome, None) if transition is None else transition.record
-        if run.timed_out:
-            run.cancel()  # recorded first, so a job that wakes on it finds the timeout
-        if outcome.status in _NOTIFIED and self._notify(run, outcome):
-            record = evolve(record, notified=True)
+        record = evolve(record, notified=True) if notified else record
         ended = transition is not None and transition.changes.get("status") is Status.COMPLETED
         if not outcome.no_work:
             core.append_run(record)
         elif ended or mine is None:  # a once schedule ends; a removed one's run is in no state
             core.append_run(evolve(record, error=_NO_WORK))
-        self._announce(run, outcome, record, transition.disabled_reason if transition else None)
+        if mine is None or transition is None:
+            return record, None
+        core.plan.set_due(mine, transition.due, transition.scheduled_for)
+        core.change_state(mine, **transition.changes)
+        return record, transition.disabled_reason
 
-    def _apply(self, entry: Entry, run: Run, outcome: RunOutcome) -> Transition:
-        """Compute and apply the transition of a finished run (caller holds the lock)."""
+    def _transition(self, entry: Entry, run: Run, outcome: RunOutcome) -> Transition:
+        """The transition of a finished run (caller holds the lock); a slot it passed over is
+        recorded missed."""
         core = self.core
         planned = entry.scheduled_for if entry.due is not None else None
         normal = next_after_run(
@@ -357,14 +398,9 @@ class Dispatcher:
         )
         if normal.missed is not None:
             core.record_missed(entry, normal.missed)
-        transition = transition_for(
-            entry.state, entry.schedule, run, outcome, normal, core.settings
-        )
         if outcome.no_work:
             entry.last_skip = SkipReason.NO_WORK  # get_status() reports it until the next run
-        core.plan.set_due(entry, transition.due, transition.scheduled_for)
-        core.change_state(entry, **transition.changes)
-        return transition
+        return transition_for(entry.state, entry.schedule, run, outcome, normal, core.settings)
 
     def _notify(self, run: Run, outcome: RunOutcome) -> bool:
         """Tell the notifier about the run when its policy says so; whether it was delivered."""
@@ -411,18 +447,17 @@ class Dispatcher:
     # ------------------------------------------------------------------------ timeouts
 
     def expire_timeouts(self, now: datetime) -> None:
-        """Record runs past their timeout as timed out, then set their cancel events.
-
-        In that order, so a job that wakes up on the cancel event already finds the timeout in
-        its schedule's state. The slot frees when the job returns.
-        """
+        """Settle runs past their timeout as timed out, each on a thread of its own that sets
+        its cancel event first (:meth:`settle`). The slot frees when the job returns."""
         core = self.core
         mono = core.clock.monotonic()
         with core.lock:
             expired = [
                 run
                 for run in core.running.values()
-                if run.deadline is not None and mono >= run.deadline and not run.timed_out
+                if run.deadline is not None
+                and mono >= run.deadline
+                and not (run.timed_out or run.finalized)  # a returned job is being settled
             ]
             for run in expired:
                 run.timed_out = True
@@ -451,7 +486,7 @@ class Dispatcher:
             ).start()
 
     def _settle_expired(self, run: Run, outcome: RunOutcome) -> None:
-        """Record a timed-out run and tell who listens, then set its cancel event."""
+        """Set a timed-out run's cancel event, record it and tell who listens."""
         try:
             self.settle(run, outcome)
             self.core.listeners.deliver()
