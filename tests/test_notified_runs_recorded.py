@@ -8,6 +8,7 @@ left a run that had no record and that no one would record."""
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 from scheduler_helpers import T0, crash_copy, running, wait_until
 
 from herdsched import Agent, RunStatus, Schedule, ThreadedScheduler
+from herdsched.models import Status
 from herdsched.testing import FakeClock
 
 
@@ -34,8 +36,9 @@ def test_a_run_whose_notifier_is_slow_is_recorded_after_a_crash(
             release.wait(10)  # ignores its cancel event
 
     clock = FakeClock(T0)
+    # no group commit falls due on its own: the test's own is the one a crash copy follows
     sched = ThreadedScheduler(
-        state_dir=tmp_path / "live", clock=clock, commit_delay=0.5, notifier=notifier
+        state_dir=tmp_path / "live", clock=clock, commit_delay=300, notifier=notifier
     )
     schedule = Schedule.interval("1h", timeout="30s", notify="always")
     sched.add_agent(Agent("a", job=job, schedules={"s": schedule}))
@@ -86,3 +89,92 @@ def test_a_job_that_returned_before_its_timeout_is_not_timed_out_while_its_notif
         next_run_at = sched.store.get_schedule_state("a", "s").next_run_at
         assert next_run_at == T0 + timedelta(minutes=5)  # from the job's end, not later
     assert "timed out" not in caplog.text
+
+
+def test_the_timer_sleeps_while_a_returned_jobs_notifier_outlasts_the_runs_timeout() -> None:
+    """The timer planned its next pass at the passed timeout of a run whose job had returned
+    (and which it no longer times out): it made passes without rest, about 100,000 a second,
+    while the notifier was heard."""
+    in_notifier, release = threading.Event(), threading.Event()
+
+    def notifier(note: Any) -> None:
+        in_notifier.set()
+        assert release.wait(10)
+
+    with running(notifier=notifier) as (sched, clock):
+        schedule = Schedule.interval("5m", timeout="30s", notify="always")
+        sched.add_agent(Agent("a", job=lambda info: None, schedules={"s": schedule}))
+        sched.start()
+        sched.run_pending()
+        assert in_notifier.wait(10)
+        clock.advance("31s")
+        sched.run_pending()
+        before = sched.get_state().check_count
+        time.sleep(0.5)  # real time, the fake clock stands: a resting timer makes no pass
+        passes = sched.get_state().check_count - before
+        release.set()
+        assert sched.wait_until_idle(10)
+    assert passes <= 2
+
+
+@pytest.mark.parametrize("wait", ["stop", "wait_until_idle"])
+def test_a_timed_out_runs_notifier_may_wait_for_the_job_that_returned_on_its_cancel(
+    wait: str,
+) -> None:
+    """A timed-out run's notifier (on a thread of its own) that waits for running jobs to end
+    waited for ever: the job had returned on its cancel event, but its slot was kept until the
+    notifier returned. The slot frees when the job returns; the record and state follow the
+    notifier."""
+    answers: list[object] = []
+
+    def notifier(note: Any) -> None:
+        if wait == "stop":
+            sched.stop(timeout=5)
+            answers.append(sched.get_state().status)
+        else:
+            answers.append(sched.wait_until_idle(5))
+
+    with running(notifier=notifier) as (sched, clock):
+        schedule = Schedule.interval("1h", timeout="30s", notify="always")
+        job = lambda info: info.cancel_event.wait(10)  # noqa: E731 - returns on its cancel
+        sched.add_agent(Agent("a", job=job, schedules={"s": schedule}))
+        sched.start()
+        sched.run_pending()
+        clock.advance("31s")
+        sched.run_pending()
+        assert wait_until(lambda: answers, timeout=10)
+    assert answers == (["stopped"] if wait == "stop" else [True])
+
+
+def test_a_timed_out_jobs_slot_frees_when_it_returns_while_its_notifier_is_heard() -> None:
+    in_notifier, release = threading.Event(), threading.Event()
+    other: list[object] = []
+
+    def notifier(note: Any) -> None:
+        if note.schedule == "slow":
+            in_notifier.set()
+            assert release.wait(10)
+
+    with running(notifier=notifier) as (sched, clock):
+        schedules = {
+            "slow": Schedule.interval(
+                "1h", timeout="30s", notify="always", job=lambda info: info.cancel_event.wait(10)
+            ),
+            "other": Schedule.interval("1h", start_at=T0 + timedelta(seconds=40)),
+        }
+        sched.add_agent(Agent("a", job=other.append, schedules=schedules, max_concurrent=1))
+        sched.start()
+        sched.run_pending()
+        clock.advance("31s")
+        sched.run_pending()
+        assert in_notifier.wait(10)
+        assert wait_until(lambda: sched.get_total_running_job_count() == 0)
+        clock.advance("10s")
+        sched.run_pending()
+        assert wait_until(lambda: other)  # the agent's one slot is free
+        assert sched.store.get_schedule_state("a", "slow").status is Status.RUNNING
+        release.set()
+        assert wait_until(lambda: sched.history("a", "slow"))  # once the notifier returned
+        assert [r.status for r in sched.history("a", "slow")] == [RunStatus.TIMEOUT]
+        slow = sched.store.get_schedule_state("a", "slow")
+        assert (slow.status, slow.last_result) == (Status.IDLE, RunStatus.TIMEOUT)

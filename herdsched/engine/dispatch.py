@@ -238,9 +238,9 @@ class Dispatcher:
             )
         finally:
             with core.lock:
-                # a timed-out run is settled on a thread of its own: its state comes first
-                core.idle.wait_for(lambda: not run.settling)
-                self._release(run)
+                self._free_slot(run)
+                if not run.settling:  # else the thread settling it (a timeout's) ends it
+                    self._end_run(run)
                 wake = self._timer_must_replan(run)
             if wake:
                 core.wake.set()
@@ -266,9 +266,20 @@ class Dispatcher:
     def _release(self, run: Run) -> None:
         """Give the run's slot back and put its schedule back on the plan (caller holds the
         lock)."""
+        self._free_slot(run)
+        self._end_run(run)
+
+    def _free_slot(self, run: Run) -> None:
+        """Give back the agent's slot of a run whose job returned (caller holds the lock)."""
         core = self.core
         if core.running.pop(run.run_id, None) is not None:
             core.capacity.give_back(run.agent)
+        core.idle.notify_all()
+
+    def _end_run(self, run: Run) -> None:
+        """Put the schedule of a settled run whose job returned back on the plan (caller holds
+        the lock)."""
+        core = self.core
         entry = core.entries.get((run.agent, run.schedule_name))
         if entry is not None and entry.run is run:
             entry.run = None
@@ -291,7 +302,8 @@ class Dispatcher:
         holds the lock.
         """
         core = self.core
-        now = core.clock.now()
+        # when the job returned (the run may have been settled since: its notifier was slow)
+        now = run.outcome.finished_at if run.outcome is not None else core.clock.now()
         cadence = entry.schedule.cadence
         if entry.due is None or cadence is None:
             return  # parked, completed or disabled meanwhile: nothing to move
@@ -345,10 +357,22 @@ class Dispatcher:
                     return
                 record, disabled = self._write(run, outcome, notified)
         finally:
-            with core.lock:
-                run.settling = False
-                core.idle.notify_all()
+            self._settled(run)
         self._announce(run, outcome, record, disabled)
+
+    def _settled(self, run: Run) -> None:
+        """The settling of ``run`` is over: a timed-out run whose job returned meanwhile (its
+        slot given back already) has its schedule put back on the plan here."""
+        core = self.core
+        with core.lock:
+            run.settling = False
+            returned = run.run_id not in core.running
+            if returned:
+                self._end_run(run)
+            wake = returned and self._timer_must_replan(run)
+            core.idle.notify_all()
+        if wake:
+            core.wake.set()
 
     def _lost_lead(self, run: Run) -> bool:
         """Whether ``run`` was dispatched under a lead this scheduler has lost since (caller
@@ -502,6 +526,6 @@ class Dispatcher:
         deadlines = [
             run.deadline
             for run in self.core.running.values()
-            if run.deadline is not None and not run.timed_out
+            if run.deadline is not None and not (run.timed_out or run.finalized)
         ]
         return min(deadlines, default=None)
