@@ -66,8 +66,12 @@ class Run:
     # settled (as timed out, when its job returned, or given up by a stop that timed out): a
     # run is recorded once
     finalized: bool = False
-    #: its notification, record and state are being written (:meth:`Dispatcher.settle`)
+    #: its notification, record and state are being written (:meth:`Dispatcher.settle`), on
+    #: the thread named here
     settling: bool = False
+    settled_by: int | None = None
+    #: its job's thread returned and gave the agent's slot back
+    returned: bool = False
     thread_id: int | None = None
     outcome: RunOutcome | None = None
     cancel_event: threading.Event = attrs.field(factory=threading.Event)

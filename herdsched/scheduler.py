@@ -870,8 +870,8 @@ def _wait_for_runs(
     asked to stop through their cancel event."""
     me = threading.get_ident()
 
-    def others() -> list[Run]:
-        return [run for run in core.running.values() if run.thread_id != me]
+    def others() -> list[Run]:  # not the runs this thread executes or settles
+        return [run for run in core.running.values() if me not in (run.thread_id, run.settled_by)]
 
     with core.idle:
         core.idle.wait_for(lambda: not others(), timeout)

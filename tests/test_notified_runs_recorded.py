@@ -17,7 +17,9 @@ import pytest
 from scheduler_helpers import T0, crash_copy, running, wait_until
 
 from herdsched import Agent, RunStatus, Schedule, ThreadedScheduler
+from herdsched.errors import StateError
 from herdsched.models import Status
+from herdsched.store.memory import MemoryStateStore
 from herdsched.testing import FakeClock
 
 
@@ -117,22 +119,14 @@ def test_the_timer_sleeps_while_a_returned_jobs_notifier_outlasts_the_runs_timeo
     assert passes <= 2
 
 
-@pytest.mark.parametrize("wait", ["stop", "wait_until_idle"])
-def test_a_timed_out_runs_notifier_may_wait_for_the_job_that_returned_on_its_cancel(
-    wait: str,
-) -> None:
-    """A timed-out run's notifier (on a thread of its own) that waits for running jobs to end
-    waited for ever: the job had returned on its cancel event, but its slot was kept until the
-    notifier returned. The slot frees when the job returns; the record and state follow the
-    notifier."""
+def test_a_timed_out_runs_notifier_may_stop_the_scheduler() -> None:
+    """A timed-out run's notifier (on a thread of its own) that stopped the scheduler waited
+    for its own run, whose job had returned on its cancel event, for ever."""
     answers: list[object] = []
 
     def notifier(note: Any) -> None:
-        if wait == "stop":
-            sched.stop(timeout=5)
-            answers.append(sched.get_state().status)
-        else:
-            answers.append(sched.wait_until_idle(5))
+        sched.stop(timeout=5)
+        answers.append(sched.get_state().status)
 
     with running(notifier=notifier) as (sched, clock):
         schedule = Schedule.interval("1h", timeout="30s", notify="always")
@@ -143,7 +137,146 @@ def test_a_timed_out_runs_notifier_may_wait_for_the_job_that_returned_on_its_can
         clock.advance("31s")
         sched.run_pending()
         assert wait_until(lambda: answers, timeout=10)
-    assert answers == (["stopped"] if wait == "stop" else [True])
+    assert answers == ["stopped"]
+
+
+def _timed_out_in_notifier(sched: ThreadedScheduler, clock: FakeClock) -> None:
+    """Start a/s, time it out; its job returns on its cancel while its notifier is heard."""
+    sched.start()
+    sched.run_pending()
+    clock.advance("31s")
+    sched.run_pending()
+
+
+def _held_notifier() -> tuple[Any, threading.Event, threading.Event]:
+    in_notifier, release = threading.Event(), threading.Event()
+
+    def notifier(note: Any) -> None:
+        in_notifier.set()
+        assert release.wait(10)
+
+    return notifier, in_notifier, release
+
+
+_RETURNS_ON_CANCEL = Schedule.interval(
+    "5m", timeout="30s", notify="always", job=lambda info: info.cancel_event.wait(10)
+)
+
+
+def test_waiting_for_a_timed_out_run_ends_once_it_is_recorded() -> None:
+    """``wait_until_idle()`` and ``trigger(wait=True)`` returned once the job returned, while
+    its notifier was still heard and nothing was recorded."""
+    notifier, in_notifier, release = _held_notifier()
+    with running(notifier=notifier) as (sched, clock):
+        manual = Schedule.manual(timeout="30s", notify="always")
+        schedules = {"s": _RETURNS_ON_CANCEL, "m": manual}
+        sched.add_agent(
+            Agent("a", job=lambda info: info.cancel_event.wait(10), schedules=schedules)
+        )
+        _timed_out_in_notifier(sched, clock)
+        assert in_notifier.wait(10)
+        assert not sched.wait_until_idle(0.3)  # not over while its notifier is heard
+        release.set()
+        assert sched.wait_until_idle(10)
+        assert [r.status for r in sched.history("a", "s")] == [RunStatus.TIMEOUT]
+        in_notifier.clear()
+        release.clear()
+        results: list[Any] = []
+        waiting = threading.Thread(
+            target=lambda: results.append(sched.trigger("a", "m", wait=True))
+        )
+        waiting.start()
+        assert wait_until(lambda: sched.get_total_running_job_count() == 1)
+        clock.advance("31s")
+        sched.run_pending()
+        assert in_notifier.wait(10)
+        waiting.join(0.3)
+        assert not results  # its notifier is heard: the run is not over
+        release.set()
+        waiting.join(10)
+        assert results[0].error == "timeout"
+        assert [r.status for r in sched.history("a", "m")] == [RunStatus.TIMEOUT]
+
+
+class _RenewalsFail(MemoryStateStore):
+    """A store whose lease calls fail while ``broken``."""
+
+    broken = False
+
+    def renew_lease(self, lease: Any, ttl: float) -> Any:
+        if self.broken:
+            raise StateError("the store does not answer")
+        return super().renew_lease(lease, ttl)
+
+    def acquire_lease(self, holder: str, ttl: float) -> Any:
+        if self.broken:
+            raise StateError("the store does not answer")
+        return super().acquire_lease(holder, ttl)
+
+
+def test_a_lead_lost_while_a_timed_out_runs_notifier_is_heard_leaves_the_schedule_planned() -> None:
+    """The scheduler lost the lead and, its job having returned, led again at once: recovery
+    passed over the schedule (its run going on), and the run's end, not recorded after the lost
+    lead, planned nothing. The schedule never ran again."""
+    notifier, in_notifier, release = _held_notifier()
+    clock = FakeClock(T0)
+    store = _RenewalsFail(clock=clock)
+    calls: list[object] = []
+
+    def job(info: Any) -> None:
+        calls.append(info.scheduled_for)
+        info.cancel_event.wait(10)
+
+    schedule = Schedule.interval("5m", timeout="30s", notify="always")
+    with running(store=store, clock=clock, lease_ttl=30, notifier=notifier) as (sched, _):
+        sched.add_agent(Agent("a", job=job, schedules={"s": schedule}))
+        _timed_out_in_notifier(sched, clock)
+        assert in_notifier.wait(10)
+        assert wait_until(lambda: sched.get_total_running_job_count() == 0)
+        store.broken = True
+        clock.advance("31s")
+        sched.run_pending()  # the renewal fails past the lease: the scheduler stands by
+        assert wait_until(lambda: sched.status == "standby")
+        store.broken = False
+        clock.advance("10s")
+        sched.run_pending()
+        assert sched.status == "standby"  # not while its run goes on: the run is not over
+        release.set()
+
+        def leads() -> bool:
+            clock.advance("5s")  # the next try to lead
+            sched.run_pending()
+            return sched.status == "running"
+
+        assert wait_until(leads)  # once the run is over
+        for _ in range(6):  # 6 minutes: a 5-minute interval planned again comes due
+            clock.advance("1m")
+            sched.run_pending()
+        assert wait_until(lambda: len(calls) == 2)  # planned again, and run
+        # the first run recorded by the new term's recovery (the second timed out since)
+        assert sched.history("a", "s")[-1].status is RunStatus.INTERRUPTED
+
+
+def test_a_schedule_put_back_while_its_runs_notifier_is_heard_records_the_run_once() -> None:
+    """A schedule taken out of the fleet and put back while its run's notifier was heard took
+    the run, which its state showed going on, for one its process had left: it recorded it
+    ``interrupted``, and then the run's own record followed."""
+    notifier, in_notifier, release = _held_notifier()
+    job = lambda info: "done"  # noqa: E731
+    schedules = {"s": Schedule.interval("1h", notify="always")}
+    with running(notifier=notifier) as (sched, _):
+        sched.add_agent(Agent("a", job=job, schedules=schedules))
+        sched.start()
+        sched.run_pending()
+        assert in_notifier.wait(10)
+        sched.set_agents([Agent("a", job=job, schedules={})])
+        sched.set_agents([Agent("a", job=job, schedules=schedules)])
+        release.set()
+        assert sched.wait_until_idle(10)
+        assert [r.status for r in sched.history("a", "s")] == [RunStatus.SUCCESS]
+        state = sched.store.get_schedule_state("a", "s")
+        assert (state.status, state.running_run_id) == (Status.IDLE, None)
+        assert state.next_run_at == T0 + timedelta(hours=1)
 
 
 def test_a_timed_out_jobs_slot_frees_when_it_returns_while_its_notifier_is_heard() -> None:

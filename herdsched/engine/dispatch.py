@@ -45,6 +45,14 @@ _NOTIFIED = frozenset({RunStatus.SUCCESS, RunStatus.FAILED, RunStatus.TIMEOUT})
 _RETRY = timedelta(seconds=1)
 
 
+def shows_run(entry: Entry, run: Run) -> bool:
+    """Whether ``entry`` is the schedule of ``run``: it dispatched the run, or it was
+    registered again while the run went on and its state names the run as going on."""
+    if entry.run is run:
+        return True
+    return entry.run is None and entry.state.running_run_id == run.run_id
+
+
 class Dispatcher:
     """Starts runs and settles their outcomes (see the module docstring)."""
 
@@ -272,14 +280,17 @@ class Dispatcher:
     def _free_slot(self, run: Run) -> None:
         """Give back the agent's slot of a run whose job returned (caller holds the lock)."""
         core = self.core
-        if core.running.pop(run.run_id, None) is not None:
+        if not run.returned and run.run_id in core.running:
+            run.returned = True
             core.capacity.give_back(run.agent)
         core.idle.notify_all()
 
     def _end_run(self, run: Run) -> None:
-        """Put the schedule of a settled run whose job returned back on the plan (caller holds
-        the lock)."""
+        """End a settled run whose job returned: it leaves the running runs, which is what
+        ``stop()``, ``wait_until_idle()``, ``trigger(wait=True)`` and a run-now request wait
+        for, and its schedule goes back on the plan (caller holds the lock)."""
         core = self.core
+        core.running.pop(run.run_id, None)
         entry = core.entries.get((run.agent, run.schedule_name))
         if entry is not None and entry.run is run:
             entry.run = None
@@ -344,6 +355,7 @@ class Dispatcher:
             if self._lost_lead(run):
                 return
             run.settling = True
+            run.settled_by = threading.get_ident()
             if run.timed_out and outcome.status is not RunStatus.TIMEOUT:
                 # the job saw the cancel event and returned before the timer settled the run
                 error = timeout_message(run.schedule.timeout)
@@ -362,14 +374,13 @@ class Dispatcher:
 
     def _settled(self, run: Run) -> None:
         """The settling of ``run`` is over: a timed-out run whose job returned meanwhile (its
-        slot given back already) has its schedule put back on the plan here."""
+        slot given back already) ends here."""
         core = self.core
         with core.lock:
             run.settling = False
-            returned = run.run_id not in core.running
-            if returned:
+            if run.returned:
                 self._end_run(run)
-            wake = returned and self._timer_must_replan(run)
+            wake = run.returned and self._timer_must_replan(run)
             core.idle.notify_all()
         if wake:
             core.wake.set()
@@ -394,10 +405,11 @@ class Dispatcher:
         holds the lock); the record and the reason for an auto-disable, if any.
 
         A schedule removed while its job ran has no state to change (nor has a namesake added
-        since), but what ran is recorded (its history stays, as for any removed schedule)."""
+        since), but what ran is recorded (its history stays, as for any removed schedule). One
+        taken out of the fleet and put back meanwhile kept its state, which shows this run."""
         core = self.core
         entry = core.entries.get((run.agent, run.schedule_name))
-        mine = entry if entry is not None and entry.run is run else None
+        mine = entry if entry is not None and shows_run(entry, run) else None
         transition = None if mine is None else self._transition(mine, run, outcome)
         record = record_for(run, outcome, None) if transition is None else transition.record
         record = evolve(record, notified=True) if notified else record

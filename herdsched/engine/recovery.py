@@ -499,7 +499,9 @@ def plan_from_state(core: EngineCore, entry: Entry, now: datetime) -> None:
     """Compute ``entry``'s due time from its persisted state (restart recovery included).
 
     Caller holds the engine lock."""
-    if entry.run is None:
+    # a run this process still executes or settles (its schedule taken out and put back
+    # meanwhile) is not left: it is recorded when it ends
+    if entry.run is None and entry.state.running_run_id not in core.running:
         left, record = _run_left(core, entry)
         if record is not None:
             _record_end_taken_up(core, entry, record, now)
