@@ -64,29 +64,30 @@ def test_a_run_whose_notifier_is_slow_is_recorded_after_a_crash(
     assert [r.status for r in history] == [RunStatus.INTERRUPTED]
 
 
+def _returned_past_its_timeout(
+    sched: ThreadedScheduler, clock: FakeClock, in_notifier: threading.Event
+) -> None:
+    """Run a/s, whose job returns at once, and pass its timeout while its notifier is heard."""
+    schedule = Schedule.interval("5m", timeout="30s", notify="always")
+    sched.add_agent(Agent("a", job=lambda info: None, schedules={"s": schedule}))
+    sched.start()
+    sched.run_pending()
+    assert in_notifier.wait(10)
+    clock.advance("31s")
+    sched.run_pending()
+
+
 def test_a_job_that_returned_before_its_timeout_is_not_timed_out_while_its_notifier_is_heard(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The timer took a run whose job had returned, but whose notifier was still being
     heard past the run's timeout, for a timed-out one: it logged a timeout and planned the
     next run from when the notifier returned."""
-    in_notifier, release = threading.Event(), threading.Event()
-
-    def notifier(note: Any) -> None:
-        in_notifier.set()
-        assert release.wait(10)
-
+    notifier, in_notifier, release = _held_notifier()
     with running(notifier=notifier) as (sched, clock):
-        schedule = Schedule.interval("5m", timeout="30s", notify="always")
-        sched.add_agent(Agent("a", job=lambda info: None, schedules={"s": schedule}))
-        sched.start()
-        sched.run_pending()
-        assert in_notifier.wait(10)
-        clock.advance("31s")  # past the timeout while the notifier is heard
-        sched.run_pending()
+        _returned_past_its_timeout(sched, clock, in_notifier)
         release.set()
         assert sched.wait_until_idle(10)
-        assert wait_until(lambda: sched.history("a", "s"))
         assert [r.status for r in sched.history("a", "s")] == [RunStatus.SUCCESS]
         next_run_at = sched.store.get_schedule_state("a", "s").next_run_at
         assert next_run_at == T0 + timedelta(minutes=5)  # from the job's end, not later
@@ -97,20 +98,9 @@ def test_the_timer_sleeps_while_a_returned_jobs_notifier_outlasts_the_runs_timeo
     """The timer planned its next pass at the passed timeout of a run whose job had returned
     (and which it no longer times out): it made passes without rest, about 100,000 a second,
     while the notifier was heard."""
-    in_notifier, release = threading.Event(), threading.Event()
-
-    def notifier(note: Any) -> None:
-        in_notifier.set()
-        assert release.wait(10)
-
+    notifier, in_notifier, release = _held_notifier()
     with running(notifier=notifier) as (sched, clock):
-        schedule = Schedule.interval("5m", timeout="30s", notify="always")
-        sched.add_agent(Agent("a", job=lambda info: None, schedules={"s": schedule}))
-        sched.start()
-        sched.run_pending()
-        assert in_notifier.wait(10)
-        clock.advance("31s")
-        sched.run_pending()
+        _returned_past_its_timeout(sched, clock, in_notifier)
         before = sched.get_state().check_count
         time.sleep(0.5)  # real time, the fake clock stands: a resting timer makes no pass
         passes = sched.get_state().check_count - before

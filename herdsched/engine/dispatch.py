@@ -45,7 +45,7 @@ _NOTIFIED = frozenset({RunStatus.SUCCESS, RunStatus.FAILED, RunStatus.TIMEOUT})
 _RETRY = timedelta(seconds=1)
 
 
-def shows_run(entry: Entry, run: Run) -> bool:
+def _shows_run(entry: Entry, run: Run) -> bool:
     """Whether ``entry`` is the schedule of ``run``: it dispatched the run, or it was
     registered again while the run went on and its state names the run as going on."""
     if entry.run is run:
@@ -344,8 +344,8 @@ class Dispatcher:
         group commit: a state showing the run ended lets the run's claim go, and a process
         dying between the two would leave a run that had no record and that no one records.
         A timed-out run's cancel event is set before the notifier is called, so a slow
-        notifier never keeps a timed-out job going; :meth:`finish` waits for the settling
-        before it frees the slot.
+        notifier never keeps a timed-out job going; should the job return meanwhile, its slot
+        frees then (:meth:`finish`) and the run ends once it is recorded (:meth:`_settled`).
         """
         core = self.core
         with core.lock:
@@ -409,7 +409,7 @@ class Dispatcher:
         taken out of the fleet and put back meanwhile kept its state, which shows this run."""
         core = self.core
         entry = core.entries.get((run.agent, run.schedule_name))
-        mine = entry if entry is not None and shows_run(entry, run) else None
+        mine = entry if entry is not None and _shows_run(entry, run) else None
         transition = None if mine is None else self._transition(mine, run, outcome)
         record = record_for(run, outcome, None) if transition is None else transition.record
         record = evolve(record, notified=True) if notified else record
