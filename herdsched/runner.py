@@ -66,9 +66,8 @@ class Run:
     # settled (as timed out, when its job returned, or given up by a stop that timed out): a
     # run is recorded once
     finalized: bool = False
-    #: its notification, record and state are being written (:meth:`Dispatcher.settle`), on
-    #: the thread named here
-    settling: bool = False
+    #: while its notification, record and state are being written (:meth:`Dispatcher.settle`):
+    #: the thread that writes them
     settled_by: int | None = None
     #: its job's thread returned and gave the agent's slot back
     returned: bool = False

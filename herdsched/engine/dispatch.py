@@ -247,7 +247,7 @@ class Dispatcher:
         finally:
             with core.lock:
                 self._free_slot(run)
-                if not run.settling:  # else the thread settling it (a timeout's) ends it
+                if run.settled_by is None:  # else the thread settling it (a timeout's) ends it
                     self._end_run(run)
                 wake = self._timer_must_replan(run)
             if wake:
@@ -354,7 +354,6 @@ class Dispatcher:
             run.finalized = True
             if self._lost_lead(run):
                 return
-            run.settling = True
             run.settled_by = threading.get_ident()
             if run.timed_out and outcome.status is not RunStatus.TIMEOUT:
                 # the job saw the cancel event and returned before the timer settled the run
@@ -377,7 +376,7 @@ class Dispatcher:
         slot given back already) ends here."""
         core = self.core
         with core.lock:
-            run.settling = False
+            run.settled_by = None
             if run.returned:
                 self._end_run(run)
             wake = run.returned and self._timer_must_replan(run)
