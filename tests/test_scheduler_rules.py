@@ -1453,6 +1453,41 @@ def test_a_timed_out_job_plans_its_next_run_from_when_its_thread_returned(
         assert len(calls) == 2
 
 
+@pytest.mark.parametrize("how", ["pause", "update", "set_agents"])
+def test_a_schedule_parked_and_let_go_while_its_timed_out_job_goes_on_is_planned_again(
+    how: str,
+) -> None:
+    """Paused and resumed (or disabled and enabled) after its run timed out but while its job
+    still ran, a schedule was planned by neither: the resume left it to the run, whose
+    settling was over. It stayed idle with no next run for good."""
+    job, calls, release = _first_run_ignores_its_cancel()
+    schedule = Schedule.interval("5m", timeout="30s")
+    with running() as (sched, clock):
+        sched.add_agent(Agent("a", job=job, schedules={"s": schedule}))
+        sched.start()
+        sched.run_pending()
+        assert wait_until(lambda: calls)
+        clock.advance("1m")
+        sched.run_pending()  # timed out, the job goes on
+        assert wait_until(lambda: sched.history("a", "s"))
+        for enabled in (False, True):
+            if how == "pause":
+                (sched.resume if enabled else sched.pause)("a", "s")
+            elif how == "update":
+                sched.update_schedule("a", "s", enabled=enabled)
+            else:
+                changed = schedule.with_changes(enabled=enabled)
+                sched.set_agents([Agent("a", job=job, schedules={"s": changed})])
+        clock.advance("3m")
+        release.set()  # returns at 4 min: the interval counts from then
+        step(sched)
+        assert state(sched).next_run_at == T0 + 9 * M
+        step(sched, clock, 5 * M - S)
+        assert len(calls) == 1
+        step(sched, clock, S)
+        assert len(calls) == 2
+
+
 def test_a_slow_notifier_of_a_timed_out_run_does_not_hold_up_the_timer() -> None:
     """The timer settled timed-out runs itself, so their notifier (a webhook) and listeners ran
     on the timer thread: every other schedule waited for them."""

@@ -164,7 +164,7 @@ class Changes:
                     now = core.clock.now()
                     due = fresh_due(entry, now, core.settings.timezone, core.rng, recompute=True)
                     core.set_due(entry, due, due)
-                elif toggled and entry.run is None:  # as a pause or resume
+                elif toggled and not entry.planned_by_its_run:  # as a pause or resume
                     plan_resumed(core, entry, core.clock.now())
                 core.persist_description(entry)
         core.changed()
@@ -248,7 +248,7 @@ class Changes:
         policy (by default it fires once)."""
         backed_off = resets_backoff(entry.state, changes["consecutive_failures"])
         entry.state = evolve(entry.state, **changes)
-        if entry.run is None:
+        if not entry.planned_by_its_run:
             plan_resumed(self.core, entry, self.core.clock.now(), backed_off=backed_off)
 
     def _targets(self, agent: str, schedule: str | None, owner: str | None) -> list[Entry]:

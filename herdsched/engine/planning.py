@@ -52,6 +52,14 @@ class Entry:
         return (self.agent, self.name)
 
     @property
+    def planned_by_its_run(self) -> bool:
+        """Whether the run going on plans this schedule when it is settled, so a change to its
+        status leaves the plan to it. A timed-out run was settled at its timeout while its job
+        may go on: a change then plans the schedule itself."""
+        run = self.run
+        return run is not None and not (run.finalized and run.settled_by is None)
+
+    @property
     def schedulable(self) -> bool:
         """Whether the timer may plan it: a timer cadence, enabled, and not paused, disabled or
         completed."""

@@ -95,7 +95,7 @@ def install_entry(
     cadence_changed = existing.schedule.cadence != schedule.cadence
     existing.schedule = schedule
     existing.persisted_definition = existing.persisted_definition or persisted
-    if existing.run is None and core.leading:
+    if not existing.planned_by_its_run and core.leading:
         if cadence_changed and changed_at_run_time:
             core.reopen_completed(existing)
         if cadence_changed:

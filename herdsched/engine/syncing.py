@@ -101,7 +101,7 @@ class OtherProcesses:
                     consecutive_failures=stored.consecutive_failures,
                     disabled_reason=stored.disabled_reason,
                 )
-                if entry.run is None:
+                if not entry.planned_by_its_run:
                     plan_resumed(core, entry, now, backed_off=backed_off)
 
     def _apply_definitions(self) -> None:
