@@ -19,7 +19,7 @@ import pytest
 from postgres_server import run_sql, start_server, unique_namespace
 from scheduler_helpers import wait_until
 
-from herdsched.errors import LeadershipLostError, StateError, StoreSpecError
+from herdsched.errors import ConflictError, LeadershipLostError, StateError, StoreSpecError
 from herdsched.models import RunRecord, Status
 from herdsched.store.base import Lease, RunClaim
 from herdsched.store.postgres import PostgresStateStore, rows
@@ -519,6 +519,26 @@ def test_a_change_on_one_host_wakes_the_other_and_a_watched_view_costs_no_querie
     assert heard.wait(5)
     assert second.refresh() is True
     assert second.get_schedule_state("a", "s").status is Status.PAUSED
+
+
+def test_a_change_refused_for_one_its_view_had_not_heard_of_brings_the_view_up_to_it(
+    stores: list[PostgresStateStore],
+) -> None:
+    """A change refused by the writing transaction for another host's change still on its way
+    as a notification left the view without that change: the host answered from the old
+    definition (a retry with its revision was refused again) until the notification came."""
+    first, second = stores
+    heard = threading.Event()
+    second.watch(heard.set)
+    wait_until(second._listener.connected.is_set, timeout=10)  # type: ignore[union-attr]
+    second.refresh()
+    heard.clear()
+    first.save_definition("a", "s", {"type": "interval", "interval": "5m"}, exists=False)
+    assert heard.wait(5)
+    second._stale = False  # as if the notification were still on its way
+    with pytest.raises(ConflictError, match="already exists"):
+        second.save_definition("a", "s", {"type": "interval", "interval": "1h"}, exists=False)
+    assert second.load_definitions() == {"a": {"s": {"type": "interval", "interval": "5m"}}}
 
 
 def test_a_terminated_session_is_replaced_without_an_error(

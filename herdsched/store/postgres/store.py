@@ -605,11 +605,16 @@ class PostgresStateStore:
     def _change(self, doing: str) -> Iterator[tuple[Any, list[Callable[[], None]]]]:
         """One committed change of the namespace: the cursor, after the change number, and a
         list of steps that bring the view up to the change, run (under ``_mem``) once it is
-        committed and unless the view adopted it, or something newer, meanwhile."""
+        committed and unless the view adopted it, or something newer, meanwhile. A refused
+        change may have met one whose notification is on its way: the next read looks."""
         adopt: list[Callable[[], None]] = []
-        with self._db.transaction(doing) as cursor:
-            number = bump(cursor, self.namespace)
-            yield cursor, adopt
+        try:
+            with self._db.transaction(doing) as cursor:
+                number = bump(cursor, self.namespace)
+                yield cursor, adopt
+        except Exception:
+            self._stale = True
+            raise
         with self._mem:
             if self._own_write(number):
                 for step in adopt:
