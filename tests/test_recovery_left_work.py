@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from attrs import evolve
+from scheduler_helpers import crash_copy
 
 from herdsched import Agent, RunStatus, Schedule, Status, ThreadedScheduler, TriggerInfo
 from herdsched.models import RunRecord, TriggerType
@@ -235,3 +236,35 @@ def test_a_change_by_a_person_writes_the_pending_run_records_before_the_states(
     assert [r.run_id for r in after_crash.get_history("a", "s", 10)] == ["ended"]
     after_crash.close()
     store.close()
+
+
+def test_a_claim_waiting_for_its_schedule_to_be_registered_outlives_a_second_crash(
+    tmp_path: Path, ledger: Ledger
+) -> None:
+    """The schedule is registered only after ``start()``: its claim waited in memory, and the
+    new leader's first group commit took it out of the journal, so a leader killed before the
+    registration left the run with no record that any later leader would write."""
+    left_behind(tmp_path, claims=[RunClaim("a", "s", "left", SLOT, SLOT)]).close()
+    clock = FakeClock(SLOT + timedelta(seconds=30))
+    second = ThreadedScheduler(state_dir=tmp_path, clock=clock, lease_ttl=5)
+    second.add_agent(Agent("b", job=ledger, schedules={"t": Schedule.interval("5m")}))
+    try:
+        second.start()  # a/s is not registered yet
+        second.store.flush()
+        crash = crash_copy(tmp_path, tmp_path.parent / "crash")  # killed before it is
+    finally:
+        second.stop()
+    third = ThreadedScheduler(state_dir=crash, clock=clock, lease_ttl=5)
+    try:
+        third.start()
+        third.add_agent(Agent("a", job=ledger, schedules={"s": Schedule.interval("5m")}))
+        found = records(crash, third)
+    finally:
+        third.stop()
+    assert found["left"].status is RunStatus.INTERRUPTED
+    assert found["left"].scheduled_for == SLOT
+    # the state shows the run it recorded, so the claim went with that commit
+    reader = YamlStateStore(crash)
+    assert reader.get_schedule_state("a", "s").last_run_at == SLOT
+    assert [claim.agent for claim in reader.load_claims()] in ([], ["b"])  # b/t may run now
+    reader.close()

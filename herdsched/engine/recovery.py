@@ -22,8 +22,6 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from attrs import evolve
-
 import herdsched.events as ev
 from herdsched.engine.core import AD_HOC_SCHEDULE, EngineCore, timer_trigger_type
 from herdsched.engine.planning import Entry, due_after_downtime, fresh_due
@@ -285,8 +283,9 @@ def take_up_claims(core: EngineCore, entry: Entry, claims: list[RunClaim]) -> No
         return
     _record_stored_run(core, entry, claim)
     status = entry.state.status
-    entry.state = evolve(
-        entry.state,
+    # written, not only held: the state then shows the run, whose claim its end covers
+    core.change_state(
+        entry,
         status=Status.RUNNING if status is Status.IDLE else status,
         last_run_at=claim.run_at,
         last_slot_at=claim.slot,

@@ -187,6 +187,21 @@ class ClaimJournal:
                 self._lines[claim.run_id] = line
             self.owned = True
 
+    def take_over(self) -> list[RunClaim]:
+        """Every claim in the journal, for restart recovery, which records the runs it finds
+        unrecorded; from now on the claims of an earlier process are held as this journal's
+        own and stay until a group commit covers them. A claim whose schedule is registered
+        only later waits for it in the scheduler's memory: dropped at the next group commit,
+        as it used to be, a second crash before that registration lost its run for good."""
+        claims = self.read()
+        with self._lock:
+            for claim in claims:
+                if claim.run_id not in self._lines:
+                    self._book.hold(claim, recorded=True)
+                    self._lines[claim.run_id] = _encode(claim)
+            self.owned = True
+        return claims
+
     def recorded(self, run_ids: Iterable[str]) -> None:
         """See :meth:`HeldClaims.recorded`."""
         with self._lock:
@@ -205,15 +220,14 @@ class ClaimJournal:
 
     def covered(self, shows: ShowsRun) -> set[str]:
         """The held claims a group commit writing the state ``shows`` tells may drop (see
-        :class:`HeldClaims`). Claims read from an earlier process's journal are not held
-        here: restart recovery took them over, and the next :meth:`drop` rewrites them away.
+        :class:`HeldClaims`); those of an earlier process once :meth:`take_over` read them.
         """
         with self._lock:
             return self._book.covered(shows)
 
     def drop(self, run_ids: set[str]) -> None:
         """Rewrite the journal with the held claims but ``run_ids`` (their fate is written
-        now); lines of an earlier process's journal go too."""
+        now); lines of an earlier process's journal not taken over go too."""
         with self._lock:
             self._book.drop(run_ids)
             for run_id in run_ids:

@@ -594,15 +594,13 @@ class YamlStateStore:
                 raise StateError(f"Cannot append to {where}: {exc}", where, cause=exc) from exc
 
     def load_claims(self) -> list[RunClaim]:
-        """Claims made durable since the last write of ``state.yaml``.
+        """Claims made durable and not yet covered by a write of ``state.yaml``.
 
-        Restart recovery reads them when it takes over; from then on this store's group commits
-        drop them once written, as they drop the claims it makes itself.
+        Restart recovery reads them when it takes over; from then on this store holds them as
+        its own: its group commits drop them once the state shows their runs.
         """
         self._check_open()
-        claims = self._claims.read()
-        self._claims.owned = True
-        return claims
+        return self._claims.take_over()
 
     # -- leadership lease ----------------------------------------------------------------
     def acquire_lease(self, holder: str, ttl: float) -> Lease | None:
