@@ -221,3 +221,51 @@ def test_history_statuses_survive(store: StateStore) -> None:
     (got,) = store.get_history("a", "s")
     assert got.status is RunStatus.INTERRUPTED
     assert got.error == "process died"
+
+
+@pytest.fixture(params=["yaml", "postgres"])
+def shared(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[StateStore]]:
+    """Two stores on one state, as the active scheduler and a web worker have."""
+    if request.param == "postgres":
+        from herdsched.store.postgres import PostgresStateStore
+
+        dsn, namespace = (request.getfixturevalue(f) for f in ("postgres_dsn", "pg_namespace"))
+        made: list[StateStore] = [PostgresStateStore(dsn, namespace=namespace) for _ in "ab"]
+    else:
+        made = [YamlStateStore(tmp_path / "state") for _ in "ab"]
+    yield made
+    for store in made:
+        store.close()
+
+
+def test_a_run_is_found_running_by_another_process_from_its_claim_on(
+    shared: list[StateStore],
+) -> None:
+    """A run the active scheduler started itself (a run-now it answered, a timer's run) was
+    unknown to other processes until the group commit wrote its start: ``GET .../runs/<id>``
+    on another worker answered 404 for the run id it had just been given."""
+    from herdsched.models import TriggerType
+    from herdsched.store.base import RunClaim
+    from herdsched.store.runs import find_run
+
+    leader, worker = shared
+    leader.update_schedule_state("a", "s", type="interval", cadence="every 5m")
+    leader.claim_runs([RunClaim("a", "s", "run-now", T0), RunClaim("a", "s", "timer", T0, T0)])
+    leader.record_transition("a", "s", status="running", running_run_id="timer")  # not flushed
+    run_now, timer = (find_run(worker, "a", "s", run_id) for run_id in ("run-now", "timer"))
+    assert run_now is not None and timer is not None
+    assert (run_now.status, run_now.trigger_type, run_now.started_at) == (
+        RunStatus.RUNNING,
+        TriggerType.MANUAL,
+        T0,
+    )
+    assert (timer.status, timer.trigger_type, timer.scheduled_for) == (
+        RunStatus.RUNNING,
+        TriggerType.INTERVAL,
+        T0,
+    )
+    assert find_run(worker, "a", "t", "run-now") is None  # another schedule's run id
+    assert find_run(worker, "a", "s", "unknown") is None
+    worker.update_schedule_state("a", "t", status="paused")  # read, not taken over: kept
+    claims = worker.read_claims()  # type: ignore[attr-defined]
+    assert {claim.run_id for claim in claims} == {"run-now", "timer"}

@@ -33,6 +33,12 @@ A store may also say how long a standby waits between tries, with an optional me
 ``lease_retry_in(ttl: float) -> float`` (seconds after an :meth:`StateStore.acquire_lease` that
 returned ``None``): a database store, where a try is a query, tries less often than a file store
 and wakes for the expiry it saw. Without it a standby tries every ``min(5 s, ttl / 3)``.
+
+A store shared by processes may also show its claims to the others, with an optional method
+``read_claims() -> list[RunClaim]``: the claims :meth:`StateStore.load_claims` would return,
+taking none over. A run the active scheduler started is then found ``running`` by any process
+from its claim on, not only once the group commit wrote its start
+(:func:`herdsched.store.runs.find_run`).
 """
 
 from __future__ import annotations

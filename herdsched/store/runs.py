@@ -8,17 +8,21 @@ read this (a standby web worker, the CLI), because requests and history are both
 A run the active scheduler started itself (a run-now it answered, a timer's run) has no
 request: while it runs, its schedule's state names it (``running_run_id``, written with the
 run's start and, for other processes, durable with the next group commit), and it shows as
-``running`` from that.
+``running`` from that; before that commit, from its claim, durable before its job started
+(when the store shows its claims: ``read_claims``).
 
-Requests and the state are read before the history: the active scheduler removes a request,
-and clears the state's run id, only along with the run's record, so a run is never missing
-from all three.
+Requests, the state and the claims are read before the history: the active scheduler removes
+a request, clears the state's run id and drops a claim only along with the run's record, so a
+run is never missing from all of them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime
+
 from herdsched.models import RunRecord, RunStatus, ScheduleState, TriggerType
-from herdsched.store.base import READ_ALL_HISTORY, StateStore, TriggerRequest
+from herdsched.store.base import READ_ALL_HISTORY, RunClaim, StateStore, TriggerRequest
 
 __all__ = ["find_run", "history_with_requests", "request_record"]
 
@@ -58,20 +62,32 @@ def history_with_requests(
 
 
 def _running_record(agent: str, schedule: str, state: ScheduleState) -> RunRecord | None:
-    """The ``running`` record of the run ``state`` names as in progress, if any: a run without
-    a slot is a run-now, else a run of the schedule's own type."""
+    """The ``running`` record of the run ``state`` names as in progress, if any."""
     run_id = state.running_run_id
     if run_id is None:
         return None
+    return _running(agent, schedule, run_id, state.last_slot_at, state.last_run_at, state)
+
+
+def _running(
+    agent: str,
+    schedule: str,
+    run_id: str,
+    slot: datetime | None,
+    started: datetime | None,
+    state: ScheduleState,
+) -> RunRecord:
+    """A ``running`` record: a run without a slot is a run-now, else a run of the schedule's
+    own type."""
     kinds = {kind.value for kind in TriggerType}
     timer = state.type if state.type in kinds else None
     return RunRecord(
         run_id=run_id,
         agent=agent,
         schedule=schedule,
-        trigger_type=timer if state.last_slot_at is not None and timer else TriggerType.MANUAL,
-        scheduled_for=state.last_slot_at,
-        started_at=state.last_run_at,
+        trigger_type=timer if slot is not None and timer else TriggerType.MANUAL,
+        scheduled_for=slot,
+        started_at=started,
         status=RunStatus.RUNNING,
     )
 
@@ -79,13 +95,25 @@ def _running_record(agent: str, schedule: str, state: ScheduleState) -> RunRecor
 def find_run(store: StateStore, agent: str, schedule: str, run_id: str) -> RunRecord | None:
     """The run ``run_id`` of ``agent/schedule``: its history record, its request's
     ``queued``/``running`` record, or ``running`` while its schedule's state names it as the
-    run in progress; ``None`` when none of these knows it."""
+    run in progress or its claim is held; ``None`` when none of these knows it."""
     pending = [r for r in _requests_of(store, agent, schedule) if r.run_id == run_id]
     state = store.get_schedule_state(agent, schedule)
+    claimed = [c for c in _claims_of(store) if c.run_id == run_id]
     for record in store.get_history(agent, schedule, READ_ALL_HISTORY):
         if record.run_id == run_id:
             return record
     if pending:
         return request_record(pending[0])
     running = _running_record(agent, schedule, state)
-    return running if running is not None and running.run_id == run_id else None
+    if running is not None and running.run_id == run_id:
+        return running
+    for claim in claimed:  # started, its start not committed yet
+        if (claim.agent, claim.schedule) == (agent, schedule):
+            return _running(agent, schedule, run_id, claim.slot, claim.run_at, state)
+    return None
+
+
+def _claims_of(store: StateStore) -> list[RunClaim]:
+    """The store's claims when it shows them to other processes (optional ``read_claims``)."""
+    read_claims: Callable[[], list[RunClaim]] | None = getattr(store, "read_claims", None)
+    return [] if read_claims is None else read_claims()

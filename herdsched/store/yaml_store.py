@@ -602,6 +602,11 @@ class YamlStateStore:
         self._check_open()
         return self._claims.take_over()
 
+    def read_claims(self) -> list[RunClaim]:
+        """Claims in ``claims.log``, taking none over (see :mod:`herdsched.store.base`)."""
+        self._check_open()
+        return self._claims.read()
+
     # -- leadership lease ----------------------------------------------------------------
     def acquire_lease(self, holder: str, ttl: float) -> Lease | None:
         """Take the lease of the state directory for ``holder`` (see :mod:`.leases`): free,

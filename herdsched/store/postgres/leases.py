@@ -35,7 +35,7 @@ from herdsched.store.lease_rules import check_fence as check_same_lease
 from herdsched.store.lease_rules import grant
 from herdsched.store.postgres.rows import CHANGE_NUMBER
 
-__all__ = ["LeaseRow"]
+__all__ = ["LeaseRow", "retry_in"]
 
 log = logging.getLogger("herdsched")
 
@@ -241,3 +241,14 @@ class LeaseRow:
 def _int4(value: int) -> int:
     """``value`` folded into PostgreSQL's signed 32-bit range (advisory lock keys)."""
     return (value + 2**31) % 2**32 - 2**31
+
+
+def retry_in(ttl: float, busy_until: float | None, now: float) -> float:
+    """A standby's next try after one that found the lease held: a third of ``ttl`` (a dead
+    holder is noticed by then), or just after the lease it saw expires (``busy_until``, on the
+    monotonic clock that ``now`` reads) if sooner."""
+    retry = ttl / 3
+    left = None if busy_until is None else busy_until - now
+    if left is not None and left >= 0:  # once past it, a failed try must not spin
+        retry = min(retry, left + 0.05)
+    return retry

@@ -47,7 +47,7 @@ from herdsched.store.claims import HeldClaims, RunShown, shown_by
 from herdsched.store.definitions import check_preconditions, merge_definition
 from herdsched.store.lease_rules import log_lost_work
 from herdsched.store.postgres.connection import Database
-from herdsched.store.postgres.leases import LeaseRow
+from herdsched.store.postgres.leases import LeaseRow, retry_in
 from herdsched.store.postgres.listener import Listener
 from herdsched.store.postgres.rows import (
     CHANNEL,
@@ -478,12 +478,16 @@ class PostgresStateStore:
             self._drop_lost_work(0, 0)
         raise AssertionError("unreachable: the fence failed a moment ago")  # pragma: no cover
 
-    def load_claims(self) -> list[RunClaim]:
-        """Claims not yet covered by a group commit (read by restart recovery, which takes
-        them over: this store's flushes drop them once their runs are recorded)."""
+    def read_claims(self) -> list[RunClaim]:
+        """Claims not yet covered by a group commit, taking none over (see the base module)."""
         self._check_open()
-        with self._db.transaction("read the run claims") as cursor:
-            claims = read_claims(cursor, self.namespace)
+        ns = self.namespace
+        return self._db.autocommit("read the run claims", lambda cursor: read_claims(cursor, ns))
+
+    def load_claims(self) -> list[RunClaim]:
+        """The claims, taken over by restart recovery: this store's flushes drop them once
+        their runs are recorded."""
+        claims = self.read_claims()
         with self._mem:
             for claim in claims:
                 self._claims.hold(claim, recorded=True)  # recovery records what is missing
@@ -509,13 +513,8 @@ class PostgresStateStore:
         return lease
 
     def lease_retry_in(self, ttl: float) -> float:
-        """A standby's next try after one that found the lease held: a third of ``ttl`` (a dead
-        holder is noticed by then), or just after the lease it saw expires if sooner."""
-        retry = ttl / 3
-        left = None if self._busy_until is None else self._busy_until - self._clock.monotonic()
-        if left is not None and left >= 0:  # once past it, a failed try must not spin
-            retry = min(retry, left + 0.05)
-        return retry
+        """A standby's next try after one that found the lease held (see :func:`retry_in`)."""
+        return retry_in(ttl, self._busy_until, self._clock.monotonic())
 
     def renew_lease(self, lease: Lease, ttl: float) -> Lease:
         """Extend ``lease`` (one statement on the server's clock); ``LeadershipLostError`` when
