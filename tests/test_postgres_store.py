@@ -501,15 +501,22 @@ def test_release_lets_a_watching_standby_know_at_once(stores: list[PostgresState
     assert second.acquire_lease("h2", 60) is not None
 
 
+def watched(store: PostgresStateStore) -> threading.Event:
+    """Listen on ``store`` and bring its view up to date; the event is set at each change
+    another store makes from now on."""
+    heard = threading.Event()
+    store.watch(heard.set)
+    wait_until(store._listener.connected.is_set, timeout=10)  # type: ignore[union-attr]
+    store.refresh()
+    heard.clear()
+    return heard
+
+
 def test_a_change_on_one_host_wakes_the_other_and_a_watched_view_costs_no_queries(
     stores: list[PostgresStateStore],
 ) -> None:
     first, second = stores
-    heard = threading.Event()
-    second.watch(heard.set)
-    wait_until(second._listener.connected.is_set, timeout=10)  # type: ignore[union-attr]
-    second.refresh()
-    heard.clear()
+    heard = watched(second)
     before = second._db.transactions
     for _ in range(50):
         assert second.refresh() is False
@@ -528,11 +535,7 @@ def test_a_change_refused_for_one_its_view_had_not_heard_of_brings_the_view_up_t
     as a notification left the view without that change: the host answered from the old
     definition (a retry with its revision was refused again) until the notification came."""
     first, second = stores
-    heard = threading.Event()
-    second.watch(heard.set)
-    wait_until(second._listener.connected.is_set, timeout=10)  # type: ignore[union-attr]
-    second.refresh()
-    heard.clear()
+    heard = watched(second)
     first.save_definition("a", "s", {"type": "interval", "interval": "5m"}, exists=False)
     assert heard.wait(5)
     second._stale = False  # as if the notification were still on its way
