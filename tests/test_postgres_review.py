@@ -20,7 +20,7 @@ from herdsched.errors import LeadershipLostError, StateError
 from herdsched.models import RunRecord, RunStatus, Status
 from herdsched.store.base import Lease, RunClaim
 from herdsched.store.postgres import PostgresStateStore
-from herdsched.testing import as_separate_processes
+from herdsched.testing import FakeClock, as_separate_processes
 
 T0 = datetime(2026, 11, 24, 9, 0, tzinfo=timezone.utc)
 
@@ -370,3 +370,41 @@ def test_a_renewal_refused_drops_the_pending_work_of_the_lost_lease(
     assert first.acquire_lease("h1", 60) is not None
     first.flush()
     assert second.get_schedule_state("a", "s").status is Status.IDLE
+
+
+def test_the_claims_of_a_schedule_registered_after_start_outlive_the_next_leader(
+    postgres_dsn: str, pg_namespace: str
+) -> None:
+    """A dead leader claimed two runs of a/s after an earlier one (a run-now started as the
+    timer's run ended); the next leader registered a/s only after ``start()`` and stopped
+    before it did: its first group commit deleted the earlier claim, taken for recorded, so
+    the run it named never got a record."""
+    slot = T0 + timedelta(minutes=1)
+    left = PostgresStateStore(postgres_dsn, namespace=pg_namespace)
+    left.update_schedule_state("a", "s", type="interval", last_run_at=T0, last_finished_at=T0)
+    left.claim_runs(
+        [RunClaim("a", "s", "timer", slot, slot), RunClaim("a", "s", "run-now", slot, None)]
+    )
+    left.close()
+    clock = FakeClock(slot + timedelta(seconds=30))
+
+    def scheduler(*agents: Agent) -> ThreadedScheduler:
+        store = PostgresStateStore(postgres_dsn, namespace=pg_namespace)
+        return ThreadedScheduler(agents, store=store, state_dir=None, clock=clock, lease_ttl=5)
+
+    interval = {"s": Schedule.interval("5m")}
+    with as_separate_processes():
+        second = scheduler(Agent("b", job=lambda info: "ok", schedules=interval))
+        second.start()  # a/s is not registered yet
+        second.stop()  # as a kill would leave it: a/s was never taken up
+        second.store.close()
+        third = scheduler()
+        try:
+            third.start()
+            third.add_agent(Agent("a", job=lambda info: "ok", schedules=interval))
+            third.store.flush()
+            found = {r.run_id: r.status for r in third.store.get_history("a", "s", 50)}
+        finally:
+            third.stop()
+            third.store.close()
+    assert found == {"timer": RunStatus.INTERRUPTED, "run-now": RunStatus.INTERRUPTED}

@@ -238,20 +238,26 @@ def test_a_change_by_a_person_writes_the_pending_run_records_before_the_states(
     store.close()
 
 
+@pytest.mark.parametrize("earlier", [False, True])
 def test_a_claim_waiting_for_its_schedule_to_be_registered_outlives_a_second_crash(
-    tmp_path: Path, ledger: Ledger
+    tmp_path: Path, ledger: Ledger, earlier: bool
 ) -> None:
     """The schedule is registered only after ``start()``: its claim waited in memory, and the
     new leader's first group commit took it out of the journal, so a leader killed before the
-    registration left the run with no record that any later leader would write."""
-    left_behind(tmp_path, claims=[RunClaim("a", "s", "left", SLOT, SLOT)]).close()
+    registration left the run with no record that any later leader would write. So did a
+    claim before the schedule's last (``earlier``: a run-now started as it ended), once the
+    first fix took the claims it read for recorded: the state showed an earlier run."""
+    claims = [RunClaim("a", "s", "left", SLOT, SLOT)]
+    if earlier:
+        claims.append(RunClaim("a", "s", "run-now", SLOT + timedelta(seconds=4), None))
+    left_behind(tmp_path, claims=claims, last_run_at=T0 if earlier else None).close()
     clock = FakeClock(SLOT + timedelta(seconds=30))
     second = ThreadedScheduler(state_dir=tmp_path, clock=clock, lease_ttl=5)
     second.add_agent(Agent("b", job=ledger, schedules={"t": Schedule.interval("5m")}))
     try:
         second.start()  # a/s is not registered yet
         second.store.flush()
-        crash = crash_copy(tmp_path, tmp_path.parent / "crash")  # killed before it is
+        crash = crash_copy(tmp_path, tmp_path.parent / f"{tmp_path.name}-crash")  # killed before
     finally:
         second.stop()
     third = ThreadedScheduler(state_dir=crash, clock=clock, lease_ttl=5)
@@ -263,8 +269,9 @@ def test_a_claim_waiting_for_its_schedule_to_be_registered_outlives_a_second_cra
         third.stop()
     assert found["left"].status is RunStatus.INTERRUPTED
     assert found["left"].scheduled_for == SLOT
-    # the state shows the run it recorded, so the claim went with that commit
+    assert [r.status for r in found.values()] == [RunStatus.INTERRUPTED] * len(claims)
+    # the state shows the runs it recorded, so the claims went with that commit
     reader = YamlStateStore(crash)
-    assert reader.get_schedule_state("a", "s").last_run_at == SLOT
+    assert reader.get_schedule_state("a", "s").last_run_at == claims[-1].run_at
     assert [claim.agent for claim in reader.load_claims()] in ([], ["b"])  # b/t may run now
     reader.close()

@@ -98,12 +98,10 @@ class HeldClaims:
         self._recorded: set[str] = set()  # held claims whose run records are in the history
         self._orphaned: set[str] = set()  # held claims whose schedule's state was removed since
 
-    def hold(self, claim: RunClaim, *, recorded: bool = False) -> None:
-        """Hold ``claim`` (``recorded``: its fate is known elsewhere, as for a claim taken
-        over by restart recovery, which records what it finds unrecorded)."""
+    def hold(self, claim: RunClaim) -> None:
+        """Hold ``claim``: made here, or taken over from an earlier process (its run then has
+        a record only once restart recovery wrote one or found one)."""
         self._runs[claim.run_id] = (claim.agent, claim.schedule, to_utc(claim.run_at))
-        if recorded:
-            self._recorded.add(claim.run_id)
 
     def recorded(self, run_ids: Iterable[str]) -> None:
         """The records of these runs are in the history (ids not held are ignored)."""
@@ -192,12 +190,14 @@ class ClaimJournal:
         unrecorded; from now on the claims of an earlier process are held as this journal's
         own and stay until a group commit covers them. A claim whose schedule is registered
         only later waits for it in the scheduler's memory: dropped at the next group commit,
-        as it used to be, a second crash before that registration lost its run for good."""
+        as it used to be, a second crash before that registration lost its run for good (so
+        did an earlier claim of a schedule whose state showed a later run, had it been taken
+        for recorded)."""
         claims = self.read()
         with self._lock:
             for claim in claims:
                 if claim.run_id not in self._lines:
-                    self._book.hold(claim, recorded=True)
+                    self._book.hold(claim)
                     self._lines[claim.run_id] = _encode(claim)
             self.owned = True
         return claims

@@ -490,7 +490,7 @@ class PostgresStateStore:
         claims = self.read_claims()
         with self._mem:
             for claim in claims:
-                self._claims.hold(claim, recorded=True)  # recovery records what is missing
+                self._claims.hold(claim)  # covered once recovery wrote what the run left
         return claims
 
     # -- leadership lease ----------------------------------------------------------------
