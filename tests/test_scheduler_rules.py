@@ -1488,6 +1488,41 @@ def test_a_schedule_parked_and_let_go_while_its_timed_out_job_goes_on_is_planned
         assert len(calls) == 2
 
 
+@pytest.mark.parametrize(("timeout", "paused"), [("7m", False), ("30s", True)])
+def test_a_slot_given_up_while_a_timed_out_job_goes_on_is_recorded_missed_once(
+    timeout: str, paused: bool
+) -> None:
+    """The 12:05 run times out, its job goes on until 12:17. The 12:10 slot was given up
+    (``skip``) at the timeout, or by a resume at 12:11 that follows the catch-up rule; when the
+    job returned, the overlap rule was applied again from the run's own slot: 12:10 was
+    recorded missed twice, and 12:15, which came due while the job ran, not at all."""
+    job, calls, release = _first_run_ignores_its_cancel()
+    schedule = Schedule.cron("*/5 * * * *", timeout=timeout, catch_up="skip")
+    with running(max_consecutive_failures=None) as (sched, clock):
+        sched.add_agent(Agent("a", job=job, schedules={"s": schedule}))
+        sched.start()
+        clock.advance("5m")
+        sched.run_pending()
+        assert wait_until(lambda: calls)
+        while clock.now() < T0 + 17 * M:  # 30 s steps, as the timer would pass
+            clock.advance("30s")
+            sched.run_pending()
+            if paused and clock.now() == T0 + 6 * M:
+                assert wait_until(lambda: sched.history("a", "s"))  # timed out
+                sched.pause("a", "s")
+            if paused and clock.now() == T0 + 11 * M:
+                sched.resume("a", "s")
+        release.set()
+        step(sched)
+        records = [(r.status, r.scheduled_for) for r in reversed(sched.history("a", "s"))]
+        assert records == [
+            (RunStatus.TIMEOUT, T0 + 5 * M),
+            (RunStatus.MISSED, T0 + 10 * M),
+            (RunStatus.MISSED, T0 + 15 * M),
+        ]
+        assert state(sched).next_run_at == T0 + 20 * M
+
+
 def test_a_slow_notifier_of_a_timed_out_run_does_not_hold_up_the_timer() -> None:
     """The timer settled timed-out runs itself, so their notifier (a webhook) and listeners ran
     on the timer thread: every other schedule waited for them."""

@@ -26,7 +26,13 @@ import herdsched.events as ev
 from herdsched.engine.core import EngineCore, timer_trigger_type
 from herdsched.engine.listeners import call_safely
 from herdsched.engine.not_started import abandon_refused, abandon_unclaimed
-from herdsched.engine.outcomes import Transition, next_after_run, record_for, transition_for
+from herdsched.engine.outcomes import (
+    Transition,
+    after_overlap,
+    next_after_run,
+    record_for,
+    transition_for,
+)
 from herdsched.engine.planning import Entry
 from herdsched.errors import LeadershipLostError, ScheduleTriggerError
 from herdsched.models import RunRecord, RunStatus, SkipReason, Status, TriggerType
@@ -306,11 +312,11 @@ class Dispatcher:
 
         An interval counts from when the thread returned (the run's end, for a job that
         ignores its cancel event), and never sooner than the timeout's failure backoff; an
-        anchored interval keeps its grid point. A cron or once slot stands unless it came due
-        while the job still ran: then the overlap rule applies as to a run ending now (``skip``
-        records it missed and waits for the next slot) instead of the stale slot firing the
-        moment the job returns; a manual run's slot stands (see :func:`next_after_run`). Caller
-        holds the lock.
+        anchored interval keeps its grid point. The slot planned since (at the timeout, or by
+        a resume) stands unless it came due while the job still ran: then the overlap rule
+        applies to it as to a run ending now (``skip`` records it missed and waits for the
+        next slot) instead of the stale slot firing the moment the job returns; a manual run's
+        slot stands. Caller holds the lock.
         """
         core = self.core
         # when the job returned (the run may have been settled since: its notifier was slow)
@@ -318,19 +324,18 @@ class Dispatcher:
         cadence = entry.schedule.cadence
         if entry.due is None or cadence is None:
             return  # parked, completed or disabled meanwhile: nothing to move
-        from_return = cadence.measured_from_completion
-        if not from_return and (entry.due > now or run.trigger_type is TriggerType.MANUAL):
+        if cadence.measured_from_completion:
+            normal = next_after_run(entry.schedule, run, now, None, core.settings, core.rng)
+            # the plan made at the timeout holds the failure's backoff: never sooner than it
+            due = None if normal.due is None else max(normal.due, entry.due)
+            core.set_due(entry, due, due)
             return
-        normal = next_after_run(
-            entry.schedule, run, now, entry.scheduled_for, core.settings, core.rng
-        )
+        if entry.due > now or run.trigger_type is TriggerType.MANUAL:
+            return
+        normal = after_overlap(entry.schedule, entry.scheduled_for, now, core.settings)
         if normal.missed is not None:
             core.record_missed(entry, normal.missed)
-        due, slot = normal.due, normal.slot
-        if from_return and due is not None:
-            # the plan made at the timeout holds the failure's backoff: never sooner than it
-            due = slot = max(due, entry.due)
-        core.set_due(entry, due, slot)
+        core.set_due(entry, normal.due, normal.slot)
 
     # ------------------------------------------------------------------------ outcomes
 

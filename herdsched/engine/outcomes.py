@@ -20,7 +20,14 @@ from herdsched.models import RunRecord, RunStatus, Schedule, ScheduleState, Stat
 from herdsched.policy import next_after_failure, should_auto_disable, slot_after_overlap
 from herdsched.runner import Run, RunOutcome
 
-__all__ = ["NextRun", "Transition", "next_after_run", "record_for", "transition_for"]
+__all__ = [
+    "NextRun",
+    "Transition",
+    "after_overlap",
+    "next_after_run",
+    "record_for",
+    "transition_for",
+]
 
 _PARKED = (Status.DISABLED, Status.PAUSED, Status.COMPLETED)
 
@@ -88,9 +95,19 @@ def next_after_run(
     else:
         slot = max(run.scheduled_for, run.fired_at) if run.scheduled_for else now
         planned = cadence.next_due(slot=slot, finished_at=now, now=now, zone=zone)
+    return after_overlap(schedule, planned, now, settings)
+
+
+def after_overlap(
+    schedule: Schedule, planned: datetime | None, now: datetime, settings: EngineSettings
+) -> NextRun:
+    """The plan of a slot (``planned``) that may have come due while a run went on, for that
+    run's end at ``now``: the overlap rule runs a passed slot now or gives it up for the next
+    one (``skip``: recorded missed)."""
+    cadence = schedule.cadence
     due, missed = slot_after_overlap(planned, now, schedule.overlap)
-    if missed and planned is not None:
-        following = None if cadence.runs_once else cadence.first_due(now, zone)
+    if missed and planned is not None and cadence is not None:
+        following = None if cadence.runs_once else cadence.first_due(now, settings.timezone)
         return NextRun(following, following, missed=planned)
     return NextRun(due, planned)
 
