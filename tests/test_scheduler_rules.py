@@ -364,14 +364,16 @@ def test_failure_ladder_then_auto_disable_then_resume() -> None:
 
 
 @pytest.mark.parametrize("by_another_process", [False, True])
-@pytest.mark.parametrize("status", ["auto-disabled", "paused"])
+@pytest.mark.parametrize("status", ["auto-disabled", "paused", "backed off"])
 def test_a_resume_drops_the_backoff_of_the_failures_it_resets(
     status: str, by_another_process: bool, tmp_path: Path
 ) -> None:
     """The bug: resumed after its job was fixed, an auto-disabled schedule still waited out the
     backoff of its last failure (the ladder's last rung is 60 minutes), although the resume had
     reset the failure count. Its plan is now the cadence's own after the last run; a time that
-    passed follows the catch-up rule (here: once, at once)."""
+    passed follows the catch-up rule (here: once, at once). A schedule still idle in its
+    backoff, resumed in another process, kept it too: its status had not changed, so the
+    leader took nothing in."""
     store = YamlStateStore(tmp_path)
     with running(store=store, max_consecutive_failures=3, backoff=["1h"]) as (sched, clock):
         job = Recorder(lambda info: (_ for _ in ()).throw(RuntimeError("boom")))
@@ -381,7 +383,7 @@ def test_a_resume_drops_the_backoff_of_the_failures_it_resets(
         step(sched, clock, "1h")
         if status == "paused":
             sched.pause("a", "s")
-        else:
+        elif status == "auto-disabled":
             step(sched, clock, "1h")
             assert state(sched).status is Status.DISABLED
         failed_at = clock.now()

@@ -77,22 +77,27 @@ class OtherProcesses:
                 core.state_error(exc)
 
     def _apply_status_changes(self) -> None:
-        """Apply pauses, resumes and disables written by other processes."""
+        """Apply pauses, resumes and disables written by other processes; a resume of a
+        schedule still idle in its failure backoff shows as its failure count reset."""
         core = self.core
         now = core.clock.now()
         with core.lock:
             for entry in core.entries.values():
                 stored = core.store.get_schedule_state(entry.agent, entry.name)
-                if stored.status == entry.state.status or stored.status is Status.RUNNING:
+                reset = stored.consecutive_failures == 0 < entry.state.consecutive_failures
+                if (stored.status == entry.state.status and not reset) or (
+                    stored.status is Status.RUNNING
+                ):
                     continue
                 if entry.state.status is Status.RUNNING and stored.status is Status.IDLE:
                     continue  # our own transition not yet committed
                 core.log.info(
-                    "%s/%s was changed by another process from %s to %s.",
+                    "%s/%s was changed by another process from %s to %s%s.",
                     entry.agent,
                     entry.name,
                     entry.state.status,
                     stored.status,
+                    " (its failures reset)" if reset else "",
                 )
                 backed_off = resets_backoff(entry.state, stored.consecutive_failures)
                 entry.state = evolve(
