@@ -408,3 +408,58 @@ def test_the_claims_of_a_schedule_registered_after_start_outlive_the_next_leader
             third.stop()
             third.store.close()
     assert found == {"timer": RunStatus.INTERRUPTED, "run-now": RunStatus.INTERRUPTED}
+
+
+@pytest.mark.parametrize("last", ["failure after a success", "failure that disables"])
+def test_the_leaders_own_run_end_in_a_commit_under_way_is_not_taken_for_a_change_elsewhere(
+    postgres_dsn: str, pg_namespace: str, last: str
+) -> None:
+    """While a group commit is under way its transitions are out of the view, which shows the
+    state before them: the leader's look at other processes' status changes then took its own
+    failure after a success for a resume elsewhere (failures reset, backoff dropped) and its
+    own auto-disable for a resume (the schedule ran on)."""
+    clock = FakeClock(T0)
+    limit = 2 if last == "failure that disables" else None
+    outcomes = iter(["fail", "ok", "fail"] if limit is None else ["fail", "fail"])
+
+    def job(info: Any) -> str:
+        if next(outcomes) == "fail":
+            raise RuntimeError("boom")
+        return "ok"
+
+    # no group commit but the test's own
+    store = PostgresStateStore(postgres_dsn, namespace=pg_namespace, commit_delay=3600)
+    sched = ThreadedScheduler(
+        store=store, state_dir=None, clock=clock, lease_ttl=30, timezone="UTC",
+        max_consecutive_failures=limit, backoff=["1h"],
+    )  # fmt: skip
+    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("10m")}))
+    entry = sched._core.entries[("a", "s")]
+    commit = store._commit
+    try:
+        sched.start()
+        runs = 3 if limit is None else 2
+        for run in range(runs):
+            clock.set(entry.due or clock.now())  # type: ignore[arg-type]
+            sched.run_pending()
+            assert sched.wait_until_idle(10)
+            if run < runs - 1:
+                store.flush()  # all but the last end committed
+        mine = (entry.state.status, entry.state.consecutive_failures, entry.due)
+
+        looked = []
+
+        def look_meanwhile(*args: Any) -> Any:  # what the timer's look could see meanwhile
+            sched._others._apply_status_changes()
+            looked.append(True)
+            return commit(*args)
+
+        store._commit = look_meanwhile  # type: ignore[method-assign]
+        store.flush()
+        store._commit = commit  # type: ignore[method-assign]
+        assert looked
+        assert (entry.state.status, entry.state.consecutive_failures, entry.due) == mine
+    finally:
+        store._commit = commit  # type: ignore[method-assign]
+        sched.stop()
+        store.close()

@@ -84,6 +84,8 @@ class OtherProcesses:
         with core.lock:
             for entry in core.entries.values():
                 stored = core.store.get_schedule_state(entry.agent, entry.name)
+                if stored.last_finished_at != entry.state.last_finished_at:
+                    continue  # a run's end of ours not in the view yet: its commit is under way
                 reset = stored.consecutive_failures == 0 < entry.state.consecutive_failures
                 if (stored.status == entry.state.status and not reset) or (
                     stored.status is Status.RUNNING
