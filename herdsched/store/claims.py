@@ -186,13 +186,10 @@ class ClaimJournal:
             self.owned = True
 
     def take_over(self) -> list[RunClaim]:
-        """Every claim in the journal, for restart recovery, which records the runs it finds
-        unrecorded; from now on the claims of an earlier process are held as this journal's
-        own and stay until a group commit covers them. A claim whose schedule is registered
-        only later waits for it in the scheduler's memory: dropped at the next group commit,
-        as it used to be, a second crash before that registration lost its run for good (so
-        did an earlier claim of a schedule whose state showed a later run, had it been taken
-        for recorded)."""
+        """Every claim in the journal, for restart recovery; from now on those of an earlier
+        process are held as this journal's own, as not recorded yet (recovery, or the later
+        registration of their schedule, records their runs), and stay until a group commit
+        covers them: a second crash before then finds them again."""
         claims = self.read()
         with self._lock:
             for claim in claims:
