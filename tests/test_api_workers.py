@@ -41,9 +41,9 @@ class Recorder:
         return "ok"
 
 
-def build(state_dir: Path, recorder: Recorder) -> ThreadedScheduler:
+def build(state_dir: Path, recorder: Recorder, commit_delay: float = 0.05) -> ThreadedScheduler:
     sched = ThreadedScheduler(
-        state_dir=state_dir, max_sleep=0.3, poll_interval=0.1, commit_delay=0.05
+        state_dir=state_dir, max_sleep=0.3, poll_interval=0.1, commit_delay=commit_delay
     )
     far = "2099-01-01T00:00:00Z"
     sched.add_agent(
@@ -163,6 +163,30 @@ def test_a_run_the_leader_took_directly_is_traceable_from_every_worker(pair: Pai
     recorder.gate.set()
     for sched in (leader, standby):
         wait_for(lambda sched=sched: run_on(sched, "success"))
+
+
+def test_a_run_the_leader_took_directly_is_found_on_every_worker_before_its_commit(
+    tmp_path: Path,
+) -> None:
+    """The run's start reaches other processes with the leader's group commit (here a minute
+    away): until then ``GET .../runs/<run_id>`` on another worker answered 404 for the id the
+    run-now had just returned. Its claim, durable before the job started, names it now."""
+    recorder = Recorder()
+    recorder.gate.clear()
+    leader, standby = build(tmp_path, recorder, commit_delay=60), build(tmp_path, recorder)
+    with as_separate_processes():
+        leader.start()
+        standby.start()
+    try:
+        status, body = call(leader, "POST", "/api/schedule/triage/check/run", {"prompt": "now"})
+        assert status == 202 and body["queued"] is False, body
+        status, run = call(standby, "GET", f"/api/schedule/triage/check/runs/{body['run_id']}")
+        assert status == 200, run
+        assert (run["status"], run["trigger_type"]) == ("running", "manual")
+    finally:
+        recorder.gate.set()
+        standby.stop(timeout=10)
+        leader.stop(timeout=10)
 
 
 def test_run_through_a_standby_while_running_is_409(pair: Pair) -> None:
