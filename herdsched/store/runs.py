@@ -11,9 +11,9 @@ run's start and, for other processes, durable with the next group commit), and i
 ``running`` from that; before that commit, from its claim, durable before its job started
 (when the store shows its claims: ``read_claims``).
 
-Requests, the state and the claims are read before the history: the active scheduler removes
-a request, clears the state's run id and drops a claim only along with the run's record, so a
-run is never missing from all of them.
+The active scheduler removes a request, clears the state's run id and drops a claim only once
+the run's record is written: a run the history did not show and none of these names any more
+was recorded meanwhile, and a second read of the history finds it.
 """
 
 from __future__ import annotations
@@ -96,20 +96,27 @@ def find_run(store: StateStore, agent: str, schedule: str, run_id: str) -> RunRe
     """The run ``run_id`` of ``agent/schedule``: its history record, its request's
     ``queued``/``running`` record, or ``running`` while its schedule's state names it as the
     run in progress or its claim is held; ``None`` when none of these knows it."""
+    recorded = _recorded(store, agent, schedule, run_id)
+    if recorded is not None:
+        return recorded  # a finished run costs one read
     pending = [r for r in _requests_of(store, agent, schedule) if r.run_id == run_id]
-    state = store.get_schedule_state(agent, schedule)
-    claimed = [c for c in _claims_of(store) if c.run_id == run_id]
-    for record in store.get_history(agent, schedule, READ_ALL_HISTORY):
-        if record.run_id == run_id:
-            return record
     if pending:
         return request_record(pending[0])
+    state = store.get_schedule_state(agent, schedule)
     running = _running_record(agent, schedule, state)
     if running is not None and running.run_id == run_id:
         return running
-    for claim in claimed:  # started, its start not committed yet
-        if (claim.agent, claim.schedule) == (agent, schedule):
+    for claim in _claims_of(store):  # started, its start not committed yet
+        if (claim.agent, claim.schedule, claim.run_id) == (agent, schedule, run_id):
             return _running(agent, schedule, run_id, claim.slot, claim.run_at, state)
+    # recorded since the first look, or unknown
+    return _recorded(store, agent, schedule, run_id)
+
+
+def _recorded(store: StateStore, agent: str, schedule: str, run_id: str) -> RunRecord | None:
+    for record in store.get_history(agent, schedule, READ_ALL_HISTORY):
+        if record.run_id == run_id:
+            return record
     return None
 
 
