@@ -286,6 +286,51 @@ def test_a_namesake_added_while_the_old_run_runs_does_not_take_its_outcome(
     assert [(r.run_id, r.status) for r in records] == [(run_id, RunStatus.FAILED)]
 
 
+def test_a_namesake_added_in_another_process_while_the_old_run_runs_does_not_take_its_outcome(
+    store_factory: Callable[[], StateStore], clock: FakeClock
+) -> None:
+    """Removed and created again by another process between two looks of the leader, the
+    schedule's state was fresh in the store, but the leader took the new definition for a
+    change of the old one: the old run's end wrote the old outcome into the new schedule."""
+    began, release = threading.Event(), threading.Event()
+
+    def job(info: object) -> None:
+        began.set()
+        assert release.wait(10)
+        raise RuntimeError("the old schedule's job failed")
+
+    sched, other = (
+        ThreadedScheduler(store=store_factory(), clock=clock, timezone="UTC") for _ in "ab"
+    )
+    for each in (sched, other):
+        each.add_agent(Agent("bot", job=job, schedules={}))
+    with as_separate_processes():
+        sched.start()
+        other.start()
+    try:
+        sched.add_schedule("bot", "brief", Schedule.manual(), persist=True)
+        run_id = sched.trigger("bot", "brief").run_id
+        assert began.wait(10)
+        sched.store.flush()
+        other.remove_schedule("bot", "brief")
+        other.add_schedule("bot", "brief", Schedule.cron("0 12 * * *"), persist=True)
+        sched.refresh()  # the leader takes both in at one look
+        release.set()
+        assert sched.wait_until_idle(10)
+        sched.store.flush()
+        after = sched.store.get_schedule_state("bot", "brief")
+        assert (after.consecutive_failures, after.last_result, after.last_error) == (0, None, None)
+        (status,) = [s for s in sched.get_status().schedules if s.schedule == "brief"]
+        assert (status.status, status.next_run_at) == (Status.IDLE, T0 + timedelta(hours=3))
+        records = sched.store.get_history("bot", "brief")
+        assert [(r.run_id, r.status) for r in records] == [(run_id, RunStatus.FAILED)]
+    finally:
+        release.set()
+        for each in (other, sched):
+            each.stop()
+            each.store.close()
+
+
 def test_a_resume_from_another_process_holds_when_a_run_of_the_paused_schedule_ends(
     store_factory: Callable[[], StateStore], clock: FakeClock
 ) -> None:

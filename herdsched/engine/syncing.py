@@ -15,6 +15,7 @@ from attrs import evolve
 
 from herdsched.engine.core import EngineCore
 from herdsched.engine.dispatch import Dispatcher
+from herdsched.engine.planning import Entry
 from herdsched.engine.recovery import plan_resumed, resets_backoff
 from herdsched.engine.registry import drop_entry, install_entry, stored_definitions
 from herdsched.engine.requests import RunRequests
@@ -139,13 +140,32 @@ class OtherProcesses:
             entry = core.entries.get((agent_name, schedule_name))
             if entry is not None and not entry.persisted_definition:
                 continue  # a code or fleet-file schedule wins over a stored one
-            if entry is not None and entry.schedule == schedule:
+            if entry is not None and _replaced(core, entry):
+                core.log.info(
+                    "%s/%s was removed and created again in another process; the run of the "
+                    "removed schedule going on here is recorded as its own.",
+                    agent_name,
+                    schedule_name,
+                )
+                drop_entry(core, agent_name, schedule_name, forget_state=False)
+            elif entry is not None and entry.schedule == schedule:
                 continue
-            core.log.info(
-                "The definition of %s/%s changed in another process.", agent_name, schedule_name
-            )
+            else:
+                core.log.info(
+                    "The definition of %s/%s changed in another process.", agent_name, schedule_name
+                )
             agent = core.agents[agent_name].with_schedule(schedule_name, schedule)
             core.agents[agent_name] = agent
             install_entry(
                 core, agent, schedule_name, schedule, persisted=True, changed_at_run_time=True
             )
+
+
+def _replaced(core: EngineCore, entry: Entry) -> bool:
+    """Whether another process removed ``entry``'s schedule and created a namesake while a run
+    of it went on here: the stored state, fresh, no longer names the run (this process's own
+    transitions show in its view until a removal elsewhere drops them)."""
+    run = entry.run
+    if run is None or not entry.planned_by_its_run or not core.leading:
+        return False
+    return core.store.get_schedule_state(entry.agent, entry.name).running_run_id != run.run_id
