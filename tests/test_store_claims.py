@@ -391,3 +391,43 @@ def test_a_store_that_lost_the_lead_and_leads_again_writes_back_no_claim_of_its_
     assert ClaimJournal(a._claims.path).read() == [later]  # type: ignore[attr-defined]
     a.close()
     b.close()
+
+
+def test_a_run_ending_while_a_group_commit_appends_the_records_keeps_its_claim(
+    tmp_path: Path,
+) -> None:
+    """A group commit appended the pending records, then took every pending transition: the
+    end of a run settled in between (its record handed over after the append) went into
+    ``state.yaml`` and let the run's claim go, while its record was still in memory only.
+    Another process found no trace of the run, and a crash then lost it for good."""
+    from herdsched.store.runs import find_run
+
+    store = YamlStateStore(tmp_path)
+    store.load_claims()  # the active scheduler's store: it owns the journal
+    store.claim_runs([claim("s")])
+    store.record_transition("a", "s", status="running", last_run_at=T0, running_run_id="run-s")
+    store.flush()  # the run's start is durable
+    append = store._append_pending_runs
+    calls = 0
+
+    def append_then_the_run_ends() -> None:
+        nonlocal calls
+        append()
+        calls += 1
+        if calls == 1:  # a worker settles the run now: its record, then its end
+            store.append_run(ended("s"))
+            store.record_transition(
+                "a", "s", status="idle", running_run_id=None, last_finished_at=T0
+            )
+
+    store._append_pending_runs = append_then_the_run_ends  # type: ignore[method-assign]
+    store.flush()
+    crash = crash_copy(tmp_path, tmp_path.parent / f"{tmp_path.name}-crash")
+    other = YamlStateStore(crash)  # what another process, or the next leader, finds
+    try:
+        found = find_run(other, "a", "s", "run-s")
+        assert found is not None and found.status.value == "success"
+        assert other.get_schedule_state("a", "s").status is Status.IDLE
+    finally:
+        other.close()
+        store.close()

@@ -73,6 +73,9 @@ __all__ = ["YamlStateStore"]
 log = logging.getLogger("herdsched")
 
 _FIELDS = tuple(field.name for field in attrs.fields(ScheduleState))
+#: how often a group commit appends run records handed over while it wrote, before it lets the
+#: next commit write the states they end
+_FLUSH_TRIES = 3
 _TIME_FIELDS = frozenset(
     name
     for name, hint in typing.get_type_hints(ScheduleState).items()
@@ -291,14 +294,16 @@ class YamlStateStore:
 
     def _write(
         self, changes: Mapping[Key, Mapping[str, Any] | None], *, take_pending: bool = True
-    ) -> None:
+    ) -> bool:
         """Apply pending transitions plus ``changes`` to the freshest file, durably.
 
         Once this store handed out a lease, the write is fenced by its epoch: with the lease
         lost, the pending run transitions are dropped, a user-intent change is written alone,
         and a group commit (no ``changes``) raises :class:`LeadershipLostError`. Without
         ``take_pending`` the pending transitions stay pending (their runs' records could not be
-        appended first), and so do the claims of their runs.
+        appended first), and so do the claims of their runs; so they do when run records were
+        handed over since they were appended (a run's record comes before the transition that
+        ends it: one taken now could reach the file before its record). Whether it took them.
         """
         self._ensure_dir()
         with (
@@ -319,9 +324,14 @@ class YamlStateStore:
             owned = self._claims.owned and take_pending
             covered = self._claims.covered(self._shows_run) if owned else None
             with self._mem:
-                taken, self._pending = (self._pending, {}) if take_pending else ({}, self._pending)
+                take = take_pending and not self._pending_runs
+                taken, self._pending = (self._pending, {}) if take else ({}, self._pending)
                 for (agent, name), transition in taken.items():
                     _keep_user_intent(self._disk, agent, name, transition)
+            if not take:
+                covered = None
+                if not changes:
+                    return False  # a group commit: append the new records first
             combined: dict[Key, Mapping[str, Any] | None] = dict(taken)
             for key, patch in changes.items():
                 earlier = combined.get(key)
@@ -360,6 +370,7 @@ class YamlStateStore:
                 for agent in new_disk.states:
                     self._view.setdefault(agent, {})
                 self._settle()
+        return take
 
     def _settle(self) -> None:
         """Forget the flush deadline once nothing is pending (caller holds ``_mem``)."""
@@ -466,12 +477,13 @@ class YamlStateStore:
         """Append the pending run records, then write the pending states: a run's record is
         in the history before its state stops naming it running, so a reader in between
         finds the run one way or the other (a crash in between is read as ended, see
-        recovery)."""
-        self._append_pending_runs()
-        with self._mem:
-            has_states = bool(self._pending)
-        if has_states:
-            self._write({})
+        recovery). Records handed over meanwhile are appended first (see :meth:`_write`)."""
+        for _ in range(_FLUSH_TRIES):
+            self._append_pending_runs()
+            with self._mem:
+                has_states = bool(self._pending)
+            if not has_states or self._write({}):
+                break
         with self._mem:
             self._settle()
 
