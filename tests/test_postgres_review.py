@@ -463,3 +463,45 @@ def test_the_leaders_own_run_end_in_a_commit_under_way_is_not_taken_for_a_change
         store._commit = commit  # type: ignore[method-assign]
         sched.stop()
         store.close()
+
+
+def test_the_leaders_own_run_start_in_a_commit_under_way_is_not_taken_for_a_namesake(
+    postgres_dsn: str, pg_namespace: str
+) -> None:
+    """While the group commit of a run's start was under way the view showed the state before
+    it: the leader's look at other processes' definitions could take its own running schedule
+    for one removed and created again elsewhere, and the fresh entry fire again while the run
+    went on."""
+    began, release = threading.Event(), threading.Event()
+
+    def job(info: Any) -> None:
+        began.set()
+        assert release.wait(10)
+
+    store = PostgresStateStore(postgres_dsn, namespace=pg_namespace, commit_delay=3600)
+    sched = ThreadedScheduler(
+        store=store, state_dir=None, clock=FakeClock(T0), lease_ttl=30, timezone="UTC"
+    )
+    sched.add_agent(Agent("bot", job=job, schedules={}))
+    commit = store._commit
+    try:
+        sched.start()
+        sched.add_schedule("bot", "s", Schedule.interval("10m"), persist=True)
+        sched.run_pending()
+        assert began.wait(10)
+        entry = sched._core.entries[("bot", "s")]
+        kept = []
+
+        def look_meanwhile(*args: Any) -> Any:  # what an adopt on another thread could see
+            sched._others._apply_definitions()
+            kept.append(sched._core.entries[("bot", "s")] is entry)
+            return commit(*args)
+
+        store._commit = look_meanwhile  # type: ignore[method-assign]
+        store.flush()  # the group commit of the run's start
+        assert kept == [True]
+    finally:
+        store._commit = commit  # type: ignore[method-assign]
+        release.set()
+        sched.stop()
+        store.close()

@@ -331,6 +331,49 @@ def test_a_namesake_added_in_another_process_while_the_old_run_runs_does_not_tak
             each.store.close()
 
 
+def test_a_namesake_created_in_another_process_after_a_failed_run_starts_afresh(
+    store_factory: Callable[[], StateStore], clock: FakeClock
+) -> None:
+    """Removed and created again by another process between two looks of the leader, with no
+    run going on: the leader kept the removed schedule's state in memory (its failure, its
+    error, the backoff's plan), so the namesake went on from them."""
+    job = Recorder(lambda info: (_ for _ in ()).throw(RuntimeError("boom")))
+    sched, other = (
+        ThreadedScheduler(store=store_factory(), clock=clock, timezone="UTC") for _ in "ab"
+    )
+    for each in (sched, other):
+        each.add_agent(Agent("bot", job=job, schedules={}))
+    with as_separate_processes():
+        sched.start()
+        other.start()
+    try:
+        sched.add_schedule("bot", "brief", Schedule.interval("10m"), persist=True)
+        sched.run_pending()
+        assert sched.wait_until_idle(10)
+        sched.store.flush()
+        assert sched.get_status().schedules[0].consecutive_failures == 1
+        other.remove_schedule("bot", "brief")
+        later = Schedule.interval("10m", start_at=T0 + timedelta(hours=1))  # not run at once
+        other.add_schedule("bot", "brief", later, persist=True)
+        sched.refresh()  # the leader takes both in (at one look, or at two)
+        (status,) = sched.get_status().schedules
+        assert (status.consecutive_failures, status.last_result, status.last_run_at) == (
+            0,
+            None,
+            None,
+        )
+        other.pause("bot", "brief")
+        sched.refresh()
+        clock.advance("2h")
+        sched.run_pending()
+        assert sched.wait_until_idle(10)
+        assert len(job.calls) == 1  # paused: the namesake never ran
+    finally:
+        for each in (other, sched):
+            each.stop()
+            each.store.close()
+
+
 def test_a_resume_from_another_process_holds_when_a_run_of_the_paused_schedule_ends(
     store_factory: Callable[[], StateStore], clock: FakeClock
 ) -> None:

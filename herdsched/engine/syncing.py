@@ -85,8 +85,6 @@ class OtherProcesses:
         with core.lock:
             for entry in core.entries.values():
                 stored = core.store.get_schedule_state(entry.agent, entry.name)
-                if stored.last_finished_at != entry.state.last_finished_at:
-                    continue  # a run's end of ours not in the view yet: its commit is under way
                 reset = stored.consecutive_failures == 0 < entry.state.consecutive_failures
                 if (stored.status == entry.state.status and not reset) or (
                     stored.status is Status.RUNNING
@@ -142,8 +140,8 @@ class OtherProcesses:
                 continue  # a code or fleet-file schedule wins over a stored one
             if entry is not None and _replaced(core, entry):
                 core.log.info(
-                    "%s/%s was removed and created again in another process; the run of the "
-                    "removed schedule going on here is recorded as its own.",
+                    "%s/%s was removed and created again in another process: a new schedule "
+                    "(a run of the removed one still going on here is recorded as its own).",
                     agent_name,
                     schedule_name,
                 )
@@ -162,10 +160,12 @@ class OtherProcesses:
 
 
 def _replaced(core: EngineCore, entry: Entry) -> bool:
-    """Whether another process removed ``entry``'s schedule and created a namesake while a run
-    of it went on here: the stored state, fresh, no longer names the run (this process's own
-    transitions show in its view until a removal elsewhere drops them)."""
+    """Whether another process removed ``entry``'s schedule and created a namesake since this
+    leader last looked: the stored state is fresh, though this process knew a run of it. Its
+    own transitions show in its store's view (pending, or in a commit under way) until a
+    removal elsewhere drops them. A run already settled (a timed-out job that goes on) keeps
+    its entry: its outcome is written, and its job's return plans the schedule."""
     run = entry.run
-    if run is None or not entry.planned_by_its_run or not core.leading:
+    if not core.leading or entry.state.last_run_at is None or (run and run.finalized):
         return False
-    return core.store.get_schedule_state(entry.agent, entry.name).running_run_id != run.run_id
+    return core.store.get_schedule_state(entry.agent, entry.name).last_run_at is None

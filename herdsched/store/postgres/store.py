@@ -163,6 +163,7 @@ class PostgresStateStore:
         self._flushing = threading.Lock()
         self._disk: dict[Key, ScheduleState] = {}
         self._pending: dict[Key, dict[str, Any]] = {}
+        self._inflight: dict[Key, dict[str, Any]] = {}  # what a commit under way writes
         self._pending_runs: list[RunRecord] = []
         self._pending_since: float | None = None
         self._definitions: dict[Key, dict[str, Any]] = {}
@@ -242,27 +243,17 @@ class PostgresStateStore:
                 self._stale = True
 
     def _install(self, states: Mapping[Key, ScheduleState | None]) -> None:
-        """Adopt stored states (caller holds ``_mem``); a pending transition does not take a
-        schedule out of a user-intent status set elsewhere, and a removal wins over the pending
-        transitions of a schedule the view knew stored (as in the YAML store: one it knew
-        absent was added since, and its transitions are its own)."""
-        for key, state in states.items():
-            patch = self._pending.get(key)
-            if state is None:
-                known = self._disk.pop(key, None) is not None
-                if known and self._pending.pop(key, None) is not None:
-                    log.info("Dropping pending changes of %s/%s: removed elsewhere", *key)
-                continue
-            self._disk[key] = state
-            if patch is not None and leaves_user_intent(state, patch):
-                del patch["status"]
+        """Adopt stored states (caller holds ``_mem``): see :func:`_adopt_states`."""
+        _adopt_states(self._disk, (self._inflight, self._pending), states)
 
     def _state(self, key: Key) -> ScheduleState | None:
-        """The view of one schedule: stored state plus pending transitions (holds ``_mem``)."""
+        """The view of one schedule: stored state plus the transitions of a commit under way
+        and the pending ones, so the view never goes back while a commit writes (holds
+        ``_mem``)."""
         stored = self._disk.get(key)
-        patch = self._pending.get(key)
-        if patch is None:
+        if key not in self._pending and key not in self._inflight:
             return stored
+        patch = {**self._inflight.get(key, {}), **self._pending.get(key, {})}
         return evolve(stored or ScheduleState(), **patch)
 
     def _own_write(self, number: int) -> bool:
@@ -293,7 +284,7 @@ class PostgresStateStore:
         self._fresh()
         with self._mem:
             result: dict[str, dict[str, ScheduleState]] = {}
-            for key in set(self._disk) | set(self._pending):
+            for key in set(self._disk) | set(self._pending) | set(self._inflight):
                 state = self._state(key)
                 if state is not None:
                     result.setdefault(key[0], {})[key[1]] = state
@@ -344,6 +335,7 @@ class PostgresStateStore:
                 )
             with self._mem:
                 self._pending.pop((agent, schedule), None)
+                self._inflight.pop((agent, schedule), None)
                 self._claims.state_removed(agent, schedule)
                 if self._own_write(number):
                     self._disk.pop((agent, schedule), None)
@@ -359,6 +351,7 @@ class PostgresStateStore:
                 self._check_open()
                 covered = self._covered_claims()
                 taken, self._pending = self._pending, {}
+                self._inflight = {key: dict(patch) for key, patch in taken.items()}
                 runs, self._pending_runs = self._pending_runs, []
                 known = {key for key in taken if key in self._disk}
             try:
@@ -371,14 +364,15 @@ class PostgresStateStore:
                     self._drop_lost_work(len(taken), len(runs))
                     raise
                 with self._mem:  # to be tried again
-                    for key, patch in taken.items():
+                    for key, patch in self._inflight.items():
                         self._pending[key] = {**patch, **self._pending.get(key, {})}
-                    self._pending_runs = runs + self._pending_runs
+                    self._pending_runs, self._inflight = runs + self._pending_runs, {}
                 raise
             with self._mem:
                 self._claims.drop(covered)
                 if self._own_write(number):
                     self._install(written)
+                self._inflight = {}
                 if not self._pending and not self._pending_runs:
                     self._pending_since = None
 
@@ -433,6 +427,7 @@ class PostgresStateStore:
             states += len(self._pending)
             runs += len(self._pending_runs)
             self._pending, self._pending_runs, self._pending_since = {}, [], None
+            self._inflight = {}
         log_lost_work(states, runs, self.location)
 
     def flush_deadline(self) -> float | None:
@@ -782,7 +777,7 @@ class PostgresStateStore:
         self._lease.held = None
         self._claims.forget()
         self._pending, self._pending_runs, self._pending_since = {}, [], None
-        self._stale = True
+        self._inflight, self._stale = {}, True
 
     def close(self) -> None:
         """Flush what is pending, stop listening and disconnect."""
@@ -803,3 +798,26 @@ class PostgresStateStore:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _adopt_states(
+    disk: dict[Key, ScheduleState],
+    patches: tuple[dict[Key, dict[str, Any]], ...],
+    states: Mapping[Key, ScheduleState | None],
+) -> None:
+    """Adopt stored ``states`` into ``disk`` under the view's ``patches`` (a commit's under way,
+    the pending ones): a transition does not take a schedule out of a user-intent status set
+    elsewhere, and a removal wins over the transitions of a schedule the view knew stored (as
+    in the YAML store: one it knew absent was added since, and its transitions are its own)."""
+    for key, state in states.items():
+        if state is None:
+            known = disk.pop(key, None) is not None
+            dropped = [each.pop(key, None) for each in patches] if known else []
+            if any(patch is not None for patch in dropped):
+                log.info("Dropping pending changes of %s/%s: removed elsewhere", *key)
+            continue
+        disk[key] = state
+        for each in patches:
+            patch = each.get(key)
+            if patch is not None and leaves_user_intent(state, patch):
+                del patch["status"]
