@@ -251,6 +251,29 @@ def test_a_removal_whose_state_cannot_be_cleared_is_made_and_says_so(
         assert "coded" in sched.get_agent("a").schedules
 
 
+def test_a_schedule_created_over_a_state_its_removed_namesake_left_starts_afresh_or_not_at_all(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A removal could not clear the state (a full disk), and the schedule created again under
+    that name, its own clearing of that state failing as well, was acknowledged and took the old
+    one's pause (it never ran). The creation is now undone and the caller told."""
+    store = StateRemovalFails()
+    with running(store=store) as (sched, _clock):
+        sched.add_agent(Agent("a", job=Recorder(), schedules={}))
+        sched.start()
+        sched.add_schedule("a", "rt", Schedule.interval("1h"), persist=True)
+        sched.pause("a", "rt")
+        sched.remove_schedule("a", "rt")  # its paused state stays behind
+        with pytest.raises(StateError, match="a/rt was not created: the state a removed"):
+            sched.add_schedule("a", "rt", Schedule.interval("5m"), persist=True)
+        assert "rt" not in sched.get_agent("a").schedules
+        assert "rt" not in store.load_definitions().get("a", {})
+        store.remove_schedule_state = MemoryStateStore.remove_schedule_state.__get__(store)
+        sched.add_schedule("a", "rt", Schedule.interval("5m"), persist=True)  # store works
+        (status,) = sched.get_status().schedules
+        assert (status.schedule, status.status) == ("rt", Status.IDLE)
+
+
 class SlowLeaseStore(MemoryStateStore):
     """A store whose lease read waits until let go (a database that does not answer)."""
 

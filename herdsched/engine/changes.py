@@ -68,8 +68,7 @@ class Changes:
             if persist:
                 mapping = schedule_to_mapping(schedule)
                 core.store.save_definition(agent, name, mapping, exists=False)
-                # a new schedule starts afresh, whatever state a removed namesake left
-                core.store_call(core.store.remove_schedule_state, agent, name)
+                _start_afresh(core, agent, name)
             with core.lock:
                 updated = core.agents[agent].with_schedule(name, schedule)
                 core.agents[agent] = updated
@@ -287,6 +286,29 @@ def _clear_removed_state(core: EngineCore, agent: str, name: str) -> None:
             agent,
             name,
         )
+
+
+def _start_afresh(core: EngineCore, agent: str, name: str) -> None:
+    """Clear the state a removed schedule of the same name left (its removal could not clear
+    it), so that the schedule just created starts afresh: with it, the new schedule would take
+    the old one's status (a pause), failures and plan. When that fails, the creation is undone
+    and the caller told, or told what is left when the undoing fails too."""
+    if name not in core.store.get_agent_schedule_states(agent):
+        return
+    try:
+        core.store.remove_schedule_state(agent, name)
+    except StateError as exc:
+        core.state_error(exc)
+        left = f"the state a removed schedule of that name left could not be cleared ({exc})"
+        try:
+            core.store.delete_definition(agent, name)
+        except StateError:
+            raise StateError(
+                f"{agent}/{name} was created, but {left}: it goes on from that state; remove "
+                "it and create it again once the store works",
+                exc.path,
+            ) from exc
+        raise StateError(f"{agent}/{name} was not created: {left}", exc.path) from exc
 
 
 def _write_intent(core: EngineCore, entry: Entry, done: str, **changes: Any) -> None:
