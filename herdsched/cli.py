@@ -1307,17 +1307,29 @@ def _cmd_pause(args: argparse.Namespace) -> int:
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
+    """As ``resume()``: a paused or auto-disabled schedule, or one still idle in the backoff
+    of its failures, whose count and backoff go (the next run is the cadence's own)."""
     return _set_status(
         args,
         skip=lambda state: (
             None
-            if state.status in (Status.PAUSED, Status.DISABLED)
+            if state.status in (Status.PAUSED, Status.DISABLED) or _backed_off(state)
             else f"{state.status.value}, nothing to resume"
         ),
         changes={"status": Status.IDLE, "consecutive_failures": 0, "disabled_reason": None},
-        done=lambda state: f"resumed (was {state.status.value})",
+        done=lambda state: (
+            f"resumed (was idle after {state.consecutive_failures} failure(s) in a row: "
+            "their backoff is dropped)"
+            if _backed_off(state)
+            else f"resumed (was {state.status.value})"
+        ),
         verb="resumed",
     )
+
+
+def _backed_off(state: ScheduleState) -> bool:
+    """Whether ``state`` is a schedule's still idle in the backoff of failures in a row."""
+    return state.status is Status.IDLE and state.consecutive_failures > 0
 
 
 def _set_status(

@@ -506,6 +506,25 @@ def test_resume_an_auto_disabled_schedule_resets_failures(
     assert state.disabled_reason is None
 
 
+def test_resume_drops_the_backoff_of_a_schedule_still_idle_after_failures(
+    capsys: pytest.CaptureFixture[str], state_dir: Path
+) -> None:
+    """``resume()`` in Python resets the failures of a schedule waiting out their backoff;
+    ``herdsched resume`` answered "idle, nothing to resume" and left it waiting (up to an hour
+    on the ladder's last rung)."""
+    with YamlStateStore(state_dir) as store:
+        store.update_schedule_state("triage", "check", consecutive_failures=3, last_result="failed")
+    code, out, _ = run_cli(capsys, "resume", "triage/check", "--state-dir", str(state_dir))
+    assert code == 0
+    assert out.strip() == (
+        "triage/check: resumed (was idle after 3 failure(s) in a row: their backoff is dropped)"
+    )
+    state = read_state(state_dir, "triage", "check")
+    assert (state.status.value, state.consecutive_failures) == ("idle", 0)
+    code, out, _ = run_cli(capsys, "resume", "triage/check", "--state-dir", str(state_dir))
+    assert out.strip() == "triage/check: idle, nothing to resume"  # nothing left to drop
+
+
 def test_pause_and_resume_a_whole_agent(
     capsys: pytest.CaptureFixture[str], state_dir: Path
 ) -> None:
