@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from attrs import evolve
 from scheduler_helpers import crash_copy, fail_next_claim_write, trace_on_disk, wait_until
 
 from herdsched import Status
@@ -421,13 +422,103 @@ def test_a_run_ending_while_a_group_commit_appends_the_records_keeps_its_claim(
             )
 
     store._append_pending_runs = append_then_the_run_ends  # type: ignore[method-assign]
+    store.flush()  # the run's end waits for its record
+    found = []
+    for step in ("a", "b"):
+        crash = crash_copy(tmp_path, tmp_path.parent / f"{tmp_path.name}-crash-{step}")
+        other = YamlStateStore(crash)  # what another process, or the next leader, finds
+        try:
+            run = find_run(other, "a", "s", "run-s")
+            status = other.get_schedule_state("a", "s").status
+            found.append((None if run is None else run.status.value, status.value))
+        finally:
+            other.close()
+        store.flush()  # the next commit: the record, then the end
+    store.close()
+    assert found == [("running", "running"), ("success", "idle")]
+
+
+def test_a_group_commit_does_not_write_a_runs_end_while_another_thread_appends_its_record(
+    tmp_path: Path,
+) -> None:
+    """A change by a person appends the pending records first; while that append was under
+    way the record was neither pending nor in the history, so a group commit on another
+    thread took the run's end as one whose record was written and let its claim go."""
+    from herdsched.store.runs import find_run
+
+    store = YamlStateStore(tmp_path / "live")
+    store.load_claims()
+    store.claim_runs([claim("s")])
+    store.update_schedule_state("a", "other", status="idle")
+    store.record_transition("a", "s", status="running", last_run_at=T0, running_run_id="run-s")
     store.flush()
-    crash = crash_copy(tmp_path, tmp_path.parent / f"{tmp_path.name}-crash")
-    other = YamlStateStore(crash)  # what another process, or the next leader, finds
+    store.append_run(ended("s"))  # the run ends: its record, then its end
+    store.record_transition("a", "s", status="idle", running_run_id=None, last_finished_at=T0)
+    inside, release = threading.Event(), threading.Event()
+    append = store._history.append
+
+    def slow_append(records: list[RunRecord]) -> None:
+        if records:
+            inside.set()
+            assert release.wait(10)
+        append(records)
+
+    store._history.append = slow_append  # type: ignore[method-assign]
+    pause = threading.Thread(
+        target=store.update_schedule_state, args=("a", "other"), kwargs={"status": "paused"}
+    )
+    pause.start()
     try:
-        found = find_run(other, "a", "s", "run-s")
-        assert found is not None and found.status.value == "success"
-        assert other.get_schedule_state("a", "s").status is Status.IDLE
+        assert inside.wait(10)
+        store._write({})  # the group commit's write, on another thread meanwhile
+        other = YamlStateStore(crash_copy(tmp_path / "live", tmp_path / "crash"))
+        try:
+            run = find_run(other, "a", "s", "run-s")
+            assert run is not None and run.status.value == "running"
+        finally:
+            other.close()
     finally:
-        other.close()
-        store.close()
+        release.set()
+        pause.join(10)
+    store.flush()
+    assert store.get_schedule_state("a", "s").status is Status.IDLE
+    store.close()
+
+
+def test_every_group_commit_writes_the_states_whose_records_are_written_under_a_stream_of_ends(
+    tmp_path: Path,
+) -> None:
+    """A commit that found a record handed over after its append left every state pending,
+    and after a few tries returned with none written: under a steady stream of run ends the
+    states stayed in memory (``state.yaml`` was never written)."""
+    store = YamlStateStore(tmp_path)
+    ends = 0
+
+    def end_one() -> None:
+        nonlocal ends
+        ends += 1
+        name = f"s{ends}"
+        store.append_run(evolve(ended(name), run_id=f"run-{ends}"))
+        store.record_transition("a", name, status="idle", last_run_at=T0, last_finished_at=T0)
+
+    end_one()
+    append = store._append_pending_runs
+
+    def append_then_a_run_ends() -> None:
+        append()
+        end_one()  # each commit meets one run ending while it appends
+
+    store._append_pending_runs = append_then_a_run_ends  # type: ignore[method-assign]
+    for _ in range(3):
+        store.flush()
+    store._append_pending_runs = append  # type: ignore[method-assign]
+    written = YamlStateStore(tmp_path).get_all_schedule_states().get("a", {})
+    assert sorted(written) == ["s1", "s2", "s3"]  # all but the one that ended during the last
+    store.flush()
+    assert sorted(YamlStateStore(tmp_path).get_all_schedule_states()["a"]) == [
+        "s1",
+        "s2",
+        "s3",
+        "s4",
+    ]
+    store.close()

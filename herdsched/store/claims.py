@@ -128,6 +128,10 @@ class HeldClaims:
                 covered.add(run_id)
         return covered
 
+    def outside(self, run_ids: Iterable[str], schedules: set[tuple[str, str]]) -> set[str]:
+        """Those of ``run_ids`` held here whose schedules are not among ``schedules``."""
+        return {r for r in run_ids if r in self._runs and self._runs[r][:2] not in schedules}
+
     def drop(self, run_ids: Iterable[str]) -> None:
         for run_id in run_ids:
             self._runs.pop(run_id, None)
@@ -221,6 +225,12 @@ class ClaimJournal:
         """
         with self._lock:
             return self._book.covered(shows)
+
+    def outside(self, run_ids: set[str], schedules: set[tuple[str, str]]) -> set[str]:
+        """Those of the held ``run_ids`` whose schedules are not among ``schedules`` (a write
+        that leaves those schedules' transitions pending covers none of their claims)."""
+        with self._lock:
+            return self._book.outside(run_ids, schedules)
 
     def drop(self, run_ids: set[str]) -> None:
         """Rewrite the journal with the held claims but ``run_ids`` (their fate is written

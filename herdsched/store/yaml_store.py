@@ -73,9 +73,6 @@ __all__ = ["YamlStateStore"]
 log = logging.getLogger("herdsched")
 
 _FIELDS = tuple(field.name for field in attrs.fields(ScheduleState))
-#: how often a group commit appends run records handed over while it wrote, before it lets the
-#: next commit write the states they end
-_FLUSH_TRIES = 3
 _TIME_FIELDS = frozenset(
     name
     for name, hint in typing.get_type_hints(ScheduleState).items()
@@ -184,6 +181,7 @@ class YamlStateStore:
         self._io = threading.RLock()
         self._hist_io = threading.Lock()
         self._mem = threading.Lock()
+        self._appending: list[RunRecord] = []  # records a history append under way writes
         self._disk: StateDoc = empty_state()
         self._view: dict[str, dict[str, ScheduleState]] = {}
         self._pending: dict[Key, dict[str, Any]] = {}
@@ -294,16 +292,16 @@ class YamlStateStore:
 
     def _write(
         self, changes: Mapping[Key, Mapping[str, Any] | None], *, take_pending: bool = True
-    ) -> bool:
+    ) -> None:
         """Apply pending transitions plus ``changes`` to the freshest file, durably.
 
         Once this store handed out a lease, the write is fenced by its epoch: with the lease
         lost, the pending run transitions are dropped, a user-intent change is written alone,
         and a group commit (no ``changes``) raises :class:`LeadershipLostError`. Without
         ``take_pending`` the pending transitions stay pending (their runs' records could not be
-        appended first), and so do the claims of their runs; so they do when run records were
-        handed over since they were appended (a run's record comes before the transition that
-        ends it: one taken now could reach the file before its record). Whether it took them.
+        appended first), and so do the claims of their runs. So do those of a schedule whose
+        run record is still waiting for the history, or being appended (a run's record comes
+        before the transition that ends it, and must reach the disk first).
         """
         self._ensure_dir()
         with (
@@ -324,14 +322,14 @@ class YamlStateStore:
             owned = self._claims.owned and take_pending
             covered = self._claims.covered(self._shows_run) if owned else None
             with self._mem:
-                take = take_pending and not self._pending_runs
-                taken, self._pending = (self._pending, {}) if take else ({}, self._pending)
+                waiting = {(r.agent, r.schedule) for r in (*self._pending_runs, *self._appending)}
+                pending = self._pending if take_pending else {}
+                taken = {key: patch for key, patch in pending.items() if key not in waiting}
+                self._pending = {k: p for k, p in self._pending.items() if k not in taken}
                 for (agent, name), transition in taken.items():
                     _keep_user_intent(self._disk, agent, name, transition)
-            if not take:
-                covered = None
-                if not changes:
-                    return False  # a group commit: append the new records first
+            if covered is not None and waiting:
+                covered = self._claims.outside(covered, waiting)
             combined: dict[Key, Mapping[str, Any] | None] = dict(taken)
             for key, patch in changes.items():
                 earlier = combined.get(key)
@@ -370,7 +368,6 @@ class YamlStateStore:
                 for agent in new_disk.states:
                     self._view.setdefault(agent, {})
                 self._settle()
-        return take
 
     def _settle(self) -> None:
         """Forget the flush deadline once nothing is pending (caller holds ``_mem``)."""
@@ -477,13 +474,12 @@ class YamlStateStore:
         """Append the pending run records, then write the pending states: a run's record is
         in the history before its state stops naming it running, so a reader in between
         finds the run one way or the other (a crash in between is read as ended, see
-        recovery). Records handed over meanwhile are appended first (see :meth:`_write`)."""
-        for _ in range(_FLUSH_TRIES):
-            self._append_pending_runs()
-            with self._mem:
-                has_states = bool(self._pending)
-            if not has_states or self._write({}):
-                break
+        recovery)."""
+        self._append_pending_runs()
+        with self._mem:
+            has_states = bool(self._pending)
+        if has_states:
+            self._write({})
         with self._mem:
             self._settle()
 
@@ -512,6 +508,7 @@ class YamlStateStore:
         with self._hist_io, self._fenced_runs():
             with self._mem:
                 runs, self._pending_runs = self._pending_runs, []
+                self._appending = runs  # not durable yet: their runs' ends wait (see _write)
             try:
                 if runs:
                     self._ensure_dir()
@@ -521,11 +518,15 @@ class YamlStateStore:
                 unwritten = exc.unwritten if isinstance(exc, HistoryWriteError) else runs
                 self._claims.recorded(run.run_id for run in runs if run not in unwritten)
                 if self._given_up():
+                    with self._mem:
+                        self._appending = []
                     self._drop_lost_work(runs=len(unwritten))
                     raise
                 with self._mem:  # to be tried again
-                    self._pending_runs = unwritten + self._pending_runs
+                    self._pending_runs, self._appending = unwritten + self._pending_runs, []
                 raise
+            with self._mem:
+                self._appending = []
 
     @contextlib.contextmanager
     def _fenced_runs(self) -> Iterator[None]:
