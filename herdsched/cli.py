@@ -1300,7 +1300,7 @@ def _cmd_pause(args: argparse.Namespace) -> int:
             if state.status in (Status.PAUSED, Status.COMPLETED)
             else None
         ),
-        changes={"status": Status.PAUSED},
+        changes=lambda state: {"status": Status.PAUSED},
         done=lambda state: "paused",
         verb="paused",
     )
@@ -1316,7 +1316,12 @@ def _cmd_resume(args: argparse.Namespace) -> int:
             if state.status in (Status.PAUSED, Status.DISABLED) or _backed_off(state)
             else f"{state.status.value}, nothing to resume"
         ),
-        changes={"status": Status.IDLE, "consecutive_failures": 0, "disabled_reason": None},
+        # an idle schedule's status is the scheduler's to change (a run may end it meanwhile)
+        changes=lambda state: (
+            {"consecutive_failures": 0}
+            if _backed_off(state)
+            else {"status": Status.IDLE, "consecutive_failures": 0, "disabled_reason": None}
+        ),
         done=lambda state: (
             f"resumed (was idle after {state.consecutive_failures} failure(s) in a row: "
             "their backoff is dropped)"
@@ -1336,7 +1341,7 @@ def _set_status(
     args: argparse.Namespace,
     *,
     skip: Callable[[ScheduleState], str | None],
-    changes: dict[str, Any],
+    changes: Callable[[ScheduleState], dict[str, Any]],
     done: Callable[[ScheduleState], str],
     verb: str,
 ) -> int:
@@ -1351,7 +1356,7 @@ def _set_status(
                 _out(f"{agent}/{name}: {reason}")
                 continue
             try:
-                store.update_schedule_state(agent, name, **changes)
+                store.update_schedule_state(agent, name, **changes(state))
             except StateError as exc:
                 rest = " (nor the schedules after it)" if schedule is None else ""
                 raise _Failure(

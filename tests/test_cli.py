@@ -525,6 +525,62 @@ def test_resume_drops_the_backoff_of_a_schedule_still_idle_after_failures(
     assert out.strip() == "triage/check: idle, nothing to resume"  # nothing left to drop
 
 
+def test_resume_of_a_schedule_idle_after_failures_leaves_its_status_to_the_scheduler(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The resume read the state, then wrote ``idle`` over whatever the scheduler had written
+    meanwhile: a once schedule whose own run completed it in between was opened again and run
+    a second time."""
+    from scheduler_helpers import Recorder
+
+    from herdsched import Agent, Schedule, Status, ThreadedScheduler
+    from herdsched.testing import FakeClock, as_separate_processes
+
+    clock = FakeClock(T0)
+    job = Recorder(lambda info: (_ for _ in ()).throw(RuntimeError("boom")))
+    leader = ThreadedScheduler(
+        store=YamlStateStore(tmp_path, clock=clock), clock=clock, timezone="UTC"
+    )
+    leader.add_agent(
+        Agent("bot", job=job, schedules={"once": Schedule.once(T0 + timedelta(hours=1))})
+    )
+    with as_separate_processes():
+        leader.start()
+    try:
+        leader.trigger("bot", "once")  # run now, before its time: fails
+        assert leader.wait_until_idle(10)
+        leader.store.flush()
+        open_store = cli._open_store
+
+        def open_then_the_once_runs(args: Any) -> Any:
+            store = open_store(args)
+            read = store.get_schedule_state
+
+            def read_then_its_run_completes_it(agent: str, name: str) -> Any:
+                seen = read(agent, name)
+                clock.advance("1h")  # its time: its own run completes it
+                leader.run_pending()
+                assert leader.wait_until_idle(10)
+                leader.store.flush()
+                return seen
+
+            store.get_schedule_state = read_then_its_run_completes_it
+            return store
+
+        monkeypatch.setattr(cli, "_open_store", open_then_the_once_runs)
+        code, out, _ = run_cli(capsys, "resume", "bot/once", "--state-dir", str(tmp_path))
+        assert code == 0 and "their backoff is dropped" in out
+        leader.refresh()
+        clock.advance("1m")
+        leader.run_pending()
+        assert leader.wait_until_idle(10)
+        assert leader.store.get_schedule_state("bot", "once").status is Status.COMPLETED
+        assert len(job.calls) == 2
+    finally:
+        leader.stop()
+        leader.store.close()
+
+
 def test_pause_and_resume_a_whole_agent(
     capsys: pytest.CaptureFixture[str], state_dir: Path
 ) -> None:

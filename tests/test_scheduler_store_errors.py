@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
-from scheduler_helpers import T0, Recorder, running, step
+from scheduler_helpers import T0, Recorder, running, step, wait_until
 
-from herdsched import Agent, Schedule, StateError, StateErrorOccurred, Status
+from herdsched import Agent, Schedule, StateError, StateErrorOccurred, Status, ThreadedScheduler
 from herdsched.engine.store_health import REPEAT_EVERY, StoreHealth
 from herdsched.store import MemoryStateStore
 from herdsched.testing import FakeClock
@@ -272,6 +273,55 @@ def test_a_schedule_created_over_a_state_its_removed_namesake_left_starts_afresh
         sched.add_schedule("a", "rt", Schedule.interval("5m"), persist=True)  # store works
         (status,) = sched.get_status().schedules
         assert (status.schedule, status.status) == ("rt", Status.IDLE)
+
+
+def test_a_schedule_created_over_a_leftover_state_runs_its_first_slot_once(
+    tmp_path: Path,
+) -> None:
+    """The leftover state was cleared after the definition was written: a leader in another
+    process that took the new schedule in and ran it in between had that run's state cleared,
+    took the schedule for one removed and created again, and ran the slot a second time."""
+    from herdsched.store.yaml_store import YamlStateStore
+    from herdsched.testing import as_separate_processes
+
+    clock = FakeClock(T0)
+    release = threading.Event()
+    job = Recorder(lambda info: release.wait(10))
+    leader, creator = (
+        ThreadedScheduler(store=YamlStateStore(tmp_path, clock=clock), clock=clock, timezone="UTC")
+        for _ in "ab"
+    )
+    for each in (leader, creator):
+        each.add_agent(Agent("bot", job=job, schedules={}))
+    with as_separate_processes():
+        leader.start()
+        creator.start()
+    # what a removed namesake left: its removal could not clear its state
+    creator.store.update_schedule_state("bot", "brief", status="idle", consecutive_failures=2)
+    save = creator.store.save_definition
+
+    def save_then_the_leader_runs_it(*args: Any, **kwargs: Any) -> None:
+        save(*args, **kwargs)
+        leader.refresh()
+        leader.run_pending()  # the new schedule's first run starts
+        assert wait_until(lambda: job.calls)
+        leader.store.flush()
+
+    creator.store.save_definition = save_then_the_leader_runs_it  # type: ignore[method-assign]
+    try:
+        creator.add_schedule("bot", "brief", Schedule.interval("1h"), persist=True)
+        leader.refresh()
+        leader.run_pending()
+        release.set()
+        assert leader.wait_until_idle(10)
+        leader.run_pending()
+        assert leader.wait_until_idle(10)
+        assert len(job.calls) == 1
+    finally:
+        release.set()
+        for each in (creator, leader):
+            each.stop()
+            each.store.close()
 
 
 class SlowLeaseStore(MemoryStateStore):

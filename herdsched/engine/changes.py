@@ -67,8 +67,8 @@ class Changes:
                 registry.check_owner_limit(core, schedule.owner)
             if persist:
                 mapping = schedule_to_mapping(schedule)
+                _clear_leftover_state(core, agent, name)
                 core.store.save_definition(agent, name, mapping, exists=False)
-                _start_afresh(core, agent, name)
             with core.lock:
                 updated = core.agents[agent].with_schedule(name, schedule)
                 core.agents[agent] = updated
@@ -288,27 +288,25 @@ def _clear_removed_state(core: EngineCore, agent: str, name: str) -> None:
         )
 
 
-def _start_afresh(core: EngineCore, agent: str, name: str) -> None:
-    """Clear the state a removed schedule of the same name left (its removal could not clear
-    it), so that the schedule just created starts afresh: with it, the new schedule would take
-    the old one's status (a pause), failures and plan. When that fails, the creation is undone
-    and the caller told, or told what is left when the undoing fails too."""
+def _clear_leftover_state(core: EngineCore, agent: str, name: str) -> None:
+    """Before a schedule is created with its name: clear the state a removed schedule of that
+    name left (its removal could not), so the new one starts afresh; with it, the new schedule
+    would take the old one's status (a pause), failures and plan. Cleared before the
+    definition is written, it can be no state of the new schedule; when the clearing fails,
+    nothing is created and the caller is told."""
     if name not in core.store.get_agent_schedule_states(agent):
         return
+    if name in core.store.load_definitions().get(agent, {}):
+        return  # created meanwhile in another process: its state, and the save refuses ours
     try:
         core.store.remove_schedule_state(agent, name)
     except StateError as exc:
         core.state_error(exc)
-        left = f"the state a removed schedule of that name left could not be cleared ({exc})"
-        try:
-            core.store.delete_definition(agent, name)
-        except StateError:
-            raise StateError(
-                f"{agent}/{name} was created, but {left}: it goes on from that state; remove "
-                "it and create it again once the store works",
-                exc.path,
-            ) from exc
-        raise StateError(f"{agent}/{name} was not created: {left}", exc.path) from exc
+        raise StateError(
+            f"{agent}/{name} was not created: the state a removed schedule of that name left "
+            f"could not be cleared ({exc})",
+            exc.path,
+        ) from exc
 
 
 def _write_intent(core: EngineCore, entry: Entry, done: str, **changes: Any) -> None:
