@@ -16,7 +16,7 @@ import pytest
 from attrs import evolve
 from scheduler_helpers import crash_copy, fail_next_claim_write, trace_on_disk, wait_until
 
-from herdsched import Status
+from herdsched import StateError, Status
 from herdsched.models import RunRecord
 from herdsched.store.base import RunClaim
 from herdsched.store.claims import ClaimJournal, RunShown
@@ -521,4 +521,54 @@ def test_every_group_commit_writes_the_states_whose_records_are_written_under_a_
         "s3",
         "s4",
     ]
+    store.close()
+
+
+def _unwritable_history(store: YamlStateStore, schedule: str) -> Path:
+    """Make ``a/schedule``'s history file unwritable (a directory takes its path); the path."""
+    path: Path = store._history.path_for("a", schedule)
+    path.mkdir(parents=True)
+    return path
+
+
+def test_a_record_that_cannot_be_appended_holds_back_only_its_own_schedules_end(
+    tmp_path: Path,
+) -> None:
+    """One schedule's history could not be written: its record failed the append, and every
+    other schedule's state stayed pending with it, finished runs shown running for good."""
+    store = YamlStateStore(tmp_path)
+    for name in ("x", "y"):
+        store.update_schedule_state("a", name, status="running")
+    bad = _unwritable_history(store, "x")
+    store.append_run(ended("x"))
+    for name in ("x", "y"):
+        store.record_transition("a", name, status="idle")
+    with pytest.raises(StateError):
+        store.flush()
+    with YamlStateStore(tmp_path) as other:
+        assert other.get_schedule_state("a", "y").status is Status.IDLE
+        assert other.get_schedule_state("a", "x").status is Status.RUNNING  # record first
+    bad.rmdir()
+    store.flush()
+    with YamlStateStore(tmp_path) as other:
+        assert other.get_schedule_state("a", "x").status is Status.IDLE
+        assert [r.run_id for r in other.get_history("a", "x")] == ["run-x"]
+    store.close()
+
+
+def test_a_pause_over_a_held_back_run_end_reads_paused(tmp_path: Path) -> None:
+    """A pause written while the run's end waited for its record came back as ``idle``: the
+    view laid the held-back end over it (the file said paused)."""
+    store = YamlStateStore(tmp_path)
+    store.update_schedule_state("a", "x", status="running")
+    bad = _unwritable_history(store, "x")
+    store.append_run(ended("x"))
+    store.record_transition("a", "x", status="idle")
+    assert store.update_schedule_state("a", "x", status="paused").status is Status.PAUSED
+    assert store.get_schedule_state("a", "x").status is Status.PAUSED
+    bad.rmdir()
+    store.flush()
+    assert store.get_schedule_state("a", "x").status is Status.PAUSED
+    with YamlStateStore(tmp_path) as other:
+        assert other.get_schedule_state("a", "x").status is Status.PAUSED
     store.close()

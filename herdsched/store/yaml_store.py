@@ -290,18 +290,15 @@ class YamlStateStore:
             return RunShown.STARTED
         return shown_by(state, run_at, latest)
 
-    def _write(
-        self, changes: Mapping[Key, Mapping[str, Any] | None], *, take_pending: bool = True
-    ) -> None:
+    def _write(self, changes: Mapping[Key, Mapping[str, Any] | None]) -> None:
         """Apply pending transitions plus ``changes`` to the freshest file, durably.
 
         Once this store handed out a lease, the write is fenced by its epoch: with the lease
         lost, the pending run transitions are dropped, a user-intent change is written alone,
-        and a group commit (no ``changes``) raises :class:`LeadershipLostError`. Without
-        ``take_pending`` the pending transitions stay pending (their runs' records could not be
-        appended first), and so do the claims of their runs. So do those of a schedule whose
-        run record is still waiting for the history, or being appended (a run's record comes
-        before the transition that ends it, and must reach the disk first).
+        and a group commit (no ``changes``) raises :class:`LeadershipLostError`. The pending
+        transitions of a schedule whose run record still waits for the history (it could not
+        be appended, or is being appended) stay pending, and so do its claims: a run's record
+        comes before the transition that ends it, and must reach the disk first.
         """
         self._ensure_dir()
         with (
@@ -319,12 +316,10 @@ class YamlStateStore:
                 self._install(self._file.load_locked(self._codec.decode) or empty_state())
             # Read first, take second: a claim is dropped only when the state this write takes
             # already shows its run (pending or on disk); any store but the owner's drops nothing.
-            owned = self._claims.owned and take_pending
-            covered = self._claims.covered(self._shows_run) if owned else None
+            covered = self._claims.covered(self._shows_run) if self._claims.owned else None
             with self._mem:
                 waiting = {(r.agent, r.schedule) for r in (*self._pending_runs, *self._appending)}
-                pending = self._pending if take_pending else {}
-                taken = {key: patch for key, patch in pending.items() if key not in waiting}
+                taken = {k: p for k, p in self._pending.items() if k not in waiting}
                 self._pending = {k: p for k, p in self._pending.items() if k not in taken}
                 for (agent, name), transition in taken.items():
                     _keep_user_intent(self._disk, agent, name, transition)
@@ -354,6 +349,8 @@ class YamlStateStore:
                 raise
             with self._mem:
                 self._disk = new_disk
+                for (agent, name), transition in self._pending.items():  # held back
+                    _keep_user_intent(new_disk, agent, name, transition)
                 for agent, name in set(combined) | set(self._pending):
                     state = new_disk.state(agent, name)
                     patch = self._pending.get((agent, name))
@@ -412,7 +409,8 @@ class YamlStateStore:
         patch = normalise_changes(changes)
         with self._mem:
             evolve(self._view.get(agent, {}).get(schedule) or ScheduleState(), **patch)
-        self._write({(agent, schedule): patch}, take_pending=self._records_first())
+        self._records_first()
+        self._write({(agent, schedule): patch})
         with self._mem:
             return self._view.get(agent, {}).get(schedule) or ScheduleState()
 
@@ -444,20 +442,21 @@ class YamlStateStore:
                 self._pending.pop((agent, schedule), None)
                 self._settle()
             self._claims.state_removed(agent, schedule)
-            self._write({(agent, schedule): None}, take_pending=self._records_first())
+            self._records_first()
+            self._write({(agent, schedule): None})
 
     def purge_history(self, agent: str, schedule: str) -> None:
         """Delete one schedule's run history, pending records included (durable on return)."""
         self._check_open()
         _check_name(agent, "agent")
         _check_name(schedule, "schedule")
-        with self._mem:
-            self._pending_runs = [
-                r for r in self._pending_runs if (r.agent, r.schedule) != (agent, schedule)
-            ]
-            self._settle()
-        self._claims.state_removed(agent, schedule, purged=True)
-        with self._hist_io:
+        with self._hist_io:  # after an append under way, whose failure puts records back
+            with self._mem:
+                self._pending_runs = [
+                    r for r in self._pending_runs if (r.agent, r.schedule) != (agent, schedule)
+                ]
+                self._settle()
+            self._claims.state_removed(agent, schedule, purged=True)
             self._history.remove(agent, schedule)
 
     def flush(self) -> None:
@@ -474,8 +473,16 @@ class YamlStateStore:
         """Append the pending run records, then write the pending states: a run's record is
         in the history before its state stops naming it running, so a reader in between
         finds the run one way or the other (a crash in between is read as ended, see
-        recovery)."""
-        self._append_pending_runs()
+        recovery). When records cannot be appended, the states they do not hold back are
+        written all the same, then the error raised."""
+        try:
+            self._append_pending_runs()
+        except Exception:
+            self._write_states()
+            raise
+        self._write_states()
+
+    def _write_states(self) -> None:
         with self._mem:
             has_states = bool(self._pending)
         if has_states:
@@ -483,24 +490,22 @@ class YamlStateStore:
         with self._mem:
             self._settle()
 
-    def _records_first(self) -> bool:
+    def _records_first(self) -> None:
         """Before a change by a person, which writes the pending transitions along: append the
         pending run records first, as a group commit does (a transition that ends a run must
-        not reach the file before the run's record). ``False`` when they could not be
-        appended: the change is then written alone, the transitions stay pending."""
+        not reach the file before the run's record). When they cannot be appended, the change
+        is written without the transitions they hold back (see :meth:`_write`)."""
         try:
             self._append_pending_runs()
         except LeadershipLostError:
-            return True  # the lease is gone, and the pending work with it
+            return  # the lease is gone, and the pending work with it
         except Exception as exc:
             log.warning(
                 "Run records for %s could not be written before a change (%s); the change is "
-                "written alone, the runs' ends with their records at the next group commit.",
+                "written, the ends of those runs with their records at the next group commit.",
                 self.state_dir,
                 exc,
             )
-            return False
-        return True
 
     def _append_pending_runs(self) -> None:
         """Append the pending run records to the history, fenced by the lease; on failure they
