@@ -286,6 +286,22 @@ def test_a_namesake_added_while_the_old_run_runs_does_not_take_its_outcome(
     assert [(r.run_id, r.status) for r in records] == [(run_id, RunStatus.FAILED)]
 
 
+def _leader_and_another(
+    store_factory: Callable[[], StateStore], clock: FakeClock, job: Callable[[Any], Any]
+) -> tuple[ThreadedScheduler, ThreadedScheduler]:
+    """Two started schedulers of agent ``bot`` on one store, as two processes: the first
+    leads."""
+    sched, other = (
+        ThreadedScheduler(store=store_factory(), clock=clock, timezone="UTC") for _ in "ab"
+    )
+    for each in (sched, other):
+        each.add_agent(Agent("bot", job=job, schedules={}))
+    with as_separate_processes():
+        sched.start()
+        other.start()
+    return sched, other
+
+
 def test_a_namesake_added_in_another_process_while_the_old_run_runs_does_not_take_its_outcome(
     store_factory: Callable[[], StateStore], clock: FakeClock
 ) -> None:
@@ -299,14 +315,7 @@ def test_a_namesake_added_in_another_process_while_the_old_run_runs_does_not_tak
         assert release.wait(10)
         raise RuntimeError("the old schedule's job failed")
 
-    sched, other = (
-        ThreadedScheduler(store=store_factory(), clock=clock, timezone="UTC") for _ in "ab"
-    )
-    for each in (sched, other):
-        each.add_agent(Agent("bot", job=job, schedules={}))
-    with as_separate_processes():
-        sched.start()
-        other.start()
+    sched, other = _leader_and_another(store_factory, clock, job)
     try:
         sched.add_schedule("bot", "brief", Schedule.manual(), persist=True)
         run_id = sched.trigger("bot", "brief").run_id
@@ -338,14 +347,7 @@ def test_a_namesake_created_in_another_process_after_a_failed_run_starts_afresh(
     run going on: the leader kept the removed schedule's state in memory (its failure, its
     error, the backoff's plan), so the namesake went on from them."""
     job = Recorder(lambda info: (_ for _ in ()).throw(RuntimeError("boom")))
-    sched, other = (
-        ThreadedScheduler(store=store_factory(), clock=clock, timezone="UTC") for _ in "ab"
-    )
-    for each in (sched, other):
-        each.add_agent(Agent("bot", job=job, schedules={}))
-    with as_separate_processes():
-        sched.start()
-        other.start()
+    sched, other = _leader_and_another(store_factory, clock, job)
     try:
         sched.add_schedule("bot", "brief", Schedule.interval("10m"), persist=True)
         sched.run_pending()

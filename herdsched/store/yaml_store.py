@@ -483,6 +483,7 @@ class YamlStateStore:
         self._write_states()
 
     def _write_states(self) -> None:
+        """The group commit's write of the pending states (see :meth:`_write`)."""
         with self._mem:
             has_states = bool(self._pending)
         if has_states:
