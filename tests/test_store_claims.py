@@ -572,3 +572,44 @@ def test_a_pause_over_a_held_back_run_end_reads_paused(tmp_path: Path) -> None:
     with YamlStateStore(tmp_path) as other:
         assert other.get_schedule_state("a", "x").status is Status.PAUSED
     store.close()
+
+
+def test_a_history_purged_while_an_append_of_its_records_fails_stays_purged(
+    tmp_path: Path,
+) -> None:
+    """The purge dropped the schedule's pending records while an append had them in hand;
+    that append failed and put them back, and the next commit wrote the purged history."""
+    from herdsched.store.history import HistoryWriteError
+
+    store = YamlStateStore(tmp_path)
+    store.append_run(ended("x"))
+    append, started, go = store._history.append, threading.Event(), threading.Event()
+
+    def failing_append(records: list[RunRecord]) -> None:
+        started.set()
+        assert go.wait(10)
+        error = OSError(errno.ENOSPC, "No space left on device")
+        raise HistoryWriteError("disk full", store._history.directory, error, list(records))
+
+    store._history.append = failing_append  # type: ignore[method-assign]
+    failed: list[BaseException] = []
+
+    def flush() -> None:
+        try:
+            store.flush()
+        except HistoryWriteError as exc:
+            failed.append(exc)
+
+    flusher = threading.Thread(target=flush)
+    flusher.start()
+    assert started.wait(10)
+    purge = threading.Thread(target=store.purge_history, args=("a", "x"))
+    purge.start()
+    go.set()
+    flusher.join(10)
+    purge.join(10)
+    store._history.append = append  # type: ignore[method-assign]
+    store.flush()
+    assert len(failed) == 1
+    assert store.get_history("a", "x") == []
+    store.close()
