@@ -392,7 +392,8 @@ def test_of_two_hosts_changing_one_revision_at_once_exactly_one_wins(scheduler_o
     # JSONB reorders keys, keeps 1e16 as 10000000000000000 and -0.0 as 0
     metadata = {"zeta": 1, "alpha": {"y": 2, "b": 3}, "big": 1e16, "zero": -0.0}
     one.add_schedule("ag", "shared", Schedule.interval("1h", metadata=metadata), persist=True)
-    two.refresh()
+    # the other host takes the new schedule in at its NOTIFY (a loaded machine: not at once)
+    assert wait_until(lambda: "shared" in {s.schedule for s in two.get_status().schedules})
     revision = schedule_revision(one.get_schedule("ag", "shared"))
     assert schedule_revision(two.get_schedule("ag", "shared")) == revision
     barrier = threading.Barrier(2)
