@@ -321,8 +321,6 @@ class YamlStateStore:
                 waiting = {(r.agent, r.schedule) for r in (*self._pending_runs, *self._appending)}
                 taken = {k: p for k, p in self._pending.items() if k not in waiting}
                 self._pending = {k: p for k, p in self._pending.items() if k not in taken}
-                if self._pending and taken:  # held back: the next commit in a window's time
-                    self._pending_since = self._clock.monotonic()
                 for (agent, name), transition in taken.items():
                     _keep_user_intent(self._disk, agent, name, transition)
             if covered is not None and waiting:
