@@ -407,6 +407,37 @@ def test_a_resume_drops_the_backoff_of_the_failures_it_resets(
         assert state(sched).consecutive_failures == 0
 
 
+def test_a_resume_made_while_no_scheduler_runs_drops_the_backoff_at_the_next_start(
+    tmp_path: Path,
+) -> None:
+    """Auto-disabled, then resumed with ``herdsched resume`` while no scheduler ran: the next
+    scheduler planned the schedule from the stored plan, the backoff of its last failure (the
+    ladder's last rung is an hour), though the resume had reset the failures."""
+    job = Recorder(lambda info: (_ for _ in ()).throw(RuntimeError("boom")))
+    agent = Agent("a", job=job, schedules={"s": Schedule.interval("1m")})
+    with running(state_dir=tmp_path, max_consecutive_failures=2, backoff=["1h"]) as (
+        sched,
+        clock,
+    ):
+        sched.add_agent(agent)
+        sched.start()
+        step(sched)
+        step(sched, clock, "1h")
+        assert state(sched).status is Status.DISABLED
+        failed_at = clock.now()
+    with YamlStateStore(tmp_path) as cli:  # `herdsched resume a/s`, the scheduler stopped
+        cli.update_schedule_state(
+            "a", "s", status="idle", consecutive_failures=0, disabled_reason=None
+        )
+    job.action = None  # the job is fixed
+    with running(state_dir=tmp_path, clock=FakeClock(failed_at + 5 * M)) as (sched, clock):
+        sched.add_agent(agent)
+        sched.start()
+        step(sched)
+        assert len(job.calls) == 3  # at once, not 55 minutes later
+        assert state(sched).last_result is RunStatus.SUCCESS
+
+
 def test_success_resets_failure_count_and_auto_disable_can_be_off() -> None:
     outcomes = iter([RuntimeError("x"), RuntimeError("y"), None] + [RuntimeError("z")] * 8)
 

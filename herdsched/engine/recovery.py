@@ -246,6 +246,7 @@ class Leadership:
 
 
 _INTERRUPTED = "the process running this job stopped before it finished"
+_FAILED = (RunStatus.FAILED, RunStatus.TIMEOUT)
 
 
 def recover_all(core: EngineCore) -> None:
@@ -520,7 +521,11 @@ def plan_from_state(core: EngineCore, entry: Entry, now: datetime) -> None:
         else:
             core.set_due(entry, due, due)
     else:
-        plan_catch_up(core, entry, _stepped_back(entry, state.next_run_at, now), now)
+        planned = state.next_run_at
+        if state.consecutive_failures == 0 and state.last_result in _FAILED:
+            # a resume while no scheduler led reset the failures whose backoff set the plan
+            planned = _cadence_plan(core, entry) or planned
+        plan_catch_up(core, entry, _stepped_back(entry, planned, now), now)
     core.persist_description(entry)
 
 
