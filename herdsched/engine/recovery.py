@@ -643,7 +643,7 @@ def _record_end_taken_up(core: EngineCore, entry: Entry, record: RunRecord, now:
         record.run_id,
         record.status,
     )
-    failed = record.status in (RunStatus.FAILED, RunStatus.TIMEOUT)
+    failed = record.status in _FAILED
     failures = entry.state.consecutive_failures + 1 if failed else 0
     if record.status not in (RunStatus.SUCCESS, RunStatus.FAILED, RunStatus.TIMEOUT):
         failures = entry.state.consecutive_failures
