@@ -544,6 +544,33 @@ def test_a_change_refused_for_one_its_view_had_not_heard_of_brings_the_view_up_t
     assert second.load_definitions() == {"a": {"s": {"type": "interval", "interval": "5m"}}}
 
 
+def test_a_creation_refused_for_a_name_its_view_had_not_heard_of_clears_no_state(
+    stores: list[PostgresStateStore],
+) -> None:
+    """A creation cleared the state its name had (left by a removed namesake, as far as its
+    view knew) in a transaction of its own before the writing one refused it: when another
+    host had created that name meanwhile, the winner's first run was wiped from its state."""
+    from herdsched import Agent, Schedule, ThreadedScheduler
+    from herdsched.testing import FakeClock
+
+    first, second = stores
+    heard = watched(second)
+    first.update_schedule_state("a", "s", status="idle", consecutive_failures=2)  # left over
+    assert heard.wait(5)
+    second.refresh()
+    heard.clear()
+    first.save_definition("a", "s", {"type": "interval", "interval": "5m"}, exists=False)
+    first.update_schedule_state("a", "s", last_run_at=T0, last_result="success")  # it ran
+    assert heard.wait(5)
+    second._stale = False  # as if the notifications were still on their way
+    sched = ThreadedScheduler(store=second, clock=FakeClock(T0), timezone="UTC")
+    sched.add_agent(Agent("a", job=lambda info: None, schedules={}))
+    with pytest.raises(ConflictError, match="already exists"):
+        sched.add_schedule("a", "s", Schedule.interval("1h"), persist=True)
+    state = first.get_schedule_state("a", "s")
+    assert (state.last_run_at, state.consecutive_failures) == (T0, 0)
+
+
 def test_a_terminated_session_is_replaced_without_an_error(
     postgres_dsn: str, stores: list[PostgresStateStore]
 ) -> None:

@@ -253,13 +253,24 @@ def test_a_removal_whose_state_cannot_be_cleared_is_made_and_says_so(
 
 
 def test_a_schedule_created_over_a_state_its_removed_namesake_left_starts_afresh_or_not_at_all(
-    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
 ) -> None:
     """A removal could not clear the state (a full disk), and the schedule created again under
     that name, its own clearing of that state failing as well, was acknowledged and took the old
     one's pause (it never ran). The creation is now undone and the caller told."""
-    store = StateRemovalFails()
-    with running(store=store) as (sched, _clock):
+    from herdsched.store.yaml_store import YamlStateStore
+
+    class StateRemovalFailsOnDisk(YamlStateStore):
+        fails = True
+
+        def remove_schedule_state(self, agent: str, schedule: str) -> None:
+            if self.fails:
+                raise StateError("No space left on device", self.state_path)
+            super().remove_schedule_state(agent, schedule)
+
+    clock = FakeClock(T0)
+    store = StateRemovalFailsOnDisk(tmp_path, clock=clock)
+    with running(store=store, clock=clock) as (sched, _clock):
         sched.add_agent(Agent("a", job=Recorder(), schedules={}))
         sched.start()
         sched.add_schedule("a", "rt", Schedule.interval("1h"), persist=True)
@@ -269,7 +280,7 @@ def test_a_schedule_created_over_a_state_its_removed_namesake_left_starts_afresh
             sched.add_schedule("a", "rt", Schedule.interval("5m"), persist=True)
         assert "rt" not in sched.get_agent("a").schedules
         assert "rt" not in store.load_definitions().get("a", {})
-        store.remove_schedule_state = MemoryStateStore.remove_schedule_state.__get__(store)
+        store.fails = False
         sched.add_schedule("a", "rt", Schedule.interval("5m"), persist=True)  # store works
         (status,) = sched.get_status().schedules
         assert (status.schedule, status.status) == ("rt", Status.IDLE)
@@ -320,6 +331,62 @@ def test_a_schedule_created_over_a_leftover_state_runs_its_first_slot_once(
     finally:
         release.set()
         for each in (creator, leader):
+            each.stop()
+            each.store.close()
+
+
+def test_a_creation_holds_its_name_while_it_clears_the_state_a_namesake_left(
+    tmp_path: Path,
+) -> None:
+    """A creation looked for a definition of its name, found none, then cleared the state its
+    removed namesake left: another process creating and running that name in between had its
+    first run's state cleared, and the first creation was refused (the name was taken). The
+    clearing is now part of the creation's locked write: the other creation waits for it."""
+    from herdsched.errors import StateLockTimeoutError
+    from herdsched.store.yaml_store import YamlStateStore
+    from herdsched.testing import as_separate_processes
+
+    clock = FakeClock(T0)
+    job = Recorder()
+    other, creator = (
+        ThreadedScheduler(
+            store=YamlStateStore(tmp_path, clock=clock, lock_timeout=timeout),
+            clock=clock,
+            timezone="UTC",
+        )
+        for timeout in (0.05, 10.0)
+    )
+    for each in (other, creator):
+        each.add_agent(Agent("bot", job=job, schedules={}))
+    with as_separate_processes():
+        other.start()  # leads
+        creator.start()
+    # what a removed namesake left: its removal could not clear its state
+    creator.store.update_schedule_state("bot", "brief", status="idle", consecutive_failures=2)
+    remove = creator.store.remove_schedule_state
+    refused: list[StateLockTimeoutError] = []
+
+    def remove_while_the_other_creates_and_runs_it(agent: str, schedule: str) -> None:
+        try:
+            other.add_schedule("bot", "brief", Schedule.interval("5m"), persist=True)
+        except StateLockTimeoutError as exc:  # waits for the creator's write, here 0.05 s
+            refused.append(exc)
+        else:
+            other.run_pending()  # the other's schedule runs its first slot
+            assert wait_until(lambda: job.calls)
+            assert other.wait_until_idle(10)
+            other.store.flush()
+        remove(agent, schedule)
+
+    creator.store.remove_schedule_state = remove_while_the_other_creates_and_runs_it  # type: ignore[method-assign]
+    try:
+        creator.add_schedule("bot", "brief", Schedule.interval("1h"), persist=True)
+        assert refused and "schedules.yaml" in str(refused[0])
+        assert creator.store.load_definitions()["bot"]["brief"]["interval"] == "1h"
+        assert creator.store.get_schedule_state("bot", "brief").consecutive_failures == 0
+        assert job.calls == []
+    finally:
+        for each in (creator, other):
             each.stop()
             each.store.close()
 

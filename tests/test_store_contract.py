@@ -158,6 +158,22 @@ def test_definitions_round_trip(store: StateStore) -> None:
     assert "nightly" not in store.load_definitions().get("a", {})
 
 
+def test_a_creation_starts_from_no_state_and_a_refused_one_clears_nothing(
+    store: StateStore,
+) -> None:
+    # the state a removed schedule of that name left (its removal could not clear it)
+    store.update_schedule_state("a", "s", status="paused", consecutive_failures=2)
+    store.update_schedule_state("a", "t", consecutive_failures=1)
+    store.save_definition("a", "s", {"type": "interval", "interval": "5m"}, exists=False)
+    assert "s" not in store.get_agent_schedule_states("a")
+    store.update_schedule_state("a", "s", last_run_at=T0)  # the new schedule ran
+    with pytest.raises(ConflictError, match="already exists"):
+        store.save_definition("a", "s", {"type": "interval", "interval": "1h"}, exists=False)
+    assert store.get_schedule_state("a", "s").last_run_at == T0
+    store.save_definition("a", "t", {"type": "interval", "interval": "1h"})  # not a creation
+    assert store.get_schedule_state("a", "t").consecutive_failures == 1
+
+
 def test_definitions_are_copies(store: StateStore) -> None:
     definition = {"type": "interval", "interval": "5m"}
     store.save_definition("a", "s", definition)

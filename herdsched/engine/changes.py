@@ -67,7 +67,7 @@ class Changes:
                 registry.check_owner_limit(core, schedule.owner)
             if persist:
                 mapping = schedule_to_mapping(schedule)
-                _clear_leftover_state(core, agent, name)
+                # clears the state a removed namesake left, in the same locked write
                 core.store.save_definition(agent, name, mapping, exists=False)
             with core.lock:
                 updated = core.agents[agent].with_schedule(name, schedule)
@@ -286,27 +286,6 @@ def _clear_removed_state(core: EngineCore, agent: str, name: str) -> None:
             agent,
             name,
         )
-
-
-def _clear_leftover_state(core: EngineCore, agent: str, name: str) -> None:
-    """Before a schedule is created with its name: clear the state a removed schedule of that
-    name left (its removal could not), so the new one starts afresh; with it, the new schedule
-    would take the old one's status (a pause), failures and plan. Cleared before the
-    definition is written, it can be no state of the new schedule; when the clearing fails,
-    nothing is created and the caller is told."""
-    if name not in core.store.get_agent_schedule_states(agent):
-        return
-    if name in core.store.load_definitions().get(agent, {}):
-        return  # created meanwhile in another process: its state, and the save refuses ours
-    try:
-        core.store.remove_schedule_state(agent, name)
-    except StateError as exc:
-        core.state_error(exc)
-        raise StateError(
-            f"{agent}/{name} was not created: the state a removed schedule of that name left "
-            f"could not be cleared ({exc})",
-            exc.path,
-        ) from exc
 
 
 def _write_intent(core: EngineCore, entry: Entry, done: str, **changes: Any) -> None:

@@ -347,6 +347,12 @@ class StateStore(Protocol):
         ``ConflictError``. ``check``, last, is the caller's own precondition: called with the
         stored definition (``None``: there is none) inside the same locked write, it raises to
         refuse it (a change made from a given revision, :mod:`herdsched.revisions`).
+
+        A creation (``exists=False``) starts the schedule from no state: a state its name
+        still has, which a removed schedule of that name left (its removal could not clear
+        it), is cleared in the same locked write, so no other process's creation of that name
+        can come in between (of two, the one refused clears nothing). When the clearing fails
+        nothing is created (:class:`~herdsched.errors.StateError` saying so).
         """
 
     def delete_definition(

@@ -192,6 +192,8 @@ class MemoryStateStore:
             check_preconditions(
                 current, agent, schedule, exists=exists, owner=owner, base=base, check=check
             )
+            if exists is False:  # a new schedule starts from no state (see the base class)
+                self._states.get(agent, {}).pop(schedule, None)
             merged = merge_definition(current, base, definition)
             self._definitions.setdefault(agent, {})[schedule] = merged
 

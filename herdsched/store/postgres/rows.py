@@ -23,6 +23,7 @@ __all__ = [
     "bump",
     "change_number",
     "changes_since",
+    "clear_state",
     "delete_claims",
     "insert_claims",
     "patch_json",
@@ -62,6 +63,17 @@ def bump(cursor: Cursor, namespace: str) -> int:
     assert row is not None
     cursor.execute("SELECT pg_notify(%s, %s)", (CHANNEL, namespace))
     return int(row[0])
+
+
+def clear_state(cursor: Cursor, namespace: str, key: Key) -> None:
+    """Clear one schedule's state under the change number :func:`bump` took (the row stays,
+    so a reader behind learns of the removal)."""
+    cursor.execute(
+        "UPDATE herdsched_states SET data = NULL, changed = (SELECT changed FROM "
+        "herdsched_namespaces WHERE ns = %s) WHERE ns = %s AND agent = %s AND schedule = %s "
+        "AND data IS NOT NULL",
+        (namespace, namespace, *key),
+    )
 
 
 #: The namespace's change number (0 before its first change), as a sub-query: the lease's

@@ -54,6 +54,7 @@ from herdsched.store.postgres.rows import (
     bump,
     change_number,
     changes_since,
+    clear_state,
     delete_claims,
     insert_claims,
     read_claims,
@@ -73,6 +74,7 @@ __all__ = ["PostgresStateStore"]
 log = logging.getLogger("herdsched")
 
 Key = tuple[str, str]
+Steps = list[Callable[[], object]]  # what brings the view up to a committed change
 _LISTEN_WAIT = 2.0  # seconds watch() waits for the listener's connection
 _stores: weakref.WeakSet[PostgresStateStore] = weakref.WeakSet()
 
@@ -325,20 +327,19 @@ class PostgresStateStore:
         """Forget a schedule's state, committed on return; not while a group commit is on its
         way, which would write the transitions it took after the removal."""
         self._check_open()
+        key = (agent, schedule)
         with self._flushing:
-            with self._db.transaction(f"remove the state of {agent}/{schedule}") as cursor:
-                number = bump(cursor, self.namespace)
-                cursor.execute(
-                    "UPDATE herdsched_states SET data = NULL, changed = %s "
-                    "WHERE ns = %s AND agent = %s AND schedule = %s",
-                    (number, self.namespace, agent, schedule),
-                )
-            with self._mem:
-                self._pending.pop((agent, schedule), None)
-                self._inflight.pop((agent, schedule), None)
-                self._claims.state_removed(agent, schedule)
-                if self._own_write(number):
-                    self._disk.pop((agent, schedule), None)
+            with self._change(f"remove the state of {agent}/{schedule}") as (cursor, adopt):
+                clear_state(cursor, self.namespace, key)
+                adopt.append(lambda: self._disk.pop(key, None))
+            self._state_cleared(key)
+
+    def _state_cleared(self, key: Key) -> None:
+        """A cleared state is committed: forget its uncommitted transitions and held claims."""
+        with self._mem:
+            self._pending.pop(key, None)
+            self._inflight.pop(key, None)
+            self._claims.state_removed(*key)
 
     # -- group commit and claims ------------------------------------------------------------
     def flush(self) -> None:
@@ -596,12 +597,12 @@ class PostgresStateStore:
             return result
 
     @contextlib.contextmanager
-    def _change(self, doing: str) -> Iterator[tuple[Any, list[Callable[[], None]]]]:
+    def _change(self, doing: str) -> Iterator[tuple[Any, Steps]]:
         """One committed change of the namespace: the cursor, after the change number, and a
         list of steps that bring the view up to the change, run (under ``_mem``) once it is
         committed and unless the view adopted it, or something newer, meanwhile. A refused
         change may have met one whose notification is on its way: the next read looks."""
-        adopt: list[Callable[[], None]] = []
+        adopt: Steps = []
         try:
             with self._db.transaction(doing) as cursor:
                 number = bump(cursor, self.namespace)
@@ -615,7 +616,7 @@ class PostgresStateStore:
                     step()
 
     def _write_definition(
-        self, cursor: Any, adopt: list[Callable[[], None]], key: Key, data: Mapping[str, Any] | None
+        self, cursor: Any, adopt: Steps, key: Key, data: Mapping[str, Any] | None
     ) -> None:
         """Write one definition (``None``: delete it); the view follows once it is committed."""
         cursor.execute(
@@ -646,17 +647,26 @@ class PostgresStateStore:
         base: Mapping[str, Any] | None = None,
         check: Precondition | None = None,
     ) -> None:
-        """Store one definition; its preconditions are checked in the writing transaction."""
+        """Store one definition; its preconditions are checked in the writing transaction,
+        which also clears the state a creation's name still has (see the base class)."""
         self._check_open()
         key = (agent, schedule)
         new = _json_definition(definition)
-        with self._change(f"save the definition of {agent}/{schedule}") as (cursor, adopt):
-            current = read_definition(cursor, self.namespace, key)
-            check_preconditions(
-                current, agent, schedule, exists=exists, owner=owner, base=base, check=check
-            )
-            base_json = _json_definition(base) if base is not None else None
-            self._write_definition(cursor, adopt, key, merge_definition(current, base_json, new))
+        creating = exists is False
+        with self._flushing if creating else contextlib.nullcontext():
+            with self._change(f"save the definition of {agent}/{schedule}") as (cursor, adopt):
+                current = read_definition(cursor, self.namespace, key)
+                check_preconditions(
+                    current, agent, schedule, exists=exists, owner=owner, base=base, check=check
+                )
+                base_json = _json_definition(base) if base is not None else None
+                merged = merge_definition(current, base_json, new)
+                self._write_definition(cursor, adopt, key, merged)
+                if creating:
+                    clear_state(cursor, self.namespace, key)
+                    adopt.append(lambda: self._disk.pop(key, None))
+            if creating:
+                self._state_cleared(key)
 
     def delete_definition(
         self,
