@@ -198,7 +198,9 @@ def test_a_run_ending_while_its_schedule_is_removed_does_not_bring_its_state_bac
     sched.add_agent(Agent("bot", job=job, schedules={}))
     ended = threading.Event()
     sched.add_listener(lambda event: ended.set(), ev.JobSucceeded)
-    original = store.remove_schedule_state
+    # a stored definition's removal clears the state only while no namesake is defined
+    removal = "remove_schedule_state_unless_defined" if persist else "remove_schedule_state"
+    original = getattr(store, removal)
 
     def remove_then_let_the_run_end(agent: str, schedule: str) -> None:
         original(agent, schedule)
@@ -209,7 +211,7 @@ def test_a_run_ending_while_its_schedule_is_removed_does_not_bring_its_state_bac
         sched.add_schedule("bot", "brief", Schedule.interval("1h"), persist=persist)
         sched.trigger("bot", "brief")
         assert job.began.wait(10)
-        monkeypatch.setattr(store, "remove_schedule_state", remove_then_let_the_run_end)
+        monkeypatch.setattr(store, removal, remove_then_let_the_run_end)
         sched.remove_schedule("bot", "brief")
         assert sched.wait_until_idle(10)
         store.flush()

@@ -12,6 +12,7 @@ import pytest
 from herdsched.errors import ConflictError
 from herdsched.models import RunRecord, RunStatus, ScheduleState, Status
 from herdsched.store import MemoryStateStore, StateStore, YamlStateStore
+from herdsched.store.base import remove_state_unless_defined
 from herdsched.store.state_codec import PlainYamlCodec
 
 T0 = datetime(2026, 11, 22, 5, 41, 48, 898000, tzinfo=timezone.utc)
@@ -158,20 +159,29 @@ def test_definitions_round_trip(store: StateStore) -> None:
     assert "nightly" not in store.load_definitions().get("a", {})
 
 
-def test_a_creation_starts_from_no_state_and_a_refused_one_clears_nothing(
-    store: StateStore,
-) -> None:
-    # the state a removed schedule of that name left (its removal could not clear it)
-    store.update_schedule_state("a", "s", status="paused", consecutive_failures=2)
-    store.update_schedule_state("a", "t", consecutive_failures=1)
-    store.save_definition("a", "s", {"type": "interval", "interval": "5m"}, exists=False)
-    assert "s" not in store.get_agent_schedule_states("a")
-    store.update_schedule_state("a", "s", last_run_at=T0)  # the new schedule ran
-    with pytest.raises(ConflictError, match="already exists"):
-        store.save_definition("a", "s", {"type": "interval", "interval": "1h"}, exists=False)
-    assert store.get_schedule_state("a", "s").last_run_at == T0
-    store.save_definition("a", "t", {"type": "interval", "interval": "1h"})  # not a creation
-    assert store.get_schedule_state("a", "t").consecutive_failures == 1
+def test_a_state_is_removed_unless_a_definition_of_its_name_is_stored(store: StateStore) -> None:
+    # the state a removed schedule left, and a namesake's, created since, with its first run
+    store.update_schedule_state("a", "gone", status="paused", consecutive_failures=2)
+    store.update_schedule_state("a", "new", last_run_at=T0)
+    store.save_definition("a", "new", {"type": "interval", "interval": "5m"}, exists=False)
+    store.remove_schedule_state_unless_defined("a", "gone")  # type: ignore[attr-defined]
+    store.remove_schedule_state_unless_defined("a", "new")  # type: ignore[attr-defined]
+    store.remove_schedule_state_unless_defined("a", "never")  # type: ignore[attr-defined]
+    assert set(store.get_agent_schedule_states("a")) == {"new"}
+    assert store.get_schedule_state("a", "new").last_run_at == T0
+
+
+def test_without_the_compare_and_remove_the_definitions_are_read_first() -> None:
+    class EarlierStore(MemoryStateStore):
+        remove_schedule_state_unless_defined = None  # a store of the earlier contract
+
+    store = EarlierStore()
+    store.update_schedule_state("a", "gone", consecutive_failures=2)
+    store.update_schedule_state("a", "new", last_run_at=T0)
+    store.save_definition("a", "new", {"type": "interval", "interval": "5m"})
+    for name in ("gone", "new"):
+        remove_state_unless_defined(store, "a", name)
+    assert set(store.get_agent_schedule_states("a")) == {"new"}
 
 
 def test_definitions_are_copies(store: StateStore) -> None:

@@ -33,7 +33,7 @@ from herdsched.engine.recovery import plan_resumed, resets_backoff
 from herdsched.errors import ConflictError, StateError, UnauthorizedError
 from herdsched.models import Schedule, Status, check_schedule_arguments
 from herdsched.revisions import check_revision, schedule_revision, stored_revision_check
-from herdsched.store.base import Precondition
+from herdsched.store.base import Precondition, remove_state_unless_defined
 
 __all__ = ["Changes"]
 
@@ -67,7 +67,7 @@ class Changes:
                 registry.check_owner_limit(core, schedule.owner)
             if persist:
                 mapping = schedule_to_mapping(schedule)
-                # clears the state a removed namesake left, in the same locked write
+                _clear_leftover_state(core, agent, name)
                 core.store.save_definition(agent, name, mapping, exists=False)
             with core.lock:
                 updated = core.agents[agent].with_schedule(name, schedule)
@@ -199,7 +199,10 @@ class Changes:
                 core.agents[agent] = core.agents[agent].without_schedule(name)
                 raced = entry.state is not seen
             if raced:  # a run ended in between and its transition went to the store: remove
-                core.store_call(core.store.remove_schedule_state, agent, name)  # that too
+                if entry.persisted_definition:  # that too, not a namesake's created since
+                    core.store_call(remove_state_unless_defined, core.store, agent, name)
+                else:
+                    core.store_call(core.store.remove_schedule_state, agent, name)
         core.changed()
 
     def pause(self, agent: str, schedule: str | None, owner: str | None) -> None:
@@ -274,7 +277,7 @@ def _clear_removed_state(core: EngineCore, agent: str, name: str) -> None:
     whatever happens here, so a store failure is logged, not raised: raised, it would tell
     the caller that nothing changed."""
     try:
-        core.store.remove_schedule_state(agent, name)
+        remove_state_unless_defined(core.store, agent, name)
     except StateError as exc:
         core.state_error(exc)
         core.log.warning(
@@ -286,6 +289,25 @@ def _clear_removed_state(core: EngineCore, agent: str, name: str) -> None:
             agent,
             name,
         )
+
+
+def _clear_leftover_state(core: EngineCore, agent: str, name: str) -> None:
+    """Before a schedule is created with its name: clear the state a removed schedule of that
+    name left (its removal could not), so the new one starts afresh; with it, the new schedule
+    would take the old one's status (a pause), failures and plan. A compare-and-remove (see
+    :mod:`herdsched.store.base`): a namesake another process created meanwhile keeps its
+    state, and the save refuses ours. When the clearing fails, nothing is created."""
+    if name not in core.store.get_agent_schedule_states(agent):
+        return
+    try:
+        remove_state_unless_defined(core.store, agent, name)
+    except StateError as exc:
+        core.state_error(exc)
+        raise StateError(
+            f"{agent}/{name} was not created: the state a removed schedule of that name left "
+            f"could not be cleared ({exc})",
+            exc.path,
+        ) from exc
 
 
 def _write_intent(core: EngineCore, entry: Entry, done: str, **changes: Any) -> None:

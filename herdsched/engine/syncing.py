@@ -20,6 +20,7 @@ from herdsched.engine.recovery import plan_resumed, resets_backoff
 from herdsched.engine.registry import drop_entry, install_entry, stored_definitions
 from herdsched.engine.requests import RunRequests
 from herdsched.models import Status
+from herdsched.store.base import remove_state_unless_defined
 from herdsched.store.deadline import held
 
 __all__ = ["OtherProcesses"]
@@ -132,8 +133,9 @@ class OtherProcesses:
         for schedule_name in gone:
             drop_entry(core, agent_name, schedule_name, forget_state=False)
             core.agents[agent_name] = core.agents[agent_name].without_schedule(schedule_name)
-            if core.leading:  # the state a commit of ours wrote after the removal goes too
-                core.store_call(core.store.remove_schedule_state, agent_name, schedule_name)
+            if core.leading:  # the state a commit of ours wrote after the removal goes too,
+                # not the state of a namesake created since
+                core.store_call(remove_state_unless_defined, core.store, agent_name, schedule_name)
         for schedule_name, schedule in stored_definitions(core, agent_name).items():
             entry = core.entries.get((agent_name, schedule_name))
             if entry is not None and not entry.persisted_definition:

@@ -39,6 +39,15 @@ A store shared by processes may also show its claims to the others, with an opti
 taking none over. A run the active scheduler started is then found ``running`` by any process
 from its claim on, not only once the group commit wrote its start
 (:func:`herdsched.store.runs.find_run`).
+
+A store shared by processes should also offer a compare-and-remove,
+``remove_schedule_state_unless_defined(agent: str, schedule: str) -> None``: what
+:meth:`StateStore.remove_schedule_state` does, unless a definition of that name is stored,
+looked at in the same locked step that a creation's compare-and-set holds. The scheduler clears
+with it the state a removed run-time schedule leaves (after the removal, and before a creation
+of that name), so a namesake another process creates and runs meanwhile keeps its state.
+Without it the scheduler reads the definitions first, then removes
+(:func:`remove_state_unless_defined`).
 """
 
 from __future__ import annotations
@@ -71,6 +80,7 @@ __all__ = [
     "leaves_user_intent",
     "merged_history",
     "newest_first",
+    "remove_state_unless_defined",
 ]
 
 #: Statuses set by people (or auto-disable) that a pending run transition must not undo.
@@ -347,12 +357,6 @@ class StateStore(Protocol):
         ``ConflictError``. ``check``, last, is the caller's own precondition: called with the
         stored definition (``None``: there is none) inside the same locked write, it raises to
         refuse it (a change made from a given revision, :mod:`herdsched.revisions`).
-
-        A creation (``exists=False``) starts the schedule from no state: a state its name
-        still has, which a removed schedule of that name left (its removal could not clear
-        it), is cleared in the same locked write, so no other process's creation of that name
-        can come in between (of two, the one refused clears nothing). When the clearing fails
-        nothing is created (:class:`~herdsched.errors.StateError` saying so).
         """
 
     def delete_definition(
@@ -426,3 +430,15 @@ class StateStore(Protocol):
     # -- lifecycle ------------------------------------------------------------------------
     def close(self) -> None:
         """Flush and release resources; the store may not be used afterwards."""
+
+
+def remove_state_unless_defined(store: StateStore, agent: str, schedule: str) -> None:
+    """Remove the state of ``agent/schedule`` unless a definition of that name is stored: the
+    store's compare-and-remove when it has one (see the module docstring), else a read of the
+    definitions, then the removal, with a step between them that a creation elsewhere can
+    fall into."""
+    remove = getattr(store, "remove_schedule_state_unless_defined", None)
+    if remove is not None:
+        remove(agent, schedule)
+    elif schedule not in store.load_definitions().get(agent, {}):
+        store.remove_schedule_state(agent, schedule)

@@ -15,9 +15,10 @@ definitions themselves are stored as given; validating them is the scheduler's j
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
@@ -249,6 +250,22 @@ class DefinitionsFile:
         """Move a definition to the ``rejected`` list with its reason (no-op when gone)."""
         self._modify(agent, schedule, None, exists=None, owner=None, reason=reason)
 
+    def unless_defined(self, agent: str, schedule: str, action: Callable[[], None]) -> None:
+        """Call ``action`` unless a definition of ``agent/schedule`` is stored, holding the
+        file's lock throughout: no creation of that name comes in between."""
+        with self._locked() as doc:
+            if doc.definitions.get(agent, {}).get(schedule) is None:
+                action()
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[DefinitionsDoc]:
+        """Hold the file's lock, with what every process wrote read (a locked step's start)."""
+        with self._io, self.file.lock:
+            if self.file.changed():
+                self._doc = self.file.load_locked(_parse_content) or _empty()
+                self._absorbed = True
+            yield self._doc
+
     def rejected(self) -> list[RejectedDefinition]:
         with self._io:
             self._reload()
@@ -268,11 +285,7 @@ class DefinitionsFile:
     ) -> None:
         """One locked read-check-write of the file: the preconditions hold against what every
         process wrote, or nothing is written."""
-        with self._io, self.file.lock:
-            if self.file.changed():
-                self._doc = self.file.load_locked(_parse_content) or _empty()
-                self._absorbed = True
-            doc = self._doc
+        with self._locked() as doc:
             current = doc.definitions.get(agent, {}).get(schedule)
             check_preconditions(
                 current, agent, schedule, exists=exists, owner=owner, base=base, check=check

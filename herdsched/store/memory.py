@@ -89,6 +89,11 @@ class MemoryStateStore:
         with self._lock:
             self._states.get(agent, {}).pop(schedule, None)
 
+    def remove_schedule_state_unless_defined(self, agent: str, schedule: str) -> None:
+        with self._lock:
+            if schedule not in self._definitions.get(agent, {}):
+                self._states.get(agent, {}).pop(schedule, None)
+
     def purge_history(self, agent: str, schedule: str) -> None:
         with self._lock:
             self._history.pop((agent, schedule), None)
@@ -192,8 +197,6 @@ class MemoryStateStore:
             check_preconditions(
                 current, agent, schedule, exists=exists, owner=owner, base=base, check=check
             )
-            if exists is False:  # a new schedule starts from no state (see the base class)
-                self._states.get(agent, {}).pop(schedule, None)
             merged = merge_definition(current, base, definition)
             self._definitions.setdefault(agent, {})[schedule] = merged
 

@@ -445,6 +445,15 @@ class YamlStateStore:
             self._records_first()
             self._write({(agent, schedule): None})
 
+    def remove_schedule_state_unless_defined(self, agent: str, schedule: str) -> None:
+        """:meth:`remove_schedule_state` unless ``schedules.yaml`` holds a definition of that
+        name, looked at under its lock, which every creation holds (see the base module)."""
+        self._check_open()
+        self._ensure_dir()
+        self._definitions.unless_defined(
+            agent, schedule, lambda: self.remove_schedule_state(agent, schedule)
+        )
+
     def purge_history(self, agent: str, schedule: str) -> None:
         """Delete one schedule's run history, pending records included (durable on return)."""
         self._check_open()
@@ -700,15 +709,9 @@ class YamlStateStore:
         base: Mapping[str, Any] | None = None,
         check: Precondition | None = None,
     ) -> None:
-        """Store one definition, its preconditions checked under the file lock; durable.
-
-        A creation (``exists=False``) clears the state its name still has while it holds the
-        lock of ``schedules.yaml``: no other process can create and run that name meanwhile,
-        so the state cleared is one a removed namesake left, never the new schedule's."""
+        """Store one definition, its preconditions checked under the file lock; durable."""
         self._check_open()
         self._ensure_dir()
-        if exists is False:
-            check = _clearing_the_state_left(self, agent, schedule, check)
         self._definitions.save(
             agent, schedule, definition, exists=exists, owner=owner, base=base, check=check
         )
@@ -805,27 +808,3 @@ def _keep_user_intent(disk: StateDoc, agent: str, name: str, patch: dict[str, An
             "Keeping %s/%s %s over the pending %s", agent, name, stored.status, patch["status"]
         )
         del patch["status"]
-
-
-def _clearing_the_state_left(
-    store: YamlStateStore, agent: str, schedule: str, check: Precondition | None
-) -> Precondition:
-    """``check``, then the clearing of the state a removed schedule of that name left (its
-    removal could not): a precondition of the creation, so a clearing that fails (a full disk)
-    creates nothing and says why."""
-
-    def clear(current: Mapping[str, Any] | None) -> None:
-        if check is not None:
-            check(current)
-        if schedule not in store.get_agent_schedule_states(agent):
-            return
-        try:
-            store.remove_schedule_state(agent, schedule)
-        except StateError as exc:
-            raise StateError(
-                f"{agent}/{schedule} was not created: the state a removed schedule of that "
-                f"name left could not be cleared ({exc})",
-                exc.path,
-            ) from exc
-
-    return clear

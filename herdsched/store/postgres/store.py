@@ -326,20 +326,27 @@ class PostgresStateStore:
     def remove_schedule_state(self, agent: str, schedule: str) -> None:
         """Forget a schedule's state, committed on return; not while a group commit is on its
         way, which would write the transitions it took after the removal."""
-        self._check_open()
-        key = (agent, schedule)
-        with self._flushing:
-            with self._change(f"remove the state of {agent}/{schedule}") as (cursor, adopt):
-                clear_state(cursor, self.namespace, key)
-                adopt.append(lambda: self._disk.pop(key, None))
-            self._state_cleared(key)
+        self._remove_state((agent, schedule), unless_defined=False)
 
-    def _state_cleared(self, key: Key) -> None:
-        """A cleared state is committed: forget its uncommitted transitions and held claims."""
-        with self._mem:
-            self._pending.pop(key, None)
-            self._inflight.pop(key, None)
-            self._claims.state_removed(*key)
+    def remove_schedule_state_unless_defined(self, agent: str, schedule: str) -> None:
+        """:meth:`remove_schedule_state` unless a definition of that name is stored, checked
+        in the same transaction (see the base module): creations take the namespace's row
+        first as well, so none comes in between."""
+        self._remove_state((agent, schedule), unless_defined=True)
+
+    def _remove_state(self, key: Key, *, unless_defined: bool) -> None:
+        """Clear one state in a change of its own, then forget what this process held of it."""
+        self._check_open()
+        with self._flushing:
+            with self._change(f"remove the state of {key[0]}/{key[1]}") as (cursor, adopt):
+                removed = clear_state(cursor, self.namespace, key, unless_defined=unless_defined)
+                if removed:
+                    adopt.append(lambda: self._disk.pop(key, None))
+            if removed:  # this process forgets the uncommitted transitions and held claims
+                with self._mem:
+                    self._pending.pop(key, None)
+                    self._inflight.pop(key, None)
+                    self._claims.state_removed(*key)
 
     # -- group commit and claims ------------------------------------------------------------
     def flush(self) -> None:
@@ -647,26 +654,17 @@ class PostgresStateStore:
         base: Mapping[str, Any] | None = None,
         check: Precondition | None = None,
     ) -> None:
-        """Store one definition; its preconditions are checked in the writing transaction,
-        which also clears the state a creation's name still has (see the base class)."""
+        """Store one definition; its preconditions are checked in the writing transaction."""
         self._check_open()
         key = (agent, schedule)
         new = _json_definition(definition)
-        creating = exists is False
-        with self._flushing if creating else contextlib.nullcontext():
-            with self._change(f"save the definition of {agent}/{schedule}") as (cursor, adopt):
-                current = read_definition(cursor, self.namespace, key)
-                check_preconditions(
-                    current, agent, schedule, exists=exists, owner=owner, base=base, check=check
-                )
-                base_json = _json_definition(base) if base is not None else None
-                merged = merge_definition(current, base_json, new)
-                self._write_definition(cursor, adopt, key, merged)
-                if creating:
-                    clear_state(cursor, self.namespace, key)
-                    adopt.append(lambda: self._disk.pop(key, None))
-            if creating:
-                self._state_cleared(key)
+        with self._change(f"save the definition of {agent}/{schedule}") as (cursor, adopt):
+            current = read_definition(cursor, self.namespace, key)
+            check_preconditions(
+                current, agent, schedule, exists=exists, owner=owner, base=base, check=check
+            )
+            base_json = _json_definition(base) if base is not None else None
+            self._write_definition(cursor, adopt, key, merge_definition(current, base_json, new))
 
     def delete_definition(
         self,
