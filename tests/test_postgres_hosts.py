@@ -203,6 +203,12 @@ def await_leader(fleet: Fleet, fault: str, since: datetime, started: float,
     return lease
 
 
+def but(fleet: Fleet, pid: int) -> set[int]:
+    """Every process of the fleet but ``pid``: with a 2 s lease on a loaded machine the lead
+    may change hands once more after a takeover, which is no fault (no slot runs twice)."""
+    return {proc.pid for proc in fleet.procs if proc.pid != pid}
+
+
 def assert_runs_go_on(fleet: Fleet, after: datetime, pids: set[int]) -> None:
     """Runs of slots later than ``after`` happen in one of ``pids``, for two schedules."""
 
@@ -245,7 +251,7 @@ def test_a_killed_leader_is_replaced_within_the_ttl_and_nothing_acknowledged_is_
     fleet.proc(first.pid).wait(10)
     lease = await_leader(fleet, "kill -9 of the leader", since, started, not_pid=first.pid)
     assert lease.epoch > first.epoch
-    assert_runs_go_on(fleet, killed_wall, {lease.pid})
+    assert_runs_go_on(fleet, killed_wall, but(fleet, first.pid))
     assert_acknowledged_kept(fleet, paused_from, run_id)
     # the run-now the killed leader ran (its outcome perhaps not yet recorded) is not run again
     assert [slot for _, _, slot in fleet.rows()].count(ran_before) == 1
@@ -270,7 +276,7 @@ def test_a_stopped_leader_is_replaced_and_after_sigcont_its_claims_are_refused(
         run_id = queued.result(timeout=TTL + 10)
     assert lease.epoch > first.epoch
     time.sleep(max(0.0, TTL + 2.5 - (time.monotonic() - started)))
-    assert_runs_go_on(fleet, stopped_wall, {lease.pid})
+    assert_runs_go_on(fleet, stopped_wall, but(fleet, first.pid))
     os.kill(first.pid, signal.SIGCONT)
     assert wait_for(lambda: "lost the lead" in fleet.log_of(first.pid), timeout=10)
     time.sleep(2.0)  # the woken leader has had every chance to run something
@@ -284,9 +290,8 @@ def test_a_stopped_leader_is_replaced_and_after_sigcont_its_claims_are_refused(
     ]
     assert late == [], late
     current = fleet.lease()
-    assert current is not None and current.pid == lease.pid
-    # runs go on; with a 2 s lease on a loaded machine the lead may change hands once more
-    # (seen in a clean-clone run beside other load), which is no fault: no slot runs twice
+    assert current is not None and current.pid != first.pid
+    # runs go on (in any process: see but())
     assert_runs_go_on(fleet, datetime.now().astimezone(), {proc.pid for proc in fleet.procs})
     assert_acknowledged_kept(fleet, paused_from, run_id)
     fleet.assert_no_slot_twice()
@@ -314,8 +319,9 @@ def test_a_leader_stalled_at_a_fenced_write_is_replaced_and_after_sigcont_runs_n
     doing = "before a claim" if where == "before" else "inside a commit"
     lease = await_leader(fleet, f"the leader stalled {doing}", since, started,
                          not_pid=first.pid)  # fmt: skip
+    assert lease.epoch > first.epoch
     time.sleep(max(0.0, TTL + 2.5 - (time.monotonic() - started)))
-    assert_runs_go_on(fleet, stopped_wall, {lease.pid})
+    assert_runs_go_on(fleet, stopped_wall, but(fleet, first.pid))
     resumed_at = len(fleet.rows())
     os.kill(first.pid, signal.SIGCONT)
     assert wait_for(lambda: "The write made after the stall failed" in fleet.log_of(first.pid))
@@ -323,7 +329,7 @@ def test_a_leader_stalled_at_a_fenced_write_is_replaced_and_after_sigcont_runs_n
     time.sleep(2.0)  # the woken leader has had every chance to run something
     assert [row for row in fleet.rows()[resumed_at:] if row[0] == first.pid] == []
     current = fleet.lease()
-    assert current is not None and current.pid == lease.pid
+    assert current is not None and current.pid != first.pid
     fleet.assert_no_slot_twice()
 
 
