@@ -215,7 +215,8 @@ def assert_runs_go_on(fleet: Fleet, after: datetime, pids: set[int]) -> None:
     def later() -> set[str]:
         return {name for pid, name, slot in fleet.timed_rows() if slot > after and pid in pids}
 
-    assert wait_for(lambda: {"tick", "every"} <= later(), timeout=15), fleet.rows()[-10:]
+    went_on = wait_for(lambda: {"tick", "every"} <= later(), timeout=15)
+    assert went_on, f"{fleet.rows()[-10:]}\n{fleet.log_tails()}"
 
 
 def assert_acknowledged_kept(fleet: Fleet, paused_from: datetime, run_id: str) -> None:
