@@ -470,3 +470,37 @@ def test_a_standby_taking_over_does_not_bring_back_what_the_leader_removed(
         assert "gone" not in store.get_agent_schedule_states("bot")
     finally:
         store.close()
+
+
+def test_a_namesake_created_elsewhere_while_the_leader_removes_the_schedule_starts_afresh(
+    store_factory: Callable[[], StateStore], clock: FakeClock
+) -> None:
+    """The leader removed a schedule whose failed run's end was still waiting for its group
+    commit, and another process created the name right after the definition's deletion: the
+    compare-and-remove left the namesake's state alone, and the removed run's pending end with
+    it, which the next commit wrote into the namesake (auto-disabled by another schedule's
+    failure, it never ran)."""
+    job = Recorder(lambda info: (_ for _ in ()).throw(RuntimeError("the removed one failed")))
+    sched, other = _leader_and_another(store_factory, clock, job)
+    delete = sched.store.delete_definition
+
+    def delete_then_created_elsewhere(*args: Any, **kwargs: Any) -> None:
+        delete(*args, **kwargs)
+        other.add_schedule("bot", "brief", Schedule.cron("0 12 * * *"), persist=True)
+
+    try:
+        sched.add_schedule("bot", "brief", Schedule.manual(), persist=True)
+        sched.trigger("bot", "brief")
+        assert sched.wait_until_idle(10)  # its end waits for the group commit
+        sched.store.delete_definition = delete_then_created_elsewhere  # type: ignore[method-assign]
+        sched.remove_schedule("bot", "brief")
+        sched.store.flush()
+        sched.refresh()  # takes the namesake in
+        after = sched.store.get_schedule_state("bot", "brief")
+        assert (after.consecutive_failures, after.last_error, after.last_run_at) == (0, None, None)
+        (status,) = [s for s in sched.get_status().schedules if s.schedule == "brief"]
+        assert (status.status, status.next_run_at) == (Status.IDLE, T0 + timedelta(hours=3))
+    finally:
+        for each in (other, sched):
+            each.stop()
+            each.store.close()

@@ -171,6 +171,21 @@ def test_a_state_is_removed_unless_a_definition_of_its_name_is_stored(store: Sta
     assert store.get_schedule_state("a", "new").last_run_at == T0
 
 
+def test_the_compare_and_remove_drops_what_this_process_has_not_committed_of_that_name(
+    store: StateStore,
+) -> None:
+    if isinstance(store, MemoryStateStore):
+        pytest.skip("the memory store commits every transition at once")
+    store.update_schedule_state("a", "new", last_run_at=T0)  # a namesake's, created elsewhere
+    store.save_definition("a", "new", {"type": "interval", "interval": "5m"})
+    store.record_transition("a", "new", consecutive_failures=5)  # the removed one's end
+    store.remove_schedule_state_unless_defined("a", "new")  # type: ignore[attr-defined]
+    assert store.get_schedule_state("a", "new").consecutive_failures == 0
+    store.flush()
+    stored = store.get_schedule_state("a", "new")
+    assert (stored.last_run_at, stored.consecutive_failures) == (T0, 0)
+
+
 def test_without_the_compare_and_remove_the_definitions_are_read_first() -> None:
     class EarlierStore(MemoryStateStore):
         remove_schedule_state_unless_defined = None  # a store of the earlier contract

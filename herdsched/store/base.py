@@ -43,11 +43,15 @@ from its claim on, not only once the group commit wrote its start
 A store shared by processes should also offer a compare-and-remove,
 ``remove_schedule_state_unless_defined(agent: str, schedule: str) -> None``: what
 :meth:`StateStore.remove_schedule_state` does, unless a definition of that name is stored,
-looked at in the same locked step that a creation's compare-and-set holds. The scheduler clears
-with it the state a removed run-time schedule leaves (after the removal, and before a creation
-of that name), so a namesake another process creates and runs meanwhile keeps its state.
-Without it the scheduler reads the definitions first, then removes
-(:func:`remove_state_unless_defined`).
+looked at in the same locked step that a creation's compare-and-set holds. Either way the
+transitions of that name this process has not committed are dropped and the claims it holds
+for its runs are taken for a removed schedule's: the caller has no schedule of that name (it
+removed it, or is about to create it), so they are the removed one's and must not land in a
+namesake's state. The scheduler clears with it the state a removed run-time schedule leaves
+(after the removal, and before a creation of that name), so a namesake another process creates
+and runs meanwhile keeps its state and starts afresh. Without it the scheduler reads the
+definitions first, then removes (:func:`remove_state_unless_defined`), and a creation
+elsewhere can fall between the two.
 """
 
 from __future__ import annotations

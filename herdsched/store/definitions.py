@@ -250,12 +250,11 @@ class DefinitionsFile:
         """Move a definition to the ``rejected`` list with its reason (no-op when gone)."""
         self._modify(agent, schedule, None, exists=None, owner=None, reason=reason)
 
-    def unless_defined(self, agent: str, schedule: str, action: Callable[[], None]) -> None:
-        """Call ``action`` unless a definition of ``agent/schedule`` is stored, holding the
-        file's lock throughout: no creation of that name comes in between."""
+    def look_then(self, agent: str, schedule: str, then: Callable[[bool], None]) -> None:
+        """Call ``then`` with whether a definition of ``agent/schedule`` is stored, holding
+        the file's lock throughout: no creation of that name comes in between."""
         with self._locked() as doc:
-            if doc.definitions.get(agent, {}).get(schedule) is None:
-                action()
+            then(doc.definitions.get(agent, {}).get(schedule) is not None)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[DefinitionsDoc]:

@@ -90,6 +90,7 @@ class MemoryStateStore:
             self._states.get(agent, {}).pop(schedule, None)
 
     def remove_schedule_state_unless_defined(self, agent: str, schedule: str) -> None:
+        """Nothing is ever pending here: a namesake's state is all there is of that name."""
         with self._lock:
             if schedule not in self._definitions.get(agent, {}):
                 self._states.get(agent, {}).pop(schedule, None)

@@ -274,11 +274,15 @@ class YamlStateStore:
                     del patch["status"]
             self._disk = disk
             self._absorbed = True
-            view = {agent: dict(states) for agent, states in disk.states.items()}
-            for (agent, name), patch in self._pending.items():
-                base = view.get(agent, {}).get(name) or ScheduleState()
-                view.setdefault(agent, {})[name] = evolve(base, **patch)
-            self._view = view
+            self._rebuild_view()
+
+    def _rebuild_view(self) -> None:
+        """The view: the state last read, the pending transitions over it (holds ``_mem``)."""
+        view = {agent: dict(states) for agent, states in self._disk.states.items()}
+        for (agent, name), patch in self._pending.items():
+            base = view.get(agent, {}).get(name) or ScheduleState()
+            view.setdefault(agent, {})[name] = evolve(base, **patch)
+        self._view = view
 
     def _shows_run(self, agent: str, schedule: str, run_at: datetime, latest: bool) -> RunShown:
         """What this store's state (pending transitions included) shows of the run of a
@@ -447,12 +451,23 @@ class YamlStateStore:
 
     def remove_schedule_state_unless_defined(self, agent: str, schedule: str) -> None:
         """:meth:`remove_schedule_state` unless ``schedules.yaml`` holds a definition of that
-        name, looked at under its lock, which every creation holds (see the base module)."""
+        name, looked at under its lock, which every creation holds; this process's pending
+        transitions of that name go either way (see the base module)."""
         self._check_open()
         self._ensure_dir()
-        self._definitions.unless_defined(
-            agent, schedule, lambda: self.remove_schedule_state(agent, schedule)
-        )
+
+        def remove(defined: bool) -> None:
+            if not defined:
+                self.remove_schedule_state(agent, schedule)
+                return
+            with self._io:  # a namesake's stored state stays; what is pending here does not
+                with self._mem:
+                    if self._pending.pop((agent, schedule), None) is not None:
+                        self._rebuild_view()
+                        self._settle()
+                self._claims.state_removed(agent, schedule)
+
+        self._definitions.look_then(agent, schedule, remove)
 
     def purge_history(self, agent: str, schedule: str) -> None:
         """Delete one schedule's run history, pending records included (durable on return)."""
@@ -582,7 +597,7 @@ class YamlStateStore:
             runs += len(self._pending_runs)
             self._pending, self._pending_runs = {}, []
             self._settle()
-            self._view = {agent: dict(view) for agent, view in self._disk.states.items()}
+            self._rebuild_view()
         log_lost_work(states, runs, self.state_dir)
 
     def flush_deadline(self) -> float | None:

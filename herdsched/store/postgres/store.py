@@ -335,18 +335,19 @@ class PostgresStateStore:
         self._remove_state((agent, schedule), unless_defined=True)
 
     def _remove_state(self, key: Key, *, unless_defined: bool) -> None:
-        """Clear one state in a change of its own, then forget what this process held of it."""
+        """Clear one state in a change of its own; what this process has not committed of
+        that name, and the claims it holds, go either way (the caller has no such schedule)."""
         self._check_open()
         with self._flushing:
-            with self._change(f"remove the state of {key[0]}/{key[1]}") as (cursor, adopt):
+            with self._db.transaction(f"remove the state of {key[0]}/{key[1]}") as cursor:
+                number = bump(cursor, self.namespace)
                 removed = clear_state(cursor, self.namespace, key, unless_defined=unless_defined)
-                if removed:
-                    adopt.append(lambda: self._disk.pop(key, None))
-            if removed:  # this process forgets the uncommitted transitions and held claims
-                with self._mem:
-                    self._pending.pop(key, None)
-                    self._inflight.pop(key, None)
-                    self._claims.state_removed(*key)
+            with self._mem:
+                self._pending.pop(key, None)
+                self._inflight.pop(key, None)
+                self._claims.state_removed(*key)
+                if self._own_write(number) and removed:
+                    self._disk.pop(key, None)
 
     # -- group commit and claims ------------------------------------------------------------
     def flush(self) -> None:
