@@ -105,9 +105,12 @@ def test_a_user_intent_write_that_fails_changes_nothing_and_says_so() -> None:
         sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1m")}))
         sched.start()
         step(sched)
+        errors: list[StateErrorOccurred] = []
+        sched.add_listener(errors.append, StateErrorOccurred)
         store.broken = True
         with pytest.raises(StateError, match=r"a/s was not paused: .*nothing changed"):
             sched.pause("a", "s")
+        assert any(e.schedule == "s" for e in errors)  # heard at once, not at the next pass
         assert sched.get_status().schedules[0].status is not Status.PAUSED
         store.broken = False
         step(sched, clock, "5m")
@@ -279,8 +282,11 @@ def test_a_schedule_created_over_a_state_its_removed_namesake_left_starts_afresh
         sched.add_schedule("a", "rt", Schedule.interval("1h"), persist=True)
         sched.pause("a", "rt")
         sched.remove_schedule("a", "rt")  # its paused state stays behind
+        errors: list[StateErrorOccurred] = []
+        sched.add_listener(errors.append, StateErrorOccurred)
         with pytest.raises(StateError, match="a/rt was not created: the state a removed"):
             sched.add_schedule("a", "rt", Schedule.interval("5m"), persist=True)
+        assert [e.error for e in errors] == ["No space left on device"]  # a store failure too
         assert "rt" not in sched.get_agent("a").schedules
         assert "rt" not in store.load_definitions().get("a", {})
         store.fails = False

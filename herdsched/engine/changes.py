@@ -54,7 +54,7 @@ class Changes:
         the name: of two concurrent creations exactly one wins)."""
         core = self.core
         self.adopt()
-        with core.changes:
+        with core.change():
             with core.lock:
                 current = core.require_agent(agent)
                 registry.validate_schedule(core, agent, name, schedule)
@@ -73,7 +73,6 @@ class Changes:
                 updated = core.agents[agent].with_schedule(name, schedule)
                 core.agents[agent] = updated
                 registry.install_entry(core, updated, name, schedule, persisted=persist)
-        core.changed()
 
     def update_schedule(
         self,
@@ -129,7 +128,7 @@ class Changes:
         only if the definition still has that revision, here and in the store's write."""
         core = self.core
         self.adopt()
-        with core.changes:
+        with core.change():
             with core.lock:
                 entry = core.require_entry(agent, name)
                 registry.check_owner(entry, owner)
@@ -166,7 +165,6 @@ class Changes:
                 elif toggled and not entry.planned_by_its_run:  # as a pause or resume
                     plan_resumed(core, entry, core.clock.now())
                 core.persist_description(entry)
-        core.changed()
         return schedule
 
     def remove_schedule(
@@ -176,7 +174,7 @@ class Changes:
         ``if_revision`` as for :meth:`update_schedule`."""
         core = self.core
         self.adopt()
-        with core.changes:
+        with core.change():
             with core.lock:
                 entry = core.require_entry(agent, name)
                 registry.check_owner(entry, owner)
@@ -203,7 +201,6 @@ class Changes:
                     core.store_call(remove_state_unless_defined, core.store, agent, name)
                 else:
                     core.store_call(core.store.remove_schedule_state, agent, name)
-        core.changed()
 
     def pause(self, agent: str, schedule: str | None, owner: str | None) -> None:
         """Pause one schedule or every schedule of the agent; durable before memory changes.
@@ -211,7 +208,7 @@ class Changes:
         A completed once schedule stays completed: paused, a resume would run it again."""
         core = self.core
         self.adopt()
-        with core.changes:
+        with core.change():
             for entry in self._targets(agent, schedule, owner):
                 if entry.state.status is Status.COMPLETED:
                     continue
@@ -222,7 +219,6 @@ class Changes:
                 core.emit(
                     ev.SchedulePaused(at=core.clock.now(), agent=entry.agent, schedule=entry.name)
                 )
-        core.changed()
 
     def resume(self, agent: str, schedule: str | None, owner: str | None) -> None:
         """Resume paused or auto-disabled schedules (status idle, failures reset)."""
@@ -233,7 +229,7 @@ class Changes:
             "consecutive_failures": 0,
             "disabled_reason": None,
         }
-        with core.changes:
+        with core.change():
             for entry in self._targets(agent, schedule, owner):
                 if entry.state.status is Status.COMPLETED:
                     continue
@@ -243,7 +239,6 @@ class Changes:
                 core.emit(
                     ev.ScheduleResumed(at=core.clock.now(), agent=entry.agent, schedule=entry.name)
                 )
-        core.changed()
 
     def _plan_resumed(self, entry: Entry, changes: dict[str, Any]) -> None:
         """Memory after a resume: a due time that passed while paused follows the catch-up

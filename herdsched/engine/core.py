@@ -17,7 +17,7 @@ import contextlib
 import logging
 import random
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -266,6 +266,17 @@ class EngineCore:
     def emit(self, event: ev.Event) -> None:
         """Collect ``event``; it is delivered once no lock is held (see :meth:`changed`)."""
         self.listeners.collect(event)
+
+    @contextlib.contextmanager
+    def change(self) -> Iterator[None]:
+        """Hold ``changes`` for one change of the fleet; the plan is woken and the events
+        collected are delivered on the way out, also when the change failed (a store error's
+        event would otherwise wait for the next timer pass)."""
+        try:
+            with self.changes:
+                yield
+        finally:
+            self.changed()
 
     def changed(self) -> None:
         """The plan changed: wake the timer and deliver what was collected (no lock held)."""
