@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -296,53 +298,68 @@ def test_a_schedule_created_over_a_state_its_removed_namesake_left_starts_afresh
         assert status.consecutive_failures == 0
 
 
+@contextmanager
+def two_processes(
+    tmp_path: Path, clock: FakeClock, job: Recorder, *, first_lock_timeout: float = 10.0
+) -> Iterator[tuple[ThreadedScheduler, ThreadedScheduler]]:
+    """Two started schedulers of agent ``bot`` on one state directory, as two processes, the
+    first leading (its store waits ``first_lock_timeout`` for a lock); stopped afterwards."""
+    from herdsched.store.yaml_store import YamlStateStore
+    from herdsched.testing import as_separate_processes
+
+    first, second = (
+        ThreadedScheduler(
+            store=YamlStateStore(tmp_path, clock=clock, lock_timeout=timeout),
+            clock=clock,
+            timezone="UTC",
+        )
+        for timeout in (first_lock_timeout, 10.0)
+    )
+    for each in (first, second):
+        each.add_agent(Agent("bot", job=job, schedules={}))
+    with as_separate_processes():
+        first.start()
+        second.start()
+    try:
+        yield first, second
+    finally:
+        for each in (second, first):
+            each.stop()
+            each.store.close()
+
+
 def test_a_schedule_created_over_a_leftover_state_runs_its_first_slot_once(
     tmp_path: Path,
 ) -> None:
     """The leftover state was cleared after the definition was written: a leader in another
     process that took the new schedule in and ran it in between had that run's state cleared,
     took the schedule for one removed and created again, and ran the slot a second time."""
-    from herdsched.store.yaml_store import YamlStateStore
-    from herdsched.testing import as_separate_processes
-
-    clock = FakeClock(T0)
     release = threading.Event()
     job = Recorder(lambda info: release.wait(10))
-    leader, creator = (
-        ThreadedScheduler(store=YamlStateStore(tmp_path, clock=clock), clock=clock, timezone="UTC")
-        for _ in "ab"
-    )
-    for each in (leader, creator):
-        each.add_agent(Agent("bot", job=job, schedules={}))
-    with as_separate_processes():
-        leader.start()
-        creator.start()
-    # what a removed namesake left: its removal could not clear its state
-    creator.store.update_schedule_state("bot", "brief", status="idle", consecutive_failures=2)
-    save = creator.store.save_definition
+    with two_processes(tmp_path, FakeClock(T0), job) as (leader, creator):
+        # what a removed namesake left: its removal could not clear its state
+        creator.store.update_schedule_state("bot", "brief", status="idle", consecutive_failures=2)
+        save = creator.store.save_definition
 
-    def save_then_the_leader_runs_it(*args: Any, **kwargs: Any) -> None:
-        save(*args, **kwargs)
-        leader.refresh()
-        leader.run_pending()  # the new schedule's first run starts
-        assert wait_until(lambda: job.calls)
-        leader.store.flush()
+        def save_then_the_leader_runs_it(*args: Any, **kwargs: Any) -> None:
+            save(*args, **kwargs)
+            leader.refresh()
+            leader.run_pending()  # the new schedule's first run starts
+            assert wait_until(lambda: job.calls)
+            leader.store.flush()
 
-    creator.store.save_definition = save_then_the_leader_runs_it  # type: ignore[method-assign]
-    try:
-        creator.add_schedule("bot", "brief", Schedule.interval("1h"), persist=True)
-        leader.refresh()
-        leader.run_pending()
-        release.set()
-        assert leader.wait_until_idle(10)
-        leader.run_pending()
-        assert leader.wait_until_idle(10)
-        assert len(job.calls) == 1
-    finally:
-        release.set()
-        for each in (creator, leader):
-            each.stop()
-            each.store.close()
+        creator.store.save_definition = save_then_the_leader_runs_it  # type: ignore[method-assign]
+        try:
+            creator.add_schedule("bot", "brief", Schedule.interval("1h"), persist=True)
+            leader.refresh()
+            leader.run_pending()
+            release.set()
+            assert leader.wait_until_idle(10)
+            leader.run_pending()
+            assert leader.wait_until_idle(10)
+            assert len(job.calls) == 1
+        finally:
+            release.set()
 
 
 def test_a_creation_clearing_the_state_a_namesake_left_wipes_no_other_creation(
@@ -353,53 +370,32 @@ def test_a_creation_clearing_the_state_a_namesake_left_wipes_no_other_creation(
     first run's state cleared, and the first creation was refused (the name was taken). The
     clearing is now a compare-and-remove under the lock every creation takes: the other
     creation waits for it (here for 0.05 s, then gives up)."""
-    from herdsched.store.yaml_store import YamlStateStore
-    from herdsched.testing import as_separate_processes
-
-    clock = FakeClock(T0)
     job = Recorder()
-    other, creator = (
-        ThreadedScheduler(
-            store=YamlStateStore(tmp_path, clock=clock, lock_timeout=timeout),
-            clock=clock,
-            timezone="UTC",
-        )
-        for timeout in (0.05, 10.0)
-    )
-    for each in (other, creator):
-        each.add_agent(Agent("bot", job=job, schedules={}))
-    with as_separate_processes():
-        other.start()  # leads
-        creator.start()
-    # what a removed namesake left: its removal could not clear its state
-    creator.store.update_schedule_state("bot", "brief", status="idle", consecutive_failures=2)
-    remove = creator.store.remove_schedule_state
-    refused: list[StateError] = []
+    with two_processes(tmp_path, FakeClock(T0), job, first_lock_timeout=0.05) as (other, creator):
+        # what a removed namesake left: its removal could not clear its state
+        creator.store.update_schedule_state("bot", "brief", status="idle", consecutive_failures=2)
+        remove = creator.store.remove_schedule_state
+        refused: list[StateError] = []
 
-    def remove_while_the_other_creates_and_runs_it(agent: str, schedule: str) -> None:
-        try:
-            other.add_schedule("bot", "brief", Schedule.interval("5m"), persist=True)
-        except StateError as exc:  # waits for the creator's clearing, here 0.05 s
-            refused.append(exc)
-        else:
-            other.run_pending()  # the other's schedule runs its first slot
-            assert wait_until(lambda: job.calls)
-            assert other.wait_until_idle(10)
-            other.store.flush()
-        remove(agent, schedule)
+        def remove_while_the_other_creates_and_runs_it(agent: str, schedule: str) -> None:
+            try:
+                other.add_schedule("bot", "brief", Schedule.interval("5m"), persist=True)
+            except StateError as exc:  # waits for the creator's clearing, here 0.05 s
+                refused.append(exc)
+            else:
+                other.run_pending()  # the other's schedule runs its first slot
+                assert wait_until(lambda: job.calls)
+                assert other.wait_until_idle(10)
+                other.store.flush()
+            remove(agent, schedule)
 
-    creator.store.remove_schedule_state = remove_while_the_other_creates_and_runs_it  # type: ignore[method-assign]
-    try:
+        creator.store.remove_schedule_state = remove_while_the_other_creates_and_runs_it  # type: ignore[method-assign]
         creator.add_schedule("bot", "brief", Schedule.interval("1h"), persist=True)
         assert refused and "Could not lock" in str(refused[0])
         assert "schedules.yaml" in str(refused[0])
         assert creator.store.load_definitions()["bot"]["brief"]["interval"] == "1h"
         assert creator.store.get_schedule_state("bot", "brief").consecutive_failures == 0
         assert job.calls == []
-    finally:
-        for each in (creator, other):
-            each.stop()
-            each.store.close()
 
 
 def test_a_removal_clears_no_state_of_a_namesake_created_meanwhile(tmp_path: Path) -> None:
@@ -407,44 +403,27 @@ def test_a_removal_clears_no_state_of_a_namesake_created_meanwhile(tmp_path: Pat
     process creating that name in between and running it had its first run's state cleared,
     and its leader, taking the cleared state for a schedule created afresh, ran the slot
     again."""
-    from herdsched.store.yaml_store import YamlStateStore
-    from herdsched.testing import as_separate_processes
-
-    clock = FakeClock(T0)
     job = Recorder()
-    leader, remover = (
-        ThreadedScheduler(store=YamlStateStore(tmp_path, clock=clock), clock=clock, timezone="UTC")
-        for _ in "ab"
-    )
-    for each in (leader, remover):
-        each.add_agent(Agent("bot", job=job, schedules={}))
-    with as_separate_processes():
-        leader.start()
-        remover.start()
-    remover.add_schedule("bot", "brief", Schedule.cron("0 3 * * *"), persist=True)
-    delete = remover.store.delete_definition
+    with two_processes(tmp_path, FakeClock(T0), job) as (leader, remover):
+        remover.add_schedule("bot", "brief", Schedule.cron("0 3 * * *"), persist=True)
+        delete = remover.store.delete_definition
 
-    def delete_then_a_namesake_is_created_and_runs(*args: Any, **kwargs: Any) -> None:
-        delete(*args, **kwargs)
-        leader.refresh()  # takes the removal in
-        leader.add_schedule("bot", "brief", Schedule.interval("1h"), persist=True)
-        leader.run_pending()  # the namesake's first run
-        assert wait_until(lambda: job.calls)
-        assert leader.wait_until_idle(10)
-        leader.store.flush()
+        def delete_then_a_namesake_is_created_and_runs(*args: Any, **kwargs: Any) -> None:
+            delete(*args, **kwargs)
+            leader.refresh()  # takes the removal in
+            leader.add_schedule("bot", "brief", Schedule.interval("1h"), persist=True)
+            leader.run_pending()  # the namesake's first run
+            assert wait_until(lambda: job.calls)
+            assert leader.wait_until_idle(10)
+            leader.store.flush()
 
-    remover.store.delete_definition = delete_then_a_namesake_is_created_and_runs  # type: ignore[method-assign]
-    try:
+        remover.store.delete_definition = delete_then_a_namesake_is_created_and_runs  # type: ignore[method-assign]
         remover.remove_schedule("bot", "brief")
         assert leader.store.get_schedule_state("bot", "brief").last_run_at == T0
         leader.refresh()
         leader.run_pending()
         assert leader.wait_until_idle(10)
         assert len(job.calls) == 1
-    finally:
-        for each in (remover, leader):
-            each.stop()
-            each.store.close()
 
 
 class SlowLeaseStore(MemoryStateStore):
