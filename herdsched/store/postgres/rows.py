@@ -65,16 +65,18 @@ def bump(cursor: Cursor, namespace: str) -> int:
     return int(row[0])
 
 
-def clear_state(cursor: Cursor, namespace: str, key: Key, *, unless_defined: bool) -> bool:
-    """Clear one schedule's state under the change number :func:`bump` took (the row stays,
-    so a reader behind learns of the removal); ``unless_defined``: not while a definition of
-    that name is stored. Whether it was cleared."""
+def clear_state(
+    cursor: Cursor, namespace: str, key: Key, number: int, unless_defined: bool
+) -> bool:
+    """Clear one schedule's state under change ``number`` (the row stays, so a reader behind
+    learns of the removal); ``unless_defined``: not while a definition of that name is stored.
+    Whether it was cleared."""
     if unless_defined and read_definition(cursor, namespace, key) is not None:
         return False
     cursor.execute(
-        "UPDATE herdsched_states SET data = NULL, changed = (SELECT changed FROM "
-        "herdsched_namespaces WHERE ns = %s) WHERE ns = %s AND agent = %s AND schedule = %s",
-        (namespace, namespace, *key),
+        "UPDATE herdsched_states SET data = NULL, changed = %s "
+        "WHERE ns = %s AND agent = %s AND schedule = %s",
+        (number, namespace, *key),
     )
     return True
 

@@ -74,7 +74,6 @@ __all__ = ["PostgresStateStore"]
 log = logging.getLogger("herdsched")
 
 Key = tuple[str, str]
-Steps = list[Callable[[], object]]  # what brings the view up to a committed change
 _LISTEN_WAIT = 2.0  # seconds watch() waits for the listener's connection
 _stores: weakref.WeakSet[PostgresStateStore] = weakref.WeakSet()
 
@@ -341,7 +340,7 @@ class PostgresStateStore:
         with self._flushing:
             with self._db.transaction(f"remove the state of {key[0]}/{key[1]}") as cursor:
                 number = bump(cursor, self.namespace)
-                removed = clear_state(cursor, self.namespace, key, unless_defined=unless_defined)
+                removed = clear_state(cursor, self.namespace, key, number, unless_defined)
             with self._mem:
                 self._pending.pop(key, None)
                 self._inflight.pop(key, None)
@@ -605,12 +604,12 @@ class PostgresStateStore:
             return result
 
     @contextlib.contextmanager
-    def _change(self, doing: str) -> Iterator[tuple[Any, Steps]]:
+    def _change(self, doing: str) -> Iterator[tuple[Any, list[Callable[[], None]]]]:
         """One committed change of the namespace: the cursor, after the change number, and a
         list of steps that bring the view up to the change, run (under ``_mem``) once it is
         committed and unless the view adopted it, or something newer, meanwhile. A refused
         change may have met one whose notification is on its way: the next read looks."""
-        adopt: Steps = []
+        adopt: list[Callable[[], None]] = []
         try:
             with self._db.transaction(doing) as cursor:
                 number = bump(cursor, self.namespace)
@@ -624,7 +623,7 @@ class PostgresStateStore:
                     step()
 
     def _write_definition(
-        self, cursor: Any, adopt: Steps, key: Key, data: Mapping[str, Any] | None
+        self, cursor: Any, adopt: list[Callable[[], None]], key: Key, data: Mapping[str, Any] | None
     ) -> None:
         """Write one definition (``None``: delete it); the view follows once it is committed."""
         cursor.execute(
