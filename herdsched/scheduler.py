@@ -763,6 +763,7 @@ class ThreadedScheduler:
         self.refresh()
         rejected = core.store_call(core.store.rejected_definitions) or []
         leader = self._leadership.holder()  # not under the lock: the store may be slow to answer
+        core.listeners.deliver()  # a store error's event, collected by either read
         with held(core.lock, "read the schedules' status"):
             now = self.clock.now()
             items = [schedule_status(core, entry, now) for entry in core.entries.values()]
@@ -784,6 +785,7 @@ class ThreadedScheduler:
         # a standby always looks; a leader when its store may be shared (polling is on)
         if self.settings.poll_interval is not None or not self._core.leading:
             self._others.adopt()
+            self._core.listeners.deliver()  # what the look collected (a store error's event)
 
     def search(
         self,

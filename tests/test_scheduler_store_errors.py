@@ -120,6 +120,34 @@ def test_a_user_intent_write_that_fails_changes_nothing_and_says_so() -> None:
         assert store.get_schedule_state("a", "s").status is not Status.PAUSED
 
 
+class LookFails(MemoryStateStore):
+    """A store whose look for other processes' changes fails while ``broken`` is set."""
+
+    broken = False
+
+    def refresh(self) -> bool:
+        if self.broken:
+            raise StateError("I/O error reading state.yaml", "/nowhere/state.yaml")
+        return super().refresh()
+
+
+def test_a_store_error_met_by_a_read_is_heard_before_the_read_returns() -> None:
+    """``refresh()`` and ``get_status()`` collected the ``StateErrorOccurred`` of a failed
+    look at the store and left it for the same thread's next change, which might never come."""
+    store = LookFails()
+    with running(store=store, poll_interval=60) as (sched, _clock):
+        sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1h")}))
+        sched.start()
+        errors: list[StateErrorOccurred] = []
+        sched.add_listener(errors.append, StateErrorOccurred)
+        store.broken = True
+        sched.refresh()
+        assert [e.error for e in errors][-1:] == ["I/O error reading state.yaml"]
+        heard = len(errors)
+        sched.get_status()
+        assert len(errors) > heard
+
+
 def test_memory_store_transitions_never_leave_a_user_intent_status() -> None:
     store = MemoryStateStore()
     store.update_schedule_state("a", "s", status="paused")

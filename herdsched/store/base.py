@@ -49,7 +49,7 @@ for its runs are taken for a removed schedule's: the caller has no schedule of t
 removed it, or is about to create it), so they are the removed one's and must not land in a
 namesake's state. The scheduler clears with it the state a removed run-time schedule leaves
 (after the removal, and before a creation of that name), so a namesake another process creates
-and runs meanwhile keeps its state and starts afresh. Without it the scheduler reads the
+and runs meanwhile keeps its state. Without it the scheduler reads the
 definitions first, then removes (:func:`remove_state_unless_defined`), and a creation
 elsewhere can fall between the two.
 """
