@@ -478,8 +478,8 @@ def test_a_namesake_created_elsewhere_while_the_leader_removes_the_schedule_star
     """The leader removed a schedule whose failed run's end was still waiting for its group
     commit, and another process created the name right after the definition's deletion: the
     compare-and-remove left the namesake's state alone, and the removed run's pending end with
-    it, which the next commit wrote into the namesake (auto-disabled by another schedule's
-    failure, it never ran)."""
+    it, which the next commit wrote into the namesake (another schedule's failure count,
+    error and last run)."""
     job = Recorder(lambda info: (_ for _ in ()).throw(RuntimeError("the removed one failed")))
     sched, other = _leader_and_another(store_factory, clock, job)
     delete = sched.store.delete_definition
@@ -504,3 +504,63 @@ def test_a_namesake_created_elsewhere_while_the_leader_removes_the_schedule_star
         for each in (other, sched):
             each.stop()
             each.store.close()
+
+
+def test_the_claim_of_a_removed_run_going_on_outlives_its_namesakes_runs(tmp_path: Path) -> None:
+    """A schedule removed while its run went on, created again in another process and run:
+    the namesake's ended run showed the removed run's claim as ended, so the claim was let go
+    while that run still went on, and a crash then left the run with neither a record nor a
+    claim (the next leader knew nothing of it)."""
+    from scheduler_helpers import T0, crash_copy
+
+    clock = FakeClock(T0)
+    began, release = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    def job(info: Any) -> None:
+        calls.append(info.run_id)
+        if len(calls) == 1:  # the removed schedule's run goes on
+            began.set()
+            release.wait(20)
+
+    sched, other = (
+        ThreadedScheduler(state_dir=tmp_path / "live", clock=clock, timezone="UTC") for _ in "ab"
+    )
+    for each in (sched, other):
+        each.add_agent(Agent("bot", job=job, schedules={}, max_concurrent=2))
+    with as_separate_processes():
+        sched.start()
+        other.start()
+    try:
+        sched.add_schedule("bot", "brief", Schedule.manual(), persist=True)
+        removed_run = sched.trigger("bot", "brief").run_id
+        assert began.wait(10)
+        sched.store.flush()
+        delete = sched.store.delete_definition
+
+        def delete_then_created_elsewhere(*args: Any, **kwargs: Any) -> None:
+            delete(*args, **kwargs)
+            other.add_schedule("bot", "brief", Schedule.manual(), persist=True)
+
+        sched.store.delete_definition = delete_then_created_elsewhere  # type: ignore[method-assign]
+        sched.remove_schedule("bot", "brief")
+        sched.refresh()  # takes the namesake in
+        clock.advance(60)
+        sched.trigger("bot", "brief", wait=True)  # the namesake runs, and ends
+        sched.store.flush()
+        assert removed_run in [c.run_id for c in sched.store.read_claims()]  # type: ignore[attr-defined]
+        crash = crash_copy(tmp_path / "live", tmp_path / "crash")  # a kill -9 now
+    finally:
+        release.set()
+        for each in (other, sched):
+            each.stop()
+            each.store.close()
+    after = ThreadedScheduler(
+        state_dir=crash, clock=FakeClock(T0 + timedelta(hours=1)), timezone="UTC"
+    )
+    after.add_agent(Agent("bot", job=lambda info: None, schedules={}))
+    with after:
+        assert after.wait_until_idle(10)
+        after.store.flush()
+        recorded = {r.run_id: r.status for r in after.history("bot", "brief")}
+        assert recorded[removed_run] is RunStatus.INTERRUPTED
