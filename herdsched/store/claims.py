@@ -122,9 +122,8 @@ class HeldClaims:
         covered = set()
         for run_id, (agent, schedule, run_at) in self._runs.items():
             shown = shows(agent, schedule, run_at, latest[(agent, schedule)] == run_id)
-            orphaned = run_id in self._orphaned  # what the state shows is a namesake's, if any
-            if (shown is RunShown.ENDED and not orphaned) or (
-                run_id in self._recorded and (shown is RunShown.STARTED or orphaned)
+            if shown is RunShown.ENDED or (
+                run_id in self._recorded and (shown is RunShown.STARTED or run_id in self._orphaned)
             ):
                 covered.add(run_id)
         return covered
