@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -146,6 +146,53 @@ def test_a_store_error_met_by_a_read_is_heard_before_the_read_returns() -> None:
         heard = len(errors)
         sched.get_status()
         assert len(errors) > heard
+
+
+class DefinitionWritesFail(MemoryStateStore):
+    """A store whose writes of definitions and states fail while ``broken`` is set."""
+
+    broken = False
+
+    def _fail(self) -> None:
+        if self.broken:
+            raise StateError("No space left on device", "/nowhere/schedules.yaml")
+
+    def save_definition(self, *args: Any, **kwargs: Any) -> None:
+        self._fail()
+        super().save_definition(*args, **kwargs)
+
+    def delete_definition(self, *args: Any, **kwargs: Any) -> None:
+        self._fail()
+        super().delete_definition(*args, **kwargs)
+
+    def remove_schedule_state(self, agent: str, schedule: str) -> None:
+        self._fail()
+        super().remove_schedule_state(agent, schedule)
+
+
+def test_every_change_refused_for_a_store_failure_is_an_event() -> None:
+    """A run-time definition's failed write, and a code schedule's failed removal, raised
+    ``StateError`` but told the listeners nothing, unlike a failed pause."""
+    store = DefinitionWritesFail()
+    with running(store=store) as (sched, _clock):
+        sched.add_agent(Agent("a", job=Recorder(), schedules={"coded": Schedule.manual()}))
+        sched.add_schedule("a", "rt", Schedule.manual(), persist=True)
+        sched.start()
+        errors: list[StateErrorOccurred] = []
+        sched.add_listener(errors.append, StateErrorOccurred)
+        store.broken = True
+        changes: list[Callable[[], object]] = [
+            lambda: sched.add_schedule("a", "new", Schedule.manual(), persist=True),
+            lambda: sched.update_schedule("a", "rt", prompt="changed"),
+            lambda: sched.remove_schedule("a", "rt"),
+            lambda: sched.remove_schedule("a", "coded"),
+        ]
+        for change in changes:
+            heard = len(errors)
+            with pytest.raises(StateError, match="No space left"):
+                change()
+            assert len(errors) == heard + 1  # heard before the call raised
+        assert {"rt", "coded"} <= set(sched.get_agent("a").schedules)
 
 
 def test_memory_store_transitions_never_leave_a_user_intent_status() -> None:

@@ -68,7 +68,7 @@ class Changes:
             if persist:
                 mapping = schedule_to_mapping(schedule)
                 _clear_leftover_state(core, agent, name)
-                core.store.save_definition(agent, name, mapping, exists=False)
+                _durable(core, core.store.save_definition, agent, name, mapping, exists=False)
             with core.lock:
                 updated = core.agents[agent].with_schedule(name, schedule)
                 core.agents[agent] = updated
@@ -145,7 +145,9 @@ class Changes:
                 base = schedule_to_mapping(entry.schedule) if merge else None
             if entry.persisted_definition:
                 mapping = schedule_to_mapping(schedule)
-                core.store.save_definition(
+                _durable(
+                    core,
+                    core.store.save_definition,
                     agent,
                     name,
                     mapping,
@@ -183,7 +185,9 @@ class Changes:
                 seen = entry.state
             if entry.persisted_definition:
                 # the change itself: with its definition gone it is gone for every process
-                core.store.delete_definition(
+                _durable(
+                    core,
+                    core.store.delete_definition,
                     agent,
                     name,
                     owner=entry.schedule.owner,
@@ -191,7 +195,7 @@ class Changes:
                 )
                 _clear_removed_state(core, agent, name)
             else:
-                core.store.remove_schedule_state(agent, name)
+                _durable(core, core.store.remove_schedule_state, agent, name)
             with core.lock:
                 registry.drop_entry(core, agent, name, forget_state=False)
                 core.agents[agent] = core.agents[agent].without_schedule(name)
@@ -303,6 +307,16 @@ def _clear_leftover_state(core: EngineCore, agent: str, name: str) -> None:
             f"could not be cleared ({exc})",
             exc.path,
         ) from exc
+
+
+def _durable(core: EngineCore, write: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+    """A change's durable store write: when the store fails, the caller gets the
+    ``StateError`` and the listeners a ``StateErrorOccurred``, as for every store failure."""
+    try:
+        write(*args, **kwargs)
+    except StateError as exc:
+        core.state_error(exc)
+        raise
 
 
 def _write_intent(core: EngineCore, entry: Entry, done: str, **changes: Any) -> None:
