@@ -89,8 +89,11 @@ def parse_timestamp(value: object, *, what: str = "timestamp") -> datetime:
     raise ValueError(f"{what} must be an ISO-8601 string or a datetime, got {value!r}")
 
 
-#: the shape herdsched writes (and PostgreSQL's JSON holds): read by the standard library
-_STORED_SHAPE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?(Z|[+-]\d\d:\d\d)?")
+#: the shape herdsched writes (and PostgreSQL's JSON holds), in the form Python 3.10's
+#: ``datetime.fromisoformat`` reads too (3 or 6 digits of a second, an offset, no ``Z``)
+_STORED_SHAPE = re.compile(
+    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{3}(?:\d{3})?)?(?:[+-]\d\d:\d\d)?"
+)
 
 
 def _isoparse(text: str) -> datetime:
@@ -98,8 +101,9 @@ def _isoparse(text: str) -> datetime:
     dateutil, which matters when thousands of states are read); anything else by dateutil,
     which reads more of ISO 8601 (``2026-11``, ``24:00``) and refuses what it cannot read
     (``datetime.fromisoformat`` would misread a fractional minute or cut off a stray digit)."""
-    if _STORED_SHAPE.fullmatch(text):
-        return datetime.fromisoformat(text)
+    utc = text.endswith("Z")
+    if _STORED_SHAPE.fullmatch(text[:-1] if utc else text):
+        return datetime.fromisoformat(text[:-1] + "+00:00" if utc else text)
     return dateutil_parser.isoparse(text)
 
 

@@ -10,6 +10,7 @@ docs/scheduling.md as well); anything else fails.
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import itertools
 import pickle
 import random
@@ -42,6 +43,14 @@ DST_ZONES = [
     "Pacific/Chatham",
 ]
 FIRES = 6  # fire times compared per case
+
+#: cronsim before 2.8 (the last release for Python 3.10) refuses an expression whose day of
+#: the month no month has even when its day of the week can match ("0 0 31 2 1"); Debian cron
+#: runs such a job on the weekday, as herdsched and cronsim 2.8 do
+_JUDGES_IMPOSSIBLE_DAYS = pytest.mark.skipif(
+    tuple(int(part) for part in importlib.metadata.version("cronsim").split(".")[:2]) < (2, 8),
+    reason="cronsim before 2.8 refuses a day of the month no month has beside a weekday",
+)
 
 
 def _ours(expression: str, start: datetime, zone: str, n: int = FIRES) -> list[datetime]:
@@ -216,6 +225,7 @@ _DELIBERATE: dict[str, Callable[[str, datetime, str, list[datetime]], bool]] = {
 # croniter extension cronsim refuses), '?' (croniter's '*'), W and LW (herdsched refuses them).
 
 
+@_JUDGES_IMPOSSIBLE_DAYS
 def test_random_expressions_match_cronsim_around_dst_changes() -> None:
     rng = random.Random(20)
     excused: Counter[str] = Counter()
@@ -333,6 +343,7 @@ def test_unsupported_special_forms_are_refused_with_a_reason(
     assert str(info.value).startswith(f'Invalid cron expression "{expression}" - ')
 
 
+@_JUDGES_IMPOSSIBLE_DAYS
 def test_impossible_side_of_an_or_does_not_refuse_the_expression() -> None:
     # Both day fields restricted: the 30th of February never comes, the Mondays of February do.
     fires = _ours("0 0 30 2 1", _utc(2026, 1, 1), "UTC", 2)
