@@ -208,7 +208,7 @@ class ThreadedScheduler:
         self.state_dir = state_dir_of(state_dir, store, max_run_history)
         self._owns_store = store is None
         if store is None:
-            store = self._default_store(max_run_history)
+            store = _default_store(self.state_dir, self.settings, max_run_history, self.clock)
         if lease_ttl is None:
             lease_ttl = getattr(store, "lease_ttl", None) or DEFAULT_LEASE_TTL
         self._core = EngineCore(
@@ -236,17 +236,6 @@ class ThreadedScheduler:
         self._changes = Changes(self._core, self.refresh)
         self._timer = Timer(
             self._core, self._dispatch, self._commits, self._leadership, self._others
-        )
-
-    def _default_store(self, max_run_history: int) -> StateStore:
-        if self.state_dir is None:
-            return MemoryStateStore(max_run_history=max_run_history, clock=self.clock)
-        return YamlStateStore(
-            self.state_dir,
-            lock_timeout=self.settings.lock_timeout,
-            commit_delay=self.settings.commit_delay,
-            max_run_history=max_run_history,
-            clock=self.clock,
         )
 
     # ---------------------------------------------------------------- settings, as before
@@ -353,8 +342,8 @@ class ThreadedScheduler:
         timeout are asked to stop through their cancel event (a command job's process group is
         ended), since nothing will record them, and
         :class:`~herdsched.errors.SchedulerShutdownError` (``timed_out=True``) is raised. The
-        scheduler is ``stopped`` either way. Idempotent, and safe to call from a job or a
-        listener.
+        scheduler is ``stopped`` either way; an interrupt while it waits (Ctrl-C) ends it as
+        the timeout would, then goes on up. Idempotent, safe from a job or a listener.
         """
         check_flag(wait_for_jobs, "wait_for_jobs")
         timeout = check_timeout(timeout, "timeout")
@@ -364,9 +353,29 @@ class ThreadedScheduler:
                 return
             core.status = "stopping"
         core.changed()
-        left = _wait_for_runs(core, timeout if wait_for_jobs else 0.0, cancel_left=wait_for_jobs)
+        try:
+            left = _wait_for_runs(
+                core, timeout if wait_for_jobs else 0.0, cancel_left=wait_for_jobs
+            )
+        except BaseException:  # interrupted (Ctrl-C, a notebook's interrupt): wait no more
+            left = _wait_for_runs(core, 0.0, cancel_left=True)
+            self.log.warning("stop() was interrupted: it gave up %d running job(s).", len(left))
+            self._stopped(timed_out=bool(left), remaining=len(left))
+            raise
         remaining = len(left)
         timed_out = wait_for_jobs and remaining > 0
+        self._stopped(timed_out, remaining)
+        if timed_out:
+            raise SchedulerShutdownError(
+                f"stop() timed out after {timeout} s with {remaining} job(s) still running",
+                timed_out=True,
+                running_job_count=remaining,
+                running_jobs=left,
+            )
+
+    def _stopped(self, timed_out: bool, remaining: int) -> None:
+        """The end of ``stop()`` once it waits no more: commit, give up the lease, ``stopped``."""
+        core = self._core
         self._timer.join()
         self._commits.stop()
         with core.lock:
@@ -383,13 +392,6 @@ class ThreadedScheduler:
         _started.discard(self)
         core.listeners.deliver()
         self.log.info("The scheduler stopped.")
-        if timed_out:
-            raise SchedulerShutdownError(
-                f"stop() timed out after {timeout} s with {remaining} job(s) still running",
-                timed_out=True,
-                running_job_count=remaining,
-                running_jobs=left,
-            )
 
     def run_forever(self) -> None:
         """Start (if needed) and block until SIGINT/SIGTERM or ``stop()``, then stop gracefully."""
@@ -859,6 +861,21 @@ def _register_as_job(
 
 def _skipped(reason: SkipReason, error: str) -> TriggerResult:
     return TriggerResult(success=False, error=error, skipped=True, skip_reason=reason)
+
+
+def _default_store(
+    state_dir: Path | None, settings: EngineSettings, max_run_history: int, clock: Clock
+) -> StateStore:
+    """The store of a scheduler given none: its state directory's, or memory for ``None``."""
+    if state_dir is None:
+        return MemoryStateStore(max_run_history=max_run_history, clock=clock)
+    return YamlStateStore(
+        state_dir,
+        lock_timeout=settings.lock_timeout,
+        commit_delay=settings.commit_delay,
+        max_run_history=max_run_history,
+        clock=clock,
+    )
 
 
 def _wait_for_runs(

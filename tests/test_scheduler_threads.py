@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import os
+import signal
 import threading
 import time
 from datetime import datetime, timedelta, timezone
@@ -223,6 +225,49 @@ def test_a_stop_that_times_out_asks_the_jobs_left_to_stop(tmp_path: Path) -> Non
         assert [r.status for r in again.history("a", "s")].count(RunStatus.FAILED) == 0
     finally:
         again.stop()
+
+
+def test_a_stop_interrupted_while_it_waits_still_stops_and_hands_the_lease_on(
+    tmp_path: Path,
+) -> None:
+    """Ctrl-C (a notebook's interrupt) while ``stop()`` waited for a job left the scheduler
+    ``stopping`` for good: ``start()`` refused, a second ``stop()`` returned at once, and the
+    lease was neither renewed nor given up, so the next scheduler waited for it to expire and
+    then recorded the job that had returned as interrupted. The interrupt now ends the stop as
+    its timeout would (the job is told to stop, the lease let go) and goes on up."""
+    started = threading.Event()
+    cancelled = threading.Event()
+
+    def job(info: TriggerInfo) -> None:
+        if started.is_set():
+            return  # the next start's run
+        started.set()
+        if info.cancel_event.wait(30):
+            cancelled.set()
+
+    def build() -> ThreadedScheduler:
+        sched = make(state_dir=tmp_path, lease_ttl=60)
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
+        return sched
+
+    sched = build()
+    sched.start()
+    assert started.wait(10)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        with pytest.raises(KeyboardInterrupt):
+            sched.stop(timeout=30)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert sched.status == "stopped"
+    assert cancelled.wait(10)
+    sched.start()  # refused before: "cannot start while stop() is in progress"
+    try:
+        assert sched.is_leader  # the lease was let go, not left to expire in 60 s
+        assert sched.history("a", "s")[-1].status is RunStatus.INTERRUPTED
+    finally:
+        sched.stop()
 
 
 def test_stop_without_waiting_leaves_the_job_running_and_records_it_later() -> None:
