@@ -325,6 +325,8 @@ class ThreadedScheduler:
                 _call_if_offered(core.store, "unwatch")
                 raise
             core.status = "running" if leading else "standby"
+            if where is None:
+                _warn_of_twins(self)
             _started.add(self)
             if not leading:
                 self._log_standby()
@@ -861,6 +863,24 @@ def _register_as_job(
 
 def _skipped(reason: SkipReason, error: str) -> TriggerResult:
     return TriggerResult(success=False, error=error, skipped=True, skip_reason=reason)
+
+
+def _warn_of_twins(new: ThreadedScheduler) -> None:
+    """Warn when another scheduler of this process with no state directory runs agents of the
+    same names: nothing hands over between two such schedulers (the hand-over goes by state
+    directory), so both fire their schedules, as a notebook cell run again would make them."""
+    names = set(new._core.agents)
+    for other in list(_started):
+        shared = sorted(names & set(other._core.agents))
+        if other is not new and other.is_running() and other._location() is None and shared:
+            new.log.warning(
+                "Another scheduler in this process with no state directory runs agent(s) %s "
+                "too: nothing hands over between such schedulers, so both fire their "
+                "schedules. Stop the older one (stop()), or give both a state_dir: then the "
+                "newer one takes over.",
+                ", ".join(repr(name) for name in shared),
+            )
+            return
 
 
 def _default_store(

@@ -140,6 +140,35 @@ def test_schedulers_of_other_directories_are_left_alone(tmp_path: Path) -> None:
         one.stop()
 
 
+def test_a_second_scheduler_in_memory_running_the_same_agents_is_warned_of(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A notebook cell with ``state_dir=None`` run again started a second scheduler beside the
+    first without a word, and each fired every schedule: nothing hands over without a state
+    directory. The newer one now says so, naming the agents both run; other fleets are quiet."""
+
+    def memory(*agents: str) -> ThreadedScheduler:
+        sched = ThreadedScheduler(state_dir=None, max_sleep=60)
+        for name in agents:
+            sched.add_agent(Agent(name, job=lambda info: None, schedules={"s": Schedule.manual()}))
+        return sched
+
+    first, second, other = memory("nb", "solo"), memory("nb"), memory("elsewhere")
+    first.start()
+    try:
+        with caplog.at_level(logging.WARNING, logger="herdsched"):
+            other.start()
+            assert not caplog.records
+            second.start()
+        (record,) = caplog.records
+        assert "runs agent(s) 'nb' too" in record.getMessage()
+        assert "give both a state_dir" in record.getMessage()
+        assert (first.status, second.status) == ("running", "running")
+    finally:
+        for sched in (first, second, other):
+            sched.stop()
+
+
 def _fleet(state_dir: Path, *agents: str) -> ThreadedScheduler:
     sched = ThreadedScheduler(state_dir=state_dir, max_sleep=60, commit_delay=0.05)
     for name in agents:
