@@ -827,8 +827,14 @@ class ThreadedScheduler:
         """One timer pass on the calling thread: fire what is due (for FakeClock tests).
 
         Jobs still run on the executors; use :meth:`wait_until_idle` to wait for them. A group
-        commit that is due happens on the calling thread too, so tests see it at once.
+        commit that is due happens on the calling thread too, so tests see it at once. On a
+        scheduler never started it is an error (it would fire nothing); after ``stop()`` it
+        fires nothing, as nothing is dispatched once the stop began.
         """
+        if self._started_at is None:
+            raise SchedulerShutdownError(
+                "run_pending() fires nothing on a scheduler never started: call start() first"
+            )
         self._timer.run_pass(timer_thread=False)
 
 

@@ -6,6 +6,7 @@ so. Give it to a scheduler and drive it step by step::
     clock = FakeClock(datetime(2026, 3, 8, 6, 0, tzinfo=timezone.utc))
     sched = ThreadedScheduler(state_dir=tmp_path, clock=clock)
     sched.add_agent(Agent("a", job=my_job, schedules={"s": Schedule.interval("5m")}))
+    sched.start()                # recovery and the lead; its timer thread follows the clock too
     sched.run_pending()          # one timer pass on the calling thread: fires what is due
     sched.wait_until_idle()      # jobs still run on worker threads; wait for them
     clock.advance("5m")

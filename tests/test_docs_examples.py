@@ -102,3 +102,33 @@ def test_readme_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.chdir(tmp_path)  # its state directory is a relative .herdsched
     run_examples(DOCS.parent / "README.md")
     assert (tmp_path / ".herdsched" / "state.yaml").exists()
+
+
+def test_the_testing_modules_recipe_fires_what_is_due(tmp_path: Path) -> None:
+    """The recipe in ``herdsched.testing``'s docstring (shown on the reference page) never
+    called ``start()``, and ``run_pending()`` on a scheduler never started fired nothing in
+    silence: a test of "it did not fire" passed without testing anything."""
+    import textwrap
+    from datetime import datetime, timezone
+
+    import herdsched
+    import herdsched.testing
+
+    doc = herdsched.testing.__doc__ or ""
+    recipe = textwrap.dedent(doc.split("::\n", 1)[1].split("\n\n", 1)[0])
+    runs: list[str] = []
+    namespace = {
+        **{name: getattr(herdsched, name) for name in herdsched.__all__},
+        "FakeClock": herdsched.testing.FakeClock,
+        "datetime": datetime,
+        "timezone": timezone,
+        "tmp_path": tmp_path,
+        "my_job": lambda info: runs.append(info.schedule),
+    }
+    exec(compile(recipe, "herdsched/testing.py docstring", "exec"), namespace)
+    sched = namespace["sched"]
+    try:
+        assert sched.wait_until_idle(10)
+        assert runs == ["s", "s"]  # due at once, then again five minutes later
+    finally:
+        sched.stop()

@@ -1188,6 +1188,17 @@ def test_stop_is_idempotent_and_nothing_dispatches_after_it() -> None:
         assert (result.success, result.skip_reason) == (False, SkipReason.STOPPING)
 
 
+def test_run_pending_on_a_scheduler_never_started_is_an_error_not_a_silent_pass() -> None:
+    """It fired nothing and said nothing, so a user's test of "this did not fire" passed
+    without testing anything; after ``stop()`` it still fires nothing, quietly (above)."""
+    job = Recorder()
+    sched = ThreadedScheduler(state_dir=None, clock=FakeClock(T0))
+    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1m")}))
+    with pytest.raises(SchedulerShutdownError, match=r"never started: call start\(\) first"):
+        sched.run_pending()
+    assert job.calls == []
+
+
 def test_stop_from_inside_a_job_and_from_a_listener_does_not_deadlock() -> None:
     with running() as (sched, _clock):
         sched.add_agent(
