@@ -33,7 +33,7 @@ from herdsched import (
 from herdsched.cadence import Cron, Interval, parse_interval
 from herdsched.store import MemoryStateStore
 from herdsched.store.yaml_store import YamlStateStore
-from herdsched.testing import FakeClock
+from herdsched.testing import FakeClock, as_separate_processes
 
 M = timedelta(minutes=1)
 S = timedelta(seconds=1)
@@ -1186,6 +1186,38 @@ def test_stop_is_idempotent_and_nothing_dispatches_after_it() -> None:
         assert len(job.calls) == 1
         result = sched.trigger("a", "s")
         assert (result.success, result.skip_reason) == (False, SkipReason.STOPPING)
+
+
+def test_a_paused_schedule_shows_no_next_run_on_a_stopped_scheduler_or_a_standby(
+    tmp_path: Path,
+) -> None:
+    """The leader said ``None``; once stopped, and on a standby (a REST worker), the status
+    showed the stored ``next_run_at`` of a paused schedule, as if it would fire then."""
+    clock = FakeClock(T0)
+
+    def build() -> ThreadedScheduler:
+        sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, commit_delay=0)
+        sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1m")}))
+        return sched
+
+    def next_run(sched: ThreadedScheduler) -> object:
+        (item,) = sched.get_status().schedules
+        return item.next_run_at
+
+    with as_separate_processes():
+        leader, standby = build(), build()
+        leader.start()
+        standby.start()
+        try:
+            step(leader)
+            # a live plan is shown, once the run's end is committed (on the flusher thread)
+            assert wait_until(lambda: next_run(standby) == T0 + timedelta(minutes=1))
+            leader.pause("a", "s")
+            assert (next_run(leader), next_run(standby)) == (None, None)
+        finally:
+            standby.stop()
+            leader.stop()
+    assert next_run(leader) is None
 
 
 def test_run_pending_on_a_scheduler_never_started_is_an_error_not_a_silent_pass() -> None:

@@ -51,7 +51,8 @@ def schedule_status(core: EngineCore, entry: Entry, now: datetime) -> ScheduleSt
         type=entry.schedule.type,
         status=state.status,
         enabled=entry.schedule.enabled,
-        next_run_at=entry.due if core.leading else state.next_run_at,
+        # not leading (stopped, standing by): the stored plan, unless the timer would not fire it
+        next_run_at=entry.due if core.leading else state.next_run_at if entry.schedulable else None,
         last_run_at=state.last_run_at,
         last_result=state.last_result,
         last_error=state.last_error,
