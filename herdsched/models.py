@@ -408,7 +408,7 @@ class Schedule:
     """When and how one named schedule of an agent fires. Build one with the class methods.
 
     ``Schedule.interval("5m")``, ``Schedule.cron("0 9 * * 1-5", timezone="Europe/Berlin")``,
-    ``Schedule.once("2026-12-01T09:00:00Z")``; ``Schedule.manual()`` (and ``webhook``/``chat``)
+    ``Schedule.once("2027-12-01T09:00:00Z")``; ``Schedule.manual()`` (and ``webhook``/``chat``)
     only fire through ``trigger()``.
     """
 
