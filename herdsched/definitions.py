@@ -380,7 +380,10 @@ class _Checker:
                 close = difflib.get_close_matches(key, list(allowed), n=1)
                 if close:
                     hint = f' (did you mean "{close[0]}"?)'
-            shown = _describe(key, _EXCERPT) if isinstance(key, str) else f'"{_describe(key)}"'
+            if isinstance(key, str):  # a name whole, as a typo is told; other text cut short
+                shown = _describe(key, _QUOTED if _PLAIN_KEY.match(key) else _EXCERPT)
+            else:
+                shown = f'"{_describe(key)}"'
             if len(odd) > 1 and key == odd[0]:
                 hint += f" (and {len(odd) - 1} more keys that are not names: is it the file meant?)"
             self.problem(

@@ -619,6 +619,12 @@ def test_broken_fleet_reports_every_problem_with_its_path(tmp_path: Path) -> Non
         ("type: manual\ncommand: {a: b}", "schedules.s.command", "list of arguments"),
         ("type: manual\ncommand: ''", "schedules.s.command", "cannot be empty"),
         ("type: manual\nintervall: 5m", "schedules.s.intervall", 'did you mean "interval"'),
+        # a misspelt name longer than 20 characters was cut off: 'unknown key "persist_sessio..."'
+        (
+            "type: manual\npersist_session_always: true",
+            "schedules.s.persist_session_always",
+            'unknown key "persist_session_always" in',
+        ),
     ],
 )
 def test_schedule_errors(tmp_path: Path, body: str, path: str, why: str) -> None:
