@@ -606,7 +606,7 @@ class ThreadedScheduler:
         **options: Any,
     ) -> Callable[[_F], _F]:
         """Decorator: run the function every ``interval`` (measured from completion)."""
-        return _register_as_job(self, Schedule.interval(interval, **options), agent, name)
+        return _register_as_job(self, Schedule.interval, interval, options, agent, name)
 
     def cron(
         self,
@@ -617,7 +617,7 @@ class ThreadedScheduler:
         **options: Any,
     ) -> Callable[[_F], _F]:
         """Decorator: run the function on a cron expression."""
-        return _register_as_job(self, Schedule.cron(expression, **options), agent, name)
+        return _register_as_job(self, Schedule.cron, expression, options, agent, name)
 
     def once(
         self,
@@ -628,7 +628,7 @@ class ThreadedScheduler:
         **options: Any,
     ) -> Callable[[_F], _F]:
         """Decorator: run the function once at ``at``."""
-        return _register_as_job(self, Schedule.once(at, **options), agent, name)
+        return _register_as_job(self, Schedule.once, at, options, agent, name)
 
     # ----------------------------------------------------------------------------- runs
 
@@ -839,14 +839,33 @@ class ThreadedScheduler:
 
 
 def _register_as_job(
-    scheduler: ThreadedScheduler, schedule: Schedule, agent: str | None, name: str | None
+    scheduler: ThreadedScheduler,
+    build: Callable[..., Schedule],
+    cadence: object,
+    options: dict[str, Any],
+    agent: str | None,
+    name: str | None,
 ) -> Callable[[_F], _F]:
-    """The decorators' body: the function becomes the schedule's job, its agent made if new;
-    a schedule the scheduler refuses leaves no agent behind (one did, and a later
-    ``add_agent`` of that name was refused as already registered)."""
+    """The decorators' body: the function becomes the schedule ``build(cadence, **options)``
+    makes, its agent made if new; a schedule the scheduler refuses leaves no agent behind (one
+    did, and a later ``add_agent`` of that name was refused as already registered)."""
+    if callable(cadence):  # @sched.every written without its call: the function came first
+        raise InvalidScheduleError(
+            f'the decorator takes the cadence first (@sched.every("5m"), @sched.cron("0 9 * '
+            f'* *"), @sched.once("2027-12-01T09:00:00Z")), got the function {cadence!r}',
+            value=cadence,
+        )
+    schedule = build(cadence, **options)
 
     def register(func: _F) -> _F:
-        schedule_name = name or func.__name__
+        schedule_name = name or str(getattr(func, "__name__", ""))
+        if not schedule_name.isidentifier():  # a lambda, a partial, a callable object
+            raise InvalidScheduleError(
+                f"the decorators name the schedule (and a new agent) after the function, and "
+                f"{func!r} has no such name: give name= (and agent=)",
+                field="name",
+                value=func,
+            )
         agent_name = agent or schedule_name
         core = scheduler._core
         with core.lock:

@@ -25,6 +25,7 @@ from herdsched import (
     Schedule,
     ScheduleDisabled,
     SchedulerShutdownError,
+    ScheduleType,
     SkipReason,
     Status,
     ThreadedScheduler,
@@ -1246,6 +1247,26 @@ def test_stop_from_inside_a_job_and_from_a_listener_does_not_deadlock() -> None:
         sched.start()
         step(sched)
         assert sched.status == "stopped"
+
+
+def test_decorators_misused_say_how_to_write_them() -> None:
+    """A partial or a callable object raised a bare ``AttributeError`` ('__name__'); a lambda
+    was refused as the agent name '<lambda>' with no word of ``name=``; ``@sched.every``
+    without its call said only that the interval was no duration."""
+    import functools
+
+    def job(info: object, extra: int = 0) -> None: ...
+
+    with running() as (sched, _clock):
+        for unnamed in (functools.partial(job, extra=1), lambda info: None):
+            with pytest.raises(InvalidScheduleError, match=r"give name= \(and agent=\)"):
+                sched.every("5m")(unnamed)
+        for decorator in (sched.every, sched.cron, sched.once):
+            with pytest.raises(InvalidScheduleError, match=r"takes the cadence first \(@sched"):
+                decorator(job)  # type: ignore[arg-type]
+        assert sched.get_status().schedules == []  # nothing half made
+        sched.every("5m", name="named", agent="a")(functools.partial(job, extra=1))
+        assert sched.get_schedule("a", "named").type is ScheduleType.INTERVAL
 
 
 def test_decorators_register_jobs() -> None:
