@@ -1359,8 +1359,8 @@ def _set_status(
                 store.update_schedule_state(agent, name, **changes(state))
             except StateError as exc:
                 rest = " (nor the schedules after it)" if schedule is None else ""
-                raise _Failure(
-                    f"{agent}/{name} was not {verb}{rest}: {exc}; nothing changed for it, try again"
+                raise _Failure(  # the store's error says what is wrong, and whether to retry
+                    f"{agent}/{name} was not {verb}{rest}, nothing changed for it: {exc}"
                 ) from exc
             _out(f"{agent}/{name}: {done(state)}")
     finally:
