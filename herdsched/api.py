@@ -83,7 +83,6 @@ from herdsched.errors import (
 from herdsched.html import STATUS_FILTERS, count_schedules, matches_status, page_update, status_page
 from herdsched.http_conditions import WriteConditions, answer_tag, parse_conditions
 from herdsched.models import (
-    MAX_METADATA_DEPTH,
     RunRecord,
     Schedule,
     SchedulerStatus,
@@ -293,9 +292,6 @@ def _detail(field: str | None, message: str) -> dict[str, Any]:
 
 def _field_error(field: str, message: str) -> ApiError:
     return ApiError(400, message, [_detail(field, message)])
-
-
-_MAX_DEPTH = MAX_METADATA_DEPTH  # a body nests as deep as metadata may, no deeper
 
 
 def _no_constant(name: str) -> Any:

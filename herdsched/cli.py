@@ -86,6 +86,7 @@ from herdsched.timestamps import (
     resolve_timezone,
     to_utc,
     wall_time,
+    zone_name,
 )
 from herdsched.timestamps import system_timezone as _system_timezone
 
@@ -1507,7 +1508,7 @@ def _cmd_next(args: argparse.Namespace) -> int:
             if not moments:  # --after too late: the input's fault (exit 2), as for intervals
                 raise _UsageError(str(exc)) from None
         kind = "cron"
-        note = f'cron "{text}" in {_zone_name(zone)}'
+        note = f'cron "{text}" in {zone_name(zone)}'
     else:
         try:
             every = parse_interval(text)
@@ -1529,7 +1530,7 @@ def _cmd_next(args: argparse.Namespace) -> int:
             {
                 "expression": text,
                 "kind": kind,
-                "timezone": _zone_name(zone),
+                "timezone": zone_name(zone),
                 "times": [format_timestamp(m) for m in moments],
             }
         )
@@ -1555,8 +1556,3 @@ def _after(text: str | None, zone: tzinfo) -> datetime:
         return to_utc(parsed)
     except ValueError as exc:  # year 1 east of Greenwich, year 9999 west of it
         raise _UsageError(f"--after {text!r}: {exc}") from None
-
-
-def _zone_name(zone: tzinfo) -> str:
-    key = getattr(zone, "key", None)
-    return key if isinstance(key, str) else str(datetime.now(zone).tzname() or "local")

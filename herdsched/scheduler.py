@@ -101,7 +101,7 @@ _started: set[ThreadedScheduler] = set()
 
 def _commit_all_at_exit() -> None:
     for scheduler in list(_schedulers):
-        scheduler._commit_quietly()
+        scheduler._commits.commit()  # logs instead of raising
 
 
 atexit.register(_commit_all_at_exit)
@@ -459,10 +459,6 @@ class ThreadedScheduler:
             name_some(foreign),
             name_some(sorted(core.agents)),
         )
-
-    def _commit_quietly(self) -> None:
-        """Commit pending transitions (at exit), logging instead of raising."""
-        self._commits.commit()
 
     # ------------------------------------------------------------------------ the fleet
 

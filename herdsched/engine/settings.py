@@ -7,7 +7,6 @@ which values it accepts is written in one place.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from datetime import timedelta, tzinfo
 from typing import Any, Literal
 
@@ -70,10 +69,6 @@ def _catch_up(value: CatchUp | str) -> CatchUp:
         raise ValueError(f"catch_up must be one of {choices}; got {value!r}") from None
 
 
-def _backoff(value: Sequence[timedelta | float | str] | None) -> tuple[timedelta, ...]:
-    return coerce_backoff(value)
-
-
 @attrs.frozen(kw_only=True)
 class EngineSettings:
     """What the scheduler's constructor was told, validated (``ValueError`` names the option)."""
@@ -82,7 +77,7 @@ class EngineSettings:
     max_sleep: float = attrs.field(default=60.0, validator=[_number, _positive_seconds])
     min_interval: timedelta = attrs.field(default=timedelta(seconds=1), converter=_min_interval)
     jitter_percent: float = attrs.field(default=0.0, validator=[_number, _percent])
-    backoff: tuple[timedelta, ...] = attrs.field(default=None, converter=_backoff)
+    backoff: tuple[timedelta, ...] = attrs.field(default=None, converter=coerce_backoff)
     max_consecutive_failures: int | None = attrs.field(default=5, validator=_positive_or_none)
     catch_up: CatchUp = attrs.field(default=CatchUp.ONCE, converter=_catch_up)
     catch_up_window: timedelta | None = attrs.field(default=None, converter=_catch_up_window)

@@ -17,17 +17,13 @@ __all__ = ["HAVE_LIBYAML", "dump_yaml", "indent", "load_yaml", "render_entry"]
 
 HAVE_LIBYAML = bool(getattr(yaml, "__with_libyaml__", False))
 
-_BaseLoader: Any = yaml.CSafeLoader if HAVE_LIBYAML else yaml.SafeLoader
+_Loader: Any = yaml.CSafeLoader if HAVE_LIBYAML else yaml.SafeLoader
 _BaseDumper: Any = yaml.CSafeDumper if HAVE_LIBYAML else yaml.SafeDumper
 
 _TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
 #: Wide enough that no line is ever folded.
 _WIDTH = 1_000_000
-
-
-class _Loader(_BaseLoader):  # type: ignore[misc]
-    """Safe loader (C when available)."""
 
 
 class _Dumper(_BaseDumper):  # type: ignore[misc]
