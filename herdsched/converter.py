@@ -6,7 +6,6 @@ durations become seconds, enums their values.
 
 from __future__ import annotations
 
-import enum
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,7 +31,6 @@ def _make_converter() -> cattrs.Converter:
     conv.register_unstructure_hook(timedelta, lambda value: value.total_seconds())
     conv.register_structure_hook(timedelta, lambda value, _: timedelta(seconds=float(value)))
     # Our enums are str subclasses; without this hook cattrs would pass them through as-is.
-    conv.register_unstructure_hook(enum.Enum, lambda value: value.value)
     conv.register_unstructure_hook(_StrEnum, lambda value: value.value)
     return conv
 

@@ -41,3 +41,36 @@ def test_a_herdsched_variable_in_the_environment_does_not_fail_a_test() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "2 passed" in result.stdout
+
+
+def test_the_lowest_versions_ci_tests_are_the_lower_bounds_setup_cfg_declares() -> None:
+    """``.ci/run`` runs the tests on ``.ci/lowest-versions.txt``; a bound raised or lowered in
+    one place and not the other would test versions nobody installs. (The bounds of
+    portalocker and psycopg were below what the library needs: 2.7 did not report a lock held
+    elsewhere on a raw descriptor as held, 3.1 had no ``notifies(timeout=)``.)"""
+    import configparser
+    import re
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    root = Path(__file__).resolve().parent.parent
+    config = configparser.ConfigParser()
+    config.read(root / "setup.cfg", encoding="utf-8")
+    declared = [
+        *config["options"]["install_requires"].split("\n"),
+        config["options.extras_require"]["postgres"],
+    ]
+    lower: dict[str, Version] = {}
+    for line in filter(None, (line.strip() for line in declared)):
+        requirement = Requirement(line)
+        for spec in requirement.specifier:
+            if spec.operator == ">=":
+                lower[requirement.name.lower()] = Version(spec.version)
+    pinned: dict[str, Version] = {}
+    for line in (root / ".ci" / "lowest-versions.txt").read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            requirement = Requirement(line)
+            (spec,) = requirement.specifier
+            pinned[re.sub(r"\[.*\]", "", requirement.name).lower()] = Version(spec.version)
+    assert pinned == lower

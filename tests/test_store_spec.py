@@ -93,6 +93,13 @@ def test_passwords_are_masked(spec: str, masked: str) -> None:
 
 def test_a_dsn_libpq_refuses_for_a_space_in_its_password_is_named_without_it() -> None:
     spec = "postgresql://herd:Wr ngPw@127.0.0.1:55432/postgres"
+    psycopg = pytest.importorskip("psycopg")
+    try:
+        psycopg.conninfo.conninfo_to_dict(spec)
+    except psycopg.ProgrammingError:
+        pass  # this libpq refuses it, as libpq 18 does
+    else:
+        pytest.skip(f"libpq {psycopg.pq.version()} reads a space in a URL's password")
     with pytest.raises(StoreSpecError) as caught:
         check_spec(spec)
     assert "ngPw" not in str(caught.value) and "Wr " not in str(caught.value)

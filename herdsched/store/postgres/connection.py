@@ -225,6 +225,8 @@ def _connection_hint(text: str) -> str:
             "the server asks for a password and none was given: put it in the DSN, in "
             "PGPASSWORD or in ~/.pgpass"
         )
+    if "idle-in-transaction timeout" in text:  # an older libpq gives the server's words only
+        return _HINTS[pg_errors.IdleInTransactionSessionTimeout]
     if "FATAL:" not in text:
         return (
             "the server is unreachable or closed the connection: check that it runs and that "
