@@ -7,6 +7,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -186,14 +187,11 @@ def test_a_hung_job_makes_stop_raise_at_its_timeout() -> None:
     assert sched.status == "stopped"
 
 
-def test_a_stop_that_times_out_asks_the_jobs_left_to_stop(tmp_path: Path) -> None:
-    """They were left running untold, though nothing would record them: a job watching its
-    cancel event (a command job's process group) ran on, beside the next start's runs. What
-    such a job does once told is not recorded either (as the stop said, it was still running):
-    its failure was recorded as a failure, announced, or lost with the lease."""
-    started = threading.Event()
-    cancelled = threading.Event()
-    events: list[Event] = []
+def _waits_to_be_cancelled(
+    started: threading.Event, cancelled: threading.Event, *, then_fails: bool
+) -> Callable[[TriggerInfo], None]:
+    """A job whose first run waits until it is told to stop (``then_fails``: and then raises);
+    later runs (the next start's) return at once."""
 
     def job(info: TriggerInfo) -> None:
         if started.is_set():
@@ -201,7 +199,20 @@ def test_a_stop_that_times_out_asks_the_jobs_left_to_stop(tmp_path: Path) -> Non
         started.set()
         if info.cancel_event.wait(30):
             cancelled.set()
-            raise RuntimeError("told to stop")
+            if then_fails:
+                raise RuntimeError("told to stop")
+
+    return job
+
+
+def test_a_stop_that_times_out_asks_the_jobs_left_to_stop(tmp_path: Path) -> None:
+    """They were left running untold, though nothing would record them: a job watching its
+    cancel event (a command job's process group) ran on, beside the next start's runs. What
+    such a job does once told is not recorded either (as the stop said, it was still running):
+    its failure was recorded as a failure, announced, or lost with the lease."""
+    started, cancelled = threading.Event(), threading.Event()
+    events: list[Event] = []
+    job = _waits_to_be_cancelled(started, cancelled, then_fails=True)
 
     def build() -> ThreadedScheduler:
         sched = make(state_dir=tmp_path)
@@ -235,15 +246,8 @@ def test_a_stop_interrupted_while_it_waits_still_stops_and_hands_the_lease_on(
     lease was neither renewed nor given up, so the next scheduler waited for it to expire and
     then recorded the job that had returned as interrupted. The interrupt now ends the stop as
     its timeout would (the job is told to stop, the lease let go) and goes on up."""
-    started = threading.Event()
-    cancelled = threading.Event()
-
-    def job(info: TriggerInfo) -> None:
-        if started.is_set():
-            return  # the next start's run
-        started.set()
-        if info.cancel_event.wait(30):
-            cancelled.set()
+    started, cancelled = threading.Event(), threading.Event()
+    job = _waits_to_be_cancelled(started, cancelled, then_fails=False)
 
     def build() -> ThreadedScheduler:
         sched = make(state_dir=tmp_path, lease_ttl=60)
