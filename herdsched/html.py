@@ -97,11 +97,12 @@ def _error_cell(item: ScheduleStatus) -> str:
     return f"<td title='{escape(whole, quote=True)}'>{escape(shown)}</td>"
 
 
-def status_table(status: SchedulerStatus) -> str:
+def status_table(status: SchedulerStatus, trouble: str | None = None) -> str:
     """A self-contained HTML table of every schedule (no scripts, no external assets).
 
     Times are shown as ``herdsched status`` shows them, in the system's zone, the leader's
-    among them; a long error is cut, with its whole text in the cell's title.
+    among them; a long error is cut, with its whole text in the cell's title. ``trouble``:
+    what is wrong with the state store, shown above the table.
     """
     leader = ""
     if status.leader:
@@ -133,9 +134,10 @@ def status_table(status: SchedulerStatus) -> str:
             "last error",
         )
     )
+    notice = f"<p class='store-trouble'>{escape(trouble)}</p>" if trouble else ""
     return (
         f"<div class='herdsched-status'><p><b>herdsched</b>: {escape(status.status)}"
-        f" · {status.active_jobs} running{leader}</p>{rejected_html(status)}"
+        f" · {status.active_jobs} running{leader}</p>{notice}{rejected_html(status)}"
         f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
     )
 

@@ -808,7 +808,7 @@ class ThreadedScheduler:
         )
 
     def _repr_html_(self) -> str:
-        return status_table(self.get_status())
+        return status_table(self.get_status(), self._core.store_health.trouble())
 
     def __repr__(self) -> str:
         core = self._core

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -98,6 +99,27 @@ def test_a_store_down_for_minutes_logs_once_a_minute_and_says_when_it_works_agai
     assert "disk full" in lines[0] and "disk full" in lines[2]
     assert lines[-1].endswith(f"({failures} failed calls).")
     assert caplog.records[-1].levelno == logging.WARNING
+
+
+def test_the_notebook_view_tells_of_a_failing_store_until_it_works_again() -> None:
+    """It showed a healthy fleet ("running · 0 running") while every claim and commit failed
+    and slots were recorded missed: a notebook shows no log, so nothing told the user."""
+    store = FlakyStore()
+    with running(store=store) as (sched, clock):
+        sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1m")}))
+        sched.start()
+        step(sched)
+        assert "store-trouble" not in sched._repr_html_()
+        store.broken = True
+        step(sched, clock, "1m")
+        clock.advance("30s")
+        html = sched._repr_html_()
+        # the timer thread may retry the commit (and fail again) as the clock moves on
+        assert re.search(r"The state store failed (30s|less than a second) ago \(\d+ failed", html)
+        assert "none known to have reached it since): disk full" in html
+        store.broken = False
+        step(sched, clock, "1m")  # the retried commit reaches the store
+        assert wait_until(lambda: "store-trouble" not in sched._repr_html_())
 
 
 def test_a_user_intent_write_that_fails_changes_nothing_and_says_so() -> None:

@@ -50,6 +50,7 @@ class StoreHealth:
         self._failed_at = 0.0  # the latest failure
         self._logged: dict[str, float] = {}  # failures of this run logged as ERROR, and when
         self._unlogged = 0  # failures since the last ERROR line
+        self._latest = ""  # the latest failure's text
 
     def failed(self, exc: BaseException) -> None:
         """A store call failed with ``exc``: an ERROR unless the same failure was logged less
@@ -60,7 +61,7 @@ class StoreHealth:
             if self._failing_since is None or now - self._failed_at > REPEAT_EVERY:
                 self._failing_since, self._failures = now, 0
                 self._logged.clear()
-            self._failed_at = now
+            self._failed_at, self._latest = now, text
             self._failures += 1
             if now - self._logged.get(text, float("-inf")) < REPEAT_EVERY:
                 self._unlogged += 1
@@ -78,6 +79,20 @@ class StoreHealth:
             _seconds(failing_for),
             since,
             exc,
+        )
+
+    def trouble(self) -> str | None:
+        """What a status display tells of the current run of failures (``None``: there is
+        none, or a call has reached the store since): a notebook view, which logs nothing."""
+        with self._lock:
+            if self._failing_since is None:
+                return None
+            now = self._clock.monotonic()
+            since, ago = now - self._failing_since, now - self._failed_at
+            failures, latest = self._failures, self._latest
+        return (
+            f"The state store failed {_seconds(ago)} ago ({_calls(failures)} in "
+            f"{_seconds(since)}, none known to have reached it since): {latest}"
         )
 
     def worked(self) -> None:
