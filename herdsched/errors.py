@@ -124,7 +124,11 @@ class AgentNotFoundError(SchedulerError, KeyError):
     """No agent of that name is registered."""
 
     def __init__(self, agent: str) -> None:
-        super().__init__(f"Agent {agent!r} not found")
+        hint = ""
+        if isinstance(agent, str) and agent.count("/") == 1:  # the command line's AGENT/SCHEDULE
+            name, schedule = agent.split("/")
+            hint = f" (to name a schedule of agent {name!r}, give it apart: {name!r}, {schedule!r})"
+        super().__init__(f"Agent {agent!r} not found{hint}")
         self.agent = agent
 
 

@@ -10,6 +10,7 @@ import pytest
 
 import herdsched
 from herdsched import (
+    Agent,
     AgentNotFoundError,
     ConfigError,
     CronParseError,
@@ -17,6 +18,7 @@ from herdsched import (
     IntervalParseError,
     InvalidScheduleError,
     LimitExceededError,
+    Schedule,
     ScheduleNotFoundError,
     SchedulerError,
     SchedulerShutdownError,
@@ -25,6 +27,7 @@ from herdsched import (
     StateCorruptedError,
     StateError,
     StateLockTimeoutError,
+    ThreadedScheduler,
     UnauthorizedError,
 )
 from herdsched.runner import timeout_message
@@ -112,6 +115,18 @@ def test_not_found_errors_name_what_is_missing() -> None:
     schedule = ScheduleNotFoundError("triage", "nightly")
     assert (schedule.agent, schedule.schedule) == ("triage", "nightly")
     assert str(schedule) == "Schedule 'nightly' not found on agent 'triage'"
+
+
+def test_an_agent_named_as_the_command_line_names_a_schedule_gets_a_hint() -> None:
+    """``pause("triage/nightly")`` (the CLI's spelling) said only that no such agent exists."""
+    sched = ThreadedScheduler(state_dir=None)
+    sched.add_agent(Agent("triage", job=print, schedules={"nightly": Schedule.interval("1h")}))
+    with pytest.raises(AgentNotFoundError) as caught:
+        sched.pause("triage/nightly")
+    assert str(caught.value) == (
+        "Agent 'triage/nightly' not found "
+        "(to name a schedule of agent 'triage', give it apart: 'triage', 'nightly')"
+    )
 
 
 def test_schedule_trigger_error() -> None:
