@@ -74,6 +74,7 @@ from herdsched.models import (
     TriggerType,
     check_count,
     check_flag,
+    check_name,
     check_prompt_override,
     check_schedule_arguments,
     check_timeout,
@@ -321,7 +322,7 @@ class ThreadedScheduler:
                 core.unadopted = True  # what others changed since add_agent: at the next look
                 leading = self._leadership.try_lead()
             except BaseException:
-                core.status = "stopped"
+                core.status, self._started_at = "stopped", None
                 _call_if_offered(core.store, "unwatch")
                 raise
             core.status = "running" if leading else "standby"
@@ -376,10 +377,10 @@ class ThreadedScheduler:
             )
 
     def _stopped(self, timed_out: bool, remaining: int) -> None:
-        """The end of ``stop()`` once it waits no more: commit, give up the lease, ``stopped``."""
+        """The end of ``stop()`` once it waits no more: commit, give up the lease, ``stopped``.
+        An interrupt in one step (Ctrl-C while the commit waits) is raised after the others."""
         core = self._core
-        self._timer.join()
-        self._commits.stop()
+        failed = _each(self._timer.join, self._commits.stop)
         with core.lock:
             core.plan.clear()
             core.status = "stopped"
@@ -389,11 +390,13 @@ class ThreadedScheduler:
                     at=self.clock.now(), timed_out=timed_out, running_job_count=remaining
                 )
             )
-        self._leadership.release()
-        _call_if_offered(core.store, "unwatch")
+        let_go = _each(self._leadership.release, lambda: _call_if_offered(core.store, "unwatch"))
+        failed = failed or let_go
         _started.discard(self)
         core.listeners.deliver()
         self.log.info("The scheduler stopped.")
+        if failed is not None:
+            raise failed
 
     def run_forever(self) -> None:
         """Start (if needed) and block until SIGINT/SIGTERM or ``stop()``, then stop gracefully."""
@@ -854,14 +857,7 @@ def _register_as_job(
     schedule = build(cadence, **options)
 
     def register(func: _F) -> _F:
-        schedule_name = name or str(getattr(func, "__name__", ""))
-        if not schedule_name.isidentifier():  # a lambda, a partial, a callable object
-            raise InvalidScheduleError(
-                f"the decorators name the schedule (and a new agent) after the function, and "
-                f"{func!r} has no such name: give name= (and agent=)",
-                field="name",
-                value=func,
-            )
+        schedule_name = name or _named_after(func, agent)
         agent_name = agent or schedule_name
         core = scheduler._core
         with core.lock:
@@ -882,6 +878,36 @@ def _register_as_job(
     return register
 
 
+def _each(*steps: Callable[[], object]) -> BaseException | None:
+    """Run every step even when one raises (an interrupt); returns the first exception."""
+    first: BaseException | None = None
+    for step in steps:
+        try:
+            step()
+        except BaseException as exc:
+            first = first or exc
+    return first
+
+
+def _named_after(func: Callable[..., Any], agent: str | None) -> str:
+    """The name a decorator gives the schedule (and a new agent, without ``agent``): the
+    function's, when that is a valid name; else an error saying to give ``name=``."""
+    derived = getattr(func, "__name__", None)
+    try:
+        for kind in ("schedule",) if agent else ("schedule", "agent"):
+            check_name(kind, derived)
+    except InvalidScheduleError:  # a lambda, a partial, a callable object, "_cleanup", "größe"
+        also, give = ("", "name=") if agent else (" and its agent", "name= and agent=")
+        raise InvalidScheduleError(
+            f"the decorators name the schedule{also} after the function, and {func!r} has no "
+            "name that can be one (ASCII letters, digits, '-' and '_', starting with a letter or "
+            f"digit): give {give}",
+            field="name",
+            value=func,
+        ) from None
+    return str(derived)
+
+
 def _skipped(reason: SkipReason, error: str) -> TriggerResult:
     return TriggerResult(success=False, error=error, skipped=True, skip_reason=reason)
 
@@ -893,7 +919,14 @@ def _warn_of_twins(new: ThreadedScheduler) -> None:
     names = set(new._core.agents)
     for other in list(_started):
         shared = sorted(names & set(other._core.agents))
-        if other is not new and other.is_running() and other._location() is None and shared:
+        alone = other._core.store is not new._core.store  # one store object: the lease decides
+        if (
+            shared
+            and alone
+            and other is not new
+            and other.is_running()
+            and other._location() is None
+        ):
             new.log.warning(
                 "Another scheduler in this process with no state directory runs agent(s) %s "
                 "too: nothing hands over between such schedulers, so both fire their "

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo
+from herdsched.store import MemoryStateStore
 from herdsched.testing import as_separate_processes
 
 
@@ -167,6 +168,21 @@ def test_a_second_scheduler_in_memory_running_the_same_agents_is_warned_of(
     finally:
         for sched in (first, second, other):
             sched.stop()
+    # two schedulers on one store object: its lease decides, and the second stands by
+    shared = MemoryStateStore()
+    leading, standing_by = ThreadedScheduler(store=shared), ThreadedScheduler(store=shared)
+    for sched in (leading, standing_by):
+        sched.add_agent(Agent("nb", job=lambda info: None, schedules={"s": Schedule.manual()}))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="herdsched"):
+        leading.start()
+        standing_by.start()
+    try:
+        assert (leading.status, standing_by.status) == ("running", "standby")
+        assert not [r for r in caplog.records if "both fire" in r.getMessage()]
+    finally:
+        standing_by.stop()
+        leading.stop()
 
 
 def _fleet(state_dir: Path, *agents: str) -> ThreadedScheduler:

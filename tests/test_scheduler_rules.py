@@ -27,6 +27,7 @@ from herdsched import (
     SchedulerShutdownError,
     ScheduleType,
     SkipReason,
+    StateError,
     Status,
     ThreadedScheduler,
     TriggerType,
@@ -1231,6 +1232,18 @@ def test_run_pending_on_a_scheduler_never_started_is_an_error_not_a_silent_pass(
         sched.run_pending()
     assert job.calls == []
 
+    class Unreadable(MemoryStateStore):
+        def refresh(self) -> None:
+            raise StateError("the state cannot be read")
+
+    failed = ThreadedScheduler(store=Unreadable(), clock=FakeClock(T0))
+    failed.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1m")}))
+    with pytest.raises(StateError):
+        failed.start()
+    assert failed.get_state().started_at is None  # a start that failed started nothing
+    with pytest.raises(SchedulerShutdownError, match="never started"):
+        failed.run_pending()
+
 
 def test_stop_from_inside_a_job_and_from_a_listener_does_not_deadlock() -> None:
     with running() as (sched, _clock):
@@ -1257,16 +1270,28 @@ def test_decorators_misused_say_how_to_write_them() -> None:
 
     def job(info: object, extra: int = 0) -> None: ...
 
+    def _cleanup(info: object) -> None: ...
+
+    def größe(info: object) -> None: ...  # noqa: PLC2401 (a name a schedule cannot take)
+
     with running() as (sched, _clock):
-        for unnamed in (functools.partial(job, extra=1), lambda info: None):
-            with pytest.raises(InvalidScheduleError, match=r"give name= \(and agent=\)"):
+        for unnamed in (functools.partial(job, extra=1), lambda info: None, _cleanup, größe):
+            with pytest.raises(InvalidScheduleError, match=r"give name= and agent=$"):
                 sched.every("5m")(unnamed)
+            with pytest.raises(InvalidScheduleError, match=r"schedule after .* give name=$"):
+                sched.every("5m", agent="a")(unnamed)
         for decorator in (sched.every, sched.cron, sched.once):
             with pytest.raises(InvalidScheduleError, match=r"takes the cadence first \(@sched"):
                 decorator(job)  # type: ignore[arg-type]
         assert sched.get_status().schedules == []  # nothing half made
         sched.every("5m", name="named", agent="a")(functools.partial(job, extra=1))
         assert sched.get_schedule("a", "named").type is ScheduleType.INTERVAL
+        # a name given is the name's rules' to judge, whatever the function is called
+        sched.every("5m", name="check-issues")(_cleanup)
+        sched.every("5m", name="2fa-sweep", agent="ops")(job)
+        assert sched.get_schedule("check-issues", "check-issues").job is _cleanup
+        with pytest.raises(InvalidScheduleError, match="schedule name 'my job' is invalid"):
+            sched.every("5m", name="my job", agent="a")(job)
 
 
 def test_decorators_register_jobs() -> None:

@@ -24,6 +24,7 @@ from herdsched import (
     TriggerInfo,
 )
 from herdsched.events import Event, JobFailed, JobSucceeded
+from herdsched.store.yaml_store import YamlStateStore
 
 pytestmark = pytest.mark.slow
 
@@ -272,6 +273,47 @@ def test_a_stop_interrupted_while_it_waits_still_stops_and_hands_the_lease_on(
         assert sched.history("a", "s")[-1].status is RunStatus.INTERRUPTED
     finally:
         sched.stop()
+
+
+def test_a_stop_interrupted_in_its_last_commit_still_ends_stopped_without_its_lease(
+    tmp_path: Path,
+) -> None:
+    """An interrupt after the wait (the last commit waiting on a slow disk or a lock) left the
+    scheduler ``stopping`` with its lease held: a second ``stop()`` returned at once and a new
+    scheduler on the directory only stood by. Every step after it still runs now."""
+    slow = threading.Event()
+
+    class SlowDisk(YamlStateStore):
+        def flush(self) -> None:
+            if slow.is_set():
+                time.sleep(3)
+            super().flush()
+
+    ran = threading.Event()
+    # the run's end waits for the last commit (commit_delay), which the slow disk then holds up
+    sched = ThreadedScheduler(store=SlowDisk(tmp_path, commit_delay=600), max_sleep=0.5)
+    sched.add_agent(
+        Agent("a", job=lambda info: ran.set(), schedules={"s": Schedule.interval("1h")})
+    )
+    sched.start()
+    assert sched.is_leader and ran.wait(10) and sched.wait_until_idle(10)
+    slow.set()
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        with pytest.raises(KeyboardInterrupt):
+            sched.stop()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        slow.clear()
+    assert sched.status == "stopped"
+    again = make(state_dir=tmp_path, lease_ttl=60)
+    again.add_agent(Agent("a", job=lambda info: None, schedules={"s": Schedule.interval("1h")}))
+    again.start()
+    try:
+        assert again.is_leader  # the lease was let go, not left to expire in 60 s
+    finally:
+        again.stop()
 
 
 def test_stop_without_waiting_leaves_the_job_running_and_records_it_later() -> None:
