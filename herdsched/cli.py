@@ -54,6 +54,7 @@ from herdsched.errors import (
     SchedulerError,
     SchedulerShutdownError,
     StateError,
+    StateLockTimeoutError,
 )
 from herdsched.fleet_checks import runnable_problems
 from herdsched.html import cut_text, format_time, lease_time
@@ -1360,8 +1361,9 @@ def _set_status(
                 store.update_schedule_state(agent, name, **changes(state))
             except StateError as exc:
                 rest = " (nor the schedules after it)" if schedule is None else ""
-                raise _Failure(  # the store's error says what is wrong, and whether to retry
-                    f"{agent}/{name} was not {verb}{rest}, nothing changed for it: {exc}"
+                again = "; try again" if isinstance(exc, StateLockTimeoutError) else ""
+                raise _Failure(  # the store's error says what is wrong
+                    f"{agent}/{name} was not {verb}{rest}, nothing changed for it: {exc}{again}"
                 ) from exc
             _out(f"{agent}/{name}: {done(state)}")
     finally:

@@ -1344,3 +1344,28 @@ def test_output_to_a_full_disk_is_one_line_on_stderr_and_exit_1(
     err = capsys.readouterr().err
     assert code == 1
     assert err == f"herdsched {argv[0]}: could not write the output: No space left on device\n"
+
+
+def test_a_pause_refused_for_a_held_lock_says_to_try_again_and_one_for_other_errors_does_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lock another process holds passes: retrying is the remedy. A read-only directory does
+    not pass: "try again" after it (as every refused pause once said) sent the user round."""
+    from herdsched.errors import StateError, StateLockTimeoutError
+
+    with YamlStateStore(tmp_path) as store:
+        store.update_schedule_state("w", "a", status="idle")
+    for error, again in (
+        (StateLockTimeoutError("Could not lock state.yaml within 10 s", tmp_path, 10), True),
+        (StateError("Cannot write state.yaml: Read-only file system", tmp_path), False),
+    ):
+
+        def refuse(*args: Any, failure: StateError = error, **changes: Any) -> None:
+            raise failure
+
+        monkeypatch.setattr(YamlStateStore, "update_schedule_state", refuse)
+        capsys.readouterr()
+        assert main(["pause", "w/a", "--state-dir", str(tmp_path)]) == 1
+        err = capsys.readouterr().err
+        assert f"w/a was not paused, nothing changed for it: {error}" in err
+        assert err.rstrip().endswith("; try again") is again

@@ -112,14 +112,7 @@ def test_a_store_that_must_not_create_tables_refuses_a_database_without_them(
     ("option", "words"),
     [
         ("sslmode=bogus", 'invalid sslmode value: "bogus"'),
-        pytest.param(
-            "keepalives=yes",
-            'invalid integer value "yes" for connection option "keepalives"',
-            marks=pytest.mark.skipif(
-                psycopg.pq.version() < 180000,
-                reason=f"libpq {psycopg.pq.version()} checks keepalives only once it connects",
-            ),
-        ),
+        ("keepalives=yes", 'invalid integer value "yes" for connection option "keepalives"'),
         ("target_session_attrs=xx", 'invalid target_session_attrs value: "xx"'),
     ],
 )
@@ -127,9 +120,16 @@ def test_an_option_value_libpq_refuses_is_bad_input(
     postgres_dsn: str, option: str, words: str
 ) -> None:
     dsn = postgres_dsn.replace("postgres@", "postgres:s3cret@", 1) + f"?{option}"
-    with pytest.raises(StoreSpecError) as caught:
+    with pytest.raises(StateError) as caught:
         PostgresStateStore(dsn)
-    assert f"is not valid: {words}" in str(caught.value)
+    if option == "keepalives=yes" and psycopg.pq.version() < 180000:
+        # libpq 16 (psycopg 3.2.1's wheels) checks this value only once it connects: it was
+        # told with the hint for an unreachable server
+        assert "keepalives parameter must be an integer" in str(caught.value)
+        assert "a connection option of the DSN has a value libpq refuses" in str(caught.value)
+    else:
+        assert isinstance(caught.value, StoreSpecError)
+        assert f"is not valid: {words}" in str(caught.value)
     assert "unreachable" not in str(caught.value) and "s3cret" not in str(caught.value)
 
 

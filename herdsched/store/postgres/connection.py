@@ -227,6 +227,8 @@ def _connection_hint(text: str) -> str:
         )
     if "idle-in-transaction timeout" in text:  # an older libpq gives the server's words only
         return _HINTS[pg_errors.IdleInTransactionSessionTimeout]
+    if "parameter must be" in text:  # an option value an older libpq checks only now
+        return "a connection option of the DSN has a value libpq refuses: correct it"
     if "FATAL:" not in text:
         return (
             "the server is unreachable or closed the connection: check that it runs and that "
