@@ -96,14 +96,30 @@ _STORED_SHAPE = re.compile(
 )
 
 
+#: ISO 8601 as dateutil is asked to read it: a year, a month or a week alone, or a whole date
+#: (extended, basic, week or ordinal) with, optionally, "T", "t" or a space and a time
+#: (extended or basic; a fraction only of a second) and an offset. Older dateutil releases
+#: (2.x, which boto3 requires, and 3.0) read a stray digit, a short offset or a space inside a
+#: time as another time instead of refusing it.
+_ISO_SHAPE = re.compile(
+    r"\d{4}(?:-\d\d|-?W\d\d)?"
+    r"|\d{4}(?:-\d\d-\d\d|\d{4}|-?W\d\d-?\d|-?\d{3})"
+    r"(?:[Tt ]\d\d(?::\d\d(?::\d\d(?:[.,]\d+)?)?|\d\d(?:\d\d(?:[.,]\d+)?)?)?"
+    r"(?:[Zz]|[+-]\d\d(?::?\d\d)?)?)?"
+)
+
+
 def _isoparse(text: str) -> datetime:
     """``text`` as a datetime: the stored shape by the standard library (80 times faster than
     dateutil, which matters when thousands of states are read); anything else by dateutil,
-    which reads more of ISO 8601 (``2026-11``, ``24:00``) and refuses what it cannot read
-    (``datetime.fromisoformat`` would misread a fractional minute or cut off a stray digit)."""
+    which reads more of ISO 8601 (``2026-11``, ``24:00``), once the text has one of its shapes
+    (``datetime.fromisoformat`` would misread a fractional minute or cut off a stray digit, and
+    older dateutil releases read some typos as other times)."""
     utc = text.endswith("Z")
     if _STORED_SHAPE.fullmatch(text[:-1] if utc else text):
         return datetime.fromisoformat(text[:-1] + "+00:00" if utc else text)
+    if not _ISO_SHAPE.fullmatch(text):
+        raise ValueError(f"{text!r} is not in an ISO 8601 shape")
     return dateutil_parser.isoparse(text)
 
 

@@ -159,6 +159,16 @@ def test_parse_agrees_with_dateutil_on_every_iso_shape(
         "20261122T05414Z",  # a digit too few
         "2026-11-22 05:413+01:00",
         "2026-11-22T05:41:48.Z",  # a dangling decimal point
+        # typos older dateutil releases (2.x, which boto3 requires; 3.0) read as other times
+        "2026-11-22 05:411",  # 05:41:01
+        "2026-11-22T05:41:48+01:0",  # +01:00
+        "2026-11-22 05 41",  # 05:04:01
+        "2026 11-22",  # 2026-01-11 22:00
+        "2026-11-22.123",  # 12:03
+        # and typos every dateutil release reads as other times
+        "2026-11-22x05:41",  # any character between the date and the time
+        "2026-112205:41Z",  # day 112 of the year (April 22), then a time
+        "2026-11-22+01:00",  # an offset after a date alone
     ],
 )
 def test_parse_refuses_fractions_and_stray_digits_instead_of_misreading_them(text: str) -> None:
