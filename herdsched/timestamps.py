@@ -6,6 +6,7 @@ precision of the state file, so what is kept in memory equals what a reload retu
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -202,7 +203,8 @@ def system_timezone() -> tzinfo:
         except (ZoneInfoNotFoundError, ValueError, OSError):
             pass
         if os.path.isabs(env) and os.path.isfile(env):
-            return _zone_file(env)
+            with contextlib.suppress(OSError, ValueError):  # a file that is no zone file
+                return _zone_file(env)
         if _POSIX_RULE.match(env):
             try:
                 return _posix_rule_zone(env)

@@ -328,6 +328,24 @@ def test_system_zone_from_a_tz_rule_or_zone_file(
         time.tzset()
 
 
+def test_a_tz_naming_a_file_that_is_no_zone_file_is_passed_over(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``TZ=/etc/hostname`` ended every command in a traceback ("Invalid TZif file"), though
+    ``system_timezone`` passes such a ``TZ`` over for ``/etc/localtime``."""
+    not_a_zone = tmp_path / "hostname"
+    not_a_zone.write_text("build-1\n", encoding="utf-8")
+    monkeypatch.setenv("TZ", str(not_a_zone))
+    expected = (
+        timestamps._zone_file(timestamps.LOCALTIME) if os.path.exists("/etc/localtime") else UTC
+    )
+    zone = system_timezone()
+    assert (
+        datetime(2026, 7, 1, tzinfo=zone).utcoffset()
+        == datetime(2026, 7, 1, tzinfo=expected).utcoffset()
+    )
+
+
 @pytest.mark.parametrize(
     ("rule", "iana", "gap_day", "fall_back_day"),
     [
