@@ -74,7 +74,6 @@ from herdsched.models import (
     TriggerType,
     check_count,
     check_flag,
-    check_name,
     check_prompt_override,
     check_schedule_arguments,
     check_timeout,
@@ -85,9 +84,8 @@ from herdsched.stats import RunStats, compute_run_stats
 from herdsched.stop_signals import StopSignals
 from herdsched.store.base import READ_ALL_HISTORY, StateStore
 from herdsched.store.deadline import held
-from herdsched.store.memory import MemoryStateStore
+from herdsched.store.spec import default_store
 from herdsched.store.usable import check_state_dir
-from herdsched.store.yaml_store import YamlStateStore
 from herdsched.worksource import WorkSource
 
 __all__ = ["ThreadedScheduler"]
@@ -209,7 +207,8 @@ class ThreadedScheduler:
         self.state_dir = state_dir_of(state_dir, store, max_run_history)
         self._owns_store = store is None
         if store is None:
-            store = _default_store(self.state_dir, self.settings, max_run_history, self.clock)
+            timing = (self.settings.lock_timeout, self.settings.commit_delay)
+            store = default_store(self.state_dir, max_run_history, self.clock, *timing)
         if lease_ttl is None:
             lease_ttl = getattr(store, "lease_ttl", None) or DEFAULT_LEASE_TTL
         self._core = EngineCore(
@@ -857,7 +856,7 @@ def _register_as_job(
     schedule = build(cadence, **options)
 
     def register(func: _F) -> _F:
-        schedule_name = name or _named_after(func, agent)
+        schedule_name = name or registry.name_after(func, agent)
         agent_name = agent or schedule_name
         core = scheduler._core
         with core.lock:
@@ -889,25 +888,6 @@ def _each(*steps: Callable[[], object]) -> BaseException | None:
     return first
 
 
-def _named_after(func: Callable[..., Any], agent: str | None) -> str:
-    """The name a decorator gives the schedule (and a new agent, without ``agent``): the
-    function's, when that is a valid name; else an error saying to give ``name=``."""
-    derived = getattr(func, "__name__", None)
-    try:
-        for kind in ("schedule",) if agent else ("schedule", "agent"):
-            check_name(kind, derived)
-    except InvalidScheduleError:  # a lambda, a partial, a callable object, "_cleanup", "größe"
-        also, give = ("", "name=") if agent else (" and its agent", "name= and agent=")
-        raise InvalidScheduleError(
-            f"the decorators name the schedule{also} after the function, and {func!r} has no "
-            "name that can be one (ASCII letters, digits, '-' and '_', starting with a letter or "
-            f"digit): give {give}",
-            field="name",
-            value=func,
-        ) from None
-    return str(derived)
-
-
 def _skipped(reason: SkipReason, error: str) -> TriggerResult:
     return TriggerResult(success=False, error=error, skipped=True, skip_reason=reason)
 
@@ -935,21 +915,6 @@ def _warn_of_twins(new: ThreadedScheduler) -> None:
                 ", ".join(repr(name) for name in shared),
             )
             return
-
-
-def _default_store(
-    state_dir: Path | None, settings: EngineSettings, max_run_history: int, clock: Clock
-) -> StateStore:
-    """The store of a scheduler given none: its state directory's, or memory for ``None``."""
-    if state_dir is None:
-        return MemoryStateStore(max_run_history=max_run_history, clock=clock)
-    return YamlStateStore(
-        state_dir,
-        lock_timeout=settings.lock_timeout,
-        commit_delay=settings.commit_delay,
-        max_run_history=max_run_history,
-        clock=clock,
-    )
 
 
 def _wait_for_runs(

@@ -8,7 +8,7 @@ registered again. Every function here is called with the engine lock held.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import attrs
@@ -31,6 +31,7 @@ __all__ = [
     "drop_entry",
     "install_agent",
     "install_entry",
+    "name_after",
     "validate_schedule",
 ]
 
@@ -293,3 +294,22 @@ def check_owner_limit(core: EngineCore, owner: str | None) -> None:
             limit=limit,
             owner=owner,
         )
+
+
+def name_after(func: Callable[..., Any], agent: str | None) -> str:
+    """The name a decorator gives the schedule (and a new agent, without ``agent``): the
+    function's, when that is a valid name; else an error saying to give ``name=``."""
+    derived = getattr(func, "__name__", None)
+    try:
+        for kind in ("schedule",) if agent else ("schedule", "agent"):
+            check_name(kind, derived)
+    except InvalidScheduleError:  # a lambda, a partial, a callable object, "_cleanup", "größe"
+        also, give = ("", "name=") if agent else (" and its agent", "name= and agent=")
+        raise InvalidScheduleError(
+            f"the decorators name the schedule{also} after the function, and {func!r} has no "
+            "name that can be one (ASCII letters, digits, '-' and '_', starting with a letter or "
+            f"digit): give {give}",
+            field="name",
+            value=func,
+        ) from None
+    return str(derived)

@@ -22,8 +22,10 @@ from __future__ import annotations
 import logging
 import os
 import re
+from pathlib import Path
 from typing import Any
 
+from herdsched.clock import Clock
 from herdsched.errors import StateError, StoreSpecError
 from herdsched.store.base import StateStore
 from herdsched.store.masking import mask_password, mask_passwords_in
@@ -33,6 +35,7 @@ from herdsched.store.yaml_store import YamlStateStore
 __all__ = [
     "DATABASE_SCHEMES",
     "StoreSpecError",
+    "default_store",
     "is_database_spec",
     "mask_password",
     "mask_passwords_in",
@@ -168,3 +171,23 @@ def store_location(store: StateStore) -> str:
     if isinstance(store, MemoryStateStore):
         return "memory (this process only)"
     return type(store).__name__
+
+
+def default_store(
+    state_dir: Path | None,
+    max_run_history: int,
+    clock: Clock,
+    lock_timeout: float,
+    commit_delay: float,
+) -> StateStore:
+    """The store of a scheduler given none: its state directory's, or memory for ``None``
+    (``lock_timeout`` and ``commit_delay`` are the YAML store's)."""
+    if state_dir is None:
+        return MemoryStateStore(max_run_history=max_run_history, clock=clock)
+    return YamlStateStore(
+        state_dir,
+        lock_timeout=lock_timeout,
+        commit_delay=commit_delay,
+        max_run_history=max_run_history,
+        clock=clock,
+    )
