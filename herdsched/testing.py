@@ -79,8 +79,9 @@ class FakeClock:
             self._cond.notify_all()
             return self._now
 
-    def set(self, when: datetime) -> None:
-        """Move to ``when`` (forwards only) as if that much time had passed."""
+    def set(self, when: datetime) -> datetime:
+        """Move to ``when`` (forwards only) as if that much time had passed; returns the new
+        now, as :meth:`advance` does."""
         target = to_utc(when)
         with self._cond:
             if target < self._now:
@@ -91,9 +92,11 @@ class FakeClock:
             self._monotonic += (target - self._now).total_seconds()
             self._now = target
             self._cond.notify_all()
+            return self._now
 
-    def jump_wall_clock(self, delta: timedelta | float | str) -> None:
+    def jump_wall_clock(self, delta: timedelta | float | str) -> datetime:
         """Step only the wall clock (as NTP or a user changing the time would); monotonic stays.
+        Returns the new now, as :meth:`advance` does.
 
         ``delta`` takes what :meth:`advance` takes (``"5m"``, seconds, a timedelta) and may be
         negative (a clock set back): ``-300`` or ``-timedelta(minutes=5)``."""
@@ -108,6 +111,7 @@ class FakeClock:
         with self._cond:
             self._now = _moved(self._now, step, "jump_wall_clock")
             self._cond.notify_all()
+            return self._now
 
     def wait(self, event: threading.Event, timeout: float | None) -> bool:
         with self._cond:

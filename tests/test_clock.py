@@ -143,7 +143,7 @@ def test_set_moves_forward() -> None:
     clock = FakeClock(START)
     mono = clock.monotonic()
     target = START + timedelta(hours=2)
-    clock.set(target)
+    assert clock.set(target) == target  # the new now, as advance() gives it (it gave None)
     assert clock.now() == target
     assert clock.monotonic() == pytest.approx(mono + 7200)
     clock.set(target)  # the same time is fine
@@ -161,7 +161,7 @@ def test_set_refuses_to_go_backwards() -> None:
 def test_jump_wall_clock_leaves_monotonic_alone() -> None:
     clock = FakeClock(START)
     mono = clock.monotonic()
-    clock.jump_wall_clock(timedelta(hours=-1))
+    assert clock.jump_wall_clock(timedelta(hours=-1)) == START - timedelta(hours=1)
     assert clock.now() == START - timedelta(hours=1)
     assert clock.monotonic() == mono
     clock.jump_wall_clock(3600)
