@@ -1222,6 +1222,36 @@ def test_a_paused_schedule_shows_no_next_run_on_a_stopped_scheduler_or_a_standby
     assert next_run(leader) is None
 
 
+def test_a_scheduler_not_running_says_so_as_each_schedule_s_skip_reason() -> None:
+    """Before ``start()`` every schedule said ``not_due`` with no next run (the troubleshooting
+    table reads ``not_due`` as "its next run is in the future"), and after ``stop()`` a
+    schedule whose time had come said nothing kept it from firing."""
+    clock = FakeClock(T0)
+    sched = ThreadedScheduler(state_dir=None, clock=clock)
+    schedules = {
+        "s": Schedule.interval("1m"),
+        "off": Schedule.interval("1m", enabled=False),
+        "hook": Schedule.manual(),
+    }
+    sched.add_agent(Agent("a", job=Recorder(), schedules=schedules))
+
+    def reasons() -> dict[str, SkipReason | None]:
+        return {item.schedule: item.skip_reason for item in sched.get_status().schedules}
+
+    not_running = {
+        "s": SkipReason.STOPPING,
+        "off": SkipReason.DISABLED,
+        "hook": SkipReason.UNSUPPORTED_TYPE,
+    }
+    assert reasons() == not_running
+    sched.start()
+    step(sched)
+    assert reasons()["s"] is SkipReason.NOT_DUE
+    sched.stop()
+    clock.advance("5m")  # its next run has come: only the stopped scheduler keeps it back
+    assert reasons() == not_running
+
+
 def test_run_pending_on_a_scheduler_never_started_is_an_error_not_a_silent_pass() -> None:
     """It fired nothing and said nothing, so a user's test of "this did not fire" passed
     without testing anything; after ``stop()`` it still fires nothing, quietly (above)."""

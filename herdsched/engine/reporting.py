@@ -35,6 +35,8 @@ __all__ = [
 
 #: the most results one page of ``search()`` returns
 MAX_SEARCH_LIMIT = 50
+#: reasons that hold only while the timer runs (so say ``stopping`` when it does not)
+_FIRES_WHEN_RUNNING = (None, SkipReason.NOT_DUE, SkipReason.NO_WORK)
 #: why a schedule defined with ``enabled=False`` does not fire (its status stays idle)
 DISABLED_BY_DEFINITION = "its definition says enabled: false (the timer never fires it)"
 
@@ -45,6 +47,8 @@ def schedule_status(core: EngineCore, entry: Entry, now: datetime) -> ScheduleSt
     reason = core.skip_reason(entry, now) if entry.agent in core.agents else None
     if reason is SkipReason.NOT_DUE and entry.last_skip is SkipReason.NO_WORK:
         reason = SkipReason.NO_WORK
+    if reason in _FIRES_WHEN_RUNNING and core.status in ("stopped", "stopping"):
+        reason = SkipReason.STOPPING  # not started or stopped: the next run is not the reason
     return ScheduleStatus(
         agent=entry.agent,
         schedule=entry.name,
