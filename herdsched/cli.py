@@ -60,6 +60,7 @@ from herdsched.fleet_checks import runnable_problems
 from herdsched.html import cut_text, format_time, lease_time
 from herdsched.models import (
     AD_HOC_SCHEDULE,
+    NAME_PATTERN,
     RejectedDefinition,
     RunRecord,
     RunStatus,
@@ -111,7 +112,6 @@ FINAL_SAVE_WAIT = 5.0
 
 logger = logging.getLogger("herdsched.cli")
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _CELL_WIDTH = 60
 _NAMESPACES_SHOWN = 10  # an empty namespace's hint names at most this many others
 
@@ -1017,7 +1017,7 @@ def _open_state_dir(state_dir: str, option: str) -> StateStore:
 
 def _target(text: str) -> tuple[str, str | None]:
     agent, sep, schedule = text.partition("/")
-    if not _NAME.match(agent) or (sep and not _NAME.match(schedule)):
+    if not NAME_PATTERN.fullmatch(agent) or (sep and not NAME_PATTERN.fullmatch(schedule)):
         raise _UsageError(
             f"{text!r} is not AGENT or AGENT/SCHEDULE (names use ASCII letters, digits, '-' "
             "and '_')"

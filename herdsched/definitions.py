@@ -85,7 +85,7 @@ SCHEDULE_FIELDS = (
     "metadata",
 )
 
-_JOB_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+_JOB_REF = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 _TYPES = ", ".join(t.value for t in ScheduleType)
 _CADENCE_KEYS = {
     ScheduleType.INTERVAL: ("interval", "anchor", "start_at", "jitter_percent", "timezone"),
@@ -291,7 +291,7 @@ def _load_yaml(path: Path, label: str) -> tuple[Any, list[str]]:
 # Paths and problem collection
 
 _PathT = tuple[str | int, ...]
-_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def _format_path(parts: Sequence[object]) -> str:
@@ -301,7 +301,7 @@ def _format_path(parts: Sequence[object]) -> str:
     for part in parts:
         if isinstance(part, int) and not isinstance(part, bool):
             text += f"[{part}]"
-        elif isinstance(part, str) and _PLAIN_KEY.match(part):
+        elif isinstance(part, str) and _PLAIN_KEY.fullmatch(part):
             text += f".{part}" if text else part
         elif isinstance(part, str) and len(part) > _EXCERPT:
             text += f"[{part[:_EXCERPT] + '...'!r}]"
@@ -369,7 +369,9 @@ class _Checker:
         file is not the one meant, and it may hold secrets.
         """
         odd = [
-            k for k in data if isinstance(k, str) and k not in allowed and not _PLAIN_KEY.match(k)
+            k
+            for k in data
+            if isinstance(k, str) and k not in allowed and not _PLAIN_KEY.fullmatch(k)
         ]
         untold = set(odd[1:])
         for key in data:
@@ -381,7 +383,7 @@ class _Checker:
                 if close:
                     hint = f' (did you mean "{close[0]}"?)'
             if isinstance(key, str):  # a name whole, as a typo is told; other text cut short
-                shown = _describe(key, _QUOTED if _PLAIN_KEY.match(key) else _EXCERPT)
+                shown = _describe(key, _QUOTED if _PLAIN_KEY.fullmatch(key) else _EXCERPT)
             else:
                 shown = f'"{_describe(key)}"'
             if len(odd) > 1 and key == odd[0]:
@@ -495,7 +497,7 @@ def resolve_job(reference: str, *, search_path: str | Path | None = None) -> Job
     ``KeyboardInterrupt`` still interrupts.
     """
 
-    if not isinstance(reference, str) or not _JOB_REF.match(reference.strip()):
+    if not isinstance(reference, str) or not _JOB_REF.fullmatch(reference.strip()):
         raise InvalidScheduleError(
             f'job must be "package.module:function", got {_describe(reference)}',
             field="job",

@@ -503,7 +503,9 @@ class Schedule:
         return attrs.evolve(self, **changes)
 
 
-_AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+#: an agent's or schedule's name, matched whole (``fullmatch``: a ``$`` would let a final
+#: newline through)
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
 
 def check_flag(value: Any, name: str) -> bool:
@@ -559,7 +561,7 @@ AD_HOC_SCHEDULE = "manual"
 def check_name(kind: str, value: Any) -> None:
     """Refuse an agent or schedule name that is not ASCII letters, digits, '-' and '_', and a
     schedule named as the agent's ad-hoc runs are recorded."""
-    if not isinstance(value, str) or not _AGENT_NAME.match(value):
+    if not isinstance(value, str) or not NAME_PATTERN.fullmatch(value):
         hint = ""
         if isinstance(value, bool) or value is None:
             hint = " (YAML reads on, off, yes, no and null unquoted as this: quote the name)"

@@ -9,6 +9,7 @@ EDGES = [
     ("GET", "/", 404, None),
     ("GET", "/schedule/triage/new%0Aline", 404, None),
     ("PUT", "/schedule/triage/new%0Aline", 400, None),
+    ("PUT", "/schedule/triage/trailing%0A", 400, None),  # a name ending in a newline
     ("PROPFIND", "/schedule/triage/check", 405, "GET, HEAD, PUT, PATCH, DELETE"),
     ("OPTIONS", "/schedule/triage/check", 405, "GET, HEAD, PUT, PATCH, DELETE"),
     ("OPTIONS", "/status", 405, "GET, HEAD"),

@@ -1094,6 +1094,7 @@ def test_validate_finds_a_state_dir_that_is_a_file(
         (["validate", " "], "argument FLEET: the fleet file is empty (' ')"),
         # an empty target (an unset $AGENT) showed the whole fleet's history
         (["history", ""], "'' is not AGENT or AGENT/SCHEDULE"),
+        (["pause", "a/s\n"], "'a/s\\n' is not AGENT or AGENT/SCHEDULE"),
     ],
 )
 def test_empty_positional_arguments_are_usage_errors(

@@ -250,14 +250,15 @@ def test_agent() -> None:
     assert Agent("a_b-1").max_concurrent == 1
 
 
-@pytest.mark.parametrize("name", ["bad name", "-x", "_x", "", "a/b", "ä", 5, None])
+# "a\n": a regular expression's ``$`` also matches before a final newline (it was accepted)
+@pytest.mark.parametrize("name", ["bad name", "-x", "_x", "", "a/b", "ä", "a\n", 5, None])
 def test_agent_names(name: object) -> None:
     error = _field_error(lambda: Agent(name))  # type: ignore[arg-type]
     assert error.field == "name"
     assert repr(name) in str(error)
 
 
-@pytest.mark.parametrize("name", ["bad name", "", "a.b"])
+@pytest.mark.parametrize("name", ["bad name", "", "a.b", "nightly\n"])
 def test_schedule_names(name: str) -> None:
     error = _field_error(lambda: Agent("a", schedules={name: Schedule.manual()}))
     assert error.field == "name"

@@ -48,7 +48,7 @@ log = logging.getLogger("herdsched")
 _POSIX = os.name == "posix"
 
 #: ``.<target name>.tmp-<pid>-<8 hex digits>``: the name of every temp file we create.
-_TEMP_RE = re.compile(r"^\.(?P<target>.+)\.tmp-(?P<pid>\d+)-[0-9a-f]{8}$")
+_TEMP_RE = re.compile(r"\.(?P<target>.+)\.tmp-(?P<pid>\d+)-[0-9a-f]{8}")
 
 #: Bytes per write when a file is written in pieces: well below glibc's 128 KiB mmap threshold.
 PIECE_SIZE = 65536
@@ -255,7 +255,7 @@ def sweep_temp_files(directory: Path) -> list[Path]:
         return removed
     now = time.time()
     for name in names:
-        match = _TEMP_RE.match(name)
+        match = _TEMP_RE.fullmatch(name)
         if match is None:
             continue
         path = directory / name

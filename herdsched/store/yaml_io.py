@@ -20,7 +20,7 @@ HAVE_LIBYAML = bool(getattr(yaml, "__with_libyaml__", False))
 _Loader: Any = yaml.CSafeLoader if HAVE_LIBYAML else yaml.SafeLoader
 _BaseDumper: Any = yaml.CSafeDumper if HAVE_LIBYAML else yaml.SafeDumper
 
-_TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+_TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 #: Wide enough that no line is ever folded.
 _WIDTH = 1_000_000
@@ -31,7 +31,7 @@ class _Dumper(_BaseDumper):  # type: ignore[misc]
 
 
 def _represent_str(dumper: Any, data: str) -> Any:
-    if len(data) == 24 and _TIMESTAMP.match(data):
+    if len(data) == 24 and _TIMESTAMP.fullmatch(data):
         return dumper.represent_scalar("tag:yaml.org,2002:str", data, style='"')
     return dumper.represent_str(data)
 
