@@ -991,7 +991,7 @@ class RestApi:
                 )
             merged = _definition_fields(existing)
             for key, value in fields.items():
-                for alias_group in (("cron", "expression"), ("persist_session", "resume_session")):
+                for alias_group in _ALIASES:
                     if key in alias_group:
                         for alias in alias_group:
                             merged.pop(alias, None)
@@ -1242,6 +1242,19 @@ def length_required() -> ApiError:
     )
 
 
+def malformed_length(value: str | None) -> ApiError | None:
+    """The 400 answer for a Content-Length that is no number of bytes (``abc``, ``-1``,
+    ``+17``), else ``None``: werkzeug and Django read such a body as empty, which would apply
+    a write the caller did not send (a PATCH answered 200 with nothing changed)."""
+    if not value or (value.isascii() and value.isdigit()):
+        return None
+    return ApiError(
+        400,
+        f"the Content-Length header {value[:40]!r} is not a number of bytes",
+        [_detail("Content-Length", "must be the body's length in bytes, digits only")],
+    )
+
+
 def _check_write(read_only: str | None, cross_site: bool) -> None:
     if read_only is not None:
         raise ApiError(403, read_only)
@@ -1382,6 +1395,10 @@ def _enum_param(query: Mapping[str, str], name: str, enum_cls: Any) -> Any:
     return enum_cls(raw)
 
 
+#: the writable fields that have a second name (the fleet file's spelling and the API's)
+_ALIASES = (("cron", "expression"), ("persist_session", "resume_session"))
+
+
 def _checked_fields(agent: str, name: str, data: Mapping[str, Any]) -> dict[str, Any]:
     """The writable fields of a PUT/PATCH body; refuse what cannot be written, by name."""
     fields = dict(data)
@@ -1408,6 +1425,9 @@ def _checked_fields(agent: str, name: str, data: Mapping[str, Any]) -> dict[str,
             raise _field_error(
                 key, f"unknown field {key!r} (writable: {', '.join(sorted(WRITABLE_FIELDS))})"
             )
+    for field, alias in _ALIASES:
+        if field in fields and alias in fields:  # a PATCH would keep whichever came last
+            raise _field_error(alias, f'give "{field}" or its alias "{alias}", not both')
     _check_length("prompt", fields.get("prompt"), MAX_PROMPT_LENGTH)
     if fields.get("owner") == RESERVED_OWNER:
         raise _field_error(

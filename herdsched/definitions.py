@@ -712,7 +712,7 @@ def _alias(
     chk: _Checker, data: Mapping[Any, Any], path: _PathT, name: str, alias: str
 ) -> tuple[bool, Any]:
     if name in data and alias in data:
-        chk.problem(path, f'give "{name}" or its alias "{alias}", not both')
+        chk.problem((*path, alias), f'give "{name}" or its alias "{alias}", not both')
         return False, None
     if name in data:
         return True, data[name]
@@ -752,7 +752,7 @@ def _interval_args(
     ``jitter_percent``); ``anchor`` and ``start_at`` must be absolute times."""
     args: dict[str, Any] = {}
     if "interval" not in data:
-        chk.problem(path, 'an interval schedule needs "interval" (such as "5m")')
+        chk.problem((*path, "interval"), 'an interval schedule needs "interval" (such as "5m")')
     else:
         args["every"] = chk.duration(data["interval"], (*path, "interval"), "interval")
     for key in ("anchor", "start_at"):
@@ -776,7 +776,7 @@ def _cron_args(
     given, expression = _alias(chk, data, path, "cron", "expression")
     key = "cron" if "cron" in data else "expression"
     if not given and "cron" not in data and "expression" not in data:
-        chk.problem(path, 'a cron schedule needs "cron" (such as "0 9 * * 1-5")')
+        chk.problem((*path, "cron"), 'a cron schedule needs "cron" (such as "0 9 * * 1-5")')
     elif given:
         if isinstance(expression, str):
             try:
@@ -799,7 +799,7 @@ def _once_args(
     """The checked argument of a once cadence: ``at``, absolute or (where ``ctx`` allows it)
     relative to ``ctx.now``."""
     if "at" not in data:
-        chk.problem(path, 'a once schedule needs "at" (such as "2026-12-01T09:00:00Z")')
+        chk.problem((*path, "at"), 'a once schedule needs "at" (such as "2026-12-01T09:00:00Z")')
         return {}
     at = data["at"]
     if not ctx.relative_at and isinstance(at, str) and at.strip().startswith("+"):

@@ -347,6 +347,11 @@ def test_put_enabled_resumes_a_paused_schedule(api: RestApi, sched: ThreadedSche
         ({"interval": "5m", "overlap": None}, "overlap", "got null"),
         ({}, "type", '"type" is required (one of interval, cron'),  # was field null
         ({"interval": "5m", "cron": "* * * * *"}, "type", "interval and cron are both given"),
+        # each was field null
+        ({"type": "interval"}, "interval", 'an interval schedule needs "interval"'),
+        ({"type": "cron"}, "cron", 'a cron schedule needs "cron"'),
+        ({"type": "once"}, "at", 'a once schedule needs "at"'),
+        ({"cron": "0 9 * * *", "expression": "0 9 * * *"}, "expression", "not both"),
     ],
 )
 def test_put_rejects_bad_definitions_naming_the_field(
@@ -639,6 +644,27 @@ def test_a_bad_change_is_told_in_plain_words(
     status, answer = call(api, method, "/api/schedule/triage/check", body)
     assert status == 400, answer
     assert_error(answer, field, text)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("report", {"cron": "0 10 * * *", "expression": "0 11 * * *"}, "expression"),
+        ("report", {"expression": "0 11 * * *", "cron": "0 10 * * *"}, "expression"),
+        ("report", {"persist_session": True, "resume_session": False}, "resume_session"),
+        ("check", {"interval": None}, "interval"),
+    ],
+)
+def test_a_patch_giving_a_field_twice_or_taking_a_cadence_away_names_it(
+    api: RestApi, path: str, body: dict[str, Any], field: str
+) -> None:
+    """A field and its alias in one PATCH kept whichever came last, with a 200 (a PUT refused
+    them); a cadence taken away was a 400 naming no field."""
+    before = call(api, "GET", f"/api/schedule/triage/{path}")[1]
+    status, answer = call(api, "PATCH", f"/api/schedule/triage/{path}", body)
+    assert status == 400, answer
+    assert answer["details"][0]["field"] == field
+    assert call(api, "GET", f"/api/schedule/triage/{path}")[1] == before
 
 
 def test_a_name_outside_ascii_is_told_that_only_ascii_letters_do(api: RestApi) -> None:

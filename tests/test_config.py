@@ -542,9 +542,10 @@ def test_broken_fleet_reports_every_problem_with_its_path(tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("body", "path", "why"),
     [
-        ("type: interval", "schedules.s", 'needs "interval"'),
-        ("type: cron", "schedules.s", 'needs "cron"'),
-        ("type: once", "schedules.s", 'needs "at"'),
+        # a missing or doubled field is named, so the REST API names it too
+        ("type: interval", "schedules.s.interval", 'needs "interval"'),
+        ("type: cron", "schedules.s.cron", 'needs "cron"'),
+        ("type: once", "schedules.s.at", 'needs "at"'),
         ("prompt: x", "schedules.s.type", '"type" is required (one of interval, cron'),
         ("interval: 5m\ncron: '* * * * *'", "schedules.s.type", "of interval and cron are both"),
         ("type: daily", "schedules.s.type", "must be one of interval"),
@@ -575,7 +576,11 @@ def test_broken_fleet_reports_every_problem_with_its_path(tmp_path: Path) -> Non
         ("type: interval\ninterval: 5m\nanchor: 12", "schedules.s.anchor", "ISO-8601"),
         ("type: cron\ncron: '0 9 * *'", "schedules.s.cron", "expected 5 fields, got 4"),
         ("type: cron\ncron: '0 0 31 2 *'", "schedules.s.cron", "never matches"),
-        ("type: cron\ncron: '* * * * *'\nexpression: '* * * * *'", "schedules.s", "not both"),
+        (
+            "type: cron\ncron: '* * * * *'\nexpression: '* * * * *'",
+            "schedules.s.expression",
+            "not both",
+        ),
         (
             "type: cron\ncron: '* * * * *'\ntimezone: Mars/Base",
             "schedules.s.timezone",
@@ -612,7 +617,11 @@ def test_broken_fleet_reports_every_problem_with_its_path(tmp_path: Path) -> Non
         ("type: manual\nmetadata: {x: 2026-01-01}", "schedules.s.metadata", "write a date"),
         ('type: manual\nprompt: "a\\0b"', "schedules.s.prompt", "NUL character"),
         ("type: manual\npersist_session: 1", "schedules.s.persist_session", "true or false"),
-        ("type: manual\npersist_session: true\nresume_session: true", "schedules.s", "not both"),
+        (
+            "type: manual\npersist_session: true\nresume_session: true",
+            "schedules.s.resume_session",
+            "not both",
+        ),
         ("type: manual\njob: nope", "schedules.s.job", '"package.module:function"'),
         ("type: manual\njob: 'x:y'\ncommand: [a]", "schedules.s", "not both"),
         ("type: manual\ncommand: [echo, 1]", "schedules.s.command[1]", "must be strings"),
@@ -703,7 +712,7 @@ def test_a_schedule_more_frequent_than_min_interval_is_a_problem_of_the_file(
         ),
         (
             "name: a\n    job: test_config:sample_job\n    prompt: a\n    default_prompt: b",
-            "agents[0]",
+            "agents[0].prompt",
             "not both",
         ),
         (

@@ -786,6 +786,19 @@ def test_a_chunked_write_the_server_cannot_read_is_411(
     assert chunked(client, "GET", url, {}, terminated=False).status_code == 200
 
 
+@pytest.mark.parametrize("length", ["abc", "-1"])
+def test_a_malformed_content_length_is_400_never_an_empty_body(client: Client, length: str) -> None:
+    """Django reads a body whose Content-Length is no number as empty: the PATCH was a 200
+    that changed nothing."""
+    url = f"{API}/schedule/triage/check"
+    response = client.patch(
+        url, b'{"prompt": "new"}', content_type="application/json", CONTENT_LENGTH=length
+    )
+    answer = error_of(response, 400, "Content-Length")
+    assert repr(length) in answer["error"]
+    assert client.get(url).json()["prompt"] == "Check"
+
+
 def test_body_limit_setting(sched: ThreadedScheduler) -> None:
     value = {
         "SCHEDULER": sched,

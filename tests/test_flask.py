@@ -421,6 +421,24 @@ def test_a_chunked_body_is_read_or_refused_with_411(
     assert client.get(url).get_json()["prompt"] == "new"
 
 
+@pytest.mark.parametrize("length", ["abc", "-1", "+17", "1.5"])
+def test_a_malformed_content_length_is_400_never_an_empty_body(
+    client: FlaskClient, length: str
+) -> None:
+    """werkzeug reads a body whose Content-Length is no number as empty: the PATCH was a 200
+    that changed nothing."""
+    url = f"{API}/schedule/triage/check"
+    response = client.patch(
+        url,
+        data=b'{"prompt": "new"}',
+        content_type="application/json",
+        environ_overrides={"CONTENT_LENGTH": length},
+    )
+    answer = error_of(response, 400, field="Content-Length")
+    assert repr(length) in answer["error"]
+    assert client.get(url).get_json()["prompt"] == "Check"
+
+
 def test_body_limit_is_413_and_configurable(sched: ThreadedScheduler) -> None:
     app = Flask("limited")
     app.config["HERDSCHED_MAX_BODY_BYTES"] = 2000

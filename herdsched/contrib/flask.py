@@ -56,6 +56,7 @@ from herdsched.api import (
     body_too_large,
     is_cross_site,
     length_required,
+    malformed_length,
     read_only_reason,
     store_unavailable,
 )
@@ -319,8 +320,12 @@ def _read_body(ext: FlaskHerdsched) -> bytes:
 
     A write sent without a Content-Length to a server that does not end the body's stream
     (werkzeug then reads it as empty) is refused with 411, never taken as having no body."""
-    if request.method not in ("GET", "HEAD", "OPTIONS") and body_unreadable(request.environ):
-        raise length_required()
+    if request.method not in ("GET", "HEAD", "OPTIONS"):
+        if body_unreadable(request.environ):
+            raise length_required()
+        malformed = malformed_length(request.environ.get("CONTENT_LENGTH"))
+        if malformed is not None:
+            raise malformed
     limit = ext.max_body_bytes
     length = request.content_length
     if length is not None and length > limit:

@@ -27,6 +27,7 @@ from herdsched.api import (
     body_too_large,
     is_cross_site,
     length_required,
+    malformed_length,
     read_only_reason,
     store_unavailable,
 )
@@ -144,10 +145,14 @@ def _read_body(request: HttpRequest, limit: int) -> bytes:
             return b""  # a read's body is not used
         status, answer = length_required().response()
         raise _Refused(JsonResponse(answer, status=status))
+    malformed = malformed_length(meta.get("CONTENT_LENGTH"))
+    if malformed is not None and request.method not in _SAFE:
+        status, answer = malformed.response()
+        raise _Refused(JsonResponse(answer, status=status))
     try:
         length = int(meta.get("CONTENT_LENGTH") or 0)
     except ValueError:
-        length = 0
+        length = 0  # a read's body, not used
     stream = meta["wsgi.input"] if sent_without_length(meta) else request
     body = b"" if length > limit else stream.read(limit + 1)
     if length > limit or len(body) > limit:
