@@ -1290,7 +1290,11 @@ def is_cross_site(headers: Mapping[str, str], host: str | None) -> bool:
         return True
     if not origin or host is None:
         return False
-    return urlsplit(origin).netloc.lower() != host.strip().lower()
+    try:
+        netloc = urlsplit(origin).netloc
+    except ValueError:  # no URL ("http://[::1"): not this site's origin either
+        return True
+    return netloc.lower() != host.strip().lower()
 
 
 def _who(actor: str | None, caller: str | None) -> str:
@@ -1373,12 +1377,17 @@ def _check_query(query: Mapping[str, str], known: tuple[str, ...]) -> None:
         raise _field_error(unknown[0], f"unknown query parameter {unknown[0]!r} ({listed})")
 
 
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
 def _int_param(query: Mapping[str, str], name: str, default: int, *, minimum: int) -> int:
     raw = query.get(name)
     if raw is None or raw == "":
         return default
-    if not (raw.isascii() and raw.lstrip("-").isdigit()):  # int() takes "1_0" and "５"
-        raise _field_error(name, f"{name} must be an integer, got {raw!r}")
+    if not _INTEGER.fullmatch(raw):  # int() takes "1_0" and "５"
+        raise _field_error(name, f"{name} must be an integer, got {raw[:40]!r}")
+    if len(raw) > 18:  # Python reads no more than 4,300 digits
+        raise _field_error(name, f"{name} is too large ({len(raw)} digits)")
     value = int(raw)
     if value < minimum:
         raise _field_error(name, f"{name} must be at least {minimum}, got {value}")

@@ -76,8 +76,18 @@ _EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
 _FIXED_MONDAY = datetime(2026, 1, 5, tzinfo=timezone.utc)
 
 
+#: the longest duration text read (``"999999999d23h59m59s"`` has 19 characters)
+_MAX_DURATION_TEXT = 100
+
+
 def _interval_error(problem: str, raw: object, what: str = "interval") -> IntervalParseError:
-    return IntervalParseError(f'{problem} in {what} "{raw}"', input=raw, field=what)
+    return IntervalParseError(f"{problem} in {what} {_shown(raw)}", input=raw, field=what)
+
+
+def _shown(raw: object) -> str:
+    """``raw`` quoted as written, or as Python writes it when it holds a control character
+    (which would break the message's line or hide in it)."""
+    return f'"{raw}"' if isinstance(raw, str) and raw.isprintable() else repr(raw)
 
 
 def parse_interval(text: str, *, allow_zero: bool = False, what: str = "interval") -> timedelta:
@@ -102,6 +112,13 @@ def parse_interval(text: str, *, allow_zero: bool = False, what: str = "interval
     def fail(problem: str) -> IntervalParseError:
         return _interval_error(problem, raw, what)
 
+    if len(text) > _MAX_DURATION_TEXT:
+        raise IntervalParseError(
+            f"{what.capitalize()} is too long ({len(text)} characters; at most "
+            f"{_MAX_DURATION_TEXT}): {_shown(text[:20])}...",
+            raw,
+            field=what,
+        )
     body = text.strip().lower()
     if not body:
         raise IntervalParseError(
@@ -125,10 +142,10 @@ def parse_interval(text: str, *, allow_zero: bool = False, what: str = "interval
     while pos < len(body):
         match = _TOKEN.match(body, pos)
         if match is None:
-            raise fail(f'Invalid character "{body[pos]}"')
+            raise fail(f"Invalid character {_shown(body[pos])}")
         number, unit = match.groups()
         if not unit and match.end() < len(body):
-            raise fail(f'Invalid character "{body[match.end()]}"')
+            raise fail(f"Invalid character {_shown(body[match.end()])}")
         if not unit:
             raise fail(missing_unit)
         if unit not in _UNITS:

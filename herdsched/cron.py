@@ -93,6 +93,10 @@ class CronExpression:
         return dict(zip(names, self.canonical.split(), strict=True))
 
 
+#: the longest expression read (a list of every minute and hour is under 250 characters)
+_MAX_LENGTH = 1000
+
+
 def _error(expression: str, problem: str, field: str | None = None) -> CronParseError:
     return CronParseError(f'Invalid cron expression "{expression}" - {problem}', expression, field)
 
@@ -292,6 +296,12 @@ def _split_fields(expression: object) -> list[str]:
             f'Invalid cron expression {expression!r} - must be a string such as "0 9 * * 1-5" '
             f"(got {type(expression).__name__}; quote it in YAML)",
             str(expression),
+        )
+    if len(expression) > _MAX_LENGTH:
+        raise CronParseError(
+            f'Invalid cron expression "{expression[:30]}..." - is too long '
+            f"({len(expression)} characters; at most {_MAX_LENGTH})",
+            expression,
         )
     text = " ".join(expression.split())
     if not text:

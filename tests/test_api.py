@@ -787,12 +787,23 @@ def test_a_field_given_twice_is_refused(api: RestApi, body: str) -> None:
     assert_error(answer, field, f"the field {field!r} is given twice in the request body")
 
 
-@pytest.mark.parametrize("limit", ["1_0", "\uff15", "+5", " 5"])
+@pytest.mark.parametrize("limit", ["1_0", "\uff15", "+5", " 5", "--1", "-"])
 def test_limits_are_plain_ascii_integers(api: RestApi, limit: str) -> None:
-    """``int()`` reads "1_0" and a full-width digit; a query string should not."""
+    """``int()`` reads "1_0" and a full-width digit; a query string should not ("--1" was a
+    500 with ``int()``'s own message)."""
     status, body = call(api, "GET", "/api/schedule", query={"limit": limit})
     assert status == 400
     assert_error(body, "limit", "must be an integer")
+
+
+@pytest.mark.parametrize("path", ["/api/schedule", "/api/schedule/triage/check/history"])
+def test_a_limit_of_thousands_of_digits_is_400_naming_it(api: RestApi, path: str) -> None:
+    """Python refuses to read an int of more than 4,300 digits: it was a 500 saying so."""
+    for name in ("limit", "offset") if path == "/api/schedule" else ("limit",):
+        status, body = call(api, "GET", path, query={name: "9" * 5000})
+        assert status == 400, body
+        assert_error(body, name, f"{name} is too large (5000 digits)")
+        assert len(body["error"]) < 200
 
 
 def test_run_on_a_stopped_memory_scheduler_is_409(clock: FakeClock, jobs: Jobs) -> None:
@@ -1183,6 +1194,7 @@ def test_cross_site_writes_are_refused(api: RestApi) -> None:
         ({"Origin": "https://example.com"}, "example.com", False),
         ({"Origin": "https://evil.example"}, "example.com", True),
         ({"Origin": "null"}, "example.com", True),
+        ({"Origin": "http://[::1"}, "example.com", True),  # no URL: raised ValueError (a 500)
     ],
 )
 def test_is_cross_site(headers: dict[str, str], host: str, cross: bool) -> None:

@@ -262,6 +262,27 @@ def test_invalid_fields(expression: str, field: str, phrase: str) -> None:
     assert is_valid_cron_expression(expression) is False
 
 
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "0" * 5000 + "1 * * * *",  # each number was read by int(): a bare ValueError (a 500)
+        "*/" + "9" * 5000 + " * * * *",
+        "0 9 * * 1#" + "9" * 5000,
+        "0 9 * * " + "9" * 5000 + "L",
+        "0 9 * * *" + " " * 5000,
+    ],
+)
+def test_a_cron_expression_of_thousands_of_characters_is_refused_as_too_long(
+    expression: str,
+) -> None:
+    with pytest.raises(CronParseError) as info:
+        parse_cron_expression(expression)
+    message = str(info.value)
+    assert f"is too long ({len(expression)} characters; at most 1000)" in message
+    assert len(message) < 200, message
+    assert info.value.expression == expression
+
+
 def test_herdctl_error_messages_verbatim() -> None:
     with pytest.raises(CronParseError) as info:
         parse_cron_expression("0 25 * * *")

@@ -492,6 +492,20 @@ def test_cross_site_browser_writes_are_403(client: FlaskClient) -> None:
     assert response.status_code == 200
 
 
+def test_an_origin_that_is_no_url_is_a_cross_site_write_and_harmless_to_a_read(
+    client: FlaskClient,
+) -> None:
+    """``urlsplit`` raised on it: every route, reads included, answered Flask's HTML 500."""
+    bad = {"Origin": "http://[::1"}
+    assert client.get(f"{API}/status", headers=bad).status_code == 200
+    error_of(
+        client.patch(f"{API}/schedule/triage/check", json={"enabled": False}, headers=bad),
+        403,
+        field="Origin",
+    )
+    assert client.get(f"{API}/schedule/triage/check").get_json()["enabled"] is True
+
+
 def test_auth_owner_sees_own_and_is_refused_others(auth_client: FlaskClient) -> None:
     body = auth_client.get("/ops/api/schedule", headers={"X-Owner": "ann"}).get_json()
     assert [s["name"] for s in body["schedules"]] == ["report"]

@@ -126,6 +126,29 @@ def test_parse_interval_invalid(text: str, phrase: str) -> None:
     assert repr(text) in str(error) or f'"{text}"' in str(error)
 
 
+@pytest.mark.parametrize(
+    ("text", "phrase"),
+    [
+        # Python reads no int of more than 4,300 digits: each was a bare ValueError (a 500)
+        ("0" * 5000 + "1s", "at most 100)"),
+        ("9" * 5000 + "s", "at most 100)"),
+        ("5m" + " " * 5000, "at most 100)"),
+        # a control character was put into the message as it came
+        ("5m\x00", "Invalid character"),
+        ("5\nm", "Invalid character"),
+    ],
+)
+def test_a_long_or_unprintable_interval_is_refused_in_a_short_printable_message(
+    text: str, phrase: str
+) -> None:
+    with pytest.raises(IntervalParseError) as info:
+        parse_interval(text)
+    message = str(info.value)
+    assert phrase in message
+    assert message.isprintable() and len(message) < 200, message
+    assert info.value.input == text
+
+
 def test_invalid_unit_lists_valid_units() -> None:
     with pytest.raises(IntervalParseError) as info:
         parse_interval("5x")
