@@ -274,14 +274,23 @@ class RevisionMismatchError(ConflictError):
         schedule: str,
         expected: str,
         current: str | None,
+        *,
+        reason: str | None = None,
     ) -> None:
-        now = "it was removed" if current is None else f"its revision is now {current!r}"
-        super().__init__(
-            f"{agent}/{schedule} changed since revision {expected!r} was read ({now}): read it "
-            "again and repeat the change",
-            agent,
-            schedule,
-        )
+        if reason is not None:  # the condition could match no revision
+            message = f"{agent}/{schedule} was not changed: {reason}"
+        elif expected == "*" and current is None:  # any revision: it must exist
+            message = (
+                f"{agent}/{schedule} does not exist now (removed, or never made), and the "
+                "change was for an existing one: nothing was written"
+            )
+        else:
+            now = "it was removed" if current is None else f"its revision is now {current!r}"
+            message = (
+                f"{agent}/{schedule} changed since revision {expected!r} was read ({now}): "
+                "read it again and repeat the change"
+            )
+        super().__init__(message, agent, schedule)
         self.expected = expected
         self.current = current
 

@@ -64,10 +64,18 @@ class WriteConditions:
         found = None if current is None else schedule_revision(current)
         if self.any_tag and found is not None:
             return ANY_REVISION
+        if self.tags == ():  # only weak tags were sent
+            raise RevisionMismatchError(agent, name, "", found, reason=_WEAK_ONLY)
         if found is None or not {found, tag} & set(self.tags or ()):
-            expected = ", ".join(self.tags or ()) or "*"
+            expected = ", ".join(self.tags or ()) or ANY_REVISION
             raise RevisionMismatchError(agent, name, expected, found)
         return found
+
+
+_WEAK_ONLY = (
+    "If-Match holds only weak tags (W/...), which never match a write: send the ETag without "
+    "W/, or the answer's revision"
+)
 
 
 def _tags(header: str) -> tuple[str, ...]:
@@ -103,8 +111,10 @@ def parse_conditions(if_match: str | None, if_none_match: str | None) -> WriteCo
                 tags = _tags(if_match)
             except ValueError as exc:
                 raise ValueError(f"If-Match: {exc}") from None
-            if not tags and not if_match.strip():
+            if not if_match.strip():
                 raise ValueError("If-Match: the header is empty")
+            if not tags and "W/" not in if_match:
+                raise ValueError(f"If-Match: {if_match!r} holds no entity tag")
     create_only = False
     if if_none_match is not None:
         if if_none_match.strip() != "*":

@@ -664,17 +664,20 @@ def test_rest_answers_an_etag_and_honours_if_match_and_if_none_match(
     assert YamlStateStore(tmp_path).load_definitions()["triage"]["rev"]["prompt"] == "p1"
     # a pause changes the answer (its ETag) but not the definition (its revision)
     current = patched.body["revision"]
-    assert (
-        ask(one, "PATCH", path, {"enabled": False}, if_match=f"W/{patched.headers['ETag']}").status
-        == 412
-    )
+    weak = ask(one, "PATCH", path, {"enabled": False}, if_match=f"W/{patched.headers['ETag']}")
+    assert weak.status == 412
+    # it said "changed since revision '*' was read", a revision never sent
+    assert "holds only weak tags (W/...), which never match" in weak.body["error"]
     paused = ask(one, "PATCH", path, {"enabled": False}, if_match="*")
     assert paused.status == 200 and paused.body["revision"] == current
     assert paused.headers["ETag"] != patched.headers["ETag"]
     assert ask(one, "PATCH", path, {"prompt": "p3"}, if_match=patched.headers["ETag"]).status == 412
     assert ask(two, "PATCH", path, {"prompt": "p3"}, if_match=f'"{current}"').status == 200
     absent = "/api/schedule/triage/absent"
-    assert ask(one, "PUT", absent, {"interval": "1h"}, if_match="*").status == 412
+    missing = ask(one, "PUT", absent, {"interval": "1h"}, if_match="*")
+    assert missing.status == 412
+    # it said "changed since revision '*' was read (it was removed)" of a schedule never made
+    assert "triage/absent does not exist now (removed, or never made)" in missing.body["error"]
     assert ask(one, "PUT", absent, {"interval": "1h"}, if_match='"*"').status == 412  # a tag
     assert "absent" not in stored_names(tmp_path)
     latest = ask(one, "GET", path).body["revision"]  # typed without quotes, in a list
@@ -698,7 +701,7 @@ def test_a_removal_from_any_revision_is_refused_when_another_process_removed_it_
         delete(*args, **kwargs)
 
     monkeypatch.setattr(two.store, "delete_definition", removed_elsewhere_first)
-    with pytest.raises(RevisionMismatchError, match="it was removed") as raised:
+    with pytest.raises(RevisionMismatchError, match="does not exist now") as raised:
         two.remove_schedule("triage", "gone", if_revision="*")
     assert raised.value.current is None
 
@@ -724,6 +727,7 @@ def test_a_replacement_from_a_revision_does_not_undo_another_process_changing_th
     [
         ("PATCH", "/api/schedule/triage/coded", {"if_match": '"a b"'}, "If-Match"),
         ("PATCH", "/api/schedule/triage/coded", {"if_match": ""}, "If-Match"),
+        ("PATCH", "/api/schedule/triage/coded", {"if_match": " , "}, "If-Match"),  # was 412
         ("PUT", "/api/schedule/triage/x", {"if_none_match": '"abc"'}, "If-None-Match"),
         ("POST", "/api/schedule/triage/coded/run", {"if_match": "*"}, None),
     ],
