@@ -957,7 +957,9 @@ class RestApi:
         offset is in the schedule's ``timezone``, else the scheduler's zone (the one a fleet
         file's ``scheduler.timezone`` sets); a cron without a zone keeps following the
         scheduler's."""
-        return schedule_from_mapping(fields, naive_timezone=self.scheduler.timezone)
+        return schedule_from_mapping(
+            fields, naive_timezone=self.scheduler.timezone, now=self.scheduler.clock.now()
+        )
 
     def _patch(
         self,

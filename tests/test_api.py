@@ -34,6 +34,7 @@ from herdsched.errors import (
     UnauthorizedError,
 )
 from herdsched.testing import FakeClock
+from herdsched.timestamps import format_timestamp
 
 START = datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc)  # a Monday
 LATER = START + timedelta(hours=1)
@@ -785,6 +786,15 @@ def test_a_field_given_twice_is_refused(api: RestApi, body: str) -> None:
     assert status == 400
     field = "x" if "metadata" in body else "interval"
     assert_error(answer, field, f"the field {field!r} is given twice in the request body")
+
+
+def test_a_relative_time_counts_from_the_scheduler_s_clock(
+    api: RestApi, clock: FakeClock
+) -> None:
+    """It counted from the wall clock: under a FakeClock, months away from the plan."""
+    status, body = call(api, "PUT", "/api/schedule/triage/soon", {"at": "+10m"})
+    assert status == 201, body
+    assert body["at"] == format_timestamp(clock.now() + timedelta(minutes=10))
 
 
 @pytest.mark.parametrize("limit", ["1_0", "\uff15", "+5", " 5", "--1", "-"])
