@@ -69,9 +69,10 @@ def running(**kwargs: Any) -> Iterator[tuple[ThreadedScheduler, FakeClock]]:
 
 def drop_flocks_as_at_kill(store: YamlStateStore) -> None:
     """What the kernel does to the locks of a lease holder killed with ``kill -9``: its
-    liveness lock and its hold on ``scheduler.lock`` go; its lease record stays."""
+    liveness lock and its hold on ``scheduler.lock`` go; its lease record and its liveness
+    lock's file stay (closing the descriptors as the kernel does: no unlock, no removal)."""
     leases: Any = store._leases  # type: ignore[attr-defined]
-    leases._liveness.release()
+    leases._liveness.forget_after_fork()
     leases._pre_lease.release()
 
 

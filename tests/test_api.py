@@ -788,9 +788,7 @@ def test_a_field_given_twice_is_refused(api: RestApi, body: str) -> None:
     assert_error(answer, field, f"the field {field!r} is given twice in the request body")
 
 
-def test_a_relative_time_counts_from_the_scheduler_s_clock(
-    api: RestApi, clock: FakeClock
-) -> None:
+def test_a_relative_time_counts_from_the_scheduler_s_clock(api: RestApi, clock: FakeClock) -> None:
     """It counted from the wall clock: under a FakeClock, months away from the plan."""
     status, body = call(api, "PUT", "/api/schedule/triage/soon", {"at": "+10m"})
     assert status == 201, body

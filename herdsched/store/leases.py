@@ -124,8 +124,7 @@ def holder_alive(path: Path) -> bool:
     except (portalocker.exceptions.LockException, OSError):
         return True
     else:
-        portalocker.unlock(fd)
-        return False
+        return False  # closing the descriptor below lets the lock go
     finally:
         os.close(fd)
 
