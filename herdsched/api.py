@@ -91,6 +91,7 @@ from herdsched.models import (
     Status,
     check_prompt_override,
     json_problem,
+    owner_problem,
 )
 from herdsched.revisions import schedule_revision
 from herdsched.store.deadline import answer_within
@@ -1458,8 +1459,9 @@ def _keep_owner(agent: str, name: str, fields: dict[str, Any], existing: Schedul
     owner = fields.setdefault("owner", existing.owner)
     if owner is not None and not isinstance(owner, str):  # as a new schedule's check says
         raise _field_error("owner", f"owner must be a string, got {json.dumps(owner)[:80]}")
-    if isinstance(owner, str) and not owner.strip():
-        raise _field_error("owner", "owner cannot be empty")
+    problem = None if owner is None else owner_problem(owner)
+    if problem is not None:
+        raise _field_error("owner", problem)
     if owner != existing.owner:
         raise _field_error(
             "owner",

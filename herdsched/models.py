@@ -10,6 +10,7 @@ import enum
 import math
 import re
 import threading
+import unicodedata
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any, TypeVar, Union
@@ -403,6 +404,46 @@ def _text_problem(value: str, where: str) -> str | None:
     return None
 
 
+#: the longest owner name kept (an e-mail address fits)
+MAX_OWNER_LENGTH = 200
+
+
+def owner_problem(value: object) -> str | None:
+    """Why ``value`` is no owner name, or ``None``: an owner is a name people filter, compare
+    and read in tables, so it is text every store keeps, with no control character, no space
+    at its ends (``"ann "`` would not be ``"ann"``) and at most :data:`MAX_OWNER_LENGTH`
+    characters."""
+    if not isinstance(value, str):
+        return f"owner must be a string, got {type(value).__name__} {value!r}"
+    problem = _text_problem(value, "owner")
+    if problem is not None:
+        return problem
+    control = next((c for c in value if unicodedata.category(c) == "Cc"), None)
+    if control is not None:
+        return (
+            f"owner contains a control character ({control!r}) at position {value.index(control)}"
+        )
+    if not value.strip():
+        return f"owner cannot be empty (got {value!r}): give a name, or None for none"
+    if value != value.strip():
+        return f"owner {value!r} begins or ends with a space: remove it"
+    if len(value) > MAX_OWNER_LENGTH:
+        return f"owner is too long ({len(value)} characters; at most {MAX_OWNER_LENGTH})"
+    return None
+
+
+def check_owner(value: object) -> None:
+    """Raise :class:`InvalidScheduleError` for an ``owner`` that is neither ``None`` nor a name
+    (see :func:`owner_problem`)."""
+    problem = None if value is None else owner_problem(value)
+    if problem is not None:
+        raise InvalidScheduleError(problem, field="owner", value=value)
+
+
+def _owner(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    check_owner(value)
+
+
 @attrs.frozen(kw_only=True)
 class Schedule:
     """When and how one named schedule of an agent fires. Build one with the class methods.
@@ -424,7 +465,7 @@ class Schedule:
         default=None, validator=_opt_str("work_source", empty_ok=False)
     )
     persist_session: bool = attrs.field(default=False, validator=_is_bool)
-    owner: str | None = attrs.field(default=None, validator=_opt_str("owner", empty_ok=False))
+    owner: str | None = attrs.field(default=None, validator=_owner)
     job: JobFunc | None = attrs.field(default=None, validator=_check_callable, eq=False)
     metadata: Mapping[str, Any] = attrs.field(factory=dict, converter=_metadata)
 
@@ -901,12 +942,7 @@ def check_schedule_arguments(
             field="schedule",
             value=schedule,
         )
-    if owner is not None and (not isinstance(owner, str) or not owner.strip()):
-        raise InvalidScheduleError(
-            f"owner must be a non-empty string, got {type(owner).__name__} {owner!r}",
-            field="owner",
-            value=owner,
-        )
+    check_owner(owner)
     if not isinstance(persist, bool):
         raise InvalidScheduleError(
             f"persist must be True or False, got {type(persist).__name__} {persist!r}",

@@ -103,8 +103,11 @@ def test_wrong_argument_types_are_invalid_schedules_naming_the_culprit(tmp_path:
         sched.add_schedule("triage", "x", "not a schedule", persist=True)  # type: ignore[arg-type]
     with pytest.raises(InvalidScheduleError, match="schedule name 'bad name' is invalid"):
         sched.add_schedule("triage", "bad name", Schedule.interval("1h"), persist=True)
-    with pytest.raises(InvalidScheduleError, match="owner must be a non-empty string, got str ''"):
+    with pytest.raises(InvalidScheduleError, match=r"owner cannot be empty \(got ''\)"):
         sched.add_schedule("triage", "x", Schedule.interval("1h"), persist=True, owner="")
+    # a lone surrogate failed inside the YAML writer (UnicodeEncodeError), after the checks
+    with pytest.raises(InvalidScheduleError, match="owner is not valid text"):
+        sched.add_schedule("triage", "x", Schedule.manual(), persist=True, owner="x\ud800")
     assert stored_names(tmp_path) == set()
 
 
