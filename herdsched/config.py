@@ -34,6 +34,7 @@ from typing import Any
 
 import attrs
 
+from herdsched.engine.collaborators import checked_state_dir
 from herdsched.engine.settings import EngineSettings
 from herdsched.errors import AgentNotFoundError, ConfigError, InvalidScheduleError
 from herdsched.models import Agent, CatchUp, JobFunc, Schedule, check_name
@@ -480,6 +481,7 @@ def _scheduler_options(
         elif key == "state_dir":
             text = chk.string(value, at(key), key)
             if text is not None:
+                _check_in(chk, at(key), checked_state_dir, text)
                 state_dir = base_dir / Path(text).expanduser()
         elif key == "max_consecutive_failures":
             options[key] = None if value is None else chk.positive_int(value, at(key), key)

@@ -117,6 +117,27 @@ def test_a_state_dir_that_cannot_be_made_is_a_problem_of_the_fleet_file(
         assert "cannot be used" in err
 
 
+@pytest.mark.parametrize("where", ["\\0", "a\\0b", "  "])
+def test_a_state_dir_no_scheduler_takes_is_a_problem_of_the_fleet_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, where: str
+) -> None:
+    """``validate`` passed a NUL (a path no system call takes), then ``run`` printed a
+    traceback of the ``ValueError`` the scheduler raised."""
+    fleet = write(
+        tmp_path / "fleet.yaml",
+        f"""
+        scheduler: {{state_dir: "{where}"}}
+        agents:
+          - name: a
+            command: ["true"]
+            schedules: {{s: {{interval: 5m}}}}
+        """,
+    )
+    for err in validate_and_run(capsys, fleet, elsewhere=False):
+        assert f"{fleet}: scheduler.state_dir: state_dir " in err
+        assert "Traceback" not in err
+
+
 def test_validate_does_not_create_the_state_dir(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -25,6 +25,7 @@ __all__ = [
     "DEFAULT_STATE_DIR",
     "check_agents",
     "check_collaborators",
+    "checked_state_dir",
     "state_dir_of",
 ]
 
@@ -42,7 +43,7 @@ def _kind(value: object) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
-def _checked_state_dir(state_dir: object) -> Path | None:
+def checked_state_dir(state_dir: object) -> Path | None:
     """``state_dir`` as a path (``None``: memory only). An empty string is refused: ``""``
     meant the current directory here and the default directory in the command line and the
     web integrations, so it is more likely an unset variable than a choice."""
@@ -67,13 +68,13 @@ def state_dir_of(state_dir: object, store: object, max_run_history: object) -> P
     keeps its own (they were ignored, and ``state_dir`` reported beside a database); so is a
     ``store`` that is not a store (a DSN string, say)."""
     if store is None:
-        return _checked_state_dir(state_dir)
+        return checked_state_dir(state_dir)
     if not callable(getattr(store, "get_schedule_state", None)):
         hint = ": for a database, pass PostgresStateStore(dsn)" if isinstance(store, str) else ""
         raise TypeError(f"store must be a StateStore or None, got {_kind(store)}{hint}")
     own = getattr(store, "state_dir", None)
     own_dir = Path(own) if isinstance(own, (str, os.PathLike)) else None
-    given = None if state_dir in (None, DEFAULT_STATE_DIR) else _checked_state_dir(state_dir)
+    given = None if state_dir in (None, DEFAULT_STATE_DIR) else checked_state_dir(state_dir)
     if given is not None and (own_dir is None or given.resolve() != own_dir.resolve()):
         raise ValueError(
             f"give state_dir or store, not both: the store keeps its own state (state_dir "
