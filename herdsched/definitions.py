@@ -48,6 +48,7 @@ from herdsched.models import (
     Overlap,
     Schedule,
     ScheduleType,
+    check_job_arguments,
 )
 from herdsched.timestamps import resolve_timezone, to_utc
 
@@ -541,12 +542,20 @@ def resolve_job(reference: str, *, search_path: str | Path | None = None) -> Job
                 field="job",
                 value=reference,
             ) from None
+        except Exception as exc:  # a module's or class's own __getattr__
+            raise InvalidScheduleError(
+                f'job "{reference}": looking up "{part}" failed: {type(exc).__name__}: {exc}',
+                field="job",
+                value=reference,
+                cause=exc,
+            ) from exc
     if not callable(target):
         raise InvalidScheduleError(
             f'job "{reference}" is not callable ({type(target).__name__})',
             field="job",
             value=reference,
         )
+    check_job_arguments(target)
     return target  # type: ignore[no-any-return]
 
 

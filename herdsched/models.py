@@ -7,6 +7,7 @@ error that names the field, rather than later inside the timer thread.
 from __future__ import annotations
 
 import enum
+import inspect
 import math
 import re
 import threading
@@ -295,10 +296,32 @@ def _is_bool(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None
 
 
 def _check_callable(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is not None and not callable(value):
+    if value is None:
+        return
+    if not callable(value):
         raise InvalidScheduleError(
             f"{attribute.name} must be callable, got {value!r}", field=attribute.name, value=value
         )
+    check_job_arguments(value, attribute.name)
+
+
+def check_job_arguments(value: Callable[..., Any], field: str = "job") -> None:
+    """Refuse a job that cannot be called with one argument (the run's :class:`TriggerInfo`):
+    one that takes none, or two (an unbound method), would fail every run instead."""
+    try:
+        signature = inspect.signature(value)
+    except (TypeError, ValueError):  # a callable without one (some built-ins): not checked
+        return
+    try:
+        signature.bind(None)
+    except TypeError:
+        name = getattr(value, "__qualname__", None) or type(value).__name__
+        raise InvalidScheduleError(
+            f"{field} {name} cannot be called with one argument (the run's TriggerInfo): its "
+            f"parameters are {signature}",
+            field=field,
+            value=value,
+        ) from None
 
 
 def _opt_str(

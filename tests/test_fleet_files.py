@@ -82,6 +82,40 @@ def test_a_job_module_that_exits_on_import_is_a_problem_of_its_field(
         assert "the module exited while being imported" in err and shown in err
 
 
+@pytest.mark.parametrize(
+    ("body", "ref", "shown"),
+    [
+        # a traceback: a module's __getattr__ raising what is not an AttributeError
+        (
+            "def __getattr__(name):\n    raise ImportError('lazy import of ' + name + ' failed')",
+            "thing",
+            'looking up "thing" failed: ImportError: lazy import of thing failed',
+        ),
+        # validated, then every run failed with "missing 1 required positional argument"
+        ("class K:\n    def m(self, info): pass", "K.m", "its parameters are (self, info)"),
+        ("def job(): pass", "job", "cannot be called with one argument"),
+    ],
+)
+def test_a_job_that_cannot_be_looked_up_or_called_with_one_argument_is_a_problem_of_its_field(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, body: str, ref: str, shown: str
+) -> None:
+    module = f"odd_{uuid.uuid4().hex}"
+    write(tmp_path / f"{module}.py", body + "\n")
+    fleet = write(
+        tmp_path / "fleet.yaml",
+        f"""
+        agents:
+          - name: a
+            job: "{module}:{ref}"
+            schedules: {{s: {{interval: 5m}}}}
+        """,
+    )
+    for err in validate_and_run(capsys, fleet):
+        assert f"{fleet}: agents[0].job: " in err
+        assert shown in err
+        assert "Traceback" not in err
+
+
 def test_a_keyboard_interrupt_while_importing_a_job_still_interrupts(tmp_path: Path) -> None:
     module = f"interrupts_{uuid.uuid4().hex}"
     write(tmp_path / f"{module}.py", "raise KeyboardInterrupt\n")

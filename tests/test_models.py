@@ -167,6 +167,9 @@ def test_with_changes_revalidates() -> None:
         (lambda: Schedule.interval("5m", prompt=5), "prompt", "prompt must be a string"),
         (lambda: Schedule.interval("5m", owner=["a"]), "owner", "owner must be a string"),
         (lambda: Schedule.interval("5m", job="nope"), "job", "job must be callable"),
+        # accepted, then every run failed with a TypeError
+        (lambda: Schedule.interval("5m", job=lambda: 1), "job", "parameters are ()"),
+        (lambda: Schedule.manual(job=lambda a, b: 1), "job", "cannot be called with one argument"),
         # an empty owner or work source was accepted (the fleet file refused it)
         (lambda: Schedule.manual(owner=""), "owner", "owner cannot be empty"),
         (lambda: Schedule.manual(owner="  "), "owner", "owner cannot be empty"),
