@@ -511,11 +511,13 @@ class Schedule:
             if isinstance(exc, InvalidScheduleError):  # IntervalParseError among them
                 raise
             text = str(exc)
-            field = next(
-                (name for name in ("anchor", "start_at", "jitter_percent") if name[:6] in text),
+            given = {"anchor": anchor, "start_at": start_at, "jitter_percent": jitter_percent}
+            field = next(  # each names itself first: "interval anchor ...", "jitter_percent ..."
+                (name for name in given if text.startswith((f"interval {name}", name))),
                 "interval",
             )
-            raise InvalidScheduleError(text, field=field, value=every, cause=exc) from exc
+            value = given.get(field, every)
+            raise InvalidScheduleError(text, field=field, value=value, cause=exc) from exc
         return cls(type=ScheduleType.INTERVAL, cadence=cadence, **options)
 
     @classmethod

@@ -70,7 +70,10 @@ def parse_timestamp(value: object, *, what: str = "timestamp") -> datetime:
     without tzinfo follow :func:`to_utc` (local time).
     """
     if isinstance(value, datetime):
-        return to_utc(value)
+        try:
+            return to_utc(value)
+        except ValueError as exc:  # outside the calendar once in UTC
+            raise ValueError(f"{what} {exc}") from None
     if isinstance(value, date):
         return datetime(value.year, value.month, value.day, tzinfo=timezone.utc)
     if isinstance(value, str):

@@ -233,6 +233,28 @@ def test_schedule_validation(build: Callable[[], Any], field: str, phrase: str) 
     assert phrase in str(error)
 
 
+@pytest.mark.parametrize(
+    ("arguments", "field", "phrase"),
+    [
+        # field "interval", value "1h", and a message that did not say "anchor"
+        (
+            {"anchor": datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=5)))},
+            "anchor",
+            "interval anchor 0001-01-01T00:00:00+05:00 is outside the calendar in UTC",
+        ),
+        # field "anchor": the field was guessed from the words of the message
+        ({"start_at": "anchor"}, "start_at", "interval start_at 'anchor' is not"),
+        ({"jitter_percent": 120}, "jitter_percent", "jitter_percent must be from 0 to 100"),
+    ],
+)
+def test_an_interval_argument_error_names_that_argument_and_its_value(
+    arguments: dict[str, Any], field: str, phrase: str
+) -> None:
+    error = _field_error(lambda: Schedule.interval("1h", **arguments))
+    assert (error.field, error.value) == (field, arguments[field])
+    assert phrase in str(error)
+
+
 def test_schedule_cadence_errors_keep_their_own_class() -> None:
     with pytest.raises(CronParseError) as cron:
         Schedule.cron("0 25 * * *")
