@@ -938,6 +938,19 @@ class SearchPage:
 _T = TypeVar("_T")
 
 
+def check_name_types(agent: object, schedule: object = None, *, needed: bool = False) -> None:
+    """Raise :class:`~herdsched.errors.InvalidScheduleError` naming ``agent`` or ``schedule``
+    (``None``, unless ``needed``: any of the agent's) when it is not a string: a list or a dict
+    would be a bare "unhashable type" ``TypeError`` from deep inside a lookup."""
+    for value, what in ((agent, "agent"), (schedule, "schedule")):
+        if (value is not None or needed or what == "agent") and not isinstance(value, str):
+            raise InvalidScheduleError(
+                f"{what} must be a string, got {type(value).__name__} {value!r}",
+                field=what,
+                value=value,
+            )
+
+
 def check_schedule_arguments(
     agent: object,
     name: object,

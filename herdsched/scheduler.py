@@ -74,6 +74,7 @@ from herdsched.models import (
     TriggerType,
     check_count,
     check_flag,
+    check_name_types,
     check_prompt_override,
     check_schedule_arguments,
     check_timeout,
@@ -718,12 +719,14 @@ class ThreadedScheduler:
 
     def purge_history(self, agent: str, schedule: str) -> None:
         """Delete the run history of one schedule, removed or not (durable when it returns)."""
+        check_name_types(agent, schedule, needed=True)
         self.store.purge_history(agent, schedule)
 
     def run_stats(
         self, agent: str, schedule: str | None = None, since: datetime | None = None
     ) -> RunStats:
         """Counts by status, success rate, mean and p95 duration, last success and failure."""
+        check_name_types(agent, schedule)
         records = self.store.get_history(agent, schedule, limit=READ_ALL_HISTORY)
         if not records:  # a mistyped name is told, not answered with empty counts
             require_known(self._core, agent, schedule)

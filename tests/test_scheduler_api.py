@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import pytest
 from scheduler_helpers import Blocker, Recorder, running, step
@@ -419,3 +420,32 @@ def test_unknown_fields_and_schedules_not_in_a_mapping_are_named() -> None:
     with pytest.raises(InvalidScheduleError, match="schedules must be a mapping of names") as info:
         Agent("b", job=Recorder(), schedules=[Schedule.manual()])  # type: ignore[arg-type]
     assert info.value.field == "schedules"
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda s: s.get_agent([]), "agent"),
+        (lambda s: s.remove_agent(["a"]), "agent"),
+        (lambda s: s.trigger({}), "agent"),
+        (lambda s: s.trigger("a", []), "schedule"),
+        (lambda s: s.get_schedule("a", []), "schedule"),
+        (lambda s: s.remove_schedule([], "m"), "agent"),
+        (lambda s: s.history([]), "agent"),
+        (lambda s: s.history("a", ["m"]), "schedule"),
+        (lambda s: s.run_stats({"a"}), "agent"),
+        (lambda s: s.purge_history(None, "m"), "agent"),
+        (lambda s: s.purge_history("a", None), "schedule"),
+        (lambda s: s.get_running_job_count([]), "agent"),
+    ],
+)
+def test_a_name_that_is_no_string_is_named_not_an_unhashable_type(
+    call: Callable[[ThreadedScheduler], object], field: str
+) -> None:
+    """Each was a bare ``TypeError: unhashable type`` (or a ``ValueError`` of the store), as
+    ``pause([])`` and ``update_schedule("a", [])`` already said what was wrong."""
+    sched = ThreadedScheduler(state_dir=None)
+    sched.add_agent(Agent("a", job=Recorder(), schedules={"m": Schedule.manual()}))
+    with pytest.raises(InvalidScheduleError, match=f"{field} must be a string, got") as raised:
+        call(sched)
+    assert raised.value.field == field

@@ -41,6 +41,7 @@ from herdsched.models import (
     SkipReason,
     Status,
     TriggerType,
+    check_name_types,
 )
 from herdsched.notify import Notification
 from herdsched.policy import pre_dispatch_skip_reason
@@ -122,12 +123,14 @@ class EngineCore:
     # ------------------------------------------------------------------------ lookups
 
     def require_agent(self, name: str) -> Agent:
+        check_name_types(name)
         agent = self.agents.get(name)
         if agent is None:
             raise AgentNotFoundError(name)
         return agent
 
     def require_entry(self, agent: str, name: str) -> Entry:
+        check_name_types(agent, name)
         self.require_agent(agent)
         entry = self.entries.get((agent, name))
         if entry is None:

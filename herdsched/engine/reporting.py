@@ -22,6 +22,7 @@ from herdsched.models import (
     Status,
     check_choice,
     check_count,
+    check_name_types,
 )
 from herdsched.store.runs import history_with_requests
 
@@ -123,6 +124,7 @@ def named_history(
     first; when there are none, :class:`AgentNotFoundError` or :class:`ScheduleNotFoundError`
     for a name that neither this engine nor the store knows, so a mistyped name is told
     rather than answered "no runs yet". A removed schedule's history stays readable."""
+    check_name_types(agent, schedule)
     records = history_with_requests(core.store, agent, schedule, limit)
     if not records:
         require_known(core, agent, schedule)
