@@ -302,8 +302,25 @@ def _no_constant(name: str) -> Any:
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise ValueError(f"the number {text} is too large")
+        raise ValueError(f"the number {_number_shown(text)} is too large")
     return value
+
+
+#: the most digits Python reads as an int (``sys.get_int_max_str_digits()``'s default)
+_MAX_DIGITS = 4300
+
+
+def _whole_number(text: str) -> int:
+    if len(text) > _MAX_DIGITS:
+        raise ValueError(
+            f"the number {_number_shown(text)} is too large ({len(text)} digits; at most "
+            f"{_MAX_DIGITS})"
+        )
+    return int(text)
+
+
+def _number_shown(text: str) -> str:
+    return text if len(text) <= 30 else f"{text[:12]}...{text[-12:]}"
 
 
 def _object_without_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -715,6 +732,7 @@ class RestApi:
                 body,
                 parse_constant=_no_constant,
                 parse_float=_finite_float,
+                parse_int=_whole_number,
                 object_pairs_hook=_object_without_repeats,
             )
         except ValueError as exc:
@@ -918,7 +936,9 @@ class RestApi:
         if caller is not None:
             if fields.get("owner", caller) != caller:
                 raise ApiError(
-                    403, f"caller {caller!r} cannot create schedules owned by {fields['owner']!r}"
+                    403,
+                    f"caller {caller!r} cannot create schedules owned by "
+                    f"{json.dumps(fields['owner'])[:80]}",
                 )
             fields["owner"] = caller
         try:
@@ -990,7 +1010,7 @@ class RestApi:
                 raise _field_error(
                     "type",
                     f"the type of {agent}/{name} cannot change from {existing.type.value} to "
-                    f"{fields['type']!r}: PUT the whole schedule instead",
+                    f"{json.dumps(fields['type'])[:80]}: PUT the whole schedule instead",
                 )
             merged = _definition_fields(existing)
             for key, value in fields.items():

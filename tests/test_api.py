@@ -474,6 +474,12 @@ def test_put_rejects_bodies_that_are_not_json_objects(api: RestApi, raw: bytes, 
         (b'{"type": "manual", "metadata": {"k": NaN}}', None, "NaN is not a JSON number"),
         (b'{"type": "manual", "metadata": {"k": -Infinity}}', None, "-Infinity is not a JSON"),
         (b'{"type": "manual", "metadata": {"k": 1e400}}', None, "1e400 is too large"),
+        # said "Exceeds the limit (4300 digits) ... use sys.set_int_max_str_digits()"
+        (b'{"type": "manual", "metadata": {"k": ' + b"9" * 5000 + b"}}", None,
+         "the number 999999999999...999999999999 is too large (5000 digits; at most 4300)"),
+        # the whole number was echoed
+        (b'{"type": "manual", "metadata": {"k": ' + b"9" * 400 + b".5}}", None,
+         "the number 999999999999...9999999999.5 is too large"),
     ],
 )  # fmt: skip
 def test_put_refuses_json_no_store_can_keep_with_a_400_and_writes_nothing(
@@ -613,6 +619,7 @@ def test_patch_null_resets_a_field_to_its_default(api: RestApi) -> None:
     ("body", "field", "text"),
     [
         ({"type": "cron"}, "type", "cannot change"),
+        ({"type": None}, "type", "from interval to null"),  # said "to None"
         ({"interval": "five minutes"}, "interval", "interval"),
         ({"cron": "0 9 * * *"}, "cron", "does not apply"),
         ({"enabled": 0}, "enabled", "true or false"),
@@ -894,6 +901,14 @@ def test_status_describes_the_scheduler(api: RestApi) -> None:
 
 
 # ------------------------------------------------------------------------------- ownership
+
+
+def test_an_owner_creating_a_schedule_of_no_owner_is_told_in_json_words(api: RestApi) -> None:
+    """It said "cannot create schedules owned by None"."""
+    body = {"interval": "1h", "owner": None}
+    status, answer = call(api, "PUT", "/api/schedule/triage/x", body, owner="ann")
+    assert status == 403
+    assert_error(answer, text="caller 'ann' cannot create schedules owned by null")
 
 
 def test_owner_sees_and_changes_only_own_schedules(api: RestApi, sched: ThreadedScheduler) -> None:
