@@ -60,6 +60,7 @@ _RANGES = {
     _DOW: (0, 7),
 }
 _MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
+_DAY = timedelta(days=1)
 _DAYS = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
 _NAMES = {
     "month": {name: number for number, name in enumerate(_MONTHS, start=1)},
@@ -410,9 +411,19 @@ def _transition(low: datetime, high: datetime, zone: tzinfo) -> datetime:
 
 
 def _gap_end(naive: datetime, zone: tzinfo) -> datetime:
-    """The first real instant after the DST gap that swallows the wall time ``naive``."""
+    """The first real instant after the DST gap that swallows the wall time ``naive``.
+
+    By PEP 495 the two folds of a skipped wall time read it with the offsets before and after
+    the jump; a zone that ignores ``fold`` (written before PEP 495) reads both alike, so the
+    offsets are taken a day before and after instead."""
     early = naive.replace(tzinfo=zone, fold=1).astimezone(timezone.utc)
     late = naive.replace(tzinfo=zone, fold=0).astimezone(timezone.utc)
+    if early == late:
+        before, after = ((early + shift).astimezone(zone).utcoffset() for shift in (-_DAY, _DAY))
+        if before is None or after is None or before == after:
+            raise _not_pep_495(zone)
+        early = (naive - before).replace(tzinfo=timezone.utc)
+        late = (naive - after).replace(tzinfo=timezone.utc)
     return _transition(min(early, late), max(early, late), zone)
 
 
@@ -420,9 +431,10 @@ def _instants(naive: datetime, zone: tzinfo, fixed_time: bool) -> list[datetime]
     """The real instants at which a cron match on wall time ``naive`` fires in ``zone``."""
     utc_first = naive.replace(tzinfo=zone, fold=0).astimezone(timezone.utc)
     utc_second = naive.replace(tzinfo=zone, fold=1).astimezone(timezone.utc)
-    if utc_first == utc_second:
+    exists = _wall(utc_first, zone) == naive  # not in a gap (a zone ignoring fold says so here)
+    if utc_first == utc_second and exists:
         return [utc_first]
-    if _wall(utc_first, zone) == naive:  # ambiguous: the wall time happens twice (fall back)
+    if exists:  # ambiguous: the wall time happens twice (fall back)
         pair = sorted([utc_first, utc_second])
         return pair[:1] if fixed_time else pair
     # nonexistent: skipped by a spring-forward jump

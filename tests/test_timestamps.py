@@ -18,7 +18,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from herdsched import (
-    InvalidScheduleError,
     Schedule,
     ThreadedScheduler,
     calculate_next_cron_trigger,
@@ -417,8 +416,9 @@ def test_dateutils_rule_zones_are_refused_and_tzlocal_is_read_as_the_system_zone
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Given as the scheduler's zone they were taken as they are, with the same wrong slot and
-    hang on DST days; a cron over such a zone given directly now refuses it by name instead
-    of looping."""
+    hang on DST days. A cron over such a zone given directly was refused by name; it now reads
+    the gap from the zone's offsets a day either side, as it does for any zone that ignores
+    ``fold``: the slots after the jump are those of the zone database."""
     rule = dateutil_tz.tzstr("EST5EDT,M3.2.0,M11.1.0")
     with pytest.raises(ValueError, match="places a wall time skipped by a spring-forward jump"):
         resolve_timezone(rule)
@@ -427,8 +427,47 @@ def test_dateutils_rule_zones_are_refused_and_tzlocal_is_read_as_the_system_zone
     monkeypatch.setenv("TZ", "America/New_York")
     assert resolve_timezone(dateutil_tz.tzlocal()) == ZoneInfo("America/New_York")
     after = datetime(2026, 3, 8, 6, 30, tzinfo=timezone.utc)  # 01:30 EST, before the jump
-    with pytest.raises(InvalidScheduleError, match="does not follow PEP 495"):
-        list(itertools.islice(iter_cron_triggers("*/30 * * * *", after, _Like(rule)), 3))
+    new_york = ZoneInfo("America/New_York")
+    for expression in ("*/30 * * * *", "30 2 * * *"):
+        assert list(itertools.islice(iter_cron_triggers(expression, after, _Like(rule)), 3)) == (
+            list(itertools.islice(iter_cron_triggers(expression, after, new_york), 3))
+        )
+
+
+class _FoldBlindNewYork(tzinfo):
+    """New York as zones were written before PEP 495: the offset follows the wall time alone,
+    a skipped wall time reads as standard time, and ``fold`` is ignored."""
+
+    def _summer(self, dt: datetime | None) -> bool:
+        if dt is None:
+            return False
+        march, november = datetime(dt.year, 3, 8), datetime(dt.year, 11, 1)
+        begins = march + timedelta(days=(6 - march.weekday()) % 7, hours=3)
+        ends = november + timedelta(days=(6 - november.weekday()) % 7, hours=1)
+        return begins <= dt.replace(tzinfo=None) < ends
+
+    def utcoffset(self, dt: datetime | None) -> timedelta:
+        return timedelta(hours=-4 if self._summer(dt) else -5)
+
+    def dst(self, dt: datetime | None) -> timedelta:
+        return timedelta(hours=1 if self._summer(dt) else 0)
+
+    def fromutc(self, dt: datetime) -> datetime:
+        summer = (dt - timedelta(hours=4)).replace(tzinfo=self)
+        return summer if self._summer(summer) else (dt - timedelta(hours=5)).replace(tzinfo=self)
+
+
+@pytest.mark.parametrize("expression", ["30 2 * * *", "0 2 * * *", "*/30 * * * *", "15 * * * *"])
+def test_a_zone_that_ignores_fold_fires_as_the_zone_database_on_the_spring_forward_day(
+    expression: str,
+) -> None:
+    """A fixed-time cron at 02:30 fired at 03:30 EDT, half an hour after the end of the gap
+    (the zone reads 02:30 as standard time), and was not refused as the docs said."""
+    after = datetime(2026, 3, 7, 12, tzinfo=timezone.utc)
+    blind, real = _FoldBlindNewYork(), ZoneInfo("America/New_York")
+    assert list(itertools.islice(iter_cron_triggers(expression, after, blind), 40)) == (
+        list(itertools.islice(iter_cron_triggers(expression, after, real), 40))
+    )
 
 
 class _Like(tzinfo):
