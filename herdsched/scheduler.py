@@ -771,7 +771,11 @@ class ThreadedScheduler:
         core.listeners.deliver()  # a store error's event, collected by either read
         with held(core.lock, "read the schedules' status"):
             now = self.clock.now()
-            items = [schedule_status(core, entry, now) for entry in core.entries.values()]
+            idle = leader is None or leader["expired"]  # no other process runs them either
+            items = [
+                schedule_status(core, entry, now, nobody_leads=idle)
+                for entry in core.entries.values()
+            ]
             return SchedulerStatus(
                 running=self.is_running(),
                 active_jobs=core.capacity.total,

@@ -1252,6 +1252,33 @@ def test_a_scheduler_not_running_says_so_as_each_schedule_s_skip_reason() -> Non
     assert reasons() == not_running
 
 
+def test_a_process_that_does_not_run_the_scheduler_shows_the_leader_s_reasons(
+    tmp_path: Path,
+) -> None:
+    """A web worker that never starts its scheduler (``AUTOSTART=False``) reads the schedules
+    another process runs: it must not say ``stopping`` of them while that process leads."""
+    clock = FakeClock(T0)
+
+    def build() -> ThreadedScheduler:
+        sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, commit_delay=0)
+        sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1h")}))
+        return sched
+
+    def reason(sched: ThreadedScheduler) -> SkipReason | None:
+        (item,) = sched.get_status().schedules
+        return item.skip_reason
+
+    with as_separate_processes():
+        leader, web = build(), build()
+        leader.start()
+        try:
+            step(leader)
+            assert reason(web) is SkipReason.NOT_DUE
+        finally:
+            leader.stop()
+        assert reason(web) is SkipReason.STOPPING  # the lease given up: nobody runs them
+
+
 def test_run_pending_on_a_scheduler_never_started_is_an_error_not_a_silent_pass() -> None:
     """It fired nothing and said nothing, so a user's test of "this did not fire" passed
     without testing anything; after ``stop()`` it still fires nothing, quietly (above)."""

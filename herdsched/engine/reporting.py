@@ -42,14 +42,17 @@ _FIRES_WHEN_RUNNING = (None, SkipReason.NOT_DUE, SkipReason.NO_WORK)
 DISABLED_BY_DEFINITION = "its definition says enabled: false (the timer never fires it)"
 
 
-def schedule_status(core: EngineCore, entry: Entry, now: datetime) -> ScheduleStatus:
-    """``entry`` as ``get_status()`` reports it, with the reason it does not fire now."""
+def schedule_status(
+    core: EngineCore, entry: Entry, now: datetime, *, nobody_leads: bool
+) -> ScheduleStatus:
+    """``entry`` as ``get_status()`` reports it, with the reason it does not fire now
+    (``nobody_leads``: no process holds the store's lease, so no timer fires anything)."""
     state = entry.state
     reason = core.skip_reason(entry, now) if entry.agent in core.agents else None
     if reason is SkipReason.NOT_DUE and entry.last_skip is SkipReason.NO_WORK:
         reason = SkipReason.NO_WORK
-    if reason in _FIRES_WHEN_RUNNING and core.status in ("stopped", "stopping"):
-        reason = SkipReason.STOPPING  # not started or stopped: the next run is not the reason
+    if reason in _FIRES_WHEN_RUNNING and nobody_leads and core.status in ("stopped", "stopping"):
+        reason = SkipReason.STOPPING  # no timer runs: the next run is not the reason
     return ScheduleStatus(
         agent=entry.agent,
         schedule=entry.name,
