@@ -641,11 +641,9 @@ def test_patch_rejects_bad_changes_naming_the_field(
         ("PATCH", {"owner": 5}, "owner", "owner must be a string, got 5"),
         ("PUT", {"interval": "1h", "owner": [1]}, "owner", "owner must be a string, got [1]"),
         ("PATCH", {"owner": " "}, "owner", "owner cannot be empty"),
-        # "\x85" was "empty" (str.strip() takes it away); a tab or a space at an end was kept
+        # "\x85" was "empty" (str.strip() takes it away); a tab was kept
         ("PATCH", {"owner": "\x85"}, "owner", "owner contains a control character"),
         ("PUT", {"interval": "1h", "owner": "ann\t"}, "owner", "control character ('\\t')"),
-        ("PUT", {"interval": "1h", "owner": "ann "}, "owner", "begins or ends with a space"),
-        ("PUT", {"interval": "1h", "owner": "x" * 300}, "owner", "too long (300 characters"),
         # said "a interval"
         ("PATCH", {"cron": "0 9 * * *"}, "cron", '"cron" does not apply to an interval schedule'),
         ("PATCH", {"timezone": "UTC"}, "timezone", "is not kept by an interval schedule"),
