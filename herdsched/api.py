@@ -1269,6 +1269,7 @@ def malformed_length(value: str | None) -> ApiError | None:
     """The 400 answer for a Content-Length that is no number of bytes (``abc``, ``-1``,
     ``+17``), else ``None``: werkzeug and Django read such a body as empty, which would apply
     a write the caller did not send (a PATCH answered 200 with nothing changed)."""
+    value = (value or "").strip(" \t")  # the spaces around a header's value are no part of it
     if not value or (value.isascii() and value.isdigit()):
         return None
     return ApiError(
@@ -1409,8 +1410,9 @@ def _int_param(query: Mapping[str, str], name: str, default: int, *, minimum: in
         return default
     if not _INTEGER.fullmatch(raw):  # int() takes "1_0" and "５"
         raise _field_error(name, f"{name} must be an integer, got {raw[:40]!r}")
-    if len(raw) > 18:  # Python reads no more than 4,300 digits
-        raise _field_error(name, f"{name} is too large ({len(raw)} digits)")
+    digits = len(raw.lstrip("-").lstrip("0"))
+    if digits > 18:  # Python reads no more than 4,300 digits
+        raise _field_error(name, f"{name} is too large ({digits} digits)")
     value = int(raw)
     if value < minimum:
         raise _field_error(name, f"{name} must be at least {minimum}, got {value}")

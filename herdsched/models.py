@@ -309,7 +309,8 @@ def check_job_arguments(value: Callable[..., Any], field: str = "job") -> None:
     """Refuse a job that cannot be called with one argument (the run's :class:`TriggerInfo`):
     one that takes none, or two (an unbound method), would fail every run instead."""
     try:
-        signature = inspect.signature(value)
+        # what the job itself takes, not what a function it wraps does (functools.wraps)
+        signature = inspect.signature(value, follow_wrapped=False)
     except (TypeError, ValueError):  # a callable without one (some built-ins): not checked
         return
     try:

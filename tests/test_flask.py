@@ -439,6 +439,20 @@ def test_a_malformed_content_length_is_400_never_an_empty_body(
     assert client.get(url).get_json()["prompt"] == "Check"
 
 
+def test_a_content_length_with_spaces_around_it_is_read(client: FlaskClient) -> None:
+    """HTTP allows spaces around a header's value (werkzeug reads them away)."""
+    url = f"{API}/schedule/triage/check"
+    body = b'{"prompt": "new"}'
+    response = client.patch(
+        url,
+        data=body,
+        content_type="application/json",
+        environ_overrides={"CONTENT_LENGTH": f" {len(body)}\t"},
+    )
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert client.get(url).get_json()["prompt"] == "new"
+
+
 def test_body_limit_is_413_and_configurable(sched: ThreadedScheduler) -> None:
     app = Flask("limited")
     app.config["HERDSCHED_MAX_BODY_BYTES"] = 2000

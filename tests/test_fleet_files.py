@@ -138,7 +138,7 @@ def test_a_keyboard_interrupt_while_importing_a_job_still_interrupts(tmp_path: P
         # the ValueError the scheduler raised
         ("\\0", "state_dir contains a NUL character"),
         ("a\\0b", "state_dir contains a NUL character"),
-        ("  ", "state_dir cannot be empty"),
+        ("  ", "state_dir cannot be empty"),  # refused before too, by the fleet file's check
     ],
 )
 def test_a_state_dir_no_scheduler_can_use_is_a_problem_of_the_fleet_file(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from datetime import date, datetime, timedelta, timezone
@@ -251,6 +252,24 @@ def test_an_interval_argument_error_names_that_argument_and_its_value(
     error = _field_error(lambda: Schedule.interval("1h", **arguments))
     assert (error.field, error.value) == (field, arguments[field])
     assert phrase in str(error)
+
+
+def test_a_job_is_judged_by_its_own_parameters_not_those_of_a_function_it_wraps() -> None:
+    """A decorator that gives a job its session with ``functools.wraps`` made the job's
+    signature read as the wrapped function's: a job whose runs worked was refused."""
+
+    def with_session(function: Callable[[Any, str], None]) -> Callable[[Any], None]:
+        @functools.wraps(function)
+        def run(info: Any) -> None:
+            function(info, "session")
+
+        return run
+
+    @with_session
+    def nightly(info: Any, session: str) -> None: ...
+
+    assert Agent("a", job=nightly).job is nightly
+    assert Schedule.manual(job=functools.partial(lambda info, n: None, n=1)).job is not None
 
 
 def test_schedule_cadence_errors_keep_their_own_class() -> None:

@@ -430,6 +430,7 @@ def test_unknown_fields_and_schedules_not_in_a_mapping_are_named() -> None:
         (lambda s: s.trigger({}), "agent"),
         (lambda s: s.trigger("a", []), "schedule"),
         (lambda s: s.get_schedule("a", []), "schedule"),
+        (lambda s: s.get_schedule("a", None), "schedule"),  # "Schedule None not found"
         (lambda s: s.remove_schedule([], "m"), "agent"),
         (lambda s: s.history([]), "agent"),
         (lambda s: s.history("a", ["m"]), "schedule"),

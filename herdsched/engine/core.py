@@ -130,7 +130,7 @@ class EngineCore:
         return agent
 
     def require_entry(self, agent: str, name: str) -> Entry:
-        check_name_types(agent, name)
+        check_name_types(agent, name, needed=True)
         self.require_agent(agent)
         entry = self.entries.get((agent, name))
         if entry is None:
