@@ -42,9 +42,9 @@ from herdsched.engine.executors import ExecutorFactory
 from herdsched.engine.planning import Entry
 from herdsched.engine.recovery import DEFAULT_LEASE_TTL, Leadership, foreign_agents, name_some
 from herdsched.engine.reporting import (
+    all_statuses,
     named_history,
     require_known,
-    schedule_status,
     search_statuses,
 )
 from herdsched.engine.requests import stored_refusal
@@ -771,11 +771,7 @@ class ThreadedScheduler:
         core.listeners.deliver()  # a store error's event, collected by either read
         with held(core.lock, "read the schedules' status"):
             now = self.clock.now()
-            idle = leader is None or leader["expired"]  # no other process runs them either
-            items = [
-                schedule_status(core, entry, now, nobody_leads=idle)
-                for entry in core.entries.values()
-            ]
+            items = all_statuses(core, now, leader)
             return SchedulerStatus(
                 running=self.is_running(),
                 active_jobs=core.capacity.total,

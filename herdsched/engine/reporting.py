@@ -6,7 +6,7 @@ Read-only views of the engine's state (caller holds the lock for :func:`schedule
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from herdsched.engine.core import EngineCore
@@ -28,6 +28,7 @@ from herdsched.store.runs import history_with_requests
 
 __all__ = [
     "MAX_SEARCH_LIMIT",
+    "all_statuses",
     "named_history",
     "require_known",
     "schedule_status",
@@ -72,6 +73,18 @@ def schedule_status(
         or (None if entry.schedule.enabled else DISABLED_BY_DEFINITION),
         defined_in="store" if entry.persisted_definition else "code",
     )
+
+
+def all_statuses(
+    core: EngineCore, now: datetime, leader: Mapping[str, object] | None
+) -> list[ScheduleStatus]:
+    """Every schedule's status (caller holds the lock); ``leader`` is the lease as read: with
+    none, or an expired one, no process runs the schedules."""
+    nobody_leads = leader is None or bool(leader["expired"])
+    return [
+        schedule_status(core, entry, now, nobody_leads=nobody_leads)
+        for entry in core.entries.values()
+    ]
 
 
 def search_statuses(
