@@ -28,7 +28,7 @@ from herdsched.cron import (
     resolve_cron_zone,
 )
 from herdsched.cron_gaps import closest_fires
-from herdsched.errors import IntervalParseError, InvalidScheduleError
+from herdsched.errors import IntervalParseError, InvalidScheduleError, quoted
 from herdsched.timestamps import (
     format_timestamp,
     parse_timestamp,
@@ -81,13 +81,7 @@ _MAX_DURATION_TEXT = 100
 
 
 def _interval_error(problem: str, raw: object, what: str = "interval") -> IntervalParseError:
-    return IntervalParseError(f"{problem} in {what} {_shown(raw)}", input=raw, field=what)
-
-
-def _shown(raw: object) -> str:
-    """``raw`` quoted as written, or as Python writes it when it holds a control character
-    (which would break the message's line or hide in it)."""
-    return f'"{raw}"' if isinstance(raw, str) and raw.isprintable() else repr(raw)
+    return IntervalParseError(f"{problem} in {what} {quoted(raw)}", input=raw, field=what)
 
 
 def parse_interval(text: str, *, allow_zero: bool = False, what: str = "interval") -> timedelta:
@@ -115,7 +109,7 @@ def parse_interval(text: str, *, allow_zero: bool = False, what: str = "interval
     if len(text) > _MAX_DURATION_TEXT:
         raise IntervalParseError(
             f"{what.capitalize()} is too long ({len(text)} characters; at most "
-            f"{_MAX_DURATION_TEXT}): {_shown(text[:20])}...",
+            f"{_MAX_DURATION_TEXT}): {quoted(text[:20])}...",
             raw,
             field=what,
         )
@@ -142,10 +136,10 @@ def parse_interval(text: str, *, allow_zero: bool = False, what: str = "interval
     while pos < len(body):
         match = _TOKEN.match(body, pos)
         if match is None:
-            raise fail(f"Invalid character {_shown(body[pos])}")
+            raise fail(f"Invalid character {quoted(body[pos])}")
         number, unit = match.groups()
         if not unit and match.end() < len(body):
-            raise fail(f"Invalid character {_shown(body[match.end()])}")
+            raise fail(f"Invalid character {quoted(body[match.end()])}")
         if not unit:
             raise fail(missing_unit)
         if unit not in _UNITS:

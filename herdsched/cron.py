@@ -25,7 +25,7 @@ import attrs
 from croniter import croniter
 from croniter.croniter import CroniterBadDateError, CroniterError
 
-from herdsched.errors import CronParseError, InvalidScheduleError
+from herdsched.errors import CronParseError, InvalidScheduleError, quoted
 from herdsched.timestamps import resolve_timezone, to_utc, zone_name
 
 __all__ = [
@@ -299,11 +299,9 @@ def _split_fields(expression: object) -> list[str]:
             str(expression),
         )
     if len(expression) > _MAX_LENGTH:
-        start = expression[:30]
-        shown = f'"{start}..."' if start.isprintable() else f"{start!r}..."
         raise CronParseError(
-            f"Invalid cron expression {shown} - is too long ({len(expression)} characters; at "
-            f"most {_MAX_LENGTH})",
+            f"Invalid cron expression {quoted(expression[:30])}... - is too long "
+            f"({len(expression)} characters; at most {_MAX_LENGTH})",
             expression,
         )
     text = " ".join(expression.split())

@@ -33,6 +33,12 @@ __all__ = [
 ]
 
 
+def quoted(raw: object) -> str:
+    """``raw`` in double quotes as written, for a message naming an input; as Python writes it
+    when it holds a control character (which would break the message's line or hide in it)."""
+    return f'"{raw}"' if isinstance(raw, str) and raw.isprintable() else repr(raw)
+
+
 class SchedulerError(Exception):
     """Base class of every herdsched error; ``cause`` is the underlying exception, if any."""
 
