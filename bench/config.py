@@ -242,10 +242,10 @@ QUICK = Scale(
     fleet_seed=16,
     fleet_repeat=1,
     pg_idle_schedules=20,
-    pg_idle_seconds=3.0,
-    pg_idle_settle=1.0,
+    pg_idle_seconds=2.0,
+    pg_idle_settle=0.5,
     pg_idle_max_sleep=1.0,
-    pg_idle_hosts=(1, 3),
+    pg_idle_hosts=(1, 2),
     case_timeout=60.0,
     concurrent_cases=True,
 )

@@ -58,6 +58,15 @@ def no_prefork_server(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(contrib, "_server", lambda: contrib._Server(False, None))
 
 
+@pytest.fixture(autouse=True)
+def quick_refresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pages refresh every second, not every 5 s: the tests wait for refreshes, and what a
+    refresh must keep (focus, filters, scroll) is put to the test five times as often."""
+    from herdsched import html
+
+    monkeypatch.setattr(html, "REFRESH_SECONDS", 1)
+
+
 @pytest.fixture
 def scheduler(tmp_path: Path) -> Iterator[ThreadedScheduler]:
     sched = ThreadedScheduler(state_dir=tmp_path / "state", timezone="Europe/Berlin")
@@ -223,7 +232,7 @@ def test_relative_times_move_on_with_each_refresh(browser: Any, base_url: str) -
     browser.get(base_url)
     first = shown()
     assert first.endswith(" ago)"), first
-    # the page refreshes every 5 s; the last run's time stays the same, its age does not
+    # the page refreshes every second; the last run's time stays the same, its age does not
     WebDriverWait(browser, 20).until(lambda _: shown() != first)
     second = shown()
     WebDriverWait(browser, 20).until(lambda _: shown() != second)
@@ -380,6 +389,6 @@ def test_status_page_at_1000_schedules(
     )
     import time as _time
 
-    _time.sleep(6)  # at least one refresh
+    _time.sleep(2.5)  # at least two refreshes
     assert browser.execute_script("return window.scrollY") == before
     assert "page 2 of 20" in browser.find_element(By.ID, "summary").text
