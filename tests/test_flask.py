@@ -294,7 +294,10 @@ def test_auth_may_refuse_a_known_caller_with_403(sched: ThreadedScheduler) -> No
     ("auth", "logged"),
     [
         (lambda request: {}["no such key"], "KeyError: 'no such key'"),
-        (lambda request: 5, "returned int 5; it must return the caller's name (str) or None"),
+        (lambda request: 5, "returned no owner name (owner must be a string, got int 5)"),
+        # a PUT was a 400 naming "owner", a field the client never sent
+        (lambda request: "bob\x1b[2J", "(owner contains a control character ('\\x1b')"),
+        (lambda request: " ", "(owner cannot be empty (got ' ')"),
     ],
 )
 def test_an_auth_callable_that_fails_is_a_json_500_and_logged(
@@ -304,7 +307,8 @@ def test_an_auth_callable_that_fails_is_a_json_500_and_logged(
     logged: str,
 ) -> None:
     """An auth callable that raised answered Flask's HTML error page (and one that returned a
-    non-name went on as the owner); now the API's JSON error, with the reason in the log only."""
+    non-name went on as the owner); now the API's JSON error, with the reason in the log only.
+    The server's mistake is not the client's: every request is a 500, reads too."""
     app = Flask("failing-auth")
     init_app(app, sched, auth=auth)
     client = app.test_client()

@@ -34,7 +34,7 @@ from herdsched.api import MAX_BODY_BYTES, REQUEST_TIMEOUT, RESERVED_OWNER, is_ad
 from herdsched.cadence import parse_interval
 from herdsched.config import STORE_FIELDS, load_fleet
 from herdsched.errors import ConfigError, SchedulerError, StateError
-from herdsched.models import Agent, JobFunc
+from herdsched.models import Agent, JobFunc, owner_problem
 from herdsched.scheduler import ThreadedScheduler, before_pools_join
 from herdsched.store.base import StateStore, check_ttl
 from herdsched.store.spec import (
@@ -665,11 +665,12 @@ def call_auth(
     """``auth(request)``: the owner's name, or ``None`` for an anonymous caller.
 
     ``refusals`` (``UnauthorizedError``, Django's ``PermissionDenied``) pass through for the
-    integration to answer 403. Anything else ``auth`` raises, and a result that is not text or
-    ``None``, is logged with the callable's name and becomes :class:`AuthCheckFailed`, so the
-    caller gets the API's JSON answer instead of the framework's HTML error page. So does the
-    text ``"*"`` that is not :data:`herdsched.api.ADMIN` itself: an owner name built from the
-    request (``"Bearer user-*"`` cut to ``"*"``) must not read as full access.
+    integration to answer 403. Anything else ``auth`` raises, and a result that is neither
+    ``None`` nor an owner name (not text, blank, with a control character), is logged with the
+    callable's name and becomes :class:`AuthCheckFailed`, so the caller gets the API's JSON
+    answer instead of the framework's HTML error page. So does the text ``"*"`` that is not
+    :data:`herdsched.api.ADMIN` itself: an owner name built from the request
+    (``"Bearer user-*"`` cut to ``"*"``) must not read as full access.
     """
     try:
         owner = auth(request)
@@ -678,13 +679,15 @@ def call_auth(
     except Exception:
         _log.exception("The herdsched auth callable %r raised; the request is answered 500.", auth)
         raise AuthCheckFailed(AUTH_FAILED) from None
-    if owner is not None and not isinstance(owner, str):
+    if owner is None:
+        return None
+    problem = owner_problem(owner)
+    if problem is not None or not isinstance(owner, str):  # owner_problem names a non-str
         _log.error(
-            "The herdsched auth callable %r returned %s %r; it must return the caller's name "
-            "(str) or None. The request is answered 500.",
+            "The herdsched auth callable %r returned no owner name (%s); it must return the "
+            "caller's name or None. The request is answered 500.",
             auth,
-            type(owner).__name__,
-            owner,
+            problem,
         )
         raise AuthCheckFailed(AUTH_FAILED)
     if owner == RESERVED_OWNER and not is_admin(owner):
