@@ -559,6 +559,39 @@ def test_at_capacity_waits_in_due_order_and_fires_when_a_slot_frees() -> None:
         assert order == ["first", "second", "third"]
 
 
+@pytest.mark.parametrize("change", ["pause", "remove"])
+def test_wait_until_idle_returns_when_a_schedule_waiting_for_a_slot_is_given_up(
+    change: str,
+) -> None:
+    """A schedule waiting for its agent's slot and paused or removed meanwhile was dropped from
+    the waiting line by the next pass without a word to ``wait_until_idle()``, which slept its
+    whole timeout (for ever without one) after the fleet had gone idle."""
+    blocker = Blocker()
+    with running() as (sched, clock):
+        schedules = {
+            "long": Schedule.interval("1h", start_at=T0, job=blocker),
+            "short": Schedule.interval("1h", start_at=T0 + S),
+        }
+        sched.add_agent(Agent("a", job=Recorder(), max_concurrent=1, schedules=schedules))
+        sched.start()
+        sched.run_pending()
+        assert blocker.began.wait(10)
+        clock.advance("5s")
+        sched.run_pending()
+        reasons = {s.schedule: s.skip_reason for s in sched.get_status().schedules}
+        assert reasons["short"] is SkipReason.AT_CAPACITY
+        if change == "pause":
+            sched.pause("a", "short")
+        else:
+            sched.remove_schedule("a", "short")
+        waiter = threading.Thread(target=sched.wait_until_idle, daemon=True)
+        waiter.start()
+        blocker.release.set()
+        waiter.join(10)
+        assert not waiter.is_alive()  # idle: the long run ended, nothing waits any more
+        assert [r.status for r in sched.history("a", "long")] == [RunStatus.SUCCESS]
+
+
 def test_max_total_concurrent_caps_all_agents() -> None:
     gate = threading.Event()
     with running(max_total_concurrent=1) as (sched, _clock):

@@ -92,6 +92,8 @@ class Dispatcher:
                     core.plan.push(entry)  # queued by a pass that read the clock later
                 elif reason is None:
                     runs.extend(self._prepare_due(entry, now))
+        if not core.plan.anything_waiting:  # wait_until_idle() waits for the line to empty
+            core.idle.notify_all()
         return runs
 
     def _prepare_due(self, entry: Entry, now: datetime) -> list[Run]:
