@@ -431,18 +431,22 @@ def test_any_other_return_value_becomes_the_output_text() -> None:
 
 
 def test_a_job_that_stops_at_once_on_timeout_is_still_recorded_as_a_timeout() -> None:
-    """The worker may settle before the timer thread does: the run is a timeout either way."""
-    worker_settled = threading.Event()
+    """The job's own worker may settle the run before the timer's settling thread does: the
+    run is a timeout either way."""
+    worker_settled, job_may_return = threading.Event(), threading.Event()
+    held: list[bool] = []
 
     class HoldTheTimer(logging.Handler):
-        """Holds whoever expires the run right after it set the cancel event."""
+        """Holds the timer right after it marked the run timed out, until the job has returned
+        and its worker has settled the run."""
 
         def emit(self, record: logging.LogRecord) -> None:
             if "timed out after" in record.getMessage():
-                worker_settled.wait(5)
+                job_may_return.set()
+                held.append(worker_settled.wait(10))
 
     def quick(info: object) -> str:
-        assert info.cancel_event.wait(10)  # type: ignore[attr-defined]
+        assert job_may_return.wait(10)
         return "stopped early"
 
     source = ListSource([ISSUE])
@@ -459,6 +463,7 @@ def test_a_job_that_stops_at_once_on_timeout_is_still_recorded_as_a_timeout() ->
             [record] = sched.history("triage")
             assert record.status is RunStatus.TIMEOUT
             assert record.error == "timed out after 30s"
+            assert held == [True]  # the worker did settle it first
             [status] = sched.get_status().schedules
             assert status.consecutive_failures == 1
             assert status.next_run_at is not None
