@@ -74,4 +74,10 @@ def test_the_lowest_versions_ci_tests_are_the_lower_bounds_setup_cfg_declares() 
             requirement = Requirement(line)
             (spec,) = requirement.specifier
             pinned[re.sub(r"\[.*\]", "", requirement.name).lower()] = Version(spec.version)
+    # what the library imports from a dependency of a dependency is pinned too, at the lowest
+    # the pinned dependency allows: werkzeug 2.3.7 for flask 2.3.3
+    through = {"werkzeug": "herdsched/contrib/flask.py"}
+    for name, importer in through.items():
+        assert f"from {name}" in (root / importer).read_text(encoding="utf-8")
+        assert pinned.pop(name, None) is not None, f"{name} is not pinned"
     assert pinned == lower
