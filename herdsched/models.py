@@ -13,7 +13,7 @@ import re
 import threading
 import unicodedata
 from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta, timezone, tzinfo
+from datetime import date, datetime, timedelta, timezone, tzinfo
 from typing import Any, TypeVar, Union
 
 import attrs
@@ -619,10 +619,13 @@ def check_name(kind: str, value: Any) -> None:
     """Refuse an agent or schedule name that is not ASCII letters, digits, '-' and '_', and a
     schedule named as the agent's ad-hoc runs are recorded."""
     if not isinstance(value, str) or not NAME_PATTERN.fullmatch(value):
-        hint = ""
+        hint, shown = "", repr(value) if len(repr(value)) <= 80 else repr(value)[:76] + "...'"
         if isinstance(value, bool) or value is None:
             hint = " (YAML reads on, off, yes, no and null unquoted as this: quote the name)"
-        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:76] + "...'"
+        elif isinstance(value, (int, float, date)):  # an unquoted 1, 1e3 or 2026-01-01
+            shown = str(getattr(value, "source", value))[:80]  # as written, not as a repr
+            what = "date" if isinstance(value, date) else "number"
+            hint = f" (a {what}, not a string: in a YAML file, quote the name)"
         raise InvalidScheduleError(
             f"{kind} name {shown} is invalid: use ASCII letters (a-z, A-Z), digits, '-' and "
             f"'_', starting with a letter or digit{hint}",

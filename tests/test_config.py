@@ -742,6 +742,20 @@ def test_a_schedule_more_frequent_than_min_interval_is_a_problem_of_the_file(
             "agents[0].schedules.False",
             "YAML reads on, off, yes, no and null unquoted as this: quote the name",
         ),
+        # "schedule name 1 is invalid: use ASCII letters (a-z, A-Z), digits, ..."
+        (
+            "name: a\n    job: test_config:sample_job\n    schedules: {007: {interval: 1h}}",
+            "agents[0].schedules.7",
+            "schedule name 007 is invalid: use ASCII letters (a-z, A-Z), digits, '-' and '_', "
+            "starting with a letter or digit (a number, not a string: in a YAML file, "
+            "quote the name)",
+        ),
+        (
+            "name: a\n    job: test_config:sample_job\n    schedules: {2026-01-31: {interval: 1h}}",
+            "agents[0].schedules.2026-01-31",
+            "schedule name 2026-01-31 is invalid: use ASCII letters (a-z, A-Z), digits, '-' and "
+            "'_', starting with a letter or digit (a date, not a string",
+        ),
         ("name: a\n    job: no_such_module_x:f", "agents[0].job", "cannot import module"),
         ("name: a\n    job: json:no_such_function", "agents[0].job", "has no attribute"),
         ("name: a\n    job: json:__doc__", "agents[0].job", "is not callable"),
