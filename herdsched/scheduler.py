@@ -382,7 +382,7 @@ class ThreadedScheduler:
         core = self._core
         failed = _each(self._timer.join, self._commits.stop)
         with core.lock:
-            core.plan.clear()
+            core.clear_plan()
             core.status = "stopped"
             core.executors.shutdown()
             core.emit(

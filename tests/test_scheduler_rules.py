@@ -592,6 +592,33 @@ def test_wait_until_idle_returns_when_a_schedule_waiting_for_a_slot_is_given_up(
         assert [r.status for r in sched.history("a", "long")] == [RunStatus.SUCCESS]
 
 
+def test_wait_until_idle_returns_when_stop_gives_up_a_schedule_waiting_for_a_slot() -> None:
+    """``stop()`` let the long run end, then dropped the plan with a schedule still waiting
+    for the slot: a ``wait_until_idle()`` without a timeout never returned."""
+    blocker = Blocker()
+    with running() as (sched, clock):
+        schedules = {
+            "long": Schedule.interval("1h", start_at=T0, job=blocker),
+            "short": Schedule.interval("1h", start_at=T0 + S),
+        }
+        sched.add_agent(Agent("a", job=Recorder(), max_concurrent=1, schedules=schedules))
+        sched.start()
+        sched.run_pending()
+        assert blocker.began.wait(10)
+        clock.advance("5s")
+        sched.run_pending()  # short waits for the slot
+        waiter = threading.Thread(target=sched.wait_until_idle, daemon=True)
+        waiter.start()
+        stopper = threading.Thread(target=sched.stop, kwargs={"timeout": 10}, daemon=True)
+        stopper.start()
+        assert wait_until(lambda: sched.status == "stopping")
+        blocker.release.set()
+        stopper.join(10)
+        assert sched.status == "stopped"
+        waiter.join(10)
+        assert not waiter.is_alive()
+
+
 def test_max_total_concurrent_caps_all_agents() -> None:
     gate = threading.Event()
     with running(max_total_concurrent=1) as (sched, _clock):

@@ -168,6 +168,12 @@ class EngineCore:
         entry.state = evolve(entry.state, **changes)
         self.store_call(self.store.record_transition, entry.agent, entry.name, **changes)
 
+    def clear_plan(self) -> None:
+        """Nothing is planned and nothing waits for a slot any more (a stop): who waits for the
+        fleet to be idle is told, as a run that ends tells them. Caller holds the lock."""
+        self.plan.clear()
+        self.idle.notify_all()
+
     def set_due(
         self,
         entry: Entry,
