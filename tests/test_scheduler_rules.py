@@ -559,13 +559,14 @@ def test_at_capacity_waits_in_due_order_and_fires_when_a_slot_frees() -> None:
         assert order == ["first", "second", "third"]
 
 
-@pytest.mark.parametrize("change", ["pause", "remove"])
+@pytest.mark.parametrize("change", ["pause", "remove", "stop"])
 def test_wait_until_idle_returns_when_a_schedule_waiting_for_a_slot_is_given_up(
     change: str,
 ) -> None:
     """A schedule waiting for its agent's slot and paused or removed meanwhile was dropped from
     the waiting line by the next pass without a word to ``wait_until_idle()``, which slept its
-    whole timeout (for ever without one) after the fleet had gone idle."""
+    whole timeout (for ever without one) after the fleet had gone idle; ``stop()`` let the
+    running job end, then dropped the plan so too."""
     blocker = Blocker()
     with running() as (sched, clock):
         schedules = {
@@ -580,43 +581,19 @@ def test_wait_until_idle_returns_when_a_schedule_waiting_for_a_slot_is_given_up(
         sched.run_pending()
         reasons = {s.schedule: s.skip_reason for s in sched.get_status().schedules}
         assert reasons["short"] is SkipReason.AT_CAPACITY
-        if change == "pause":
-            sched.pause("a", "short")
-        else:
-            sched.remove_schedule("a", "short")
         waiter = threading.Thread(target=sched.wait_until_idle, daemon=True)
         waiter.start()
+        if change == "pause":
+            sched.pause("a", "short")
+        elif change == "remove":
+            sched.remove_schedule("a", "short")
+        else:
+            threading.Thread(target=sched.stop, kwargs={"timeout": 10}, daemon=True).start()
+            assert wait_until(lambda: sched.status == "stopping")
         blocker.release.set()
         waiter.join(10)
         assert not waiter.is_alive()  # idle: the long run ended, nothing waits any more
         assert [r.status for r in sched.history("a", "long")] == [RunStatus.SUCCESS]
-
-
-def test_wait_until_idle_returns_when_stop_gives_up_a_schedule_waiting_for_a_slot() -> None:
-    """``stop()`` let the long run end, then dropped the plan with a schedule still waiting
-    for the slot: a ``wait_until_idle()`` without a timeout never returned."""
-    blocker = Blocker()
-    with running() as (sched, clock):
-        schedules = {
-            "long": Schedule.interval("1h", start_at=T0, job=blocker),
-            "short": Schedule.interval("1h", start_at=T0 + S),
-        }
-        sched.add_agent(Agent("a", job=Recorder(), max_concurrent=1, schedules=schedules))
-        sched.start()
-        sched.run_pending()
-        assert blocker.began.wait(10)
-        clock.advance("5s")
-        sched.run_pending()  # short waits for the slot
-        waiter = threading.Thread(target=sched.wait_until_idle, daemon=True)
-        waiter.start()
-        stopper = threading.Thread(target=sched.stop, kwargs={"timeout": 10}, daemon=True)
-        stopper.start()
-        assert wait_until(lambda: sched.status == "stopping")
-        blocker.release.set()
-        stopper.join(10)
-        assert sched.status == "stopped"
-        waiter.join(10)
-        assert not waiter.is_alive()
 
 
 def test_max_total_concurrent_caps_all_agents() -> None:
