@@ -71,6 +71,9 @@ class Run:
     settled_by: int | None = None
     #: its job's thread returned and gave the agent's slot back
     returned: bool = False
+    #: the thread handing it to its executor, until it has (it first tells the run's
+    #: ``JobSubmitted`` listeners, which may call ``stop()``)
+    launched_by: int | None = None
     thread_id: int | None = None
     outcome: RunOutcome | None = None
     cancel_event: threading.Event = attrs.field(factory=threading.Event)

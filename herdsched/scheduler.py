@@ -358,10 +358,10 @@ class ThreadedScheduler:
         core.changed()
         try:
             left = _wait_for_runs(
-                core, timeout if wait_for_jobs else 0.0, cancel_left=wait_for_jobs
+                self._dispatch, timeout if wait_for_jobs else 0.0, cancel_left=wait_for_jobs
             )
         except BaseException:  # interrupted (Ctrl-C, a notebook's interrupt): wait no more
-            left = _wait_for_runs(core, 0.0, cancel_left=True)
+            left = _wait_for_runs(self._dispatch, 0.0, cancel_left=True)
             self.log.warning("stop() was interrupted: it gave up %d running job(s).", len(left))
             self._stopped(timed_out=bool(left), remaining=len(left))
             raise
@@ -921,15 +921,17 @@ def _warn_of_twins(new: ThreadedScheduler) -> None:
 
 
 def _wait_for_runs(
-    core: EngineCore, timeout: float | None, *, cancel_left: bool
+    dispatch: Dispatcher, timeout: float | None, *, cancel_left: bool
 ) -> tuple[str, ...]:
     """Wait until no job but the caller's own runs; returns the jobs still running (a
-    timed-out job whose thread goes on included) as sorted ``agent/schedule`` names.
+    timed-out job whose thread goes on included) as sorted ``agent/schedule`` names. Runs the
+    caller was about to start (it is a ``JobSubmitted`` listener) are given up first.
 
     With ``cancel_left`` those are given up first (settled: whatever they return now is not
     recorded, as the lease is about to go; the next start records them interrupted), then
     asked to stop through their cancel event."""
-    me = threading.get_ident()
+    core, me = dispatch.core, threading.get_ident()
+    dispatch.give_up_launching()
 
     def others() -> list[Run]:  # not the runs this thread executes or settles
         return [run for run in core.running.values() if me not in (run.thread_id, run.settled_by)]

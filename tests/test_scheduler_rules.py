@@ -19,6 +19,7 @@ from herdsched import (
     InvalidScheduleError,
     JobMissed,
     JobStarted,
+    JobSubmitted,
     JobSucceeded,
     RunRecord,
     RunStatus,
@@ -1354,6 +1355,43 @@ def test_stop_from_inside_a_job_and_from_a_listener_does_not_deadlock() -> None:
         sched.start()
         step(sched)
         assert sched.status == "stopped"
+
+
+@pytest.mark.parametrize("fired_by", ["run_pending", "trigger", "timer thread"])
+def test_stop_from_a_job_submitted_listener_starts_no_job_and_waits_for_nothing(
+    fired_by: str,
+) -> None:
+    """The run a ``JobSubmitted`` listener heard of was counted as running, but its job went to
+    a worker only after the listener returned: ``stop()`` inside it waited its whole timeout,
+    raised "1 job(s) still running", and the job then ran after ``stop()`` had returned."""
+    ran, outcome = threading.Event(), []
+
+    def stop_at_submission(event: object) -> None:
+        try:
+            sched.stop(timeout=10)
+            outcome.append("stopped")
+        except SchedulerShutdownError as exc:
+            outcome.append(str(exc))
+
+    with running() as (sched, clock):
+        sched.add_listener(stop_at_submission, JobSubmitted)
+        schedules = {"s": Schedule.interval("1h", start_at=T0 + S)}
+        sched.add_agent(Agent("a", job=lambda info: ran.set(), schedules=schedules))
+        sched.start()
+        if fired_by == "trigger":
+            sched.trigger("a", "s")
+        elif fired_by == "run_pending":
+            clock.advance("1s")
+            sched.run_pending()
+        else:
+            clock.wait_for_waiters(1)
+            clock.advance("1s")
+        assert wait_until(lambda: outcome)
+        assert outcome == ["stopped"] and sched.status == "stopped"
+        [record] = sched.history("a", "s")
+        assert record.status in (RunStatus.MISSED, RunStatus.SKIPPED)
+        assert "stopped (by a listener of its JobSubmitted) before it began" in str(record.error)
+        assert not ran.wait(0.5)  # no job once stop() has returned
 
 
 def test_decorators_misused_say_how_to_write_them() -> None:

@@ -25,7 +25,11 @@ from attrs import evolve
 import herdsched.events as ev
 from herdsched.engine.core import EngineCore, timer_trigger_type
 from herdsched.engine.listeners import call_safely
-from herdsched.engine.not_started import abandon_refused, abandon_unclaimed
+from herdsched.engine.not_started import (
+    abandon_refused,
+    abandon_unclaimed,
+    abandon_unlaunched,
+)
 from herdsched.engine.outcomes import (
     Transition,
     after_overlap,
@@ -190,6 +194,7 @@ class Dispatcher:
             abandon_unclaimed(core, runs, exc, self._release)
             return
         for run in runs:
+            run.launched_by = threading.get_ident()
             core.emit(
                 ev.JobSubmitted(
                     at=run.fired_at,
@@ -204,6 +209,9 @@ class Dispatcher:
         error: Exception | None = None
         with core.lock:
             for run in runs:
+                run.launched_by = None
+                if run.finalized:  # given up by a stop() one of its listeners called
+                    continue
                 agent = core.agents.get(run.agent)
                 try:
                     if bypass or agent is None:  # beyond its slots, or removed while claiming
@@ -216,6 +224,16 @@ class Dispatcher:
         if error is not None:
             abandon_refused(core, refused, error, self._release)
             core.listeners.deliver()
+
+    def give_up_launching(self) -> None:
+        """``stop()`` called by a ``JobSubmitted`` listener: the runs this thread was about
+        to hand to their executors never start, and are recorded so (waiting for them would
+        wait for the listener, which waits for ``stop()``)."""
+        me = threading.get_ident()
+        with self.core.lock:
+            runs = [r for r in self.core.running.values() if r.launched_by == me]
+        if runs:
+            abandon_unlaunched(self.core, runs, self._release)
 
     # ------------------------------------------------------------------------- workers
 

@@ -6,7 +6,8 @@ pass, a run's start and its end). Delivery is per thread and in order, and the e
 a run's ``JobSubmitted`` before it hands the run to a worker, so a run's events arrive in their
 order (submitted, started, succeeded or failed, disabled). A listener may call any scheduler
 method, ``stop()`` included: what that call collects is delivered after the listener returns,
-by the same loop. A slow listener delays only the thread that delivers to it.
+by the same loop (a ``stop()`` by a ``JobSubmitted`` listener gives up the runs submitted).
+A slow listener delays only the thread that delivers to it.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from herdsched.engine.planning import Entry
 from herdsched.models import RunRecord, RunStatus, Status, TriggerType
 from herdsched.runner import Run, RunOutcome
 
-__all__ = ["abandon_refused", "abandon_unclaimed"]
+__all__ = ["abandon_refused", "abandon_unclaimed", "abandon_unlaunched"]
 
 #: Runs named in the one log line for a pass's runs that did not start.
 _NAMED = 5
@@ -56,6 +56,15 @@ def abandon_refused(
     """Undo ``runs``, claimed but refused by their executor with ``exc`` (called without the
     lock): their slots are recorded as not run, and nothing waits for them to finish."""
     _abandon(core, runs, f"its executor refused it ({exc})", release, store_error=None)
+
+
+def abandon_unlaunched(
+    core: EngineCore, runs: Sequence[Run], release: Callable[[Run], None]
+) -> None:
+    """Undo ``runs``, claimed but not yet handed to their executor when a listener of their
+    ``JobSubmitted`` stopped the scheduler: they never start (called without the lock)."""
+    reason = "the scheduler was stopped (by a listener of its JobSubmitted) before it began"
+    _abandon(core, runs, reason, release, store_error=None)
 
 
 def _abandon(

@@ -57,6 +57,7 @@ class Timer:
         # one pass at a time, also when run_pending() runs one beside the thread: a pass
         # reads and sets the times of its next poll, lease try and heartbeat
         self._one_pass = threading.RLock()
+        self._pass_thread: int | None = None  # the thread in a pass
 
     def start(self) -> None:
         """Start the thread; clock jumps are measured from now."""
@@ -79,9 +80,11 @@ class Timer:
         self.core.wake.set()
 
     def join(self) -> None:
-        """Wait (up to 5 s) for the thread to end after the status left running/standby."""
+        """Wait (up to 5 s) for the thread to end after the status left running/standby; not
+        from inside a pass (a listener's ``stop()``), which the thread may be waiting for."""
         thread, self._thread = self._thread, None
-        if thread is not None and thread is not threading.current_thread():
+        inside = threading.get_ident() == self._pass_thread
+        if thread is not None and thread is not threading.current_thread() and not inside:
             thread.join(timeout=5.0)
 
     def _loop(self) -> None:
@@ -106,8 +109,12 @@ class Timer:
 
         A pass begun meanwhile by the other caller (the thread, or ``run_pending()``) is
         waited for, so a pass run by ``run_pending()`` has seen everything that was due."""
-        with self._one_pass:
-            return self._pass(timer_thread=timer_thread)
+        with self._one_pass:  # reentrant: a listener may call run_pending()
+            outer, self._pass_thread = self._pass_thread, threading.get_ident()
+            try:
+                return self._pass(timer_thread=timer_thread)
+            finally:
+                self._pass_thread = outer
 
     def _pass(self, *, timer_thread: bool) -> float:
         core = self.core
