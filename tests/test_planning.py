@@ -49,3 +49,22 @@ def test_dropping_stale_items_keeps_every_current_one_in_due_order() -> None:
         plan.take_waiting("bot")
         plan.unplan(entry)
     assert due == [f"s{n}" for n in range(99, 0, -1)]
+
+
+def test_agents_sharing_global_slots_are_ordered_by_their_first_current_waiting_item() -> None:
+    """With ``max_total_concurrent``, agents were ordered by the head of their waiting line
+    even when it was stale (a schedule paused while it waited): a2 (due 10:10) went before b1
+    (due 10:05) on the strength of a paused a1 (due 10:01)."""
+    plan = Plan()
+    due = {"a1": 1, "a2": 10, "b1": 5}
+    entries = {}
+    for name, minute in due.items():
+        entry = Entry(name[0], name, Schedule.interval("1h"), ScheduleState())
+        plan.entries[entry.key] = entry
+        plan.set_due(entry, T0 + timedelta(minutes=minute), None)
+        entries[name] = entry
+    settings = EngineSettings(timezone=timezone.utc, max_total_concurrent=1)
+    assert plan.collect_due(T0 + timedelta(minutes=15), settings) == ["a", "b"]
+    plan.unplan(entries["a1"])  # paused while it waited: its item is stale
+    assert plan.collect_due(T0 + timedelta(minutes=15), settings) == ["b", "a"]
+    assert plan.first_waiting("b") is entries["b1"]

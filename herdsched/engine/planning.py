@@ -125,7 +125,9 @@ class Plan:
         while self._heap and self._heap[0][0] <= now:
             item = heapq.heappop(self._heap)
             self._waiting.setdefault(item[2], collections.deque()).append(item)
-        agents = list(self._waiting)
+        # stale heads go first (a schedule paused while it waited): an agent is placed by its
+        # first current item, and one with none left waits no more
+        agents = [name for name in list(self._waiting) if self.first_waiting(name) is not None]
         if settings.max_total_concurrent is not None:
             agents.sort(key=lambda name: self._waiting[name][0])
         return agents
