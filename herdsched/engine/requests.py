@@ -9,7 +9,7 @@ request got there. The active scheduler, on each poll of other processes:
 2. starts each waiting request whose schedule is free and whose agent has a slot, under the
    request's run id; the request is marked started (durably) before its job can run. A request
    whose schedule is running, or whose agent or the fleet is at capacity, keeps waiting, in the
-   order the requests came, and starts when a slot frees (as a due schedule waits);
+   order the requests came, and starts at the first poll after a slot frees;
 3. records as ``skipped``, with the reason, a request that cannot run at all (its agent or
    schedule was removed, or nothing can run it), and removes it;
 4. records as ``interrupted`` a request marked started by a scheduler that stopped before its
