@@ -933,8 +933,9 @@ def _wait_for_runs(
     core, me = dispatch.core, threading.get_ident()
     dispatch.give_up_launching()
 
-    def others() -> list[Run]:  # not the runs this thread executes or settles
-        return [run for run in core.running.values() if me not in (run.thread_id, run.settled_by)]
+    def others() -> list[Run]:  # not the runs this thread executes, settles or launches
+        running = core.running.values()
+        return [r for r in running if me not in (r.thread_id, r.settled_by, r.launched_by)]
 
     with core.idle:
         core.idle.wait_for(lambda: not others(), timeout)

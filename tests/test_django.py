@@ -68,6 +68,12 @@ class Jobs:
         return "ok"
 
 
+def username(request: Any) -> str:
+    """The natural Django auth: an anonymous visitor's user name is ``""``."""
+    name: str = request.user.get_username()
+    return name
+
+
 def owner_from_header(request: Any) -> str | None:
     owner: str | None = request.headers.get("X-Owner")
     return ADMIN if owner == "root" else owner
@@ -729,6 +735,29 @@ def test_anonymous_401_refused_user_403_and_browser_to_login(sched: ThreadedSche
         assert page.status_code == 302
         assert page["Location"] == "/login/?next=/herdsched/"
         assert client.get(f"{API}/schedule", headers={"X-User": "boss"}).status_code == 200
+
+
+def test_an_auth_giving_an_anonymous_visitor_a_blank_name_sends_them_to_log_in(
+    sched: ThreadedScheduler,
+) -> None:
+    """``request.user.get_username()`` is ``""`` for an anonymous visitor: such a blank owner
+    is no caller known (401, a page to the login), not an owner "" nor a server error."""
+    value = {"SCHEDULER": sched, "AUTOSTART": False, "AUTH": f"{__name__}:username"}
+    with override_settings(
+        HERDSCHED=value,
+        MIDDLEWARE=[f"{__name__}.FakeAuthMiddleware"],
+        INSTALLED_APPS=[
+            "django.contrib.auth",
+            "django.contrib.contenttypes",
+            "herdsched.contrib.django",
+        ],
+        LOGIN_URL="/login/",
+    ):
+        client = Client()
+        error_of(client.get(f"{API}/schedule"), 401)
+        page = client.get("/herdsched/", headers={"Accept": "text/html"})
+        assert (page.status_code, page["Location"]) == (302, "/login/?next=/herdsched/")
+        assert client.get(f"{API}/schedule", headers={"X-User": "ann"}).status_code == 200
 
 
 def chunked(client: Client, method: str, url: str, body: Any, *, terminated: bool = True) -> Any:

@@ -1389,9 +1389,43 @@ def test_stop_from_a_job_submitted_listener_starts_no_job_and_waits_for_nothing(
         assert wait_until(lambda: outcome)
         assert outcome == ["stopped"] and sched.status == "stopped"
         [record] = sched.history("a", "s")
-        assert record.status in (RunStatus.MISSED, RunStatus.SKIPPED)
+        manual = fired_by == "trigger"
+        assert record.status is (RunStatus.SKIPPED if manual else RunStatus.MISSED)
         assert "stopped (by a listener of its JobSubmitted) before it began" in str(record.error)
+        assert sched.get_total_running_job_count() == 0
+        assert sched.store.get_schedule_state("a", "s").status is Status.IDLE
         assert not ran.wait(0.5)  # no job once stop() has returned
+
+
+@pytest.mark.parametrize("then", ["returns", "stops"])
+def test_a_run_timed_out_while_its_job_submitted_listener_runs_frees_its_slot_once_recorded(
+    then: str,
+) -> None:
+    """A listener slower than the run's timeout: the run is recorded ``timeout`` and its job
+    never starts. Skipping it at launch kept it running for ever (``already_running`` for good,
+    ``wait_until_idle()`` never true); a listener's ``stop()`` then recorded it a second time."""
+    ran = threading.Event()
+
+    def slow(event: object) -> None:
+        clock.advance("31s")  # the timer thread times the run out meanwhile
+        assert wait_until(lambda: sched.history("a", "s"))
+        if then == "stops":
+            sched.stop(timeout=10)
+
+    with running() as (sched, clock):
+        sched.add_listener(slow, JobSubmitted)
+        schedules = {"s": Schedule.interval("1h", start_at=T0 + 60 * S, timeout="30s")}
+        sched.add_agent(Agent("a", job=lambda info: ran.set(), schedules=schedules))
+        sched.start()
+        result = sched.trigger("a", "s")
+        assert sched.wait_until_idle(10)
+        [record] = sched.history("a", "s")
+        assert (record.run_id, record.status) == (result.run_id, RunStatus.TIMEOUT)
+        assert not ran.is_set()
+        if then == "returns":
+            sched.remove_listener(slow)
+            assert sched.trigger("a", "s", wait=True).success  # not "already running"
+            assert ran.is_set()
 
 
 def test_decorators_misused_say_how_to_write_them() -> None:

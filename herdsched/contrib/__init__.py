@@ -665,11 +665,11 @@ def call_auth(
     """``auth(request)``: the owner's name, or ``None`` for an anonymous caller.
 
     ``refusals`` (``UnauthorizedError``, Django's ``PermissionDenied``) pass through for the
-    integration to answer 403. Anything else ``auth`` raises, and a result that is neither
-    ``None`` nor an owner name (not text, blank, with a control character), is logged with the
-    callable's name and becomes :class:`AuthCheckFailed`, so the caller gets the API's JSON
-    answer instead of the framework's HTML error page. So does the text ``"*"`` that is not
-    :data:`herdsched.api.ADMIN` itself: an owner name built from the request
+    integration to answer 403. A blank result is ``None``. Anything else ``auth`` raises, and a
+    result that is neither ``None`` nor an owner name (not text, with a control character), is
+    logged with the callable's name and becomes :class:`AuthCheckFailed`, so the caller gets
+    the API's JSON answer instead of the framework's HTML error page. So does the text ``"*"``
+    that is not :data:`herdsched.api.ADMIN` itself: an owner name built from the request
     (``"Bearer user-*"`` cut to ``"*"``) must not read as full access.
     """
     try:
@@ -679,8 +679,8 @@ def call_auth(
     except Exception:
         _log.exception("The herdsched auth callable %r raised; the request is answered 500.", auth)
         raise AuthCheckFailed(AUTH_FAILED) from None
-    if owner is None:
-        return None
+    if owner is None or (isinstance(owner, str) and not owner.strip()):
+        return None  # blank: no caller known (an AnonymousUser's get_username() is "")
     problem = owner_problem(owner)
     if problem is not None or not isinstance(owner, str):  # owner_problem names a non-str
         _log.error(

@@ -210,7 +210,12 @@ class Dispatcher:
         with core.lock:
             for run in runs:
                 run.launched_by = None
-                if run.finalized:  # given up by a stop() one of its listeners called
+                if run.run_id not in core.running:  # given up by a stop() its listener called
+                    continue
+                if run.finalized:  # settled meanwhile (timed out, given up by a stop()): its
+                    self._free_slot(run)  # job never starts, and the run ends as at a return
+                    if run.settled_by is None:
+                        self._end_run(run)
                     continue
                 agent = core.agents.get(run.agent)
                 try:
@@ -230,8 +235,9 @@ class Dispatcher:
         to hand to their executors never start, and are recorded so (waiting for them would
         wait for the listener, which waits for ``stop()``)."""
         me = threading.get_ident()
-        with self.core.lock:
+        with self.core.lock:  # one settled meanwhile (timed out) is recorded: launch() frees it
             runs = [r for r in self.core.running.values() if r.launched_by == me]
+            runs = [run for run in runs if not run.finalized]
         if runs:
             abandon_unlaunched(self.core, runs, self._release)
 
