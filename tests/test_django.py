@@ -714,10 +714,10 @@ def test_session_writes_need_the_csrf_token(sched: ThreadedScheduler) -> None:
             assert response.status_code == 200, response.content
 
 
-def test_anonymous_401_refused_user_403_and_browser_to_login(sched: ThreadedScheduler) -> None:
-    value = {"SCHEDULER": sched, "AUTOSTART": False, "AUTH": "herdsched.contrib.django.staff_only"}
-    with override_settings(
-        HERDSCHED=value,
+def _with_logins(sched: ThreadedScheduler, auth: str) -> Any:
+    """Settings of a site whose users log in (``X-User`` says who), with ``auth``."""
+    return override_settings(
+        HERDSCHED={"SCHEDULER": sched, "AUTOSTART": False, "AUTH": auth},
         MIDDLEWARE=[f"{__name__}.FakeAuthMiddleware"],
         INSTALLED_APPS=[
             "django.contrib.auth",
@@ -725,7 +725,11 @@ def test_anonymous_401_refused_user_403_and_browser_to_login(sched: ThreadedSche
             "herdsched.contrib.django",
         ],
         LOGIN_URL="/login/",
-    ):
+    )
+
+
+def test_anonymous_401_refused_user_403_and_browser_to_login(sched: ThreadedScheduler) -> None:
+    with _with_logins(sched, "herdsched.contrib.django.staff_only"):
         client = Client()
         error_of(client.get(f"{API}/schedule"), 401)
         body = error_of(client.get(f"{API}/schedule", headers={"X-User": "eve"}), 403)
@@ -742,17 +746,7 @@ def test_an_auth_giving_an_anonymous_visitor_a_blank_name_sends_them_to_log_in(
 ) -> None:
     """``request.user.get_username()`` is ``""`` for an anonymous visitor: such a blank owner
     is no caller known (401, a page to the login), not an owner "" nor a server error."""
-    value = {"SCHEDULER": sched, "AUTOSTART": False, "AUTH": f"{__name__}:username"}
-    with override_settings(
-        HERDSCHED=value,
-        MIDDLEWARE=[f"{__name__}.FakeAuthMiddleware"],
-        INSTALLED_APPS=[
-            "django.contrib.auth",
-            "django.contrib.contenttypes",
-            "herdsched.contrib.django",
-        ],
-        LOGIN_URL="/login/",
-    ):
+    with _with_logins(sched, f"{__name__}:username"):
         client = Client()
         error_of(client.get(f"{API}/schedule"), 401)
         page = client.get("/herdsched/", headers={"Accept": "text/html"})
