@@ -927,9 +927,9 @@ def _wait_for_runs(
     timed-out job whose thread goes on included) as sorted ``agent/schedule`` names. Runs the
     caller was about to start (it is a ``JobSubmitted`` listener) are given up first.
 
-    With ``cancel_left`` those are given up first (settled: whatever they return now is not
-    recorded, as the lease is about to go; the next start records them interrupted), then
-    asked to stop through their cancel event."""
+    With ``cancel_left`` the jobs still running at the end are given up (settled: whatever
+    they return now is not recorded, as the lease is about to go; the next start records them
+    interrupted), then asked to stop through their cancel event."""
     core, me = dispatch.core, threading.get_ident()
     dispatch.give_up_launching()
 

@@ -236,8 +236,8 @@ class Dispatcher:
         wait for the listener, which waits for ``stop()``)."""
         me = threading.get_ident()
         with self.core.lock:  # one settled meanwhile (timed out) is recorded: launch() frees it
-            runs = [r for r in self.core.running.values() if r.launched_by == me]
-            runs = [run for run in runs if not run.finalized]
+            running = self.core.running.values()
+            runs = [r for r in running if r.launched_by == me and not r.finalized]
         if runs:
             abandon_unlaunched(self.core, runs, self._release)
 
