@@ -662,6 +662,41 @@ def test_a_leader_whose_lease_was_taken_runs_nothing_writes_nothing_and_stands_b
             other.close()
 
 
+def test_a_leader_that_lost_its_lease_while_a_schedule_waits_for_a_slot_goes_idle(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """A standby runs nothing: what waited for a slot when the lead was lost waits no more
+    (``wait_until_idle()`` waited until this process led again, for ever in a long cut)."""
+    blocker = Blocker()
+    sched = ThreadedScheduler(
+        state_dir=tmp_path, clock=clock, lease_ttl=TTL, commit_delay=0, timezone="UTC"
+    )
+    schedules = {
+        "long": Schedule.interval("1h", start_at=clock.now(), job=blocker),
+        "short": Schedule.interval("1h", start_at=clock.now() + timedelta(seconds=1)),
+    }
+    sched.add_agent(Agent("a", job=Recorder(), max_concurrent=1, schedules=schedules))
+    with sched:
+        sched.run_pending()
+        assert blocker.began.wait(10)
+        clock.advance(5)
+        sched.run_pending()  # short waits for the slot
+        other = YamlStateStore(tmp_path, clock=clock)
+        try:
+            drop_flocks_as_at_kill(sched.store)
+            assert other.acquire_lease("other", TTL) is not None
+            clock.advance(11)  # the heartbeat finds the lease taken
+            sched.run_pending()
+            assert wait_until(lambda: sched.status == "standby")
+            waiter = threading.Thread(target=sched.wait_until_idle, daemon=True)
+            waiter.start()
+            blocker.release.set()
+            waiter.join(10)
+            assert not waiter.is_alive()
+        finally:
+            other.close()
+
+
 def test_a_run_that_ends_after_its_leader_lost_the_lease_is_not_written_when_it_leads_again(
     tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -154,6 +154,11 @@ class Plan:
     def anything_waiting(self) -> bool:
         return bool(self._waiting)
 
+    def drop_waiting(self) -> None:
+        """Nothing waits for a slot any more: a scheduler that stopped leading runs none of it,
+        and the next lead plans every schedule afresh (``recover_all``)."""
+        self._waiting.clear()
+
     def clear(self) -> None:
         self._heap.clear()
         self._waiting.clear()

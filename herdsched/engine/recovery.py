@@ -219,6 +219,8 @@ class Leadership:
                 return
             core.status = "standby"
             core.term += 1  # the runs going on now end unrecorded
+            core.plan.drop_waiting()  # a standby runs nothing: wait_until_idle() is told
+            core.idle.notify_all()
             core.log.error(
                 "This scheduler lost the lead of %s (epoch %d): %s. It dispatches nothing more; "
                 "%d running job(s) may finish but their outcomes are not recorded; it stands by "
