@@ -88,6 +88,8 @@ class JobDeferred(_ScheduleEvent):
 @attrs.frozen
 class JobSkipped(_ScheduleEvent):
     reason: SkipReason
+    #: the run that found no work (its ``JobSubmitted`` and ``JobStarted`` carry it too)
+    run_id: str | None = None
 
 
 @attrs.frozen

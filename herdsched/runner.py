@@ -74,6 +74,10 @@ class Run:
     #: the thread handing it to its executor, until it has (it first tells the run's
     #: ``JobSubmitted`` listeners, which may call ``stop()``)
     launched_by: int | None = None
+    #: given up by ``stop()`` before it ended: what its job returns is not recorded
+    given_up: bool = False
+    #: held while its ``JobStarted`` is delivered: a timeout's events are delivered after
+    heard_start: threading.Lock = attrs.field(factory=threading.Lock)
     thread_id: int | None = None
     outcome: RunOutcome | None = None
     cancel_event: threading.Event = attrs.field(factory=threading.Event)

@@ -80,7 +80,7 @@ from herdsched.models import (
     check_timeout,
 )
 from herdsched.notify import Notification
-from herdsched.runner import Run
+from herdsched.runner import Run, timeout_message
 from herdsched.stats import RunStats, compute_run_stats
 from herdsched.stop_signals import StopSignals
 from herdsched.store.base import READ_ALL_HISTORY, StateStore
@@ -927,9 +927,9 @@ def _wait_for_runs(
     timed-out job whose thread goes on included) as sorted ``agent/schedule`` names. Runs the
     caller was about to start (it is a ``JobSubmitted`` listener) are given up first.
 
-    With ``cancel_left`` the jobs still running at the end are given up (settled: whatever
-    they return now is not recorded, as the lease is about to go; the next start records them
-    interrupted), then asked to stop through their cancel event."""
+    With ``cancel_left`` those are given up first (settled: whatever they return now is not
+    recorded, as the lease is about to go; the next start records them interrupted), then
+    asked to stop through their cancel event."""
     core, me = dispatch.core, threading.get_ident()
     dispatch.give_up_launching()
 
@@ -941,7 +941,7 @@ def _wait_for_runs(
         core.idle.wait_for(lambda: not others(), timeout)
         left = others()
         for run in left if cancel_left else ():
-            run.finalized = True
+            run.finalized = run.given_up = True
             run.cancel()
         return tuple(sorted(f"{run.agent}/{run.schedule_name}" for run in left))
 
@@ -959,13 +959,21 @@ def _require_job(core: EngineCore, agent: Agent, named: Entry | None) -> None:
 
 
 def _finished(run: Run) -> TriggerResult:
-    """What ``trigger(wait=True)`` answers about a run that has ended."""
+    """What ``trigger(wait=True)`` answers about a run that has ended: its record's outcome."""
     outcome = run.outcome
+    if run.given_up:
+        return TriggerResult(success=False, run_id=run.run_id, error=_GIVEN_UP)
+    if outcome is not None and outcome.no_work and not run.timed_out:
+        return TriggerResult(False, run.run_id, _NO_WORK, True, SkipReason.NO_WORK)
     ok = outcome is not None and outcome.status is RunStatus.SUCCESS and not run.timed_out
     error = None if ok else (outcome.error if outcome else "run did not finish")
     if run.timed_out:
-        error = "timeout"
+        error = timeout_message(run.schedule.timeout)
     return TriggerResult(success=ok, run_id=run.run_id, error=error)
+
+
+_GIVEN_UP = "stop() gave the run up before it ended: its outcome is not recorded"
+_NO_WORK = "its work source had no work"
 
 
 def _call_if_offered(store: StateStore, method: str, *args: Any) -> None:

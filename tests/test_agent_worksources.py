@@ -209,6 +209,25 @@ def test_no_item_skips_the_run_with_no_work_and_waits_one_interval() -> None:
         assert status.next_run_at == START + timedelta(minutes=10)
 
 
+def test_a_run_now_that_finds_no_work_answers_skipped_and_its_event_names_the_run() -> None:
+    """``trigger(wait=True)`` answered ``success=False`` with no error and no skip for a run
+    that found no work (and left no record), and its ``JobSkipped`` named no run."""
+    skipped: list[JobSkipped] = []
+    with running(work_sources={"queue": ListSource([])}) as (sched, _clock):
+        sched.add_listener(skipped.append, JobSkipped)
+        sched.add_agent(triage(Script()))
+        result = sched.trigger("triage", "check", wait=True)
+        assert (result.success, result.skipped, result.skip_reason) == (
+            False,
+            True,
+            SkipReason.NO_WORK,
+        )
+        assert result.error == "its work source had no work"
+        assert sched.history("triage") == []
+        [event] = skipped
+        assert event.run_id == result.run_id is not None
+
+
 def test_no_work_waits_one_interval_from_the_check_not_the_next_grid_point() -> None:
     class SlowEmpty(ListSource):
         def get_next_work_item(self, agent: str, schedule: str) -> WorkItem | None:

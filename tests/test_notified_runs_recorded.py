@@ -184,7 +184,7 @@ def test_waiting_for_a_timed_out_run_ends_once_it_is_recorded() -> None:
         assert not results  # its notifier is heard: the run is not over
         release.set()
         waiting.join(10)
-        assert results[0].error == "timeout"
+        assert results[0].error == "timed out after 30s"  # as its record says
         assert [r.status for r in sched.history("a", "m")] == [RunStatus.TIMEOUT]
 
 

@@ -1428,6 +1428,59 @@ def test_a_run_timed_out_while_its_job_submitted_listener_runs_frees_its_slot_on
             assert ran.is_set()
 
 
+def test_a_timeouts_job_failed_waits_for_a_slow_listener_of_the_runs_job_started() -> None:
+    """The timeout's own thread delivered ``JobFailed`` while a slow listener still heard
+    ``JobStarted``: a second listener heard the run fail before it had started."""
+    go, heard = threading.Event(), []
+
+    def slow(event: object) -> None:
+        assert go.wait(10)
+
+    with running() as (sched, clock):
+        sched.add_listener(slow, JobStarted)
+        sched.add_listener(lambda event: heard.append(type(event).__name__))
+        schedules = {
+            "s": Schedule.interval(
+                "1h",
+                start_at=T0 + 60 * S,
+                timeout="30s",
+                job=lambda info: info.cancel_event.wait(10),
+            )
+        }
+        sched.add_agent(Agent("a", job=Recorder(), schedules=schedules))
+        sched.start()
+        sched.trigger("a", "s")
+        clock.advance("31s")
+        sched.run_pending()  # times the run out while the slow listener hears its start
+        assert wait_until(lambda: sched.history("a", "s"))  # recorded ...
+        assert "JobFailed" not in heard  # ... and not announced before its start
+        go.set()
+        assert wait_until(lambda: "JobFailed" in heard)
+        run_events = [name for name in heard if name.startswith("Job")]
+        assert run_events == ["JobSubmitted", "JobStarted", "JobFailed"]
+
+
+def test_trigger_wait_answers_that_stop_gave_the_run_up_at_its_timeout(tmp_path: Path) -> None:
+    """``trigger(wait=True)`` answered ``success=True`` for a run ``stop()`` had given up at
+    its timeout: the run had no record, and the next start recorded it interrupted."""
+    release, results = threading.Event(), []
+    sched = ThreadedScheduler(state_dir=tmp_path, timezone="UTC")
+    job = lambda info: release.wait(10)  # noqa: E731 (ignores its cancel event)
+    sched.add_agent(Agent("a", job=job, schedules={"m": Schedule.manual()}))
+    sched.start()
+    waiter = threading.Thread(target=lambda: results.append(sched.trigger("a", "m", wait=True)))
+    waiter.start()
+    assert wait_until(lambda: sched.get_total_running_job_count() == 1)
+    with pytest.raises(SchedulerShutdownError):
+        sched.stop(timeout=0.2)
+    release.set()
+    waiter.join(10)
+    [result] = results
+    assert not result.success
+    assert result.error == "stop() gave the run up before it ended: its outcome is not recorded"
+    assert sched.history("a", "m") == []
+
+
 def test_decorators_misused_say_how_to_write_them() -> None:
     """A partial or a callable object raised a bare ``AttributeError`` ('__name__'); a lambda
     was refused as the agent name '<lambda>' with no word of ``name=``; ``@sched.every``

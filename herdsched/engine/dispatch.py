@@ -247,12 +247,16 @@ class Dispatcher:
         """Worker thread: announce the run, call its job, settle the outcome."""
         core = self.core
         run.thread_id = threading.get_ident()
-        core.emit(
-            ev.JobStarted(
-                at=core.clock.now(), agent=run.agent, schedule=run.schedule_name, run_id=run.run_id
+        with run.heard_start:  # a timeout's JobFailed never overtakes a slow listener's start
+            core.emit(
+                ev.JobStarted(
+                    at=core.clock.now(),
+                    agent=run.agent,
+                    schedule=run.schedule_name,
+                    run_id=run.run_id,
+                )
             )
-        )
-        core.listeners.deliver()
+            core.listeners.deliver()
         try:
             outcome = execute_run(run, clock=core.clock, work_sources=core.work_sources)
         # a bug in a work source or prompt, or a job raising KeyboardInterrupt: the run still
@@ -499,7 +503,7 @@ class Dispatcher:
         at = outcome.finished_at
         where = {"agent": run.agent, "schedule": run.schedule_name}
         if outcome.no_work:
-            core.emit(ev.JobSkipped(at=at, reason=SkipReason.NO_WORK, **where))
+            core.emit(ev.JobSkipped(at=at, reason=SkipReason.NO_WORK, run_id=run.run_id, **where))
         elif outcome.status is RunStatus.SUCCESS:
             core.emit(ev.JobSucceeded(at=at, record=record, **where))
         elif outcome.status in (RunStatus.FAILED, RunStatus.TIMEOUT):
@@ -555,7 +559,8 @@ class Dispatcher:
         """Set a timed-out run's cancel event, record it and tell who listens."""
         try:
             self.settle(run, outcome)
-            self.core.listeners.deliver()
+            with run.heard_start:  # after the run's JobStarted (see _execute)
+                self.core.listeners.deliver()
         except Exception:
             self.core.log.exception(
                 "Could not record run %s of %s/%s.", run.run_id, run.agent, run.schedule_name

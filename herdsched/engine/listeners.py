@@ -4,10 +4,12 @@ The engine *collects* an event where it happens, under its lock or not, and the 
 collected it *delivers* it once it has let go of the lock (at the end of a public call, a timer
 pass, a run's start and its end). Delivery is per thread and in order, and the engine delivers
 a run's ``JobSubmitted`` before it hands the run to a worker, so a run's events arrive in their
-order (submitted, started, succeeded or failed, disabled). A listener may call any scheduler
-method, ``stop()`` included: what that call collects is delivered after the listener returns,
-by the same loop (a ``stop()`` by a ``JobSubmitted`` listener gives up the runs submitted).
-A slow listener delays only the thread that delivers to it.
+order (submitted, started, succeeded or failed, disabled); only a run a listener starts goes to
+its worker before its ``JobSubmitted``, which that listener's loop delivers once it returns.
+A listener may call any scheduler method, ``stop()`` included: what that call collects is
+delivered after the listener returns, by the same loop (a ``stop()`` by a ``JobSubmitted``
+listener gives up the runs submitted). A slow listener delays only the thread that delivers
+to it (and a timeout's events, which wait until the run's ``JobStarted`` has been heard).
 """
 
 from __future__ import annotations
