@@ -941,7 +941,8 @@ def _wait_for_runs(
         core.idle.wait_for(lambda: not others(), timeout)
         left = others()
         for run in left if cancel_left else ():
-            run.finalized = run.given_up = True
+            if not run.finalized:  # a timed-out run, or one being settled, has its record
+                run.finalized = run.given_up = True
             run.cancel()
         return tuple(sorted(f"{run.agent}/{run.schedule_name}" for run in left))
 

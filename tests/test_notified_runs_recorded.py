@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from scheduler_helpers import T0, crash_copy, running, wait_until
 
-from herdsched import Agent, RunStatus, Schedule, ThreadedScheduler
+from herdsched import Agent, JobStarted, RunStatus, Schedule, ThreadedScheduler
 from herdsched.errors import StateError
 from herdsched.models import Status
 from herdsched.store.memory import MemoryStateStore
@@ -131,9 +131,13 @@ def test_a_timed_out_runs_notifier_may_stop_the_scheduler() -> None:
 
 
 def _timed_out_in_notifier(sched: ThreadedScheduler, clock: FakeClock) -> None:
-    """Start a/s, time it out; its job returns on its cancel while its notifier is heard."""
+    """Start a/s, time it out once it began (a run timed out before a worker takes it never
+    starts); its job returns on its cancel while its notifier is heard."""
+    began = threading.Event()
+    sched.add_listener(lambda event: began.set(), JobStarted)
     sched.start()
     sched.run_pending()
+    assert began.wait(10)
     clock.advance("31s")
     sched.run_pending()
 
@@ -242,8 +246,12 @@ def test_a_lead_lost_while_a_timed_out_runs_notifier_is_heard_leaves_the_schedul
         for _ in range(6):  # 6 minutes: a 5-minute interval planned again comes due
             clock.advance("1m")
             sched.run_pending()
+            if sched.get_total_running_job_count():  # dispatched: its worker begins it
+                break
         assert wait_until(lambda: len(calls) == 2)  # planned again, and run
-        # the first run recorded by the new term's recovery (the second timed out since)
+        clock.advance("31s")  # the second times out: its job returns on its cancel
+        sched.run_pending()
+        # the first run recorded by the new term's recovery
         assert sched.history("a", "s")[-1].status is RunStatus.INTERRUPTED
 
 

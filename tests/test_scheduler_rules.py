@@ -17,6 +17,7 @@ from herdsched import (
     ConflictError,
     Deferred,
     InvalidScheduleError,
+    JobFailed,
     JobMissed,
     JobStarted,
     JobSubmitted,
@@ -606,6 +607,7 @@ def test_max_total_concurrent_caps_all_agents() -> None:
         sched.start()
         sched.run_pending()
         assert sched.get_total_running_job_count() == 1
+        assert wait_until(lambda: job.calls)  # its worker began it
         (busy,) = {c.agent for c in job.calls}
         idle = "b" if busy == "a" else "a"
         refused = sched.trigger(idle, "s")  # it named the agent, which runs nothing
@@ -1460,25 +1462,71 @@ def test_a_timeouts_job_failed_waits_for_a_slow_listener_of_the_runs_job_started
         assert run_events == ["JobSubmitted", "JobStarted", "JobFailed"]
 
 
-def test_trigger_wait_answers_that_stop_gave_the_run_up_at_its_timeout(tmp_path: Path) -> None:
+def test_a_run_that_times_out_while_its_executor_queues_it_never_starts() -> None:
+    """With a shared pool busy with another agent's job, a run timed out before a thread took
+    it: its ``JobFailed`` came before its ``JobStarted``, its job then ran after its timeout
+    was recorded, and a ``JobFailed`` listener calling ``wait_until_idle()`` hung for ever."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    shared = ThreadPoolExecutor(max_workers=1)
+    gate, ran, heard, waited = threading.Event(), threading.Event(), [], []
+
+    def on_failed(event: Any) -> None:
+        waited.append(sched.wait_until_idle(10))
+
+    with running(executor_factory=lambda agent, slots: shared) as (sched, clock):
+        sched.add_listener(lambda e: heard.append(type(e).__name__) if e.agent == "a" else None)
+        sched.add_listener(on_failed, JobFailed)
+        sched.add_agent(Agent("b", job=lambda i: gate.wait(10), schedules={"m": Schedule.manual()}))
+        schedules = {"m": Schedule.manual(timeout="30s")}
+        sched.add_agent(Agent("a", job=lambda info: ran.set(), schedules=schedules))
+        sched.start()
+        sched.trigger("b", "m")  # the pool's one thread
+        sched.trigger("a", "m")  # queued behind it
+        clock.advance("31s")
+        sched.run_pending()  # a times out before a thread takes it
+        assert wait_until(lambda: sched.history("a", "m"))
+        gate.set()
+        assert wait_until(lambda: waited)
+        assert waited == [True]
+        assert sched.wait_until_idle(10)
+        assert not ran.is_set()
+        assert [n for n in heard if n.startswith("Job")] == ["JobSubmitted", "JobFailed"]
+        assert [r.status for r in sched.history("a", "m")] == [RunStatus.TIMEOUT]
+    shared.shutdown()
+
+
+@pytest.mark.parametrize("timed_out", [False, True])
+def test_trigger_wait_answers_that_stop_gave_the_run_up_at_its_timeout(
+    tmp_path: Path, timed_out: bool
+) -> None:
     """``trigger(wait=True)`` answered ``success=True`` for a run ``stop()`` had given up at
-    its timeout: the run had no record, and the next start recorded it interrupted."""
-    release, results = threading.Event(), []
-    sched = ThreadedScheduler(state_dir=tmp_path, timezone="UTC")
-    job = lambda info: release.wait(10)  # noqa: E731 (ignores its cancel event)
-    sched.add_agent(Agent("a", job=job, schedules={"m": Schedule.manual()}))
+    its timeout: the run had no record, and the next start recorded it interrupted. A run
+    recorded as timed out before the stop keeps that answer."""
+    blocker, results, clock = Blocker(), [], FakeClock(T0)  # the job ignores its cancel event
+    sched = ThreadedScheduler(state_dir=tmp_path, timezone="UTC", clock=clock)
+    sched.add_agent(Agent("a", job=blocker, schedules={"m": Schedule.manual(timeout="30s")}))
     sched.start()
     waiter = threading.Thread(target=lambda: results.append(sched.trigger("a", "m", wait=True)))
     waiter.start()
-    assert wait_until(lambda: sched.get_total_running_job_count() == 1)
+    assert blocker.began.wait(10)
+    if timed_out:
+        clock.advance("31s")
+        sched.run_pending()
+        assert wait_until(lambda: sched.history("a", "m"))
     with pytest.raises(SchedulerShutdownError):
         sched.stop(timeout=0.2)
-    release.set()
+    blocker.release.set()
     waiter.join(10)
     [result] = results
     assert not result.success
-    assert result.error == "stop() gave the run up before it ended: its outcome is not recorded"
-    assert sched.history("a", "m") == []
+    if timed_out:
+        assert result.error == "timed out after 30s"
+        assert [r.status for r in sched.history("a", "m")] == [RunStatus.TIMEOUT]
+    else:
+        given_up = "stop() gave the run up before it ended: its outcome is not recorded"
+        assert result.error == given_up
+        assert sched.history("a", "m") == []
 
 
 def test_decorators_misused_say_how_to_write_them() -> None:

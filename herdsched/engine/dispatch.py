@@ -212,10 +212,8 @@ class Dispatcher:
                 run.launched_by = None
                 if run.run_id not in core.running:  # given up by a stop() its listener called
                     continue
-                if run.finalized:  # settled meanwhile (timed out, given up by a stop()): its
-                    self._free_slot(run)  # job never starts, and the run ends as at a return
-                    if run.settled_by is None:
-                        self._end_run(run)
+                if run.finalized:  # settled meanwhile (timed out, given up by a stop())
+                    self._drop_unstarted(run)
                     continue
                 agent = core.agents.get(run.agent)
                 try:
@@ -229,6 +227,14 @@ class Dispatcher:
         if error is not None:
             abandon_refused(core, refused, error, self._release)
             core.listeners.deliver()
+
+    def _drop_unstarted(self, run: Run) -> None:
+        """A run settled before its job began (timed out, or given up by a ``stop()``): its
+        job never starts, and the run ends as at a return (caller holds the lock)."""
+        self._free_slot(run)
+        if run.settled_by is None:  # else the thread settling it ends it
+            self._end_run(run)
+        self.core.wake.set()  # the freed slot may start a waiting run
 
     def give_up_launching(self) -> None:
         """``stop()`` called by a ``JobSubmitted`` listener: the runs this thread was about
@@ -247,7 +253,12 @@ class Dispatcher:
         """Worker thread: announce the run, call its job, settle the outcome."""
         core = self.core
         run.thread_id = threading.get_ident()
-        with run.heard_start:  # a timeout's JobFailed never overtakes a slow listener's start
+        with core.lock:
+            run.starting = not run.finalized
+            if not run.starting:  # timed out (or given up) while its executor queued it
+                self._drop_unstarted(run)
+                return
+        try:  # a timeout's JobFailed waits for this delivery: never before the run's start
             core.emit(
                 ev.JobStarted(
                     at=core.clock.now(),
@@ -257,6 +268,8 @@ class Dispatcher:
                 )
             )
             core.listeners.deliver()
+        finally:
+            run.start_heard.set()
         try:
             outcome = execute_run(run, clock=core.clock, work_sources=core.work_sources)
         # a bug in a work source or prompt, or a job raising KeyboardInterrupt: the run still
@@ -559,8 +572,11 @@ class Dispatcher:
         """Set a timed-out run's cancel event, record it and tell who listens."""
         try:
             self.settle(run, outcome)
-            with run.heard_start:  # after the run's JobStarted (see _execute)
-                self.core.listeners.deliver()
+            with self.core.lock:
+                started = run.starting  # else its job never starts (see _execute)
+            if started:
+                run.start_heard.wait()
+            self.core.listeners.deliver()
         except Exception:
             self.core.log.exception(
                 "Could not record run %s of %s/%s.", run.run_id, run.agent, run.schedule_name
