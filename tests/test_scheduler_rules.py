@@ -1686,17 +1686,20 @@ def test_the_group_commit_waits_for_a_run_due_within_commit_delay(tmp_path: Any)
 
 
 class _PassHoldingStore(MemoryStateStore):
-    """Holds the timer's first pass after it dispatched, until the first job has ended."""
+    """Holds the timer's first pass after it dispatched, until the first job has ended (the
+    job waits for the hold: it begins and ends while the pass is held)."""
 
-    def __init__(self, job: Recorder) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.job = job
-        self.counts: Callable[[], int] = lambda: 1
-        self.held = False
+        self.counts: Callable[[], int] = lambda: 0
+        self.engine_lock: Any = None
+        self.holding = threading.Event()
 
     def flush_deadline(self) -> float | None:
-        if self.job.calls and not self.held:  # asked after the dispatch, inside the pass
-            self.held = True
+        # asked after the dispatch, inside the pass, when its commit is looked at: not where
+        # the pass plans its sleep under the engine's lock, which the job's end needs
+        if not self.holding.is_set() and not self.engine_lock._is_owned() and self.counts():
+            self.holding.set()
             wait_until(lambda: self.counts() == 0)
         return super().flush_deadline()
 
@@ -1705,16 +1708,16 @@ def test_a_slot_freed_while_the_timer_finishes_its_pass_still_goes_to_the_waitin
     None
 ):
     clock = FakeClock(T0)
-    job = Recorder()
-    store = _PassHoldingStore(job)
+    store = _PassHoldingStore()
+    job = Recorder(lambda info: store.holding.wait(10))
     sched = ThreadedScheduler(state_dir=None, store=store, clock=clock, max_sleep=60)
-    store.counts = sched.get_total_running_job_count
+    store.counts, store.engine_lock = sched.get_total_running_job_count, sched._core.lock
     schedules = {"s0": Schedule.interval("1h"), "s1": Schedule.interval("1h")}
     sched.add_agent(Agent("a", job=job, max_concurrent=1, schedules=schedules))
     with sched:
         # no time passes; only the freed slot can start "s1"
         assert wait_until(lambda: len(job.calls) == 2, timeout=5)
-    assert store.held
+    assert store.holding.is_set()
     assert sorted(job.schedules()) == ["s0", "s1"]
 
 
