@@ -76,10 +76,10 @@ class Run:
     launched_by: int | None = None
     #: given up by ``stop()`` before it ended: what its job returns is not recorded
     given_up: bool = False
-    #: its worker began it (not settled before: a timed-out run still queued never starts)
-    starting: bool = False
     #: set once its ``JobStarted`` was delivered: a timeout's events are delivered after it
     start_heard: threading.Event = attrs.field(factory=threading.Event)
+    #: the worker running its job (``None`` until one began it: a run settled while still
+    #: queued, timed out say, never starts)
     thread_id: int | None = None
     outcome: RunOutcome | None = None
     cancel_event: threading.Event = attrs.field(factory=threading.Event)

@@ -252,12 +252,11 @@ class Dispatcher:
     def _execute(self, run: Run) -> None:
         """Worker thread: announce the run, call its job, settle the outcome."""
         core = self.core
-        run.thread_id = threading.get_ident()
         with core.lock:
-            run.starting = not run.finalized
-            if not run.starting:  # timed out (or given up) while its executor queued it
+            if run.finalized:  # timed out (or given up) while its executor queued it
                 self._drop_unstarted(run)
                 return
+            run.thread_id = threading.get_ident()
         try:  # a timeout's JobFailed waits for this delivery: never before the run's start
             core.emit(
                 ev.JobStarted(
@@ -573,7 +572,7 @@ class Dispatcher:
         try:
             self.settle(run, outcome)
             with self.core.lock:
-                started = run.starting  # else its job never starts (see _execute)
+                started = run.thread_id is not None  # else it never starts (see _execute)
             if started:
                 run.start_heard.wait()
             self.core.listeners.deliver()
