@@ -87,7 +87,9 @@
     }
     times(document);  // every "(in 4 min)" moves on, changed cells or not
   }
-  let busy = false;
+  // every filter or page change asks at once; an answer to an older request than the latest
+  // is dropped (it would put back the page or filters the reader just left)
+  let asked = 0, answered = 0;
   const stale = document.getElementById("stale");
   let shownAt = new Date();
   function notRefreshed(why){  // the page stays as it was: say so, and since when
@@ -96,18 +98,16 @@
     stale.hidden = false;
   }
   async function refresh(){
-    if (busy) return; busy = true;
+    const mine = ++asked;
     try {
       const p = params(); p.set("format", "json");
       const r = await fetch(location.pathname + "?" + p, {credentials: "same-origin", headers: headers(false)});
-      if (r.ok) { apply(await r.json()); shownAt = new Date(); stale.hidden = true; }
-      else {
-        let why = "HTTP " + r.status;
-        try { why = (await r.json()).error || why; } catch (err) { /* not JSON */ }
-        notRefreshed(why);
-      }
-    } catch (err) { notRefreshed("the server did not answer"); }
-    finally { busy = false; }
+      const body = await r.json().catch(function(){ return null; });
+      if (mine !== asked) return;
+      if (r.ok && body) { apply(body); shownAt = new Date(); stale.hidden = true; }
+      else notRefreshed((body && body.error) || ("HTTP " + r.status));
+    } catch (err) { if (mine === asked) notRefreshed("the server did not answer"); }
+    finally { answered = Math.max(answered, mine); }
   }
   function filtersChanged(resetPage){
     if (resetPage) form.elements.page.value = 1;
@@ -194,5 +194,5 @@
     if (cell && (e.key === "Enter" || e.key === " ")) { e.preventDefault(); detail(cell); }
   });
   times(document);
-  setInterval(refresh, every);
+  setInterval(function(){ if (answered === asked) refresh(); }, every);  // none under way
 })();

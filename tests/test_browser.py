@@ -392,3 +392,35 @@ def test_status_page_at_1000_schedules(
     _time.sleep(2.5)  # at least two refreshes
     assert browser.execute_script("return window.scrollY") == before
     assert "page 2 of 20" in browser.find_element(By.ID, "summary").text
+
+
+def test_a_page_asked_for_while_a_refresh_is_under_way_is_the_page_shown(
+    browser: Any, fleet_url: tuple[str, ThreadedScheduler], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A click on "next" while a refresh was under way was dropped, and that refresh's answer
+    then put the page back to 1: the reader's page was lost (the page's own refreshes kept
+    asking for page 1)."""
+    import time as _time
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    url, sched = fleet_url
+    browser.get(url)
+    summary = browser.find_element(By.ID, "summary")
+    assert "page 1 of 20" in summary.text
+    asking, status = threading.Event(), sched.get_status
+
+    def slow_status() -> Any:  # every refresh takes a second to answer
+        asking.set()
+        _time.sleep(1.0)
+        return status()
+
+    monkeypatch.setattr(sched, "get_status", slow_status)
+    assert asking.wait(10)  # a refresh is under way
+    browser.find_element(By.ID, "next").click()
+    WebDriverWait(browser, 15).until(lambda _: "page 2 of 20" in summary.text)
+    asking.clear()
+    assert asking.wait(10)  # refreshes go on, for page 2
+    _time.sleep(2.5)
+    assert "page 2 of 20" in summary.text
