@@ -135,7 +135,7 @@ class _FleetLoader(_BaseLoader):
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
-        self.duplicates: list[tuple[int, object]] = []
+        self.duplicates: list[tuple[int, str]] = []
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         """PyYAML's constructors raise plain Python errors for a value its tag cannot hold (an
@@ -164,7 +164,7 @@ def _construct_mapping(loader: _FleetLoader, node: yaml.MappingNode) -> dict[Any
     loader.flatten_mapping(node)
     merged = len(node.value) - explicit  # entries pulled in by "<<" come first
     result: dict[Any, Any] = {}
-    seen: set[Any] = set()
+    seen: dict[Any, yaml.Node] = {}
     for index, (key_node, value_node) in enumerate(node.value):
         key = loader.construct_object(key_node, deep=True)
         try:
@@ -178,10 +178,20 @@ def _construct_mapping(loader: _FleetLoader, node: yaml.MappingNode) -> dict[Any
             ) from None
         if index >= merged:
             if key in seen:
-                loader.duplicates.append((key_node.start_mark.line + 1, key))
-            seen.add(key)
+                loader.duplicates.append((key_node.start_mark.line + 1, _told(key_node, seen[key])))
+            seen[key] = key_node
         result[key] = loader.construct_object(value_node, deep=True)
     return result
+
+
+def _told(key_node: yaml.Node, first: yaml.Node) -> str:
+    """A duplicate key as written; when written otherwise the first time (``1`` and ``true``,
+    which Python holds as one key), that too."""
+    written, before = str(key_node.value), str(first.value)
+    if written == before or not isinstance(key_node, yaml.ScalarNode):
+        return f'"{written}" (YAML would silently keep only the last one)'
+    line = first.start_mark.line + 1
+    return f'"{written}" (read as the same key as "{before}" on line {line}: only the last is kept)'
 
 
 def _construct_int(loader: _FleetLoader, node: yaml.ScalarNode) -> int:
@@ -281,10 +291,7 @@ def _load_yaml(path: Path, label: str) -> tuple[Any, list[str]]:
             f"{shown}: the document holds more than {_MAX_VALUES} values once its aliases "
             "(*name) are expanded, too many to check or keep: use fewer nested aliases"
         ]
-    problems = [
-        f'{label}:{line}: duplicate key "{key}" (YAML would silently keep only the last one)'
-        for line, key in loader.duplicates
-    ]
+    problems = [f"{label}:{line}: duplicate key {key}" for line, key in loader.duplicates]
     return data, problems
 
 

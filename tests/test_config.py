@@ -1000,6 +1000,26 @@ def test_duplicate_keys_are_reported_with_their_line(tmp_path: Path) -> None:
     ]
 
 
+def test_keys_python_holds_as_one_are_shown_as_written(tmp_path: Path) -> None:
+    """``1`` and ``true`` are one key to Python (``1 == True``): the problem shows the key as
+    written and the one it collides with, not ``"True"``."""
+    found = problems(
+        tmp_path,
+        """
+        agents:
+          - name: a
+            job: test_config:sample_job
+            schedules:
+              1: {type: interval, interval: 5m}
+              true: {type: interval, interval: 10m}
+        """,
+    )
+    assert found[0] == (
+        f'{tmp_path / "fleet.yaml"}:7: duplicate key "true" '
+        '(read as the same key as "1" on line 6: only the last is kept)'
+    )
+
+
 def test_duplicate_keys_and_other_problems_are_reported_together(tmp_path: Path) -> None:
     found = problems(
         tmp_path,
