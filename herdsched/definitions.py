@@ -500,9 +500,10 @@ def resolve_job(reference: str, *, search_path: str | Path | None = None) -> Job
 
     ``search_path`` (the fleet file's directory) is put on ``sys.path`` first, so a fleet can
     ship its jobs next to it. Raises :class:`~herdsched.errors.InvalidScheduleError` naming
-    what could not be found; a module that exits while being imported (``sys.exit()``) is
-    such an error too, so it cannot end a ``validate`` or ``run`` silently. A
-    ``KeyboardInterrupt`` still interrupts.
+    what could not be found; a module that exits while being imported (``sys.exit()``) or
+    raises a ``BaseException`` of its own is such an error too, so it cannot end a
+    ``validate`` or ``run`` silently or with a traceback. A ``KeyboardInterrupt`` still
+    interrupts.
     """
 
     if not isinstance(reference, str) or not _JOB_REF.fullmatch(reference.strip()):
@@ -532,7 +533,9 @@ def resolve_job(reference: str, *, search_path: str | Path | None = None) -> Job
             value=reference,
             cause=exc,
         ) from exc
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # a module's own BaseException subclass is its failure too
         raise InvalidScheduleError(
             f'importing module "{module_name}" of job "{reference}" failed: '
             f"{type(exc).__name__}: {exc}",

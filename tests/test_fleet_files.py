@@ -73,6 +73,12 @@ def validate_and_run(
             "job",
             "the module exited while being imported (SystemExit('bye'))",
         ),
+        # a traceback: a module's own BaseException subclass, neither an Exception nor an exit
+        (
+            "class Abort(BaseException): pass\nraise Abort('no key')",
+            "job",
+            'importing module "{module}" of job "{module}:job" failed: Abort: no key',
+        ),
         # a traceback: a module's __getattr__ raising what is not an AttributeError
         (
             "def __getattr__(name):\n    raise ImportError('lazy import of ' + name + ' failed')",
@@ -100,7 +106,7 @@ def test_a_job_that_cannot_be_imported_looked_up_or_called_is_a_problem_of_its_f
     )
     for err in validate_and_run(capsys, fleet):
         assert f"{fleet}: agents[0].job: " in err
-        assert shown in err
+        assert shown.format(module=module) in err
         assert "Traceback" not in err
 
 
