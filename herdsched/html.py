@@ -59,7 +59,12 @@ def format_time(moment: datetime, zone: tzinfo | None = None) -> str:
     read in one is found in the other."""
     local = wall_time(moment, zone if zone is not None else system_timezone())
     offset = local.strftime("%z") or "+0000"
-    return local.strftime("%Y-%m-%d %H:%M:%S ") + f"{offset[:3]}:{offset[3:5]}"
+    return f"{_wall_text(local)} {offset[:3]}:{offset[3:5]}"
+
+
+def _wall_text(local: datetime) -> str:
+    """``2026-03-08 03:00:05``; every field zero-padded (glibc's ``%Y`` is not below 1000)."""
+    return local.replace(tzinfo=None).isoformat(" ", "seconds")
 
 
 def lease_time(text: str, zone: tzinfo | None = None) -> str:
@@ -225,7 +230,7 @@ def _local(value: str | None, zone: tzinfo | None) -> str:
         return "—"
     moment = parse_timestamp(value)
     local = wall_time(moment, zone)
-    return local.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+    return f"{_wall_text(local)} {local.tzname() or ''}".strip()
 
 
 def _time_html(value: str | None, zone: tzinfo | None) -> str:

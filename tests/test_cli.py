@@ -321,6 +321,17 @@ def test_next_shows_the_cron_times_left_before_the_calendar_ends(
     ]
 
 
+def test_next_shows_years_before_1000_with_four_digits(capsys: pytest.CaptureFixture[str]) -> None:
+    """glibc's ``%Y`` does not pad: the wall time read ``4-02-29`` beside ``0004-02-29T...Z``."""
+    argv = ["0 0 29 2 *", "--tz", "UTC", "--after", "0001-01-01T00:00", "-n", "2"]
+    code, out, _ = run_cli(capsys, "next", *argv)
+    assert code == 0
+    assert out.splitlines()[1:] == [
+        "0004-02-29 00:00:00 +00:00  Sun  0004-02-29T00:00:00.000Z",
+        "0008-02-29 00:00:00 +00:00  Fri  0008-02-29T00:00:00.000Z",
+    ]
+
+
 def test_next_interval(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(
         capsys, "next", "90m", "--tz", "Europe/Berlin", "--after", "2026-03-29T00:00:00", "-n", "3"

@@ -861,6 +861,19 @@ def test_the_status_page_and_the_notebook_view_say_when_the_lease_was_last_renew
             assert (wording in html) is expired
 
 
+def test_the_status_page_and_the_notebook_view_show_years_before_1000_with_four_digits() -> None:
+    """glibc's ``%Y`` does not pad: a lease since the year 500 read ``500-03-01``."""
+    since = T0.replace(year=500)
+    lease = Lease("vm:4242:old", 3, since, since, since + timedelta(seconds=30), pid=4242)
+    status = herdsched.SchedulerStatus(
+        running=True, active_jobs=0, status="standby", leader=lease.describe(since)
+    )
+    page = status_page(status, [], {}, api_base="/api", timezone=timezone.utc)
+    assert "<time datetime='0500-03-01T12:00:00.000Z'>0500-03-01 12:00:00 UTC</time>" in page
+    assert format_time(since, timezone.utc) == "0500-03-01 12:00:00 +00:00"
+    assert f"since {format_time(since)}" in status_table(status)  # the notebook view
+
+
 def test_leadership_lost_is_a_state_error_that_survives_pickling() -> None:
     error = herdsched.LeadershipLostError("lost", held_epoch=1, current_epoch=2, path="/x")
     assert isinstance(error, herdsched.StateError)

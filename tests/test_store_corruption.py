@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -186,6 +187,16 @@ def test_quarantine_names_do_not_collide(tmp_path: Path) -> None:
         "state.yaml.corrupt-20260101T000000000Z",
         "state.yaml.corrupt-20260101T000000000Z-1",
         "state.yaml.corrupt-20260101T000000000Z-2",
+    ]
+
+
+def test_a_quarantine_before_the_year_1000_is_named_with_four_digits(tmp_path: Path) -> None:
+    """glibc's ``%Y`` does not pad: the copy was named ``...corrupt-5000101T...``."""
+    (tmp_path / "state.yaml").write_bytes(b"{")
+    with pytest.raises(StateCorruptedError):
+        YamlStateStore(tmp_path, clock=FakeClock(datetime(500, 1, 1, tzinfo=timezone.utc)))
+    assert [path.name for path in quarantined(tmp_path)] == [
+        "state.yaml.corrupt-05000101T000000000Z"
     ]
 
 

@@ -199,7 +199,7 @@ def quarantine_copy(path: Path, data: bytes, moment: datetime) -> Path:
     The stamp is ``YYYYmmddTHHMMSSfffZ`` (no colons, so the name is valid everywhere); a suffix
     keeps two quarantines in the same millisecond apart. Returns the new file's path.
     """
-    stamp = moment.strftime("%Y%m%dT%H%M%S") + f"{moment.microsecond // 1000:03d}Z"
+    stamp = f"{moment.year:04d}{moment:%m%dT%H%M%S}{moment.microsecond // 1000:03d}Z"
     candidate = path.with_name(f"{path.name}.corrupt-{stamp}")
     counter = 1
     while candidate.exists():
