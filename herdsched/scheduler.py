@@ -40,7 +40,7 @@ from herdsched.engine.core import AD_HOC_SCHEDULE, EngineCore
 from herdsched.engine.dispatch import Dispatcher
 from herdsched.engine.executors import ExecutorFactory
 from herdsched.engine.planning import Entry
-from herdsched.engine.recovery import DEFAULT_LEASE_TTL, Leadership, foreign_agents, name_some
+from herdsched.engine.recovery import DEFAULT_LEASE_TTL, Leadership
 from herdsched.engine.reporting import (
     all_statuses,
     named_history,
@@ -326,11 +326,10 @@ class ThreadedScheduler:
                 _call_if_offered(core.store, "unwatch")
                 raise
             core.status = "running" if leading else "standby"
-            if where is None:
-                _warn_of_twins(self)
+            _warn_of_twins(self, core.agents)
             _started.add(self)
             if not leading:
-                self._log_standby()
+                self._leadership.log_standby(self._location())
             core.wake.clear()
             self._timer.start()
             self._commits.start()
@@ -437,32 +436,6 @@ class ThreadedScheduler:
         location = getattr(store, "location", None) or getattr(store, "state_dir", None)
         return location if isinstance(location, (str, Path)) else None
 
-    def _log_standby(self) -> None:
-        """Say who leads; a WARNING when the leader's fleet shares no agent with this one
-        (two apps on one state directory: this one's jobs would not run)."""
-        core = self._core
-        holder = _holder_text(self._leadership.holder())
-        stored = core.store_call(core.store.get_all_schedule_states) or {}
-        foreign = foreign_agents(core, stored)
-        if not foreign:
-            self.log.info(
-                "Another scheduler is active for %s (%s); this one is standing by.",
-                self._location(),
-                holder,
-            )
-            return
-        self.log.warning(
-            "Another scheduler is active for %s (%s) with another fleet: the store has "
-            "schedules of agents %s and none of this one's (%s). This one stands by and runs "
-            "nothing while that one leads; if it takes over, it marks that fleet's schedules "
-            "removed. If two apps use this store, give each its own state directory or "
-            "namespace.",
-            self._location(),
-            holder,
-            name_some(foreign),
-            name_some(sorted(core.agents)),
-        )
-
     # ------------------------------------------------------------------------ the fleet
 
     def add_agent(self, agent: Agent) -> None:
@@ -479,6 +452,7 @@ class ThreadedScheduler:
                 )
             registry.install_agent(core, agent)
         core.changed()
+        _warn_of_twins(self, (agent.name,))
 
     def remove_agent(self, name: str) -> None:
         """Forget an agent, its schedules and their persisted state (running jobs finish)."""
@@ -508,6 +482,7 @@ class ThreadedScheduler:
             for agent in new.values():
                 registry.install_agent(core, agent)
         core.changed()
+        _warn_of_twins(self, new)
 
     def add_schedule(
         self,
@@ -895,11 +870,14 @@ def _skipped(reason: SkipReason, error: str) -> TriggerResult:
     return TriggerResult(success=False, error=error, skipped=True, skip_reason=reason)
 
 
-def _warn_of_twins(new: ThreadedScheduler) -> None:
-    """Warn when another scheduler of this process with no state directory runs agents of the
-    same names: nothing hands over between two such schedulers (the hand-over goes by state
-    directory), so both fire their schedules, as a notebook cell run again would make them."""
-    names = set(new._core.agents)
+def _warn_of_twins(new: ThreadedScheduler, agents: Iterable[str]) -> None:
+    """Warn when ``new``, running with no state directory, runs ``agents`` (at its start: all
+    of them; later: those added) of which another such scheduler of this process runs one:
+    nothing hands over between two such schedulers (the hand-over goes by state directory), so
+    both fire their schedules, as notebook cells run again would make them."""
+    if not new.is_running() or new._location() is not None:
+        return
+    names = set(agents)
     for other in list(_started):
         shared = sorted(names & set(other._core.agents))
         alone = other._core.store is not new._core.store  # one store object: the lease decides
@@ -983,11 +961,3 @@ def _call_if_offered(store: StateStore, method: str, *args: Any) -> None:
     found = getattr(store, method, None)
     if callable(found):
         found(*args)
-
-
-def _holder_text(info: Mapping[str, Any] | None) -> str:
-    """Who holds the lease, as the log says it: "pid 4242 on web-1, lease epoch 3, since T"."""
-    if not info:
-        return "holder unknown"
-    where = f"pid {info.get('pid')} on {info.get('host')}" if info.get("pid") else info["holder"]
-    return f"{where}, lease epoch {info.get('epoch')}, since {info.get('started_at')}"

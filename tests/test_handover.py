@@ -185,6 +185,43 @@ def test_a_second_scheduler_in_memory_running_the_same_agents_is_warned_of(
         leading.stop()
 
 
+def test_an_agent_added_after_start_beside_a_twin_in_memory_is_warned_of(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The notebook's other habit: a cell starts a scheduler, the next adds its agents. Run
+    both cells again and the agents came after ``start()``, which alone compared them: both
+    schedulers fired every schedule without a word."""
+
+    def agent(name: str) -> Agent:
+        return Agent(name, job=lambda info: None, schedules={"s": Schedule.manual()})
+
+    first, second = ThreadedScheduler(state_dir=None), ThreadedScheduler(state_dir=None)
+    first.start()
+    try:
+        first.add_agent(agent("nb"))
+        with caplog.at_level(logging.WARNING, logger="herdsched"):
+            second.start()
+            second.add_agent(agent("solo"))
+            assert not caplog.records
+            second.add_agent(agent("nb"))
+            (record,) = caplog.records
+            assert "runs agent(s) 'nb' too" in record.getMessage()
+            caplog.clear()
+            second.set_agents([agent("solo"), agent("nb")])  # a hot reload says it again
+            (record,) = caplog.records
+            assert "runs agent(s) 'nb' too" in record.getMessage()
+    finally:
+        second.stop()
+        first.stop()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="herdsched"):
+        second.add_agent(agent("later"))  # not running: nothing to warn of
+        first.start()
+        first.set_agents([agent("nb")])  # the twin is stopped
+    first.stop()
+    assert not caplog.records
+
+
 def _fleet(state_dir: Path, *agents: str) -> ThreadedScheduler:
     sched = ThreadedScheduler(state_dir=state_dir, max_sleep=60, commit_delay=0.05)
     for name in agents:

@@ -102,6 +102,32 @@ class Leadership:
             lease = self.lease if core.leading else None  # a leader knows it leads
         return lease.describe(core.clock.now()) if lease is not None else None
 
+    def log_standby(self, location: object) -> None:
+        """Say who leads ``location``; a WARNING when the leader's fleet shares no agent with
+        this one (two apps on one state directory: this one's jobs would not run)."""
+        core = self.core
+        holder = _holder_text(self.holder())
+        stored = core.store_call(core.store.get_all_schedule_states) or {}
+        foreign = foreign_agents(core, stored)
+        if not foreign:
+            core.log.info(
+                "Another scheduler is active for %s (%s); this one is standing by.",
+                location,
+                holder,
+            )
+            return
+        core.log.warning(
+            "Another scheduler is active for %s (%s) with another fleet: the store has "
+            "schedules of agents %s and none of this one's (%s). This one stands by and runs "
+            "nothing while that one leads; if it takes over, it marks that fleet's schedules "
+            "removed. If two apps use this store, give each its own state directory or "
+            "namespace.",
+            location,
+            holder,
+            name_some(foreign),
+            name_some(sorted(core.agents)),
+        )
+
     def try_lead(self) -> bool:
         """Become the active scheduler if the lease can be had, recovering first (caller holds
         the engine lock). A failed recovery gives the lease back and raises.
@@ -770,3 +796,11 @@ def replan_after_jump(core: EngineCore, now: datetime, jump: timedelta) -> None:
             core.set_due(entry, entry.due + jump, slot)
         elif entry.due <= now:
             plan_catch_up(core, entry, entry.due, now)
+
+
+def _holder_text(info: Mapping[str, Any] | None) -> str:
+    """Who holds the lease, as the log says it: "pid 4242 on web-1, lease epoch 3, since T"."""
+    if not info:
+        return "holder unknown"
+    where = f"pid {info.get('pid')} on {info.get('host')}" if info.get("pid") else info["holder"]
+    return f"{where}, lease epoch {info.get('epoch')}, since {info.get('started_at')}"
