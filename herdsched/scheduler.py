@@ -659,7 +659,7 @@ class ThreadedScheduler:
         with core.idle:  # a run has ended once it gave its slot back (its claim failed, say)
             if not wait and run.run_id in core.running:
                 return TriggerResult(success=True, run_id=run.run_id)
-            core.idle.wait_for(lambda: run.run_id not in core.running)
+            core.idle.wait_for(lambda: run.run_id not in core.running or _recorded_timeout(run))
         return _finished(run)
 
     def get_running_job_count(self, agent: str) -> int:
@@ -935,6 +935,12 @@ def _require_job(core: EngineCore, agent: Agent, named: Entry | None) -> None:
             agent.name,
             schedule,
         )
+
+
+def _recorded_timeout(run: Run) -> bool:
+    """Whether ``run`` timed out and its settling is over (caller holds the lock): its record
+    is written while a job ignoring its cancel event may go on for long."""
+    return run.timed_out and run.finalized and run.settled_by is None
 
 
 def _finished(run: Run) -> TriggerResult:

@@ -1529,6 +1529,32 @@ def test_trigger_wait_answers_that_stop_gave_the_run_up_at_its_timeout(
         assert sched.history("a", "m") == []
 
 
+def test_trigger_wait_returns_at_the_timeout_of_a_job_that_ignores_its_cancel() -> None:
+    """``trigger(wait=True)`` returns "once the run is recorded": a timed-out run is recorded
+    at its timeout, but the call waited for the job's thread, for as long as a job ignoring its
+    cancel event went on."""
+    blocker, results, clock = Blocker(), [], FakeClock(T0)
+    sched = ThreadedScheduler(state_dir=None, timezone="UTC", clock=clock)
+    sched.add_agent(Agent("a", job=blocker, schedules={"m": Schedule.manual(timeout="30s")}))
+    sched.start()
+    try:
+        waiter = threading.Thread(target=lambda: results.append(sched.trigger("a", "m", wait=True)))
+        waiter.start()
+        assert blocker.began.wait(10)
+        clock.advance("31s")
+        sched.run_pending()
+        waiter.join(10)
+        assert not waiter.is_alive()  # the job still runs
+        [result] = results
+        assert (result.success, result.error) == (False, "timed out after 30s")
+        assert [r.status for r in sched.history("a", "m")] == [RunStatus.TIMEOUT]
+        assert sched.get_running_job_count("a") == 1  # its slot frees when the job returns
+    finally:
+        blocker.release.set()
+        sched.stop()
+    assert sched.get_running_job_count("a") == 0
+
+
 def test_decorators_misused_say_how_to_write_them() -> None:
     """A partial or a callable object raised a bare ``AttributeError`` ('__name__'); a lambda
     was refused as the agent name '<lambda>' with no word of ``name=``; ``@sched.every``
