@@ -204,12 +204,12 @@ MAX_TRACEBACK = 8192
 
 def _bounded_traceback(value: str | None) -> str | None:
     if value is None or len(value) <= MAX_TRACEBACK:
-        return value
-    return "...\n" + value[-(MAX_TRACEBACK - 4) :]
+        return None if value is None else _storable(value)
+    return _storable("...\n" + value[-(MAX_TRACEBACK - 4) :])
 
 
 def _summary(value: Any) -> str | None:
-    return None if value is None else str(value)[:500]
+    return None if value is None else _storable(str(value)[:500])
 
 
 def _opt_timeout(value: Any) -> timedelta | None:
@@ -426,6 +426,25 @@ def _text_problem(value: str, where: str) -> str | None:
     if "\x00" in value:
         return f"{where} contains a NUL character at position {value.index(chr(0))}"
     return None
+
+
+def storable_text(value: Any) -> Any:
+    """Text a job handed over (its output, an exception's message, a session id) as text
+    every store keeps: a lone surrogate (undecodable bytes a file name or a command's output
+    carried: ``os.fsdecode(b"caf\\xe9")``) and NUL (which PostgreSQL cannot store) are
+    written as escapes (``\\udce9``, ``\\x00``). One such output otherwise failed every group
+    commit after it. What is not a string is left for the field's validator."""
+    return _storable(value) if isinstance(value, str) else value
+
+
+def _storable(value: str) -> str:
+    if "\x00" in value:
+        value = value.replace("\x00", "\\x00")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        value = value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
 
 
 def owner_problem(value: object) -> str | None:
@@ -754,10 +773,16 @@ class ScheduleState:
         default=None, converter=_ms_time, validator=_aware_time
     )
     last_result: RunStatus | None = attrs.field(default=None, converter=_to_opt_run_status)
-    last_error: str | None = attrs.field(default=None, validator=_opt_str("last_error"))
+    last_error: str | None = attrs.field(
+        default=None, converter=storable_text, validator=_opt_str("last_error")
+    )
     consecutive_failures: int = attrs.field(default=0, validator=_nonneg_int)
-    session_id: str | None = attrs.field(default=None, validator=_opt_str("session_id"))
-    disabled_reason: str | None = attrs.field(default=None, validator=_opt_str("disabled_reason"))
+    session_id: str | None = attrs.field(
+        default=None, converter=storable_text, validator=_opt_str("session_id")
+    )
+    disabled_reason: str | None = attrs.field(
+        default=None, converter=storable_text, validator=_opt_str("disabled_reason")
+    )
     last_slot_at: datetime | None = attrs.field(
         default=None, converter=_ms_time, validator=_aware_time
     )
@@ -794,11 +819,11 @@ class RunRecord:
         default=None, converter=_ms_time, validator=_aware_time
     )
     status: RunStatus = attrs.field(converter=_to_run_status)
-    error: str | None = None
+    error: str | None = attrs.field(default=None, converter=storable_text)
     output_summary: str | None = attrs.field(default=None, converter=_summary)
     notified: bool = False
-    session_id: str | None = None
-    work_item_id: str | None = None
+    session_id: str | None = attrs.field(default=None, converter=storable_text)
+    work_item_id: str | None = attrs.field(default=None, converter=storable_text)
     cost: float | None = None
     turns: int | None = None
     #: the end of a failed job's traceback (at most :data:`MAX_TRACEBACK` characters)

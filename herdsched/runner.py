@@ -19,7 +19,15 @@ import attrs
 
 from herdsched.cadence import describe_duration
 from herdsched.clock import Clock
-from herdsched.models import JobFunc, JobResult, RunStatus, Schedule, TriggerInfo, TriggerType
+from herdsched.models import (
+    JobFunc,
+    JobResult,
+    RunStatus,
+    Schedule,
+    TriggerInfo,
+    TriggerType,
+    storable_text,
+)
 from herdsched.prompts import build_schedule_prompt, fill_prompt_template
 from herdsched.signals import Deferred, SessionNotFound
 from herdsched.timestamps import format_timestamp
@@ -99,14 +107,15 @@ class RunOutcome:
     status: RunStatus
     started_at: datetime
     finished_at: datetime
-    output: str | None = None
-    error: str | None = None
+    # a job's own text, as every store keeps it (also what notifiers and listeners are given)
+    output: str | None = attrs.field(default=None, converter=storable_text)
+    error: str | None = attrs.field(default=None, converter=storable_text)
     result: JobResult = _NO_RESULT
     defer_delay: timedelta | None = None
     session_cleared: bool = False
     work_item_id: str | None = None
     no_work: bool = False
-    traceback: str | None = None
+    traceback: str | None = attrs.field(default=None, converter=storable_text)
 
 
 def _as_job_result(value: Any) -> JobResult:

@@ -140,8 +140,9 @@ def log_lost_work(states: int, runs: int, where: object) -> None:
     """Say what a store dropped when its lease was lost (nothing when it dropped nothing)."""
     if states or runs:
         log.warning(
-            "%d schedule transition(s) and %d run record(s) of %s were not written: this "
-            "scheduler no longer holds the lease, so they are not its to write.",
+            "%d schedule transition(s) and %d run record(s) of %s are dropped unwritten: this "
+            "scheduler no longer holds the lease (it stopped or lost it; a store error logged "
+            "before says why a write failed), so they are not its to write.",
             states,
             runs,
             where,
