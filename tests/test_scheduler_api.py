@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 
@@ -14,6 +15,8 @@ from herdsched import (
     ConflictError,
     IntervalParseError,
     InvalidScheduleError,
+    JobFailed,
+    JobSucceeded,
     Schedule,
     ScheduleNotFoundError,
     ScheduleTriggerError,
@@ -132,6 +135,32 @@ def test_on_trigger_set_later_must_be_callable_too() -> None:
     with pytest.raises(TypeError, match="on_trigger must be callable or None, got int 5"):
         sched.on_trigger = 5  # type: ignore[assignment]
     assert sched.on_trigger is None
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((5,), "takes a callable, got int 5"),
+        ((print, [JobFailed, JobSucceeded]), "give the event classes as separate arguments"),
+        ((print, "JobFailed"), "takes event classes, got 'JobFailed' (from herdsched.events"),
+        ((print, int), "takes event classes, got <class 'int'>"),
+    ],
+)
+def test_add_listener_refuses_what_is_no_callback_or_event_class(
+    args: tuple[object, ...], message: str
+) -> None:
+    """A list of event classes was accepted: at the first event its type check failed in the
+    timer's pass, every claimed run stayed ``running`` without starting, ``trigger()`` said
+    ``already_running`` and ``stop()`` raised the ``TypeError``. ``int`` was never called."""
+    with running() as (sched, clock):
+        sched.add_agent(Agent("a", job=lambda info: None, schedules={"s": Schedule.interval("1m")}))
+        with pytest.raises(TypeError, match=re.escape(message)):
+            sched.add_listener(*args)  # type: ignore[arg-type]
+        heard: list[object] = []
+        sched.add_listener(heard.append, JobSucceeded)
+        sched.start()
+        step(sched, clock, "1m")
+        assert [type(event) for event in heard] == [JobSucceeded]
 
 
 def test_unknown_names_raise_typed_errors() -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 import herdsched.events as ev
 
-__all__ = ["Listeners", "call_safely"]
+__all__ = ["Listeners", "call_safely", "check_listener"]
 
 _Callback = Callable[[Any], None]
 
@@ -47,6 +47,26 @@ def call_safely(func: _Callback, arg: Any, *, what: str, log: logging.Logger) ->
     return True
 
 
+def check_listener(callback: object, types: tuple[object, ...]) -> None:
+    """Refuse an ``add_listener()`` whose callback cannot be called or whose event types are
+    not event classes (a list of them, a name as text): such a listener failed at every event,
+    and the type check, made in the timer's pass, stopped the scheduler's runs."""
+    if not callable(callback):
+        raise TypeError(
+            f"add_listener() takes a callable, got {type(callback).__name__} {callback!r}"
+        )
+    for kind in types:
+        if isinstance(kind, type) and issubclass(kind, ev.Event):
+            continue
+        hint = (
+            ": give the event classes as separate arguments, add_listener(callback, JobFailed, "
+            "JobSucceeded)"
+            if isinstance(kind, (list, tuple, set, frozenset))
+            else " (from herdsched.events: JobSucceeded, JobFailed, ...)"
+        )
+        raise TypeError(f"add_listener() takes event classes, got {kind!r}{hint}")
+
+
 class Listeners:
     """The registered listeners, and the events each thread collected for them."""
 
@@ -57,6 +77,9 @@ class Listeners:
         self._local = threading.local()
 
     def add(self, callback: _Callback, types: tuple[type[ev.Event], ...]) -> None:
+        """Register ``callback`` for events of ``types`` (all events when none); what is no
+        callable or no event class is refused here, not met at the next event."""
+        check_listener(callback, types)
         with self._guard:
             self._listeners = [*self._listeners, (callback, types or (ev.Event,))]
 
