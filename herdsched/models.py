@@ -307,7 +307,13 @@ def _check_callable(instance: Any, attribute: attrs.Attribute[Any], value: Any) 
 
 def check_job_arguments(value: Callable[..., Any], field: str = "job") -> None:
     """Refuse a job that cannot be called with one argument (the run's :class:`TriggerInfo`):
-    one that takes none, or two (an unbound method), would fail every run instead."""
+    one that takes none, or two (an unbound method), would fail every run instead; and an
+    ``async def`` or generator function, whose call runs nothing (see :func:`sync_job_problem`).
+    """
+    problem = sync_job_problem(value)
+    if problem is not None:
+        name = getattr(value, "__qualname__", None) or type(value).__name__
+        raise InvalidScheduleError(f"{field} {name} {problem}", field=field, value=value)
     try:
         # what the job itself takes, not what a function it wraps does (functools.wraps)
         signature = inspect.signature(value, follow_wrapped=False)
@@ -323,6 +329,27 @@ def check_job_arguments(value: Callable[..., Any], field: str = "job") -> None:
             field=field,
             value=value,
         ) from None
+
+
+def sync_job_problem(value: object) -> str | None:
+    """Why calling ``value`` (a job) would run nothing, or ``None``: an ``async def``
+    function's call only makes a coroutine, a generator function's a generator, and jobs are
+    called on threads, which never await or iterate them (a callable object's ``__call__``
+    counts as its function)."""
+    kinds = (
+        (inspect.iscoroutinefunction, "a coroutine"),
+        (inspect.isasyncgenfunction, "an async generator"),
+        (inspect.isgeneratorfunction, "a generator"),
+    )
+    method = inspect.getattr_static(type(value), "__call__", None)  # of a callable object
+    for test, made in kinds:
+        if test(value) or test(method):
+            return (
+                f"is an async def or generator function: calling it makes {made} and runs "
+                "nothing (jobs are called on threads); write a plain def, and call "
+                "asyncio.run(...) in it for async code"
+            )
+    return None
 
 
 def _opt_str(

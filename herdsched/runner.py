@@ -6,6 +6,7 @@ The runner knows nothing about heaps, capacity or the state file: it turns a :cl
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import random
@@ -125,6 +126,15 @@ def _as_job_result(value: Any) -> JobResult:
         return value
     if isinstance(value, str):
         return JobResult(output=value)
+    if inspect.iscoroutine(value) or inspect.isgenerator(value) or inspect.isasyncgen(value):
+        # a sync wrapper of async code that registration could not tell: nothing ran
+        if inspect.iscoroutine(value):
+            value.close()  # else "coroutine ... was never awaited" at its collection
+        raise TypeError(
+            f"the job returned a {type(value).__name__} instead of running: jobs are called on "
+            "threads, which never await or iterate what they return; call asyncio.run(...) "
+            "in the job for async code"
+        )
     return JobResult(output=str(value))
 
 

@@ -74,6 +74,7 @@ from herdsched.models import (
     TriggerType,
     check_count,
     check_flag,
+    check_job_arguments,
     check_name_types,
     check_prompt_override,
     check_schedule_arguments,
@@ -271,6 +272,8 @@ class ThreadedScheduler:
             raise TypeError(
                 f"on_trigger must be callable or None, got {type(job).__name__} {job!r}"
             )
+        if job is not None:
+            check_job_arguments(job, "on_trigger")
         self._core.on_trigger = job
 
     @property

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import gc
 import logging
 from pathlib import Path
 from typing import Any
@@ -9,7 +11,14 @@ from typing import Any
 import pytest
 from scheduler_helpers import T0, running, step
 
-from herdsched import Agent, AgentNotFoundError, RunStatus, Schedule, ThreadedScheduler
+from herdsched import (
+    Agent,
+    AgentNotFoundError,
+    InvalidScheduleError,
+    RunStatus,
+    Schedule,
+    ThreadedScheduler,
+)
 from herdsched.command import CommandJob
 from herdsched.models import MAX_TRACEBACK, RunRecord
 from herdsched.testing import FakeClock
@@ -138,3 +147,49 @@ def test_history_outlives_its_schedule_until_purged(tmp_path: Path) -> None:
     reopened.purge_history("a", "s")
     with pytest.raises(AgentNotFoundError):  # nothing of it is left: the name is unknown now
         reopened.history("a", "s")
+
+
+async def _fetch(info: Any) -> str:
+    return "fetched"
+
+
+def _lines(info: Any) -> Any:
+    yield "one"
+
+
+class _AsyncJob:
+    async def __call__(self, info: Any) -> None: ...
+
+
+@pytest.mark.parametrize("job", [_fetch, _lines, _AsyncJob(), functools.partial(_fetch)])
+def test_an_async_or_generator_job_is_refused_where_it_is_given(job: Any) -> None:
+    """An ``async def`` job was accepted, never ran ("coroutine was never awaited") and was
+    recorded a success with ``<coroutine object ...>`` as its output, at every run."""
+    for give in (
+        lambda: Agent("a", job=job, schedules={"s": Schedule.interval("1h")}),
+        lambda: Schedule.interval("1h", job=job),
+        lambda: ThreadedScheduler(state_dir=None).every("1h", agent="a", name="s")(job),
+    ):
+        with pytest.raises(InvalidScheduleError, match="is an async def or generator function"):
+            give()
+
+
+def test_a_job_returning_a_coroutine_fails_saying_nothing_ran(
+    recwarn: pytest.WarningsRecorder,
+) -> None:
+    """A plain function handing back a coroutine (a decorator around async code) cannot be
+    told when it is given: its run fails, and the coroutine is closed, not left unawaited."""
+
+    def wrapped(info: Any) -> Any:
+        return _fetch(info)
+
+    with running() as (sched, _clock):
+        sched.add_agent(Agent("a", job=wrapped, schedules={"s": Schedule.interval("1h")}))
+        sched.start()
+        step(sched)
+        (record,) = sched.history("a", "s")
+    assert record.status is RunStatus.FAILED
+    assert record.error is not None
+    assert record.error.startswith("TypeError: the job returned a coroutine instead of running")
+    gc.collect()
+    assert not [w for w in recwarn if "never awaited" in str(w.message)]

@@ -163,6 +163,27 @@ def test_add_listener_refuses_what_is_no_callback_or_event_class(
         assert [type(event) for event in heard] == [JobSucceeded]
 
 
+def test_an_async_or_argumentless_on_trigger_or_notifier_is_refused() -> None:
+    """An ``async def`` notifier was called, made a coroutine and counted as delivered; an
+    ``on_trigger`` of no argument failed every run. Both are refused where given."""
+
+    async def notify(note: object) -> None: ...
+
+    def nothing() -> None: ...
+
+    async_job = "is an async def or generator function"
+    with pytest.raises(InvalidScheduleError, match=f"notifier .*{async_job}"):
+        ThreadedScheduler(state_dir=None, notifier=notify)
+    with pytest.raises(InvalidScheduleError, match=f"on_trigger .*{async_job}"):
+        ThreadedScheduler(state_dir=None, on_trigger=notify)
+    with pytest.raises(InvalidScheduleError, match=r"on_trigger .*cannot be called with one"):
+        ThreadedScheduler(state_dir=None, on_trigger=nothing)
+    sched = ThreadedScheduler(state_dir=None)
+    with pytest.raises(InvalidScheduleError, match=f"on_trigger .*{async_job}"):
+        sched.on_trigger = notify
+    assert sched.on_trigger is None
+
+
 def test_unknown_names_raise_typed_errors() -> None:
     with running() as (sched, _clock):
         sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.manual()}))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from herdsched.errors import InvalidScheduleError
-from herdsched.models import Agent, check_flag
+from herdsched.models import Agent, check_flag, check_job_arguments
 from herdsched.worksource import WorkSource
 
 __all__ = [
@@ -107,6 +107,9 @@ def check_collaborators(
     ):
         if value is not None and not callable(value):
             raise TypeError(f"{name} must be callable or None, got {_kind(value)}")
+    for value, name in ((on_trigger, "on_trigger"), (notifier, "notifier")):
+        if value is not None:  # called with one argument, on a thread
+            check_job_arguments(value, name)  # type: ignore[arg-type]
     missing = [name for name in _CLOCK_METHODS if not callable(getattr(clock, name, None))]
     if clock is not None and missing:
         raise TypeError(
