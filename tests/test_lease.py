@@ -377,7 +377,7 @@ def test_yaml_a_group_commit_that_fails_after_its_lease_was_given_up_is_not_trie
     assert other.get_history("a", "s") == []
     assert other.get_schedule_state("a", "s").last_error is None
     other.close()
-    assert f"{dropped} of {tmp_path} were not written" in caplog.text
+    assert f"{dropped} of {tmp_path} are dropped unwritten" in caplog.text
 
 
 def test_yaml_user_intent_still_works_in_a_process_that_lost_the_lease(

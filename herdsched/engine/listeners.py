@@ -14,6 +14,7 @@ to it (and a timeout's events, which wait until the run's ``JobStarted`` has bee
 
 from __future__ import annotations
 
+import abc
 import collections
 import logging
 import threading
@@ -56,7 +57,8 @@ def check_listener(callback: object, types: tuple[object, ...]) -> None:
             f"add_listener() takes a callable, got {type(callback).__name__} {callback!r}"
         )
     for kind in types:
-        if isinstance(kind, type) and issubclass(kind, ev.Event):
+        # an event class, or an ABC or runtime-checkable protocol events may be instances of
+        if isinstance(kind, abc.ABCMeta) or (isinstance(kind, type) and issubclass(kind, ev.Event)):
             continue
         hint = (
             ": give the event classes as separate arguments, add_listener(callback, JobFailed, "
