@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
-__all__ = ["Successor", "hand_over", "separate_processes"]
+__all__ = ["Successor", "hand_over", "imitating_processes", "separate_processes"]
 
 _log = logging.getLogger("herdsched")
 _lock = threading.Lock()
@@ -93,3 +93,8 @@ def separate_processes() -> Iterator[None]:
     finally:
         with _lock:
             _separate[0] -= 1
+
+
+def imitating_processes() -> bool:
+    """Whether tests imitate separate processes (:func:`separate_processes`) just now."""
+    return _separate[0] > 0

@@ -874,28 +874,32 @@ def _skipped(reason: SkipReason, error: str) -> TriggerResult:
 
 
 def _warn_of_twins(new: ThreadedScheduler, agents: Iterable[str]) -> None:
-    """Warn when ``new``, running with no state directory, runs ``agents`` (at its start: all
-    of them; later: those added) of which another such scheduler of this process runs one:
-    nothing hands over between two such schedulers (the hand-over goes by state directory), so
-    both fire their schedules, as notebook cells run again would make them."""
-    if not new.is_running() or new._location() is not None:
+    """Warn when ``new``, running, runs ``agents`` (at its start: all of them; later: those
+    added) of which another scheduler of this process runs one with its state elsewhere (or in
+    memory): the hand-over goes by state directory, so nothing hands over between the two and
+    both fire their schedules, as notebook cells run again with ``state_dir`` edited make them.
+    """
+    where = new._location()
+    if not new.is_running() or handover.imitating_processes():
         return
     names = set(agents)
     for other in list(_started):
-        shared = sorted(names & set(other._core.agents))
-        alone = other._core.store is not new._core.store  # one store object: the lease decides
+        there = other._location()
         if (
-            shared
-            and alone
-            and other is not new
-            and other.is_running()
-            and other._location() is None
+            other is new
+            or not other.is_running()
+            or other._core.store is new._core.store  # one store object: the lease decides
+            or (where is not None and there == where)  # the hand-over stops the older one
         ):
+            continue
+        shared = sorted(names & set(other._core.agents))
+        if shared:
             new.log.warning(
-                "Another scheduler in this process with no state directory runs agent(s) %s "
-                "too: nothing hands over between such schedulers, so both fire their "
-                "schedules. Stop the older one (stop()), or give both a state_dir: then the "
-                "newer one takes over.",
+                "Another scheduler in this process (%s) runs agent(s) %s too: nothing hands "
+                "over between schedulers whose state is in different places, so both fire "
+                "their schedules. Stop the older one (stop()), or give both the same state_dir: "
+                "then the newer one takes over.",
+                "state in memory" if there is None else f"state in {there}",
                 ", ".join(repr(name) for name in shared),
             )
             return

@@ -163,7 +163,8 @@ def test_a_second_scheduler_in_memory_running_the_same_agents_is_warned_of(
             second.start()
         (record,) = caplog.records
         assert "runs agent(s) 'nb' too" in record.getMessage()
-        assert "give both a state_dir" in record.getMessage()
+        assert "(state in memory)" in record.getMessage()
+        assert "give both the same state_dir" in record.getMessage()
         assert (first.status, second.status) == ("running", "running")
     finally:
         for sched in (first, second, other):
@@ -220,6 +221,46 @@ def test_an_agent_added_after_start_beside_a_twin_in_memory_is_warned_of(
         first.set_agents([agent("nb")])  # the twin is stopped
     first.stop()
     assert not caplog.records
+
+
+@pytest.mark.parametrize(
+    ("before", "after"), [("one", None), ("one", "two"), (None, "one")], ids=str
+)
+def test_a_cell_run_again_with_its_state_dir_edited_is_warned_of(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, before: str | None, after: str | None
+) -> None:
+    """The hand-over goes by state directory: a cell run again with ``state_dir`` edited left
+    the old scheduler firing the old code beside the new one, without a word (the warning
+    compared schedulers with no state directory only)."""
+
+    def cell(state: str | None) -> ThreadedScheduler:
+        sched = ThreadedScheduler(
+            state_dir=None if state is None else tmp_path / state, commit_delay=0
+        )
+        sched.add_agent(Agent("nb", job=lambda info: None, schedules={"s": Schedule.manual()}))
+        sched.start()
+        return sched
+
+    old = cell(before)
+    try:
+        with caplog.at_level(logging.WARNING, logger="herdsched"):
+            new = cell(after)
+        try:
+            (record,) = [r for r in caplog.records if "runs agent(s)" in r.getMessage()]
+            where = "state in memory" if before is None else f"state in {tmp_path / before}"
+            assert f"({where}) runs agent(s) 'nb' too" in record.getMessage()
+            assert (old.status, new.status) == ("running", "running")
+        finally:
+            new.stop()
+    finally:
+        old.stop()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="herdsched"):  # the same place: handed over
+        first = cell("one")
+        second = cell("one")
+    assert wait_for(lambda: first.status == "stopped")
+    second.stop()
+    assert not [r for r in caplog.records if "runs agent(s)" in r.getMessage()]
 
 
 def _fleet(state_dir: Path, *agents: str) -> ThreadedScheduler:
