@@ -172,8 +172,14 @@ def _stdout_errors() -> Iterator[None]:
 
 
 def _write(text: str) -> None:
+    """Write ``text``; what the terminal's encoding cannot show (``é`` on an ASCII or
+    Latin-1 terminal, a job's ``✓``) is written as its escape, ``\\xe9``, not a traceback."""
     with _stdout_errors():
-        sys.stdout.write(text)
+        try:
+            sys.stdout.write(text)
+        except UnicodeEncodeError:  # raised before anything is written
+            encoding = getattr(sys.stdout, "encoding", None) or "ascii"
+            sys.stdout.write(text.encode(encoding, "backslashreplace").decode(encoding))
 
 
 def _flush() -> None:

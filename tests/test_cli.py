@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import errno
+import io
 import json
 import logging
 import os
 import re
+import sys
 import textwrap
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -714,6 +716,36 @@ def test_history_table(capsys: pytest.CaptureFixture[str], state_dir: Path) -> N
     assert "boom" in lines[1]
     assert [line.split()[7] for line in lines[2:]] == ["run-2", "run-1", "run-0"]
     assert "2.00s" in lines[2] and "output 2" in lines[2]
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_text_the_terminal_cannot_show_is_escaped_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, state_dir: Path, encoding: str
+) -> None:
+    """On an ASCII or Latin-1 terminal, one job output with "✓" ended ``history`` and
+    ``status`` with a UnicodeEncodeError traceback (exit 1)."""
+    store = YamlStateStore(state_dir)
+    store.append_run(
+        RunRecord(
+            run_id="run-u",
+            agent="triage",
+            schedule="check",
+            trigger_type="manual",
+            started_at=T0 + timedelta(hours=2),
+            finished_at=T0 + timedelta(hours=2, seconds=1),
+            status="success",
+            output_summary="héllo ✓",
+        )
+    )
+    store.close()
+    raw = io.BytesIO()
+    terminal = io.TextIOWrapper(raw, encoding=encoding)
+    monkeypatch.setattr(sys, "stdout", terminal)
+    assert main(["history", "triage/check", "--state-dir", str(state_dir), "-n", "1"]) == 0
+    terminal.flush()
+    shown = raw.getvalue().decode(encoding)
+    assert "run-u" in shown
+    assert ("h\\xe9llo \\u2713" if encoding == "ascii" else "héllo \\u2713") in shown
 
 
 def test_history_of_one_schedule_json(capsys: pytest.CaptureFixture[str], state_dir: Path) -> None:
