@@ -385,7 +385,7 @@ def _prompt_text(field: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]
             raise InvalidScheduleError(
                 f"{field} must be a string, got {value!r}", field=field, value=value
             )
-        problem = _text_problem(value, field)
+        problem = text_problem(value, field)
         if problem is not None:
             raise InvalidScheduleError(problem, field=field, value=value)
 
@@ -418,12 +418,12 @@ def json_problem(value: Any, where: str, depth: int) -> str | None:
     if isinstance(value, float):
         return None if math.isfinite(value) else f"{where} is {value!r}, which JSON cannot hold"
     if isinstance(value, str):
-        return _text_problem(value, where)
+        return text_problem(value, where)
     if isinstance(value, Mapping):
         for key, item in value.items():
             if not isinstance(key, str):
                 return f"{where}: keys must be strings, got {type(key).__name__} {key!r}"
-            problem = _text_problem(key, f"{where} key") or json_problem(
+            problem = text_problem(key, f"{where} key") or json_problem(
                 item, f"{where}.{key}", depth + 1
             )
             if problem is not None:
@@ -441,7 +441,7 @@ def json_problem(value: Any, where: str, depth: int) -> str | None:
     )
 
 
-def _text_problem(value: str, where: str) -> str | None:
+def text_problem(value: str, where: str) -> str | None:
     """Why ``value`` is not text every store keeps (a lone surrogate, a NUL), or ``None``."""
     try:
         value.encode("utf-8")
@@ -479,7 +479,7 @@ def owner_problem(value: object) -> str | None:
     in tables, so it is text every store keeps, with no control character, and not blank."""
     if not isinstance(value, str):
         return f"owner must be a string, got {type(value).__name__} {value!r}"
-    problem = _text_problem(value, "owner")
+    problem = text_problem(value, "owner")
     if problem is not None:
         return problem
     control = next((c for c in value if unicodedata.category(c) == "Cc"), None)
@@ -695,7 +695,7 @@ def check_prompt(value: Any) -> None:
         return
     if not isinstance(value, str):
         raise TypeError(f"prompt must be a string or None, got {type(value).__name__} {value!r}")
-    problem = _text_problem(value, "prompt")
+    problem = text_problem(value, "prompt")
     if problem is not None:
         raise ValueError(problem)
 

@@ -106,6 +106,31 @@ def test_a_dsn_libpq_refuses_for_a_space_in_its_password_is_named_without_it() -
     assert "postgresql://herd:***@127.0.0.1:55432/postgres" in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "postgresql://app:p\udce4ss@127.0.0.1:55432/hs",  # $'p\xe4ss' in a UTF-8 shell
+        "host=127.0.0.1 password=p\udce4ss dbname=hs",
+        "postgresql://app@127.0.0.1:55432/h\udcffs",
+        "host=127.0.0.1 dbname=h\x00s",
+    ],
+)
+def test_a_dsn_holding_a_byte_that_is_no_utf8_is_named_without_its_password(spec: str) -> None:
+    """A Latin-1 byte in a password (from a shell or a variable) ended the command line with a
+    UnicodeEncodeError traceback from psycopg."""
+    pytest.importorskip("psycopg")
+    with pytest.raises(StoreSpecError, match="holds a byte that is no UTF-8 text") as caught:
+        check_spec(spec)
+    said = str(caught.value)
+    assert "\udce4" not in said and "p\udce4ss" not in said  # the password is not shown
+    assert ("password" not in spec and ":p" not in spec) or "***" in said
+    # also the store's own constructor
+    from herdsched.store.postgres import PostgresStateStore
+
+    with pytest.raises(StoreSpecError, match="holds a byte that is no UTF-8 text"):
+        PostgresStateStore(spec)
+
+
 @pytest.mark.parametrize("spec", ["", "   ", "\n"])
 def test_an_empty_spec_is_refused(spec: str) -> None:
     with pytest.raises(StoreSpecError, match="store spec is empty"):

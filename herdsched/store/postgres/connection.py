@@ -34,6 +34,7 @@ from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from herdsched.errors import StateError, StoreSpecError
+from herdsched.models import text_problem
 from herdsched.store.deadline import Deadline, current_deadline
 from herdsched.store.masking import hide_passwords_of, mask_password
 
@@ -126,6 +127,12 @@ def dsn_problem(dsn: str) -> str | None:
             f"The PostgreSQL store's DSN {mask_password(dsn)!r} is not valid: its user or "
             "password holds an '@' (or ':', '/') that is not percent-encoded; write '@' as %40, "
             "':' as %3A and '/' as %2F"
+        )
+    if text_problem(dsn, "") is not None:  # not shown: it may be in the password
+        return (
+            f"The PostgreSQL store's DSN {mask_password(dsn)!r} holds a byte that is no UTF-8 "
+            "text (or a NUL), which libpq cannot take: write it in UTF-8, or percent-encode it "
+            "in a URL"
         )
     try:
         parts = conninfo_to_dict(dsn)

@@ -28,7 +28,7 @@ from psycopg.types.json import Jsonb
 
 from herdsched.clock import Clock, SystemClock
 from herdsched.errors import LeadershipLostError, StateError
-from herdsched.models import RejectedDefinition, RunRecord, ScheduleState
+from herdsched.models import RejectedDefinition, RunRecord, ScheduleState, text_problem
 from herdsched.runner import new_run_id
 from herdsched.store.base import (
     DEFAULT_LEASE_TTL,
@@ -92,6 +92,9 @@ def _check_namespace(namespace: Any) -> str:
         raise ValueError(
             f"namespace must be a non-empty string of at most 200 characters, got {namespace!r}"
         )
+    problem = text_problem(namespace, "namespace")
+    if problem is not None:
+        raise ValueError(problem)
     return namespace
 
 
