@@ -1159,7 +1159,10 @@ def _state_rows(
 
 
 def _next_text(state: ScheduleState, zone: tzinfo) -> str:
-    """The next run, or ``paused``/``disabled``: such a schedule has none, whatever is stored."""
+    """The next run, or ``paused``/``disabled``: such a schedule has none, whatever is stored;
+    nor has one taken out of the fleet (shown ``removed``), whatever its status."""
+    if state.removed_at is not None:
+        return "-"
     if state.status in (Status.PAUSED, Status.DISABLED):
         return str(state.status.value)
     return _format_time(state.next_run_at, zone)

@@ -161,6 +161,23 @@ def test_forget_clears_only_schedules_removed_from_the_fleet(
     assert code == 1 and "schedule 'check' of agent 'triage' not found (known: report)" in err
 
 
+@pytest.mark.parametrize("held", ["paused", "disabled", "idle"])
+def test_a_removed_schedule_shows_no_next_run_whatever_its_status(
+    capsys: pytest.CaptureFixture[str], target: Target, held: str
+) -> None:
+    """A schedule paused (or disabled) and then taken out of the fleet read ``removed`` and,
+    as its next run, ``paused``; the JSON keeps its status, with ``removed_at`` set."""
+    _with(target, lambda s: s.update_schedule_state("triage", "check", status=held, removed_at=T0))
+    for command in ("status", "list"):
+        code, out, _ = run_cli(capsys, command, *target.args())
+        [row] = [line.split() for line in out.splitlines() if "check" in line.split()]
+        assert code == 0 and "removed" in row
+        assert held not in row[row.index("removed") + 1 :]  # no next run, nor the old status
+    code, out, _ = run_cli(capsys, "list", "--json", *target.args())
+    [check] = [item for item in json.loads(out) if item["schedule"] == "check"]
+    assert (check["status"], check["removed_at"]) == (held, "2026-03-01T12:00:00.000Z")
+
+
 def test_forget_clears_the_history_of_a_deleted_schedule(
     capsys: pytest.CaptureFixture[str], target: Target
 ) -> None:
