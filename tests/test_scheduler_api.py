@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
 
 import pytest
-from scheduler_helpers import Blocker, Recorder, running, step
+from scheduler_helpers import T0, Blocker, Recorder, running, step
 
 from herdsched import (
     Agent,
@@ -23,8 +25,10 @@ from herdsched import (
     Status,
     ThreadedScheduler,
 )
+from herdsched.cli import main as cli_main
 from herdsched.store.memory import MemoryStateStore
 from herdsched.store.yaml_store import YamlStateStore
+from herdsched.testing import FakeClock
 
 
 @pytest.mark.parametrize(
@@ -284,6 +288,37 @@ def test_update_enabled_false_parks_and_true_resumes_the_plan() -> None:
         step(sched)
         assert len(job.calls) == 2
         assert sched.get_status().schedules[0].status is Status.IDLE
+
+
+@pytest.mark.parametrize("where", ["scheduler", "command line"])
+def test_a_schedule_paused_and_resumed_while_it_runs_shows_running(
+    tmp_path: Path, where: str
+) -> None:
+    """The resume wrote ``idle`` over the pause: until its job returned, ``get_status()``,
+    ``herdsched list`` and the status page showed the schedule idle while it ran."""
+    blocker, clock = Blocker(), FakeClock(T0)
+    sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, commit_delay=0, poll_interval=1)
+    sched.add_agent(Agent("a", job=blocker, schedules={"s": Schedule.interval("1h")}))
+    with sched:
+        sched.run_pending()
+        assert blocker.began.wait(10)
+        sched.pause("a", "s")
+        if where == "scheduler":
+            sched.resume("a", "s")
+        else:
+            assert cli_main(["resume", "a/s", "--state-dir", str(tmp_path)]) == 0
+            clock.advance("2s")
+            sched.run_pending()  # the leader's poll takes the resume in
+        sched.store.flush()
+        [shown] = sched.get_status().schedules
+        assert (shown.status, shown.running) == (Status.RUNNING, 1)
+        assert sched.store.get_schedule_state("a", "s").status is Status.RUNNING
+        blocker.release.set()
+        assert sched.wait_until_idle(10)
+        sched.store.flush()
+        stored = sched.store.get_schedule_state("a", "s")
+        assert (stored.status, stored.running_run_id) == (Status.IDLE, None)
+        assert stored.next_run_at == clock.now() + timedelta(hours=1)  # from its return
 
 
 def test_pause_and_resume_a_whole_agent() -> None:

@@ -237,9 +237,11 @@ class Changes:
             for entry in self._targets(agent, schedule, owner):
                 if entry.state.status is Status.COMPLETED:
                     continue
-                _write_intent(core, entry, "resumed", **changes)
+                # paused while its run goes on: it runs still (it showed idle until the end)
+                status = Status.RUNNING if entry.planned_by_its_run else Status.IDLE
+                _write_intent(core, entry, "resumed", **{**changes, "status": status})
                 with core.lock:
-                    self._plan_resumed(entry, changes)
+                    self._plan_resumed(entry, {**changes, "status": status})
                 core.emit(
                     ev.ScheduleResumed(at=core.clock.now(), agent=entry.agent, schedule=entry.name)
                 )

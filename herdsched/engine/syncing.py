@@ -110,6 +110,8 @@ class OtherProcesses:
                 )
                 if not entry.planned_by_its_run:
                     plan_resumed(core, entry, now, backed_off=backed_off)
+                elif stored.status is Status.IDLE:  # resumed while its run goes on: running
+                    core.change_state(entry, status=Status.RUNNING)
 
     def _apply_definitions(self) -> None:
         """Apply what another process did to the run-time definitions: drop, add, change."""
