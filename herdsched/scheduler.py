@@ -659,6 +659,8 @@ class ThreadedScheduler:
                 entry, TriggerType.MANUAL, None, self.clock.now(), prompt=prompt
             )
         self._dispatch.launch([run], bypass=bypass_concurrency)
+        if run.deadline is not None:
+            core.wake.set()  # the timer may sleep past the timeout it is to enforce
         with core.idle:  # a run has ended once it gave its slot back (its claim failed, say)
             if not wait and run.run_id in core.running:
                 return TriggerResult(success=True, run_id=run.run_id)

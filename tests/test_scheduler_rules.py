@@ -1529,6 +1529,32 @@ def test_trigger_wait_answers_that_stop_gave_the_run_up_at_its_timeout(
         assert sched.history("a", "m") == []
 
 
+@pytest.mark.parametrize("leader_lock", [True, False])
+def test_a_triggered_runs_timeout_is_enforced_on_time(leader_lock: bool) -> None:
+    """``trigger()`` did not wake the timer: a run it started was cancelled at the timer's next
+    wake for another reason (the lease's heartbeat, 10 s; ``max_sleep`` without the lock), so a
+    2 s timeout fired 8 to 58 s late, or the run was recorded a success."""
+    cancelled, clock = threading.Event(), FakeClock(T0)
+
+    def job(info: Any) -> str:
+        if info.cancel_event.wait(10):
+            cancelled.set()
+        return "stopped"
+
+    sched = ThreadedScheduler(state_dir=None, clock=clock, leader_lock=leader_lock)
+    sched.add_agent(Agent("bot", job=job, schedules={"ask": Schedule.manual(timeout="2s")}))
+    sched.start()
+    try:
+        assert clock.wait_for_waiters(1)  # the timer sleeps until its next wake
+        assert sched.trigger("bot", "ask").success
+        clock.advance("3s")
+        assert cancelled.wait(5)
+        assert wait_until(lambda: sched.history("bot", "ask"))
+        assert [r.status for r in sched.history("bot", "ask")] == [RunStatus.TIMEOUT]
+    finally:
+        sched.stop()
+
+
 def test_trigger_wait_returns_at_the_timeout_of_a_job_that_ignores_its_cancel() -> None:
     """``trigger(wait=True)`` returns "once the run is recorded": a timed-out run is recorded
     at its timeout, but the call waited for the job's thread, for as long as a job ignoring its
