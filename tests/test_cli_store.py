@@ -334,6 +334,17 @@ def test_an_empty_namespace_is_a_usage_error(
     monkeypatch.setenv("HERDSCHED_NAMESPACE", "x" * 201)
     code, _, err = run_cli(capsys, "status", "--store", postgres_dsn)
     assert code == 2 and "HERDSCHED_NAMESPACE: namespace must be a non-empty string" in err
+    # a byte that is no UTF-8 ($'a\xffb' in a shell): the codec's own words before
+    code, _, err = run_cli(capsys, "status", "--store", postgres_dsn, "--namespace", "a\udcffb")
+    assert code == 2 and "--namespace: namespace is not valid text: '\\udcff' at" in err
+
+
+def test_a_postgres_store_refuses_a_commit_delay_that_is_no_number(postgres_dsn: str) -> None:
+    """It was kept, and the first group commit failed on it."""
+    from herdsched.store.postgres import PostgresStateStore
+
+    with pytest.raises(ValueError, match="commit_delay must be a non-negative number"):
+        PostgresStateStore(postgres_dsn, commit_delay="soon")  # type: ignore[arg-type]
 
 
 def test_a_missing_directory_through_store_names_the_option(

@@ -58,6 +58,8 @@ from herdsched.testing import FakeClock
         ({"backoff": ["30s", "3000000d"]}, "backoff step 3000000d is too long: at most 36500d"),
         ({"lease_ttl": 1e12}, r"lease_ttl must be at most a day \(86400 s\)"),
         ({"lease_ttl": float("inf")}, "lease_ttl must be at most a day"),
+        # accepted, then every commit and stop() overflowed a thread wait
+        ({"lock_timeout": 1e10}, r"lock_timeout must be at most a day \(86400 s\)"),
     ],
 )
 def test_constructor_rejects_bad_settings_naming_them(kwargs: dict, message: str) -> None:

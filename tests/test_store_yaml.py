@@ -380,6 +380,9 @@ def test_file_permissions_are_kept_across_writes(tmp_path: Path) -> None:
 def test_constructor_arguments_are_validated(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="lock_timeout"):
         YamlStateStore(tmp_path, lock_timeout=-1)
+    # accepted, then every write overflowed a thread wait ("timestamp out of range")
+    with pytest.raises(ValueError, match=r"lock_timeout must be at most a day \(86400 s\)"):
+        YamlStateStore(tmp_path, lock_timeout=1e10)
     with pytest.raises(ValueError, match="commit_delay"):
         YamlStateStore(tmp_path, commit_delay="soon")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_run_history"):

@@ -15,6 +15,7 @@ import attrs
 from herdsched.cadence import coerce_interval
 from herdsched.models import CatchUp
 from herdsched.policy import coerce_backoff
+from herdsched.store.base import check_lock_timeout
 from herdsched.timestamps import resolve_timezone
 
 __all__ = ["DEFAULT_POLL_INTERVAL", "EngineSettings", "resolve_poll_interval"]
@@ -85,7 +86,9 @@ class EngineSettings:
     max_schedules_per_owner: int | None = attrs.field(default=None, validator=_positive_or_none)
     poll_interval: float | None = attrs.field(default=None)
     commit_delay: float = attrs.field(default=0.5, validator=[_number, _non_negative_seconds])
-    lock_timeout: float = attrs.field(default=10.0, validator=[_number, _positive_seconds])
+    lock_timeout: float = attrs.field(
+        default=10.0, validator=[_number, _positive_seconds, lambda _, __, v: check_lock_timeout(v)]
+    )
 
 
 def resolve_poll_interval(value: float | Literal["auto"] | None, *, shared: bool) -> float | None:

@@ -241,6 +241,29 @@ def check_ttl(ttl: float) -> float:
     return float(ttl)
 
 
+#: The longest wait for a lock of the state directory (a day, as the longest lease).
+LONGEST_LOCK_TIMEOUT = 86_400.0
+
+
+def check_lock_timeout(value: float) -> float:
+    """``value`` as float seconds; a clear ``ValueError`` unless a number from 0 to a day (a
+    longer one passed, then overflowed the thread waits of every write and of ``stop()``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError(f"lock_timeout must be a non-negative number of seconds, got {value!r}")
+    if not value <= LONGEST_LOCK_TIMEOUT:
+        raise ValueError(
+            f"lock_timeout must be at most a day ({LONGEST_LOCK_TIMEOUT:g} s), got {value!r}"
+        )
+    return float(value)
+
+
+def check_commit_delay(value: float) -> float:
+    """``value`` as float seconds; a clear ``ValueError`` unless a number of at least 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError(f"commit_delay must be a non-negative number of seconds, got {value!r}")
+    return float(value)
+
+
 #: A ``get_history`` limit (or ``max_run_history``) that reads every stored record: a store
 #: keeps at most ``max_run_history`` per schedule, far fewer.
 READ_ALL_HISTORY = 1_000_000

@@ -45,7 +45,9 @@ from herdsched.store.base import (
     Precondition,
     RunClaim,
     TriggerRequest,
+    check_commit_delay,
     check_history_limit,
+    check_lock_timeout,
     check_max_run_history,
     check_ttl,
     leaves_user_intent,
@@ -142,16 +144,14 @@ class YamlStateStore:
         sync_history: bool = False,
         codec: StateCodec | None = None,
     ) -> None:
-        for value, what in ((lock_timeout, "lock_timeout"), (commit_delay, "commit_delay")):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"{what} must be a non-negative number of seconds, got {value!r}")
+        self.lock_timeout = check_lock_timeout(lock_timeout)
+        commit_delay = check_commit_delay(commit_delay)
         check_max_run_history(max_run_history)
         self.state_dir = Path(state_dir)
         if self.state_dir.exists() and not self.state_dir.is_dir():
             raise StateError(
                 f"state_dir {self.state_dir} exists but is not a directory", self.state_dir
             )
-        self.lock_timeout = float(lock_timeout)
         self.commit_delay = float(commit_delay)
         self.max_run_history = max_run_history
         self._clock: Clock = clock if clock is not None else SystemClock()

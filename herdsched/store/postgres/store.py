@@ -37,6 +37,7 @@ from herdsched.store.base import (
     Precondition,
     RunClaim,
     TriggerRequest,
+    check_commit_delay,
     check_history_limit,
     check_max_run_history,
     check_ttl,
@@ -152,7 +153,7 @@ class PostgresStateStore:
         self.namespace = _check_namespace(namespace)
         self.lease_ttl = check_ttl(lease_ttl) if lease_ttl is not None else None
         self.max_run_history = max_run_history
-        self.commit_delay = commit_delay
+        self.commit_delay = check_commit_delay(commit_delay)
         self.max_staleness = max_staleness
         self._clock: Clock = clock if clock is not None else SystemClock()
         # the second, made at a leader's first claim, keeps claims from waiting behind a group
