@@ -301,9 +301,10 @@ class ThreadedScheduler:
 
         Becomes the active scheduler when the leader lock is free (running restart recovery
         first), otherwise stands by and takes over when the holder stops or dies. Raises
-        :class:`~herdsched.errors.StateCorruptedError` when the state file is unusable and could
-        not be restored, and :class:`~herdsched.errors.StateError` saying what to do when the
-        state directory cannot be created or written.
+        :class:`~herdsched.errors.StateCorruptedError` when the state file became unusable since
+        the store was opened (the constructor, which opens it, raises it for a file unusable
+        from the start) and could not be restored, and :class:`~herdsched.errors.StateError`
+        saying what to do when the state directory cannot be created or written.
         """
         core = self._core
         where = self._location()
