@@ -120,6 +120,10 @@ def test_history_is_bounded_and_newest_first(store: StateStore) -> None:
     assert [r.run_id for r in store.get_history("a")] == ["other", "r4", "r3", "r2"]
     assert [r.run_id for r in store.get_history("a", limit=2)] == ["other", "r4"]
     assert store.get_history("b") == []
+    # past SQL's bigint (herdsched history -n 9223372036854775808): every record, no error
+    huge = 2**63
+    assert [r.run_id for r in store.get_history("a", "s", limit=huge)] == ["r4", "r3", "r2"]
+    assert len(store.get_history("a", limit=huge)) == 4
 
 
 @pytest.mark.parametrize("limit", [-1, 2.0, "2", True, None])

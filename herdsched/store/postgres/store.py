@@ -593,7 +593,8 @@ class PostgresStateStore:
                 for r in self._pending_runs
                 if r.agent == agent and (schedule is None or r.schedule == schedule)
             ]
-        window = limit + len(pending) if schedule is not None else READ_ALL_HISTORY
+        # a store keeps no more than READ_ALL_HISTORY a schedule; SQL's LIMIT is a bigint
+        window = min(limit + len(pending), READ_ALL_HISTORY) if schedule else READ_ALL_HISTORY
         with self._db.transaction(f"read the run history of {agent}") as cursor:
             stored = read_history(cursor, self.namespace, agent, schedule, window)
         return merged_history(stored + pending, self.max_run_history, limit)
