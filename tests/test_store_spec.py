@@ -230,3 +230,37 @@ def test_store_location_of_each_store(tmp_path: Path) -> None:
         location = "postgresql://app@db:5432/app (namespace default)"
 
     assert store_location(Located()) == Located.location
+
+
+@pytest.mark.parametrize(
+    ("dsn", "shown"),
+    [
+        # the host/port pairs were garbled: "127.0.0.1,127.0.0.2:,55432"
+        ("postgresql://app@db1:5432,db2:5433/hs", "postgresql://app@db1:5432,db2:5433/hs"),
+        ("host=db1,db2 port=6432 dbname=hs", "postgresql://db1:6432,db2:6432/hs"),
+        # libpq's local socket was shown as localhost:5432
+        ("dbname=hs", "postgresql:///hs"),
+        ("host=/var/run/postgresql dbname=hs", "postgresql:///hs (socket in /var/run/postgresql)"),
+        # a service was shown as a server at localhost
+        ("service=reports", "service=reports"),
+        ("postgresql://app:s3cret@db/hs", "postgresql://app@db:5432/hs"),
+    ],
+)
+def test_a_dsn_is_described_as_libpq_reads_it_without_its_password(dsn: str, shown: str) -> None:
+    pytest.importorskip("psycopg")
+    from herdsched.store.postgres.connection import describe_dsn
+
+    assert describe_dsn(dsn) == shown
+
+
+def test_a_service_libpq_does_not_know_is_not_called_an_unreachable_server() -> None:
+    psycopg = pytest.importorskip("psycopg")
+    from herdsched.store.postgres.connection import state_error
+
+    error = state_error(
+        psycopg.OperationalError('connection is bad: definition of service "nosuch" not found'),
+        "connect",
+        "service=nosuch",
+    )
+    assert "no such service in its service file" in str(error)
+    assert "unreachable" not in str(error)

@@ -198,16 +198,27 @@ def _environment_source(refused: str, parts: dict[str, Any]) -> str | None:
 
 
 def describe_dsn(dsn: str) -> str:
-    """``dsn`` as a URL without its password, for messages and status pages."""
+    """``dsn`` as a URL without its password, for messages and status pages: each host with
+    its port (``a:5432,b:5433``); none is libpq's local socket (``postgresql:///app``), a
+    directory one named so; a service without a host is named as given (``service=app``)."""
     try:
         parts = conninfo_to_dict(dsn)
     except psycopg.Error:
         return "an unreadable DSN"
     user = parts.get("user", "")
-    host = parts.get("host") or parts.get("hostaddr") or "localhost"
-    port = parts.get("port", "5432")
     name = parts.get("dbname", user or "")
-    return f"postgresql://{user}{'@' if user else ''}{host}:{port}/{name}"
+    hosts = str(parts.get("host") or parts.get("hostaddr") or "").split(",")
+    if hosts == [""] and parts.get("service"):
+        return f"service={parts['service']}" + (f" dbname={name}" if "dbname" in parts else "")
+    ports = str(parts.get("port") or "").split(",")
+    ports = ports * len(hosts) if len(ports) == 1 else ports  # one port for every host
+    places = [
+        f"{host}:{port or 5432}" if host and not host.startswith("/") else ""
+        for host, port in zip(hosts, ports, strict=False)  # libpq refuses a mismatch
+    ]
+    socket = next((host for host in hosts if host.startswith("/")), None)
+    shown = f"postgresql://{user}{'@' if user else ''}{','.join(places)}/{name}"
+    return shown + (f" (socket in {socket})" if socket else "")
 
 
 def state_error(exc: BaseException, doing: str, where: str) -> StateError:
@@ -234,6 +245,11 @@ def _connection_hint(text: str) -> str:
         )
     if "idle-in-transaction timeout" in text:  # an older libpq gives the server's words only
         return _HINTS[pg_errors.IdleInTransactionSessionTimeout]
+    if "definition of service" in text:  # libpq's own reading of the DSN: no server involved
+        return (
+            "libpq found no such service in its service file: check the name, and "
+            "PGSERVICEFILE or ~/.pg_service.conf"
+        )
     if "parameter must be" in text:  # an option value an older libpq checks only now
         return "a connection option of the DSN has a value libpq refuses: correct it"
     if "FATAL:" not in text:
