@@ -1092,9 +1092,18 @@ def _schedule_names(
     if steered and not running:
         what = f"{agent}/{schedule}" if schedule is not None else f"every schedule of {agent}"
         removed = max(when for name in named if (when := states[name].removed_at) is not None)
+        set_aside = [
+            r for r in store.rejected_definitions() if (r.agent, r.schedule) == (agent, schedule)
+        ]
+        again = (
+            f"its stored definition was set aside as not valid ({set_aside[0].reason}): create "
+            "the schedule again to replace it"
+            if set_aside
+            else "its state and history remain, and adding it back to the fleet runs it again"
+        )
         raise _Failure(
             f"{what} was removed from the fleet ({format_timestamp(removed)}): no scheduler runs "
-            "it; its state and history remain, and adding it back to the fleet runs it again"
+            f"it; {again}"
         )
     return running if steered else named
 

@@ -178,6 +178,26 @@ def test_a_removed_schedule_shows_no_next_run_whatever_its_status(
     assert (check["status"], check["removed_at"]) == (held, "2026-03-01T12:00:00.000Z")
 
 
+def test_steering_a_schedule_set_aside_as_not_valid_says_to_create_it_again(
+    capsys: pytest.CaptureFixture[str], target: Target
+) -> None:
+    """A run-time schedule whose stored definition was set aside reads ``removed``; pausing it
+    said "adding it back to the fleet runs it again", of a schedule no fleet file had."""
+
+    def set_aside(store: StateStore) -> None:
+        definition = {"type": "interval", "interval": "5m"}
+        store.save_definition("triage", "adhoc", definition, exists=False)
+        store.update_schedule_state("triage", "adhoc", removed_at=T0)
+        store.reject_definition("triage", "adhoc", "interval: bad")
+
+    _with(target, set_aside)
+    code, _, err = run_cli(capsys, "pause", "triage/adhoc", *target.args())
+    assert code == 1
+    assert "set aside as not valid (interval: bad): create the schedule again" in err
+    code, _, err = run_cli(capsys, "pause", "triage/check", *target.args())
+    assert code == 0, err
+
+
 def test_forget_clears_the_history_of_a_deleted_schedule(
     capsys: pytest.CaptureFixture[str], target: Target
 ) -> None:
