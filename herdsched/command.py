@@ -67,9 +67,20 @@ def wait_for_commands(timeout: float) -> bool:
         return _live_changed.wait_for(lambda: not _live, timeout)
 
 
+#: set once :func:`kill_commands` ran: the process quits, and a job failing now (its program
+#: killed) was cut short by that, not failing on its own
+_quitting = threading.Event()
+
+
+def quitting() -> bool:
+    """Whether this process is quitting at once (:func:`kill_commands` ran)."""
+    return _quitting.is_set()
+
+
 def kill_commands() -> int:
     """SIGKILL the process group of every command job of this process still running; how many.
     A process quitting at once calls it: a program left behind would run on unwatched."""
+    _quitting.set()
     with _live_changed:
         for pid in _live:
             _signal_group(pid, signal.SIGKILL)

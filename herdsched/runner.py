@@ -20,6 +20,7 @@ import attrs
 
 from herdsched.cadence import describe_duration
 from herdsched.clock import Clock
+from herdsched.command import quitting
 from herdsched.models import (
     JobFunc,
     JobResult,
@@ -283,11 +284,13 @@ def _log_failure(run: Run, exc: BaseException) -> None:
 
     Not when the run had timed out or was given up by a stop: that was logged already, and
     the job raising now is most often its answer to the cancel event (a command job's killed
-    process), whose traceback shows herdsched's own frames and nothing of the job.
+    process), whose traceback shows herdsched's own frames and nothing of the job; nor when
+    the process quits at once (a second Ctrl-C), which killed the job's program itself.
     """
-    if run.timed_out or run.finalized:
+    if run.timed_out or run.finalized or quitting():
         _log.debug(
-            "The job of %s/%s, timed out or given up already, ended with %s.",
+            "The job of %s/%s, timed out or given up already (or cut short by the process "
+            "quitting), ended with %s.",
             run.agent,
             run.schedule_name,
             _describe(exc),

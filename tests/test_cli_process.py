@@ -241,6 +241,8 @@ def test_second_signal_quits_at_once(
     assert "quitting without waiting" in log.read_text()
     assert "killed the processes of 1 command job(s) still running" in log.read_text()
     assert wait_for(lambda: not _alive(int(started.read_text())))
+    # the job its quitting killed was logged as failing on its own, with a traceback
+    assert "failed; its traceback follows" not in log.read_text()
 
 
 def test_run_quits_when_the_stop_timeout_passes_and_records_the_job_interrupted(
