@@ -7,10 +7,12 @@ error that names the field, rather than later inside the timer thread.
 from __future__ import annotations
 
 import enum
+import functools
 import inspect
 import math
 import re
 import threading
+import types
 import unicodedata
 from collections.abc import Callable, Mapping
 from datetime import date, datetime, timedelta, timezone, tzinfo
@@ -203,13 +205,15 @@ MAX_TRACEBACK = 8192
 
 
 def _bounded_traceback(value: str | None) -> str | None:
-    if value is None or len(value) <= MAX_TRACEBACK:
-        return None if value is None else _storable(value)
-    return _storable("...\n" + value[-(MAX_TRACEBACK - 4) :])
+    """The end of a traceback, escaped first (see :func:`storable_text`), then bounded."""
+    if value is None:
+        return None
+    value = _storable(value)
+    return value if len(value) <= MAX_TRACEBACK else "...\n" + value[-(MAX_TRACEBACK - 4) :]
 
 
 def _summary(value: Any) -> str | None:
-    return None if value is None else _storable(str(value)[:500])
+    return None if value is None else _storable(str(value))[:500]
 
 
 def _opt_timeout(value: Any) -> timedelta | None:
@@ -335,21 +339,31 @@ def sync_job_problem(value: object) -> str | None:
     """Why calling ``value`` (a job) would run nothing, or ``None``: an ``async def``
     function's call only makes a coroutine, a generator function's a generator, and jobs are
     called on threads, which never await or iterate them (a callable object's ``__call__``
-    counts as its function)."""
+    counts as its function). Told by the function's code, so a mock is never taken for one."""
+    flags = _code_flags(value) | _code_flags(inspect.getattr_static(type(value), "__call__", None))
     kinds = (
-        (inspect.iscoroutinefunction, "a coroutine"),
-        (inspect.isasyncgenfunction, "an async generator"),
-        (inspect.isgeneratorfunction, "a generator"),
+        (inspect.CO_COROUTINE, "a coroutine"),
+        (inspect.CO_ASYNC_GENERATOR, "an async generator"),
+        (inspect.CO_GENERATOR, "a generator"),
     )
-    method = inspect.getattr_static(type(value), "__call__", None)  # of a callable object
-    for test, made in kinds:
-        if test(value) or test(method):
+    for flag, made in kinds:
+        if flags & flag:
             return (
                 f"is an async def or generator function: calling it makes {made} and runs "
                 "nothing (jobs are called on threads); write a plain def, and call "
                 "asyncio.run(...) in it for async code"
             )
     return None
+
+
+def _code_flags(func: object) -> int:
+    """The flags of the code ``func`` runs (through partials and bound methods), 0 if none.
+    Exact types, not ``isinstance``: a mock made with ``spec=`` passes for what it mimics."""
+    while type(func) is functools.partial:
+        func = func.func
+    if type(func) is types.MethodType:
+        func = func.__func__
+    return func.__code__.co_flags if type(func) is types.FunctionType else 0
 
 
 def _opt_str(
@@ -893,8 +907,13 @@ class JobResult:
     Each field is checked when the result is made, inside the job, so a wrong type fails that
     run with an error naming the field instead of losing its record when it is stored."""
 
-    output: str | None = attrs.field(default=None, validator=_optional(str, "a string"))
-    session_id: str | None = attrs.field(default=None, validator=_optional(str, "a string"))
+    # as every store keeps them (see storable_text): a session id goes into the state as is
+    output: str | None = attrs.field(
+        default=None, converter=storable_text, validator=_optional(str, "a string")
+    )
+    session_id: str | None = attrs.field(
+        default=None, converter=storable_text, validator=_optional(str, "a string")
+    )
     notify: bool | None = attrs.field(default=None, validator=_optional(bool, "True or False"))
     cost: float | None = attrs.field(default=None, validator=_optional_number(integral=False))
     turns: int | None = attrs.field(default=None, validator=_optional_number(integral=True))

@@ -193,3 +193,15 @@ def test_a_job_returning_a_coroutine_fails_saying_nothing_ran(
     assert record.error.startswith("TypeError: the job returned a coroutine instead of running")
     gc.collect()
     assert not [w for w in recwarn if "never awaited" in str(w.message)]
+
+
+def test_a_mock_made_with_a_spec_is_a_job_as_before() -> None:
+    """The first check read a spec'd mock's ``__code__`` as a function's: ``Mock(spec=job)``
+    raised a ``TypeError`` and ``MagicMock(spec=job)`` was refused as async."""
+    from unittest.mock import MagicMock, Mock
+
+    def job(info: Any) -> None: ...
+
+    for mock in (Mock(spec=job), MagicMock(spec=job), MagicMock()):
+        Agent("a", job=mock, schedules={"s": Schedule.interval("1h")})
+        ThreadedScheduler(state_dir=None, on_trigger=mock, notifier=mock)
