@@ -7,9 +7,10 @@ import threading
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any, Protocol, Union
 
 import pytest
-from scheduler_helpers import T0, Blocker, Recorder, running, step
+from scheduler_helpers import T0, Blocker, Recorder, running, step, wait_until
 
 from herdsched import (
     Agent,
@@ -143,13 +144,17 @@ def test_on_trigger_set_later_must_be_callable_too() -> None:
     assert sched.on_trigger is None
 
 
+class _HasAgent(Protocol):  # not runtime-checkable: isinstance() refuses it
+    agent: str
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         ((5,), "takes a callable, got int 5"),
         ((print, [JobFailed, JobSucceeded]), "give the event classes as separate arguments"),
-        ((print, "JobFailed"), "takes event classes, got 'JobFailed' (from herdsched.events"),
-        ((print, int), "takes event classes, got <class 'int'>"),
+        ((print, "JobFailed"), "takes event classes, got 'JobFailed' (isinstance() arg 2"),
+        ((print, _HasAgent), "runtime_checkable protocols"),
     ],
 )
 def test_add_listener_refuses_what_is_no_callback_or_event_class(
@@ -157,7 +162,7 @@ def test_add_listener_refuses_what_is_no_callback_or_event_class(
 ) -> None:
     """A list of event classes was accepted: at the first event its type check failed in the
     timer's pass, every claimed run stayed ``running`` without starting, ``trigger()`` said
-    ``already_running`` and ``stop()`` raised the ``TypeError``. ``int`` was never called."""
+    ``already_running`` and ``stop()`` raised the ``TypeError``."""
     with running() as (sched, clock):
         sched.add_agent(Agent("a", job=lambda info: None, schedules={"s": Schedule.interval("1m")}))
         with pytest.raises(TypeError, match=re.escape(message)):
@@ -167,6 +172,26 @@ def test_add_listener_refuses_what_is_no_callback_or_event_class(
         sched.start()
         step(sched, clock, "1m")
         assert [type(event) for event in heard] == [JobSucceeded]
+
+
+def test_add_listener_takes_unions_and_object_as_it_always_did() -> None:
+    """The first check refused what ``isinstance`` takes: ``JobFailed | JobSucceeded``,
+    ``typing.Union`` and ``object``."""
+    with running() as (sched, clock):
+        sched.add_agent(Agent("a", job=lambda info: None, schedules={"s": Schedule.interval("1m")}))
+        heard: dict[str, list[object]] = {"union": [], "typing": [], "object": []}
+        sched.add_listener(heard["union"].append, JobFailed | JobSucceeded)  # type: ignore[arg-type]
+        either = Union[JobFailed, JobSucceeded]  # noqa: UP007 (typing's own union)
+        sched.add_listener(heard["typing"].append, either)  # type: ignore[arg-type]
+        sched.add_listener(heard["object"].append, object)
+        sched.start()
+        step(sched, clock, "1m")
+        assert (
+            [type(e) for e in heard["union"]]
+            == [JobSucceeded]
+            == [type(e) for e in heard["typing"]]
+        )
+        assert JobSucceeded in {type(e) for e in heard["object"]}
 
 
 def test_an_async_or_argumentless_on_trigger_or_notifier_is_refused() -> None:
@@ -321,6 +346,35 @@ def test_a_schedule_paused_and_resumed_while_it_runs_shows_running(
         stored = sched.store.get_schedule_state("a", "s")
         assert (stored.status, stored.running_run_id) == (Status.IDLE, None)
         assert stored.next_run_at == clock.now() + timedelta(hours=1)  # from its return
+
+
+def test_a_run_ending_while_its_resume_is_written_leaves_no_running_behind(
+    tmp_path: Path,
+) -> None:
+    """The first version decided ``running`` before the resume's durable write: a run that
+    ended during that write left ``running`` in memory and in the store with nothing running
+    (a standby refused run-now as ``already_running``; the next start recorded a run that
+    never ran as interrupted)."""
+    blocker = Blocker()
+
+    class RunEndsDuringTheWrite(YamlStateStore):
+        def update_schedule_state(self, agent: str, schedule: str, **changes: object) -> Any:
+            if changes.get("consecutive_failures") == 0:  # the resume's durable write
+                blocker.release.set()
+                assert wait_until(lambda: sched.get_running_job_count("a") == 0)
+            return super().update_schedule_state(agent, schedule, **changes)
+
+    sched = ThreadedScheduler(state_dir=None, store=RunEndsDuringTheWrite(tmp_path), commit_delay=0)
+    sched.add_agent(Agent("a", job=blocker, schedules={"s": Schedule.manual()}))
+    with sched:
+        assert sched.trigger("a", "s").success and blocker.began.wait(10)
+        sched.pause("a", "s")
+        sched.resume("a", "s")
+        assert sched.wait_until_idle(10)
+        sched.store.flush()
+        [shown] = sched.get_status().schedules
+        assert (shown.status, shown.running) == (Status.IDLE, 0)
+        assert sched.store.get_schedule_state("a", "s").status is Status.IDLE
 
 
 def test_pause_and_resume_a_whole_agent() -> None:

@@ -14,11 +14,11 @@ to it (and a timeout's events, which wait until the run's ``JobStarted`` has bee
 
 from __future__ import annotations
 
-import abc
 import collections
 import logging
 import threading
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any
 
 import herdsched.events as ev
@@ -49,24 +49,27 @@ def call_safely(func: _Callback, arg: Any, *, what: str, log: logging.Logger) ->
 
 
 def check_listener(callback: object, types: tuple[object, ...]) -> None:
-    """Refuse an ``add_listener()`` whose callback cannot be called or whose event types are
-    not event classes (a list of them, a name as text): such a listener failed at every event,
-    and the type check, made in the timer's pass, stopped the scheduler's runs."""
+    """Refuse an ``add_listener()`` whose callback cannot be called or whose event types
+    ``isinstance`` cannot take (a list of them, a name as text, a protocol that is not
+    runtime-checkable): such a listener failed at every event, and the type check, made in the
+    timer's pass, stopped the scheduler's runs. Classes, ABCs, unions and runtime-checkable
+    protocols are taken as they always were."""
     if not callable(callback):
         raise TypeError(
             f"add_listener() takes a callable, got {type(callback).__name__} {callback!r}"
         )
+    probe = ev.SchedulerStopped(at=datetime.now(timezone.utc))
     for kind in types:
-        # an event class, or an ABC or runtime-checkable protocol events may be instances of
-        if isinstance(kind, abc.ABCMeta) or (isinstance(kind, type) and issubclass(kind, ev.Event)):
-            continue
-        hint = (
-            ": give the event classes as separate arguments, add_listener(callback, JobFailed, "
-            "JobSucceeded)"
-            if isinstance(kind, (list, tuple, set, frozenset))
-            else " (from herdsched.events: JobSucceeded, JobFailed, ...)"
-        )
-        raise TypeError(f"add_listener() takes event classes, got {kind!r}{hint}")
+        try:
+            isinstance(probe, kind)  # type: ignore[arg-type]
+        except TypeError as exc:
+            hint = (
+                ": give the event classes as separate arguments, add_listener(callback, "
+                "JobFailed, JobSucceeded)"
+                if isinstance(kind, (list, tuple, set, frozenset))
+                else f" ({exc}; event classes are in herdsched.events: JobSucceeded, ...)"
+            )
+            raise TypeError(f"add_listener() takes event classes, got {kind!r}{hint}") from None
 
 
 class Listeners:
