@@ -29,7 +29,7 @@ from herdsched.definitions import schedule_to_mapping
 from herdsched.engine import registry
 from herdsched.engine.core import EngineCore
 from herdsched.engine.planning import Entry, fresh_due
-from herdsched.engine.recovery import plan_resumed, resets_backoff
+from herdsched.engine.recovery import plan_resumed, resets_backoff, show_running
 from herdsched.errors import ConflictError, StateError, UnauthorizedError
 from herdsched.models import Schedule, Status, check_schedule_arguments
 from herdsched.revisions import check_revision, schedule_revision, stored_revision_check
@@ -237,11 +237,9 @@ class Changes:
             for entry in self._targets(agent, schedule, owner):
                 if entry.state.status is Status.COMPLETED:
                     continue
-                # paused while its run goes on: it runs still (it showed idle until the end)
-                status = Status.RUNNING if entry.planned_by_its_run else Status.IDLE
-                _write_intent(core, entry, "resumed", **{**changes, "status": status})
+                _write_intent(core, entry, "resumed", **changes)
                 with core.lock:
-                    self._plan_resumed(entry, {**changes, "status": status})
+                    self._plan_resumed(entry, changes)
                 core.emit(
                     ev.ScheduleResumed(at=core.clock.now(), agent=entry.agent, schedule=entry.name)
                 )
@@ -253,6 +251,8 @@ class Changes:
         entry.state = evolve(entry.state, **changes)
         if not entry.planned_by_its_run:
             plan_resumed(self.core, entry, self.core.clock.now(), backed_off=backed_off)
+        else:
+            show_running(self.core, entry)
 
     def _targets(self, agent: str, schedule: str | None, owner: str | None) -> list[Entry]:
         """The entries ``pause``/``resume`` act on, each checked against ``owner``."""

@@ -50,6 +50,7 @@ __all__ = [
     "plan_resumed",
     "replan_after_jump",
     "resets_backoff",
+    "show_running",
     "take_up_claims",
 ]
 
@@ -604,6 +605,15 @@ def plan_resumed(
     else:
         due = fresh_due(entry, now, core.settings.timezone, core.rng, recompute=False)
         core.set_due(entry, due, entry.scheduled_for or due)
+
+
+def show_running(core: EngineCore, entry: Entry) -> None:
+    """A schedule resumed while its run goes on shows ``running`` again (the resume's durable
+    intent is ``idle``): a transition of this leader, fenced by its lease and decided under
+    the lock, so a run ending meanwhile or a lead lost leaves no ``running`` behind. Caller
+    holds the lock."""
+    if core.leading and entry.planned_by_its_run and entry.state.status is Status.IDLE:
+        core.change_state(entry, status=Status.RUNNING)
 
 
 def resets_backoff(before: ScheduleState, failures_after: int) -> bool:

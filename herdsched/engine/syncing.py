@@ -16,7 +16,7 @@ from attrs import evolve
 from herdsched.engine.core import EngineCore
 from herdsched.engine.dispatch import Dispatcher
 from herdsched.engine.planning import Entry
-from herdsched.engine.recovery import plan_resumed, resets_backoff
+from herdsched.engine.recovery import plan_resumed, resets_backoff, show_running
 from herdsched.engine.registry import drop_entry, install_entry, stored_definitions
 from herdsched.engine.requests import RunRequests
 from herdsched.models import Status
@@ -110,8 +110,8 @@ class OtherProcesses:
                 )
                 if not entry.planned_by_its_run:
                     plan_resumed(core, entry, now, backed_off=backed_off)
-                elif stored.status is Status.IDLE:  # resumed while its run goes on: running
-                    core.change_state(entry, status=Status.RUNNING)
+                elif stored.status is Status.IDLE:
+                    show_running(core, entry)
 
     def _apply_definitions(self) -> None:
         """Apply what another process did to the run-time definitions: drop, add, change."""
