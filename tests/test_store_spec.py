@@ -113,6 +113,7 @@ def test_a_dsn_libpq_refuses_for_a_space_in_its_password_is_named_without_it() -
         "host=127.0.0.1 password=p\udce4ss dbname=hs",
         "postgresql://app@127.0.0.1:55432/h\udcffs",
         "host=127.0.0.1 dbname=h\x00s",
+        "postgresql://app:p%E9ss@127.0.0.1:55432/hs",  # percent-encoded Latin-1: a traceback
     ],
 )
 def test_a_dsn_holding_a_byte_that_is_no_utf8_is_named_without_its_password(spec: str) -> None:
@@ -238,9 +239,13 @@ def test_store_location_of_each_store(tmp_path: Path) -> None:
         # the host/port pairs were garbled: "127.0.0.1,127.0.0.2:,55432"
         ("postgresql://app@db1:5432,db2:5433/hs", "postgresql://app@db1:5432,db2:5433/hs"),
         ("host=db1,db2 port=6432 dbname=hs", "postgresql://db1:6432,db2:6432/hs"),
-        # libpq's local socket was shown as localhost:5432
-        ("dbname=hs", "postgresql:///hs"),
-        ("host=/var/run/postgresql dbname=hs", "postgresql:///hs (socket in /var/run/postgresql)"),
+        # libpq's local socket was shown as localhost:5432; its port tells servers apart
+        ("dbname=hs", "postgresql://:5432/hs"),
+        ("dbname=hs port=5433", "postgresql://:5433/hs"),
+        (
+            "host=/var/run/postgresql dbname=hs",
+            "postgresql://:5432/hs (socket in /var/run/postgresql)",
+        ),
         # a service was shown as a server at localhost
         ("service=reports", "service=reports"),
         ("postgresql://app:s3cret@db/hs", "postgresql://app@db:5432/hs"),

@@ -116,6 +116,12 @@ _HINTS: dict[type[Exception], str] = {
 }
 
 
+_NOT_UTF8 = (
+    "The PostgreSQL store's DSN {!r} holds a byte that is no UTF-8 text (or a NUL), which "
+    "libpq cannot take: write it as UTF-8 text (in a URL, percent-encode its UTF-8 bytes)"
+)
+
+
 def dsn_problem(dsn: str) -> str | None:
     """Why libpq cannot read ``dsn`` (password masked), or ``None``: an unknown option, a
     malformed URL, a port that is not a number from 1 to 65535, an option value libpq refuses
@@ -129,13 +135,11 @@ def dsn_problem(dsn: str) -> str | None:
             "':' as %3A and '/' as %2F"
         )
     if text_problem(dsn, "") is not None:  # not shown: it may be in the password
-        return (
-            f"The PostgreSQL store's DSN {mask_password(dsn)!r} holds a byte that is no UTF-8 "
-            "text (or a NUL), which libpq cannot take: write it in UTF-8, or percent-encode it "
-            "in a URL"
-        )
+        return _NOT_UTF8.format(mask_password(dsn))
     try:
         parts = conninfo_to_dict(dsn)
+    except UnicodeDecodeError:  # not shown: it may be in the password
+        return _NOT_UTF8.format(mask_password(dsn))
     except psycopg.Error as exc:  # its text quotes the DSN, or the bad part, password and all
         why = " ".join(hide_passwords_of(dsn, str(exc)).split())
     else:
@@ -198,12 +202,13 @@ def _environment_source(refused: str, parts: dict[str, Any]) -> str | None:
 
 
 def describe_dsn(dsn: str) -> str:
-    """``dsn`` as a URL without its password, for messages and status pages: each host with
-    its port (``a:5432,b:5433``); none is libpq's local socket (``postgresql:///app``), a
-    directory one named so; a service without a host is named as given (``service=app``)."""
+    """``dsn`` as a URL without its password, for messages and status pages and as the key a
+    scheduler hands over by: each host with its port (``a:5432,b:5433``); no host is libpq's
+    local socket (``postgresql://:5432/app``), a directory one named so; a service without a
+    host is named as given (``service=app``)."""
     try:
         parts = conninfo_to_dict(dsn)
-    except psycopg.Error:
+    except (psycopg.Error, UnicodeDecodeError):  # a %-escape of bytes that are no UTF-8
         return "an unreadable DSN"
     user = parts.get("user", "")
     name = parts.get("dbname", user or "")
@@ -212,8 +217,8 @@ def describe_dsn(dsn: str) -> str:
         return f"service={parts['service']}" + (f" dbname={name}" if "dbname" in parts else "")
     ports = str(parts.get("port") or "").split(",")
     ports = ports * len(hosts) if len(ports) == 1 else ports  # one port for every host
-    places = [
-        f"{host}:{port or 5432}" if host and not host.startswith("/") else ""
+    places = [  # the port always: it tells two servers on one socket directory apart
+        f"{host if host and not host.startswith('/') else ''}:{port or 5432}"
         for host, port in zip(hosts, ports, strict=False)  # libpq refuses a mismatch
     ]
     socket = next((host for host in hosts if host.startswith("/")), None)
