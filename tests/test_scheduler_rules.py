@@ -1433,9 +1433,10 @@ def test_a_run_timed_out_while_its_job_submitted_listener_runs_frees_its_slot_on
 def test_a_timeouts_job_failed_waits_for_a_slow_listener_of_the_runs_job_started() -> None:
     """The timeout's own thread delivered ``JobFailed`` while a slow listener still heard
     ``JobStarted``: a second listener heard the run fail before it had started."""
-    go, heard = threading.Event(), []
+    go, hearing, heard = threading.Event(), threading.Event(), []
 
     def slow(event: object) -> None:
+        hearing.set()
         assert go.wait(10)
 
     with running() as (sched, clock):
@@ -1452,6 +1453,7 @@ def test_a_timeouts_job_failed_waits_for_a_slow_listener_of_the_runs_job_started
         sched.add_agent(Agent("a", job=Recorder(), schedules=schedules))
         sched.start()
         sched.trigger("a", "s")
+        assert hearing.wait(10)  # the run started: a run timed out before it starts never does
         clock.advance("31s")
         sched.run_pending()  # times the run out while the slow listener hears its start
         assert wait_until(lambda: sched.history("a", "s"))  # recorded ...

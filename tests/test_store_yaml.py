@@ -383,6 +383,9 @@ def test_constructor_arguments_are_validated(tmp_path: Path) -> None:
     # accepted, then every write overflowed a thread wait ("timestamp out of range")
     with pytest.raises(ValueError, match=r"lock_timeout must be at most a day \(86400 s\)"):
         YamlStateStore(tmp_path, lock_timeout=1e10)
+    # accepted: nothing was written until stop()
+    with pytest.raises(ValueError, match=r"commit_delay must be at most a day \(86400 s\)"):
+        YamlStateStore(tmp_path, commit_delay=float("inf"))
     with pytest.raises(ValueError, match="commit_delay"):
         YamlStateStore(tmp_path, commit_delay="soon")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_run_history"):

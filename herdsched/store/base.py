@@ -258,9 +258,12 @@ def check_lock_timeout(value: float) -> float:
 
 
 def check_commit_delay(value: float) -> float:
-    """``value`` as float seconds; a clear ``ValueError`` unless a number of at least 0."""
+    """``value`` as float seconds; a clear ``ValueError`` unless a number from 0 to a day (an
+    endless one wrote nothing until ``stop()``: a crash lost every run)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
         raise ValueError(f"commit_delay must be a non-negative number of seconds, got {value!r}")
+    if not value <= LONGEST_LOCK_TIMEOUT:
+        raise ValueError(f"commit_delay must be at most a day (86400 s), got {value!r}")
     return float(value)
 
 
