@@ -49,6 +49,7 @@ from herdsched.engine.reporting import (
 )
 from herdsched.engine.requests import stored_refusal
 from herdsched.engine.settings import EngineSettings, resolve_poll_interval
+from herdsched.engine.stopping import wait_for_runs
 from herdsched.engine.syncing import OtherProcesses
 from herdsched.engine.timer import Timer
 from herdsched.errors import (
@@ -360,11 +361,11 @@ class ThreadedScheduler:
             core.status = "stopping"
         core.changed()
         try:
-            left = _wait_for_runs(
+            left = wait_for_runs(
                 self._dispatch, timeout if wait_for_jobs else 0.0, cancel_left=wait_for_jobs
             )
         except BaseException:  # interrupted (Ctrl-C, a notebook's interrupt): wait no more
-            left = _wait_for_runs(self._dispatch, 0.0, cancel_left=True)
+            left = wait_for_runs(self._dispatch, 0.0, cancel_left=True)
             self.log.warning("stop() was interrupted: it gave up %d running job(s).", len(left))
             self._stopped(timed_out=bool(left), remaining=len(left))
             raise
@@ -906,33 +907,6 @@ def _warn_of_twins(new: ThreadedScheduler, agents: Iterable[str]) -> None:
                 ", ".join(repr(name) for name in shared),
             )
             return
-
-
-def _wait_for_runs(
-    dispatch: Dispatcher, timeout: float | None, *, cancel_left: bool
-) -> tuple[str, ...]:
-    """Wait until no job but the caller's own runs; returns the jobs still running (a
-    timed-out job whose thread goes on included) as sorted ``agent/schedule`` names. Runs the
-    caller was about to start (it is a ``JobSubmitted`` listener) are given up first.
-
-    With ``cancel_left`` those are given up first (settled: whatever they return now is not
-    recorded, as the lease is about to go; the next start records them interrupted), then
-    asked to stop through their cancel event."""
-    core, me = dispatch.core, threading.get_ident()
-    dispatch.give_up_launching()
-
-    def others() -> list[Run]:  # not the runs this thread executes, settles or launches
-        running = core.running.values()
-        return [r for r in running if me not in (r.thread_id, r.settled_by, r.launched_by)]
-
-    with core.idle:
-        core.idle.wait_for(lambda: not others(), timeout)
-        left = others()
-        for run in left if cancel_left else ():
-            if not run.finalized:  # a timed-out run, or one being settled, has its record
-                run.finalized = run.given_up = True
-            run.cancel()
-        return tuple(sorted(f"{run.agent}/{run.schedule_name}" for run in left))
 
 
 def _require_job(core: EngineCore, agent: Agent, named: Entry | None) -> None:

@@ -188,6 +188,34 @@ def test_a_hung_job_makes_stop_raise_at_its_timeout() -> None:
     assert sched.status == "stopped"
 
 
+@pytest.mark.parametrize("state", ["memory", "directory"])
+def test_a_jobs_own_timeout_is_kept_while_stop_waits(tmp_path: Path, state: str) -> None:
+    """The timer, which times runs out, ends when ``stop()`` begins: a job 1 s from its
+    timeout ran on past it while ``stop()`` waited, was recorded a success, and held
+    ``stop()`` up to the job's own end (here 20 s)."""
+    started, cancelled = threading.Event(), threading.Event()
+
+    def job(info: TriggerInfo) -> str:
+        started.set()
+        if info.cancel_event.wait(20):
+            cancelled.set()
+        return "done"
+
+    sched = make(state_dir=tmp_path if state == "directory" else None)
+    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.manual(timeout="1s")}))
+    sched.start()
+    assert sched.trigger("a", "s").success and started.wait(10)
+    began = time.monotonic()
+    sched.stop(timeout=30)  # returns once the job, told at its timeout, has returned
+    took = time.monotonic() - began
+    assert cancelled.is_set()
+    assert [r.status for r in sched.history("a", "s")] == [RunStatus.TIMEOUT]
+    assert took < 15  # the job's own 20 s were not waited for
+    if state == "directory":
+        with YamlStateStore(tmp_path) as store:  # written by the stop's last commit
+            assert [r.status for r in store.get_history("a", "s")] == [RunStatus.TIMEOUT]
+
+
 def _waits_to_be_cancelled(
     started: threading.Event, cancelled: threading.Event, *, then_fails: bool
 ) -> Callable[[TriggerInfo], None]:
