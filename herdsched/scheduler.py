@@ -362,10 +362,13 @@ class ThreadedScheduler:
         core.changed()
         try:
             left = wait_for_runs(
-                self._dispatch, timeout if wait_for_jobs else 0.0, cancel_left=wait_for_jobs
+                self._dispatch,
+                self._leadership,
+                timeout if wait_for_jobs else 0.0,
+                cancel_left=wait_for_jobs,
             )
         except BaseException:  # interrupted (Ctrl-C, a notebook's interrupt): wait no more
-            left = wait_for_runs(self._dispatch, 0.0, cancel_left=True)
+            left = wait_for_runs(self._dispatch, self._leadership, 0.0, cancel_left=True)
             self.log.warning("stop() was interrupted: it gave up %d running job(s).", len(left))
             self._stopped(timed_out=bool(left), remaining=len(left))
             raise

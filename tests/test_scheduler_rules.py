@@ -1557,6 +1557,27 @@ def test_a_triggered_runs_timeout_is_enforced_on_time(leader_lock: bool) -> None
         sched.stop()
 
 
+def test_a_run_times_out_while_stop_waits_when_a_fake_clock_passes_its_timeout() -> None:
+    """``stop()`` times runs out as the timer would, on the scheduler's clock: a test moving
+    a ``FakeClock`` past the timeout is seen within a second, not the timeout's length in
+    real seconds (an hour)."""
+    started, clock = threading.Event(), FakeClock(T0)
+
+    def job(info: Any) -> None:
+        started.set()
+        info.cancel_event.wait(30)
+
+    sched = ThreadedScheduler(state_dir=None, clock=clock)
+    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.manual(timeout="1h")}))
+    sched.start()
+    assert sched.trigger("a", "s").success and started.wait(10)
+    mover = threading.Timer(0.2, clock.advance, args=("2h",))
+    mover.start()
+    sched.stop(timeout=20)
+    mover.join()
+    assert [r.status for r in sched.history("a", "s")] == [RunStatus.TIMEOUT]
+
+
 def test_trigger_wait_returns_at_the_timeout_of_a_job_that_ignores_its_cancel() -> None:
     """``trigger(wait=True)`` returns "once the run is recorded": a timed-out run is recorded
     at its timeout, but the call waited for the job's thread, for as long as a job ignoring its

@@ -25,6 +25,7 @@ from herdsched import (
 )
 from herdsched.events import Event, JobFailed, JobSucceeded
 from herdsched.store.yaml_store import YamlStateStore
+from herdsched.testing import as_separate_processes
 
 pytestmark = pytest.mark.slow
 
@@ -214,6 +215,56 @@ def test_a_jobs_own_timeout_is_kept_while_stop_waits(tmp_path: Path, state: str)
     if state == "directory":
         with YamlStateStore(tmp_path) as store:  # written by the stop's last commit
             assert [r.status for r in store.get_history("a", "s")] == [RunStatus.TIMEOUT]
+
+
+def test_stop_keeps_the_lease_while_it_waits_longer_than_the_lease_lasts(
+    tmp_path: Path,
+) -> None:
+    """Nothing renewed the lease while ``stop()`` waited: past ``lease_ttl`` a standby took
+    over and recorded the run interrupted while its job still ran here, and this scheduler
+    then timed it out and told its notifier and listeners so."""
+    started, notes = threading.Event(), []
+
+    def job(info: TriggerInfo) -> None:
+        started.set()
+        info.cancel_event.wait(30)
+
+    with as_separate_processes():
+        leader = ThreadedScheduler(
+            state_dir=tmp_path, lease_ttl=2, notifier=lambda note: notes.append(note.status)
+        )
+        leader.add_agent(
+            Agent("x", job=job, schedules={"s": Schedule.manual(timeout="4s", notify="always")})
+        )
+        standby = ThreadedScheduler(state_dir=tmp_path, lease_ttl=2)
+        standby.add_agent(Agent("x", job=lambda info: None, schedules={"s": Schedule.manual()}))
+        leader.start()
+        standby.start()
+        try:
+            assert leader.trigger("x", "s").success and started.wait(10)
+            leader.stop(timeout=20)  # the run times out at 4 s, twice the lease's length
+            assert notes == [RunStatus.TIMEOUT]
+            assert wait_until(lambda: standby.is_leader)
+            assert [r.status for r in standby.history("x", "s")] == [RunStatus.TIMEOUT]
+        finally:
+            standby.stop()
+
+
+def test_a_run_timeout_of_centuries_does_not_break_an_endless_stop() -> None:
+    """A run's deadline was the wait's length: 200,000 days overflowed the thread wait, and
+    ``stop(timeout=None)`` raised and gave its job up unrecorded."""
+    sched = make()
+    sched.add_agent(
+        Agent(
+            "a",
+            job=lambda info: time.sleep(0.3),
+            schedules={"s": Schedule.manual(timeout="200000d")},
+        )
+    )
+    sched.start()
+    assert sched.trigger("a", "s").success
+    sched.stop(timeout=None)
+    assert [r.status for r in sched.history("a", "s")] == [RunStatus.SUCCESS]
 
 
 def _waits_to_be_cancelled(

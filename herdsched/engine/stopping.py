@@ -1,9 +1,9 @@
-"""What ``stop()`` waits for: the running jobs, their own timeouts still kept.
+"""What ``stop()`` waits for: the running jobs, their own timeouts and the lease still kept.
 
 The timer thread ends when ``stop()`` begins (nothing is dispatched any more), and with it the
-look that times runs out; a job past its timeout while ``stop()`` waited ran on, was recorded
-a success, and kept ``stop()`` waiting to its own timeout. So the wait times runs out itself,
-as the timer would have.
+look that times runs out and renews the lease: a job past its timeout while ``stop()`` waited
+ran on and was recorded a success, and a wait longer than the lease let a standby take over
+while this scheduler's jobs still ran. So the wait does both itself, as the timer would have.
 """
 
 from __future__ import annotations
@@ -12,18 +12,24 @@ import threading
 import time
 
 from herdsched.engine.dispatch import Dispatcher
+from herdsched.engine.recovery import Leadership
 from herdsched.runner import Run
 
 __all__ = ["wait_for_runs"]
 
+#: The longest the wait sleeps between two looks (real seconds): a ``FakeClock`` moved by a
+#: test, or a lease due for renewal, is seen within it.
+_LOOK_EVERY = 1.0
+
 
 def wait_for_runs(
-    dispatch: Dispatcher, timeout: float | None, *, cancel_left: bool
+    dispatch: Dispatcher, leadership: Leadership, timeout: float | None, *, cancel_left: bool
 ) -> tuple[str, ...]:
     """Wait up to ``timeout`` real seconds until no job runs but the caller's own; returns
     the jobs still running (a timed-out job whose thread goes on included) as sorted
     ``agent/schedule`` names. Runs the caller was about to start (it is a ``JobSubmitted``
-    listener) are given up first; a run past its timeout meanwhile is timed out.
+    listener) are given up first. Meanwhile the lease is renewed and a run past its timeout
+    is timed out, until the lease is lost (the next leader records what runs then).
 
     With ``cancel_left`` those left are given up (settled: whatever they return now is not
     recorded, as the lease is about to go; the next start records them interrupted), then
@@ -36,17 +42,21 @@ def wait_for_runs(
         return [r for r in running if me not in (r.thread_id, r.settled_by, r.launched_by)]
 
     end = None if timeout is None else time.monotonic() + timeout
+    leading = True
     while True:
-        remaining = None if end is None else max(0.0, end - time.monotonic())
         with core.idle:
             due = dispatch.next_deadline()  # on the scheduler's clock
-            until_due = None if due is None else max(0.0, due - core.clock.monotonic())
-            steps = [step for step in (remaining, until_due) if step is not None]
-            if core.idle.wait_for(lambda: not others(), min(steps, default=None)):
+            steps = [_LOOK_EVERY]
+            if end is not None:
+                steps.append(max(0.0, end - time.monotonic()))
+            if due is not None:
+                steps.append(max(0.0, due - core.clock.monotonic()))
+            if core.idle.wait_for(lambda: not others(), min(steps)):
                 break
-        if remaining == 0.0:
+        if end is not None and time.monotonic() >= end:
             break
-        if until_due is not None and (remaining is None or until_due <= remaining):
+        leading = leading and leadership.heartbeat()
+        if leading:
             dispatch.expire_timeouts(core.clock.now())
     with core.idle:
         left = others()
