@@ -612,7 +612,14 @@ def show_running(core: EngineCore, entry: Entry) -> None:
     intent is ``idle``): a transition of this leader, fenced by its lease and decided under
     the lock, so a run ending meanwhile or a lead lost leaves no ``running`` behind. Caller
     holds the lock."""
-    if core.leading and entry.planned_by_its_run and entry.state.status is Status.IDLE:
+    run = entry.run
+    if (
+        core.leading
+        and run is not None
+        and entry.planned_by_its_run
+        and entry.state.status is Status.IDLE
+        and entry.state.running_run_id == run.run_id  # its end is not written yet
+    ):
         core.change_state(entry, status=Status.RUNNING)
 
 
