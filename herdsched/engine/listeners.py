@@ -14,9 +14,11 @@ to it (and a timeout's events, which wait until the run's ``JobStarted`` has bee
 
 from __future__ import annotations
 
+import abc
 import collections
 import logging
 import threading
+import typing
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
@@ -70,6 +72,21 @@ def check_listener(callback: object, types: tuple[object, ...]) -> None:
                 else f" ({exc}; event classes are in herdsched.events: JobSucceeded, ...)"
             )
             raise TypeError(f"add_listener() takes event classes, got {kind!r}{hint}") from None
+        for member in typing.get_args(kind) or (kind,):  # a union's members, or itself
+            if not _may_hold_events(member):
+                raise TypeError(
+                    f"add_listener() takes event classes, got {kind!r}: no event is "
+                    f"{getattr(member, '__name__', member)!r} (event classes are in "
+                    "herdsched.events: JobSucceeded, JobFailed, ...)"
+                )
+
+
+def _may_hold_events(kind: object) -> bool:
+    """Whether an event can be an instance of ``kind``: an event class, a base of them
+    (``object``), an ABC or runtime-checkable protocol (``None`` in an ``Optional`` too)."""
+    if kind is type(None) or isinstance(kind, abc.ABCMeta):
+        return True
+    return isinstance(kind, type) and (issubclass(kind, ev.Event) or issubclass(ev.Event, kind))
 
 
 class Listeners:
