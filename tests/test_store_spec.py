@@ -238,23 +238,31 @@ def test_store_location_of_each_store(tmp_path: Path) -> None:
     [
         # the host/port pairs were garbled: "127.0.0.1,127.0.0.2:,55432"
         ("postgresql://app@db1:5432,db2:5433/hs", "postgresql://app@db1:5432,db2:5433/hs"),
-        ("host=db1,db2 port=6432 dbname=hs", "postgresql://db1:6432,db2:6432/hs"),
+        ("host=db1,db2 port=6432 dbname=hs", "postgresql://herd@db1:6432,db2:6432/hs"),
         # libpq's local socket was shown as localhost:5432; its port tells servers apart
-        ("dbname=hs", "postgresql://:5432/hs"),
-        ("dbname=hs port=5433", "postgresql://:5433/hs"),
+        ("dbname=hs", "postgresql://herd@:5433/hs"),
+        ("dbname=hs port=5432", "postgresql://herd@:5432/hs"),
         (
             "host=/var/run/postgresql dbname=hs",
-            "postgresql://:5432/hs (socket in /var/run/postgresql)",
+            "postgresql://herd@:5433/hs (socket in /var/run/postgresql)",
         ),
         # a service was shown as a server at localhost
         ("service=reports", "service=reports"),
-        ("postgresql://app:s3cret@db/hs", "postgresql://app@db:5432/hs"),
+        ("postgresql://app:s3cret@db/hs", "postgresql://app@db:5433/hs"),
     ],
 )
-def test_a_dsn_is_described_as_libpq_reads_it_without_its_password(dsn: str, shown: str) -> None:
+def test_a_dsn_is_described_as_libpq_reads_it_without_its_password(
+    monkeypatch: pytest.MonkeyPatch, dsn: str, shown: str
+) -> None:
+    """What a DSN leaves out is what libpq takes from the environment: described as 5432,
+    a DSN reaching the server of ``PGPORT=5433`` was taken for the one on 5432."""
     pytest.importorskip("psycopg")
     from herdsched.store.postgres.connection import describe_dsn
 
+    for name in ("PGHOST", "PGHOSTADDR", "PGDATABASE", "PGSERVICE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PGUSER", "herd")
+    monkeypatch.setenv("PGPORT", "5433")
     assert describe_dsn(dsn) == shown
 
 

@@ -205,16 +205,18 @@ def describe_dsn(dsn: str) -> str:
     """``dsn`` as a URL without its password, for messages and status pages and as the key a
     scheduler hands over by: each host with its port (``a:5432,b:5433``); no host is libpq's
     local socket (``postgresql://:5432/app``), a directory one named so; a service without a
-    host is named as given (``service=app``)."""
+    host is named as given (``service=app``). What the DSN leaves out is what libpq takes
+    (``PGPORT``, ``PGHOST``, ``PGUSER``, ...), so two servers are never described alike."""
     try:
-        parts = conninfo_to_dict(dsn)
+        given = conninfo_to_dict(dsn)
     except (psycopg.Error, UnicodeDecodeError):  # a %-escape of bytes that are no UTF-8
         return "an unreadable DSN"
+    parts = {**_libpq_defaults(), **{key: value for key, value in given.items() if value}}
     user = parts.get("user", "")
     name = parts.get("dbname", user or "")
     hosts = str(parts.get("host") or parts.get("hostaddr") or "").split(",")
-    if hosts == [""] and parts.get("service"):
-        return f"service={parts['service']}" + (f" dbname={name}" if "dbname" in parts else "")
+    if not given.get("host") and not given.get("hostaddr") and given.get("service"):
+        return f"service={given['service']}" + (f" dbname={name}" if "dbname" in given else "")
     ports = str(parts.get("port") or "").split(",")
     ports = ports * len(hosts) if len(ports) == 1 else ports  # one port for every host
     places = [  # the port always: it tells two servers on one socket directory apart
@@ -224,6 +226,17 @@ def describe_dsn(dsn: str) -> str:
     socket = next((host for host in hosts if host.startswith("/")), None)
     shown = f"postgresql://{user}{'@' if user else ''}{','.join(places)}/{name}"
     return shown + (f" (socket in {socket})" if socket else "")
+
+
+def _libpq_defaults() -> dict[str, str]:
+    """The values libpq takes for the places a DSN leaves out, from the environment
+    (``PGHOST``, ``PGPORT``, ``PGUSER``, ``PGDATABASE``) or its own defaults."""
+    wanted = ("host", "hostaddr", "port", "user", "dbname")
+    return {
+        option.keyword.decode(): option.val.decode()
+        for option in psycopg.pq.Conninfo.get_defaults()
+        if option.val and option.keyword.decode() in wanted
+    }
 
 
 def state_error(exc: BaseException, doing: str, where: str) -> StateError:
