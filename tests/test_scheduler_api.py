@@ -155,6 +155,9 @@ class _HasAgent(Protocol):  # not runtime-checkable: isinstance() refuses it
         ((print, [JobFailed, JobSucceeded]), "give the event classes as separate arguments"),
         ((print, "JobFailed"), "takes event classes, got 'JobFailed' (isinstance() arg 2"),
         ((print, _HasAgent), "runtime_checkable protocols"),
+        # never called: no event is an int (the check taking what isinstance takes lost it)
+        ((print, int), "takes event classes, got <class 'int'>: no event is 'int'"),
+        ((print, JobFailed | int), "no event is 'int'"),
     ],
 )
 def test_add_listener_refuses_what_is_no_callback_or_event_class(
@@ -370,6 +373,36 @@ def test_a_run_ending_while_its_resume_is_written_leaves_no_running_behind(
         assert sched.trigger("a", "s").success and blocker.began.wait(10)
         sched.pause("a", "s")
         sched.resume("a", "s")
+        assert sched.wait_until_idle(10)
+        sched.store.flush()
+        [shown] = sched.get_status().schedules
+        assert (shown.status, shown.running) == (Status.IDLE, 0)
+        assert sched.store.get_schedule_state("a", "s").status is Status.IDLE
+
+
+def test_a_resume_waiting_while_the_runs_end_is_written_leaves_no_running_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the run's record and the end of its settling the run still counted as going
+    on: a resume that got the lock then recorded ``running`` over the run's own end."""
+    from herdsched.engine.dispatch import Dispatcher
+
+    settled, blocker = Dispatcher._settled, Blocker()
+
+    def settled_late(self: Dispatcher, run: Any) -> None:
+        resumer = threading.Thread(target=sched.resume, args=("a", "s"))
+        resumer.start()  # it takes the lock while the run is recorded but not yet settled
+        threading.Event().wait(0.05)
+        settled(self, run)
+        resumer.join(10)
+
+    monkeypatch.setattr(Dispatcher, "_settled", settled_late)
+    sched = ThreadedScheduler(state_dir=None, store=YamlStateStore(tmp_path), commit_delay=0)
+    sched.add_agent(Agent("a", job=blocker, schedules={"s": Schedule.manual()}))
+    with sched:
+        assert sched.trigger("a", "s").success and blocker.began.wait(10)
+        sched.pause("a", "s")
+        blocker.release.set()
         assert sched.wait_until_idle(10)
         sched.store.flush()
         [shown] = sched.get_status().schedules
