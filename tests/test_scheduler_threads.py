@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import signal
 import threading
@@ -23,6 +24,7 @@ from herdsched import (
     ThreadedScheduler,
     TriggerInfo,
 )
+from herdsched.errors import StateError
 from herdsched.events import Event, JobFailed, JobSucceeded
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.testing import as_separate_processes
@@ -246,6 +248,51 @@ def test_stop_keeps_the_lease_while_it_waits_longer_than_the_lease_lasts(
             assert notes == [RunStatus.TIMEOUT]
             assert wait_until(lambda: standby.is_leader)
             assert [r.status for r in standby.history("x", "s")] == [RunStatus.TIMEOUT]
+        finally:
+            standby.stop()
+
+
+def test_a_lease_lost_while_stop_waits_ends_the_records_not_the_timeouts(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cut off from the store while ``stop()`` waited, a leader noticed nothing: its job's
+    outcome was notified and announced though a standby had recorded the run interrupted;
+    and once it did notice, it stopped timing runs out, so ``stop(timeout=None)`` waited out
+    a job that waits on its cancel."""
+    started, notes, heard, cancelled_after = threading.Event(), [], [], []
+
+    def job(info: TriggerInfo) -> None:
+        began = time.monotonic()
+        started.set()
+        if info.cancel_event.wait(20):
+            cancelled_after.append(time.monotonic() - began)
+
+    with as_separate_processes():
+        leader = ThreadedScheduler(
+            state_dir=tmp_path, lease_ttl=2, notifier=lambda note: notes.append(note.status)
+        )
+        leader.add_agent(
+            Agent("x", job=job, schedules={"s": Schedule.manual(timeout="4s", notify="always")})
+        )
+        leader.add_listener(lambda event: heard.append(type(event).__name__))
+        standby = ThreadedScheduler(state_dir=tmp_path, lease_ttl=2)
+        standby.add_agent(Agent("x", job=lambda info: None, schedules={"s": Schedule.manual()}))
+        leader.start()
+        standby.start()
+        try:
+            assert leader.trigger("x", "s").success and started.wait(10)
+
+            def cut_off(*args: object, **kwargs: object) -> None:
+                raise StateError("store unreachable (simulated)")
+
+            monkeypatch.setattr(leader.store, "renew_lease", cut_off)
+            with caplog.at_level(logging.ERROR, logger="herdsched"):
+                leader.stop(timeout=None)
+            assert cancelled_after and cancelled_after[0] < 10  # at its 4 s timeout
+            assert "lost the lead" in caplog.text and "it goes on stopping" in caplog.text
+            assert notes == [] and "JobFailed" not in heard  # not this scheduler's to tell
+            assert wait_until(lambda: standby.is_leader)
+            assert [r.status for r in standby.history("x", "s")] == [RunStatus.INTERRUPTED]
         finally:
             standby.stop()
 

@@ -242,20 +242,22 @@ class Leadership:
         core = self.core
         with core.lock:
             lease, self.lease = self.lease, None
-            if lease is None or core.status != "running":
+            stopping = core.status == "stopping"  # lost while stop() waits for its jobs
+            if lease is None or core.status not in ("running", "stopping"):
                 return
-            core.status = "standby"
+            if not stopping:
+                core.status = "standby"
             core.term += 1  # the runs going on now end unrecorded
             core.plan.drop_waiting()  # a standby runs nothing: wait_until_idle() is told
             core.idle.notify_all()
             core.log.error(
                 "This scheduler lost the lead of %s (epoch %d): %s. It dispatches nothing more; "
-                "%d running job(s) may finish but their outcomes are not recorded; it stands by "
-                "and tries to lead again.",
+                "%d running job(s) may finish but their outcomes are not recorded; %s.",
                 store_location(core.store),  # in words, a password masked: not the repr
                 lease.epoch,
                 str(exc).rstrip("."),
                 len(core.running),
+                "it goes on stopping" if stopping else "it stands by and tries to lead again",
             )
             core.emit(ev.StateErrorOccurred(at=core.clock.now(), error=str(exc)))
             self._give_back(lease)  # under the lock: never after a new lease was taken

@@ -29,7 +29,8 @@ def wait_for_runs(
     the jobs still running (a timed-out job whose thread goes on included) as sorted
     ``agent/schedule`` names. Runs the caller was about to start (it is a ``JobSubmitted``
     listener) are given up first. Meanwhile the lease is renewed and a run past its timeout
-    is timed out, until the lease is lost (the next leader records what runs then).
+    is timed out (told to stop; recorded unless the lease was lost meanwhile: the next leader
+    records what ran then).
 
     With ``cancel_left`` those left are given up (settled: whatever they return now is not
     recorded, as the lease is about to go; the next start records them interrupted), then
@@ -42,7 +43,6 @@ def wait_for_runs(
         return [r for r in running if me not in (r.thread_id, r.settled_by, r.launched_by)]
 
     end = None if timeout is None else time.monotonic() + timeout
-    leading = True
     while True:
         with core.idle:
             due = dispatch.next_deadline()  # on the scheduler's clock
@@ -55,9 +55,8 @@ def wait_for_runs(
                 break
         if end is not None and time.monotonic() >= end:
             break
-        leading = leading and leadership.heartbeat()
-        if leading:
-            dispatch.expire_timeouts(core.clock.now())
+        leadership.heartbeat()  # a lease lost ends the runs' records, not their timeouts
+        dispatch.expire_timeouts(core.clock.now())
     with core.idle:
         left = others()
         for run in left if cancel_left else ():
