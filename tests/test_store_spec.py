@@ -277,3 +277,29 @@ def test_a_service_libpq_does_not_know_is_not_called_an_unreachable_server() -> 
     )
     assert "no such service in its service file" in str(error)
     assert "unreachable" not in str(error)
+
+
+def test_a_dsn_naming_its_host_address_takes_no_host_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With ``PGHOST`` set, ``hostaddr=127.0.0.1`` and ``hostaddr=127.0.0.2`` were both
+    described by ``PGHOST``: one key for two servers, so starting the second scheduler stopped
+    the first. An OS user or ``PGUSER`` that is no UTF-8 raised a ``UnicodeDecodeError``."""
+    pytest.importorskip("psycopg")
+    from herdsched.store.postgres.connection import describe_dsn
+
+    monkeypatch.setenv("PGHOST", "pg.internal")
+    monkeypatch.setenv("PGPORT", "5433")
+    monkeypatch.setenv("PGUSER", "\udce9quipe")  # the byte 0xe9 in the environment
+    assert (
+        describe_dsn("hostaddr=127.0.0.1 dbname=hs user=app")
+        == "postgresql://app@127.0.0.1:5433/hs"
+    )
+    assert (
+        describe_dsn("hostaddr=127.0.0.2 dbname=hs user=app")
+        == "postgresql://app@127.0.0.2:5433/hs"
+    )
+    assert describe_dsn("host=db hostaddr=10.0.0.5 dbname=hs user=app").startswith(
+        "postgresql://app@10.0.0.5:5433/"
+    )
+    assert describe_dsn("dbname=hs") == "postgresql://\ufffdquipe@pg.internal:5433/hs"

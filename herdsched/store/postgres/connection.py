@@ -211,10 +211,12 @@ def describe_dsn(dsn: str) -> str:
         given = conninfo_to_dict(dsn)
     except (psycopg.Error, UnicodeDecodeError):  # a %-escape of bytes that are no UTF-8
         return "an unreadable DSN"
-    parts = {**_libpq_defaults(), **{key: value for key, value in given.items() if value}}
+    given = {key: value for key, value in given.items() if value}
+    parts = {**_libpq_defaults(given), **given}
     user = parts.get("user", "")
     name = parts.get("dbname", user or "")
-    hosts = str(parts.get("host") or parts.get("hostaddr") or "").split(",")
+    # what libpq connects to: hostaddr when given (host then only names it, for TLS)
+    hosts = str(parts.get("hostaddr") or parts.get("host") or "").split(",")
     if not given.get("host") and not given.get("hostaddr") and given.get("service"):
         return f"service={given['service']}" + (f" dbname={name}" if "dbname" in given else "")
     ports = str(parts.get("port") or "").split(",")
@@ -228,14 +230,17 @@ def describe_dsn(dsn: str) -> str:
     return shown + (f" (socket in {socket})" if socket else "")
 
 
-def _libpq_defaults() -> dict[str, str]:
-    """The values libpq takes for the places a DSN leaves out, from the environment
-    (``PGHOST``, ``PGPORT``, ``PGUSER``, ``PGDATABASE``) or its own defaults."""
-    wanted = ("host", "hostaddr", "port", "user", "dbname")
+def _libpq_defaults(given: dict[str, Any]) -> dict[str, str]:
+    """The values libpq takes for the places the DSN (``given``) leaves out, from the
+    environment (``PGHOST``, ``PGPORT``, ``PGUSER``, ``PGDATABASE``) or its own defaults; a
+    DSN naming a host or a host address takes neither from them."""
+    left = {"port", "user", "dbname"} - set(given)
+    if not {"host", "hostaddr"} & set(given):
+        left |= {"host", "hostaddr"}
     return {
-        option.keyword.decode(): option.val.decode()
+        option.keyword.decode(): option.val.decode(errors="replace")  # an OS user's bytes
         for option in psycopg.pq.Conninfo.get_defaults()
-        if option.val and option.keyword.decode() in wanted
+        if option.val and option.keyword.decode() in left
     }
 
 
