@@ -219,29 +219,38 @@ def test_a_jobs_own_timeout_is_kept_while_stop_waits(tmp_path: Path, state: str)
             assert [r.status for r in store.get_history("a", "s")] == [RunStatus.TIMEOUT]
 
 
+def _leader_and_standby(
+    state_dir: Path, job: Callable[[TriggerInfo], None], notes: list[object]
+) -> tuple[ThreadedScheduler, ThreadedScheduler]:
+    """Two schedulers as two processes on ``state_dir``, a 2 s lease: the leader runs ``job``
+    (timeout 4 s) and notifies ``notes`` of every run; the standby has the same schedule."""
+    leader = ThreadedScheduler(
+        state_dir=state_dir, lease_ttl=2, notifier=lambda note: notes.append(note.status)
+    )
+    leader.add_agent(
+        Agent("x", job=job, schedules={"s": Schedule.manual(timeout="4s", notify="always")})
+    )
+    standby = ThreadedScheduler(state_dir=state_dir, lease_ttl=2)
+    standby.add_agent(Agent("x", job=lambda info: None, schedules={"s": Schedule.manual()}))
+    leader.start()
+    standby.start()
+    return leader, standby
+
+
 def test_stop_keeps_the_lease_while_it_waits_longer_than_the_lease_lasts(
     tmp_path: Path,
 ) -> None:
     """Nothing renewed the lease while ``stop()`` waited: past ``lease_ttl`` a standby took
     over and recorded the run interrupted while its job still ran here, and this scheduler
     then timed it out and told its notifier and listeners so."""
-    started, notes = threading.Event(), []
+    started, notes = threading.Event(), list[object]()
 
     def job(info: TriggerInfo) -> None:
         started.set()
         info.cancel_event.wait(30)
 
     with as_separate_processes():
-        leader = ThreadedScheduler(
-            state_dir=tmp_path, lease_ttl=2, notifier=lambda note: notes.append(note.status)
-        )
-        leader.add_agent(
-            Agent("x", job=job, schedules={"s": Schedule.manual(timeout="4s", notify="always")})
-        )
-        standby = ThreadedScheduler(state_dir=tmp_path, lease_ttl=2)
-        standby.add_agent(Agent("x", job=lambda info: None, schedules={"s": Schedule.manual()}))
-        leader.start()
-        standby.start()
+        leader, standby = _leader_and_standby(tmp_path, job, notes)
         try:
             assert leader.trigger("x", "s").success and started.wait(10)
             leader.stop(timeout=20)  # the run times out at 4 s, twice the lease's length
@@ -259,7 +268,8 @@ def test_a_lease_lost_while_stop_waits_ends_the_records_not_the_timeouts(
     outcome was notified and announced though a standby had recorded the run interrupted;
     and once it did notice, it stopped timing runs out, so ``stop(timeout=None)`` waited out
     a job that waits on its cancel."""
-    started, notes, heard, cancelled_after = threading.Event(), [], [], []
+    started, notes, heard = threading.Event(), list[object](), list[str]()
+    cancelled_after: list[float] = []
 
     def job(info: TriggerInfo) -> None:
         began = time.monotonic()
@@ -268,17 +278,8 @@ def test_a_lease_lost_while_stop_waits_ends_the_records_not_the_timeouts(
             cancelled_after.append(time.monotonic() - began)
 
     with as_separate_processes():
-        leader = ThreadedScheduler(
-            state_dir=tmp_path, lease_ttl=2, notifier=lambda note: notes.append(note.status)
-        )
-        leader.add_agent(
-            Agent("x", job=job, schedules={"s": Schedule.manual(timeout="4s", notify="always")})
-        )
+        leader, standby = _leader_and_standby(tmp_path, job, notes)
         leader.add_listener(lambda event: heard.append(type(event).__name__))
-        standby = ThreadedScheduler(state_dir=tmp_path, lease_ttl=2)
-        standby.add_agent(Agent("x", job=lambda info: None, schedules={"s": Schedule.manual()}))
-        leader.start()
-        standby.start()
         try:
             assert leader.trigger("x", "s").success and started.wait(10)
 
