@@ -18,10 +18,9 @@ import abc
 import collections
 import logging
 import threading
-import typing
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, get_args
 
 import herdsched.events as ev
 
@@ -53,9 +52,10 @@ def call_safely(func: _Callback, arg: Any, *, what: str, log: logging.Logger) ->
 def check_listener(callback: object, types: tuple[object, ...]) -> None:
     """Refuse an ``add_listener()`` whose callback cannot be called or whose event types
     ``isinstance`` cannot take (a list of them, a name as text, a protocol that is not
-    runtime-checkable): such a listener failed at every event, and the type check, made in the
-    timer's pass, stopped the scheduler's runs. Classes, ABCs, unions and runtime-checkable
-    protocols are taken as they always were."""
+    runtime-checkable) or that no event can be an instance of (``int``): such a listener
+    failed at every event (the type check, made in the timer's pass, stopped the scheduler's
+    runs) or was never called. Event classes, their bases, ABCs, runtime-checkable protocols
+    and unions of them are taken."""
     if not callable(callback):
         raise TypeError(
             f"add_listener() takes a callable, got {type(callback).__name__} {callback!r}"
@@ -72,7 +72,7 @@ def check_listener(callback: object, types: tuple[object, ...]) -> None:
                 else f" ({exc}; event classes are in herdsched.events: JobSucceeded, ...)"
             )
             raise TypeError(f"add_listener() takes event classes, got {kind!r}{hint}") from None
-        for member in typing.get_args(kind) or (kind,):  # a union's members, or itself
+        for member in get_args(kind) or (kind,):  # a union's members, or itself
             if not _may_hold_events(member):
                 raise TypeError(
                     f"add_listener() takes event classes, got {kind!r}: no event is "
