@@ -206,7 +206,7 @@ def describe_dsn(dsn: str) -> str:
     scheduler hands over by: each host with its port (``a:5432,b:5433``); no host is libpq's
     local socket (``postgresql://:5432/app``), a directory one named so; a service without a
     host is named as given (``service=app``). What the DSN leaves out is what libpq takes
-    (``PGPORT``, ``PGHOST``, ``PGUSER``, ...), so two servers are never described alike."""
+    (``PGPORT``, ``PGHOST``, ``PGUSER``, ...), so that two servers are told apart."""
     try:
         given = conninfo_to_dict(dsn)
     except (psycopg.Error, UnicodeDecodeError):  # a %-escape of bytes that are no UTF-8
@@ -239,7 +239,7 @@ def _libpq_defaults(given: dict[str, Any]) -> dict[str, str]:
         left |= {"host", "hostaddr"}
     return {
         option.keyword.decode(): option.val.decode(errors="replace")  # an OS user's bytes
-        for option in psycopg.pq.Conninfo.get_defaults()
+        for option in pq.Conninfo.get_defaults()
         if option.val and option.keyword.decode() in left
     }
 
