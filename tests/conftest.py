@@ -8,6 +8,8 @@ from collections.abc import Iterator
 import pytest
 from postgres_server import DSN_OVERRIDE, run_sql, start_server, unique_namespace
 
+from herdsched import command
+
 
 @pytest.fixture(autouse=True)
 def _no_herdsched_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -16,6 +18,14 @@ def _no_herdsched_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("HERDSCHED_"):
             monkeypatch.delenv(name)
+
+
+@pytest.fixture(autouse=True)
+def _not_quitting() -> Iterator[None]:
+    """A process quitting at once (``kill_commands()``) never runs on; a test standing in
+    for ``os._exit`` does, and must not leave later tests' failures logged as cut short."""
+    yield
+    command._quitting.clear()
 
 
 @pytest.fixture(scope="session")

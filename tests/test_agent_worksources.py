@@ -215,7 +215,9 @@ def test_a_run_now_that_finds_no_work_answers_skipped_and_its_event_names_the_ru
     skipped: list[JobSkipped] = []
     with running(work_sources={"queue": ListSource([])}) as (sched, _clock):
         sched.add_listener(skipped.append, JobSkipped)
-        sched.add_agent(triage(Script()))
+        # manual: an interval due at once could be fired by the timer thread first
+        manual = Schedule.manual(work_source="queue")
+        sched.add_agent(Agent("triage", job=Script(), schedules={"check": manual}))
         result = sched.trigger("triage", "check", wait=True)
         assert (result.success, result.skipped, result.skip_reason) == (
             False,
