@@ -1334,7 +1334,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
         skip=lambda state: (
             None
             if state.status in (Status.PAUSED, Status.DISABLED) or _backed_off(state)
-            else f"{state.status.value}, nothing to resume"
+            else _nothing_to_resume(state)
         ),
         # an idle schedule's status is the scheduler's to change (a run may end it meanwhile)
         changes=lambda state: (
@@ -1350,6 +1350,17 @@ def _cmd_resume(args: argparse.Namespace) -> int:
         ),
         verb="resumed",
     )
+
+
+def _nothing_to_resume(state: ScheduleState) -> str:
+    """Why a resume leaves ``state`` alone; a run going on in a failure backoff keeps it (the
+    run's end counts on from the failures it began with): resume again once it ended."""
+    if state.status is Status.RUNNING and state.consecutive_failures > 0:
+        return (
+            f"running after {state.consecutive_failures} failure(s) in a row: nothing to resume "
+            "while the run goes on; resume again once it ended to drop their backoff"
+        )
+    return f"{state.status.value}, nothing to resume"
 
 
 def _backed_off(state: ScheduleState) -> bool:

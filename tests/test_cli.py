@@ -538,6 +538,24 @@ def test_resume_drops_the_backoff_of_a_schedule_still_idle_after_failures(
     assert out.strip() == "triage/check: idle, nothing to resume"  # nothing left to drop
 
 
+def test_resume_of_a_run_going_on_in_a_backoff_says_to_resume_once_it_ended(
+    capsys: pytest.CaptureFixture[str], state_dir: Path
+) -> None:
+    """It answered "running, nothing to resume" and the backoff stayed after the run failed
+    again, with no word of why or what to do (a chaos soak met it)."""
+    with YamlStateStore(state_dir) as store:
+        store.update_schedule_state(
+            "triage", "check", status="running", consecutive_failures=3, running_run_id="r1"
+        )
+    code, out, _ = run_cli(capsys, "resume", "triage/check", "--state-dir", str(state_dir))
+    assert code == 0
+    assert out.strip() == (
+        "triage/check: running after 3 failure(s) in a row: nothing to resume while the run "
+        "goes on; resume again once it ended to drop their backoff"
+    )
+    assert read_state(state_dir, "triage", "check").consecutive_failures == 3  # left alone
+
+
 def test_resume_of_a_schedule_idle_after_failures_leaves_its_status_to_the_scheduler(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
