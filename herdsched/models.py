@@ -814,16 +814,10 @@ class ScheduleState:
         default=None, converter=_ms_time, validator=_aware_time
     )
     last_result: RunStatus | None = attrs.field(default=None, converter=_to_opt_run_status)
-    last_error: str | None = attrs.field(
-        default=None, converter=storable_text, validator=_opt_str("last_error")
-    )
+    last_error: str | None = attrs.field(default=None, validator=_opt_str("last_error"))
     consecutive_failures: int = attrs.field(default=0, validator=_nonneg_int)
-    session_id: str | None = attrs.field(
-        default=None, converter=storable_text, validator=_opt_str("session_id")
-    )
-    disabled_reason: str | None = attrs.field(
-        default=None, converter=storable_text, validator=_opt_str("disabled_reason")
-    )
+    session_id: str | None = attrs.field(default=None, validator=_opt_str("session_id"))
+    disabled_reason: str | None = attrs.field(default=None, validator=_opt_str("disabled_reason"))
     last_slot_at: datetime | None = attrs.field(
         default=None, converter=_ms_time, validator=_aware_time
     )

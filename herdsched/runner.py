@@ -109,8 +109,9 @@ class RunOutcome:
     status: RunStatus
     started_at: datetime
     finished_at: datetime
-    # a job's own text, as every store keeps it (also what notifiers and listeners are given)
-    output: str | None = attrs.field(default=None, converter=storable_text)
+    # a job's own text, as every store keeps it (also what notifiers and listeners are given;
+    # ``output`` comes from a JobResult, which escapes it)
+    output: str | None = None
     error: str | None = attrs.field(default=None, converter=storable_text)
     result: JobResult = _NO_RESULT
     defer_delay: timedelta | None = None

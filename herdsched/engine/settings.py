@@ -15,7 +15,7 @@ import attrs
 from herdsched.cadence import coerce_interval
 from herdsched.models import CatchUp
 from herdsched.policy import coerce_backoff
-from herdsched.store.base import check_lock_timeout
+from herdsched.store.base import check_wait
 from herdsched.timestamps import resolve_timezone
 
 __all__ = ["DEFAULT_POLL_INTERVAL", "EngineSettings", "resolve_poll_interval"]
@@ -87,7 +87,8 @@ class EngineSettings:
     poll_interval: float | None = attrs.field(default=None)
     commit_delay: float = attrs.field(default=0.5, validator=[_number, _non_negative_seconds])
     lock_timeout: float = attrs.field(
-        default=10.0, validator=[_number, _positive_seconds, lambda _, __, v: check_lock_timeout(v)]
+        default=10.0,
+        validator=[_number, _positive_seconds, lambda _, __, v: check_wait(v, "lock_timeout")],
     )
 
 

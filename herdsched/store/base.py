@@ -241,29 +241,18 @@ def check_ttl(ttl: float) -> float:
     return float(ttl)
 
 
-#: The longest wait for a lock of the state directory (a day, as the longest lease).
-LONGEST_LOCK_TIMEOUT = 86_400.0
+#: The longest ``lock_timeout`` or ``commit_delay``: a day, as the longest lease.
+LONGEST_WAIT = 86_400.0
 
 
-def check_lock_timeout(value: float) -> float:
-    """``value`` as float seconds; a clear ``ValueError`` unless a number from 0 to a day (a
-    longer one passed, then overflowed the thread waits of every write and of ``stop()``)."""
+def check_wait(value: float, name: str) -> float:
+    """``value`` (``lock_timeout``, ``commit_delay``) as float seconds; a clear ``ValueError``
+    naming it unless a number from 0 to a day (a longer lock wait overflowed the thread waits
+    of every write and of ``stop()``; an endless commit delay wrote nothing until ``stop()``)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise ValueError(f"lock_timeout must be a non-negative number of seconds, got {value!r}")
-    if not value <= LONGEST_LOCK_TIMEOUT:
-        raise ValueError(
-            f"lock_timeout must be at most a day ({LONGEST_LOCK_TIMEOUT:g} s), got {value!r}"
-        )
-    return float(value)
-
-
-def check_commit_delay(value: float) -> float:
-    """``value`` as float seconds; a clear ``ValueError`` unless a number from 0 to a day (an
-    endless one wrote nothing until ``stop()``: a crash lost every run)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise ValueError(f"commit_delay must be a non-negative number of seconds, got {value!r}")
-    if not value <= LONGEST_LOCK_TIMEOUT:
-        raise ValueError(f"commit_delay must be at most a day (86400 s), got {value!r}")
+        raise ValueError(f"{name} must be a non-negative number of seconds, got {value!r}")
+    if not value <= LONGEST_WAIT:
+        raise ValueError(f"{name} must be at most a day ({LONGEST_WAIT:g} s), got {value!r}")
     return float(value)
 
 

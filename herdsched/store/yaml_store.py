@@ -45,11 +45,10 @@ from herdsched.store.base import (
     Precondition,
     RunClaim,
     TriggerRequest,
-    check_commit_delay,
     check_history_limit,
-    check_lock_timeout,
     check_max_run_history,
     check_ttl,
+    check_wait,
     leaves_user_intent,
     merged_history,
 )
@@ -144,8 +143,8 @@ class YamlStateStore:
         sync_history: bool = False,
         codec: StateCodec | None = None,
     ) -> None:
-        self.lock_timeout = check_lock_timeout(lock_timeout)
-        commit_delay = check_commit_delay(commit_delay)
+        self.lock_timeout = check_wait(lock_timeout, "lock_timeout")
+        commit_delay = check_wait(commit_delay, "commit_delay")
         check_max_run_history(max_run_history)
         self.state_dir = Path(state_dir)
         if self.state_dir.exists() and not self.state_dir.is_dir():

@@ -37,10 +37,10 @@ from herdsched.store.base import (
     Precondition,
     RunClaim,
     TriggerRequest,
-    check_commit_delay,
     check_history_limit,
     check_max_run_history,
     check_ttl,
+    check_wait,
     leaves_user_intent,
     merged_history,
 )
@@ -153,7 +153,7 @@ class PostgresStateStore:
         self.namespace = _check_namespace(namespace)
         self.lease_ttl = check_ttl(lease_ttl) if lease_ttl is not None else None
         self.max_run_history = max_run_history
-        self.commit_delay = check_commit_delay(commit_delay)
+        self.commit_delay = check_wait(commit_delay, "commit_delay")
         self.max_staleness = max_staleness
         self._clock: Clock = clock if clock is not None else SystemClock()
         # the second, made at a leader's first claim, keeps claims from waiting behind a group
