@@ -56,8 +56,25 @@ import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any, NamedTuple
-from urllib.parse import urlsplit
 
+from herdsched.api_input import (
+    MAX_BODY_BYTES,
+    MAX_PROMPT_LENGTH,
+    WRITES,
+    ApiError,
+    ApiResponse,
+    body_too_large,
+    check_query,
+    detail,
+    enum_param,
+    field_error,
+    int_param,
+    is_cross_site,
+    length_required,
+    lenient_int,
+    parse_body,
+    single_values,
+)
 from herdsched.cadence import CADENCE_FIELDS, Cron, Interval, Once, kind_with_article
 from herdsched.config import (
     SCHEDULE_FIELDS,
@@ -167,14 +184,9 @@ def ALLOW_ANYONE(request: object) -> str:
     return ADMIN
 
 
-#: The largest request body the API reads (64 KiB); larger ones get 413. Adapters take
-#: ``max_body_bytes`` (``HERDSCHED_MAX_BODY_BYTES`` / ``HERDSCHED["MAX_BODY_BYTES"]``).
-MAX_BODY_BYTES = 64 * 1024
 #: Seconds the store calls of one request may take together: below gunicorn's default 30 s
 #: worker timeout, with room for the rest of the request.
 REQUEST_TIMEOUT = 20.0
-#: The longest prompt the API accepts, in characters.
-MAX_PROMPT_LENGTH = 32 * 1024
 #: The longest schedule name the API accepts, in characters.
 MAX_NAME_LENGTH = 100
 
@@ -232,30 +244,6 @@ class _PageView(NamedTuple):
     paging: dict[str, int]
 
 
-def _lenient_int(raw: object, default: int) -> int:
-    """A page's number from its query string; anything unreadable is the default."""
-    try:
-        return int(str(raw)) if raw not in (None, "") else default
-    except ValueError:
-        return default
-
-
-class ApiResponse(NamedTuple):
-    """A status code and a JSON-ready body (unpacks as ``status, body``)."""
-
-    status: int
-    body: dict[str, Any]
-
-    @property
-    def headers(self) -> dict[str, str]:
-        """The headers an adapter adds: an answer about one schedule has an ``ETag`` (see
-        :mod:`herdsched.http_conditions`) and ``Cache-Control: no-store``, its state being
-        live."""
-        if "revision" not in self.body or "error" in self.body:
-            return {}
-        return {"ETag": f'"{answer_tag(self.body)}"', "Cache-Control": "no-store"}
-
-
 class _Patched(NamedTuple):
     """A PATCH's answer and the part of its body that changed something, which its audit line
     tells: ``{"enabled": true}`` on a schedule that is not paused is logged as changing
@@ -263,75 +251,6 @@ class _Patched(NamedTuple):
 
     response: ApiResponse
     effective: dict[str, Any]
-
-
-class ApiError(Exception):
-    """An error answer: ``status`` code, ``error`` message, ``details`` naming the culprits."""
-
-    def __init__(
-        self,
-        status: int,
-        error: str,
-        details: list[dict[str, Any]] | None = None,
-        extra: Mapping[str, Any] | None = None,
-    ) -> None:
-        super().__init__(error)
-        self.status = status
-        self.error = error
-        self.details = details or []
-        self.extra = dict(extra or {})  # more fields of the answer (a 412's current revision)
-
-    def response(self) -> ApiResponse:
-        return ApiResponse(
-            self.status, {"error": self.error, "details": self.details, **self.extra}
-        )
-
-
-def _detail(field: str | None, message: str) -> dict[str, Any]:
-    return {"field": field, "message": message}
-
-
-def _field_error(field: str, message: str) -> ApiError:
-    return ApiError(400, message, [_detail(field, message)])
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"the number {_number_shown(text)} is too large")
-    return value
-
-
-#: the most digits Python reads as an int (``sys.get_int_max_str_digits()``'s default)
-_MAX_DIGITS = 4300
-
-
-def _whole_number(text: str) -> int:
-    if len(text) > _MAX_DIGITS:
-        raise ValueError(
-            f"the number {_number_shown(text)} is too large ({len(text)} digits; at most "
-            f"{_MAX_DIGITS})"
-        )
-    return int(text)
-
-
-def _number_shown(text: str) -> str:
-    return text if len(text) <= 30 else f"{text[:12]}...{text[-12:]}"
-
-
-def _object_without_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object; a key given twice is refused (the last one won silently, where a fleet
-    file refuses a repeated key)."""
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise _field_error(key, f"the field {key!r} is given twice in the request body")
-        result[key] = value
-    return result
 
 
 def _time(moment: datetime | None) -> str | None:
@@ -418,9 +337,9 @@ def _problem_details(problems: list[str]) -> list[dict[str, Any]]:
     for problem in problems:
         match = _PROBLEM.match(problem)
         if match:
-            details.append(_detail(match["field"], match["message"]))
+            details.append(detail(match["field"], match["message"]))
         else:
-            details.append(_detail(None, problem))
+            details.append(detail(None, problem))
     return details
 
 
@@ -434,15 +353,15 @@ def _error_for(exc: Exception) -> ApiError:
         return ApiError(400, message, _problem_details(exc.problems))
     # a cron parse error first: its field names a field of the expression, not the schedule's
     if isinstance(exc, CronParseError):
-        return ApiError(400, str(exc), [_detail("cron", str(exc))])
+        return ApiError(400, str(exc), [detail("cron", str(exc))])
     if isinstance(exc, InvalidScheduleError):
-        return ApiError(400, str(exc), [_detail(exc.field, str(exc))])
+        return ApiError(400, str(exc), [detail(exc.field, str(exc))])
     if isinstance(exc, (AgentNotFoundError, ScheduleNotFoundError)):
         return ApiError(404, str(exc))
     if isinstance(exc, UnauthorizedError):
         return ApiError(403, str(exc))
     if isinstance(exc, RevisionMismatchError):  # a ConflictError: before the 409
-        return ApiError(412, str(exc), [_detail("If-Match", str(exc))], {"revision": exc.current})
+        return ApiError(412, str(exc), [detail("If-Match", str(exc))], {"revision": exc.current})
     if isinstance(exc, (LimitExceededError, ScheduleTriggerError, ConflictError)):
         return ApiError(409, str(exc))
     if isinstance(exc, StateError):
@@ -533,11 +452,11 @@ class RestApi:
             if method not in allowed:
                 listed = ", ".join(_with_head(allowed))
                 raise ApiError(405, f"method {method} is not allowed on {path} (allowed: {listed})")
-            params = _single_values(query or {})
-            _check_query(params, known)
-            if method in _WRITES:
+            params = single_values(query or {})
+            check_query(params, known)
+            if method in WRITES:
                 _check_write(read_only, cross_site)
-            data = self._body(method, body, content_type)
+            data = parse_body(method, body, content_type, self.max_body_bytes)
             extra = _conditions_of(route == self._one, method, if_match, if_none_match)
             with answer_within(self.request_timeout):
                 answer: ApiResponse | _Patched = route(
@@ -548,7 +467,7 @@ class RestApi:
         if isinstance(answer, _Patched):
             data = answer.effective
             answer = answer.response
-        if method in _WRITES:
+        if method in WRITES:
             _audit(method, args, data, answer, _who(actor, caller))
         return answer
 
@@ -633,9 +552,9 @@ class RestApi:
             and (not agent or item["agent"] == agent)
             and (not text or text in f"{item['agent']}/{item['name']}".lower())
         ]
-        per = min(max(_lenient_int(query.get("per"), DEFAULT_PAGE_SIZE), 1), PAGE_LIMIT)
+        per = min(max(lenient_int(query.get("per"), DEFAULT_PAGE_SIZE), 1), PAGE_LIMIT)
         pages = max(1, -(-len(matching) // per))
-        page = min(max(_lenient_int(query.get("page"), 1), 1), pages)
+        page = min(max(lenient_int(query.get("page"), 1), 1), pages)
         shown = matching[(page - 1) * per : page * per]
         return _PageView(
             status=status,
@@ -702,52 +621,6 @@ class RestApi:
             if len(rest) == 5 and rest[0] == "schedule" and rest[3] == "runs":
                 return self._one_run, (rest[1], rest[2], rest[4]), ("GET",), ()
         raise ApiError(404, f"no such API route: {path}")
-
-    def _body(
-        self, method: str, body: bytes | str | Mapping[str, Any] | None, content_type: str | None
-    ) -> dict[str, Any] | None:
-        if isinstance(body, Mapping):
-            return dict(body)
-        if method not in _WRITES or body is None:
-            return None
-        size = len(body.encode() if isinstance(body, str) else body)
-        if size > self.max_body_bytes:
-            raise body_too_large(self.max_body_bytes)
-        empty = not body.strip()
-        if content_type is not None and (content_type.strip() or not empty):
-            # An empty body without a content type is fine ("curl -X POST .../run"); an empty
-            # form post is what another site could make a browser send.
-            media = content_type.split(";", 1)[0].strip().lower()
-            if media != "application/json" and not media.endswith("+json"):
-                raise ApiError(
-                    415,
-                    f"{method} needs a JSON body with Content-Type: application/json "
-                    f"(got {content_type or 'no content type'!r})",
-                    [_detail("Content-Type", "must be application/json")],
-                )
-        if empty:
-            return None
-        try:
-            parsed = json.loads(
-                body,
-                parse_constant=_no_constant,
-                parse_float=_finite_float,
-                parse_int=_whole_number,
-                object_pairs_hook=_object_without_repeats,
-            )
-        except ValueError as exc:
-            raise ApiError(400, f"request body is not valid JSON: {exc}") from exc
-        except RecursionError:
-            raise ApiError(400, "request body is nested too deeply") from None
-        if not isinstance(parsed, dict):
-            kind = "null" if parsed is None else type(parsed).__name__
-            raise ApiError(400, f"request body must be a JSON object, got {kind}")
-        for key, value in parsed.items():
-            # what JSON parses but no store keeps (a lone surrogate), before a 400 names it
-            for field, item in (("a field name", key), (key, value)):
-                if (problem := json_problem(item, field, 0)) is not None:
-                    raise _field_error(field, problem)
-        return parsed
 
     # ------------------------------------------------------------------------------ helpers
 
@@ -837,15 +710,15 @@ class RestApi:
     def _list(
         self, method: str, *, query: dict[str, str], data: Any, caller: str | None
     ) -> ApiResponse:
-        limit = _int_param(query, "limit", 20, minimum=1)
-        offset = _int_param(query, "offset", 0, minimum=0)
+        limit = int_param(query, "limit", 20, minimum=1)
+        offset = int_param(query, "offset", 0, minimum=0)
         owner = query.get("owner") or None
         if caller is not None:
             if owner is not None and owner != caller:
                 raise ApiError(403, f"caller {caller!r} cannot list schedules of {owner!r}")
             owner = caller
-        status = _enum_param(query, "status", Status)
-        kind = _enum_param(query, "type", ScheduleType)
+        status = enum_param(query, "status", Status)
+        kind = enum_param(query, "type", ScheduleType)
         page = self.scheduler.search(
             owner=owner,
             name_contains=query.get("q") or None,
@@ -888,7 +761,7 @@ class RestApi:
         if method == "PATCH":
             return self._patch(agent, name, data or {}, caller, item.status, revision)
         if data:  # what it asks for would be ignored: a run-now refuses unknown fields too
-            raise _field_error(
+            raise field_error(
                 sorted(data)[0], f"DELETE takes no body, got the fields {', '.join(sorted(data))}"
             )
         self._check_defined_here(item)
@@ -1007,7 +880,7 @@ class RestApi:
             self._check_defined_here(self._item(agent, name), enabling=not fields)
         if fields:
             if "type" in fields and fields["type"] != existing.type.value:
-                raise _field_error(
+                raise field_error(
                     "type",
                     f"the type of {agent}/{name} cannot change from {existing.type.value} to "
                     f"{json.dumps(fields['type'])[:80]}: PUT the whole schedule instead",
@@ -1068,12 +941,12 @@ class RestApi:
         data = data or {}
         unknown = sorted(set(data) - {"prompt"})
         if unknown:
-            raise _field_error(unknown[0], f"unknown field {unknown[0]!r} (known: prompt)")
+            raise field_error(unknown[0], f"unknown field {unknown[0]!r} (known: prompt)")
         prompt = data.get("prompt")
         try:
             check_prompt_override(prompt)
         except (TypeError, ValueError) as exc:  # a NUL was a 500: the store refused it late
-            raise _field_error("prompt", str(exc)) from None
+            raise field_error("prompt", str(exc)) from None
         _check_length("prompt", prompt, MAX_PROMPT_LENGTH)
         if not scheduler.is_leader:
             self._refuse_busy(agent, name)
@@ -1088,7 +961,7 @@ class RestApi:
             if result.skip_reason is None:  # not refused: its claim (the store) failed
                 raise ApiError(503, f"{agent}/{name} did not run: {error}")
             reason = _value(result.skip_reason)
-            raise ApiError(409, error, [_detail("skip_reason", str(reason))])
+            raise ApiError(409, error, [detail("skip_reason", str(reason))])
         return _accepted(agent, name, result.run_id, queued=scheduler.status == "standby")
 
     def _refuse_busy(self, agent: str, name: str) -> None:
@@ -1096,7 +969,7 @@ class RestApi:
         refused = stored_refusal(self.scheduler.store, self.scheduler.get_agent(agent), name)
         if refused is not None:
             reason, error = refused
-            raise ApiError(409, error, [_detail("skip_reason", reason.value)])
+            raise ApiError(409, error, [detail("skip_reason", reason.value)])
 
     def _one_run(
         self,
@@ -1138,16 +1011,13 @@ class RestApi:
     ) -> ApiResponse:
         item = self._item(agent, name)
         _check_owner(caller, item.owner, agent, name)
-        limit = min(_int_param(query, "limit", 20, minimum=1), _MAX_HISTORY)
+        limit = min(int_param(query, "limit", 20, minimum=1), _MAX_HISTORY)
         self._refresh_history()
         records = self.scheduler.history(agent, name, limit=limit)
         return ApiResponse(
             200,
             {"agent": agent, "name": name, "runs": [record_to_dict(r) for r in records]},
         )
-
-
-_WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 def _preview_next(
@@ -1175,13 +1045,13 @@ def _conditions_of(
 ) -> dict[str, WriteConditions]:
     """The ``conditions`` argument of a route: for a write of one schedule; ignored on reads;
     a 400 on another write (a precondition a write cannot keep must not be dropped)."""
-    if method not in _WRITES:
+    if method not in WRITES:
         return {}
     try:
         conditions = parse_conditions(if_match, if_none_match)
     except ValueError as exc:
         header = str(exc).split(":", 1)[0]
-        raise ApiError(400, str(exc), [_detail(header, str(exc))]) from None
+        raise ApiError(400, str(exc), [detail(header, str(exc))]) from None
     if not conditions.given:
         return {}
     if not one_schedule:
@@ -1212,7 +1082,7 @@ def _required_revision(
 
 def _taken(agent: str, name: str) -> ApiError:
     message = f"{agent}/{name} exists (If-None-Match: *): it was not replaced"
-    return ApiError(412, message, [_detail("If-None-Match", message)])
+    return ApiError(412, message, [detail("If-None-Match", message)])
 
 
 def _create(
@@ -1239,46 +1109,6 @@ def _with_head(methods: tuple[str, ...]) -> tuple[str, ...]:
     )
 
 
-def body_too_large(limit: int) -> ApiError:
-    """The 413 answer for a body over ``limit`` bytes (adapters refuse before reading it). It
-    says that bytes count, not characters: a prompt within :data:`MAX_PROMPT_LENGTH` may be
-    refused here when written in a script outside ASCII or sent with ``\\u`` escapes."""
-    return ApiError(
-        413,
-        f"request body too large: at most {limit} bytes are accepted, counted as sent (a "
-        "character outside ASCII takes 2 to 4 bytes in UTF-8, 6 or 12 as a \\u escape), so a "
-        f"prompt may meet this limit before its own of {MAX_PROMPT_LENGTH} characters",
-        [_detail("body", f"at most {limit} bytes")],
-    )
-
-
-def length_required() -> ApiError:
-    """The 411 answer for a write whose body the server cannot hand on: sent without a
-    Content-Length (``Transfer-Encoding: chunked``) to a server that does not end the body's
-    stream where the body ends. Taking it as empty would apply a write the caller did not send
-    (a PATCH answered 200 with nothing changed)."""
-    return ApiError(
-        411,
-        "the request body cannot be read: it was sent without a Content-Length (Transfer-"
-        "Encoding: chunked), which this server does not pass on; send it with a Content-Length",
-        [_detail("Content-Length", "required for a body on this server")],
-    )
-
-
-def malformed_length(value: str | None) -> ApiError | None:
-    """The 400 answer for a Content-Length that is no number of bytes (``abc``, ``-1``,
-    ``+17``), else ``None``: werkzeug and Django read such a body as empty, which would apply
-    a write the caller did not send (a PATCH answered 200 with nothing changed)."""
-    value = (value or "").strip(" \t")  # the spaces around a header's value are no part of it
-    if not value or (value.isascii() and value.isdigit()):
-        return None
-    return ApiError(
-        400,
-        f"the Content-Length header {value[:40]!r} is not a number of bytes",
-        [_detail("Content-Length", "must be the body's length in bytes, digits only")],
-    )
-
-
 def _check_write(read_only: str | None, cross_site: bool) -> None:
     if read_only is not None:
         raise ApiError(403, read_only)
@@ -1286,7 +1116,7 @@ def _check_write(read_only: str | None, cross_site: bool) -> None:
         raise ApiError(
             403,
             "cross-site write refused: the request came from a page of another site",
-            [_detail("Origin", "must be this site")],
+            [detail("Origin", "must be this site")],
         )
 
 
@@ -1297,28 +1127,6 @@ def read_only_reason(how: str) -> str:
         "the caller's owner name, herdsched.api.ADMIN, or None), or "
         "herdsched.api.ALLOW_ANYONE to let anyone change schedules"
     )
-
-
-def is_cross_site(headers: Mapping[str, str], host: str | None) -> bool:
-    """Whether a browser sent the request from a page of another site.
-
-    Browsers say so in ``Sec-Fetch-Site``; older ones send ``Origin``, compared with ``host``
-    (the request's ``Host``). Clients that are not browsers send neither.
-    """
-    lowered = {key.lower(): value for key, value in headers.items()}
-    fetch_site = lowered.get("sec-fetch-site", "").strip().lower()
-    if fetch_site:
-        return fetch_site not in ("same-origin", "none")
-    origin = lowered.get("origin", "").strip()
-    if origin == "null":  # a sandboxed or file: page
-        return True
-    if not origin or host is None:
-        return False
-    try:
-        netloc = urlsplit(origin).netloc
-    except ValueError:  # no URL ("http://[::1"): not this site's origin either
-        return True
-    return netloc.lower() != host.strip().lower()
 
 
 def _who(actor: str | None, caller: str | None) -> str:
@@ -1377,58 +1185,6 @@ def _accepted(agent: str, name: str, run_id: str | None, *, queued: bool) -> Api
 _LIST_QUERY = ("limit", "offset", "owner", "q", "status", "type")
 
 
-def _single_values(query: Mapping[str, str | Sequence[str]]) -> dict[str, str]:
-    """One value per query parameter; one given more than once (``?limit=1&limit=abc``) is
-    refused by name, since Flask would use the first and Django the last."""
-    params = {}
-    for name, value in query.items():
-        if isinstance(value, str):
-            params[name] = value
-            continue
-        if len(value) > 1:
-            raise _field_error(
-                name, f"the query parameter {name!r} is given {len(value)} times: give it once"
-            )
-        params[name] = value[0] if value else ""
-    return params
-
-
-def _check_query(query: Mapping[str, str], known: tuple[str, ...]) -> None:
-    """Refuse a query parameter the route does not read (a typo would be ignored otherwise)."""
-    unknown = sorted(set(query) - set(known))
-    if unknown:
-        listed = f"known: {', '.join(known)}" if known else "this route takes none"
-        raise _field_error(unknown[0], f"unknown query parameter {unknown[0]!r} ({listed})")
-
-
-_INTEGER = re.compile(r"-?[0-9]+")
-
-
-def _int_param(query: Mapping[str, str], name: str, default: int, *, minimum: int) -> int:
-    raw = query.get(name)
-    if raw is None or raw == "":
-        return default
-    if not _INTEGER.fullmatch(raw):  # int() takes "1_0" and "５"
-        raise _field_error(name, f"{name} must be an integer, got {raw[:40]!r}")
-    digits = len(raw.lstrip("-").lstrip("0"))
-    if digits > 18:  # Python reads no more than 4,300 digits
-        raise _field_error(name, f"{name} is too large ({digits} digits)")
-    value = int(raw)
-    if value < minimum:
-        raise _field_error(name, f"{name} must be at least {minimum}, got {value}")
-    return value
-
-
-def _enum_param(query: Mapping[str, str], name: str, enum_cls: Any) -> Any:
-    raw = query.get(name)
-    if not raw:
-        return None
-    valid = [member.value for member in enum_cls]
-    if raw not in valid:
-        raise _field_error(name, f"{name} must be one of {', '.join(valid)}, got {raw!r}")
-    return enum_cls(raw)
-
-
 #: the writable fields that have a second name (the fleet file's spelling and the API's)
 _ALIASES = (("cron", "expression"), ("persist_session", "resume_session"))
 
@@ -1439,38 +1195,38 @@ def _checked_fields(agent: str, name: str, data: Mapping[str, Any]) -> dict[str,
     for key, expected in (("agent", agent), ("name", name)):
         if key in fields:
             if fields[key] != expected:
-                raise _field_error(
+                raise field_error(
                     key, f"{key} {fields[key]!r} in the body does not match the URL ({expected!r})"
                 )
             del fields[key]
     for key in sorted(fields):
         if not isinstance(key, str):
-            raise _field_error(str(key), f"field names must be strings, got {key!r}")
+            raise field_error(str(key), f"field names must be strings, got {key!r}")
         if key in ("job", "command"):
-            raise _field_error(
+            raise field_error(
                 key,
                 f'"{key}" cannot be set through the API: what runs is defined in code or the '
                 "fleet file",
             )
         if key in READ_ONLY_FIELDS:
             hint = ' (PATCH {"enabled": false} pauses)' if key == "status" else ""
-            raise _field_error(key, f'"{key}" is read-only: the scheduler sets it{hint}')
+            raise field_error(key, f'"{key}" is read-only: the scheduler sets it{hint}')
         if key not in WRITABLE_FIELDS:
-            raise _field_error(
+            raise field_error(
                 key, f"unknown field {key!r} (writable: {', '.join(sorted(WRITABLE_FIELDS))})"
             )
     for field, alias in _ALIASES:
         if field in fields and alias in fields:  # a PATCH would keep whichever came last
-            raise _field_error(alias, f'give "{field}" or its alias "{alias}", not both')
+            raise field_error(alias, f'give "{field}" or its alias "{alias}", not both')
     _check_length("prompt", fields.get("prompt"), MAX_PROMPT_LENGTH)
     if fields.get("owner") == RESERVED_OWNER:
-        raise _field_error(
+        raise field_error(
             "owner",
             f"owner {RESERVED_OWNER!r} is reserved (it reads as full access): choose an owner "
             "name, or leave owner out for a schedule without one",
         )
     if "enabled" in fields and not isinstance(fields["enabled"], bool):
-        raise _field_error(
+        raise field_error(
             "enabled", f"enabled must be true or false, got {json.dumps(fields['enabled'])}"
         )
     return fields
@@ -1480,12 +1236,12 @@ def _keep_owner(agent: str, name: str, fields: dict[str, Any], existing: Schedul
     """An existing schedule keeps its owner: absent means unchanged, another one is refused."""
     owner = fields.setdefault("owner", existing.owner)
     if owner is not None and not isinstance(owner, str):  # as a new schedule's check says
-        raise _field_error("owner", f"owner must be a string, got {json.dumps(owner)[:80]}")
+        raise field_error("owner", f"owner must be a string, got {json.dumps(owner)[:80]}")
     problem = None if owner is None else owner_problem(owner)
     if problem is not None:
-        raise _field_error("owner", problem)
+        raise field_error("owner", problem)
     if owner != existing.owner:
-        raise _field_error(
+        raise field_error(
             "owner",
             f"the owner of {agent}/{name} cannot change from {existing.owner!r} to {owner!r}: "
             "delete the schedule and create it again",
@@ -1501,7 +1257,7 @@ def _check_zone_kept(fields: Mapping[str, Any], schedule: Schedule, zone: tzinfo
     cadence = schedule.cadence
     if fields.get("timezone") is None or (cadence is not None and "timezone" in cadence.FIELDS):
         return
-    raise _field_error(
+    raise field_error(
         "timezone",
         f'"timezone" is not kept by {kind_with_article(schedule.type.value)} schedule, whose '
         "times are instants: "

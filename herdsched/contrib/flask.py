@@ -48,17 +48,14 @@ import attrs
 from flask import Blueprint, Flask, Request, Response, jsonify, request
 from werkzeug.exceptions import MethodNotAllowed, NotFound
 
-from herdsched.api import (
-    REQUEST_TIMEOUT,
+from herdsched.api import REQUEST_TIMEOUT, RestApi, read_only_reason, store_unavailable
+from herdsched.api_input import (
     ApiError,
     ApiResponse,
-    RestApi,
     body_too_large,
     is_cross_site,
     length_required,
     malformed_length,
-    read_only_reason,
-    store_unavailable,
 )
 from herdsched.contrib import (
     RETRY_DELAY,

@@ -22,15 +22,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware, get_token
 from django.views.decorators.csrf import csrf_exempt
 
-from herdsched.api import (
-    RestApi,
-    body_too_large,
-    is_cross_site,
-    length_required,
-    malformed_length,
-    read_only_reason,
-    store_unavailable,
-)
+from herdsched.api import RestApi, read_only_reason, store_unavailable
+from herdsched.api_input import body_too_large, is_cross_site, length_required, malformed_length
 from herdsched.contrib import AuthCheckFailed, body_unreadable, call_auth, sent_without_length
 from herdsched.contrib import django as integration
 from herdsched.errors import StateError, UnauthorizedError
