@@ -85,7 +85,7 @@ from herdsched.notify import Notification
 from herdsched.runner import Run, timeout_message
 from herdsched.stats import RunStats, compute_run_stats
 from herdsched.stop_signals import StopSignals
-from herdsched.store.base import READ_ALL_HISTORY, StateStore
+from herdsched.store.base import READ_ALL_HISTORY, StateStore, call_if_offered
 from herdsched.store.deadline import held
 from herdsched.store.spec import default_store
 from herdsched.store.usable import check_state_dir
@@ -319,7 +319,7 @@ class ThreadedScheduler:
             if self.state_dir is not None and self._owns_store:
                 check_state_dir(self.state_dir)
             # listening first: a database store then answers recovery's reads from its view
-            _call_if_offered(core.store, "watch", self._timer.changed_elsewhere)
+            call_if_offered(core.store, "watch", self._timer.changed_elsewhere)
             self._started_at = self.clock.now()
             core.status = "standby"
             try:
@@ -328,7 +328,7 @@ class ThreadedScheduler:
                 leading = self._leadership.try_lead()
             except BaseException:
                 core.status, self._started_at = "stopped", None
-                _call_if_offered(core.store, "unwatch")
+                call_if_offered(core.store, "unwatch")
                 raise
             core.status = "running" if leading else "standby"
             _warn_of_twins(self, core.agents)
@@ -397,7 +397,7 @@ class ThreadedScheduler:
                     at=self.clock.now(), timed_out=timed_out, running_job_count=remaining
                 )
             )
-        let_go = _each(self._leadership.release, lambda: _call_if_offered(core.store, "unwatch"))
+        let_go = _each(self._leadership.release, lambda: call_if_offered(core.store, "unwatch"))
         failed = failed or let_go
         _started.discard(self)
         core.listeners.deliver()
@@ -774,7 +774,7 @@ class ThreadedScheduler:
         """
         # a standby always looks; a leader when its store may be shared (polling is on)
         if self.settings.poll_interval is not None or not self._core.leading:
-            self._others.adopt()
+            self._others.adopt(look=True)
             self._core.listeners.deliver()  # what the look collected (a store error's event)
 
     def search(
@@ -946,11 +946,3 @@ def _finished(run: Run) -> TriggerResult:
 
 _GIVEN_UP = "stop() gave the run up before it ended: its outcome is not recorded"
 _NO_WORK = "its work source had no work"
-
-
-def _call_if_offered(store: StateStore, method: str, *args: Any) -> None:
-    """Call an optional store method: a database store listens for other hosts' changes
-    (``watch``/``unwatch``); a file or memory store needs nothing of the kind."""
-    found = getattr(store, method, None)
-    if callable(found):
-        found(*args)

@@ -130,6 +130,50 @@ def test_a_pause_from_another_host_is_applied_at_once_through_a_notification(
     other.close()
 
 
+@contextlib.contextmanager
+def notifications_held(sched: ThreadedScheduler) -> Iterator[None]:
+    """The notifications to ``sched``'s store held back for the block, as when they are still
+    on their way (a busy host, a slow network): what the listener tells arrives after it."""
+    listener = sched.store._listener
+    assert listener is not None and listener.connected.wait(10)
+    told, arrived = listener._on_change, threading.Event()
+
+    def late() -> None:
+        arrived.wait(30)
+        told()
+
+    listener._on_change = late
+    try:
+        yield
+    finally:
+        arrived.set()
+        listener._on_change = told
+
+
+@pytest.mark.parametrize("role", ["leader", "standby"])
+def test_a_change_made_a_moment_ago_on_another_host_is_in_the_next_answer(
+    scheduler_on, postgres_dsn: str, pg_namespace: str, role: str
+) -> None:
+    """A status asked right after another host paused a schedule answered from the view as the
+    listener last left it: ``paused`` only once the notification arrived (REST through one web
+    worker, then a read through another, showed the schedule still idle)."""
+    leader = scheduler_on("a", Ledger(), poll_interval=3600)
+    leader.start()
+    sched = leader
+    if role == "standby":
+        sched = scheduler_on("b", Ledger(), poll_interval=3600)
+        sched.start()
+        assert not sched.is_leader
+    assert sched.get_status().schedules[0].status != "paused"
+    other = PostgresStateStore(postgres_dsn, namespace=pg_namespace)
+    try:
+        with notifications_held(sched):
+            other.update_schedule_state("ag", "tick", status="paused")
+            assert sched.get_status().schedules[0].status == "paused"
+    finally:
+        other.close()
+
+
 def test_a_run_now_from_another_host_runs_once_under_its_id(
     scheduler_on, postgres_dsn: str, pg_namespace: str
 ) -> None:

@@ -20,7 +20,7 @@ from herdsched.engine.recovery import plan_resumed, resets_backoff, show_running
 from herdsched.engine.registry import drop_entry, install_entry, stored_definitions
 from herdsched.engine.requests import RunRequests
 from herdsched.models import Status
-from herdsched.store.base import remove_state_unless_defined
+from herdsched.store.base import call_if_offered, remove_state_unless_defined
 from herdsched.store.deadline import held
 
 __all__ = ["OtherProcesses"]
@@ -38,16 +38,19 @@ class OtherProcesses:
         self.adopt()
         self.requests.serve()
 
-    def adopt(self) -> None:
+    def adopt(self, *, look: bool = False) -> None:
         """Take in what other processes wrote since the last look: a leader applies pauses,
         resumes and definitions to its plan, a standby takes the store as it is. Called by the
-        poll and before a user is answered, so that every process answers what any wrote."""
+        poll and before a user is answered (``look``: past a database store's listener, so a
+        change made a moment ago through another process is in the answer)."""
         core = self.core
         if not core.leading:
-            self.refresh_view()
+            self.refresh_view(look=look)
             return
         with held(core.changes, "take in what other processes wrote"):
             try:
+                if look:
+                    call_if_offered(core.store, "look_now")
                 changed = core.store.refresh()
             except Exception as exc:
                 core.state_error(exc)
@@ -59,7 +62,7 @@ class OtherProcesses:
             if changed or unadopted:  # recovery planned from the stored states already
                 self._apply_definitions()
 
-    def refresh_view(self) -> None:
+    def refresh_view(self, *, look: bool = False) -> None:
         """A standby's refresh: take every state and definition from the store as it is.
 
         All under ``changes``: the store's refresh reports a change once, so a second caller
@@ -68,6 +71,8 @@ class OtherProcesses:
         core = self.core
         with held(core.changes, "take in what other processes wrote"):
             try:
+                if look:
+                    call_if_offered(core.store, "look_now")
                 if not (core.store.refresh() or core.unadopted):
                     return
                 core.unadopted = False

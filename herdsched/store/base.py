@@ -78,6 +78,7 @@ __all__ = [
     "RunClaim",
     "StateStore",
     "TriggerRequest",
+    "call_if_offered",
     "check_history_limit",
     "check_max_run_history",
     "check_ttl",
@@ -449,6 +450,15 @@ class StateStore(Protocol):
     # -- lifecycle ------------------------------------------------------------------------
     def close(self) -> None:
         """Flush and release resources; the store may not be used afterwards."""
+
+
+def call_if_offered(store: StateStore, method: str, *args: Any) -> None:
+    """Call an optional store method: a database store listens for other hosts' changes
+    (``watch``/``unwatch``) and looks past its listener when asked (``look_now``); a file or
+    memory store needs nothing of the kind."""
+    found = getattr(store, method, None)
+    if callable(found):
+        found(*args)
 
 
 def remove_state_unless_defined(store: StateStore, agent: str, schedule: str) -> None:

@@ -196,17 +196,21 @@ class PostgresStateStore:
         if self._closed:
             raise StateError(f"the store {self.location} is closed", path=self.location)
 
-    def _watched(self) -> bool:
-        return self._listener is not None and self._listener.connected.is_set()
-
-    def _fresh(self) -> None:
+    def _fresh(self, *, look: bool = False) -> None:
         """Catch up before a read when the view may be behind: always when nobody listens for
-        notifications (one indexed read of the change number), else when one arrived or the
-        last look is ``max_staleness`` old."""
+        notifications (one indexed read of the change number), else when one arrived, the
+        last look is ``max_staleness`` old or ``look`` asks (see :meth:`look_now`)."""
         self._check_open()
         age = self._clock.monotonic() - self._checked_at
-        if self._stale or not self._watched() or age > self.max_staleness:
+        listening = self._listener is not None and self._listener.connected.is_set()
+        if look or self._stale or not listening or age > self.max_staleness:
             self._sync()
+
+    def look_now(self) -> None:
+        """Catch up now, whatever the listener said: a person's question (a status, a page, a
+        REST read) then answers every change committed before it was asked, also one whose
+        notification is still on its way (one indexed read when nothing changed)."""
+        self._fresh(look=True)
 
     def _sync(self) -> bool:
         """Fetch what changed since the change number this view saw; whether anything did."""
@@ -226,7 +230,7 @@ class PostgresStateStore:
             if number <= self._seen:  # another thread caught up meanwhile, maybe further
                 self._stale = True  # what either read after that number is fetched again
                 return False
-            self._install(states)
+            _adopt_states(self._disk, (self._inflight, self._pending), states)
             for key, definition in definitions.items():
                 if definition is None:
                     self._definitions.pop(key, None)
@@ -246,10 +250,6 @@ class PostgresStateStore:
                 self._checked_at = self._clock.monotonic()
             elif number > self._seen:
                 self._stale = True
-
-    def _install(self, states: Mapping[Key, ScheduleState | None]) -> None:
-        """Adopt stored states (caller holds ``_mem``): see :func:`_adopt_states`."""
-        _adopt_states(self._disk, (self._inflight, self._pending), states)
 
     def _state(self, key: Key) -> ScheduleState | None:
         """The view of one schedule: stored state plus the transitions of a commit under way
@@ -308,7 +308,7 @@ class PostgresStateStore:
                                          transition=False)  # fmt: skip
         with self._mem:
             if self._own_write(number):
-                self._install(written)
+                _adopt_states(self._disk, (self._inflight, self._pending), written)
             return self._state(key) or ScheduleState()
 
     def record_transition(self, agent: str, schedule: str, **changes: Any) -> ScheduleState:
@@ -383,7 +383,7 @@ class PostgresStateStore:
             with self._mem:
                 self._claims.drop(covered)
                 if self._own_write(number):
-                    self._install(written)
+                    _adopt_states(self._disk, (self._inflight, self._pending), written)
                 self._inflight = {}
                 if not self._pending and not self._pending_runs:
                     self._pending_since = None
