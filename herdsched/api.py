@@ -52,6 +52,7 @@ import json
 import logging
 import math
 import os
+import random
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, tzinfo
@@ -83,6 +84,7 @@ from herdsched.config import (
     schedule_to_mapping,
 )
 from herdsched.converter import record_to_dict
+from herdsched.engine.planning import Entry, fresh_due
 from herdsched.engine.requests import stored_refusal
 from herdsched.errors import (
     AgentNotFoundError,
@@ -632,14 +634,22 @@ class RestApi:
                 return item
         raise ScheduleNotFoundError(agent, name)
 
-    def _json(self, item: ScheduleStatus) -> dict[str, Any]:
+    def _json(self, item: ScheduleStatus, *, replanned: bool = False) -> dict[str, Any]:
+        """One schedule as the API shows it. ``replanned``: this request changed its cadence;
+        a standby then answers the next run the active scheduler will plan, not the stored one
+        the old cadence gave (the active scheduler answers its own new plan)."""
         try:
             schedule: Schedule | None = self.scheduler.get_schedule(item.agent, item.schedule)
         except (AgentNotFoundError, ScheduleNotFoundError):
             schedule = None
         out = schedule_json(item, schedule, self.scheduler.timezone)
-        if out["next_run_at"] is None and schedule is not None and not self.scheduler.is_leader:
-            out["next_run_at"] = _time(_preview_next(self.scheduler, item, schedule))
+        if (
+            (out["next_run_at"] is None or replanned)
+            and schedule is not None
+            and not self.scheduler.is_leader
+        ):
+            preview = _preview_next(self.scheduler, item, schedule, replanned=replanned)
+            out["next_run_at"] = _time(preview)
         return out
 
     def _sync(self) -> None:
@@ -844,7 +854,8 @@ class RestApi:
                 agent,
                 name,
             ) from None
-        return ApiResponse(201 if created else 200, self._json(item))
+        replanned = existing is not None and existing.cadence != schedule.cadence
+        return ApiResponse(201 if created else 200, self._json(item, replanned=replanned))
 
     def _read_definition(self, fields: Mapping[str, Any]) -> Schedule:
         """The schedule ``fields`` define, read as a fleet file reads them: a time without an
@@ -869,6 +880,7 @@ class RestApi:
         pause changes it). ``revision``: the one its first definition write must find."""
         scheduler = self.scheduler
         effective: dict[str, Any] = {}
+        replanned = False
         self._sync()
         fields = _checked_fields(agent, name, data)
         if caller is not None and fields.get("owner", caller) != caller:
@@ -905,6 +917,7 @@ class RestApi:
                     agent, name, owner=caller, if_revision=revision, **changes
                 )
                 revision = None  # this request's own write made a new one
+                replanned = "cadence" in changes
                 effective = {
                     key: value
                     for key, value in data.items()
@@ -923,7 +936,8 @@ class RestApi:
             if self._item(agent, name).status in (Status.PAUSED, Status.DISABLED):
                 scheduler.resume(agent, name, owner=caller)
                 effective["enabled"] = True
-        return _Patched(ApiResponse(200, self._json(self._item(agent, name))), effective)
+        answer = self._json(self._item(agent, name), replanned=replanned)
+        return _Patched(ApiResponse(200, answer), effective)
 
     def _run(
         self,
@@ -1021,18 +1035,23 @@ class RestApi:
 
 
 def _preview_next(
-    scheduler: ThreadedScheduler, item: ScheduleStatus, schedule: Schedule
+    scheduler: ThreadedScheduler, item: ScheduleStatus, schedule: Schedule, *, replanned: bool
 ) -> datetime | None:
-    """The first due time the active scheduler will compute for a schedule it has not planned
-    yet (a schedule just created through a standby process)."""
+    """The due time the active scheduler will compute for a schedule it has not planned yet:
+    one just created through a standby process, or (``replanned``) one whose cadence a write
+    through it changed, whose stored next run is still the old cadence's. With jitter, the
+    active scheduler draws its own, within the same spread."""
     if (
         schedule.cadence is None
         or not schedule.enabled
         or item.status is not Status.IDLE
-        or item.last_run_at is not None
+        or (item.last_run_at is not None and not replanned)
     ):
         return None
-    return schedule.cadence.first_due(scheduler.clock.now(), scheduler.timezone)
+    state = scheduler.store.get_schedule_state(item.agent, item.schedule)
+    entry = Entry(item.agent, item.schedule, schedule, state)
+    now = scheduler.clock.now()
+    return fresh_due(entry, now, scheduler.timezone, random.Random(), recompute=True)
 
 
 def _check_owner(caller: str | None, owner: str | None, agent: str, name: str) -> None:

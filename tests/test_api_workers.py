@@ -12,7 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import pytest
 from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo
 from herdsched.api import RestApi
 from herdsched.testing import FakeClock, as_separate_processes
+from herdsched.timestamps import parse_timestamp
 
 pytestmark = pytest.mark.slow  # real threads and real time (poll interval 0.1 s)
 
@@ -273,6 +274,32 @@ def test_schedule_created_through_a_standby_is_planned_and_run_by_the_leader(
     leader.wait_until_idle(5)
     body = field_when(standby, "/api/schedule/triage/soon", "last_result")
     assert body["last_result"] == "success"
+
+
+def test_a_cadence_changed_through_a_standby_is_answered_with_its_new_next_run(
+    pair: Pair,
+) -> None:
+    """A standby answered a PATCH or PUT of a cadence with the next run the old cadence gave
+    (``"type": "once", "at": 2030-06-01`` beside the old interval's next run in one body):
+    the stored plan is the active scheduler's, which had not taken the change in yet."""
+    leader, standby, recorder = pair
+    status, _ = call(leader, "PUT", "/api/schedule/triage/every", {"interval": "3h"})
+    assert status == 201
+    wait_for(lambda: [c for c in recorder.calls if c[0] == "every"])  # due at once: it runs
+    leader.wait_until_idle(5)
+    ran = field_when(standby, "/api/schedule/triage/every", "last_result")
+    finished = parse_timestamp(ran["last_run_at"])
+    planned = field_when(standby, "/api/schedule/triage/every", "next_run_at")
+    assert parse_timestamp(planned["next_run_at"]) >= finished + timedelta(hours=3)
+    status, body = call(standby, "PATCH", "/api/schedule/triage/every", {"interval": "5h"})
+    assert status == 200, body
+    answered = body["next_run_at"]
+    assert parse_timestamp(answered) >= finished + timedelta(hours=5)
+    field_when(leader, "/api/schedule/triage/every", "next_run_at", answered)  # as it planned
+    status, body = call(standby, "PUT", "/api/schedule/triage/every", {"at": "2030-06-01T12:00Z"})
+    assert status == 200, body
+    assert (body["type"], body["next_run_at"]) == ("once", "2030-06-01T12:00:00.000Z")
+    field_when(leader, "/api/schedule/triage/every", "next_run_at", body["next_run_at"])
 
 
 def test_schedule_created_through_the_leader_is_served_by_a_standby(pair: Pair) -> None:
