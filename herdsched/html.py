@@ -201,6 +201,7 @@ tr.failing .failures{color:#d33a2c;font-weight:600}
 .msg{display:block;font-size:.85em;color:#0969da;white-space:normal;max-width:16rem}
 .msg.bad{color:#d33a2c}
 tr.detail td{background:#f6f8fa}
+tr.detail .bad{color:#d33a2c}
 tr.detail pre{white-space:pre-wrap;max-height:20rem;overflow:auto;margin:.3rem 0;
  background:#fff;border:1px solid #d1d9e0;padding:.4rem}
 .legend span{margin-right:.8rem}

@@ -166,15 +166,17 @@
       tr.innerHTML = "<td colspan='10'></td>"; rows.insertBefore(tr, row.nextElementSibling);
     }
     const box = tr.firstElementChild; box.textContent = "loading run " + runId + "...";
-    const url = base + "/schedule/" + encodeURIComponent(row.dataset.agent) + "/" + encodeURIComponent(row.dataset.schedule) + "/history?limit=200";
+    const url = base + "/schedule/" + encodeURIComponent(row.dataset.agent) + "/" + encodeURIComponent(row.dataset.schedule) + "/runs/" + encodeURIComponent(runId);
     try {
       const response = await fetch(url, {credentials: "same-origin", headers: headers(false)});
-      const answer = await response.json();
-      const run = (answer.runs || []).find(function(r){ return r.run_id === runId; });
+      const run = await response.json().catch(function(){ return {}; });
       box.textContent = "";
       const close = document.createElement("button"); close.type = "button"; close.textContent = "close";
       close.dataset.action = "close"; box.appendChild(close);
-      if (!run) { field(box, "run " + runId, "not in the recent history any more"); return; }
+      if (!response.ok) {  // the API's own words: 401, 403, a run no longer kept (404), 503
+        field(box, "run " + runId, run.error || ("HTTP " + response.status));
+        box.lastChild.className = "bad"; return;
+      }
       field(box, "run", run.run_id + " · " + run.trigger_type + " · " + run.status);
       field(box, "started", run.started_at ? new Date(run.started_at).toString() : "");
       field(box, "finished", run.finished_at ? new Date(run.finished_at).toString() : "");

@@ -254,6 +254,35 @@ def test_status_page_shows_api_errors(
     assert message.get_attribute("class") == "msg bad"
 
 
+def test_a_runs_detail_shows_the_run_or_the_apis_error(
+    browser: Any, base_url: str, scheduler: ThreadedScheduler
+) -> None:
+    """The detail looked the run up in the schedule's history and said "not in the recent
+    history any more" for every failed request (a 401 once the login expired, a 503), and for
+    a run of a schedule removed meanwhile, whose record is still kept: it asks for the run
+    itself (``GET .../runs/<id>``) and shows the API's error."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(browser, 10)
+    browser.get(base_url)
+    failed = scheduler.history("triage", "check", limit=1)[0]  # the newest run: "fail"
+    run = f"tr[data-key='triage/check'] .run[data-run='{failed.run_id}']"
+    browser.find_element(By.CSS_SELECTOR, run).click()
+    detail = wait.until(lambda _: browser.find_element(By.CSS_SELECTOR, "tr.detail"))
+    wait.until(lambda _: "upstream returned 503" in detail.text)
+    assert f"run: {failed.run_id} · manual · failed" in detail.text
+    browser.execute_script(
+        "document.querySelector(arguments[0]).dataset.run = 'no-such-run'; "
+        "document.querySelector(\"tr[data-key='triage/check'] .run[data-run='no-such-run']\")"
+        ".click()",
+        run,
+    )
+    wait.until(lambda _: "no-such-run" in detail.text)
+    shown = detail.find_element(By.CSS_SELECTOR, ".bad").text
+    assert shown == "run no-such-run: no run 'no-such-run' of triage/check", shown
+
+
 def test_status_page_says_when_it_could_not_refresh(
     browser: Any, base_url: str, scheduler: ThreadedScheduler, monkeypatch: pytest.MonkeyPatch
 ) -> None:
