@@ -918,8 +918,8 @@ def _quit_leaving_jobs(
     names = exc.running_jobs
     logger.error(
         "stop timed out after %s with %d job(s) still running%s; they were asked to stop (a "
-        "command job's processes are ended) and will be recorded as interrupted at the next "
-        "start",
+        "command job's processes are ended) and those not recorded yet (a run that timed out "
+        "is) will be recorded as interrupted at the next start",
         format_interval(waited),
         exc.running_job_count,
         f": {', '.join(names)}" if names else "",

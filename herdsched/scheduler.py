@@ -347,7 +347,7 @@ class ThreadedScheduler:
         Nothing is dispatched once ``stop()`` has begun; running jobs are not cancelled, and the
         outcome of every job that returns before the end is recorded. Jobs still running at the
         timeout are asked to stop through their cancel event (a command job's process group is
-        ended), since nothing will record them, and
+        ended, the lease kept until it has), since nothing will record them, and
         :class:`~herdsched.errors.SchedulerShutdownError` (``timed_out=True``) is raised. The
         scheduler is ``stopped`` either way; an interrupt while it waits (Ctrl-C) ends it as
         the timeout would, then goes on up. Idempotent, safe from a job or a listener.
@@ -368,7 +368,9 @@ class ThreadedScheduler:
                 cancel_left=wait_for_jobs,
             )
         except BaseException:  # interrupted (Ctrl-C, a notebook's interrupt): wait no more
-            left = wait_for_runs(self._dispatch, self._leadership, 0.0, cancel_left=True)
+            left = wait_for_runs(
+                self._dispatch, self._leadership, 0.0, cancel_left=True, end_commands=False
+            )
             self.log.warning("stop() was interrupted: it gave up %d running job(s).", len(left))
             self._stopped(timed_out=bool(left), remaining=len(left))
             raise

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from herdsched import Agent, Schedule, ThreadedScheduler, events
 from herdsched.command import MAX_ENV_PROMPT_BYTES, CommandError, CommandJob
+from herdsched.errors import SchedulerShutdownError
 from herdsched.models import JobResult, TriggerInfo, TriggerType
 
 PY = sys.executable
@@ -265,3 +267,42 @@ def test_errors_show_the_command_once_as_a_shell_reads_it(tmp_path: Path) -> Non
     with pytest.raises(CommandError) as killed:
         CommandJob(["sleep", "30"], kill_grace=0.0)(cancelled)
     assert str(killed.value).startswith("command sleep 30 was cancelled; its process group")
+
+
+def test_stop_ends_a_given_up_command_before_it_lets_the_lease_go(tmp_path: Path) -> None:
+    """A command ignoring SIGTERM, given up by a ``stop()`` that timed out, ran on for its
+    ``kill_grace`` after the lease was let go: a standby taking over at once started its
+    schedule beside it (``herdsched run --stop-timeout`` on two hosts)."""
+    pid_file = tmp_path / "pid"
+    script = (
+        "import os, signal, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+        "time.sleep(60)\n"
+    )
+    sched = ThreadedScheduler(state_dir=tmp_path / "state", timezone="UTC")
+    job = CommandJob([PY, "-c", script], kill_grace=1.0)
+    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
+    alive_when_let_go: list[bool] = []
+
+    def let_go(event: events.SchedulerStopped) -> None:
+        alive_when_let_go.append(_alive(int(pid_file.read_text())))
+
+    sched.add_listener(let_go, events.SchedulerStopped)
+    sched.start()
+    deadline = time.monotonic() + 20
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    with pytest.raises(SchedulerShutdownError) as raised:
+        sched.stop(timeout=0.2)
+    assert raised.value.running_jobs == ("a/s",)
+    assert alive_when_let_go == [False]  # its program was ended before the lease went
+    assert sched.store.current_lease() is None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

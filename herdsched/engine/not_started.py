@@ -123,7 +123,8 @@ def _log_not_started(core: EngineCore, runs: Sequence[Run], reason: str) -> None
     if len(runs) == 1:
         [run] = runs
         core.log.error(
-            "Run %s of %s/%s did not start: %s. The slot is recorded as %s.",
+            "Run %s of %s/%s did not start: %s. The slot is recorded as %s (should the lead "
+            "be lost first, the next leader decides on it by its catch-up rule).",
             run.run_id,
             run.agent,
             run.schedule_name,
@@ -134,7 +135,8 @@ def _log_not_started(core: EngineCore, runs: Sequence[Run], reason: str) -> None
     named = ", ".join(f"{r.agent}/{r.schedule_name} ({r.run_id})" for r in runs[:_NAMED])
     more = f" and {len(runs) - _NAMED} more" if len(runs) > _NAMED else ""
     core.log.error(
-        "%d runs did not start: %s. Their slots are recorded as missed (a run-now as skipped): "
+        "%d runs did not start: %s. Their slots are recorded as missed (a run-now as skipped; "
+        "should the lead be lost first, the next leader decides on them by its catch-up rule): "
         "%s%s.",
         len(runs),
         reason,

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
+from herdsched.command import CommandJob
 from herdsched.engine.dispatch import Dispatcher
 from herdsched.engine.recovery import Leadership
 from herdsched.runner import Run
@@ -23,7 +25,12 @@ _LOOK_EVERY = 1.0
 
 
 def wait_for_runs(
-    dispatch: Dispatcher, leadership: Leadership, timeout: float | None, *, cancel_left: bool
+    dispatch: Dispatcher,
+    leadership: Leadership,
+    timeout: float | None,
+    *,
+    cancel_left: bool,
+    end_commands: bool = True,
 ) -> tuple[str, ...]:
     """Wait up to ``timeout`` real seconds until no job runs but the caller's own; returns
     the jobs still running (a timed-out job whose thread goes on included) as sorted
@@ -34,7 +41,10 @@ def wait_for_runs(
 
     With ``cancel_left`` those left are given up (settled: whatever they return now is not
     recorded, as the lease is about to go; the next start records them interrupted), then
-    asked to stop through their cancel event."""
+    asked to stop through their cancel event; with ``end_commands`` too, the wait goes on
+    while the process groups of the command jobs among them are ended (SIGTERM, then SIGKILL
+    after their ``kill_grace``), the lease still kept: a standby taking over sooner would
+    start their schedules while their programs still ran here."""
     core, me = dispatch.core, threading.get_ident()
     dispatch.give_up_launching()
 
@@ -42,6 +52,26 @@ def wait_for_runs(
         running = core.running.values()
         return [r for r in running if me not in (r.thread_id, r.settled_by, r.launched_by)]
 
+    _wait(dispatch, leadership, timeout, lambda: not others())
+    with core.idle:
+        left = others()
+        for run in left if cancel_left else ():
+            if not run.finalized:  # a timed-out run, or one being settled, has its record
+                run.finalized = run.given_up = True
+            run.cancel()
+    commands = [run for run in left if isinstance(run.job, CommandJob)]
+    if cancel_left and end_commands and commands:
+        grace = max(run.job.kill_grace for run in commands if isinstance(run.job, CommandJob))
+        _wait(dispatch, leadership, grace + 1.0, lambda: all(r.returned for r in commands))
+    return tuple(sorted(f"{run.agent}/{run.schedule_name}" for run in left))
+
+
+def _wait(
+    dispatch: Dispatcher, leadership: Leadership, timeout: float | None, done: Callable[[], bool]
+) -> None:
+    """Wait up to ``timeout`` real seconds until ``done()``, renewing the lease and timing out
+    runs past their timeout, as the timer would have."""
+    core = dispatch.core
     end = None if timeout is None else time.monotonic() + timeout
     while True:
         with core.idle:
@@ -51,16 +81,9 @@ def wait_for_runs(
                 steps.append(max(0.0, end - time.monotonic()))
             if due is not None:
                 steps.append(max(0.0, due - core.clock.monotonic()))
-            if core.idle.wait_for(lambda: not others(), min(steps)):
-                break
+            if core.idle.wait_for(done, min(steps)):
+                return
         if end is not None and time.monotonic() >= end:
-            break
+            return
         leadership.heartbeat()  # a lease lost ends the runs' records, not their timeouts
         dispatch.expire_timeouts(core.clock.now())
-    with core.idle:
-        left = others()
-        for run in left if cancel_left else ():
-            if not run.finalized:  # a timed-out run, or one being settled, has its record
-                run.finalized = run.given_up = True
-            run.cancel()
-        return tuple(sorted(f"{run.agent}/{run.schedule_name}" for run in left))
