@@ -306,3 +306,20 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_a_failed_command_is_logged_in_one_line_without_a_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The ERROR line came with a traceback of herdsched's own frames only (the runner, the
+    command job), telling the operator nothing its exit status and stderr do not."""
+    sched = ThreadedScheduler(state_dir=None, timezone="UTC")
+    job = CommandJob(["sh", "-c", "echo 'disk quota exceeded' >&2; exit 3"])
+    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
+    with caplog.at_level(logging.ERROR, logger="herdsched"), sched:
+        record = sched.trigger("a", "s", wait=True)
+    assert not record.success and "exit" in (record.error or "")
+    [line] = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert line.getMessage().startswith("The job of a/s failed: command sh -c ")
+    assert "exit" in line.getMessage() and "disk quota exceeded" in line.getMessage()
+    assert line.exc_info is None
