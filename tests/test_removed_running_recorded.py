@@ -5,6 +5,7 @@ schedules that are gone."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -176,6 +177,60 @@ def test_runs_that_find_no_work_leave_no_claim_behind(make_store: StoreMaker) ->
     assert history == []
 
 
+def test_a_run_without_work_whose_schedule_is_removed_before_its_end_is_written_leaves_no_claim(
+    make_store: StoreMaker,
+) -> None:
+    """A run that found no work has no record: the state showing its end is its fate. Removed
+    before that state was committed, the schedule took the end with it, its claim stayed, and
+    the next start recorded the run as interrupted, which it was not."""
+    clock = FakeClock(T0)
+    store = make_store()
+    sched = ThreadedScheduler(
+        store=store, clock=clock, commit_delay=3600, work_sources={"q": _NoWork()}
+    )
+    schedules = {"s": Schedule.interval("1m", work_source="q"), "o": Schedule.interval("1h")}
+    sched.add_agent(Agent("a", job=lambda info: None, schedules=schedules))
+    with sched:
+        sched.run_pending()
+        assert sched.wait_until_idle(10)  # s found no work: its end waits for the commit
+        assert "s" in [c.schedule for c in store.load_claims()]
+        sched.remove_schedule("a", "s")
+    assert store.load_claims() == []
+    store.close()
+    history, _ = _restart(make_store, _fleet(lambda info: None, "o"))
+    assert history == []
+
+
+def test_a_run_without_work_whose_schedule_was_removed_while_it_ran_says_so(
+    make_store: StoreMaker,
+) -> None:
+    """Its record said "the once schedule ends without running" of an interval schedule."""
+    asked, release = threading.Event(), threading.Event()
+
+    class SlowNoWork(_NoWork):
+        def get_next_work_item(self, agent: str, schedule: str) -> None:
+            asked.set()
+            release.wait(10)
+
+    store = make_store()
+    sched = ThreadedScheduler(store=store, clock=FakeClock(T0), work_sources={"q": SlowNoWork()})
+    sched.add_agent(
+        Agent("a", job=lambda info: None, schedules={"s": Schedule.interval("1m", work_source="q")})
+    )
+    with sched:
+        sched.run_pending()
+        assert asked.wait(10)
+        sched.remove_schedule("a", "s")
+        release.set()
+        assert sched.wait_until_idle(10)
+    [record] = store.get_history("a", "s")
+    store.close()
+    assert (record.status, record.error) == (
+        RunStatus.SKIPPED,
+        "its work source had no work (its schedule was removed while it ran)",
+    )
+
+
 def test_a_schedule_added_again_does_not_take_the_removed_ones_run(make_store: StoreMaker) -> None:
     """s is removed while its job runs and added again; the old run fails afterwards. After a
     clean restart the new s must not carry the old run's failure."""
@@ -274,13 +329,14 @@ def runs_without_work(
     schedules = {"s": Schedule.interval("1m", work_source="q"), "o": Schedule.interval("1h")}
     sched.add_agent(Agent("a", job=lambda info: None, schedules=schedules))
     sched.start()
-    for _ in range(3):
+    for slot in range(3):
+        if slot:  # not after the last: no fourth run may race the caller's next step
+            clock.advance(61)
         sched.run_pending()
         assert sched.wait_until_idle(10)
         if run_now:
             sched.trigger("a", "s", wait=True)  # finds no work either
         store.flush()
-        clock.advance(61)
     assert store.load_claims() == []
     return store, sched
 

@@ -48,6 +48,9 @@ __all__ = ["Dispatcher"]
 
 #: The record of a once schedule that found no work at its time, and so ends without running.
 _NO_WORK = "its work source had no work at its time: the once schedule ends without running"
+#: The record of a run that found no work while its schedule was removed, whose state would
+#: otherwise have been its only trace.
+_NO_WORK_REMOVED = "its work source had no work (its schedule was removed while it ran)"
 
 #: the outcomes a notifier may hear of (deferred and skipped runs are never notified)
 _NOTIFIED = frozenset({RunStatus.SUCCESS, RunStatus.FAILED, RunStatus.TIMEOUT})
@@ -463,7 +466,7 @@ class Dispatcher:
         if not outcome.no_work:
             core.append_run(record)
         elif ended or mine is None:  # a once schedule ends; a removed one's run is in no state
-            core.append_run(evolve(record, error=_NO_WORK))
+            core.append_run(evolve(record, error=_NO_WORK if ended else _NO_WORK_REMOVED))
         if mine is None or transition is None:
             return record, None
         core.plan.set_due(mine, transition.due, transition.scheduled_for)

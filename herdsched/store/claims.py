@@ -107,14 +107,24 @@ class HeldClaims:
         """The records of these runs are in the history (ids not held are ignored)."""
         self._recorded.update(run_id for run_id in run_ids if run_id in self._runs)
 
-    def state_removed(self, agent: str, schedule: str, *, purged: bool = False) -> None:
+    def state_removed(
+        self,
+        agent: str,
+        schedule: str,
+        *,
+        last: ScheduleState | None = None,
+        purged: bool = False,
+    ) -> None:
         """The state of ``agent/schedule`` is being removed (``purged``: its history too):
-        its held claims need only their records from now on, or nothing more once purged."""
-        for run_id, (held_agent, held_schedule, _) in self._runs.items():
-            if (held_agent, held_schedule) == (agent, schedule):
-                self._orphaned.add(run_id)
-                if purged:
-                    self._recorded.add(run_id)
+        its held claims need only their records from now on, or nothing more once purged or
+        once ``last``, the state as it was, showed their runs ended (a run that found no work
+        has no record: its end was its fate, and the claim stayed for ever)."""
+        ours = [(r, at) for r, (a, s, at) in self._runs.items() if (a, s) == (agent, schedule)]
+        for run_id, run_at in ours:
+            self._orphaned.add(run_id)
+            latest = run_id == ours[-1][0]
+            if purged or (last is not None and shown_by(last, run_at, latest) is RunShown.ENDED):
+                self._recorded.add(run_id)
 
     def covered(self, shows: ShowsRun) -> set[str]:
         """The held claims a group commit writing the state ``shows`` tells may drop."""
@@ -208,10 +218,17 @@ class ClaimJournal:
         with self._lock:
             self._book.recorded(run_ids)
 
-    def state_removed(self, agent: str, schedule: str, *, purged: bool = False) -> None:
+    def state_removed(
+        self,
+        agent: str,
+        schedule: str,
+        *,
+        last: ScheduleState | None = None,
+        purged: bool = False,
+    ) -> None:
         """See :meth:`HeldClaims.state_removed`."""
         with self._lock:
-            self._book.state_removed(agent, schedule, purged=purged)
+            self._book.state_removed(agent, schedule, last=last, purged=purged)
 
     def forget(self) -> None:
         """See :meth:`HeldClaims.forget`."""

@@ -442,9 +442,10 @@ class YamlStateStore:
         _check_name(schedule, "schedule")
         with self._io:  # not between a write's look at the claims and its taking of pending
             with self._mem:
+                last = self._view.get(agent, {}).get(schedule)
                 self._pending.pop((agent, schedule), None)
                 self._settle()
-            self._claims.state_removed(agent, schedule)
+            self._claims.state_removed(agent, schedule, last=last)
             self._records_first()
             self._write({(agent, schedule): None})
 

@@ -346,9 +346,9 @@ class PostgresStateStore:
                 number = bump(cursor, self.namespace)
                 removed = clear_state(cursor, self.namespace, key, number, unless_defined)
             with self._mem:
+                self._claims.state_removed(*key, last=self._state(key) if removed else None)
                 self._pending.pop(key, None)
                 self._inflight.pop(key, None)
-                self._claims.state_removed(*key)
                 if self._own_write(number) and removed:
                     self._disk.pop(key, None)
 
