@@ -165,6 +165,27 @@ def _collapse_equal_ranges(name: str, text: str) -> str:
     return ",".join(items)
 
 
+def _unwrap_ranges(name: str, text: str) -> str:
+    """Rewrite each range that wraps around (``22-2``, ``40-4/3``) as the list of its values:
+    from its start, every ``k``-th value, on past the field's end to its own end (``19-1/2``
+    is 19, 21, 23 and 1). croniter expands a stepped one wrongly (``19-1/2`` without 1,
+    ``40-4/3`` as 2), so it is given the values instead."""
+    low, high = _RANGES[name]
+    size = 7 if name == _DOW else high - low + 1  # 7 and 0 are both Sunday
+    items = []
+    for part in text.split(","):
+        base, _, step = part.partition("/")
+        start, dash, end = base.partition("-")
+        first, last = _bound_value(name, start), _bound_value(name, end) if dash else None
+        if first is None or last is None or first <= last:
+            items.append(part)
+            continue
+        span = (last - first) % size
+        offsets = range(0, span + 1, int(step) if step else 1)
+        items.extend(str(low + (first - low + offset) % size) for offset in offsets)
+    return ",".join(items)
+
+
 def _debian_weekdays(item: str) -> str:
     """A plain day-of-week item as Debian reads it, in a form croniter reads the same way.
 
@@ -230,10 +251,13 @@ def _day_groups(expression: str, name: str, text: str) -> tuple[str, list[str]]:
     """A day field's canonical text and its groups: the plain items together, each special alone.
 
     Matches of a list are the union of its items' matches, so each group can be its own stream.
+    The text keeps its first item first: whether it starts with ``*`` decides whether the field
+    is restricted (``L,*/7`` is, ``*/7,L`` is not).
     """
     plain: list[str] = []
     special: list[str] = []
-    for item in text.split(","):
+    first_special = False
+    for index, item in enumerate(text.split(",")):
         lowered = item.lower()
         is_special = ("l" in lowered or "#" in lowered) if name == _DOW else "l" in lowered
         if name == _DOM and "w" in lowered:
@@ -242,14 +266,15 @@ def _day_groups(expression: str, name: str, text: str) -> tuple[str, list[str]]:
             special.append(
                 _dow_special(expression, item) if name == _DOW else _dom_special(expression, item)
             )
+            first_special = first_special or index == 0
         else:
             plain.append(item)
     if plain:
         _check_field(expression, name, ",".join(plain))
         if name == _DOW:
             plain = [_debian_weekdays(item) for item in plain]
-        plain = [_collapse_equal_ranges(name, ",".join(plain))]
-    groups = plain + special
+        plain = [_unwrap_ranges(name, _collapse_equal_ranges(name, ",".join(plain)))]
+    groups = special + plain if first_special else plain + special
     return ",".join(groups), groups
 
 
@@ -331,7 +356,7 @@ def _parse_cron(expression: object) -> CronExpression:
             parts[index], groups[name] = _day_groups(expression, name, parts[index])
         else:
             _check_field(expression, name, parts[index])
-            parts[index] = _collapse_equal_ranges(name, parts[index])
+            parts[index] = _unwrap_ranges(name, _collapse_equal_ranges(name, parts[index]))
     has_seconds = len(parts) == 6
     streams = _live_streams(expression, _streams(parts, (groups[_DOM], groups[_DOW])), has_seconds)
     minute, hour = parts[len(parts) - 5 : len(parts) - 3]

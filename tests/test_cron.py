@@ -197,6 +197,29 @@ def test_croniter_extensions_pass_through() -> None:
 
 
 @pytest.mark.parametrize(
+    ("expression", "values"),
+    [
+        # croniter's own expansion of these left values out or put others in
+        ("0 19-1/2 * * *", "0 19,21,23,1 * * *"),
+        ("40-4/3 * * * *", "40,43,46,49,52,55,58,1,4 * * * *"),
+        ("0 0 29-3/2 * *", "0 0 29,31,2 * *"),
+        ("0 0 1 11-2/2 *", "0 0 1 11,1 *"),
+        ("0 0 * * 6-1/2", "0 0 * * 6,1"),
+        ("0 0 * * 4-2/2", "0 0 * * 4,6,1"),
+        ("0 0 * * fri-tue/2", "0 0 * * 5,0,2"),
+        ("0 22-2 * * *", "0 22,23,0,1,2 * * *"),
+    ],
+)
+def test_a_range_that_wraps_around_steps_on_past_the_fields_end(
+    expression: str, values: str
+) -> None:
+    """From its start, every k-th value, on past the field's end to the range's own end."""
+    assert parse_cron_expression(expression).canonical == values
+    after = datetime(2026, 1, 1, tzinfo=UTC)
+    assert _take(expression, after, 12) == _take(values, after, 12)
+
+
+@pytest.mark.parametrize(
     ("expression", "canonical", "first"),
     [
         ("5-5 * * * *", "5 * * * *", [datetime(2026, 1, 1, 0, 5), datetime(2026, 1, 1, 1, 5)]),

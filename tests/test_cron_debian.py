@@ -115,6 +115,7 @@ def _dom(rng: random.Random) -> str:
         lambda: f"{rng.randint(1, 28)},L",
         lambda: f"{rng.randint(1, 31)},*/{rng.randint(2, 10)}",  # restricted: no leading *
         lambda: f"*/{rng.randint(2, 10)},{rng.randint(1, 31)}",  # not restricted
+        lambda: f"L,*/{rng.randint(2, 10)}",  # restricted: L first
         lambda: str(rng.choice([29, 30, 31])),
     ]
     return rng.choice(options)()
@@ -137,6 +138,7 @@ def _dow(rng: random.Random) -> str:
         lambda: f"{_number_field(rng, 0, 7)},{_dow_special(rng)}",
         lambda: f"{_dow_special(rng)},{_dow_special(rng)}",
         lambda: f"{rng.randint(0, 6)},*/{rng.randint(2, 3)}",
+        lambda: f"{_dow_special(rng)},*/{rng.randint(2, 3)}",  # restricted: a special first
     ]
     return rng.choice(options)()
 
@@ -214,10 +216,25 @@ def _cronsim_fires_at_a_gap_end(
     )
 
 
+def _cronsim_skips_the_hour_after_a_midnight_gap(
+    expression: str, start: datetime, zone: str, theirs: list[datetime]
+) -> bool:
+    # Stepping to a matching day whose midnight a spring-forward gap swallowed (São Paulo
+    # until 2018), cronsim misses the matches of the hour after the gap when the minute starts
+    # with "*" (`* 1 * * 0` on Sunday 2018-11-04: it answers the 11th); those wall times
+    # exist, and herdsched, like Debian, fires them.
+    tz = ZoneInfo(zone)
+    first = _ours(expression, start, zone, 1)[0].astimezone(tz)
+    midnight = datetime(first.year, first.month, first.day, tzinfo=tz)
+    swallowed = midnight.astimezone(UTC).astimezone(tz).hour != 0
+    return swallowed and first.hour < 2 and bool(theirs) and theirs[0] > first
+
+
 _DELIBERATE: dict[str, Callable[[str, datetime, str, list[datetime]], bool]] = {
     "Lord Howe wildcard across the 30-minute shift": _lord_howe_wildcard,
     "cronsim answers before its start": _cronsim_goes_back,
     "cronsim fires a wildcard at the end of a midnight gap": _cronsim_fires_at_a_gap_end,
+    "cronsim skips the hour after a midnight gap": _cronsim_skips_the_hour_after_a_midnight_gap,
 }
 # Never generated here, also deliberate: 6-field expressions (no Debian equivalent; cronsim
 # skips its DST rules for them), stepped ranges with equal ends (0-0/1: herdsched reads the
@@ -276,6 +293,12 @@ def _utc(*args: int) -> datetime:
         ("0 0 15 * L5", _utc(2026, 1, 1), _utc(2026, 1, 15)),
         # a day field containing '*' but not starting with it is restricted
         ("0 0 1,*/10 * 0-6", _utc(2026, 5, 4, 12), _utc(2026, 5, 5)),
+        # so is one starting with L or '#' and '*'-led items after (they were put first, and
+        # the field read as not restricted): the 5th is a Monday, the 8th a day 1 + 7
+        ("0 0 L,*/7 * 1", _utc(2026, 1, 1), _utc(2026, 1, 5)),
+        ("0 0 L,*/7 * 1", _utc(2026, 1, 5, 12), _utc(2026, 1, 8)),
+        ("0 0 15 * 5L,*/2", _utc(2026, 1, 3, 12), _utc(2026, 1, 4)),
+        ("0 0 L,* * 0", _utc(2026, 1, 1), _utc(2026, 1, 2)),
         # starting with '*' it is not: AND, odd days that are Mondays
         ("0 0 */2 * 1", _utc(2026, 1, 1), _utc(2026, 1, 5)),
         # 'a/k' in the day of week runs to 7 (Sunday): Monday, Wednesday, Friday, Sunday
