@@ -389,17 +389,21 @@ class ThreadedScheduler:
         """The end of ``stop()`` once it waits no more: commit, give up the lease, ``stopped``.
         An interrupt in one step (Ctrl-C while the commit waits) is raised after the others."""
         core = self._core
-        failed = _each(self._timer.join, self._commits.stop)
-        with core.lock:
-            core.clear_plan()
-            core.status = "stopped"
-            core.executors.shutdown()
-            core.emit(
-                ev.SchedulerStopped(
-                    at=self.clock.now(), timed_out=timed_out, running_job_count=remaining
+        # past the lease nothing can be written: a store that does not answer holds the last
+        # commit and the release no longer than the lease has left
+        with self._leadership.bounded():
+            failed = _each(self._timer.join, self._commits.stop)
+            with core.lock:
+                core.clear_plan()
+                core.status = "stopped"
+                core.executors.shutdown()
+                core.emit(
+                    ev.SchedulerStopped(
+                        at=self.clock.now(), timed_out=timed_out, running_job_count=remaining
+                    )
                 )
-            )
-        let_go = _each(self._leadership.release, lambda: call_if_offered(core.store, "unwatch"))
+            release = self._leadership.release
+            let_go = _each(release, lambda: call_if_offered(core.store, "unwatch"))
         failed = failed or let_go
         _started.discard(self)
         core.listeners.deliver()

@@ -309,6 +309,33 @@ def test_a_leader_whose_database_stops_answering_stands_by_and_stops_promptly(
 
 
 @pytest.mark.slow
+def test_a_stop_cut_off_from_its_database_waits_no_longer_than_the_lease_has_left(
+    postgres_dsn: str, pg_namespace: str
+) -> None:
+    """The last commit and the lease's release each waited for the server as long as any call
+    may (``lease_ttl`` + 1 s, or to connect again): a graceful stop against a frozen server
+    took 24 s with a 6 s lease. Past the lease nothing can be written, so they share the time
+    the lease has left (here 3 s; they took 8 s and more)."""
+    link = CuttableLink(postgres_dsn)
+    store = PostgresStateStore(link.dsn, namespace=pg_namespace, lease_ttl=3, commit_delay=3600)
+    sched = ticking_on(store, "1h")
+    sched.start()
+    try:
+        assert wait_until(lambda: sched.wait_until_idle(0) and sched.history("ag", "tick"), 10)
+        assert store.flush_deadline() is not None  # the run's end waits for the last commit
+        sched._leadership.heartbeat()  # renewed, if due: the lease has about 3 s left
+        link.cut()
+        began = time.monotonic()
+        sched.stop()  # the last commit could not be written: logged, and left to the next
+        assert time.monotonic() - began < 6  # the lease's 3 s and a second's slack, twice
+        assert sched.status == "stopped"
+    finally:
+        link.heal()
+        link.close()
+        store.close()
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("every", ["1h", "1s"])  # idle, or claiming a run every second
 def test_a_leader_cut_off_from_its_database_stops_leading_when_its_lease_runs_out(
     postgres_dsn: str, pg_namespace: str, caplog: pytest.LogCaptureFixture, every: str
