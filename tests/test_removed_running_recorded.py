@@ -183,13 +183,7 @@ def test_a_run_without_work_whose_schedule_is_removed_before_its_end_is_written_
     """A run that found no work has no record: the state showing its end is its fate. Removed
     before that state was committed, the schedule took the end with it, its claim stayed, and
     the next start recorded the run as interrupted, which it was not."""
-    clock = FakeClock(T0)
-    store = make_store()
-    sched = ThreadedScheduler(
-        store=store, clock=clock, commit_delay=3600, work_sources={"q": _NoWork()}
-    )
-    schedules = {"s": Schedule.interval("1m", work_source="q"), "o": Schedule.interval("1h")}
-    sched.add_agent(Agent("a", job=lambda info: None, schedules=schedules))
+    store, sched, _ = _without_work(make_store)
     with sched:
         sched.run_pending()
         assert sched.wait_until_idle(10)  # s found no work: its end waits for the commit
@@ -316,11 +310,9 @@ def test_a_run_without_work_followed_by_a_run_now_leaves_no_claim(make_store: St
     store.close()
 
 
-def runs_without_work(
-    make_store: StoreMaker, *, run_now: bool
-) -> tuple[StateStore, ThreadedScheduler]:
-    """Three slots of a schedule whose work source has nothing (and as many run-nows of it
-    before each commit, ``run_now``), each flushed: no claim may stay. The scheduler runs on."""
+def _without_work(make_store: StoreMaker) -> tuple[StateStore, ThreadedScheduler, FakeClock]:
+    """A scheduler, not started, whose a/s finds no work (a/o runs beside it), committing an
+    hour apart unless told to."""
     clock = FakeClock(T0)
     store = make_store()
     sched = ThreadedScheduler(
@@ -328,6 +320,15 @@ def runs_without_work(
     )
     schedules = {"s": Schedule.interval("1m", work_source="q"), "o": Schedule.interval("1h")}
     sched.add_agent(Agent("a", job=lambda info: None, schedules=schedules))
+    return store, sched, clock
+
+
+def runs_without_work(
+    make_store: StoreMaker, *, run_now: bool
+) -> tuple[StateStore, ThreadedScheduler]:
+    """Three slots of a schedule whose work source has nothing (and as many run-nows of it
+    before each commit, ``run_now``), each flushed: no claim may stay. The scheduler runs on."""
+    store, sched, clock = _without_work(make_store)
     sched.start()
     for slot in range(3):
         if slot:  # not after the last: no fourth run may race the caller's next step
