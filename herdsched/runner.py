@@ -20,7 +20,7 @@ import attrs
 
 from herdsched.cadence import describe_duration
 from herdsched.clock import Clock
-from herdsched.command import CommandError, quitting
+from herdsched.command import CommandError, CommandJob, quitting
 from herdsched.models import (
     JobFunc,
     JobResult,
@@ -281,7 +281,8 @@ def _call_job(run: Run, info: TriggerInfo, started: datetime, clock: Clock) -> R
 
 def _log_failure(run: Run, exc: BaseException) -> None:
     """Log a job that raised: once, at ERROR, with its traceback (whose last line says what
-    failed); a command job's failure without one, its frames being herdsched's own.
+    failed); a command job's failure without one (its exit status and stderr say what
+    failed), its frames being herdsched's own.
 
     Not when the run had timed out or was given up by a stop: that was logged already, and
     the job raising now is most often its answer to the cancel event (a command job's killed
@@ -297,7 +298,7 @@ def _log_failure(run: Run, exc: BaseException) -> None:
             _describe(exc),
         )
         return
-    if isinstance(exc, CommandError):  # its exit status and stderr say all; no frame is its
+    if isinstance(run.job, CommandJob) and isinstance(exc, CommandError):  # no frame is its
         _log.error("The job of %s/%s failed: %s", run.agent, run.schedule_name, exc)
         return
     _log.error(

@@ -308,18 +308,30 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def test_a_failed_command_is_logged_in_one_line_without_a_traceback(
+def test_a_failed_command_job_is_logged_without_a_traceback(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The ERROR line came with a traceback of herdsched's own frames only (the runner, the
-    command job), telling the operator nothing its exit status and stderr do not."""
+    command job), telling the operator nothing its exit status and stderr do not. A Python job
+    running a command itself keeps its traceback: its own frames are in it."""
     sched = ThreadedScheduler(state_dir=None, timezone="UTC")
-    job = CommandJob(["sh", "-c", "echo 'disk quota exceeded' >&2; exit 3"])
-    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
+    job = CommandJob(["sh", "-c", "echo 'line one' >&2; echo 'disk quota exceeded' >&2; exit 3"])
+
+    def helper(info: TriggerInfo) -> object:
+        return CommandJob(["false"])(info)
+
+    schedules = {"s": Schedule.manual(), "own": Schedule.manual(job=helper)}
+    sched.add_agent(Agent("a", job=job, schedules=schedules))
     with caplog.at_level(logging.ERROR, logger="herdsched"), sched:
         record = sched.trigger("a", "s", wait=True)
+        assert not sched.trigger("a", "own", wait=True).success
     assert not record.success and "exit" in (record.error or "")
-    [line] = [r for r in caplog.records if r.levelno == logging.ERROR]
-    assert line.getMessage().startswith("The job of a/s failed: command sh -c ")
-    assert "exit" in line.getMessage() and "disk quota exceeded" in line.getMessage()
-    assert line.exc_info is None
+    command, own = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert command.getMessage() == (
+        "The job of a/s failed: command sh -c 'echo '\"'\"'line one'\"'\"' >&2; echo '\"'\"'disk "
+        "quota exceeded'\"'\"' >&2; exit 3' exited with code 3; stderr:\nline one\ndisk quota "
+        "exceeded"
+    )
+    assert command.exc_info is None
+    assert own.getMessage() == "The job of a/own failed; its traceback follows."
+    assert own.exc_info is not None
