@@ -174,6 +174,36 @@ def test_a_change_made_a_moment_ago_on_another_host_is_in_the_next_answer(
         other.close()
 
 
+def test_a_rest_request_looks_at_the_database_once_whatever_it_shows(
+    scheduler_on, postgres_dsn: str, pg_namespace: str
+) -> None:
+    """Each schedule a list or a page showed asked for its definition, and each such question
+    looked at the database: a page of 50 schedules cost 51 reads on a standby, per refresh."""
+    leader = scheduler_on("a", Ledger(), poll_interval=3600)
+    leader.start()
+    for n in range(30):
+        leader.add_schedule("ag", f"s{n:02}", Schedule.interval("1h"), persist=True)
+    standby = scheduler_on("b", Ledger(), poll_interval=3600)
+    standby.start()
+    store = standby.store
+    looks: list[bool] = []
+    sync = store._sync
+
+    def counted() -> bool:
+        looks.append(True)
+        return sync()
+
+    store._sync = counted
+    api = RestApi(standby)
+    status, body = api.handle("GET", "/api/schedule", query={"limit": "50"})
+    assert (status, len(body["schedules"]), len(looks)) == (200, 31, 1)
+    looks.clear()
+    status, _ = api.handle("GET", "/api/schedule/ag/s07")
+    assert (status, len(looks)) == (200, 1)
+    looks.clear()
+    assert len(standby.get_status().schedules) == 31 and len(looks) == 1  # no request: one each
+
+
 def test_a_run_now_from_another_host_runs_once_under_its_id(
     scheduler_on, postgres_dsn: str, pg_namespace: str
 ) -> None:

@@ -21,7 +21,7 @@ from herdsched.engine.registry import drop_entry, install_entry, stored_definiti
 from herdsched.engine.requests import RunRequests
 from herdsched.models import Status
 from herdsched.store.base import call_if_offered, remove_state_unless_defined
-from herdsched.store.deadline import held
+from herdsched.store.deadline import Deadline, current_deadline, held
 
 __all__ = ["OtherProcesses"]
 
@@ -32,6 +32,7 @@ class OtherProcesses:
     def __init__(self, core: EngineCore, dispatch: Dispatcher) -> None:
         self.core = core
         self.requests = RunRequests(core, dispatch)
+        self._looked_for: Deadline | None = None  # the request whose calls looked already
 
     def poll(self) -> None:
         """The active scheduler's poll: apply changes, then run queued requests."""
@@ -50,7 +51,7 @@ class OtherProcesses:
         with held(core.changes, "take in what other processes wrote"):
             try:
                 if look:
-                    call_if_offered(core.store, "look_now")
+                    self._look()
                 changed = core.store.refresh()
             except Exception as exc:
                 core.state_error(exc)
@@ -72,7 +73,7 @@ class OtherProcesses:
         with held(core.changes, "take in what other processes wrote"):
             try:
                 if look:
-                    call_if_offered(core.store, "look_now")
+                    self._look()
                 if not (core.store.refresh() or core.unadopted):
                     return
                 core.unadopted = False
@@ -82,6 +83,15 @@ class OtherProcesses:
                         entry.state = core.store.get_schedule_state(entry.agent, entry.name)
             except Exception as exc:
                 core.state_error(exc)
+
+    def _look(self) -> None:
+        """Look past a database store's listener (``look_now``), once per REST request: its
+        calls share one deadline, and its first look saw every change committed before the
+        request began (a page of 50 schedules asks once, not 50 times)."""
+        deadline = current_deadline()
+        if deadline is None or deadline is not self._looked_for:
+            call_if_offered(self.core.store, "look_now")
+            self._looked_for = deadline
 
     def _apply_status_changes(self) -> None:
         """Apply pauses, resumes and disables written by other processes; a resume of a
