@@ -58,6 +58,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import attrs
+
 from herdsched.api_input import (
     MAX_BODY_BYTES,
     MAX_PROMPT_LENGTH,
@@ -642,6 +644,8 @@ class RestApi:
             schedule: Schedule | None = self.scheduler.get_schedule(item.agent, item.schedule)
         except (AgentNotFoundError, ScheduleNotFoundError):
             schedule = None
+        if replanned and item.status is Status.COMPLETED and not self.scheduler.is_leader:
+            item = attrs.evolve(item, status=Status.IDLE)  # as the leader opens it again
         out = schedule_json(item, schedule, self.scheduler.timezone)
         if (
             (out["next_run_at"] is None or replanned)
@@ -1049,7 +1053,7 @@ def _preview_next(
     ):
         return None
     state = scheduler.store.get_schedule_state(item.agent, item.schedule)
-    entry = Entry(item.agent, item.schedule, schedule, state)
+    entry = Entry(item.agent, item.schedule, schedule, attrs.evolve(state, status=item.status))
     now = scheduler.clock.now()
     return fresh_due(entry, now, scheduler.timezone, random.Random(), recompute=True)
 

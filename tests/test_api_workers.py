@@ -300,6 +300,15 @@ def test_a_cadence_changed_through_a_standby_is_answered_with_its_new_next_run(
     assert status == 200, body
     assert (body["type"], body["next_run_at"]) == ("once", "2030-06-01T12:00:00.000Z")
     field_when(leader, "/api/schedule/triage/every", "next_run_at", body["next_run_at"])
+    # a once schedule that ran is completed: given a new time, the leader opens it again
+    soon = (datetime.now(timezone.utc) + timedelta(seconds=1)).isoformat()
+    status, body = call(leader, "PUT", "/api/schedule/triage/every", {"at": soon})
+    assert status == 200, body
+    field_when(standby, "/api/schedule/triage/every", "status", "completed")
+    status, body = call(standby, "PATCH", "/api/schedule/triage/every", {"at": "2031-01-01T09:00Z"})
+    assert status == 200, body
+    assert (body["status"], body["next_run_at"]) == ("idle", "2031-01-01T09:00:00.000Z")
+    field_when(leader, "/api/schedule/triage/every", "next_run_at", body["next_run_at"])
 
 
 def test_schedule_created_through_the_leader_is_served_by_a_standby(pair: Pair) -> None:
