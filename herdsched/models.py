@@ -854,11 +854,17 @@ class RunRecord:
         default=None, converter=_ms_time, validator=_aware_time
     )
     status: RunStatus = attrs.field(converter=_to_run_status)
-    error: str | None = attrs.field(default=None, converter=storable_text)
+    error: str | None = attrs.field(
+        default=None, converter=storable_text, validator=_optional(str, "a string")
+    )
     output_summary: str | None = attrs.field(default=None, converter=_summary)
     notified: bool = False
-    session_id: str | None = attrs.field(default=None, converter=storable_text)
-    work_item_id: str | None = attrs.field(default=None, converter=storable_text)
+    session_id: str | None = attrs.field(
+        default=None, converter=storable_text, validator=_optional(str, "a string")
+    )
+    work_item_id: str | None = attrs.field(
+        default=None, converter=storable_text, validator=_optional(str, "a string")
+    )
     cost: float | None = None
     turns: int | None = None
     #: the end of a failed job's traceback (at most :data:`MAX_TRACEBACK` characters)

@@ -11,6 +11,7 @@ from datetime import timedelta
 
 from herdsched.cadence import coerce_interval, describe_duration
 from herdsched.errors import IntervalParseError
+from herdsched.models import storable_text
 
 __all__ = ["MAX_DEFER", "Deferred", "SessionNotFound"]
 
@@ -25,7 +26,7 @@ class Deferred(Exception):
     The run is recorded as ``deferred``; it does not count as a failure.
     """
 
-    def __init__(self, delay: timedelta | float | str, reason: str = "") -> None:
+    def __init__(self, delay: timedelta | float | str, reason: str | None = "") -> None:
         self.delay = coerce_interval(delay, what="Deferred delay", field="delay")
         if self.delay > MAX_DEFER:  # a due time past the calendar could never be planned
             raise IntervalParseError(
@@ -33,8 +34,13 @@ class Deferred(Exception):
                 input=delay,
                 field="delay",
             )
-        self.reason = reason
-        super().__init__(reason or f"deferred for {describe_duration(self.delay)}")
+        reason = "" if reason is None else reason
+        if not isinstance(reason, str):  # it becomes the state's last_error: text alone
+            raise TypeError(
+                f"Deferred reason must be a string, got {type(reason).__name__} {reason!r}"
+            )
+        self.reason = storable_text(reason)
+        super().__init__(self.reason or f"deferred for {describe_duration(self.delay)}")
 
 
 class SessionNotFound(Exception):

@@ -6,8 +6,8 @@ before each run; no item means nothing to do, and the run is skipped with ``no_w
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
@@ -24,18 +24,32 @@ def _labels(value: Sequence[str] | None) -> tuple[str, ...]:
     return labels
 
 
+def _text(*, optional: bool) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    """Validator: a string (or ``None``, when ``optional``). A work item's id and text reach
+    the run's record and state: a ``UUID`` or a ``Path`` there failed every commit after it."""
+
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if not isinstance(value, str) and not (optional and value is None):
+            kind = "a string or None" if optional else "a string"
+            raise TypeError(
+                f"WorkItem.{attribute.name} must be {kind}, got {type(value).__name__} {value!r}"
+            )
+
+    return check
+
+
 @attrs.frozen(kw_only=True)
 class WorkItem:
     """One claimable unit of work, as a work source describes it."""
 
-    id: str
-    title: str
-    description: str = ""
-    source: str = ""
-    external_id: str | None = None
-    priority: str | None = None
+    id: str = attrs.field(validator=_text(optional=False))
+    title: str = attrs.field(validator=_text(optional=False))
+    description: str = attrs.field(default="", validator=_text(optional=False))
+    source: str = attrs.field(default="", validator=_text(optional=False))
+    external_id: str | None = attrs.field(default=None, validator=_text(optional=True))
+    priority: str | None = attrs.field(default=None, validator=_text(optional=True))
     labels: tuple[str, ...] = attrs.field(default=(), converter=_labels)
-    url: str | None = None
+    url: str | None = attrs.field(default=None, validator=_text(optional=True))
 
 
 @attrs.frozen(kw_only=True)

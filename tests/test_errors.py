@@ -206,6 +206,18 @@ def test_deferred_parses_its_delay(delay: timedelta | float | str, expected: tim
     assert str(signal) == "session busy"
 
 
+@pytest.mark.parametrize("reason", [Path("lockfile"), 5, {"why": "busy"}])
+def test_a_deferred_reason_that_is_not_text_is_refused_naming_it(reason: object) -> None:
+    """It became the schedule's ``last_error``, which no store writes: every commit after it
+    failed, and the runs of other schedules lost their records."""
+    with pytest.raises(
+        TypeError, match=f"Deferred reason must be a string, got {type(reason).__name__}"
+    ):
+        Deferred("1m", reason)  # type: ignore[arg-type]
+    assert Deferred("1m", None).reason == ""
+    assert Deferred("1m", "a\x00b").reason == "a\\x00b"  # kept by every store
+
+
 def test_deferred_without_reason_describes_the_delay() -> None:
     # worded as durations are written ("5m"), as the timeout error below: was "0:05:00"
     assert str(Deferred("5m")) == "deferred for 5m"

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import functools
 import threading
+import uuid
 from collections.abc import Callable
 from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -596,5 +598,15 @@ def test_a_work_items_labels_and_an_agents_description_are_checked() -> None:
     assert WorkItem(id="1", title="t", labels=(x for x in ["bug"])).labels == ("bug",)
     with pytest.raises(TypeError, match="got 5"):
         WorkItem(id="1", title="t", labels=5)  # type: ignore[arg-type]
+    # an id or text of another type reached the run's record and failed every commit after it
+    with pytest.raises(TypeError, match=r"WorkItem\.id must be a string, got UUID UUID\('"):
+        WorkItem(id=uuid.UUID(int=7), title="t")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"WorkItem\.url must be a string or None, got PosixPath"):
+        WorkItem(id="1", title="t", url=Path("/x"))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"RunRecord\.work_item_id must be a string or None"):
+        RunRecord(
+            run_id="r", agent="a", schedule="s", trigger_type=TriggerType.MANUAL,
+            status=RunStatus.SUCCESS, work_item_id=uuid.UUID(int=7),  # type: ignore[arg-type]
+        )  # fmt: skip
     with pytest.raises(TypeError, match=r"Agent\.description must be a string or None, got int 5"):
         Agent("a", description=5)  # type: ignore[arg-type]

@@ -240,3 +240,40 @@ def test_add_schedule_checks_the_year_9999_against_the_scheduler_clock() -> None
 def test_an_interval_under_one_millisecond_is_refused(every: Any) -> None:
     with pytest.raises(InvalidScheduleError, match="1 millisecond"):
         Schedule.interval(every)
+
+
+# -- a job's odd value fails its own run, never the store ---------------------------------------
+
+
+def test_a_deferred_reason_that_is_not_text_fails_its_run_and_no_other(tmp_path: Path) -> None:
+    """``Deferred("1m", Path("lockfile"))`` was taken: its reason became the schedule's
+    ``last_error``, every commit after it failed, and the runs of another schedule were
+    recorded ``interrupted`` after a restart instead of ``success``."""
+    from herdsched import Deferred
+
+    def job(info: Any) -> str:
+        if info.schedule == "bad":
+            raise Deferred("1m", Path("lockfile"))
+        return "fine"
+
+    def started() -> ThreadedScheduler:
+        sched = ThreadedScheduler(state_dir=tmp_path, clock=FakeClock(datetime(2026, 1, 5, 12)))
+        schedules = {"bad": Schedule.manual(), "good": Schedule.manual()}
+        sched.add_agent(Agent("a", job=job, schedules=schedules))
+        sched.start()
+        return sched
+
+    sched = started()
+    bad = sched.trigger("a", "bad", wait=True)
+    assert not bad.success and bad.error is not None
+    assert bad.error.startswith("TypeError: Deferred reason must be a string, got PosixPath")
+    assert all(sched.trigger("a", "good", wait=True).success for _ in range(3))
+    sched.stop()
+    again = started()
+    try:
+        assert [(r.schedule, r.status) for r in again.history("a")] == [
+            *[("good", "success")] * 3,
+            ("bad", "failed"),
+        ]
+    finally:
+        again.stop()
