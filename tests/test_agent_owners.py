@@ -141,12 +141,17 @@ def test_search_filters_combine() -> None:
 
 
 def test_add_schedule_owner_argument_sets_the_owner() -> None:
-    with running() as (sched, _clock):
+    """An owner could create a schedule for another (``add_schedule(..., Schedule(...,
+    owner="bob"), owner="alice")``), past her own limit and using up his; REST and
+    ``replace_schedule`` refused that already."""
+    with running(max_schedules_per_owner=1) as (sched, _clock):
         sched.add_agent(Agent("bot", job=Script()))
         sched.add_schedule("bot", "mine", Schedule.interval("1h"), owner="alice")
-        sched.add_schedule("bot", "theirs", Schedule.interval("1h", owner="bob"), owner="alice")
+        with pytest.raises(UnauthorizedError, match="'alice' cannot create bot/theirs for 'bob'"):
+            sched.add_schedule("bot", "theirs", Schedule.interval("1h", owner="bob"), owner="alice")
+        sched.add_schedule("bot", "theirs", Schedule.interval("1h", owner="bob"))  # an operator
         owners = {i.schedule: i.owner for i in sched.get_status().schedules}
-        assert owners == {"mine": "alice", "theirs": "bob"}  # an explicit owner is kept
+        assert owners == {"mine": "alice", "theirs": "bob"}
         assert sched.store.get_schedule_state("bot", "mine").owner == "alice"
 
 

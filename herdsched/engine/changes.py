@@ -52,6 +52,10 @@ class Changes:
     ) -> None:
         """Add one schedule; ``persist`` creates its definition in the store (compare-and-set on
         the name: of two concurrent creations exactly one wins)."""
+        if owner is not None and schedule.owner not in (None, owner):
+            raise UnauthorizedError(
+                f"{owner!r} cannot create {agent}/{name} for {schedule.owner!r}", owner=owner
+            )
         core = self.core
         self.adopt()
         with core.change():
