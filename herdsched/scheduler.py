@@ -513,7 +513,8 @@ class ThreadedScheduler:
         Validated completely before anything is written (``InvalidScheduleError``), against
         ``min_interval`` and ``max_schedules_per_owner`` too; a new once schedule whose time has
         passed is refused. A name that is taken, here or (``persist=True``) by another process
-        at the same moment, raises :class:`~herdsched.errors.ConflictError`.
+        at the same moment, raises :class:`~herdsched.errors.ConflictError`. ``owner``: the
+        owner adding it, whose schedule it becomes (one naming another owner is refused).
         """
         check_schedule_arguments(
             agent, name, schedule, owner=owner, persist=persist, need_schedule=True
