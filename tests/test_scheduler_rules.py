@@ -237,6 +237,22 @@ def test_a_failing_once_completes_at_the_auto_disable_limit_and_resume_skips_it(
         assert disabled.calls == []
 
 
+def test_failed_run_nows_of_a_once_schedule_do_not_disable_it_before_its_time() -> None:
+    """Two failing ``trigger()``s (a test of a one-shot job) auto-disabled it, and its own run
+    never came."""
+    with running(max_consecutive_failures=2) as (sched, clock):
+        job = Recorder(lambda info: 1 / 0 if info.trigger_type is TriggerType.MANUAL else "ok")
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.once(T0 + 60 * M)}))
+        sched.start()
+        for _ in range(3):
+            assert not sched.trigger("a", "s", wait=True).success
+        assert (state(sched).status, state(sched).consecutive_failures) == (Status.IDLE, 3)
+        step(sched, clock, "2h")
+        records = [(r.status.value, r.trigger_type) for r in sched.history("a", "s")]
+        assert records == [("success", TriggerType.ONCE), *[("failed", "manual")] * 3]
+        assert state(sched).status is Status.COMPLETED
+
+
 @pytest.mark.parametrize("whole_agent", [False, True])
 def test_a_completed_once_stays_completed_when_paused_and_resumed(whole_agent: bool) -> None:
     """A pause wrote ``paused`` over ``completed``, and the resume then ran the slot again."""

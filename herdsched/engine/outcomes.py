@@ -148,11 +148,12 @@ def _plan_and_status(
         failures += 1
         due = next_after_failure(normal.due, now, failures, settings.backoff)
         # a once schedule's own run is completed below, never auto-disabled (a resume of a
-        # disabled schedule would run it again)
-        once_ran = run.trigger_type is TriggerType.ONCE
-        if once_ran:
+        # disabled schedule would run it again); failed run-nows of it do not disable it either:
+        # its one run would silently never come
+        if run.trigger_type is TriggerType.ONCE:
             due = None
-        auto = not once_ran and should_auto_disable(failures, settings.max_consecutive_failures)
+        once = cadence is not None and cadence.runs_once
+        auto = not once and should_auto_disable(failures, settings.max_consecutive_failures)
         if auto and status in (Status.IDLE, Status.RUNNING):
             status = Status.DISABLED
             disabled_reason = (
