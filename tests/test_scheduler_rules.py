@@ -26,6 +26,8 @@ from herdsched import (
     RunStatus,
     Schedule,
     ScheduleDisabled,
+    SchedulePaused,
+    ScheduleResumed,
     SchedulerShutdownError,
     ScheduleType,
     SkipReason,
@@ -2068,3 +2070,22 @@ def test_a_stop_racing_the_timers_next_pass_is_never_lost() -> None:
             sched.run_pending()
             assert sched.wait_until_idle(2)
             assert sched.status == "stopped"
+
+
+def test_pause_and_resume_events_are_heard_when_the_status_changes() -> None:
+    """Pausing a paused schedule three times told listeners it was paused three times, and a
+    resume of one that was not paused told them it was resumed."""
+    with running() as (sched, _clock):
+        heard = Recorder()
+        sched.add_listener(heard, SchedulePaused, ScheduleResumed)
+        sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1h")}))
+        sched.start()
+        sched.resume("a", "s")  # it runs: nothing to resume
+        for _ in range(3):
+            sched.pause("a", "s")
+        sched.resume("a")
+        sched.resume("a", "s")
+        assert [type(event).__name__ for event in heard.calls] == [
+            "SchedulePaused",
+            "ScheduleResumed",
+        ]

@@ -218,15 +218,19 @@ class Changes:
         self.adopt()
         with core.change():
             for entry in self._targets(agent, schedule, owner):
-                if entry.state.status is Status.COMPLETED:
+                was = entry.state.status
+                if was is Status.COMPLETED:
                     continue
                 _write_intent(core, entry, "paused", status=Status.PAUSED)
                 with core.lock:
                     core.plan.unplan(entry)
                     entry.state = evolve(entry.state, status=Status.PAUSED)
-                core.emit(
-                    ev.SchedulePaused(at=core.clock.now(), agent=entry.agent, schedule=entry.name)
-                )
+                if was is not Status.PAUSED:  # heard once, not at every pause of a paused one
+                    core.emit(
+                        ev.SchedulePaused(
+                            at=core.clock.now(), agent=entry.agent, schedule=entry.name
+                        )
+                    )
 
     def resume(self, agent: str, schedule: str | None, owner: str | None) -> None:
         """Resume paused or auto-disabled schedules (status idle, failures reset)."""
@@ -239,14 +243,18 @@ class Changes:
         }
         with core.change():
             for entry in self._targets(agent, schedule, owner):
-                if entry.state.status is Status.COMPLETED:
+                was = entry.state.status
+                if was is Status.COMPLETED:
                     continue
                 _write_intent(core, entry, "resumed", **changes)
                 with core.lock:
                     self._plan_resumed(entry, changes)
-                core.emit(
-                    ev.ScheduleResumed(at=core.clock.now(), agent=entry.agent, schedule=entry.name)
-                )
+                if was in (Status.PAUSED, Status.DISABLED):  # not for one that was not stopped
+                    core.emit(
+                        ev.ScheduleResumed(
+                            at=core.clock.now(), agent=entry.agent, schedule=entry.name
+                        )
+                    )
 
     def _plan_resumed(self, entry: Entry, changes: dict[str, Any]) -> None:
         """Memory after a resume: a due time that passed while paused follows the catch-up
