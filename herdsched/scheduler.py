@@ -710,8 +710,12 @@ class ThreadedScheduler:
         return named_history(self._core, agent, schedule, limit)
 
     def purge_history(self, agent: str, schedule: str) -> None:
-        """Delete the run history of one schedule, removed or not (durable when it returns)."""
+        """Delete the run history of one schedule, removed or not (durable when it returns). A
+        name nobody knows and no history holds is refused, as by :meth:`history`: a mistyped
+        one would purge nothing without a word."""
         check_name_types(agent, schedule, needed=True)
+        if not self.store.get_history(agent, schedule, limit=1):
+            require_known(self._core, agent, schedule)
         self.store.purge_history(agent, schedule)
 
     def run_stats(

@@ -500,6 +500,11 @@ def test_history_and_stats_of_a_name_nobody_knows_are_refused_naming_it(tmp_path
             call("triage")
         with pytest.raises(ScheduleNotFoundError, match="'nightly'"):
             call("a", "nightly")
+    with pytest.raises(AgentNotFoundError, match="'triage'"):
+        sched.purge_history("triage", "s")  # it purged nothing without a word
+    with pytest.raises(ScheduleNotFoundError, match="'nightly'"):
+        sched.purge_history("a", "nightly")
+    sched.purge_history("a", "s")  # known, never ran: nothing to purge, no error
     assert sched.history("a") == [] and sched.history("a", "s") == []  # known, never ran
     assert sched.run_stats("a", "s").total == 0
     # another process's agent, known to this one only through the store: no runs yet, no error
