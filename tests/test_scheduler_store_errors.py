@@ -281,6 +281,37 @@ def test_store_health_logs_two_alternating_failures_once_each_per_minute(
     assert "No space left" in errors[0] and "Cannot write" in errors[1]
 
 
+def test_store_health_tells_a_failure_between_calls_that_work_once_a_minute(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Claims failing every second while group commits worked (no connection to spare for the
+    claims) made an ERROR and a "works again" WARNING every second."""
+    clock = FakeClock(T0)
+    health = StoreHealth(logging.getLogger("herdsched"), clock)
+    claim = StateError("Could not claim 1 run(s): too many connections for role")
+    with caplog.at_level(logging.INFO, logger="herdsched"):
+        for _ in range(20):  # 20 s
+            health.failed(claim)
+            clock.advance(0.5)
+            health.worked()  # a group commit
+            clock.advance(0.5)
+        clock.advance(REPEAT_EVERY)
+        health.failed(claim)  # a minute on: told again
+        health.worked()
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("ERROR", f"The state store failed: {claim}"),
+        (
+            "WARNING",
+            "The state store works again after failing for less than a second (1 failed call).",
+        ),
+        ("ERROR", f"The state store failed: {claim}"),
+        (
+            "WARNING",
+            "The state store works again after failing for less than a second (1 failed call).",
+        ),
+    ]
+
+
 class DownStore(MemoryStateStore):
     """A store another scheduler leads, whose every lease call fails while ``down`` is set."""
 

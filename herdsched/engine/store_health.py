@@ -51,6 +51,7 @@ class StoreHealth:
         self._logged: dict[str, float] = {}  # failures of this run logged as ERROR, and when
         self._unlogged = 0  # failures since the last ERROR line
         self._latest = ""  # the latest failure's text
+        self._told = False  # whether this run of failures was logged as an ERROR
 
     def failed(self, exc: BaseException) -> None:
         """A store call failed with ``exc``: an ERROR unless the same failure was logged less
@@ -59,8 +60,10 @@ class StoreHealth:
         now, text = self._clock.monotonic(), str(exc)
         with self._lock:
             if self._failing_since is None or now - self._failed_at > REPEAT_EVERY:
-                self._failing_since, self._failures = now, 0
-                self._logged.clear()
+                self._failing_since, self._failures, self._told = now, 0, False
+                # kept across a call that worked meanwhile: claims failing while commits work
+                # were an ERROR and a "works again" every second
+                self._logged = {k: at for k, at in self._logged.items() if now - at < REPEAT_EVERY}
             self._failed_at, self._latest = now, text
             self._failures += 1
             if now - self._logged.get(text, float("-inf")) < REPEAT_EVERY:
@@ -69,7 +72,7 @@ class StoreHealth:
                 return
             first = self._failures == 1
             failing_for, unlogged = now - self._failing_since, self._unlogged
-            self._logged[text], self._unlogged = now, 0
+            self._logged[text], self._unlogged, self._told = now, 0, True
         if first:
             self._log.error("The state store failed: %s", exc)
             return
@@ -96,13 +99,15 @@ class StoreHealth:
         )
 
     def worked(self) -> None:
-        """A call reached the store: ends the run of failures, saying how long it lasted (its
-        first failure was logged as an ERROR)."""
+        """A call reached the store: ends the run of failures, saying how long it lasted (at
+        WARNING when an ERROR told of it; a failure logged less than a minute before, in a
+        run of failures that another call's success cut short, was only repeated at DEBUG)."""
         with self._lock:
-            since, failures = self._failing_since, self._failures
+            since, failures, told = self._failing_since, self._failures, self._told
             self._failing_since, self._failures = None, 0
         if since is not None:
-            self._log.warning(
+            self._log.log(
+                logging.WARNING if told else logging.DEBUG,  # as its failures were
                 "The state store works again after failing for %s (%s).",
                 _seconds(self._clock.monotonic() - since),
                 _calls(failures),
