@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 import psycopg
 import pytest
 from network_cut import CuttableLink
+from postgres_server import run_sql
 from scheduler_helpers import wait_until
 
 from herdsched import (
@@ -202,6 +203,31 @@ def test_a_rest_request_looks_at_the_database_once_whatever_it_shows(
     assert (status, len(looks)) == (200, 1)
     looks.clear()
     assert len(standby.get_status().schedules) == 31 and len(looks) == 1  # no request: one each
+
+
+def test_a_leader_with_no_connection_to_spare_for_its_claims_claims_on_its_main_one(
+    fresh_database: str, pg_namespace: str
+) -> None:
+    """A database user allowed two connections (``CONNECTION LIMIT 2``): the leader took the
+    lease on its main connection and listened on a second, then every claim failed for want
+    of a third, and no run started on any host while its lease held."""
+    role = f"limited_{pg_namespace}"
+    run_sql(fresh_database, f"CREATE ROLE {role} LOGIN CONNECTION LIMIT 2")
+    run_sql(fresh_database, f"GRANT ALL ON SCHEMA public TO {role}")
+    dsn = fresh_database.replace("postgres@", f"{role}@", 1)
+    ledger = Ledger()
+    store = PostgresStateStore(dsn, namespace=pg_namespace, lease_ttl=3)
+    agent = Agent("ag", schedules={"tick": Schedule.interval("1s")})
+    sched = ThreadedScheduler([agent], on_trigger=ledger.job("a"), store=store, state_dir=None)
+    sched.start()
+    try:
+        assert sched.is_leader and store._listener is not None
+        assert store._listener.connected.wait(10)
+        assert wait_until(lambda: len(ledger.rows) >= 2, timeout=10)
+        assert not store._claims_db.connected  # the server refused it a third
+    finally:
+        sched.stop()
+        store.close()
 
 
 def test_a_run_now_from_another_host_runs_once_under_its_id(

@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 from postgres_server import run_sql, start_server, unique_namespace
+from psycopg import errors as pg_errors
 from scheduler_helpers import wait_until
 
 from herdsched.errors import ConflictError, LeadershipLostError, StateError, StoreSpecError
@@ -768,6 +769,46 @@ def test_a_server_out_of_connections_is_named_so(fatal: str) -> None:
     assert message.startswith("Could not connect to the PostgreSQL store at postgresql://app@db")
     assert "the server has no connection to spare: raise its max_connections" in message
     assert "check the user, password" not in message
+
+
+@pytest.mark.parametrize(
+    ("error", "hint"),
+    [
+        (
+            psycopg.OperationalError(
+                'connection to server at "127.0.0.1", port 5432 failed: FATAL:  too many '
+                'connections for role "app"'
+            ),
+            "the database user may open no more connections (its CONNECTION LIMIT)",
+        ),
+        (
+            psycopg.OperationalError(
+                'connection to server at "127.0.0.1", port 5432 failed: FATAL:  could not '
+                "write init file"
+            ),
+            "the database server's disk is full",
+        ),
+        (
+            pg_errors.DiskFull('could not extend file "base/5/16384": No space left on device'),
+            "the database server's disk is full",
+        ),
+        (
+            pg_errors.ReadOnlySqlTransaction("cannot execute INSERT in a read-only transaction"),
+            "the database takes no writes (a hot standby, or default_transaction_read_only is "
+            "on): point the DSN at the primary",
+        ),
+        (
+            pg_errors.QueryCanceled("canceling statement due to statement timeout"),
+            "a statement_timeout set for the user or the database",
+        ),
+    ],
+)
+def test_server_side_refusals_say_what_to_do(error: Exception, hint: str) -> None:
+    """Each was told as an unreachable server ("check that it runs and that the DSN's host
+    and port are right") or a bad DSN ("check the user, password and database name")."""
+    message = str(state_error(error, "claim 1 run(s)", "postgresql://app@db:5432/app"))
+    assert hint in message
+    assert "unreachable" not in message and "check the user, password" not in message
 
 
 def test_a_server_that_asks_for_a_password_none_was_given_for_is_named_so() -> None:

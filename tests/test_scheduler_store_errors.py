@@ -361,6 +361,38 @@ def test_a_standby_tells_an_outage_once_and_when_it_ends(
     ] * 2, lines
 
 
+class ReadOnlyStore(MemoryStateStore):
+    """A store nobody leads whose lease cannot be written (a read-only database)."""
+
+    def acquire_lease(self, holder: str, ttl: float):  # type: ignore[no-untyped-def]
+        raise StateError("cannot execute INSERT in a read-only transaction")
+
+
+def test_a_scheduler_that_could_not_take_a_lease_nobody_holds_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """It said "Another scheduler is active for ... (holder unknown); this one is standing
+    by": a fleet pointed at a read-only replica ran nothing while it looked like a standby."""
+    with (
+        caplog.at_level(logging.INFO, logger="herdsched"),
+        running(store=ReadOnlyStore()) as (
+            sched,
+            _clock,
+        ),
+    ):
+        sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1m")}))
+        sched.start()
+        assert sched.status == "standby"
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert lines[:2] == [
+        "The state store failed: cannot execute INSERT in a read-only transaction",
+        "This scheduler could not take the lease of memory (this process only), which no "
+        "scheduler holds (the store "
+        "error logged before says why); it stands by and tries again.",
+    ]
+    assert "Another scheduler is active" not in caplog.text
+
+
 class StateRemovalFails(MemoryStateStore):
     """A store that cannot remove a schedule's state (a full disk under ``state.yaml``) but
     can delete its definition (``schedules.yaml`` is smaller)."""

@@ -107,7 +107,15 @@ class Leadership:
         """Say who leads ``location``; a WARNING when the leader's fleet shares no agent with
         this one (two apps on one state directory: this one's jobs would not run)."""
         core = self.core
-        holder = _holder_text(self.holder())
+        info = self.holder()
+        if not info:  # nobody leads: the try failed (a store error, logged before, says why)
+            core.log.warning(
+                "This scheduler could not take the lease of %s, which no scheduler holds (the "
+                "store error logged before says why); it stands by and tries again.",
+                location or store_location(core.store),
+            )
+            return
+        holder = _holder_text(info)
         stored = core.store_call(core.store.get_all_schedule_states) or {}
         foreign = foreign_agents(core, stored)
         if not foreign:

@@ -38,7 +38,7 @@ from herdsched.models import text_problem
 from herdsched.store.deadline import Deadline, current_deadline
 from herdsched.store.masking import hide_passwords_of, mask_password
 
-__all__ = ["Database", "describe_dsn", "state_error"]
+__all__ = ["Database", "autocommit_on", "describe_dsn", "state_error"]
 
 log = logging.getLogger("herdsched")
 T = TypeVar("T")
@@ -63,6 +63,16 @@ _FATAL_HINTS = (
         ("too many clients", "connection slots are reserved"),
         "the server has no connection to spare: raise its max_connections or close other "
         "clients; a scheduler holds up to three",
+    ),
+    (
+        ("too many connections for role",),
+        "the database user may open no more connections (its CONNECTION LIMIT): raise it or "
+        "close its other clients; a scheduler holds up to three",
+    ),
+    (
+        ("could not write init file", "No space left on device"),
+        "the database server's disk is full: free space on it; a running scheduler reconnects "
+        "by itself",
     ),
 )
 #: libpq's words for an option value it refuses before connecting (``sslmode=bogus``).
@@ -109,6 +119,19 @@ _HINTS: dict[type[Exception], str] = {
         "this process sent nothing inside a transaction for longer than the store allows (it "
         "was stopped or starved of CPU), so the server ended the session to free the other "
         "hosts' writes; nothing of the transaction was written, and herdsched reconnects"
+    ),
+    pg_errors.ReadOnlySqlTransaction: (
+        "the database takes no writes (a hot standby, or default_transaction_read_only is on): "
+        "point the DSN at the primary; with several hosts, target_session_attrs=read-write "
+        "picks it"
+    ),
+    pg_errors.DiskFull: (
+        "the database server's disk is full: free space on it; a running scheduler retries "
+        "its writes, and its runs start again once claims can be written"
+    ),
+    pg_errors.QueryCanceled: (
+        "the server cancelled the statement: a statement_timeout set for the user or the "
+        "database (raise or remove it for herdsched's user), or an administrator"
     ),
     pg_errors.InvalidCatalogName: "the database does not exist: create it first",
     pg_errors.InvalidPassword: "the password was refused: check the DSN or ~/.pgpass",
@@ -242,6 +265,22 @@ def _libpq_defaults(given: dict[str, Any]) -> dict[str, str]:
         for option in pq.Conninfo.get_defaults()
         if option.val and option.keyword.decode() in left
     }
+
+
+def autocommit_on(
+    first: Database, fallback: Database, doing: str, work: Callable[[psycopg.Cursor[Any]], T]
+) -> T:
+    """:meth:`Database.autocommit` on ``first``, or on ``fallback`` when ``first`` has no
+    connection and cannot make one (the user or the server has none to spare): a leader's
+    claims wait behind a group commit then, where without a connection of their own they all
+    failed while its lease held, and no run started on any host."""
+    try:
+        return first.autocommit(doing, work)
+    except StateError as exc:
+        if first.connected:  # the work itself failed
+            raise
+        log.debug("No connection of its own to %s (%s): on the store's main one.", doing, exc)
+        return fallback.autocommit(doing, work)
 
 
 def state_error(exc: BaseException, doing: str, where: str) -> StateError:
@@ -420,6 +459,11 @@ class Database:
                         raise self._failure(exc, doing) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
+    @property
+    def connected(self) -> bool:
+        """Whether this database has a connection open now."""
+        return self._conn is not None and not self._conn.closed and not self._conn.broken
+
     def _end_on_the_server_at_the_deadline(self, cursor: psycopg.Cursor[Any]) -> None:
         """Inside a transaction serving a web request: have the server end its statements at
         the request's deadline (``statement_timeout`` for this transaction only), so a call
@@ -498,7 +542,8 @@ class Database:
             waited = f"for {self.answer_limit:g} s"
         return StateError(
             f"Could not {doing} in the PostgreSQL store at {self.where}: the server did not "
-            f"answer {waited} (a network cut, or a stopped server or host?), "
+            f"answer {waited} (a network cut, a stopped server or host, or a lock another "
+            "session holds on the herdsched_ tables?), "
             "so the connection was closed; the next call reconnects",
             path=self.where,
             cause=exc,

@@ -47,7 +47,7 @@ from herdsched.store.base import (
 from herdsched.store.claims import HeldClaims, RunShown, shown_by
 from herdsched.store.definitions import check_preconditions, merge_definition
 from herdsched.store.lease_rules import log_lost_work
-from herdsched.store.postgres.connection import Database
+from herdsched.store.postgres.connection import Database, autocommit_on
 from herdsched.store.postgres.leases import LeaseRow, retry_in
 from herdsched.store.postgres.listener import Listener
 from herdsched.store.postgres.rows import (
@@ -463,12 +463,11 @@ class PostgresStateStore:
         fence = self._lease.held
         if self._lease.fenced and fence is None:
             self._lease_lost()
-        held = self._claims_db.autocommit(
-            f"claim {len(claims)} run(s)",
-            lambda cursor: insert_claims(
-                cursor, self.namespace, claims, fence if self._lease.fenced else None
-            ),
-        )
+        fenced = fence if self._lease.fenced else None
+        held = autocommit_on(
+            self._claims_db, self._db, f"claim {len(claims)} run(s)",
+            lambda cursor: insert_claims(cursor, self.namespace, claims, fenced),
+        )  # fmt: skip
         if not held:
             self._lease_lost()
         with self._mem:
