@@ -694,6 +694,32 @@ def test_a_callback_that_raises_does_not_stop_the_listening(
     assert wait_until(lambda: len(heard) > count, timeout=5)
 
 
+def test_each_time_the_listener_stops_and_listens_again_is_told(
+    postgres_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its session ended three times, it listened again each time, but only the first stop
+    was logged and nothing ever said it listened again."""
+    store = PostgresStateStore(postgres_dsn, namespace=unique_namespace())
+    store.watch(lambda: None)
+    listener = store._listener
+    assert listener is not None and listener.connected.wait(10)
+    with caplog.at_level(logging.INFO, logger="herdsched"):
+        for _ in range(2):
+            ended = run_sql(
+                postgres_dsn,
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = 'herdsched' AND query LIKE 'LISTEN%'",
+            )
+            assert ended
+            assert wait_until(lambda: not listener.connected.is_set(), timeout=10)
+            assert listener.connected.wait(10)
+            assert wait_until(lambda: "Listening again" in caplog.text, timeout=5)
+            caplog_lines = [r.getMessage().split(" for ")[0] for r in caplog.records]
+            caplog.clear()
+            assert caplog_lines == ["Stopped listening", "Listening again"]
+    store.close()
+
+
 def test_a_group_commit_of_thousands_of_schedules_trims_their_history_through_the_index(
     fresh_database: str,
 ) -> None:

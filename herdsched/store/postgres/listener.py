@@ -43,6 +43,7 @@ class Listener:
         self._own_pid = own_pid
         self._where = where
         self._stop = threading.Event()
+        self._failures = 0  # tries to listen that failed in a row
         self.connected = threading.Event()
         self._thread = threading.Thread(target=self._run, name="herdsched-listener", daemon=True)
 
@@ -55,15 +56,13 @@ class Listener:
         self._stop.set()
 
     def _run(self) -> None:
-        failures = 0
         while not self._stop.is_set():
             try:
                 self._listen()
-                failures = 0
             except Exception as exc:  # a database error, or one of a callback: listen again
                 self.connected.clear()
-                failures += 1
-                if failures == 1 and not self._stop.is_set():
+                self._failures += 1
+                if self._failures == 1 and not self._stop.is_set():
                     log.warning(
                         "Stopped listening for changes of the PostgreSQL store at %s (%s); "
                         "polling until it listens again.",
@@ -76,6 +75,9 @@ class Listener:
         with psycopg.connect(self._conninfo, autocommit=True) as conn:
             conn.execute(f"LISTEN {CHANNEL}")
             self.connected.set()
+            if self._failures:  # each time it stopped is told, and each time it listens again
+                log.info("Listening again for changes of the PostgreSQL store at %s.", self._where)
+                self._failures = 0
             self._on_change()  # whatever was announced while not listening is unknown
             while not self._stop.is_set():
                 for note in conn.notifies(timeout=_WAIT):
