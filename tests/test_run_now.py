@@ -364,6 +364,36 @@ def test_a_request_started_by_a_scheduler_that_died_is_recorded_not_rerun(
         leader.stop(timeout=10)
 
 
+def test_a_request_of_a_dead_scheduler_is_not_said_recorded_when_its_write_is_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A leader whose lead had just been taken over logged the request "recorded as
+    interrupted and not run again": its write was refused, and the new leader ran it."""
+    store = YamlStateStore(tmp_path)
+    run_id = store.request_trigger("a", "s", prompt="once")
+    store.mark_trigger_started(run_id, T0)
+    store.close()
+    clock = FakeClock(T0 + timedelta(hours=3))
+    leader = build(tmp_path, clock, Jobs())
+    leader.start()
+    refused = StateError("the lease of this scheduler was taken over")
+    try:
+        flush = leader.store.flush
+        leader.store.flush = lambda: (_ for _ in ()).throw(refused)  # type: ignore[method-assign]
+        with caplog.at_level(logging.WARNING, logger="herdsched"):
+            leader.run_pending()
+            assert "recorded as interrupted" not in caplog.text
+            assert [r.run_id for r in leader.store.trigger_requests()] == [run_id]  # kept
+            leader.store.flush = flush  # type: ignore[method-assign]
+            drive(leader, clock, lambda: not leader.store.trigger_requests())
+        assert not leader.store.trigger_requests()
+        assert [(r.run_id, r.status) for r in leader.history("a", "s")] == [
+            (run_id, RunStatus.INTERRUPTED)
+        ]
+    finally:
+        leader.stop(timeout=10)
+
+
 def test_requests_left_waiting_by_a_stopped_leader_run_under_the_next_one(
     pair: Pair, tmp_path: Path
 ) -> None:

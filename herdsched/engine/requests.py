@@ -235,19 +235,20 @@ class RunRequests:
         if any(record.run_id == request.run_id for record in records):
             self._settle(request)
             return
-        core.log.warning(
-            "The run-now request %s for %s/%s was started by a scheduler that stopped before "
-            "it was recorded; it is recorded as interrupted and not run again.",
-            request.run_id,
-            request.agent,
-            request.schedule,
-        )
-        self._record(
+        recorded = self._record(
             request,
             RunStatus.INTERRUPTED,
             "the scheduler that started this run stopped before the run was recorded",
             started_at=request.started_at,
         )
+        if recorded:  # not when the write was refused: a leader that lost its lead says nothing
+            core.log.warning(
+                "The run-now request %s for %s/%s was started by a scheduler that stopped "
+                "before it was recorded; it is recorded as interrupted and not run again.",
+                request.run_id,
+                request.agent,
+                request.schedule,
+            )
 
     def _record(
         self,
@@ -256,8 +257,9 @@ class RunRequests:
         error: str,
         *,
         started_at: datetime | None,
-    ) -> None:
-        """Append ``request``'s final record, make it durable, then remove the request."""
+    ) -> bool:
+        """Append ``request``'s final record, make it durable, then remove the request;
+        whether it was recorded."""
         core = self.core
         record = RunRecord(
             run_id=request.run_id,
@@ -275,8 +277,9 @@ class RunRequests:
             core.store.flush()
         except Exception as exc:  # the request stays stored: retried on the next poll
             core.state_error(exc)
-            return
+            return False
         self._settle(request)
+        return True
 
     def _settle(self, request: TriggerRequest) -> None:
         self._waiting.discard(request.run_id)
