@@ -311,6 +311,37 @@ def test_a_cadence_changed_through_a_standby_is_answered_with_its_new_next_run(
     field_when(leader, "/api/schedule/triage/every", "next_run_at", body["next_run_at"])
 
 
+def test_a_completed_once_given_a_new_time_while_a_run_now_of_it_goes_on_runs_at_it(
+    pair: Pair,
+) -> None:
+    """Given a new time through a standby while a run-now of it ran, the completed once stayed
+    completed once that run ended: the leader reopened it only when no run went on (a change
+    made through the leader itself did), so the new time never fired; the standby's answer had
+    said it was open."""
+    leader, standby, recorder = pair
+    soon = (datetime.now(timezone.utc) + timedelta(seconds=1)).isoformat()
+    assert call(leader, "PUT", "/api/schedule/triage/o", {"at": soon})[0] == 201
+    field_when(standby, "/api/schedule/triage/o", "status", "completed")
+    recorder.gate.clear()
+    recorder.started.clear()
+    assert call(leader, "POST", "/api/schedule/triage/o/run")[0] == 202
+    assert recorder.started.wait(5)
+    status, body = call(standby, "PATCH", "/api/schedule/triage/o", {"at": "2031-01-01T09:00Z"})
+    assert (status, body["status"], body["next_run_at"]) == (
+        200,
+        "idle",
+        "2031-01-01T09:00:00.000Z",
+    ), body
+    field_when(leader, "/api/schedule/triage/o", "at", "2031-01-01T09:00:00.000Z")
+    recorder.gate.set()
+    assert leader.wait_until_idle(5)
+    for sched in (leader, standby):
+        body = field_when(
+            sched, "/api/schedule/triage/o", "next_run_at", "2031-01-01T09:00:00.000Z"
+        )
+        assert body["status"] == "idle"
+
+
 def test_schedule_created_through_the_leader_is_served_by_a_standby(pair: Pair) -> None:
     leader, standby, _ = pair
     status, _ = call(leader, "PUT", "/api/schedule/triage/later", {"cron": "0 9 * * *"})

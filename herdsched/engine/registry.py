@@ -96,9 +96,9 @@ def install_entry(
     cadence_changed = existing.schedule.cadence != schedule.cadence
     existing.schedule = schedule
     existing.persisted_definition = existing.persisted_definition or persisted
+    if cadence_changed and changed_at_run_time:  # also while a run-now of it goes on: its
+        core.reopen_completed(existing)  # end plans the new time, as for a change made here
     if not existing.planned_by_its_run and core.leading:
-        if cadence_changed and changed_at_run_time:
-            core.reopen_completed(existing)
         if cadence_changed:
             due = fresh_due(existing, now, core.settings.timezone, core.rng, recompute=True)
             core.set_due(existing, due, due)
