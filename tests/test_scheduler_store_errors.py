@@ -312,6 +312,31 @@ def test_store_health_tells_a_failure_between_calls_that_work_once_a_minute(
     ]
 
 
+def test_store_health_tells_an_outage_after_the_store_worked_for_a_while_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An outage 25 s after the store worked again, with the same words as the one before,
+    was only repeated at DEBUG (its end too): the last line an operator saw said it worked."""
+    clock = FakeClock(T0)
+    health = StoreHealth(logging.getLogger("herdsched"), clock)
+    down = StateError("could not connect: connection refused")
+    with caplog.at_level(logging.INFO, logger="herdsched"):
+        health.failed(down)
+        clock.advance(5)
+        health.worked()
+        clock.advance(25)
+        for _ in range(25):
+            health.failed(down)
+            clock.advance(1)
+        health.worked()
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("ERROR", f"The state store failed: {down}"),
+        ("WARNING", "The state store works again after failing for 5s (1 failed call)."),
+        ("ERROR", f"The state store failed: {down}"),
+        ("WARNING", "The state store works again after failing for 25s (25 failed calls)."),
+    ]
+
+
 class DownStore(MemoryStateStore):
     """A store another scheduler leads, whose every lease call fails while ``down`` is set."""
 

@@ -22,10 +22,13 @@ from datetime import timedelta
 from herdsched.cadence import describe_duration
 from herdsched.clock import Clock
 
-__all__ = ["REPEAT_EVERY", "StoreHealth"]
+__all__ = ["FLAPPING", "REPEAT_EVERY", "StoreHealth"]
 
 #: Seconds between two ERROR lines while the store keeps failing.
 REPEAT_EVERY = 60.0
+#: A failure within this many seconds of a run of failures' end continues it (calls that fail
+#: and work by turns); a later one is a new outage, told at once.
+FLAPPING = 10.0
 
 
 def _calls(count: int) -> str:
@@ -52,6 +55,7 @@ class StoreHealth:
         self._unlogged = 0  # failures since the last ERROR line
         self._latest = ""  # the latest failure's text
         self._told = False  # whether this run of failures was logged as an ERROR
+        self._worked_at = float("-inf")  # when a call last ended a run of failures
 
     def failed(self, exc: BaseException) -> None:
         """A store call failed with ``exc``: an ERROR unless the same failure was logged less
@@ -61,9 +65,11 @@ class StoreHealth:
         with self._lock:
             if self._failing_since is None or now - self._failed_at > REPEAT_EVERY:
                 self._failing_since, self._failures, self._told = now, 0, False
-                # kept across a call that worked meanwhile: claims failing while commits work
-                # were an ERROR and a "works again" every second
-                self._logged = {k: at for k, at in self._logged.items() if now - at < REPEAT_EVERY}
+                # what was told is kept while calls fail and work by turns (claims failing
+                # while commits work were an ERROR and a "works again" every second), not
+                # for an outage that comes after the store worked for a while
+                if now - self._worked_at > FLAPPING:
+                    self._logged.clear()
             self._failed_at, self._latest = now, text
             self._failures += 1
             if now - self._logged.get(text, float("-inf")) < REPEAT_EVERY:
@@ -105,6 +111,8 @@ class StoreHealth:
         with self._lock:
             since, failures, told = self._failing_since, self._failures, self._told
             self._failing_since, self._failures = None, 0
+            if since is not None:
+                self._worked_at = self._clock.monotonic()
         if since is not None:
             self._log.log(
                 logging.WARNING if told else logging.DEBUG,  # as its failures were
