@@ -27,6 +27,7 @@ from herdsched.engine.core import AD_HOC_SCHEDULE, EngineCore
 from herdsched.engine.dispatch import Dispatcher
 from herdsched.engine.planning import Entry
 from herdsched.engine.registry import ad_hoc_entry
+from herdsched.errors import LeadershipLostError
 from herdsched.models import Agent, RunRecord, RunStatus, SkipReason, Status, TriggerType
 from herdsched.runner import Run
 from herdsched.store.base import READ_ALL_HISTORY, StateStore, TriggerRequest
@@ -259,7 +260,7 @@ class RunRequests:
         started_at: datetime | None,
     ) -> bool:
         """Append ``request``'s final record, make it durable, then remove the request;
-        whether it was recorded."""
+        whether it was recorded, or held for the next commit (not when the lease went)."""
         core = self.core
         record = RunRecord(
             run_id=request.run_id,
@@ -274,10 +275,14 @@ class RunRequests:
         )
         try:
             core.store.append_run(record)
-            core.store.flush()
         except Exception as exc:  # the request stays stored: retried on the next poll
             core.state_error(exc)
             return False
+        try:
+            core.store.flush()
+        except Exception as exc:  # the record waits for the next commit, which settles it
+            core.state_error(exc)
+            return not isinstance(exc, LeadershipLostError)  # unless it went with the lease
         self._settle(request)
         return True
 
