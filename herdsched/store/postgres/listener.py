@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 import psycopg
@@ -24,6 +25,7 @@ log = logging.getLogger("herdsched")
 
 _RECONNECT_DELAY = 1.0  # seconds between attempts while the server is away
 _WAIT = 1.0  # how long one wait for notifications lasts (how soon close() is noticed)
+_TELL_EVERY = 60.0  # seconds between two WARNINGs of a stop
 
 
 class Listener:
@@ -44,6 +46,8 @@ class Listener:
         self._where = where
         self._stop = threading.Event()
         self._failures = 0  # tries to listen that failed in a row
+        self._told_at = float("-inf")  # monotonic: when a stop was last told as a WARNING
+        self._told = False  # whether the latest stop was
         self.connected = threading.Event()
         self._thread = threading.Thread(target=self._run, name="herdsched-listener", daemon=True)
 
@@ -63,20 +67,35 @@ class Listener:
                 self.connected.clear()
                 self._failures += 1
                 if self._failures == 1 and not self._stop.is_set():
-                    log.warning(
-                        "Stopped listening for changes of the PostgreSQL store at %s (%s); "
-                        "polling until it listens again.",
-                        self._where,
-                        " ".join(str(exc).split()),
-                    )
+                    self._tell_stopped(exc)
                 self._stop.wait(_RECONNECT_DELAY)
+
+    def _tell_stopped(self, exc: Exception) -> None:
+        """Say it stopped listening: a WARNING at most once per :data:`_TELL_EVERY` seconds
+        (a server ending idle sessions every few seconds would fill the log), else DEBUG; its
+        return is told at INFO when its stop was told as a WARNING."""
+        now = time.monotonic()
+        self._told = now - self._told_at > _TELL_EVERY
+        if self._told:
+            self._told_at = now
+        log.log(
+            logging.WARNING if self._told else logging.DEBUG,
+            "Stopped listening for changes of the PostgreSQL store at %s (%s); polling until "
+            "it listens again.",
+            self._where,
+            " ".join(str(exc).split()),
+        )
 
     def _listen(self) -> None:
         with psycopg.connect(self._conninfo, autocommit=True) as conn:
             conn.execute(f"LISTEN {CHANNEL}")
             self.connected.set()
-            if self._failures:  # each time it stopped is told, and each time it listens again
-                log.info("Listening again for changes of the PostgreSQL store at %s.", self._where)
+            if self._failures:
+                log.log(
+                    logging.INFO if self._told else logging.DEBUG,
+                    "Listening again for changes of the PostgreSQL store at %s.",
+                    self._where,
+                )
                 self._failures = 0
             self._on_change()  # whatever was announced while not listening is unknown
             while not self._stop.is_set():
