@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scheduler_helpers import T0, Recorder, running, step, wait_until
+from scheduler_helpers import T0, Blocker, Recorder, running, step, wait_until
 
 from herdsched import Agent, Schedule, StateError, StateErrorOccurred, Status, ThreadedScheduler
 from herdsched.engine.store_health import REPEAT_EVERY, StoreHealth
@@ -416,6 +416,29 @@ def test_a_scheduler_that_could_not_take_a_lease_nobody_holds_says_so(
         "error logged before says why); it stands by and tries again.",
     ]
     assert "Another scheduler is active" not in caplog.text
+
+
+def test_a_scheduler_started_again_while_its_old_jobs_run_says_why_it_stands_by(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """It blamed "the store error logged before", though none was: it does not take the lease
+    while a job it gave up at ``stop(wait_for_jobs=False)`` still runs."""
+    job = Blocker()
+    sched = ThreadedScheduler(store=MemoryStateStore(), state_dir=None)
+    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.manual()}))
+    sched.start()
+    try:
+        sched.trigger("a", "s")
+        assert job.began.wait(10)
+        sched.stop(wait_for_jobs=False)
+        with caplog.at_level(logging.WARNING, logger="herdsched"):
+            sched.start()
+        assert sched.status == "standby"
+        assert "its jobs from before it stopped still run: it leads once they end" in caplog.text
+        assert "store error" not in caplog.text
+    finally:
+        job.release.set()
+        sched.stop()
 
 
 class StateRemovalFails(MemoryStateStore):

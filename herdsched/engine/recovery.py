@@ -108,11 +108,17 @@ class Leadership:
         this one (two apps on one state directory: this one's jobs would not run)."""
         core = self.core
         info = self.holder()
-        if not info:  # nobody leads: the try failed (a store error, logged before, says why)
+        if not info:  # nobody leads: the try failed, or was not made
+            why = (
+                "its jobs from before it stopped still run: it leads once they end"
+                if core.running
+                else "the store error logged before says why"
+            )
             core.log.warning(
-                "This scheduler could not take the lease of %s, which no scheduler holds (the "
-                "store error logged before says why); it stands by and tries again.",
+                "This scheduler could not take the lease of %s, which no scheduler holds (%s); "
+                "it stands by and tries again.",
                 location or store_location(core.store),
+                why,
             )
             return
         holder = _holder_text(info)
