@@ -401,6 +401,34 @@ def test_a_request_of_a_dead_scheduler_is_not_said_recorded_when_its_write_is_re
         leader.stop(timeout=10)
 
 
+def test_a_request_whose_record_waits_for_a_commit_stays_until_the_record_is_durable(
+    tmp_path: Path,
+) -> None:
+    """A commit failed (a full disk) with the interrupted record of a dead scheduler's request
+    held back: the next poll found the record in the history (pending records included) and
+    removed the request, though the record was written nowhere. The process dying then, no
+    trace of the run was left."""
+    store = YamlStateStore(tmp_path)
+    run_id = store.request_trigger("a", "s", prompt="once")
+    store.mark_trigger_started(run_id, T0)
+    store.close()
+    clock = FakeClock(T0 + timedelta(hours=3))
+    leader = build(tmp_path, clock, Jobs())
+    leader.start()
+    try:
+        leader.store.flush = lambda: (_ for _ in ()).throw(  # type: ignore[method-assign]
+            StateError("No space left on device")
+        )
+        for _ in range(2):
+            poll(leader, clock)
+        fresh = YamlStateStore(tmp_path)  # what a process dying now leaves
+        assert [r.run_id for r in fresh.trigger_requests()] == [run_id]
+        fresh.close()
+    finally:
+        del leader.store.flush  # the store's own again
+        leader.stop(timeout=10)
+
+
 def test_requests_left_waiting_by_a_stopped_leader_run_under_the_next_one(
     pair: Pair, tmp_path: Path
 ) -> None:

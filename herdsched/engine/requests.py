@@ -234,6 +234,11 @@ class RunRequests:
             core.state_error(exc)
             return
         if any(record.run_id == request.run_id for record in records):
+            try:  # the record may wait for a commit: durable first, then the request goes
+                core.store.flush()
+            except Exception as exc:
+                core.state_error(exc)
+                return
             self._settle(request)
             return
         recorded = self._record(
@@ -280,7 +285,7 @@ class RunRequests:
             return False
         try:
             core.store.flush()
-        except Exception as exc:  # the record waits for the next commit, which settles it
+        except Exception as exc:  # the record waits for a commit; the request stays until then
             core.state_error(exc)
             return not isinstance(exc, LeadershipLostError)  # unless it went with the lease
         self._settle(request)
