@@ -342,6 +342,37 @@ def test_a_completed_once_given_a_new_time_while_a_run_now_of_it_goes_on_runs_at
         assert body["status"] == "idle"
 
 
+def test_a_new_time_taken_in_while_a_run_nows_end_is_written_is_planned(
+    pair: Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The change reached the leader after the run-now's end was written (completed, nothing
+    planned) and before the run was settled: the once was opened again but never planned, and
+    its new time never fired."""
+    from herdsched.engine import dispatch
+
+    leader, standby, recorder = pair
+    soon = (datetime.now(timezone.utc) + timedelta(seconds=1)).isoformat()
+    assert call(leader, "PUT", "/api/schedule/triage/o", {"at": soon})[0] == 201
+    field_when(standby, "/api/schedule/triage/o", "status", "completed")
+    later = (datetime.now(timezone.utc) + timedelta(seconds=2)).replace(microsecond=0)
+    settled = dispatch.Dispatcher._settled
+
+    def in_the_window(self: Any, run: Any) -> None:
+        if run.schedule_name == "o" and run.trigger_type == "manual":
+            assert (
+                call(standby, "PATCH", "/api/schedule/triage/o", {"at": later.isoformat()})[0]
+                == 200
+            )
+            field_when(leader, "/api/schedule/triage/o", "at")  # the leader took it in
+            leader.refresh()
+        settled(self, run)
+
+    monkeypatch.setattr(dispatch.Dispatcher, "_settled", in_the_window)
+    recorder.calls.clear()
+    assert call(leader, "POST", "/api/schedule/triage/o/run")[0] == 202
+    wait_for(lambda: len([c for c in recorder.calls if c[0] == "o"]) == 2, timeout=10)
+
+
 def test_schedule_created_through_the_leader_is_served_by_a_standby(pair: Pair) -> None:
     leader, standby, _ = pair
     status, _ = call(leader, "PUT", "/api/schedule/triage/later", {"cron": "0 9 * * *"})

@@ -98,12 +98,13 @@ def install_entry(
     existing.persisted_definition = existing.persisted_definition or persisted
     if cadence_changed and changed_at_run_time:  # also while a run-now of it goes on: its
         core.reopen_completed(existing)  # end plans the new time, as for a change made here
-    if not existing.planned_by_its_run and core.leading:
-        if cadence_changed:
-            due = fresh_due(existing, now, core.settings.timezone, core.rng, recompute=True)
-            core.set_due(existing, due, due)
-        else:  # the same plan; enabled again, a passed slot follows the catch-up rule
-            plan_resumed(core, existing, now)
+    # a run whose end is being written (settled) planned from the old cadence already
+    settling = existing.run is not None and existing.run.finalized
+    if core.leading and cadence_changed and (settling or not existing.planned_by_its_run):
+        due = fresh_due(existing, now, core.settings.timezone, core.rng, recompute=True)
+        core.set_due(existing, due, due)  # on the plan once that run has ended
+    elif core.leading and not existing.planned_by_its_run:
+        plan_resumed(core, existing, now)  # the same plan; a passed slot: the catch-up rule
     core.persist_description(existing)
 
 
