@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
 from typing import Any
 
 import psycopg
@@ -987,3 +988,54 @@ def test_a_group_commit_that_fails_after_its_lease_was_given_up_is_not_tried_aga
         committer.join(timeout=20)
     assert errors and "did not answer" in str(errors[0])
     _nothing_written_when_it_leads_again(store, postgres_dsn)
+
+
+def test_a_long_listener_stop_soon_after_one_that_was_told_is_told_too(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stop told at WARNING, its return at INFO, then a second stop 20 s later that lasted
+    hours: nothing above DEBUG said so, the last line read "Listening again"."""
+    from herdsched.store.postgres import listener as listener_module
+
+    now = [1000.0]
+    tries = iter(["down", "up", *["down"] * 30])
+
+    class Session:
+        def __enter__(self) -> Session:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def execute(self, query: str) -> None:
+            return None
+
+        def notifies(self, timeout: float) -> list[object]:
+            raise OSError("server closed the connection unexpectedly")
+
+    def connect(*args: object, **kwargs: object) -> Session:
+        if next(tries, "down") == "down":
+            raise OSError("connection refused")
+        return Session()
+
+    # this module's names only: other threads keep the real clock and psycopg
+    monkeypatch.setattr(listener_module, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    monkeypatch.setattr(listener_module, "psycopg", SimpleNamespace(connect=connect))
+    listener = listener_module.Listener("dsn", "ns", lambda: None, lambda: None, "db")
+    waits = [0]
+
+    def wait(seconds: float) -> bool:  # each try 20 s after the one before
+        now[0] += 20.0
+        waits[0] += 1
+        return waits[0] > 30
+
+    monkeypatch.setattr(listener._stop, "wait", wait)
+    monkeypatch.setattr(listener._stop, "is_set", lambda: waits[0] > 30)
+    with caplog.at_level(logging.INFO, logger="herdsched"):
+        listener._run()
+    told = [(r.levelname, r.getMessage().split(" for ")[0]) for r in caplog.records]
+    assert told == [
+        ("WARNING", "Stopped listening"),
+        ("INFO", "Listening again"),
+        ("WARNING", "Stopped listening"),  # the second stop, once it lasted past a minute
+    ]

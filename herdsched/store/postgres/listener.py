@@ -66,20 +66,25 @@ class Listener:
             except Exception as exc:  # a database error, or one of a callback: listen again
                 self.connected.clear()
                 self._failures += 1
-                if self._failures == 1 and not self._stop.is_set():
+                if self._failures == 1:
+                    self._told = False
+                if not self._told and not self._stop.is_set():
                     self._tell_stopped(exc)
                 self._stop.wait(_RECONNECT_DELAY)
 
     def _tell_stopped(self, exc: Exception) -> None:
         """Say it stopped listening: a WARNING at most once per :data:`_TELL_EVERY` seconds
-        (a server ending idle sessions every few seconds would fill the log), else DEBUG; its
-        return is told at INFO when its stop was told as a WARNING."""
+        (a server ending idle sessions every few seconds would fill the log), else DEBUG at
+        its first failed try, and a WARNING once the stop has lasted past that; its return is
+        told at INFO when its stop was told as a WARNING."""
         now = time.monotonic()
-        self._told = now - self._told_at > _TELL_EVERY
-        if self._told:
-            self._told_at = now
+        quiet = now - self._told_at <= _TELL_EVERY
+        if quiet and self._failures > 1:
+            return
+        if not quiet:
+            self._told, self._told_at = True, now
         log.log(
-            logging.WARNING if self._told else logging.DEBUG,
+            logging.DEBUG if quiet else logging.WARNING,
             "Stopped listening for changes of the PostgreSQL store at %s (%s); polling until "
             "it listens again.",
             self._where,
