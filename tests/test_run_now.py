@@ -337,19 +337,28 @@ def test_a_request_for_a_removed_schedule_is_recorded_as_skipped(tmp_path: Path)
         leader.stop(timeout=10)
 
 
+def _started_after_a_dead_scheduler(
+    tmp_path: Path, jobs: Jobs
+) -> tuple[str, FakeClock, ThreadedScheduler]:
+    """A request a dead scheduler marked started, its run never recorded, and the leader
+    started three hours later: the request's run id, the leader's clock, the leader."""
+    store = YamlStateStore(tmp_path)
+    run_id = store.request_trigger("a", "s", prompt="once")
+    store.mark_trigger_started(run_id, T0)
+    store.close()
+    clock = FakeClock(T0 + timedelta(hours=3))
+    leader = build(tmp_path, clock, jobs)
+    leader.start()
+    return run_id, clock, leader
+
+
 def test_a_request_started_by_a_scheduler_that_died_is_recorded_not_rerun(
     tmp_path: Path,
 ) -> None:
     """A request marked started whose run never reached the history: the job may have run,
     so the next active scheduler records it as interrupted and never runs it again."""
-    store = YamlStateStore(tmp_path)
-    run_id = store.request_trigger("a", "s", prompt="once")
-    store.mark_trigger_started(run_id, T0)
-    store.close()
-    clock = FakeClock(T0 + timedelta(hours=3))  # restarted three hours later
     jobs = Jobs()
-    leader = build(tmp_path, clock, jobs)
-    leader.start()
+    run_id, clock, leader = _started_after_a_dead_scheduler(tmp_path, jobs)
     try:
         drive(leader, clock, lambda: not leader.store.trigger_requests())
         assert jobs.run_ids == []
@@ -371,13 +380,7 @@ def test_a_request_of_a_dead_scheduler_is_not_said_recorded_when_its_write_is_re
     """A leader whose lead had just been taken over logged the request "recorded as
     interrupted and not run again": its write was refused, and the new leader ran it. A commit
     failing for another reason holds the record for the next one, which is said at once."""
-    store = YamlStateStore(tmp_path)
-    run_id = store.request_trigger("a", "s", prompt="once")
-    store.mark_trigger_started(run_id, T0)
-    store.close()
-    clock = FakeClock(T0 + timedelta(hours=3))
-    leader = build(tmp_path, clock, Jobs())
-    leader.start()
+    run_id, clock, leader = _started_after_a_dead_scheduler(tmp_path, Jobs())
     refused = (
         LeadershipLostError("the lease of this scheduler was taken over")
         if lost
@@ -408,13 +411,7 @@ def test_a_request_whose_record_waits_for_a_commit_stays_until_the_record_is_dur
     held back: the next poll found the record in the history (pending records included) and
     removed the request, though the record was written nowhere. The process dying then, no
     trace of the run was left."""
-    store = YamlStateStore(tmp_path)
-    run_id = store.request_trigger("a", "s", prompt="once")
-    store.mark_trigger_started(run_id, T0)
-    store.close()
-    clock = FakeClock(T0 + timedelta(hours=3))
-    leader = build(tmp_path, clock, Jobs())
-    leader.start()
+    run_id, clock, leader = _started_after_a_dead_scheduler(tmp_path, Jobs())
     try:
         leader.store.flush = lambda: (_ for _ in ()).throw(  # type: ignore[method-assign]
             StateError("No space left on device")
