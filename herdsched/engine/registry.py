@@ -17,7 +17,12 @@ from herdsched.cadence import CADENCE_FIELDS
 from herdsched.definitions import schedule_from_mapping
 from herdsched.engine.core import AD_HOC_SCHEDULE, EngineCore
 from herdsched.engine.planning import Entry, fresh_due
-from herdsched.engine.recovery import plan_from_state, plan_resumed, take_up_claims
+from herdsched.engine.recovery import (
+    plan_from_state,
+    plan_resumed,
+    show_running,
+    take_up_claims,
+)
 from herdsched.errors import InvalidScheduleError, LimitExceededError, UnauthorizedError
 from herdsched.models import Agent, Schedule, ScheduleState, Status, check_name
 
@@ -98,6 +103,7 @@ def install_entry(
     existing.persisted_definition = existing.persisted_definition or persisted
     if cadence_changed and changed_at_run_time:  # also while a run-now of it goes on: its
         core.reopen_completed(existing)  # end plans the new time, as for a change made here
+        show_running(core, existing)  # and it shows running meanwhile
     # a run whose end is being written (settled) planned from the old cadence already
     settling = existing.run is not None and existing.run.finalized
     if core.leading and cadence_changed and (settling or not existing.planned_by_its_run):
