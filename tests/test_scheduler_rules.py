@@ -1815,13 +1815,14 @@ def test_a_slot_freed_while_the_timer_finishes_its_pass_still_goes_to_the_waitin
 
 
 def test_a_slow_notifier_does_not_delay_the_cancel_of_a_timed_out_job() -> None:
-    saw_cancel, release = threading.Event(), threading.Event()
+    began, saw_cancel, release = threading.Event(), threading.Event(), threading.Event()
     notified_after_cancel: list[bool] = []
 
     def notifier(note: Any) -> None:  # a webhook that takes its time
         notified_after_cancel.append(saw_cancel.wait(2))
 
     def stubborn(info: Any) -> None:
+        began.set()
         if info.cancel_event.wait(10):
             saw_cancel.set()
         release.wait(10)
@@ -1831,6 +1832,9 @@ def test_a_slow_notifier_does_not_delay_the_cancel_of_a_timed_out_job() -> None:
         sched.add_agent(Agent("a", job=stubborn, schedules=schedules))
         sched.start()
         sched.run_pending()
+        # begun before it times out: timed out while its worker had not begun it, it never
+        # starts, and nothing sees the cancel (a loaded machine did that)
+        assert began.wait(10)
         clock.advance("31s")
         sched.run_pending()
         release.set()
