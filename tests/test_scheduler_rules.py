@@ -497,10 +497,10 @@ def test_deferred_moves_next_run_without_counting_a_failure() -> None:
 
 def test_timeout_sets_cancel_event_records_timeout_and_frees_slot_when_thread_ends() -> None:
     with running() as (sched, clock):
-        saw_cancel = threading.Event()
-        release = threading.Event()
+        began, saw_cancel, release = threading.Event(), threading.Event(), threading.Event()
 
         def stubborn(info):  # type: ignore[no-untyped-def]
+            began.set()
             if info.cancel_event.wait(10):
                 saw_cancel.set()
             release.wait(10)
@@ -510,6 +510,7 @@ def test_timeout_sets_cancel_event_records_timeout_and_frees_slot_when_thread_en
         )
         sched.start()
         sched.run_pending()
+        assert began.wait(10)  # timed out before its worker began it, it would never start
         clock.advance("31s")
         sched.run_pending()
         assert saw_cancel.wait(5)
@@ -1554,9 +1555,10 @@ def test_a_triggered_runs_timeout_is_enforced_on_time(leader_lock: bool) -> None
     """``trigger()`` did not wake the timer: a run it started was cancelled at the timer's next
     wake for another reason (the lease's heartbeat, 10 s; ``max_sleep`` without the lock), so a
     2 s timeout fired 8 to 58 s late, or the run was recorded a success."""
-    cancelled, clock = threading.Event(), FakeClock(T0)
+    began, cancelled, clock = threading.Event(), threading.Event(), FakeClock(T0)
 
     def job(info: Any) -> str:
+        began.set()
         if info.cancel_event.wait(10):
             cancelled.set()
         return "stopped"
@@ -1567,6 +1569,7 @@ def test_a_triggered_runs_timeout_is_enforced_on_time(leader_lock: bool) -> None
     try:
         assert clock.wait_for_waiters(1)  # the timer sleeps until its next wake
         assert sched.trigger("bot", "ask").success
+        assert began.wait(10)  # timed out before its worker began it, it would never start
         clock.advance("3s")
         assert cancelled.wait(5)
         assert wait_until(lambda: sched.history("bot", "ask"))
