@@ -164,8 +164,7 @@ class Changes:
                 core.agents[agent] = core.agents[agent].with_schedule(name, schedule)
                 entry.schedule = schedule
                 if cadence_changed:
-                    core.reopen_completed(entry)
-                    show_running(core, entry)  # a run-now of it goes on: it shows running
+                    registry.reopen(core, entry)
                     now = core.clock.now()
                     due = fresh_due(entry, now, core.settings.timezone, core.rng, recompute=True)
                     core.set_due(entry, due, due)

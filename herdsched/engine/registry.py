@@ -101,9 +101,8 @@ def install_entry(
     cadence_changed = existing.schedule.cadence != schedule.cadence
     existing.schedule = schedule
     existing.persisted_definition = existing.persisted_definition or persisted
-    if cadence_changed and changed_at_run_time:  # also while a run-now of it goes on: its
-        core.reopen_completed(existing)  # end plans the new time, as for a change made here
-        show_running(core, existing)  # and it shows running meanwhile
+    if cadence_changed and changed_at_run_time:  # as for a change made in this process
+        reopen(core, existing)
     # a run whose end is being written (settled) planned from the old cadence already
     settling = existing.run is not None and existing.run.finalized
     if core.leading and cadence_changed and (settling or not existing.planned_by_its_run):
@@ -112,6 +111,14 @@ def install_entry(
     elif core.leading and not existing.planned_by_its_run:
         plan_resumed(core, existing, now)  # the same plan; a passed slot: the catch-up rule
     core.persist_description(existing)
+
+
+def reopen(core: EngineCore, entry: Entry) -> None:
+    """A completed once schedule given a new cadence at run time is live again (see
+    :meth:`EngineCore.reopen_completed`), also while a run-now of it goes on: that run's end
+    plans the new time, and it shows ``running`` meanwhile (caller holds the lock)."""
+    core.reopen_completed(entry)
+    show_running(core, entry)
 
 
 def drop_entry(core: EngineCore, agent: str, name: str, *, forget_state: bool) -> None:

@@ -59,10 +59,10 @@ def wait_for_runs(
             if not run.finalized:  # a timed-out run, or one being settled, has its record
                 run.finalized = run.given_up = True
             run.cancel()
-    commands = [run for run in left if isinstance(run.job, CommandJob)]
-    if cancel_left and end_commands and commands:
-        grace = max(run.job.kill_grace for run in commands if isinstance(run.job, CommandJob))
-        _wait(dispatch, leadership, grace + 1.0, lambda: all(r.returned for r in commands))
+    graces = {run: run.job.kill_grace for run in left if isinstance(run.job, CommandJob)}
+    if cancel_left and end_commands and graces:
+        wait = max(graces.values()) + 1.0
+        _wait(dispatch, leadership, wait, lambda: all(run.returned for run in graces))
     return tuple(sorted(f"{run.agent}/{run.schedule_name}" for run in left))
 
 
