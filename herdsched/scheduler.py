@@ -25,7 +25,7 @@ from typing import Any, Literal, TypeVar
 
 import herdsched.events as ev
 from herdsched import handover
-from herdsched.clock import Clock, SystemClock
+from herdsched.clock import Clock
 from herdsched.engine import registry
 from herdsched.engine.changes import Changes
 from herdsched.engine.collaborators import (
@@ -33,6 +33,7 @@ from herdsched.engine.collaborators import (
     DEFAULT_STATE_DIR,
     check_agents,
     check_collaborators,
+    clock_of,
     state_dir_of,
 )
 from herdsched.engine.committer import GroupCommitter
@@ -205,15 +206,13 @@ class ThreadedScheduler:
             commit_delay=commit_delay,
             lock_timeout=lock_timeout,
         )
-        self.clock: Clock = clock or SystemClock()
+        self.clock: Clock = clock_of(clock, store)
         self.log = logger or logging.getLogger("herdsched")
-        self.state_dir = state_dir_of(state_dir, store, max_run_history)
+        self.state_dir = state_dir_of(state_dir, store, max_run_history, self.settings)
         self._owns_store = store is None
         if store is None:
             timing = (self.settings.lock_timeout, self.settings.commit_delay)
             store = default_store(self.state_dir, max_run_history, self.clock, *timing)
-        if lease_ttl is None:
-            lease_ttl = getattr(store, "lease_ttl", None) or DEFAULT_LEASE_TTL
         self._core = EngineCore(
             self.settings,
             store,
@@ -230,8 +229,11 @@ class ThreadedScheduler:
         for agent in agents:
             self.add_agent(agent)
 
-    def _wire(self, leader_lock: bool, lease_ttl: float) -> None:
-        """Build the engine's parts around the core: dispatch, commits, leadership, the timer."""
+    def _wire(self, leader_lock: bool, lease_ttl: float | None) -> None:
+        """Build the engine's parts around the core: dispatch, commits, leadership, the timer
+        (the lease's ttl: ``lease_ttl``, else the store's own, else the default)."""
+        if lease_ttl is None:
+            lease_ttl = getattr(self._core.store, "lease_ttl", None) or DEFAULT_LEASE_TTL
         self._dispatch = Dispatcher(self._core)
         self._commits = GroupCommitter(self._core)
         self._leadership = Leadership(self._core, enabled=leader_lock, ttl=lease_ttl)

@@ -70,7 +70,9 @@ def step(sched: ThreadedScheduler, clock: FakeClock | None = None, by: Any = Non
 @contextmanager
 def running(**kwargs: Any) -> Iterator[tuple[ThreadedScheduler, FakeClock]]:
     """A started in-memory scheduler on a FakeClock at START, stopped afterwards."""
-    clock = kwargs.pop("clock", None) or FakeClock(START)
+    clock = kwargs.pop("clock", None) or getattr(kwargs.get("store"), "clock", None)
+    if not isinstance(clock, FakeClock):  # a given store's own fake clock, else one at START
+        clock = FakeClock(START)
     kwargs.setdefault("state_dir", None)
     kwargs.setdefault("timezone", "UTC")
     sched = ThreadedScheduler(clock=clock, **kwargs)

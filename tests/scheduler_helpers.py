@@ -57,7 +57,9 @@ def step(sched: ThreadedScheduler, clock: FakeClock | None = None, by: object = 
 @contextmanager
 def running(**kwargs: Any) -> Iterator[tuple[ThreadedScheduler, FakeClock]]:
     """A started in-memory scheduler on a FakeClock at T0, stopped afterwards."""
-    clock = kwargs.pop("clock", None) or FakeClock(T0)
+    clock = kwargs.pop("clock", None) or getattr(kwargs.get("store"), "clock", None)
+    if not isinstance(clock, FakeClock):  # a given store's own fake clock, else one at T0
+        clock = FakeClock(T0)
     kwargs.setdefault("state_dir", None)
     kwargs.setdefault("timezone", "UTC")
     sched = ThreadedScheduler(clock=clock, **kwargs)

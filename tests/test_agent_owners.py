@@ -253,8 +253,8 @@ def test_max_schedules_per_owner_must_be_a_positive_integer() -> None:
 
 
 def test_persisted_schedule_survives_a_restart_on_the_same_store() -> None:
-    store = MemoryStateStore()
     clock = FakeClock(START)
+    store = MemoryStateStore(clock=clock)
     job = Script()
     first = ThreadedScheduler(state_dir=None, store=store, clock=clock)
     first.add_agent(Agent("bot", job=job))

@@ -18,13 +18,15 @@ from scheduler_helpers import T0, Recorder, running, step
 import herdsched.events as ev
 from herdsched import Agent, RunStatus, Schedule, Status
 from herdsched.store import MemoryStateStore, YamlStateStore
+from herdsched.testing import FakeClock
 
 
 class _ClaimFailingStore(MemoryStateStore):
-    """A memory store whose claims fail (ENOSPC) while ``failing`` is set."""
+    """A memory store on a FakeClock at T0 whose claims fail (ENOSPC) while ``failing`` is
+    set."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(clock=FakeClock(T0))
         self.failing = False
         self.claimed: list[Any] = []
 
@@ -179,7 +181,7 @@ def test_a_manual_run_whose_claim_fails_does_not_start_and_says_why() -> None:
 def test_a_claim_failure_is_recorded_once_the_store_works_again(tmp_path: Any) -> None:
     """On a real YAML store whose disk is full, the missed record waits in memory and reaches
     the history file with the first group commit that succeeds."""
-    store = YamlStateStore(tmp_path, commit_delay=0)
+    store = YamlStateStore(tmp_path, commit_delay=0, clock=FakeClock(T0))
     failing = [True]
     real_claims = store.claim_runs
     real_flush = store.flush

@@ -46,16 +46,20 @@ class Scan:
 
 
 @pytest.fixture(params=["yaml", "postgres"])
-def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], StateStore]]:
-    """Opens the store, as often as asked (a second opening reads what reached the disk)."""
+def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., StateStore]]:
+    """Opens the store, as often as asked (a second opening reads what reached the disk), with
+    the given clock and commit delay."""
     opened: list[StateStore] = []
 
-    def open_store() -> StateStore:
+    def open_store(clock: FakeClock | None = None, commit_delay: float = 0.5) -> StateStore:
         if request.param == "yaml":
-            store: StateStore = YamlStateStore(tmp_path)
+            store: StateStore = YamlStateStore(tmp_path, clock=clock, commit_delay=commit_delay)
         else:
             dsn = request.getfixturevalue("postgres_dsn")
-            store = PostgresStateStore(dsn, namespace=request.getfixturevalue("pg_namespace"))
+            namespace = request.getfixturevalue("pg_namespace")
+            store = PostgresStateStore(
+                dsn, namespace=namespace, clock=clock, commit_delay=commit_delay
+            )
         opened.append(store)
         return store
 
@@ -65,12 +69,12 @@ def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[
 
 
 def test_a_jobs_undecodable_text_is_stored_escaped_and_the_store_keeps_working(
-    opener: Callable[[], StateStore], caplog: pytest.LogCaptureFixture
+    opener: Callable[..., StateStore], caplog: pytest.LogCaptureFixture
 ) -> None:
     # the failure's log line holds the surrogate as raised, which pytest-xdist cannot carry
     caplog.set_level(logging.CRITICAL, logger="herdsched")
     clock = FakeClock(T0)
-    sched = ThreadedScheduler(state_dir=None, store=opener(), clock=clock)  # group commits
+    sched = ThreadedScheduler(state_dir=None, store=opener(clock), clock=clock)  # group commits
     scan = Scan()
     sched.add_agent(
         Agent("files", job=scan, schedules={"scan": Schedule.interval("1m", persist_session=True)})
@@ -115,13 +119,13 @@ def test_text_is_escaped_before_it_is_cut_to_its_bounds() -> None:
 
 
 def test_a_session_id_from_a_run_now_is_stored_escaped(
-    opener: Callable[[], StateStore],
+    opener: Callable[..., StateStore],
 ) -> None:
     """On PostgreSQL the run-now's state transition carried the job's session id as given:
     every group commit after it failed ("unsupported Unicode escape sequence"), for the whole
     fleet."""
     clock = FakeClock(T0)
-    sched = ThreadedScheduler(state_dir=None, store=opener(), clock=clock, commit_delay=0.05)
+    sched = ThreadedScheduler(state_dir=None, store=opener(clock, 0.05), clock=clock)
     sessions = {"a": f"s-{NAME}\x00"}
     sched.add_agent(
         Agent(

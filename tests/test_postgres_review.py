@@ -389,7 +389,7 @@ def test_the_claims_of_a_schedule_registered_after_start_outlive_the_next_leader
     clock = FakeClock(slot + timedelta(seconds=30))
 
     def scheduler(*agents: Agent) -> ThreadedScheduler:
-        store = PostgresStateStore(postgres_dsn, namespace=pg_namespace)
+        store = PostgresStateStore(postgres_dsn, namespace=pg_namespace, clock=clock)
         return ThreadedScheduler(agents, store=store, state_dir=None, clock=clock, lease_ttl=5)
 
     interval = {"s": Schedule.interval("5m")}
@@ -428,7 +428,7 @@ def test_the_leaders_own_run_end_in_a_commit_under_way_is_not_taken_for_a_change
         return "ok"
 
     # no group commit but the test's own
-    store = PostgresStateStore(postgres_dsn, namespace=pg_namespace, commit_delay=3600)
+    store = PostgresStateStore(postgres_dsn, namespace=pg_namespace, commit_delay=3600, clock=clock)
     sched = ThreadedScheduler(
         store=store, state_dir=None, clock=clock, lease_ttl=30, timezone="UTC",
         max_consecutive_failures=limit, backoff=["1h"],
@@ -478,9 +478,10 @@ def test_the_leaders_own_run_start_in_a_commit_under_way_is_not_taken_for_a_name
         began.set()
         assert release.wait(10)
 
-    store = PostgresStateStore(postgres_dsn, namespace=pg_namespace, commit_delay=3600)
+    clock = FakeClock(T0)
+    store = PostgresStateStore(postgres_dsn, namespace=pg_namespace, commit_delay=3600, clock=clock)
     sched = ThreadedScheduler(
-        store=store, state_dir=None, clock=FakeClock(T0), lease_ttl=30, timezone="UTC"
+        store=store, state_dir=None, clock=clock, lease_ttl=30, timezone="UTC"
     )
     sched.add_agent(Agent("bot", job=job, schedules={}))
     commit = store._commit

@@ -493,7 +493,7 @@ def test_a_standby_whose_tries_fail_past_the_expiry_it_saw_keeps_its_pace(
     assert first.acquire_lease("h1", 1.0) is not None
     assert second.acquire_lease("h2", 1.0) is None
     time.sleep(second.lease_retry_in(60))  # just past the expiry it saw: one quick try is due
-    second._busy_until = second._clock.monotonic() - 5  # the try failed: the server is down
+    second._busy_until = second.clock.monotonic() - 5  # the try failed: the server is down
     assert second.lease_retry_in(60) == 20
 
 
@@ -561,7 +561,6 @@ def test_a_creation_refused_for_a_name_its_view_had_not_heard_of_clears_no_state
     meanwhile, the winner's first run was wiped from its state. The clearing now looks for a
     definition in its own transaction."""
     from herdsched import Agent, Schedule, ThreadedScheduler
-    from herdsched.testing import FakeClock
 
     first, second = stores
     heard = watched(second)
@@ -573,7 +572,7 @@ def test_a_creation_refused_for_a_name_its_view_had_not_heard_of_clears_no_state
     first.update_schedule_state("a", "s", last_run_at=T0, last_result="success")  # it ran
     assert heard.wait(5)
     second._stale = False  # as if the notifications were still on their way
-    sched = ThreadedScheduler(store=second, clock=FakeClock(T0), timezone="UTC")
+    sched = ThreadedScheduler(store=second, timezone="UTC")
     sched.add_agent(Agent("a", job=lambda info: None, schedules={}))
     with pytest.raises(ConflictError, match="already exists"):
         sched.add_schedule("a", "s", Schedule.interval("1h"), persist=True)

@@ -111,9 +111,9 @@ def test_postgres_keeps_the_claim_of_a_removed_run_and_recovery_records_it(
     dead = PostgresStateStore(postgres_dsn, namespace=pg_namespace)
     claim = _dead_leader_left_a_removed_run(dead)
     dead.close()
-    store = PostgresStateStore(postgres_dsn, namespace=pg_namespace)
+    store = PostgresStateStore(postgres_dsn, namespace=pg_namespace, clock=FakeClock(T0))
     assert store.load_claims() == [claim]
-    sched = ThreadedScheduler(store=store, clock=FakeClock(T0))
+    sched = ThreadedScheduler(store=store)
     sched.add_agent(_fleet(lambda info: None, "o"))
     with sched:
         history = sched.history("a", "s")
@@ -128,19 +128,24 @@ def test_postgres_keeps_the_claim_of_a_removed_run_and_recovery_records_it(
 
 # -- claims that must not stay: runs whose fate the store already holds ----------------------
 
-StoreMaker = Callable[[], StateStore]
+StoreMaker = Callable[..., StateStore]
 
 
 @pytest.fixture(params=["yaml", "postgres"])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreMaker:
-    """A maker of stores on one state directory or namespace, as successive processes open."""
+    """A maker of stores on one state directory or namespace, as successive processes open,
+    on the clock and with the commit delay given."""
     if request.param == "yaml":
-        return lambda: YamlStateStore(tmp_path / "state")
+        return lambda clock=None, delay=0.5: YamlStateStore(
+            tmp_path / "state", clock=clock, commit_delay=delay
+        )
     from herdsched.store.postgres import PostgresStateStore
 
     dsn = request.getfixturevalue("postgres_dsn")
     namespace = request.getfixturevalue("pg_namespace")
-    return lambda: PostgresStateStore(dsn, namespace=namespace)
+    return lambda clock=None, delay=0.5: PostgresStateStore(
+        dsn, namespace=namespace, clock=clock, commit_delay=delay
+    )
 
 
 class _NoWork:
@@ -153,8 +158,8 @@ class _NoWork:
 
 def _restart(make_store: StoreMaker, fleet: Agent) -> tuple[list[RunRecord], ScheduleState]:
     """Start a scheduler on the store with ``fleet``: the history of a/s and the state of s."""
-    store = make_store()
-    sched = ThreadedScheduler(store=store, clock=FakeClock(T0.replace(hour=20)))
+    store = make_store(FakeClock(T0.replace(hour=20)))
+    sched = ThreadedScheduler(store=store)
     sched.add_agent(fleet)
     with sched:
         history = store.get_history("a", "s", READ_ALL_HISTORY)
@@ -206,8 +211,8 @@ def test_a_run_without_work_whose_schedule_was_removed_while_it_ran_says_so(
             asked.set()
             release.wait(10)
 
-    store = make_store()
-    sched = ThreadedScheduler(store=store, clock=FakeClock(T0), work_sources={"q": SlowNoWork()})
+    store = make_store(FakeClock(T0))
+    sched = ThreadedScheduler(store=store, work_sources={"q": SlowNoWork()})
     sched.add_agent(
         Agent("a", job=lambda info: None, schedules={"s": Schedule.interval("1m", work_source="q")})
     )
@@ -234,8 +239,8 @@ def test_a_schedule_added_again_does_not_take_the_removed_ones_run(make_store: S
         job(info)
         raise RuntimeError("the old run failed")
 
-    store = make_store()
-    sched = ThreadedScheduler(store=store, clock=FakeClock(T0))
+    store = make_store(FakeClock(T0))
+    sched = ThreadedScheduler(store=store)
     sched.add_agent(_fleet(lambda info: None, "o"))
     with sched:
         sched.add_schedule("a", "s", Schedule.interval("1h", job=work))
@@ -260,8 +265,8 @@ def test_forgetting_a_removed_schedule_leaves_no_claim_behind(make_store: StoreM
     record is dropped with the history, and its claim must go too, or a restart writes an
     interrupted record into the history the user cleared."""
     job = Blocker()
-    store = make_store()
-    sched = ThreadedScheduler(store=store, clock=FakeClock(T0), commit_delay=3600)
+    store = make_store(FakeClock(T0), 3600)
+    sched = ThreadedScheduler(store=store)
     sched.add_agent(_fleet(lambda info: job(info) if info.schedule == "s" else None, "s", "o"))
     with sched:
         sched.run_pending()
@@ -314,10 +319,8 @@ def _without_work(make_store: StoreMaker) -> tuple[StateStore, ThreadedScheduler
     """A scheduler, not started, whose a/s finds no work (a/o runs beside it), committing an
     hour apart unless told to."""
     clock = FakeClock(T0)
-    store = make_store()
-    sched = ThreadedScheduler(
-        store=store, clock=clock, commit_delay=3600, work_sources={"q": _NoWork()}
-    )
+    store = make_store(clock, 3600)
+    sched = ThreadedScheduler(store=store, work_sources={"q": _NoWork()})
     schedules = {"s": Schedule.interval("1m", work_source="q"), "o": Schedule.interval("1h")}
     sched.add_agent(Agent("a", job=lambda info: None, schedules=schedules))
     return store, sched, clock
@@ -352,8 +355,8 @@ def test_an_ad_hoc_run_a_dead_leader_left_is_recorded_at_the_next_ad_hoc_run(
     )
     dead.claim_runs([RunClaim("a", "manual", "run-m", T0, None)])  # then killed
     dead.close()
-    store = make_store()
-    sched = ThreadedScheduler(store=store, clock=FakeClock(T0.replace(hour=13)))
+    store = make_store(FakeClock(T0.replace(hour=13)))
+    sched = ThreadedScheduler(store=store)
     sched.add_agent(_fleet(lambda info: None, "o"))
     with sched:
         sched.run_pending()  # o's first run, which would take the agent's one slot

@@ -367,7 +367,7 @@ def test_a_run_ending_while_its_resume_is_written_leaves_no_running_behind(
                 assert wait_until(lambda: sched.get_running_job_count("a") == 0)
             return super().update_schedule_state(agent, schedule, **changes)
 
-    sched = ThreadedScheduler(state_dir=None, store=RunEndsDuringTheWrite(tmp_path), commit_delay=0)
+    sched = ThreadedScheduler(state_dir=None, store=RunEndsDuringTheWrite(tmp_path, commit_delay=0))
     sched.add_agent(Agent("a", job=blocker, schedules={"s": Schedule.manual()}))
     with sched:
         assert sched.trigger("a", "s").success and blocker.began.wait(10)
@@ -397,7 +397,7 @@ def test_a_resume_waiting_while_the_runs_end_is_written_leaves_no_running_behind
         resumer.join(10)
 
     monkeypatch.setattr(Dispatcher, "_settled", settled_late)
-    sched = ThreadedScheduler(state_dir=None, store=YamlStateStore(tmp_path), commit_delay=0)
+    sched = ThreadedScheduler(state_dir=None, store=YamlStateStore(tmp_path, commit_delay=0))
     sched.add_agent(Agent("a", job=blocker, schedules={"s": Schedule.manual()}))
     with sched:
         assert sched.trigger("a", "s").success and blocker.began.wait(10)
@@ -456,6 +456,47 @@ def test_a_store_is_given_alone_and_the_scheduler_reports_its_directory(tmp_path
     assert ThreadedScheduler(
         state_dir=(tmp_path / "own").resolve(), store=own, max_run_history=50
     ).state_dir == (tmp_path / "own")  # its own settings, said again
+
+
+def test_a_store_keeps_its_commit_delay_lock_timeout_and_clock(tmp_path: Path) -> None:
+    """``commit_delay`` and ``lock_timeout`` beside ``store`` were ignored, and a ``FakeClock``
+    given to the scheduler only was compared with the store's system clock: its commits came
+    at once or never, by how long the machine had been up."""
+    store = YamlStateStore(tmp_path, commit_delay=3600, lock_timeout=2)
+    with pytest.raises(ValueError, match=r"commit_delay belongs to the store .*got 0\.1"):
+        ThreadedScheduler(store=store, commit_delay=0.1)
+    with pytest.raises(ValueError, match=r"lock_timeout belongs to the store .*got 5"):
+        ThreadedScheduler(store=store, lock_timeout=5)
+    with pytest.raises(
+        ValueError,
+        match=r"the store keeps its own clock \(SystemClock\), the scheduler was given "
+        r"FakeClock: give the same clock to both \(or to the store only\)",
+    ):
+        ThreadedScheduler(store=store, clock=FakeClock(T0))
+    assert ThreadedScheduler(store=store, commit_delay=3600, lock_timeout=2).clock is store.clock
+    clock = FakeClock(T0)
+    on_fake_time = YamlStateStore(tmp_path / "fake", clock=clock, commit_delay=3600)
+    assert ThreadedScheduler(store=on_fake_time).clock is clock  # the store's own, taken up
+    assert ThreadedScheduler(store=on_fake_time, clock=clock).clock is clock
+    with pytest.raises(ValueError, match=r"own clock \(FakeClock\), the scheduler was given "):
+        ThreadedScheduler(store=on_fake_time, clock=FakeClock(T0))
+
+
+def test_a_store_on_a_fake_clock_commits_when_the_fake_clock_says(tmp_path: Path) -> None:
+    """A scheduler given such a store takes up its clock: the commit is due ``commit_delay``
+    after the first pending change, in the fake time both share."""
+    clock = FakeClock(T0)
+    store = YamlStateStore(tmp_path, clock=clock, commit_delay=60)
+    sched = ThreadedScheduler(store=store)
+    sched.add_agent(Agent("a", job=lambda info: None, schedules={"s": Schedule.interval("1h")}))
+    with sched:
+        sched.run_pending()
+        assert sched.wait_until_idle(10)
+        sched.run_pending()  # the run's end is pending: its commit is a minute away
+        assert YamlStateStore(tmp_path).get_history("a", "s") == []
+        clock.advance(61)
+        sched.run_pending()
+        assert wait_until(lambda: len(YamlStateStore(tmp_path).get_history("a", "s")) == 1)
 
 
 def test_poll_interval_auto_polls_only_when_other_processes_can_write(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -165,7 +165,8 @@ def test_buffer_one_runs_once_after_a_job_that_outlived_many_slots() -> None:
 def test_a_catch_up_run_is_the_only_run_and_miss_of_the_downtime(overlap: str) -> None:
     """After five hours down, buffer_one ran every missed slot (five runs back to back), and
     skip recorded a miss of the slot after the one caught up, though it had fired once."""
-    store, clock = MemoryStateStore(), FakeClock(T0)
+    clock = FakeClock(T0)
+    store = MemoryStateStore(clock=clock)
     job = Recorder()
     agent = Agent("a", job=job, schedules={"s": Schedule.cron("0 * * * *", overlap=overlap)})
     with running(store=store, clock=clock) as (sched, _):
@@ -396,7 +397,7 @@ def test_a_resume_drops_the_backoff_of_the_failures_it_resets(
     passed follows the catch-up rule (here: once, at once). A schedule still idle in its
     backoff, resumed in another process, kept it too: its status had not changed, so the
     leader took nothing in."""
-    store = YamlStateStore(tmp_path)
+    store = YamlStateStore(tmp_path, clock=FakeClock(T0))
     with running(store=store, max_consecutive_failures=3, backoff=["1h"]) as (sched, clock):
         job = Recorder(lambda info: (_ for _ in ()).throw(RuntimeError("boom")))
         sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1m")}))
@@ -674,7 +675,7 @@ def test_a_slot_that_passed_while_paused_follows_the_catch_up_policy_on_resume(
     """Also when the schedule was disabled and enabled again (``update_schedule(enabled=...)``,
     the REST PATCH): that ran the passed slot at once, standing for the time of the change,
     whatever the policy (a bug)."""
-    store = YamlStateStore(tmp_path)
+    store = YamlStateStore(tmp_path, clock=FakeClock(T0))
     with running(store=store, catch_up_window=window) as (sched, clock):
         job = Recorder()
         cron = Schedule.cron("0 * * * *", catch_up=policy)
@@ -789,8 +790,8 @@ def test_a_run_that_ends_while_paused_is_not_run_again_at_resume(cadence: str) -
 def test_a_run_a_dead_process_left_while_paused_is_recorded_interrupted_not_run_again(
     status: Status,
 ) -> None:
-    store = MemoryStateStore()
     clock = FakeClock(T0 + 5 * M)
+    store = MemoryStateStore(clock=clock)
     # the process died mid-run after the schedule was paused (or auto-disabled)
     store.update_schedule_state(
         "a",
@@ -848,10 +849,10 @@ def _left_with_run_id(store: MemoryStateStore, *, ended_before: bool) -> None:
 
 
 def test_a_run_id_an_older_version_left_after_the_run_ended_is_not_an_interrupted_run() -> None:
-    store = MemoryStateStore()
+    store = MemoryStateStore(clock=FakeClock(T0 + 5 * M))
     # an older version ran the schedule on after this one recorded the run, carrying the id
     _left_with_run_id(store, ended_before=True)
-    with running(store=store, clock=FakeClock(T0 + 5 * M)) as (sched, _):
+    with running(store=store) as (sched, _):
         sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.cron("0 * * * *")}))
         sched.start()
         step(sched)
@@ -864,9 +865,9 @@ def test_a_run_id_an_older_version_left_after_the_run_ended_is_not_an_interrupte
 def test_a_run_left_running_after_the_wall_clock_stepped_back_is_recorded_interrupted() -> None:
     """Its start (after the step back) is earlier than the end of the run before it: times
     alone would take its id for a stale one."""
-    store = MemoryStateStore()
+    store = MemoryStateStore(clock=FakeClock(T0 + 5 * M))
     _left_with_run_id(store, ended_before=False)
-    with running(store=store, clock=FakeClock(T0 + 5 * M)) as (sched, _):
+    with running(store=store) as (sched, _):
         sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.cron("0 * * * *")}))
         sched.start()
         step(sched)
@@ -879,15 +880,16 @@ def test_an_interval_run_with_the_clock_a_day_fast_waits_its_interval_after_a_re
     """Run while the wall clock was a day fast, stopped, started again with the clock right:
     the interval kept the plan of the fast clock and stayed silent for a day (a step back
     while it ran moved the wait back with the clock)."""
-    store = MemoryStateStore()
-    fast = FakeClock(T0 + timedelta(days=1))
-    with running(store=store, clock=fast) as (sched, _):
+    clock = FakeClock(T0 + timedelta(days=1))
+    store = MemoryStateStore(clock=clock)
+    with running(store=store) as (sched, _):
         sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("5m")}))
         sched.start()
         step(sched)
         assert len(sched.history("a", "s")) == 1
     job = Recorder()
-    with running(store=store, clock=FakeClock(T0 + 2 * M)) as (sched, clock):
+    clock.jump_wall_clock(-(timedelta(days=1) - 2 * M))  # set right: T0 + 2 minutes
+    with running(store=store) as (sched, _):
         sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("5m")}))
         sched.start()
         step(sched)
@@ -960,8 +962,8 @@ def test_raising_job_does_not_disturb_other_schedules() -> None:
 
 
 def test_restart_recovery_interrupted_and_catch_up_once() -> None:
-    store = MemoryStateStore()
     clock = FakeClock(T0)
+    store = MemoryStateStore(clock=clock)
     job = Recorder()
     agent = Agent(
         "a",
@@ -997,8 +999,8 @@ def test_restart_recovery_interrupted_and_catch_up_once() -> None:
 
 
 def test_restart_catch_up_skip_and_window_record_missed() -> None:
-    store = MemoryStateStore()
     clock = FakeClock(T0)
+    store = MemoryStateStore(clock=clock)
     job = Recorder()
     agents = [
         Agent("a", job=job, schedules={"skip": Schedule.cron("0 * * * *", catch_up="skip")}),
@@ -1352,7 +1354,7 @@ def test_run_pending_on_a_scheduler_never_started_is_an_error_not_a_silent_pass(
         def refresh(self) -> None:
             raise StateError("the state cannot be read")
 
-    failed = ThreadedScheduler(store=Unreadable(), clock=FakeClock(T0))
+    failed = ThreadedScheduler(store=Unreadable(clock=FakeClock(T0)))
     failed.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1m")}))
     with pytest.raises(StateError):
         failed.start()
@@ -1785,8 +1787,8 @@ class _PassHoldingStore(MemoryStateStore):
     """Holds the timer's first pass after it dispatched, until the first job has ended (the
     job waits for the hold: it begins and ends while the pass is held)."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock=clock)
         self.counts: Callable[[], int] = lambda: 0
         self.engine_lock: Any = None
         self.holding = threading.Event()
@@ -1804,7 +1806,7 @@ def test_a_slot_freed_while_the_timer_finishes_its_pass_still_goes_to_the_waitin
     None
 ):
     clock = FakeClock(T0)
-    store = _PassHoldingStore()
+    store = _PassHoldingStore(clock)
     job = Recorder(lambda info: store.holding.wait(10))
     sched = ThreadedScheduler(state_dir=None, store=store, clock=clock, max_sleep=60)
     store.counts, store.engine_lock = sched.get_total_running_job_count, sched._core.lock

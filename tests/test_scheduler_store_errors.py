@@ -22,8 +22,8 @@ from herdsched.testing import FakeClock
 class FlakyStore(MemoryStateStore):
     """A store whose writes fail while ``broken`` is set."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock=clock)
         self.broken = False
         self.pending: list[tuple[str, str, dict[str, Any]]] = []
         self.flushes = 0
@@ -47,7 +47,7 @@ class FlakyStore(MemoryStateStore):
 
 
 def test_flush_failures_are_reported_and_retried_while_jobs_keep_running() -> None:
-    store = FlakyStore()
+    store = FlakyStore(clock=FakeClock(T0))
     with running(store=store) as (sched, clock):
         errors: list[StateErrorOccurred] = []
         sched.add_listener(errors.append, StateErrorOccurred)
@@ -71,7 +71,7 @@ def test_a_store_down_for_minutes_logs_once_a_minute_and_says_when_it_works_agai
 ) -> None:
     """Every failed call was an ERROR line (a leader through a database outage wrote several a
     second); listeners still hear of each one."""
-    store = FlakyStore()
+    store = FlakyStore(clock=FakeClock(T0))
     with running(store=store) as (sched, clock):
         errors: list[StateErrorOccurred] = []
         sched.add_listener(errors.append, StateErrorOccurred)
@@ -109,7 +109,7 @@ def test_a_store_down_for_minutes_logs_once_a_minute_and_says_when_it_works_agai
 def test_the_notebook_view_tells_of_a_failing_store_until_it_works_again() -> None:
     """It showed a healthy fleet ("running · 0 running") while every claim and commit failed
     and slots were recorded missed: a notebook shows no log, so nothing told the user."""
-    store = FlakyStore()
+    store = FlakyStore(clock=FakeClock(T0))
     with running(store=store) as (sched, clock):
         sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1m")}))
         sched.start()
@@ -128,7 +128,7 @@ def test_the_notebook_view_tells_of_a_failing_store_until_it_works_again() -> No
 
 
 def test_a_user_intent_write_that_fails_changes_nothing_and_says_so() -> None:
-    store = FlakyStore()
+    store = FlakyStore(clock=FakeClock(T0))
     with running(store=store) as (sched, clock):
         job = Recorder()
         sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1m")}))
@@ -161,7 +161,7 @@ class LookFails(MemoryStateStore):
 def test_a_store_error_met_by_a_read_is_heard_before_the_read_returns() -> None:
     """``refresh()`` and ``get_status()`` collected the ``StateErrorOccurred`` of a failed
     look at the store and left it for the same thread's next change, which might never come."""
-    store = LookFails()
+    store = LookFails(clock=FakeClock(T0))
     with running(store=store, poll_interval=60) as (sched, _clock):
         sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1h")}))
         sched.start()
@@ -200,7 +200,7 @@ class DefinitionWritesFail(MemoryStateStore):
 def test_every_change_refused_for_a_store_failure_is_an_event() -> None:
     """A run-time definition's failed write, and a code schedule's failed removal, raised
     ``StateError`` but told the listeners nothing, unlike a failed pause."""
-    store = DefinitionWritesFail()
+    store = DefinitionWritesFail(clock=FakeClock(T0))
     with running(store=store) as (sched, _clock):
         sched.add_agent(Agent("a", job=Recorder(), schedules={"coded": Schedule.manual()}))
         sched.add_schedule("a", "rt", Schedule.manual(), persist=True)
@@ -340,10 +340,10 @@ def test_store_health_tells_an_outage_after_the_store_worked_for_a_while_at_once
 class DownStore(MemoryStateStore):
     """A store another scheduler leads, whose every lease call fails while ``down`` is set."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock=clock)
         self.down = False
-        assert self.acquire_lease("elsewhere:1:leader", 30.0) is not None
+        assert self.acquire_lease("elsewhere:1:leader", 3600.0) is not None
 
     def _check(self) -> None:
         if self.down:
@@ -364,7 +364,7 @@ def test_a_standby_tells_an_outage_once_and_when_it_ends(
     """A standby commits nothing, and only a commit ended a run of failures: the standby never
     said the store worked again, a second outage soon after was "still failing after 1m",
     each try for the lease and each status display logged its own WARNING."""
-    store = DownStore()
+    store = DownStore(clock=FakeClock(T0))
     with running(store=store) as (sched, clock):
         sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1m")}))
         sched.start()
@@ -400,7 +400,7 @@ def test_a_scheduler_that_could_not_take_a_lease_nobody_holds_says_so(
     by": a fleet pointed at a read-only replica ran nothing while it looked like a standby."""
     with (
         caplog.at_level(logging.INFO, logger="herdsched"),
-        running(store=ReadOnlyStore()) as (
+        running(store=ReadOnlyStore(clock=FakeClock(T0))) as (
             sched,
             _clock,
         ),
@@ -457,7 +457,7 @@ def test_a_removal_whose_state_cannot_be_cleared_is_made_and_says_so(
     """The definition was deleted, then the state write failed and ``remove_schedule`` raised:
     the caller was told nothing changed while the schedule was gone for every other process
     (and still listed by this one)."""
-    store = StateRemovalFails()
+    store = StateRemovalFails(clock=FakeClock(T0))
     with running(store=store) as (sched, _clock):
         sched.add_agent(Agent("a", job=Recorder(), schedules={"coded": Schedule.interval("1h")}))
         sched.add_schedule("a", "rt", Schedule.interval("1h"), persist=True)
@@ -642,8 +642,8 @@ def test_a_removal_clears_no_state_of_a_namesake_created_meanwhile(tmp_path: Pat
 class SlowLeaseStore(MemoryStateStore):
     """A store whose lease read waits until let go (a database that does not answer)."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock=clock)
         self.reading = threading.Event()
         self.answer = threading.Event()
 
@@ -658,7 +658,7 @@ def test_a_status_read_waiting_for_the_store_holds_up_no_step_down() -> None:
     host took over): ``get_status()`` read the lease while holding the engine's lock, so every
     REST status request waiting for an unanswering database held up the leader's passes and
     its step-down. The lease is read before the lock is taken."""
-    store = SlowLeaseStore()
+    store = SlowLeaseStore(clock=FakeClock(T0))
     with running(store=store) as (sched, _clock):
         sched.start()
         reader = threading.Thread(target=sched.get_status)
@@ -677,7 +677,7 @@ def test_a_commit_with_nothing_to_write_does_not_say_a_failing_store_works_again
 ) -> None:
     """Reads of a damaged state file failed, then ``stop()`` committed nothing and said "The
     state store works again" while the file was as damaged as before."""
-    store = FlakyStore()
+    store = FlakyStore(clock=FakeClock(T0))
     with running(store=store) as (sched, clock):
         sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1h")}))
         sched.start()

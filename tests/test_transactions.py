@@ -515,8 +515,8 @@ def test_a_type_change_the_store_refuses_leaves_the_schedule_as_it_was() -> None
                 raise StateError("No space left on device", "/state/schedules.yaml")
             super().save_definition(*args, **kwargs)
 
-    store = FullDisk()
-    sched = ThreadedScheduler(store=store, clock=FakeClock(START), leader_lock=False)
+    store = FullDisk(clock=FakeClock(START))
+    sched = ThreadedScheduler(store=store, leader_lock=False)
     sched.add_agent(Agent("triage", job=lambda info: "ok"))
     sched.start()
     try:

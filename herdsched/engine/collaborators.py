@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from herdsched.clock import Clock, SystemClock
+from herdsched.engine.settings import EngineSettings
 from herdsched.errors import InvalidScheduleError
 from herdsched.models import Agent, check_flag, check_job_arguments
 from herdsched.worksource import WorkSource
@@ -23,9 +25,11 @@ from herdsched.worksource import WorkSource
 __all__ = [
     "DEFAULT_MAX_RUN_HISTORY",
     "DEFAULT_STATE_DIR",
+    "STORE_SETTINGS",
     "check_agents",
     "check_collaborators",
     "checked_state_dir",
+    "clock_of",
     "state_dir_of",
 ]
 
@@ -34,6 +38,12 @@ __all__ = [
 #: (relative to the current directory)
 DEFAULT_STATE_DIR = ".herdsched"
 DEFAULT_MAX_RUN_HISTORY = 20
+#: the settings a given store keeps, with ``ThreadedScheduler``'s defaults of them
+STORE_SETTINGS: dict[str, object] = {
+    "max_run_history": DEFAULT_MAX_RUN_HISTORY,
+    "commit_delay": 0.5,
+    "lock_timeout": 10.0,
+}
 
 #: What the engine calls on its clock (:class:`herdsched.clock.Clock`).
 _CLOCK_METHODS = ("now", "monotonic", "wait")
@@ -61,12 +71,15 @@ def checked_state_dir(state_dir: object) -> Path | None:
     return Path(state_dir)
 
 
-def state_dir_of(state_dir: object, store: object, max_run_history: object) -> Path | None:
+def state_dir_of(
+    state_dir: object, store: object, max_run_history: object, settings: EngineSettings
+) -> Path | None:
     """The state directory of a scheduler: ``state_dir`` checked, or with a ``store`` the
-    store's own (a YAML store's directory, ``None`` for others). A ``state_dir`` or a
-    ``max_run_history`` other than the store's own, given beside a store, is refused: the store
-    keeps its own (they were ignored, and ``state_dir`` reported beside a database); so is a
-    ``store`` that is not a store (a DSN string, say)."""
+    store's own (a YAML store's directory, ``None`` for others). Beside a store, a
+    ``state_dir``, or a setting the store keeps (``max_run_history``, ``commit_delay``,
+    ``lock_timeout``) other than the store's own, is refused: the store keeps its own (they
+    were ignored, and ``state_dir`` reported beside a database); so is a ``store`` that is not
+    a store (a DSN string, say)."""
     if store is None:
         return checked_state_dir(state_dir)
     if not callable(getattr(store, "get_schedule_state", None)):
@@ -80,13 +93,33 @@ def state_dir_of(state_dir: object, store: object, max_run_history: object) -> P
             f"give state_dir or store, not both: the store keeps its own state (state_dir "
             f"{state_dir!r}, store {store!r})"
         )
-    own_limit = getattr(store, "max_run_history", max_run_history)
-    if max_run_history not in (DEFAULT_MAX_RUN_HISTORY, own_limit):
-        raise ValueError(
-            f"max_run_history belongs to the store when one is given: pass it to the store "
-            f"(got {max_run_history!r} beside store {store!r})"
-        )
+    kept = {
+        "max_run_history": max_run_history,
+        "commit_delay": settings.commit_delay,
+        "lock_timeout": settings.lock_timeout,
+    }
+    for name, value in kept.items():
+        if value not in (STORE_SETTINGS[name], getattr(store, name, value)):
+            raise ValueError(
+                f"{name} belongs to the store when one is given: pass it to the store "
+                f"(got {value!r} beside store {store!r})"
+            )
     return own_dir
+
+
+def clock_of(clock: Clock | None, store: object) -> Clock:
+    """The scheduler's clock: ``clock``, else a given store's own, else the system's. A store
+    keeps its own clock for its commit deadlines and stamps; one other than the scheduler's
+    (a ``FakeClock`` given to one of them only) would mix two times, so it is refused."""
+    own = getattr(store, "clock", None)
+    if clock is None:
+        return own if own is not None else SystemClock()
+    if own is None or own is clock or type(own) is type(clock) is SystemClock:
+        return clock
+    raise ValueError(
+        f"the store keeps its own clock ({type(own).__name__}), the scheduler was given "
+        f"{type(clock).__name__}: give the same clock to both (or to the store only)"
+    )
 
 
 def check_collaborators(

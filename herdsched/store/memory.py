@@ -46,7 +46,7 @@ class MemoryStateStore:
         self._definitions: dict[str, dict[str, dict[str, Any]]] = {}
         self._requests: list[TriggerRequest] = []
         self._rejected: list[RejectedDefinition] = []
-        self._clock: Clock = clock if clock is not None else SystemClock()
+        self.clock: Clock = clock if clock is not None else SystemClock()
         # the lease as stored, the highest epoch handed out, and the lease this store gave its
         # scheduler (the fence of its claims); no process outlives the store, so a holder is
         # dead only once it released the lease
@@ -123,7 +123,7 @@ class MemoryStateStore:
                 self._lease,
                 holder,
                 ttl,
-                self._clock.now(),
+                self.clock.now(),
                 holder_dead=False,
                 last_epoch=self._last_epoch,
             )
@@ -137,7 +137,7 @@ class MemoryStateStore:
         ttl = check_ttl(ttl)
         with self._lock:
             check_fence(lease, self._lease, self)
-            self._lease = self._held = renewed(lease, ttl, self._clock.now())
+            self._lease = self._held = renewed(lease, ttl, self.clock.now())
             return self._lease
 
     def release_lease(self, lease: Lease) -> None:

@@ -153,8 +153,8 @@ class YamlStateStore:
             )
         self.commit_delay = float(commit_delay)
         self.max_run_history = max_run_history
-        self._clock: Clock = clock if clock is not None else SystemClock()
-        now = self._clock.now
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        now = self.clock.now
         self.state_path = self.state_dir / "state.yaml"
         self._file: GuardedYamlFile[StateDoc] = GuardedYamlFile(
             self.state_path, kind="state file", lock_timeout=self.lock_timeout, now=now
@@ -376,7 +376,7 @@ class YamlStateStore:
 
     def _mark_pending(self) -> None:
         if self._pending_since is None:
-            self._pending_since = self._clock.monotonic()
+            self._pending_since = self.clock.monotonic()
 
     # -- schedule state ------------------------------------------------------------------
     def get_schedule_state(self, agent: str, schedule: str) -> ScheduleState:

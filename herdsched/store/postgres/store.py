@@ -155,7 +155,7 @@ class PostgresStateStore:
         self.max_run_history = max_run_history
         self.commit_delay = check_wait(commit_delay, "commit_delay")
         self.max_staleness = max_staleness
-        self._clock: Clock = clock if clock is not None else SystemClock()
+        self.clock: Clock = clock if clock is not None else SystemClock()
         # the second, made at a leader's first claim, keeps claims from waiting behind a group
         # commit; a session stalled in a transaction for a lease's length ends (see Database)
         stall = self.lease_ttl or DEFAULT_LEASE_TTL
@@ -201,7 +201,7 @@ class PostgresStateStore:
         notifications (one indexed read of the change number), else when one arrived, the
         last look is ``max_staleness`` old or ``look`` asks (see :meth:`look_now`)."""
         self._check_open()
-        age = self._clock.monotonic() - self._checked_at
+        age = self.clock.monotonic() - self._checked_at
         listening = self._listener is not None and self._listener.connected.is_set()
         if look or self._stale or not listening or age > self.max_staleness:
             self._sync()
@@ -215,7 +215,7 @@ class PostgresStateStore:
     def _sync(self) -> bool:
         """Fetch what changed since the change number this view saw; whether anything did."""
         self._stale = False
-        self._checked_at = self._clock.monotonic()
+        self._checked_at = self.clock.monotonic()
         number = self._db.autocommit(
             "read the namespace's change number",
             lambda cursor: change_number(cursor, self.namespace),
@@ -247,7 +247,7 @@ class PostgresStateStore:
         catches up at its next read."""
         with self._mem:
             if number == self._seen:
-                self._checked_at = self._clock.monotonic()
+                self._checked_at = self.clock.monotonic()
             elif number > self._seen:
                 self._stale = True
 
@@ -323,7 +323,7 @@ class PostgresStateStore:
             evolve(current, **patch)  # invalid values fail here, naming the field
             self._pending[key] = {**self._pending.get(key, {}), **patch}
             if self._pending_since is None:
-                self._pending_since = self._clock.monotonic()
+                self._pending_since = self.clock.monotonic()
             return self._state(key) or ScheduleState()
 
     def remove_schedule_state(self, agent: str, schedule: str) -> None:
@@ -509,7 +509,7 @@ class PostgresStateStore:
             "read the scheduler lease", lambda cursor: self._lease.busy(cursor, holder)
         )
         self._looked(number)
-        self._busy_until = None if busy is None else self._clock.monotonic() + busy
+        self._busy_until = None if busy is None else self.clock.monotonic() + busy
         if busy is not None:
             return None  # a standby's regular try: one statement while the leader is well
         with self._db.transaction("take the scheduler lease") as cursor:
@@ -520,7 +520,7 @@ class PostgresStateStore:
 
     def lease_retry_in(self, ttl: float) -> float:
         """A standby's next try after one that found the lease held (see :func:`retry_in`)."""
-        return retry_in(ttl, self._busy_until, self._clock.monotonic())
+        return retry_in(ttl, self._busy_until, self.clock.monotonic())
 
     def renew_lease(self, lease: Lease, ttl: float) -> Lease:
         """Extend ``lease`` (one statement on the server's clock); ``LeadershipLostError`` when
@@ -564,7 +564,7 @@ class PostgresStateStore:
         with self._mem:
             self._pending_runs.append(record)
             if self._pending_since is None:
-                self._pending_since = self._clock.monotonic()
+                self._pending_since = self.clock.monotonic()
 
     def purge_history(self, agent: str, schedule: str) -> None:
         self._check_open()
