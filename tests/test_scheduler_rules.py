@@ -786,6 +786,76 @@ def test_a_run_that_ends_while_paused_is_not_run_again_at_resume(cadence: str) -
         assert len(job.calls) == calls + 1
 
 
+@pytest.mark.parametrize("recorded", [False, True], ids=["killed", "killed-after-its-record"])
+def test_a_catch_up_run_a_dead_process_left_is_not_followed_by_the_slots_it_stood_for(
+    recorded: bool,
+) -> None:
+    """Down from 12:00 to 13:30, the 13:30 catch-up run stood for the slots of 12:00 and 13:00;
+    killed while it ran, the next start (13:45) planned from 12:00 and ran the 13:00 slot
+    again at once. It plans from the run's start, as a run's own end does."""
+    clock = FakeClock(T0 + 105 * M)
+    store = MemoryStateStore(clock=clock)
+    store.update_schedule_state(
+        "a",
+        "s",
+        status=Status.RUNNING,
+        last_run_at=T0 + 90 * M,
+        last_slot_at=T0,
+        running_run_id="abcd1234abcd1234",
+        next_run_at=T0,
+    )
+    if recorded:  # the record was written, the state showing the end was not
+        ended = T0 + 100 * M
+        store.append_run(
+            RunRecord(
+                run_id="abcd1234abcd1234",
+                agent="a",
+                schedule="s",
+                trigger_type=TriggerType.CRON,
+                scheduled_for=T0,
+                started_at=T0 + 90 * M,
+                finished_at=ended,
+                status=RunStatus.SUCCESS,
+            )
+        )
+    job = Recorder()
+    with running(store=store) as (sched, _):
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.cron("0 * * * *")}))
+        sched.start()
+        step(sched)
+        assert job.calls == []  # 13:00 is not run again
+        [record] = sched.history("a", "s")
+        expected = RunStatus.SUCCESS if recorded else RunStatus.INTERRUPTED
+        assert (record.run_id, record.status) == ("abcd1234abcd1234", expected)
+        assert state(sched).next_run_at == T0 + 120 * M
+        step(sched, clock, "15m")
+        assert job.slots() == [T0 + 120 * M]
+
+
+def test_a_resume_after_a_failed_catch_up_run_does_not_run_the_slots_it_stood_for() -> None:
+    """The catch-up run at 14:30 (for 13:00 and 14:00) failed; resumed at 14:40, the backoff
+    dropped, the plan was the cadence's own from 13:00: the 14:00 slot ran at once."""
+    clock = FakeClock(T0)
+    store = MemoryStateStore(clock=clock)
+    job = Recorder(lambda info: (_ for _ in ()).throw(RuntimeError("boom")))
+    agent = Agent("a", job=job, schedules={"s": Schedule.cron("0 * * * *")})
+    with running(store=store, max_consecutive_failures=1) as (sched, _):
+        sched.add_agent(agent)
+        sched.start()
+        sched.pause("a", "s")
+        step(sched, clock, "150m")  # the slots of 13:00 and 14:00 pass while paused
+        sched.resume("a", "s")
+        step(sched)
+        assert job.slots() == [T0 + 60 * M]  # the catch-up run, at 14:30
+        assert state(sched).status is Status.DISABLED
+        job.action = None  # fixed
+        step(sched, clock, "10m")
+        sched.resume("a", "s")
+        step(sched)
+        assert len(job.calls) == 1  # 14:00 is not run again
+        assert state(sched).next_run_at == T0 + 180 * M
+
+
 @pytest.mark.parametrize("status", [Status.PAUSED, Status.DISABLED])
 def test_a_run_a_dead_process_left_while_paused_is_recorded_interrupted_not_run_again(
     status: Status,

@@ -658,9 +658,16 @@ def _cadence_plan(core: EngineCore, entry: Entry) -> datetime | None:
     if cadence is None or cadence.runs_once or finished is None:
         return state.next_run_at
     zone = core.settings.timezone
-    slot = state.last_slot_at or finished
+    slot = _stood_for(state) or finished
     # "now" at the run's end: the cadence's own time, not moved up to the present
     return cadence.next_due(slot=slot, finished_at=finished, now=finished, zone=zone, rng=core.rng)
+
+
+def _stood_for(state: ScheduleState) -> datetime | None:
+    """The last slot the last run stood for: its slot, or its start when that was later (a
+    catch-up run stands for every slot before it, so none of them comes due again)."""
+    times = [t for t in (state.last_slot_at, state.last_run_at) if t is not None]
+    return max(times) if times else None
 
 
 def _run_left(core: EngineCore, entry: Entry) -> tuple[bool, RunRecord | None]:
@@ -762,14 +769,16 @@ def _settle_ended(
     **more: Any,
 ) -> None:
     """The state of ``entry`` once the run it shows has ended with ``result``: no longer
-    running, planned past the slot that run stood for; a pause or disable stays, except on a
-    once schedule, which is completed (a resume must not run it again)."""
+    running, planned past the slot that run stood for, or past its start when that was later
+    (a catch-up run stands for every slot before it, as in a run's own end); a pause or
+    disable stays, except on a once schedule, which is completed (a resume must not run it
+    again)."""
     state = entry.state
     cadence = entry.schedule.cadence
     due = None
     if cadence is not None and not cadence.runs_once:
         due = cadence.next_due(
-            slot=state.last_slot_at or state.last_run_at or finished,
+            slot=_stood_for(state) or finished,
             finished_at=finished,
             now=now,
             zone=core.settings.timezone,
