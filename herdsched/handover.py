@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
+from herdsched.errors import SchedulerShutdownError
+
 __all__ = ["Successor", "hand_over", "imitating_processes", "separate_processes"]
 
 _log = logging.getLogger("herdsched")
@@ -36,7 +38,7 @@ class Successor(Protocol):
 
     def get_total_running_job_count(self) -> int: ...
 
-    def stop(self, wait_for_jobs: bool = True, timeout: float | None = 30.0) -> None: ...
+    def _stop_for_successor(self) -> None: ...
 
 
 def hand_over(state_dir: Path | str, new: Successor, lead_now: Callable[[], None]) -> bool:
@@ -60,7 +62,7 @@ def hand_over(state_dir: Path | str, new: Successor, lead_now: Callable[[], None
     running = old.get_total_running_job_count()
     if running == 0:
         _log.info("A newer scheduler for %s takes over from the older one in this process.", key)
-        old.stop(timeout=None)
+        _finish(old, lambda: None)
         return False
     _log.info(
         "A newer scheduler for %s takes over from the older one in this process once its "
@@ -75,9 +77,19 @@ def hand_over(state_dir: Path | str, new: Successor, lead_now: Callable[[], None
 
 
 def _finish(old: Successor, lead_now: Callable[[], None]) -> None:
-    """Let ``old`` finish its running jobs and stop, then wake its successor."""
+    """Let ``old`` finish its running jobs and stop, then wake its successor. A job past its
+    timeout that goes on though told to stop is waited for a few seconds, not for ever: its
+    run is recorded, and no thread can be ended from outside."""
     try:
-        old.stop(timeout=None)
+        old._stop_for_successor()
+    except SchedulerShutdownError as exc:
+        _log.warning(
+            "The newer scheduler takes the lead while the job(s) of %s, started by the older "
+            "one, run on in this process: past their timeout and told to stop, they have not "
+            "returned (their runs are recorded as timed out; a job should return when its "
+            "cancel_event is set).",
+            ", ".join(exc.running_jobs),
+        )
     except Exception:
         _log.exception("The older scheduler failed to stop cleanly while handing over.")
     lead_now()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import signal
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -50,7 +49,7 @@ from herdsched.engine.reporting import (
 )
 from herdsched.engine.requests import stored_refusal
 from herdsched.engine.settings import EngineSettings, resolve_poll_interval
-from herdsched.engine.stopping import wait_for_runs
+from herdsched.engine.stopping import LINGER, wait_for_runs
 from herdsched.engine.syncing import OtherProcesses
 from herdsched.engine.timer import Timer
 from herdsched.errors import (
@@ -85,7 +84,7 @@ from herdsched.models import (
 from herdsched.notify import Notification
 from herdsched.runner import Run, timeout_message
 from herdsched.stats import RunStats, compute_run_stats
-from herdsched.stop_signals import StopSignals
+from herdsched.stop_signals import run_until_stopped
 from herdsched.store.base import READ_ALL_HISTORY, StateStore, call_if_offered
 from herdsched.store.deadline import held
 from herdsched.store.spec import default_store
@@ -355,7 +354,17 @@ class ThreadedScheduler:
         the timeout would, then goes on up. Idempotent, safe from a job or a listener.
         """
         check_flag(wait_for_jobs, "wait_for_jobs")
-        timeout = check_timeout(timeout, "timeout")
+        self._stop(wait_for_jobs, check_timeout(timeout, "timeout"))
+
+    def _stop_for_successor(self) -> None:
+        """:meth:`stop` for a newer scheduler of this process taking over
+        (:mod:`herdsched.handover`): its running jobs finish, however long; one past its
+        timeout that ignores its cancel event is waited for :data:`LINGER` seconds more."""
+        self._stop(True, None, linger=LINGER)
+
+    def _stop(
+        self, wait_for_jobs: bool, timeout: float | None, linger: float | None = None
+    ) -> None:
         core = self._core
         with core.lock:
             if core.status in ("stopped", "stopping"):
@@ -368,6 +377,7 @@ class ThreadedScheduler:
                 self._leadership,
                 timeout if wait_for_jobs else 0.0,
                 cancel_left=wait_for_jobs,
+                linger=linger,
             )
         except BaseException:  # interrupted (Ctrl-C, a notebook's interrupt): wait no more
             left = wait_for_runs(
@@ -414,22 +424,9 @@ class ThreadedScheduler:
             raise failed
 
     def run_forever(self) -> None:
-        """Start (if needed) and block until SIGINT/SIGTERM or ``stop()``, then stop gracefully."""
-        stop_requested = threading.Event()
-
-        def requested(sig: signal.Signals) -> None:
-            self.log.info("%s received: stopping.", sig.name)
-            stop_requested.set()
-
-        signals = StopSignals(requested)  # answered off the main thread: see stop_signals
-        signals.install()
-        try:
-            self.start()
-            while not stop_requested.wait(0.2) and self.status != "stopped":
-                pass
-        finally:
-            signals.restore()
-            self.stop()
+        """Start (if needed) and block until SIGINT/SIGTERM or ``stop()``, then stop gracefully
+        (the signals are answered off the main thread: see :mod:`herdsched.stop_signals`)."""
+        run_until_stopped(self)
 
     def __enter__(self) -> ThreadedScheduler:
         self.start()

@@ -16,9 +16,9 @@ import socket
 import threading
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["STOP_SIGNALS", "StopSignals"]
+__all__ = ["STOP_SIGNALS", "StopSignals", "run_until_stopped"]
 
 #: The signals that ask a scheduler process to stop.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -80,3 +80,36 @@ class StopSignals:
                 for number in received:
                     if number in STOP_SIGNALS:  # the descriptor hears every handled signal
                         self._on_signal(signal.Signals(number))
+
+
+class _Stoppable(Protocol):
+    """What :func:`run_until_stopped` needs of a scheduler."""
+
+    log: Any
+
+    @property
+    def status(self) -> str: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def run_until_stopped(scheduler: _Stoppable) -> None:
+    """Start ``scheduler`` (if needed) and block until SIGINT/SIGTERM or its ``stop()``, then
+    stop it gracefully (``ThreadedScheduler.run_forever``)."""
+    stop_requested = threading.Event()
+
+    def requested(sig: signal.Signals) -> None:
+        scheduler.log.info("%s received: stopping.", sig.name)
+        stop_requested.set()
+
+    signals = StopSignals(requested)
+    signals.install()
+    try:
+        scheduler.start()
+        while not stop_requested.wait(0.2) and scheduler.status != "stopped":
+            pass
+    finally:
+        signals.restore()
+        scheduler.stop()

@@ -12,6 +12,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import pytest
 
 from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo
 from herdsched.store import MemoryStateStore
-from herdsched.testing import as_separate_processes
+from herdsched.testing import FakeClock, as_separate_processes
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
@@ -31,9 +32,9 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
     raise AssertionError("condition not reached in time")
 
 
-def build(state_dir: Path, job: Callable[[TriggerInfo], Any]) -> ThreadedScheduler:
+def build(state_dir: Path, job: Callable[[TriggerInfo], Any], **options: Any) -> ThreadedScheduler:
     # max_sleep 60: a standby would try the lock again only after 5 s
-    sched = ThreadedScheduler(state_dir=state_dir, max_sleep=60, commit_delay=0.05)
+    sched = ThreadedScheduler(state_dir=state_dir, max_sleep=60, commit_delay=0.05, **options)
     sched.add_agent(Agent("nb", job=job, schedules={"s": Schedule.manual()}))
     return sched
 
@@ -90,6 +91,49 @@ def test_a_busy_older_scheduler_finishes_its_job_then_the_newer_one_leads(
         assert new.wait_until_idle(10)
         assert new.history("nb", "s")[0].output_summary == "new"
         wait_for(lambda: not any(t.name == "herdsched-handover" for t in threading.enumerate()))
+    finally:
+        gate.set()
+        new.stop()
+        old.stop()
+
+
+def test_a_job_that_ignores_its_timeout_holds_the_hand_over_a_few_seconds_not_for_ever(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The cell run again while a job went on past its timeout, ignoring its cancel event: the
+    newer scheduler stood by for ever, and nothing of the fleet ran again."""
+    gate, started = threading.Event(), threading.Event()
+
+    def stuck(info: TriggerInfo) -> None:
+        started.set()
+        gate.wait(30)  # ignores info.cancel_event
+
+    clock = FakeClock(datetime(2026, 1, 5, 12, tzinfo=timezone.utc))
+    old = ThreadedScheduler(state_dir=tmp_path, clock=clock, max_sleep=60)
+    old.add_agent(Agent("nb", job=stuck, schedules={"s": Schedule.manual(timeout="2s")}))
+    new = build(tmp_path, lambda info: "new", clock=clock)
+    old.start()
+    try:
+        assert old.trigger("nb", "s").success
+        assert started.wait(10)
+        clock.advance(3)  # past its timeout: recorded, told to stop
+        wait_for(lambda: old.history("nb", "s"))
+        with caplog.at_level(logging.WARNING, logger="herdsched"):
+            new.start()
+            assert new.status == "standby"
+            time.sleep(0.2)
+            assert new.status == "standby"  # a few seconds more for the job to return
+            clock.advance(5)
+            wait_for(lambda: new.status == "running")
+        assert old.status == "stopped"
+        assert [r.status.value for r in new.history("nb", "s")] == ["timeout"]
+        assert new.trigger("nb", "s").success
+        assert new.wait_until_idle(10)
+        assert new.history("nb", "s")[0].output_summary == "new"
+        assert (
+            "The newer scheduler takes the lead while the job(s) of nb/s, started by the "
+            "older one, run on in this process" in caplog.text
+        )
     finally:
         gate.set()
         new.stop()

@@ -17,11 +17,16 @@ from herdsched.engine.dispatch import Dispatcher
 from herdsched.engine.recovery import Leadership
 from herdsched.runner import Run
 
-__all__ = ["wait_for_runs"]
+__all__ = ["LINGER", "wait_for_runs"]
 
 #: The longest the wait sleeps between two looks (real seconds): a ``FakeClock`` moved by a
 #: test, or a lease due for renewal, is seen within it.
 _LOOK_EVERY = 1.0
+
+#: How long a hand-over waits for a job past its timeout that goes on though told to stop
+#: (seconds of the scheduler's clock after the timeout): its run is recorded, and a Python
+#: thread cannot be ended, so waiting longer would only hold its successor back, for ever.
+LINGER = 5.0
 
 
 def wait_for_runs(
@@ -31,6 +36,7 @@ def wait_for_runs(
     *,
     cancel_left: bool,
     end_commands: bool = True,
+    linger: float | None = None,
 ) -> tuple[str, ...]:
     """Wait up to ``timeout`` real seconds until no job runs but the caller's own; returns
     the jobs still running (a timed-out job whose thread goes on included) as sorted
@@ -44,7 +50,9 @@ def wait_for_runs(
     asked to stop through their cancel event; with ``end_commands`` too, the wait goes on
     while the process groups of the command jobs among them are ended (SIGTERM, then SIGKILL
     after their ``kill_grace``), the lease still kept: a standby taking over sooner would
-    start their schedules while their programs still ran here."""
+    start their schedules while their programs still ran here. With ``linger``, a run past
+    its timeout (recorded, told to stop) is waited for no more than ``linger`` seconds after
+    it."""
     core, me = dispatch.core, threading.get_ident()
     dispatch.give_up_launching()
 
@@ -52,7 +60,13 @@ def wait_for_runs(
         running = core.running.values()
         return [r for r in running if me not in (r.thread_id, r.settled_by, r.launched_by)]
 
-    _wait(dispatch, leadership, timeout, lambda: not others())
+    def lingering(run: Run) -> bool:
+        if linger is None or run.deadline is None or run.settled_by is not None:
+            return False
+        over = core.clock.monotonic() >= run.deadline + linger
+        return run.timed_out and run.finalized and over  # recorded, and long told to stop
+
+    _wait(dispatch, leadership, timeout, lambda: all(map(lingering, others())))
     with core.idle:
         left = others()
         for run in left if cancel_left else ():
