@@ -782,6 +782,45 @@ def test_no_start_in_the_reloader_watcher(
     assert app.test_client().get(f"{API}/status").get_json()["status"] == "stopped"
 
 
+@pytest.mark.parametrize(
+    ("env", "args", "kwargs", "stops"),
+    [
+        ({}, (), {"debug": True}, True),
+        ({}, ("127.0.0.1", 0, True), {}, True),
+        ({"FLASK_DEBUG": "1"}, (), {}, True),
+        ({}, (), {"use_reloader": True}, True),
+        ({}, (), {}, False),
+        ({}, (), {"debug": True, "use_reloader": False}, False),
+        ({"FLASK_DEBUG": "1"}, (), {"debug": False}, False),
+        ({"WERKZEUG_RUN_MAIN": "true"}, (), {"debug": True}, False),  # the server child
+        ({"FLASK_RUN_FROM_CLI": "true"}, (), {"debug": True}, False),  # flask run ignores it
+    ],
+)
+def test_app_run_with_the_reloader_leaves_the_scheduler_to_the_server_child(
+    sched: ThreadedScheduler,
+    monkeypatch: pytest.MonkeyPatch,
+    env: dict[str, str],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    stops: bool,
+) -> None:
+    """``python app.py`` ending in ``app.run(debug=True)``: the process that started the
+    scheduler became the reloader's watcher and ran every job with the code of before each
+    edit, the server child standing by."""
+    for key in ("FLASK_RUN_FROM_CLI", "FLASK_DEBUG", "WERKZEUG_RUN_MAIN"):
+        monkeypatch.delenv(key, raising=False)
+    app = Flask("script")
+    calls: list[tuple[Any, ...]] = []
+    app.run = lambda *a, **kw: calls.append((a, kw))  # type: ignore[method-assign]
+    init_app(app, sched)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert sched.is_running()
+    app.run(*args, **kwargs)
+    assert calls == [(args, kwargs)]  # Flask's own run, called as it was
+    assert sched.is_running() is not stops
+
+
 def test_an_etag_goes_out_and_if_match_and_if_none_match_come_in(client: FlaskClient) -> None:
     url = f"{API}/schedule/triage/check"
     read = client.get(url)

@@ -46,6 +46,7 @@ from typing import Any, TypeVar
 
 import attrs
 from flask import Blueprint, Flask, Request, Response, jsonify, request
+from flask.helpers import get_debug_flag
 from werkzeug.exceptions import MethodNotAllowed, NotFound
 
 from herdsched.api import REQUEST_TIMEOUT, RestApi, read_only_reason, store_unavailable
@@ -238,6 +239,7 @@ def init_app(
     app.before_request(ext.serving)
     app.before_request(functools.partial(_unrouted_api_request, ext))
     app.extensions[EXTENSION_KEY] = ext
+    _leave_the_watcher_to_app_run(app, ext)
     if scheduler is None:
         build = functools.partial(
             scheduler_from_settings, settings, source="app.config", wrap_job=with_app_context(app)
@@ -274,6 +276,43 @@ def reloader_watcher(argv: list[str] | None = None) -> bool:
         return False
     debug = os.environ.get("FLASK_DEBUG", "").lower() not in ("", "0", "false", "no")
     return "--reload" in argv or debug
+
+
+def _leave_the_watcher_to_app_run(app: Flask, ext: FlaskHerdsched) -> None:
+    """``python app.py`` ending in ``app.run(debug=True)``: the process that loaded the app
+    and started the scheduler becomes the reloader's watcher, which only restarts a server
+    child; jobs run there would keep the code of before every edit. So when ``app.run`` is
+    about to use the reloader in this process, the scheduler here stops first (its running
+    jobs finish) and the server child, which loads the app again, runs it."""
+    run = app.run
+
+    @functools.wraps(run)
+    def run_then(*args: Any, **kwargs: Any) -> None:
+        if ext.autostart and _app_run_reloads(app, args, kwargs):
+            _log.info(
+                "herdsched stops in pid %s: app.run() makes it the reloader's watcher, and the "
+                "server process it starts runs the scheduler",
+                os.getpid(),
+            )
+            ext.autostart = False
+            if ext.embedded is not None:
+                ext.embedded.stop()
+        run(*args, **kwargs)
+
+    app.run = run_then  # type: ignore[method-assign]
+
+
+def _app_run_reloads(app: Flask, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether ``app.run(*args, **kwargs)`` called in this process makes it the reloader's
+    watcher, by Flask's rule: ``use_reloader``, else debug mode (the ``debug`` argument, else
+    ``FLASK_DEBUG``, else ``app.debug``); never under ``flask run``, which ignores the call."""
+    if "true" in (os.environ.get("WERKZEUG_RUN_MAIN"), os.environ.get("FLASK_RUN_FROM_CLI")):
+        return False
+    debug = kwargs.get("debug", args[2] if len(args) > 2 else None)
+    if debug is None:
+        debug = get_debug_flag() if "FLASK_DEBUG" in os.environ else app.debug
+    reload = kwargs.get("use_reloader")
+    return bool(debug if reload is None else reload)
 
 
 def get_scheduler(app: Flask) -> ThreadedScheduler:
