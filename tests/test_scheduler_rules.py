@@ -40,6 +40,7 @@ from herdsched.cadence import Cron, Interval, parse_interval
 from herdsched.store import MemoryStateStore
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.testing import FakeClock, as_separate_processes
+from herdsched.timestamps import format_timestamp
 
 M = timedelta(minutes=1)
 S = timedelta(seconds=1)
@@ -87,6 +88,33 @@ def test_interval_with_start_at_and_anchor_grid() -> None:
         step(sched, clock, "22m")  # T0+30m: grid's T0+23m slot came due on the way
         assert job.schedules() == ["grid", "grid", "later"]
         assert state(sched, "a", "grid").next_run_at == T0 + 38 * M
+
+
+@pytest.mark.parametrize("moved", [2 * 24 * 60 * M, 5 * M], ids=["later", "earlier"])
+def test_a_start_moved_between_two_starts_plans_the_first_run_anew(
+    moved: timedelta, tmp_path: Path
+) -> None:
+    """The state stored ``every 1h`` without the start: a ``start_at`` edited in the fleet file
+    while no scheduler ran was not seen, and the first run came at the old start (or waited
+    for it, moved earlier)."""
+    job = Recorder()
+    clock = FakeClock(T0)
+    first = Schedule.interval("1h", start_at=T0 + 30 * M)
+    with running(state_dir=tmp_path, clock=clock) as (sched, _):
+        sched.add_agent(Agent("a", job=job, schedules={"s": first}))
+        sched.start()
+        step(sched)
+    edited = Schedule.interval("1h", start_at=T0 + moved)
+    with running(state_dir=tmp_path, clock=clock) as (sched, _):
+        sched.add_agent(Agent("a", job=job, schedules={"s": edited}))
+        sched.start()
+        step(sched)
+        assert state(sched).next_run_at == T0 + moved
+        step(sched, clock, "30m")
+        assert job.slots() == ([T0 + moved] if moved < 30 * M else [])
+    with YamlStateStore(tmp_path) as store:
+        stored = store.get_schedule_state("a", "s").cadence
+    assert stored == f"every 1h, starting {format_timestamp(T0 + moved)}"
 
 
 def test_cron_fires_on_each_slot_with_its_slot_time() -> None:
