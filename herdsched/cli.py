@@ -46,6 +46,7 @@ from herdsched.config import (
 )
 from herdsched.converter import converter, record_to_dict
 from herdsched.engine.collaborators import DEFAULT_STATE_DIR
+from herdsched.engine.recovery import FAILED_RESULTS
 from herdsched.errors import (
     ConfigError,
     CronParseError,
@@ -1167,13 +1168,18 @@ def _state_rows(
     ]
 
 
-def _next_text(state: ScheduleState, zone: tzinfo) -> str:
+def _next_text(state: ScheduleState, zone: tzinfo, leading: bool) -> str:
     """The next run, or ``paused``/``disabled``: such a schedule has none, whatever is stored;
-    nor has one taken out of the fleet (shown ``removed``), whatever its status."""
+    nor has one taken out of the fleet (shown ``removed``), whatever its status. Resumed while
+    no scheduler ran, a schedule's stored time is its dropped backoff's: the next start plans
+    it from its cadence, which is not stored."""
     if state.removed_at is not None:
         return "-"
     if state.status in (Status.PAUSED, Status.DISABLED):
         return str(state.status.value)
+    resumed = state.consecutive_failures == 0 and state.last_result in FAILED_RESULTS
+    if resumed and not leading and state.status is Status.IDLE:
+        return "at next start"
     return _format_time(state.next_run_at, zone)
 
 
@@ -1226,7 +1232,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
             state.type or "-",
             _cell(state.cadence, 40),
             _status_text(state),
-            _next_text(state, zone),
+            _next_text(state, zone, leader is not None),
             _format_time(state.last_run_at, zone),
             state.last_result.value if state.last_result else "-",
             str(state.consecutive_failures),
@@ -1262,6 +1268,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     store = _open_store(args)
     try:
         rows = _state_rows(store)
+        leading = _leader(store) is not None
         empty = "" if rows or args.json else _no_schedules(store)
     finally:
         store.close()
@@ -1280,7 +1287,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
             _cell(state.cadence, 40),
             _status_text(state),
             state.owner or "-",
-            _next_text(state, zone),
+            _next_text(state, zone, leading),
         ]
         for agent, name, state in rows
     ]

@@ -538,6 +538,22 @@ def test_resume_drops_the_backoff_of_a_schedule_still_idle_after_failures(
     assert out.strip() == "triage/check: idle, nothing to resume"  # nothing left to drop
 
 
+@pytest.mark.parametrize("command", ["status", "list"])
+def test_a_schedule_resumed_while_no_scheduler_runs_shows_its_next_run_at_the_next_start(
+    capsys: pytest.CaptureFixture[str], state_dir: Path, command: str
+) -> None:
+    """Its stored next run is the dropped backoff's, an hour after the failure: ``status``
+    showed that time, though the next start plans from the cadence."""
+    with YamlStateStore(state_dir) as store:
+        store.update_schedule_state("triage", "check", consecutive_failures=3, last_result="failed")
+    before = run_cli(capsys, command, "--state-dir", str(state_dir))[1]
+    assert "at next start" not in before
+    run_cli(capsys, "resume", "triage/check", "--state-dir", str(state_dir))
+    code, out, _ = run_cli(capsys, command, "--state-dir", str(state_dir))
+    [row] = [line for line in out.splitlines() if line.startswith("triage") and "check" in line]
+    assert code == 0 and "at next start" in row
+
+
 def test_resume_of_a_run_going_on_in_a_backoff_says_to_resume_once_it_ended(
     capsys: pytest.CaptureFixture[str], state_dir: Path
 ) -> None:

@@ -42,6 +42,7 @@ from herdsched.store.spec import store_location
 
 __all__ = [
     "DEFAULT_LEASE_TTL",
+    "FAILED_RESULTS",
     "Leadership",
     "foreign_agents",
     "name_some",
@@ -291,7 +292,8 @@ class Leadership:
 
 
 _INTERRUPTED = "the process running this job stopped before it finished"
-_FAILED = (RunStatus.FAILED, RunStatus.TIMEOUT)
+#: the results that count as failures in a row (a backoff's, an auto-disable's)
+FAILED_RESULTS = (RunStatus.FAILED, RunStatus.TIMEOUT)
 
 
 def recover_all(core: EngineCore) -> None:
@@ -567,7 +569,7 @@ def plan_from_state(core: EngineCore, entry: Entry, now: datetime) -> None:
             core.set_due(entry, due, due)
     else:
         planned = state.next_run_at
-        if state.consecutive_failures == 0 and state.last_result in _FAILED:
+        if state.consecutive_failures == 0 and state.last_result in FAILED_RESULTS:
             # a resume while no scheduler led reset the failures whose backoff set the plan
             planned = _cadence_plan(core, entry) or planned
         plan_catch_up(core, entry, _stepped_back(entry, planned, now), now)
@@ -711,7 +713,7 @@ def _record_end_taken_up(core: EngineCore, entry: Entry, record: RunRecord, now:
         record.run_id,
         record.status,
     )
-    failed = record.status in _FAILED
+    failed = record.status in FAILED_RESULTS
     failures = entry.state.consecutive_failures + 1 if failed else 0
     if record.status not in (RunStatus.SUCCESS, RunStatus.FAILED, RunStatus.TIMEOUT):
         failures = entry.state.consecutive_failures
