@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -52,6 +53,7 @@ from herdsched.errors import (
     CronParseError,
     IntervalParseError,
     InvalidScheduleError,
+    LeadershipLostError,
     SchedulerError,
     SchedulerShutdownError,
     StateError,
@@ -872,7 +874,7 @@ def _run_fleet(
 ) -> int:
     """Run ``scheduler`` until a signal, ``--duration`` or a job stops it."""
     scheduler.add_listener(_log_run, events.JobSucceeded, events.JobDeferred)
-    stopper.flush = scheduler.store.flush
+    stopper.flush = functools.partial(_final_save, scheduler)
     stopper.install()
     schedules = sum(len(agent.schedules) for agent in fleet.agents)
     scheduler.start()
@@ -904,6 +906,20 @@ def _run_fleet(
         _quit_leaving_jobs(exc, args.stop_timeout, stopper, ended=ended)
         return EXIT_FAILURE
     return EXIT_OK
+
+
+def _final_save(scheduler: ThreadedScheduler) -> None:
+    """What a second Ctrl-C saves before quitting: what the scheduler's store holds pending. A
+    refusal for a lease let go is no failure when ``stop()`` has ended meanwhile (it made the
+    last commit before it let go); otherwise another scheduler leads, and records the runs."""
+    try:
+        scheduler.store.flush()
+    except LeadershipLostError:
+        if scheduler.status != "stopped":
+            logger.warning(
+                "could not save state before quitting: this scheduler no longer holds the lease "
+                "(the active one records its runs)"
+            )
 
 
 def _quit_leaving_jobs(

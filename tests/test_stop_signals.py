@@ -18,8 +18,10 @@ from typing import Any
 
 import pytest
 
-from herdsched import cli
+from herdsched import ThreadedScheduler, cli
+from herdsched.errors import LeadershipLostError
 from herdsched.stop_signals import StopSignals
+from herdsched.store import MemoryStateStore
 
 
 @pytest.fixture(autouse=True)
@@ -129,6 +131,39 @@ def test_a_second_signal_quits_when_saving_hangs(
     never.set()
     assert exits == [130]
     assert "could not save state within 0.2 s: quitting anyway" in caplog.text
+
+
+@pytest.mark.parametrize("stopped", [True, False])
+def test_the_final_save_refused_for_a_lease_let_go_is_told_only_when_another_leads(
+    stopped: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A second Ctrl-C while ``stop()`` ended: the save came after ``stop()`` had made the
+    last commit and let the lease go, and was refused: an ERROR with a traceback followed the
+    scheduler's "stopped", though nothing was lost."""
+
+    class LetGo(MemoryStateStore):
+        def flush(self) -> None:
+            raise LeadershipLostError("this scheduler holds no lease any more")
+
+    sched = ThreadedScheduler(store=LetGo())
+    if not stopped:
+        sched.start()
+    try:
+        with caplog.at_level(logging.INFO, logger="herdsched"):
+            cli._final_save(sched)
+        lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        text = caplog.text
+    finally:
+        sched.stop()
+    assert lines == (
+        []
+        if stopped
+        else [
+            "could not save state before quitting: this scheduler no longer holds the lease "
+            "(the active one records its runs)"
+        ]
+    )
+    assert "Traceback" not in text
 
 
 def test_restore_gives_back_the_handlers_and_wakeup_descriptor_and_ends_the_watcher() -> None:
