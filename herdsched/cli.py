@@ -1189,7 +1189,7 @@ def _next_text(state: ScheduleState, zone: tzinfo, leading: bool) -> str:
     nor has one taken out of the fleet (shown ``removed``), whatever its status. Resumed while
     no scheduler ran, a schedule's stored time is its dropped backoff's: the next start plans
     it from its cadence, which is not stored."""
-    if state.removed_at is not None:
+    if state.removed_at is not None or state.status is Status.RUNNING:  # planned at its end
         return "-"
     if state.status in (Status.PAUSED, Status.DISABLED):
         return str(state.status.value)

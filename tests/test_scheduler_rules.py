@@ -1438,6 +1438,57 @@ def test_a_process_that_does_not_run_the_scheduler_shows_the_leader_s_reasons(
         assert reason(web) is SkipReason.STOPPING  # the lease given up: nobody runs them
 
 
+def test_a_job_that_outlived_a_stop_is_not_why_its_schedule_does_not_fire(tmp_path: Path) -> None:
+    """After a ``stop()`` that timed out, its job still running, the schedule said
+    ``already_running`` with a next run in the past (the slot being run): nothing fires it
+    because no scheduler runs, and a running schedule has no next run yet, as the leader says."""
+    job = Blocker()
+    sched = ThreadedScheduler(state_dir=tmp_path, clock=FakeClock(T0), commit_delay=0)
+    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
+    sched.start()
+    try:
+        sched.run_pending()
+        assert job.began.wait(10)
+        (running,) = sched.get_status().schedules
+        assert (running.next_run_at, running.skip_reason) == (None, SkipReason.ALREADY_RUNNING)
+        with pytest.raises(SchedulerShutdownError):
+            sched.stop(timeout=0.1)
+        (item,) = sched.get_status().schedules
+        assert (item.status, item.next_run_at) == (Status.RUNNING, None)
+        assert item.skip_reason is SkipReason.STOPPING
+    finally:
+        job.release.set()
+
+
+def test_a_standby_shows_no_next_run_for_a_schedule_the_leader_runs(tmp_path: Path) -> None:
+    """The standby showed the slot being run as the next run ("1 s ago"), the leader none."""
+    job = Blocker()
+    clock = FakeClock(T0)
+
+    def build() -> ThreadedScheduler:
+        sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, commit_delay=0)
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
+        return sched
+
+    with as_separate_processes():
+        leader, standby = build(), build()
+        leader.start()
+        standby.start()
+        try:
+            leader.run_pending()
+            assert job.began.wait(10)
+            leader.store.flush()
+            standby.refresh()
+            (seen,) = standby.get_status().schedules
+            (own,) = leader.get_status().schedules
+            assert seen.status is own.status is Status.RUNNING
+            assert seen.next_run_at is own.next_run_at is None
+        finally:
+            job.release.set()
+            leader.stop()
+            standby.stop()
+
+
 def test_run_pending_on_a_scheduler_never_started_is_an_error_not_a_silent_pass() -> None:
     """It fired nothing and said nothing, so a user's test of "this did not fire" passed
     without testing anything; after ``stop()`` it still fires nothing, quietly (above)."""

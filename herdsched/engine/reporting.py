@@ -37,10 +37,28 @@ __all__ = [
 
 #: the most results one page of ``search()`` returns
 MAX_SEARCH_LIMIT = 50
-#: reasons that hold only while the timer runs (so say ``stopping`` when it does not)
-_FIRES_WHEN_RUNNING = (None, SkipReason.NOT_DUE, SkipReason.NO_WORK)
+#: reasons that hold only while the timer runs (so say ``stopping`` when it does not): a job
+#: still running after a ``stop()`` that timed out, or holding its agent's slots, is not why
+#: nothing fires then
+_FIRES_WHEN_RUNNING = (
+    None,
+    SkipReason.NOT_DUE,
+    SkipReason.NO_WORK,
+    SkipReason.ALREADY_RUNNING,
+    SkipReason.AT_CAPACITY,
+)
 #: why a schedule defined with ``enabled=False`` does not fire (its status stays idle)
 DISABLED_BY_DEFINITION = "its definition says enabled: false (the timer never fires it)"
+
+
+def _stored_plan(entry: Entry) -> datetime | None:
+    """The next run a scheduler not leading (stopped, standing by) shows: the stored plan,
+    unless the timer would not fire it; none while a run goes on, as the leader shows (the
+    state keeps the slot being run until the run's end plans the next)."""
+    state = entry.state
+    if not entry.schedulable or state.status is Status.RUNNING:
+        return None
+    return state.next_run_at
 
 
 def schedule_status(
@@ -60,8 +78,7 @@ def schedule_status(
         type=entry.schedule.type,
         status=state.status,
         enabled=entry.schedule.enabled,
-        # not leading (stopped, standing by): the stored plan, unless the timer would not fire it
-        next_run_at=entry.due if core.leading else state.next_run_at if entry.schedulable else None,
+        next_run_at=entry.due if core.leading else _stored_plan(entry),
         last_run_at=state.last_run_at,
         last_result=state.last_result,
         last_error=state.last_error,
