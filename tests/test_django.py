@@ -905,8 +905,11 @@ def test_system_checks_report_every_settings_problem(tmp_path: Path) -> None:
         (message,) = check_settings()
         assert message.id == "herdsched.E012"
         assert "HERDSCHED['AUTOSTART'] must be True or False, got str 'false'" in message.msg
-    with override_settings(HERDSCHED=["not", "a", "dict"]):
-        assert [m.id for m in check_settings()] == ["herdsched.E001"]
+    for value in (["not", "a", "dict"], None, ""):  # None and "" were taken for no setting
+        with override_settings(HERDSCHED=value):
+            assert [m.id for m in check_settings()] == ["herdsched.E001"]
+            with pytest.raises(SchedulerError, match=r"leave it out for every default"):
+                integration.get_scheduler()
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text("version: 1\nagents: [{name: a, schedules: {s: {type: interval}}}]\n")
     with override_settings(

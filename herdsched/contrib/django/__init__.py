@@ -42,7 +42,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -95,9 +95,12 @@ _process = _Process()
 def _settings() -> dict[str, Any]:
     from django.conf import settings
 
-    value = getattr(settings, "HERDSCHED", None) or {}
-    if not isinstance(value, dict):
-        raise SchedulerError(f"settings.HERDSCHED must be a dict, got {type(value).__name__}")
+    value = getattr(settings, "HERDSCHED", {})
+    if not isinstance(value, Mapping):
+        raise SchedulerError(
+            f"settings.HERDSCHED must be a dict (leave it out for every default), got "
+            f"{type(value).__name__}"
+        )
     return dict(value)
 
 

@@ -52,13 +52,14 @@ _HINT_KEYS = f"known keys: {', '.join(SETTINGS_KEYS)}"
 
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Every problem of ``settings.HERDSCHED``, each naming its key."""
-    value = getattr(settings, "HERDSCHED", None)
-    if value is None:
-        return []
+    if not hasattr(settings, "HERDSCHED"):
+        return []  # every default
+    value = settings.HERDSCHED
     if not isinstance(value, Mapping):
         return [
             Error(
-                f"settings.HERDSCHED must be a dict, got {type(value).__name__}",
+                f"settings.HERDSCHED must be a dict (leave it out for every default), got "
+                f"{type(value).__name__}",
                 hint=_HINT_KEYS,
                 id="herdsched.E001",
             )
