@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -833,19 +833,7 @@ def test_a_catch_up_run_a_dead_process_left_is_not_followed_by_the_slots_it_stoo
         next_run_at=T0,
     )
     if recorded:  # the record was written, the state showing the end was not
-        ended = T0 + 100 * M
-        store.append_run(
-            RunRecord(
-                run_id="abcd1234abcd1234",
-                agent="a",
-                schedule="s",
-                trigger_type=TriggerType.CRON,
-                scheduled_for=T0,
-                started_at=T0 + 90 * M,
-                finished_at=ended,
-                status=RunStatus.SUCCESS,
-            )
-        )
+        _record_success(store, slot=T0, started=T0 + 90 * M, finished=T0 + 100 * M)
     job = Recorder()
     with running(store=store) as (sched, _):
         sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.cron("0 * * * *")}))
@@ -917,22 +905,29 @@ def test_a_run_a_dead_process_left_while_paused_is_recorded_interrupted_not_run_
         assert job.slots() == [T0 + 60 * M]
 
 
+def _record_success(
+    store: MemoryStateStore, *, slot: datetime, started: datetime, finished: datetime
+) -> None:
+    """The record of a/s's cron run ``abcd1234abcd1234``, a success."""
+    store.append_run(
+        RunRecord(
+            run_id="abcd1234abcd1234",
+            agent="a",
+            schedule="s",
+            trigger_type=TriggerType.CRON,
+            scheduled_for=slot,
+            started_at=started,
+            finished_at=finished,
+            status=RunStatus.SUCCESS,
+        )
+    )
+
+
 def _left_with_run_id(store: MemoryStateStore, *, ended_before: bool) -> None:
     """A state whose run id ``abcd1234abcd1234`` was kept, its run recorded in the history
     (``ended_before``) or not, while a later run's times say it ended."""
     if ended_before:
-        store.append_run(
-            RunRecord(
-                run_id="abcd1234abcd1234",
-                agent="a",
-                schedule="s",
-                trigger_type=TriggerType.CRON,
-                scheduled_for=T0 - 60 * M,
-                started_at=T0 - 60 * M,
-                finished_at=T0 - 59 * M,
-                status=RunStatus.SUCCESS,
-            )
-        )
+        _record_success(store, slot=T0 - 60 * M, started=T0 - 60 * M, finished=T0 - 59 * M)
     store.update_schedule_state(
         "a",
         "s",
@@ -1478,7 +1473,12 @@ def test_a_standby_shows_no_next_run_for_a_schedule_the_leader_runs(tmp_path: Pa
             leader.run_pending()
             assert job.began.wait(10)
             leader.store.flush()
-            standby.refresh()
+
+            def seen_running() -> bool:
+                standby.refresh()
+                return standby.get_status().schedules[0].status is Status.RUNNING
+
+            assert wait_until(seen_running)
             (seen,) = standby.get_status().schedules
             (own,) = leader.get_status().schedules
             assert seen.status is own.status is Status.RUNNING
