@@ -417,13 +417,9 @@ class Interval:
     runs_once: ClassVar[bool] = False
 
     def describe(self, zone: tzinfo | None = None) -> str:
-        """``every 1h``, with the anchor and start that plan it: the state stores this text,
-        and a start read differently from the one stored makes a new plan at the next start."""
         text = f"every {describe_duration(self.every)}"
         if self.anchor is not None:
             text += f" from {self.anchor.isoformat()}"
-        if self.start_at is not None:
-            text += f", starting {format_timestamp(self.start_at)}"
         return text
 
     def to_fields(self) -> dict[str, Any]:

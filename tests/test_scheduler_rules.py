@@ -40,7 +40,6 @@ from herdsched.cadence import Cron, Interval, parse_interval
 from herdsched.store import MemoryStateStore
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.testing import FakeClock, as_separate_processes
-from herdsched.timestamps import format_timestamp
 
 M = timedelta(minutes=1)
 S = timedelta(seconds=1)
@@ -94,9 +93,9 @@ def test_interval_with_start_at_and_anchor_grid() -> None:
 def test_a_start_moved_between_two_starts_plans_the_first_run_anew(
     moved: timedelta, tmp_path: Path
 ) -> None:
-    """The state stored ``every 1h`` without the start: a ``start_at`` edited in the fleet file
-    while no scheduler ran was not seen, and the first run came at the old start (or waited
-    for it, moved earlier)."""
+    """The stored plan was kept: a ``start_at`` edited in the fleet file while no scheduler
+    ran was not seen, and the first run came at the old start (or waited for it, moved
+    earlier)."""
     job = Recorder()
     clock = FakeClock(T0)
     first = Schedule.interval("1h", start_at=T0 + 30 * M)
@@ -112,9 +111,26 @@ def test_a_start_moved_between_two_starts_plans_the_first_run_anew(
         assert state(sched).next_run_at == T0 + moved
         step(sched, clock, "30m")
         assert job.slots() == ([T0 + moved] if moved < 30 * M else [])
-    with YamlStateStore(tmp_path) as store:
-        stored = store.get_schedule_state("a", "s").cadence
-    assert stored == f"every 1h, starting {format_timestamp(T0 + moved)}"
+
+
+def test_a_start_edited_after_the_first_run_changes_no_plan(tmp_path: Path) -> None:
+    """``start_at`` delays a schedule's first run only: edited once the schedule has run, it
+    must not replan it (a first version dropped the failure backoff it waited out)."""
+    job = Recorder(lambda info: (_ for _ in ()).throw(RuntimeError("boom")))
+    clock = FakeClock(T0)
+    with running(state_dir=tmp_path, clock=clock, backoff=["2h"]) as (sched, _):
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h", start_at=T0)}))
+        sched.start()
+        step(sched)
+        assert state(sched).next_run_at == T0 + 120 * M  # the backoff's, not the cadence's
+    clock.advance("70m")
+    edited = Schedule.interval("1h", start_at=T0 + 5 * M)
+    with running(state_dir=tmp_path, clock=clock, backoff=["2h"]) as (sched, _):
+        sched.add_agent(Agent("a", job=job, schedules={"s": edited}))
+        sched.start()
+        step(sched)
+        assert len(job.calls) == 1
+        assert state(sched).next_run_at == T0 + 120 * M
 
 
 def test_cron_fires_on_each_slot_with_its_slot_time() -> None:

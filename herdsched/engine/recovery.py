@@ -560,7 +560,7 @@ def plan_from_state(core: EngineCore, entry: Entry, now: datetime) -> None:
     cadence_changed = state.cadence is not None and state.cadence not in described
     if not entry.schedulable:
         core.set_due(entry, None, None)
-    elif cadence_changed or state.next_run_at is None:
+    elif cadence_changed or state.next_run_at is None or _start_moved(entry, now, core):
         due = fresh_due(entry, now, core.settings.timezone, core.rng, recompute=True)
         cadence = entry.schedule.cadence
         if due is not None and due < now and cadence is not None and cadence.runs_once:
@@ -574,6 +574,20 @@ def plan_from_state(core: EngineCore, entry: Entry, now: datetime) -> None:
             planned = _cadence_plan(core, entry) or planned
         plan_catch_up(core, entry, _stepped_back(entry, planned, now), now)
     core.persist_description(entry)
+
+
+def _start_moved(entry: Entry, now: datetime, core: EngineCore) -> bool:
+    """Whether ``entry`` never ran and its stored first run disagrees with its ``start_at``,
+    edited while no scheduler ran: before the start (moved later: "no run before this
+    time"), or after the first run the start now gives (moved earlier). The stored cadence
+    text leaves the start out, so only this tells."""
+    state, cadence = entry.state, entry.schedule.cadence
+    start = getattr(cadence, "start_at", None)
+    planned = state.next_run_at
+    if cadence is None or start is None or planned is None or state.last_run_at is not None:
+        return False
+    first = cadence.first_due(now, core.settings.timezone)
+    return planned < start or (first is not None and planned > first)
 
 
 def _stepped_back(entry: Entry, planned: datetime, now: datetime) -> datetime:
