@@ -821,6 +821,27 @@ def test_app_run_with_the_reloader_leaves_the_scheduler_to_the_server_child(
     assert sched.is_running() is not stops
 
 
+@pytest.mark.parametrize(("load", "stops"), [(True, True), (False, False)])
+def test_app_run_reads_flask_debug_from_the_env_files_as_flask_does(
+    sched: ThreadedScheduler,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    load: bool,
+    stops: bool,
+) -> None:
+    """``FLASK_DEBUG=1`` in ``.flaskenv``: ``app.run()`` loads it before it decides on the
+    reloader, and the watcher kept the scheduler (it ran every job, the child stood by)."""
+    for key in ("FLASK_RUN_FROM_CLI", "FLASK_DEBUG", "WERKZEUG_RUN_MAIN", "FLASK_SKIP_DOTENV"):
+        monkeypatch.delenv(key, raising=False)
+    (tmp_path / ".flaskenv").write_text("FLASK_DEBUG=1\n")
+    monkeypatch.chdir(tmp_path)
+    app = Flask("script")
+    app.run = lambda *a, **kw: None  # type: ignore[method-assign]
+    init_app(app, sched)
+    app.run(load_dotenv=load)
+    assert sched.is_running() is not stops
+
+
 def test_an_etag_goes_out_and_if_match_and_if_none_match_come_in(client: FlaskClient) -> None:
     url = f"{API}/schedule/triage/check"
     read = client.get(url)

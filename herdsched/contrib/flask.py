@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import logging
 import os
 import sys
@@ -46,7 +47,8 @@ from typing import Any, TypeVar
 
 import attrs
 from flask import Blueprint, Flask, Request, Response, jsonify, request
-from flask.helpers import get_debug_flag
+from flask.cli import load_dotenv
+from flask.helpers import get_debug_flag, get_load_dotenv
 from werkzeug.exceptions import MethodNotAllowed, NotFound
 
 from herdsched.api import REQUEST_TIMEOUT, RestApi, read_only_reason, store_unavailable
@@ -305,9 +307,13 @@ def _leave_the_watcher_to_app_run(app: Flask, ext: FlaskHerdsched) -> None:
 def _app_run_reloads(app: Flask, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether ``app.run(*args, **kwargs)`` called in this process makes it the reloader's
     watcher, by Flask's rule: ``use_reloader``, else debug mode (the ``debug`` argument, else
-    ``FLASK_DEBUG``, else ``app.debug``); never under ``flask run``, which ignores the call."""
+    ``FLASK_DEBUG``, also from the ``.env`` and ``.flaskenv`` files ``app.run`` loads first,
+    else ``app.debug``); never under ``flask run``, which ignores the call."""
     if "true" in (os.environ.get("WERKZEUG_RUN_MAIN"), os.environ.get("FLASK_RUN_FROM_CLI")):
         return False
+    load = kwargs.get("load_dotenv", args[3] if len(args) > 3 else True)
+    if get_load_dotenv(load) and importlib.util.find_spec("dotenv") is not None:
+        load_dotenv()  # as app.run does first: FLASK_DEBUG may come from .env or .flaskenv
     debug = kwargs.get("debug", args[2] if len(args) > 2 else None)
     if debug is None:
         debug = get_debug_flag() if "FLASK_DEBUG" in os.environ else app.debug
