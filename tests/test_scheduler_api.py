@@ -480,6 +480,8 @@ def test_a_store_keeps_its_commit_delay_lock_timeout_and_clock(tmp_path: Path) -
     assert ThreadedScheduler(store=on_fake_time, clock=clock).clock is clock
     with pytest.raises(ValueError, match=r"own clock \(FakeClock\), the scheduler was given "):
         ThreadedScheduler(store=on_fake_time, clock=FakeClock(T0))
+    # the memory store commits nothing later: its clock stamps only its lease
+    assert ThreadedScheduler(store=MemoryStateStore(), clock=clock).clock is clock
 
 
 def test_a_store_on_a_fake_clock_commits_when_the_fake_clock_says(tmp_path: Path) -> None:

@@ -109,12 +109,16 @@ def state_dir_of(
 
 def clock_of(clock: Clock | None, store: object) -> Clock:
     """The scheduler's clock: ``clock``, else a given store's own, else the system's. A store
-    keeps its own clock for its commit deadlines and stamps; one other than the scheduler's
-    (a ``FakeClock`` given to one of them only) would mix two times, so it is refused."""
+    with group commits plans them on its own clock: one other than the scheduler's (a
+    ``FakeClock`` given to one of them only) would compare two times, and commits would come
+    at every pass or never, so it is refused. A store without them (the memory store) stamps
+    only its lease with its clock, and may keep the system's."""
     own = getattr(store, "clock", None)
     if clock is None:
         return own if own is not None else SystemClock()
     if own is None or own is clock or type(own) is type(clock) is SystemClock:
+        return clock
+    if getattr(store, "commit_delay", None) is None:
         return clock
     raise ValueError(
         f"the store keeps its own clock ({type(own).__name__}), the scheduler was given "
