@@ -47,7 +47,7 @@ from herdsched.config import (
 )
 from herdsched.converter import converter, record_to_dict
 from herdsched.engine.collaborators import DEFAULT_STATE_DIR
-from herdsched.engine.recovery import FAILED_RESULTS
+from herdsched.engine.recovery import resets_backoff
 from herdsched.errors import (
     ConfigError,
     CronParseError,
@@ -1184,17 +1184,21 @@ def _state_rows(
     ]
 
 
+#: the schedule types the timer fires (the others run only when triggered)
+_TIMED = ("interval", "cron", "once")
+
+
 def _next_text(state: ScheduleState, zone: tzinfo, leading: bool) -> str:
     """The next run, or ``paused``/``disabled``: such a schedule has none, whatever is stored;
-    nor has one taken out of the fleet (shown ``removed``), whatever its status. Resumed while
-    no scheduler ran, a schedule's stored time is its dropped backoff's: the next start plans
-    it from its cadence, which is not stored."""
+    nor has one taken out of the fleet (shown ``removed``), whatever its status. A timed one
+    with no plan while no scheduler runs (resumed after failures: their backoff's plan is
+    dropped) is planned by the next start, from its cadence, which is not stored here."""
     if state.removed_at is not None or state.status is Status.RUNNING:  # planned at its end
         return "-"
     if state.status in (Status.PAUSED, Status.DISABLED):
         return str(state.status.value)
-    resumed = state.consecutive_failures == 0 and state.last_result in FAILED_RESULTS
-    if resumed and not leading and state.status is Status.IDLE:
+    timed = state.type in _TIMED and state.status is Status.IDLE
+    if timed and state.next_run_at is None and not leading:
         return "at next start"
     return _format_time(state.next_run_at, zone)
 
@@ -1343,7 +1347,7 @@ def _cmd_pause(args: argparse.Namespace) -> int:
             if state.status in (Status.PAUSED, Status.COMPLETED)
             else None
         ),
-        changes=lambda state: {"status": Status.PAUSED},
+        changes=lambda state, leading: {"status": Status.PAUSED},
         done=lambda state: "paused",
         verb="paused",
     )
@@ -1359,12 +1363,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
             if state.status in (Status.PAUSED, Status.DISABLED) or _backed_off(state)
             else _nothing_to_resume(state)
         ),
-        # an idle schedule's status is the scheduler's to change (a run may end it meanwhile)
-        changes=lambda state: (
-            {"consecutive_failures": 0}
-            if _backed_off(state)
-            else {"status": Status.IDLE, "consecutive_failures": 0, "disabled_reason": None}
-        ),
+        changes=_resumed,
         done=lambda state: (
             f"resumed (was idle after {state.consecutive_failures} failure(s) in a row: "
             "their backoff is dropped)"
@@ -1373,6 +1372,20 @@ def _cmd_resume(args: argparse.Namespace) -> int:
         ),
         verb="resumed",
     )
+
+
+def _resumed(state: ScheduleState, leading: bool) -> dict[str, Any]:
+    """What a resume writes: an idle schedule's status is the scheduler's to change (a run may
+    end it meanwhile). While no scheduler runs, a plan set by the backoff of the failures it
+    resets goes too: the next start plans from the cadence (the stored time would be shown
+    until then)."""
+    if _backed_off(state):
+        changes: dict[str, Any] = {"consecutive_failures": 0}
+    else:
+        changes = {"status": Status.IDLE, "consecutive_failures": 0, "disabled_reason": None}
+    if not leading and resets_backoff(state, 0):
+        changes["next_run_at"] = None
+    return changes
 
 
 def _nothing_to_resume(state: ScheduleState) -> str:
@@ -1395,14 +1408,16 @@ def _set_status(
     args: argparse.Namespace,
     *,
     skip: Callable[[ScheduleState], str | None],
-    changes: Callable[[ScheduleState], dict[str, Any]],
+    changes: Callable[[ScheduleState, bool], dict[str, Any]],
     done: Callable[[ScheduleState], str],
     verb: str,
 ) -> int:
-    """Pause or resume: a durable user-intent write per targeted schedule, with a line each."""
+    """Pause or resume: a durable user-intent write per targeted schedule, with a line each
+    (``changes`` is told whether a scheduler leads)."""
     agent, schedule = _target(args.target)
     store = _open_store(args)
     try:
+        leading = _leader(store) is not None
         for name in _schedule_names(store, agent, schedule, steered=True):
             state = store.get_schedule_state(agent, name)
             reason = skip(state)
@@ -1410,7 +1425,7 @@ def _set_status(
                 _out(f"{agent}/{name}: {reason}")
                 continue
             try:
-                store.update_schedule_state(agent, name, **changes(state))
+                store.update_schedule_state(agent, name, **changes(state, leading))
             except StateError as exc:
                 rest = " (nor the schedules after it)" if schedule is None else ""
                 again = "; try again" if isinstance(exc, StateLockTimeoutError) else ""

@@ -552,6 +552,8 @@ def test_a_schedule_resumed_while_no_scheduler_runs_shows_its_next_run_at_the_ne
     code, out, _ = run_cli(capsys, command, "--state-dir", str(state_dir))
     [row] = [line for line in out.splitlines() if line.startswith("triage") and "check" in line]
     assert code == 0 and "at next start" in row
+    assert read_state(state_dir, "triage", "check").next_run_at is None  # null in --json too
+    assert out.count("at next start") == 1  # not of the others, nor of manual schedules
 
 
 def test_resume_of_a_run_going_on_in_a_backoff_says_to_resume_once_it_ended(

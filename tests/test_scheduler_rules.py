@@ -37,6 +37,7 @@ from herdsched import (
     TriggerType,
 )
 from herdsched.cadence import Cron, Interval, parse_interval
+from herdsched.cli import main as cli_main
 from herdsched.store import MemoryStateStore
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.testing import FakeClock, as_separate_processes
@@ -474,8 +475,9 @@ def test_a_resume_drops_the_backoff_of_the_failures_it_resets(
         assert state(sched).consecutive_failures == 0
 
 
+@pytest.mark.parametrize("plan_left", [True, False], ids=["plan-kept", "plan-dropped"])
 def test_a_resume_made_while_no_scheduler_runs_drops_the_backoff_at_the_next_start(
-    tmp_path: Path,
+    tmp_path: Path, plan_left: bool
 ) -> None:
     """Auto-disabled, then resumed with ``herdsched resume`` while no scheduler ran: the next
     scheduler planned the schedule from the stored plan, the backoff of its last failure (the
@@ -493,8 +495,9 @@ def test_a_resume_made_while_no_scheduler_runs_drops_the_backoff_at_the_next_sta
         assert state(sched).status is Status.DISABLED
         failed_at = clock.now()
     with YamlStateStore(tmp_path) as cli:  # `herdsched resume a/s`, the scheduler stopped
+        dropped = {} if plan_left else {"next_run_at": None}  # as the command line does now
         cli.update_schedule_state(
-            "a", "s", status="idle", consecutive_failures=0, disabled_reason=None
+            "a", "s", status="idle", consecutive_failures=0, disabled_reason=None, **dropped
         )
     job.action = None  # the job is fixed
     with running(state_dir=tmp_path, clock=FakeClock(failed_at + 5 * M)) as (sched, clock):
@@ -503,6 +506,31 @@ def test_a_resume_made_while_no_scheduler_runs_drops_the_backoff_at_the_next_sta
         step(sched)
         assert len(job.calls) == 3  # at once, not 55 minutes later
         assert state(sched).last_result is RunStatus.SUCCESS
+
+
+def test_a_cron_resumed_from_the_command_line_catches_up_the_slot_that_passed(
+    tmp_path: Path,
+) -> None:
+    """``herdsched resume`` while no scheduler runs drops the backoff's plan; the next start
+    plans from the cadence after the last run, and a slot that passed meanwhile follows the
+    catch-up rule (once, at once), as with a resume made while a scheduler runs."""
+    job = Recorder(lambda info: (_ for _ in ()).throw(RuntimeError("boom")))
+    agent = Agent("a", job=job, schedules={"s": Schedule.cron("0 * * * *")})
+    clock = FakeClock(T0)
+    with running(state_dir=tmp_path, clock=clock, max_consecutive_failures=1) as (sched, _):
+        sched.add_agent(agent)
+        sched.start()
+        step(sched, clock, "1h")  # 13:00 fails: disabled
+        assert state(sched).status is Status.DISABLED
+    assert cli_main(["resume", "a/s", "--state-dir", str(tmp_path)]) == 0
+    job.action = None
+    clock.advance("90m")  # 14:30: the 14:00 slot passed while nothing ran
+    with running(state_dir=tmp_path, clock=clock) as (sched, _):
+        sched.add_agent(agent)
+        sched.start()
+        step(sched)
+        assert job.slots() == [T0 + 60 * M, T0 + 120 * M]
+        assert state(sched).next_run_at == T0 + 180 * M
 
 
 def test_success_resets_failure_count_and_auto_disable_can_be_off() -> None:

@@ -42,7 +42,6 @@ from herdsched.store.spec import store_location
 
 __all__ = [
     "DEFAULT_LEASE_TTL",
-    "FAILED_RESULTS",
     "Leadership",
     "foreign_agents",
     "name_some",
@@ -558,9 +557,14 @@ def plan_from_state(core: EngineCore, entry: Entry, now: datetime) -> None:
     # as stored now (a cron naming the zone it inherits), or as before (without it)
     described = {entry.schedule.describe(core.settings.timezone), entry.schedule.description}
     cadence_changed = state.cadence is not None and state.cadence not in described
+    planned = state.next_run_at
+    if state.consecutive_failures == 0 and state.last_result in FAILED_RESULTS:
+        # a resume while no scheduler led reset the failures whose backoff set the plan (the
+        # command line left no plan)
+        planned = _cadence_plan(core, entry) or planned
     if not entry.schedulable:
         core.set_due(entry, None, None)
-    elif cadence_changed or state.next_run_at is None or _start_moved(entry, now, core):
+    elif cadence_changed or planned is None or _start_moved(entry, now, core):
         due = fresh_due(entry, now, core.settings.timezone, core.rng, recompute=True)
         cadence = entry.schedule.cadence
         if due is not None and due < now and cadence is not None and cadence.runs_once:
@@ -568,10 +572,6 @@ def plan_from_state(core: EngineCore, entry: Entry, now: datetime) -> None:
         else:
             core.set_due(entry, due, due)
     else:
-        planned = state.next_run_at
-        if state.consecutive_failures == 0 and state.last_result in FAILED_RESULTS:
-            # a resume while no scheduler led reset the failures whose backoff set the plan
-            planned = _cadence_plan(core, entry) or planned
         plan_catch_up(core, entry, _stepped_back(entry, planned, now), now)
     core.persist_description(entry)
 
