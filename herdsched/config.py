@@ -768,7 +768,10 @@ def _parse(
         description=description,
         version=version,
         state_dir=state_dir,
-        scheduler_options={k: v for k, v in options.items() if v is not None},
+        # null is a value of its own only for the auto-disable (off); elsewhere it is the default
+        scheduler_options={
+            k: v for k, v in options.items() if v is not None or k == "max_consecutive_failures"
+        },
     )
 
 

@@ -207,7 +207,9 @@ def test_max_consecutive_failures_null_turns_auto_disable_off(tmp_path: Path) ->
         """,
     )
     assert config.timezone is None
-    assert "max_consecutive_failures" not in config.scheduler_options
+    assert config.scheduler_options["max_consecutive_failures"] is None  # was left out: 5
+    sched = config.create_scheduler(state_dir=None)
+    assert sched.settings.max_consecutive_failures is None
 
 
 def test_create_scheduler_uses_fleet_settings(tmp_path: Path) -> None:
