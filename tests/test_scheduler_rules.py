@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -595,6 +596,30 @@ def test_timeout_sets_cancel_event_records_timeout_and_frees_slot_when_thread_en
         assert sched.get_running_job_count("a") == 0
         records = sched.history("a", "s")
         assert [r.status for r in records] == [RunStatus.TIMEOUT]
+
+
+def test_a_job_that_returns_past_its_timeout_before_the_timer_looked_is_timed_out(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Its process stopped (SIGSTOP) past the job's timeout and continued: the job returned
+    before a timer pass looked, and the run was recorded a success after twice its timeout."""
+    with running() as (sched, clock):
+
+        def slow(info):  # type: ignore[no-untyped-def]
+            clock.advance("45s")  # as a stopped process finds the time on waking
+            return "done"
+
+        sched.add_agent(
+            Agent("a", job=slow, schedules={"s": Schedule.interval("1h", timeout="30s")})
+        )
+        sched.start()
+        with caplog.at_level(logging.WARNING, logger="herdsched"):
+            step(sched)
+        [record] = sched.history("a", "s")
+        assert (record.status, record.error) == (RunStatus.TIMEOUT, "timed out after 30s")
+        assert state(sched).consecutive_failures == 1
+        warned = [r for r in caplog.records if "timed out after 30s" in r.getMessage()]
+        assert len(warned) == 1, caplog.text
 
 
 def test_stop_names_a_timed_out_job_whose_thread_goes_on() -> None:

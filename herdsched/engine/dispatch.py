@@ -405,10 +405,17 @@ class Dispatcher:
             if self._lost_lead(run):
                 return
             run.settled_by = threading.get_ident()
-            if run.timed_out and outcome.status is not RunStatus.TIMEOUT:
-                # the job saw the cancel event and returned before the timer settled the run
+            late = run.deadline is not None and core.clock.monotonic() >= run.deadline
+            if (run.timed_out or late) and outcome.status is not RunStatus.TIMEOUT:
+                # the job saw the cancel event and returned before the timer settled the run,
+                # or it returned past its deadline before the timer looked (a process stopped
+                # and continued, a timer pass held up)
                 error = timeout_message(run.schedule.timeout)
                 outcome = evolve(outcome, status=RunStatus.TIMEOUT, error=error)
+                if not run.timed_out:
+                    core.log.warning(
+                        "Run %s of %s/%s %s.", run.run_id, run.agent, run.schedule_name, error
+                    )
         try:
             if run.timed_out:
                 run.cancel()
