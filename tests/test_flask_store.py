@@ -381,7 +381,8 @@ def test_while_the_database_is_down_the_page_status_and_run_now_say_so(
     apps: list[Flask], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Before: a web process reading the store (one that runs no scheduler, or a standby)
-    answered the status page and its refresh with Flask's HTML 500 and a traceback;
+    answered the status page and its refresh with Flask's HTML 500 and a traceback, and a
+    schedule or the list with 200, as last read before the outage;
     ``/api/status`` said nobody leads (on the leader itself) and logged a WARNING per request;
     a run-now the leader could not claim was a 409, like a refusal."""
     fleet = tmp_path / "fleet.yaml"
@@ -401,6 +402,8 @@ def test_while_the_database_is_down_the_page_status_and_run_now_say_so(
             reader_status = reader.get(f"{API}/status")
             page = reader.get("/herdsched/")
             refresh = reader.get("/herdsched/?format=json")
+            one, listed = reader.get(f"{API}/schedule/triage/now"), reader.get(f"{API}/schedule")
+            own_one = client.get(f"{API}/schedule/triage/now")
             statuses = [client.get(f"{API}/status") for _ in range(5)]
             run_now = client.post(f"{API}/schedule/triage/now/run")
             own_page = client.get("/herdsched/")
@@ -412,6 +415,10 @@ def test_while_the_database_is_down_the_page_status_and_run_now_say_so(
         assert "PostgreSQL" in page.text and "Traceback" not in page.text
         assert refresh.status_code == 503
         assert refresh.json["error"].startswith("state store unavailable: ")
+        # a schedule and the list, as the reader last read them, answered 200 all along
+        assert (one.status_code, listed.status_code) == (503, 503), (one.json, listed.json)
+        assert one.json["error"].startswith("state store unavailable: ")
+        assert own_one.status_code == 200  # the leader answers from what it holds
         body = statuses[-1].json
         assert statuses[-1].status_code == 200 and body["is_leader"] is True
         assert body["leader"]["pid"] == os.getpid()  # it still leads, and says so

@@ -290,7 +290,12 @@ class Leadership:
             self.core.log.warning("Could not record the release of the scheduler lease: %s", exc)
 
 
-_INTERRUPTED = "the process running this job stopped before it finished"
+#: what the record of a run left ``running`` says: nothing tells a process that died from one
+#: that lost the lead (a database restart, a long stop) before the run's end was written
+_INTERRUPTED = (
+    "its scheduler stopped, or lost the lead, before the run's end was recorded (the job may "
+    "have finished)"
+)
 #: the results that count as failures in a row (a backoff's, an auto-disable's)
 FAILED_RESULTS = (RunStatus.FAILED, RunStatus.TIMEOUT)
 

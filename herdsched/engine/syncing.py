@@ -53,7 +53,7 @@ class OtherProcesses:
                 if look:
                     self._look()
                 changed = core.store.refresh()
-            except Exception as exc:
+            except Exception as exc:  # the leader answers from what it holds
                 core.state_error(exc)
                 return
             unadopted, core.unadopted = core.unadopted, False
@@ -83,6 +83,7 @@ class OtherProcesses:
                         entry.state = core.store.get_schedule_state(entry.agent, entry.name)
             except Exception as exc:
                 core.state_error(exc)
+                _raise_for_a_request(exc, look)
 
     def _look(self) -> None:
         """Look past a database store's listener (``look_now``), once per REST request: its
@@ -188,3 +189,13 @@ def _replaced(core: EngineCore, entry: Entry) -> bool:
     if not core.leading or entry.state.last_run_at is None or (run and run.finalized):
         return False
     return core.store.get_schedule_state(entry.agent, entry.name).last_run_at is None
+
+
+def _raise_for_a_request(exc: Exception, look: bool) -> None:
+    """A look for a request (the REST API, the status page: under their deadline) that the
+    store refused is the request's answer (503) in a process that does not lead: its view, as
+    last read, may be from before an outage and the leader's runs and changes. (The leader
+    answers from what it holds, the runs it makes.) A call of the Python API answers from the
+    view, as the timer does, and the failure is told as every store failure is."""
+    if look and current_deadline() is not None:
+        raise exc
