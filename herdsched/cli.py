@@ -47,7 +47,7 @@ from herdsched.config import (
 )
 from herdsched.converter import converter, record_to_dict
 from herdsched.engine.collaborators import DEFAULT_STATE_DIR
-from herdsched.engine.recovery import resets_backoff
+from herdsched.engine.recovery import FAILED_RESULTS
 from herdsched.errors import (
     ConfigError,
     CronParseError,
@@ -1190,15 +1190,16 @@ _TIMED = ("interval", "cron", "once")
 
 def _next_text(state: ScheduleState, zone: tzinfo, leading: bool) -> str:
     """The next run, or ``paused``/``disabled``: such a schedule has none, whatever is stored;
-    nor has one taken out of the fleet (shown ``removed``), whatever its status. A timed one
-    with no plan while no scheduler runs (resumed after failures: their backoff's plan is
-    dropped) is planned by the next start, from its cadence, which is not stored here."""
+    nor has one taken out of the fleet (shown ``removed``), whatever its status. One resumed
+    after failures while no scheduler ran has no plan (their backoff's was dropped): the next
+    start plans it from its cadence, which is not stored here."""
     if state.removed_at is not None or state.status is Status.RUNNING:  # planned at its end
         return "-"
     if state.status in (Status.PAUSED, Status.DISABLED):
         return str(state.status.value)
+    resumed = state.consecutive_failures == 0 and state.last_result in FAILED_RESULTS
     timed = state.type in _TIMED and state.status is Status.IDLE
-    if timed and state.next_run_at is None and not leading:
+    if resumed and timed and state.next_run_at is None and not leading:
         return "at next start"
     return _format_time(state.next_run_at, zone)
 
@@ -1383,9 +1384,15 @@ def _resumed(state: ScheduleState, leading: bool) -> dict[str, Any]:
         changes: dict[str, Any] = {"consecutive_failures": 0}
     else:
         changes = {"status": Status.IDLE, "consecutive_failures": 0, "disabled_reason": None}
-    if not leading and resets_backoff(state, 0):
+    if not leading and _failed_in_a_row(state):
         changes["next_run_at"] = None
     return changes
+
+
+def _failed_in_a_row(state: ScheduleState) -> bool:
+    """Whether the stored plan of ``state`` is a failure backoff's: failures in a row, the
+    last run one of them (a run interrupted or deferred since planned by its cadence)."""
+    return state.consecutive_failures > 0 and state.last_result in FAILED_RESULTS
 
 
 def _nothing_to_resume(state: ScheduleState) -> str:

@@ -556,6 +556,25 @@ def test_a_schedule_resumed_while_no_scheduler_runs_shows_its_next_run_at_the_ne
     assert out.count("at next start") == 1  # not of the others, nor of manual schedules
 
 
+def test_an_offline_resume_keeps_a_plan_no_backoff_set(
+    capsys: pytest.CaptureFixture[str], state_dir: Path
+) -> None:
+    """Failures in a row, the last run interrupted (killed during a retry): its plan is the
+    cadence's, from its recovery, and a first version dropped it, so the next start skipped
+    a passed slot without a trace."""
+    with YamlStateStore(state_dir) as store:
+        store.update_schedule_state(
+            "triage", "check", consecutive_failures=2, last_result="interrupted"
+        )
+    planned = read_state(state_dir, "triage", "check").next_run_at
+    assert planned is not None
+    run_cli(capsys, "resume", "triage/check", "--state-dir", str(state_dir))
+    state = read_state(state_dir, "triage", "check")
+    assert (state.consecutive_failures, state.next_run_at) == (0, planned)
+    out = run_cli(capsys, "status", "--state-dir", str(state_dir))[1]
+    assert "at next start" not in out
+
+
 def test_resume_of_a_run_going_on_in_a_backoff_says_to_resume_once_it_ended(
     capsys: pytest.CaptureFixture[str], state_dir: Path
 ) -> None:

@@ -91,13 +91,13 @@ def test_interval_with_start_at_and_anchor_grid() -> None:
         assert state(sched, "a", "grid").next_run_at == T0 + 38 * M
 
 
-@pytest.mark.parametrize("moved", [2 * 24 * 60 * M, 5 * M], ids=["later", "earlier"])
-def test_a_start_moved_between_two_starts_plans_the_first_run_anew(
-    moved: timedelta, tmp_path: Path
+def test_a_start_moved_later_between_two_starts_holds_back_the_first_run(
+    tmp_path: Path,
 ) -> None:
-    """The stored plan was kept: a ``start_at`` edited in the fleet file while no scheduler
-    ran was not seen, and the first run came at the old start (or waited for it, moved
-    earlier)."""
+    """The stored plan was kept: a ``start_at`` moved later in the fleet file while no
+    scheduler ran was not seen, and the first run came at the old start, before the new one
+    ("no run before this time")."""
+    moved = 2 * 24 * 60 * M
     job = Recorder()
     clock = FakeClock(T0)
     first = Schedule.interval("1h", start_at=T0 + 30 * M)
@@ -112,7 +112,31 @@ def test_a_start_moved_between_two_starts_plans_the_first_run_anew(
         step(sched)
         assert state(sched).next_run_at == T0 + moved
         step(sched, clock, "30m")
-        assert job.slots() == ([T0 + moved] if moved < 30 * M else [])
+        assert job.slots() == []
+
+
+def test_a_never_run_schedule_whose_start_slot_was_skipped_waits_for_its_next_slot(
+    tmp_path: Path,
+) -> None:
+    """Its start passed while nothing ran and ``catch_up="skip"`` moved the plan on: a
+    restart before that next slot took the later plan for a start moved earlier (a first
+    reading of moved starts) and ran it at once."""
+    job = Recorder()
+    clock = FakeClock(T0)
+    schedule = Schedule.interval("1h", start_at=T0 + 10 * M, catch_up="skip")
+    with running(state_dir=tmp_path, clock=clock) as (sched, _):
+        sched.add_agent(Agent("a", job=job, schedules={"s": schedule}))
+        sched.start()
+        step(sched)
+    clock.advance("2h")  # the start passed while nothing ran
+    for _ in range(2):  # a start that skips it, then a restart before the next slot
+        with running(state_dir=tmp_path, clock=clock) as (sched, _):
+            sched.add_agent(Agent("a", job=job, schedules={"s": schedule}))
+            sched.start()
+            step(sched)
+            planned = state(sched).next_run_at
+        assert job.calls == [] and planned is not None and planned > clock.now()
+        clock.advance("10m")
 
 
 def test_a_start_edited_after_the_first_run_changes_no_plan(tmp_path: Path) -> None:

@@ -42,6 +42,7 @@ from herdsched.store.spec import store_location
 
 __all__ = [
     "DEFAULT_LEASE_TTL",
+    "FAILED_RESULTS",
     "Leadership",
     "foreign_agents",
     "name_some",
@@ -569,7 +570,7 @@ def plan_from_state(core: EngineCore, entry: Entry, now: datetime) -> None:
         planned = _cadence_plan(core, entry) or planned
     if not entry.schedulable:
         core.set_due(entry, None, None)
-    elif cadence_changed or planned is None or _start_moved(entry, now, core):
+    elif cadence_changed or planned is None or _start_moved(entry):
         due = fresh_due(entry, now, core.settings.timezone, core.rng, recompute=True)
         cadence = entry.schedule.cadence
         if due is not None and due < now and cadence is not None and cadence.runs_once:
@@ -581,18 +582,17 @@ def plan_from_state(core: EngineCore, entry: Entry, now: datetime) -> None:
     core.persist_description(entry)
 
 
-def _start_moved(entry: Entry, now: datetime, core: EngineCore) -> bool:
-    """Whether ``entry`` never ran and its stored first run disagrees with its ``start_at``,
-    edited while no scheduler ran: before the start (moved later: "no run before this
-    time"), or after the first run the start now gives (moved earlier). The stored cadence
-    text leaves the start out, so only this tells."""
+def _start_moved(entry: Entry) -> bool:
+    """Whether ``entry`` never ran and its stored first run comes before its ``start_at``:
+    the start was moved later (in the fleet file, while no scheduler ran) and "no run before
+    this time" holds. The stored cadence text leaves the start out, so only this tells; a
+    start moved earlier cannot be told from a plan moved on by a pause or a skipped slot."""
     state, cadence = entry.state, entry.schedule.cadence
-    start = getattr(cadence, "start_at", None)
+    start: datetime | None = getattr(cadence, "start_at", None)
     planned = state.next_run_at
-    if cadence is None or start is None or planned is None or state.last_run_at is not None:
+    if start is None or planned is None or state.last_run_at is not None:
         return False
-    first = cadence.first_due(now, core.settings.timezone)
-    return planned < start or (first is not None and planned > first)
+    return planned < start
 
 
 def _stepped_back(entry: Entry, planned: datetime, now: datetime) -> datetime:
