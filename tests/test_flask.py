@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import re
 import threading
 import time
@@ -792,6 +793,8 @@ def test_no_start_in_the_reloader_watcher(
         ({}, (), {}, False),
         ({}, (), {"debug": True, "use_reloader": False}, False),
         ({"FLASK_DEBUG": "1"}, (), {"debug": False}, False),
+        ({"FLASK_DEBUG": "1"}, (), {"load_dotenv": False}, False),  # app.debug, read earlier
+        ({"FLASK_DEBUG": "0"}, (None, None, None, True), {}, False),
         ({"WERKZEUG_RUN_MAIN": "true"}, (), {"debug": True}, False),  # the server child
         ({"FLASK_RUN_FROM_CLI": "true"}, (), {"debug": True}, False),  # flask run ignores it
     ],
@@ -838,7 +841,10 @@ def test_app_run_reads_flask_debug_from_the_env_files_as_flask_does(
     app = Flask("script")
     app.run = lambda *a, **kw: None  # type: ignore[method-assign]
     init_app(app, sched)
-    app.run(load_dotenv=load)
+    try:
+        app.run(load_dotenv=load)
+    finally:
+        os.environ.pop("FLASK_DEBUG", None)  # the file's, set outside monkeypatch's reach
     assert sched.is_running() is not stops
 
 

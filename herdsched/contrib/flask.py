@@ -306,17 +306,21 @@ def _leave_the_watcher_to_app_run(app: Flask, ext: FlaskHerdsched) -> None:
 
 def _app_run_reloads(app: Flask, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether ``app.run(*args, **kwargs)`` called in this process makes it the reloader's
-    watcher, by Flask's rule: ``use_reloader``, else debug mode (the ``debug`` argument, else
-    ``FLASK_DEBUG``, also from the ``.env`` and ``.flaskenv`` files ``app.run`` loads first,
-    else ``app.debug``); never under ``flask run``, which ignores the call."""
+    watcher, by Flask's rule: ``use_reloader``, else debug mode: the ``debug`` argument, else
+    ``FLASK_DEBUG`` when ``app.run`` loads the ``.env`` and ``.flaskenv`` files (it does
+    unless told not to, and reads that variable then), else ``app.debug``. Never under
+    ``flask run``, which ignores the call."""
     if "true" in (os.environ.get("WERKZEUG_RUN_MAIN"), os.environ.get("FLASK_RUN_FROM_CLI")):
         return False
-    load = kwargs.get("load_dotenv", args[3] if len(args) > 3 else True)
-    if get_load_dotenv(load) and importlib.util.find_spec("dotenv") is not None:
-        load_dotenv()  # as app.run does first: FLASK_DEBUG may come from .env or .flaskenv
-    debug = kwargs.get("debug", args[2] if len(args) > 2 else None)
-    if debug is None:
-        debug = get_debug_flag() if "FLASK_DEBUG" in os.environ else app.debug
+    debug = app.debug
+    if get_load_dotenv(kwargs.get("load_dotenv", args[3] if len(args) > 3 else True)):
+        if importlib.util.find_spec("dotenv") is not None:
+            load_dotenv()  # as app.run does first (without python-dotenv, it tells why)
+        if "FLASK_DEBUG" in os.environ:
+            debug = get_debug_flag()
+    given = kwargs.get("debug", args[2] if len(args) > 2 else None)
+    if given is not None:
+        debug = bool(given)
     reload = kwargs.get("use_reloader")
     return bool(debug if reload is None else reload)
 
