@@ -480,8 +480,14 @@ def test_a_store_keeps_its_commit_delay_lock_timeout_and_clock(tmp_path: Path) -
     assert ThreadedScheduler(store=on_fake_time, clock=clock).clock is clock
     with pytest.raises(ValueError, match=r"own clock \(FakeClock\), the scheduler was given "):
         ThreadedScheduler(store=on_fake_time, clock=FakeClock(T0))
-    # the memory store commits nothing later: its clock stamps only its lease
-    assert ThreadedScheduler(store=MemoryStateStore(), clock=clock).clock is clock
+    # the memory store commits nothing later: it takes the scheduler's clock for its lease,
+    # which a scheduler in 2030 showed expired (stamped on the system's time)
+    memory = MemoryStateStore()
+    future = FakeClock(T0.replace(year=2030))
+    with ThreadedScheduler(store=memory, clock=future) as sched:
+        assert memory.clock is future
+        leader = sched.get_status().leader
+        assert leader is not None and leader["expired"] is False
 
 
 def test_a_store_on_a_fake_clock_commits_when_the_fake_clock_says(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from herdsched.clock import Clock, SystemClock
 from herdsched.engine.settings import EngineSettings
 from herdsched.errors import InvalidScheduleError
 from herdsched.models import Agent, check_flag, check_job_arguments
+from herdsched.store.memory import MemoryStateStore
 from herdsched.worksource import WorkSource
 
 __all__ = [
@@ -109,16 +110,17 @@ def state_dir_of(
 
 def clock_of(clock: Clock | None, store: object) -> Clock:
     """The scheduler's clock: ``clock``, else a given store's own, else the system's. A store
-    with group commits plans them on its own clock: one other than the scheduler's (a
-    ``FakeClock`` given to one of them only) would compare two times, and commits would come
-    at every pass or never, so it is refused. A store without them (the memory store) stamps
-    only its lease with its clock, and may keep the system's."""
+    plans its group commits and stamps its lease on its own clock: one other than the
+    scheduler's (a ``FakeClock`` given to one of them only) would compare two times (commits
+    at every pass or never, a live lease shown expired), so it is refused; a memory store on
+    the system's clock, which has nothing durable, is moved to the scheduler's."""
     own = getattr(store, "clock", None)
     if clock is None:
         return own if own is not None else SystemClock()
     if own is None or own is clock or type(own) is type(clock) is SystemClock:
         return clock
-    if getattr(store, "commit_delay", None) is None:
+    if isinstance(store, MemoryStateStore) and type(own) is SystemClock:
+        store.clock = clock  # it stamps only its lease, and must on the scheduler's time
         return clock
     raise ValueError(
         f"the store keeps its own clock ({type(own).__name__}), the scheduler was given "

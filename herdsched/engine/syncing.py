@@ -19,6 +19,7 @@ from herdsched.engine.planning import Entry
 from herdsched.engine.recovery import plan_resumed, resets_backoff, show_running
 from herdsched.engine.registry import drop_entry, install_entry, stored_definitions
 from herdsched.engine.requests import RunRequests
+from herdsched.errors import StateError
 from herdsched.models import Status
 from herdsched.store.base import call_if_offered, remove_state_unless_defined
 from herdsched.store.deadline import Deadline, current_deadline, held
@@ -197,5 +198,5 @@ def _raise_for_a_request(exc: Exception, look: bool) -> None:
     last read, may be from before an outage and the leader's runs and changes. (The leader
     answers from what it holds, the runs it makes.) A call of the Python API answers from the
     view, as the timer does, and the failure is told as every store failure is."""
-    if look and current_deadline() is not None:
+    if look and isinstance(exc, StateError) and current_deadline() is not None:
         raise exc
