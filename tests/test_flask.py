@@ -794,7 +794,8 @@ def test_no_start_in_the_reloader_watcher(
         ({}, (), {"debug": True, "use_reloader": False}, False),
         ({"FLASK_DEBUG": "1"}, (), {"debug": False}, False),
         ({"FLASK_DEBUG": "1"}, (), {"load_dotenv": False}, False),  # app.debug, read earlier
-        ({"FLASK_DEBUG": "0"}, (None, None, None, True), {}, False),
+        ({"FLASK_DEBUG": "1"}, (None, None, None, False), {}, False),  # positional load_dotenv
+        ({}, (), {"debug": True, "use_reloader": None}, False),  # None: no reloader
         ({"WERKZEUG_RUN_MAIN": "true"}, (), {"debug": True}, False),  # the server child
         ({"FLASK_RUN_FROM_CLI": "true"}, (), {"debug": True}, False),  # flask run ignores it
     ],

@@ -70,7 +70,7 @@ def test_app_run_in_debug_mode_runs_the_jobs_in_the_server_child_with_the_edited
 ) -> None:
     (tmp_path / "app.py").write_text(textwrap.dedent(APP))
     (tmp_path / "jobs.py").write_text(JOBS.replace("{version}", "v1"))
-    start = datetime.now(timezone.utc) + timedelta(seconds=3)
+    start = datetime.now(timezone.utc) + timedelta(seconds=5)
     env = {**os.environ, "PORT": str(free_port()), "PYTHONPATH": str(ROOT)}
     env["START"] = start.isoformat()
     for key in ("FLASK_RUN_FROM_CLI", "FLASK_DEBUG", "WERKZEUG_RUN_MAIN"):

@@ -27,6 +27,7 @@ from herdsched import (
     ThreadedScheduler,
 )
 from herdsched.cli import main as cli_main
+from herdsched.clock import SystemClock
 from herdsched.store.memory import MemoryStateStore
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.testing import FakeClock
@@ -488,6 +489,13 @@ def test_a_store_keeps_its_commit_delay_lock_timeout_and_clock(tmp_path: Path) -
         assert memory.clock is future
         leader = sched.get_status().leader
         assert leader is not None and leader["expired"] is False
+    # one that handed out a lease on the system's time keeps it: the scheduler using it would
+    # see its renewals stamped in another year
+    used = MemoryStateStore()
+    with ThreadedScheduler(store=used):
+        with pytest.raises(ValueError, match=r"own clock \(SystemClock\)"):
+            ThreadedScheduler(store=used, clock=FakeClock(T0))
+        assert type(used.clock) is SystemClock
 
 
 def test_a_store_on_a_fake_clock_commits_when_the_fake_clock_says(tmp_path: Path) -> None:

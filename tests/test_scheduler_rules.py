@@ -115,6 +115,57 @@ def test_a_start_moved_later_between_two_starts_holds_back_the_first_run(
         assert job.slots() == []
 
 
+@pytest.mark.parametrize("how", ["fleet file", "update_schedule"])
+def test_a_start_moved_later_while_paused_holds_back_the_first_run_on_resume(
+    how: str, tmp_path: Path
+) -> None:
+    """Paused before its first run, its start moved later (in the fleet file between two
+    starts, or at run time), then resumed: it ran at the old start."""
+    job = Recorder()
+    clock = FakeClock(T0)
+    later = T0 + 2 * 24 * 60 * M
+    with running(state_dir=tmp_path, clock=clock) as (sched, _):
+        schedule = Schedule.interval("1h", start_at=T0 + 30 * M)
+        sched.add_agent(Agent("a", job=job, schedules={"s": schedule}))
+        sched.start()
+        step(sched)
+        sched.pause("a", "s")
+    moved = Schedule.interval("1h", start_at=later) if how == "fleet file" else schedule
+    with running(state_dir=tmp_path, clock=clock) as (sched, _):
+        sched.add_agent(Agent("a", job=job, schedules={"s": moved}))
+        sched.start()
+        if how == "update_schedule":
+            sched.update_schedule("a", "s", start_at=later)
+        sched.resume("a", "s")
+        step(sched, clock, "31m")
+        assert job.calls == []
+        assert state(sched).next_run_at == later
+
+
+def test_a_start_moved_later_that_passed_while_down_follows_the_catch_up_rule(
+    tmp_path: Path,
+) -> None:
+    """Moved later, and that start passed too while nothing ran: under ``skip`` it ran at
+    once, where an unmoved start is recorded missed and waits for its next slot."""
+    job = Recorder()
+    clock = FakeClock(T0)
+    first = Schedule.interval("1h", start_at=T0 + 30 * M, catch_up="skip")
+    with running(state_dir=tmp_path, clock=clock) as (sched, _):
+        sched.add_agent(Agent("a", job=job, schedules={"s": first}))
+        sched.start()
+        step(sched)
+    clock.advance("2h")
+    moved = Schedule.interval("1h", start_at=T0 + 60 * M, catch_up="skip")
+    with running(state_dir=tmp_path, clock=clock) as (sched, _):
+        sched.add_agent(Agent("a", job=job, schedules={"s": moved}))
+        sched.start()
+        step(sched)
+        assert job.calls == []
+        assert [r.status for r in sched.history("a", "s")] == [RunStatus.MISSED]
+        planned = state(sched).next_run_at
+        assert planned is not None and planned > clock.now()
+
+
 def test_a_never_run_schedule_whose_start_slot_was_skipped_waits_for_its_next_slot(
     tmp_path: Path,
 ) -> None:

@@ -321,8 +321,9 @@ def _app_run_reloads(app: Flask, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     given = kwargs.get("debug", args[2] if len(args) > 2 else None)
     if given is not None:
         debug = bool(given)
-    reload = kwargs.get("use_reloader")
-    return bool(debug if reload is None else reload)
+    if "use_reloader" in kwargs:  # as given, None too (Flask sets it only when left out)
+        return bool(kwargs["use_reloader"])
+    return bool(debug)
 
 
 def get_scheduler(app: Flask) -> ThreadedScheduler:

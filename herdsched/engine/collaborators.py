@@ -113,14 +113,13 @@ def clock_of(clock: Clock | None, store: object) -> Clock:
     plans its group commits and stamps its lease on its own clock: one other than the
     scheduler's (a ``FakeClock`` given to one of them only) would compare two times (commits
     at every pass or never, a live lease shown expired), so it is refused; a memory store on
-    the system's clock, which has nothing durable, is moved to the scheduler's."""
+    the system's clock that has handed out no lease yet takes the scheduler's."""
     own = getattr(store, "clock", None)
     if clock is None:
         return own if own is not None else SystemClock()
     if own is None or own is clock or type(own) is type(clock) is SystemClock:
         return clock
-    if isinstance(store, MemoryStateStore) and type(own) is SystemClock:
-        store.clock = clock  # it stamps only its lease, and must on the scheduler's time
+    if isinstance(store, MemoryStateStore) and type(own) is SystemClock and store.take_clock(clock):
         return clock
     raise ValueError(
         f"the store keeps its own clock ({type(own).__name__}), the scheduler was given "

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
 import herdsched.events as ev
@@ -563,14 +563,14 @@ def plan_from_state(core: EngineCore, entry: Entry, now: datetime) -> None:
     # as stored now (a cron naming the zone it inherits), or as before (without it)
     described = {entry.schedule.describe(core.settings.timezone), entry.schedule.description}
     cadence_changed = state.cadence is not None and state.cadence not in described
-    planned = state.next_run_at
+    planned = _moved_start(entry, core.settings.timezone) or state.next_run_at
     if state.consecutive_failures == 0 and state.last_result in FAILED_RESULTS:
         # a resume while no scheduler led reset the failures whose backoff set the plan (the
         # command line left no plan)
         planned = _cadence_plan(core, entry) or planned
     if not entry.schedulable:
         core.set_due(entry, None, None)
-    elif cadence_changed or planned is None or _start_moved(entry):
+    elif cadence_changed or planned is None:
         due = fresh_due(entry, now, core.settings.timezone, core.rng, recompute=True)
         cadence = entry.schedule.cadence
         if due is not None and due < now and cadence is not None and cadence.runs_once:
@@ -582,17 +582,19 @@ def plan_from_state(core: EngineCore, entry: Entry, now: datetime) -> None:
     core.persist_description(entry)
 
 
-def _start_moved(entry: Entry) -> bool:
-    """Whether ``entry`` never ran and its stored first run comes before its ``start_at``:
-    the start was moved later (in the fleet file, while no scheduler ran) and "no run before
-    this time" holds. The stored cadence text leaves the start out, so only this tells; a
-    start moved earlier cannot be told from a plan moved on by a pause or a skipped slot."""
+def _moved_start(entry: Entry, zone: tzinfo) -> datetime | None:
+    """The first run of ``entry`` its ``start_at`` gives, when the schedule never ran and its
+    stored first run comes before that start: the start was moved later (in the fleet file
+    while no scheduler ran, or at run time while the schedule was paused), and "no run
+    before this time" holds. The stored cadence text leaves the start out, so only this
+    tells; a start moved earlier cannot be told from a plan moved on by a pause or a skipped
+    slot. ``None`` otherwise."""
     state, cadence = entry.state, entry.schedule.cadence
     start: datetime | None = getattr(cadence, "start_at", None)
     planned = state.next_run_at
-    if start is None or planned is None or state.last_run_at is not None:
-        return False
-    return planned < start
+    if cadence is None or start is None or planned is None or state.last_run_at is not None:
+        return None
+    return cadence.first_due(start, zone) if planned < start else None
 
 
 def _stepped_back(entry: Entry, planned: datetime, now: datetime) -> datetime:
@@ -632,12 +634,13 @@ def plan_resumed(
     :func:`resets_backoff`); the plan is then the cadence's own after the last run, so an
     auto-disabled schedule resumed once its job is fixed does not wait out the last rung of
     the ladder (up to an hour)."""
-    planned = _cadence_plan(core, entry) if backed_off else entry.state.next_run_at
+    moved = _moved_start(entry, core.settings.timezone)
+    planned = moved or (_cadence_plan(core, entry) if backed_off else entry.state.next_run_at)
     if not entry.schedulable:
         core.set_due(entry, None, None)
-    elif (entry.due is None or backed_off) and planned is not None and planned <= now:
+    elif (entry.due is None or backed_off or moved) and planned is not None and planned <= now:
         plan_catch_up(core, entry, planned, now)
-    elif backed_off and planned is not None:
+    elif (backed_off or moved) and planned is not None:
         core.set_due(entry, planned, planned)
     else:
         due = fresh_due(entry, now, core.settings.timezone, core.rng, recompute=False)

@@ -54,6 +54,16 @@ class MemoryStateStore:
         self._last_epoch = 0
         self._held: Lease | None = None
 
+    def take_clock(self, clock: Clock) -> bool:
+        """Run on ``clock`` from now on unless a lease was handed out already (on the old
+        clock's time); whether it does. A scheduler on a ``FakeClock`` given a memory store
+        built without one makes the store keep the scheduler's time."""
+        with self._lock:
+            if self._last_epoch:
+                return False
+            self.clock = clock
+            return True
+
     def get_schedule_state(self, agent: str, schedule: str) -> ScheduleState:
         with self._lock:
             return self._states.get(agent, {}).get(schedule, ScheduleState())
