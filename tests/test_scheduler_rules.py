@@ -91,6 +91,15 @@ def test_interval_with_start_at_and_anchor_grid() -> None:
         assert state(sched, "a", "grid").next_run_at == T0 + 38 * M
 
 
+def _ran_once(tmp_path: Path, clock: FakeClock, job: Recorder, schedule: Schedule) -> None:
+    """A scheduler on ``tmp_path`` registers a/s with ``schedule``, makes one timer pass at
+    the clock's time and stops, as one process's run would."""
+    with running(state_dir=tmp_path, clock=clock) as (sched, _):
+        sched.add_agent(Agent("a", job=job, schedules={"s": schedule}))
+        sched.start()
+        step(sched)
+
+
 def test_a_start_moved_later_between_two_starts_holds_back_the_first_run(
     tmp_path: Path,
 ) -> None:
@@ -101,10 +110,7 @@ def test_a_start_moved_later_between_two_starts_holds_back_the_first_run(
     job = Recorder()
     clock = FakeClock(T0)
     first = Schedule.interval("1h", start_at=T0 + 30 * M)
-    with running(state_dir=tmp_path, clock=clock) as (sched, _):
-        sched.add_agent(Agent("a", job=job, schedules={"s": first}))
-        sched.start()
-        step(sched)
+    _ran_once(tmp_path, clock, job, first)
     edited = Schedule.interval("1h", start_at=T0 + moved)
     with running(state_dir=tmp_path, clock=clock) as (sched, _):
         sched.add_agent(Agent("a", job=job, schedules={"s": edited}))
@@ -150,10 +156,7 @@ def test_a_start_moved_later_that_passed_while_down_follows_the_catch_up_rule(
     job = Recorder()
     clock = FakeClock(T0)
     first = Schedule.interval("1h", start_at=T0 + 30 * M, catch_up="skip")
-    with running(state_dir=tmp_path, clock=clock) as (sched, _):
-        sched.add_agent(Agent("a", job=job, schedules={"s": first}))
-        sched.start()
-        step(sched)
+    _ran_once(tmp_path, clock, job, first)
     clock.advance("2h")
     moved = Schedule.interval("1h", start_at=T0 + 60 * M, catch_up="skip")
     with running(state_dir=tmp_path, clock=clock) as (sched, _):
@@ -175,10 +178,7 @@ def test_a_never_run_schedule_whose_start_slot_was_skipped_waits_for_its_next_sl
     job = Recorder()
     clock = FakeClock(T0)
     schedule = Schedule.interval("1h", start_at=T0 + 10 * M, catch_up="skip")
-    with running(state_dir=tmp_path, clock=clock) as (sched, _):
-        sched.add_agent(Agent("a", job=job, schedules={"s": schedule}))
-        sched.start()
-        step(sched)
+    _ran_once(tmp_path, clock, job, schedule)
     clock.advance("2h")  # the start passed while nothing ran
     for _ in range(2):  # a start that skips it, then a restart before the next slot
         with running(state_dir=tmp_path, clock=clock) as (sched, _):
