@@ -49,7 +49,7 @@ from herdsched.engine.reporting import (
 )
 from herdsched.engine.requests import stored_refusal
 from herdsched.engine.settings import EngineSettings, resolve_poll_interval
-from herdsched.engine.stopping import LINGER, wait_for_runs
+from herdsched.engine.stopping import LINGER, StopGate, wait_for_runs
 from herdsched.engine.syncing import OtherProcesses
 from herdsched.engine.timer import Timer
 from herdsched.errors import (
@@ -238,6 +238,7 @@ class ThreadedScheduler:
         self._leadership = Leadership(self._core, enabled=leader_lock, ttl=lease_ttl)
         self._others = OtherProcesses(self._core, self._dispatch)
         self._changes = Changes(self._core, self.refresh)
+        self._stop_gate = StopGate()
         self._timer = Timer(
             self._core, self._dispatch, self._commits, self._leadership, self._others
         )
@@ -309,7 +310,7 @@ class ThreadedScheduler:
         saying what to do when the state directory cannot be created or written.
         """
         core = self._core
-        where = self._location()
+        where = _location(self)
         if where is not None and self._leadership.enabled:
             handover.hand_over(where, self, self._timer.lead_soon)
         with core.lock:
@@ -335,7 +336,7 @@ class ThreadedScheduler:
             _warn_of_twins(self, core.agents)
             _started.add(self)
             if not leading:
-                self._leadership.log_standby(self._location())
+                self._leadership.log_standby(_location(self))
             core.wake.clear()
             self._timer.start()
             self._commits.start()
@@ -351,7 +352,10 @@ class ThreadedScheduler:
         ended, the lease kept until it has), since nothing will record them, and
         :class:`~herdsched.errors.SchedulerShutdownError` (``timed_out=True``) is raised. The
         scheduler is ``stopped`` either way; an interrupt while it waits (Ctrl-C) ends it as
-        the timeout would, then goes on up. Idempotent, safe from a job or a listener.
+        the timeout would, then goes on up. Idempotent, safe from a job or a listener. A
+        ``stop()`` while another is under way joins it: the earlier of their timeouts holds
+        for both, and it returns (or raises) once the scheduler has stopped; called from a job
+        or a listener it returns at once (the stop under way may be waiting for that job).
         """
         check_flag(wait_for_jobs, "wait_for_jobs")
         self._stop(wait_for_jobs, check_timeout(timeout, "timeout"))
@@ -365,30 +369,20 @@ class ThreadedScheduler:
     def _stop(
         self, wait_for_jobs: bool, timeout: float | None, linger: float | None = None
     ) -> None:
-        core = self._core
+        core, gate = self._core, self._stop_gate
         with core.lock:
-            if core.status in ("stopped", "stopping"):
+            if core.status == "stopped":
                 return
-            core.status = "stopping"
-        core.changed()
-        try:
-            left = wait_for_runs(
-                self._dispatch,
-                self._leadership,
-                timeout if wait_for_jobs else 0.0,
-                cancel_left=wait_for_jobs,
-                linger=linger,
-            )
-        except BaseException:  # interrupted (Ctrl-C, a notebook's interrupt): wait no more
-            left = wait_for_runs(
-                self._dispatch, self._leadership, 0.0, cancel_left=True, end_commands=False
-            )
-            self.log.warning("stop() was interrupted: it gave up %d running job(s).", len(left))
-            self._stopped(timed_out=bool(left), remaining=len(left))
-            raise
+            joining = core.status == "stopping"
+            if not joining:
+                core.status = "stopping"
+                gate.open(timeout if wait_for_jobs else 0.0)
+        if joining:
+            left = gate.join(timeout if wait_for_jobs else 0.0, core.idle) or ()
+        else:
+            left = self._stop_under_way(wait_for_jobs, linger)
         remaining = len(left)
         timed_out = wait_for_jobs and remaining > 0
-        self._stopped(timed_out, remaining)
         if timed_out:
             raise SchedulerShutdownError(
                 f"stop() timed out after {timeout} s with {remaining} job(s) still running",
@@ -396,6 +390,29 @@ class ThreadedScheduler:
                 running_job_count=remaining,
                 running_jobs=left,
             )
+
+    def _stop_under_way(self, wait_for_jobs: bool, linger: float | None) -> tuple[str, ...]:
+        """The first ``stop()``: its wait and its end; the jobs it left running."""
+        core, gate = self._core, self._stop_gate
+        left: tuple[str, ...] = ()
+        core.changed()
+        try:
+            try:
+                left = wait_for_runs(
+                    self._dispatch, self._leadership, gate, cancel_left=wait_for_jobs, linger=linger
+                )
+            except BaseException:  # interrupted (Ctrl-C, a notebook's interrupt): wait no more
+                gate.wait_no_more()
+                left = wait_for_runs(
+                    self._dispatch, self._leadership, gate, cancel_left=True, end_commands=False
+                )
+                self.log.warning("stop() was interrupted: it gave up %d running job(s).", len(left))
+                self._stopped(timed_out=bool(left), remaining=len(left))
+                raise
+            self._stopped(wait_for_jobs and bool(left), len(left))
+        finally:
+            gate.close(left)
+        return left
 
     def _stopped(self, timed_out: bool, remaining: int) -> None:
         """The end of ``stop()`` once it waits no more: commit, give up the lease, ``stopped``.
@@ -439,15 +456,6 @@ class ThreadedScheduler:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-    def _location(self) -> Path | str | None:
-        """Where this scheduler's state lives: its state directory, or the location of the
-        store it was given (a database names itself; a YAML store its directory)."""
-        if self._owns_store:
-            return self.state_dir
-        store = self._core.store
-        location = getattr(store, "location", None) or getattr(store, "state_dir", None)
-        return location if isinstance(location, (str, Path)) else None
 
     # ------------------------------------------------------------------------ the fleet
 
@@ -647,13 +655,7 @@ class ThreadedScheduler:
                 core.require_entry(agent, schedule)
             if core.status == "standby":
                 name = schedule or AD_HOC_SCHEDULE
-                refused = stored_refusal(
-                    core.store, agent_obj, name, bypass_concurrency=bypass_concurrency
-                )
-                if refused is not None:
-                    return _skipped(*refused)
-                run_id = core.store.request_trigger(agent, name, prompt=prompt)
-                return TriggerResult(success=True, run_id=run_id)
+                return _request(core, agent_obj, name, prompt, bypass_concurrency)
             if not core.leading:
                 return _skipped(
                     SkipReason.STOPPING, f"scheduler is {core.status}: nothing is dispatched"
@@ -890,18 +892,40 @@ def _skipped(reason: SkipReason, error: str) -> TriggerResult:
     return TriggerResult(success=False, error=error, skipped=True, skip_reason=reason)
 
 
+def _request(
+    core: EngineCore, agent: Agent, name: str, prompt: str | None, bypass: bool
+) -> TriggerResult:
+    """``trigger()`` on a standby: queued durably for the active scheduler, unless the
+    stored state refuses it now (the schedule running, the agent full)."""
+    refused = stored_refusal(core.store, agent, name, bypass_concurrency=bypass)
+    if refused is not None:
+        return _skipped(*refused)
+    run_id = core.store.request_trigger(agent.name, name, prompt=prompt)
+    return TriggerResult(success=True, run_id=run_id)
+
+
+def _location(sched: ThreadedScheduler) -> Path | str | None:
+    """Where ``sched``'s state lives: its state directory, or the location of the store it
+    was given (a database names itself; a YAML store its directory)."""
+    if sched._owns_store:
+        return sched.state_dir
+    store = sched.store
+    location = getattr(store, "location", None) or getattr(store, "state_dir", None)
+    return location if isinstance(location, (str, Path)) else None
+
+
 def _warn_of_twins(new: ThreadedScheduler, agents: Iterable[str]) -> None:
     """Warn when ``new``, running, runs ``agents`` (at its start: all of them; later: those
     added) of which another scheduler of this process runs one with its state elsewhere (or in
     memory): the hand-over goes by state directory, so nothing hands over between the two and
     both fire their schedules, as notebook cells run again with ``state_dir`` edited make them.
     """
-    where = new._location()
+    where = _location(new)
     if not new.is_running() or handover.imitating_processes():
         return
     names = set(agents)
     for other in list(_started):
-        there = other._location()
+        there = _location(other)
         if (
             other is new
             or not other.is_running()

@@ -443,6 +443,38 @@ def test_a_stop_interrupted_in_its_last_commit_still_ends_stopped_without_its_le
         again.stop()
 
 
+def test_a_stop_during_another_joins_it_and_its_shorter_timeout_holds(tmp_path: Path) -> None:
+    """A ``stop()`` while another was under way (a notebook's ``old.stop(timeout=3)`` while a
+    newer scheduler took over, a signal handler beside the main thread's stop) returned at once,
+    the jobs still running and the scheduler ``stopping``. It now joins the stop under way: the
+    earlier deadline holds for both, and it returns (here raises) once the scheduler stopped."""
+    started, cancelled = threading.Event(), threading.Event()
+    sched = make(state_dir=tmp_path)
+    job = _waits_to_be_cancelled(started, cancelled, then_fails=False)
+    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
+    sched.start()
+    assert started.wait(10)
+    first: list[BaseException] = []
+
+    def stop_without_a_timeout() -> None:
+        try:
+            sched.stop(timeout=None)
+        except SchedulerShutdownError as exc:
+            first.append(exc)
+
+    waiting = threading.Thread(target=stop_without_a_timeout)
+    waiting.start()
+    assert wait_until(lambda: sched.status == "stopping", 10)
+    with pytest.raises(SchedulerShutdownError) as info:
+        sched.stop(timeout=0.2)
+    assert sched.status == "stopped"
+    assert cancelled.is_set()
+    assert info.value.running_jobs == ("a/s",)
+    waiting.join(10)
+    assert not waiting.is_alive()
+    assert [exc.running_jobs for exc in first] == [("a/s",)]
+
+
 def test_stop_without_waiting_leaves_the_job_running_and_records_it_later() -> None:
     release = threading.Event()
     started = threading.Event()
