@@ -1707,7 +1707,7 @@ def test_stop_from_a_job_submitted_listener_starts_no_job_and_waits_for_nothing(
         [record] = sched.history("a", "s")
         manual = fired_by == "trigger"
         assert record.status is (RunStatus.SKIPPED if manual else RunStatus.MISSED)
-        assert "stopped (by a listener of its JobSubmitted) before it began" in str(record.error)
+        assert "the scheduler began to stop before it started" in str(record.error)
         assert sched.get_total_running_job_count() == 0
         assert sched.store.get_schedule_state("a", "s").status is Status.IDLE
         assert not ran.wait(0.5)  # no job once stop() has returned

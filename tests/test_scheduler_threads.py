@@ -8,7 +8,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -23,9 +23,12 @@ from herdsched import (
     SkipReason,
     ThreadedScheduler,
     TriggerInfo,
+    TriggerResult,
 )
 from herdsched.errors import StateError
-from herdsched.events import Event, JobFailed, JobSucceeded
+from herdsched.events import Event, JobFailed, JobSubmitted, JobSucceeded
+from herdsched.store.base import RunClaim
+from herdsched.store.memory import MemoryStateStore
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.testing import as_separate_processes
 
@@ -473,6 +476,75 @@ def test_a_stop_during_another_joins_it_and_its_shorter_timeout_holds(tmp_path: 
     waiting.join(10)
     assert not waiting.is_alive()
     assert [exc.running_jobs for exc in first] == [("a/s",)]
+
+
+def test_a_run_being_handed_to_its_executor_when_stop_begins_never_starts(
+    tmp_path: Path,
+) -> None:
+    """A ``JobSubmitted`` listener still running on the timer thread when ``stop()`` (not
+    waiting for jobs) began: ``stop()`` gave up joining the timer after 5 s and returned, the
+    lease let go, and the job started afterwards (after a restart, under the new one), its
+    outcome dropped; the old timer thread went on beside the restarted one's."""
+    in_listener, release = threading.Event(), threading.Event()
+    submitted: list[str] = []
+    ran: list[str] = []
+
+    def listener(event: Event) -> None:
+        if not submitted:
+            submitted.append(event.run_id)  # type: ignore[attr-defined]
+            in_listener.set()
+            release.wait(30)
+
+    sched = make(state_dir=tmp_path)
+    sched.add_agent(
+        Agent(
+            "a", job=lambda info: ran.append(info.run_id), schedules={"s": Schedule.interval("1h")}
+        )
+    )
+    sched.add_listener(listener, JobSubmitted)
+    sched.start()
+    assert in_listener.wait(10)
+    sched.stop(wait_for_jobs=False)
+    sched.start()  # the old timer thread is still in its pass, in the listener
+    try:
+        release.set()
+
+        def timers() -> list[threading.Thread]:
+            return [t for t in threading.enumerate() if t.name == "herdsched-timer"]
+
+        assert wait_until(lambda: len(timers()) == 1, 10)
+        assert submitted and submitted[0] not in ran
+    finally:
+        sched.stop()
+
+
+def test_a_run_being_claimed_when_stop_begins_never_starts() -> None:
+    """``trigger()`` on another thread while its claim was being written and ``stop()`` (not
+    waiting for jobs) began: the claim done, its job started after ``stop()`` had returned,
+    on an executor made anew. It is recorded as not started now."""
+    claiming, go_on = threading.Event(), threading.Event()
+
+    class SlowClaims(MemoryStateStore):
+        def claim_runs(self, claims: Sequence[RunClaim]) -> None:
+            claiming.set()
+            go_on.wait(30)  # a slow disk, a database round trip
+            super().claim_runs(claims)
+
+    ran: list[str] = []
+    sched = ThreadedScheduler(store=SlowClaims(), leader_lock=False, max_sleep=0.5)
+    sched.add_agent(Agent("a", job=lambda info: ran.append(info.run_id)))
+    sched.start()
+    results: list[TriggerResult] = []
+    trigger = threading.Thread(target=lambda: results.append(sched.trigger("a")))
+    trigger.start()
+    assert claiming.wait(10)
+    sched.stop(wait_for_jobs=False)
+    go_on.set()
+    trigger.join(10)
+    assert sched.wait_until_idle(10)
+    assert ran == []
+    [record] = sched.history("a", "manual")
+    assert "the scheduler began to stop before it started" in str(record.error)
 
 
 def test_stop_without_waiting_leaves_the_job_running_and_records_it_later() -> None:

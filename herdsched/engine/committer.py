@@ -84,8 +84,8 @@ class GroupCommitter:
         while True:
             self._wanted.wait()
             self._wanted.clear()
-            if self._stopping:
-                self._in_flight = False
+            if self._stopping or self._thread is not threading.current_thread():
+                self._in_flight = False  # stopped, or replaced by a restart stop() gave up on
                 return
             try:
                 self.commit()

@@ -208,7 +208,14 @@ class Dispatcher:
                 )
             )
         core.listeners.deliver()  # before any of them starts: events come in their order
+        self._submit(runs, bypass)
+
+    def _submit(self, runs: list[Run], bypass: bool) -> None:
+        """Hand the claimed runs to their executors, but those a ``stop()`` begun meanwhile
+        gave up or must stop: nothing starts once it has begun (called without the lock)."""
+        core = self.core
         refused: list[Run] = []
+        unlaunched: list[Run] = []
         error: Exception | None = None
         with core.lock:
             for run in runs:
@@ -217,6 +224,9 @@ class Dispatcher:
                     continue
                 if run.finalized:  # settled meanwhile (timed out, given up by a stop())
                     self._drop_unstarted(run)
+                    continue
+                if not core.leading:  # stopping (or stepped down) while it was claimed
+                    unlaunched.append(run)
                     continue
                 agent = core.agents.get(run.agent)
                 try:
@@ -227,8 +237,11 @@ class Dispatcher:
                 except Exception as exc:  # shut down as the interpreter exits, or refusing
                     refused.append(run)
                     error = exc
+        if unlaunched:
+            abandon_unlaunched(core, unlaunched, self._release)
         if error is not None:
             abandon_refused(core, refused, error, self._release)
+        if unlaunched or error is not None:
             core.listeners.deliver()
 
     def _drop_unstarted(self, run: Run) -> None:

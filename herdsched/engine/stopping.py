@@ -103,6 +103,10 @@ def wait_for_runs(
     it."""
     core, me = dispatch.core, threading.get_ident()
     dispatch.give_up_launching()
+    with core.lock:  # runs another thread hands to their executors never start now
+        for run in core.running.values():
+            if run.launched_by not in (None, me) and not run.finalized:
+                run.finalized = run.given_up = True
 
     def others() -> list[Run]:  # not the runs this thread executes, settles or launches
         running = core.running.values()

@@ -88,13 +88,13 @@ class Timer:
             thread.join(timeout=5.0)
 
     def _loop(self) -> None:
-        core = self.core
+        core, me = self.core, threading.current_thread()
         while True:
             # cleared before the status is read: a stop() after this point is seen either by
             # the check below or, through the event it sets, by the wait
             core.wake.clear()
-            with core.lock:
-                if core.status not in ("running", "standby"):
+            with core.lock:  # a thread stop() gave up joining ends once it is replaced
+                if core.status not in ("running", "standby") or self._thread is not me:
                     return
                 core.planned_wake = None  # awake: the pass reads whatever changes now
             try:
