@@ -581,8 +581,9 @@ class ThreadedScheduler:
         """Pause one schedule (or every schedule of the agent) for every process.
 
         Durable before it returns; when the store cannot be written, ``StateError`` is raised
-        and nothing changed. A running job is not interrupted; a paused schedule can still be
-        ``trigger()``-ed.
+        and that schedule did not change (an agent's schedules are paused one after another:
+        the error names those paused before it; calling again finishes). A running job is not
+        interrupted; a paused schedule can still be ``trigger()``-ed.
         """
         self._changes.pause(agent, schedule, owner)
 

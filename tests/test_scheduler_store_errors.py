@@ -147,6 +147,33 @@ def test_a_user_intent_write_that_fails_changes_nothing_and_says_so() -> None:
         assert store.get_schedule_state("a", "s").status is not Status.PAUSED
 
 
+def test_an_agent_wide_pause_cut_short_by_the_store_names_what_it_paused() -> None:
+    """An agent's schedules are paused one after another: with the second write failing, the
+    first stayed paused (and its listeners were told) while the error said "nothing changed".
+    It names the schedules paused before it now, and calling again finishes the pause."""
+
+    class FailsOnS2(FlakyStore):
+        def update_schedule_state(self, agent: str, schedule: str, **changes: Any):  # type: ignore[no-untyped-def]
+            if self.broken and schedule == "s2":
+                raise StateError("disk full", "/nowhere/state.yaml")
+            return MemoryStateStore.update_schedule_state(self, agent, schedule, **changes)
+
+    store = FailsOnS2(clock=FakeClock(T0))
+    with running(store=store) as (sched, _clock):
+        every = {name: Schedule.interval("1m") for name in ("s1", "s2", "s3")}
+        sched.add_agent(Agent("a", job=Recorder(), schedules=every))
+        sched.start()
+        store.broken = True
+        with pytest.raises(StateError) as info:
+            sched.pause("a")
+        assert "a/s2 was not paused" in str(info.value)
+        assert "a/s1 was, the rest were not; try again" in str(info.value)
+        assert store.get_schedule_state("a", "s1").status is Status.PAUSED
+        store.broken = False
+        sched.pause("a")
+        assert {s.status for s in sched.get_status().schedules} == {Status.PAUSED}
+
+
 class LookFails(MemoryStateStore):
     """A store whose look for other processes' changes fails while ``broken`` is set."""
 

@@ -19,7 +19,7 @@ through the group commit and never undo a pause (see :mod:`herdsched.store.base`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from attrs import evolve
@@ -217,11 +217,13 @@ class Changes:
         core = self.core
         self.adopt()
         with core.change():
+            done: list[Entry] = []
             for entry in self._targets(agent, schedule, owner):
                 was = entry.state.status
                 if was is Status.COMPLETED:
                     continue
-                _write_intent(core, entry, "paused", status=Status.PAUSED)
+                _write_intent(core, entry, "paused", done, status=Status.PAUSED)
+                done.append(entry)
                 with core.lock:
                     core.plan.unplan(entry)
                     entry.state = evolve(entry.state, status=Status.PAUSED)
@@ -242,11 +244,13 @@ class Changes:
             "disabled_reason": None,
         }
         with core.change():
+            done: list[Entry] = []
             for entry in self._targets(agent, schedule, owner):
                 was = entry.state.status
                 if was is Status.COMPLETED:
                     continue
-                _write_intent(core, entry, "resumed", **changes)
+                _write_intent(core, entry, "resumed", done, **changes)
+                done.append(entry)
                 with core.lock:
                     self._plan_resumed(entry, changes)
                 if was in (Status.PAUSED, Status.DISABLED):  # not for one that was not stopped
@@ -333,15 +337,23 @@ def _durable(core: EngineCore, write: Callable[..., None], *args: Any, **kwargs:
         raise
 
 
-def _write_intent(core: EngineCore, entry: Entry, done: str, **changes: Any) -> None:
-    """A durable user-intent write; when the store fails, nothing changed and the caller is told."""
+def _write_intent(
+    core: EngineCore, entry: Entry, done: str, before: Sequence[Entry], **changes: Any
+) -> None:
+    """A durable user-intent write; when the store fails, this schedule did not change and
+    the caller is told, with those of the same call changed ``before`` it (an agent-wide
+    pause or resume writes one schedule after another: trying again finishes it)."""
     try:
         core.store.update_schedule_state(entry.agent, entry.name, **changes)
     except StateError as exc:
         core.state_error(exc, entry)
+        told = "nothing changed"
+        if before:
+            changed = ", ".join(f"{e.agent}/{e.name}" for e in before)
+            told = f"{changed} {'was' if len(before) == 1 else 'were'}, the rest were not"
         raise StateError(
             f"{entry.agent}/{entry.name} was not {done}: the state store failed ({exc}); "
-            "nothing changed, try again",
+            f"{told}; try again",
             exc.path,
             exc,
         ) from exc
