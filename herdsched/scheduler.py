@@ -476,14 +476,14 @@ class ThreadedScheduler:
         _warn_of_twins(self, (agent.name,))
 
     def remove_agent(self, name: str) -> None:
-        """Forget an agent, its schedules and their persisted state (running jobs finish)."""
+        """Forget an agent, its schedules and their persisted state (running jobs finish).
+
+        The state goes first: when the store cannot be written, ``StateError`` is raised and
+        the agent stays registered."""
         core = self._core
         with core.changes, core.lock:
-            agent = core.require_agent(name)
-            for schedule in list(agent.schedules):
-                registry.drop_entry(core, name, schedule, forget_state=True)
-            del core.agents[name]
-            core.executors.forget(name)
+            core.require_agent(name)
+            registry.forget_agent(core, name)
         core.changed()
 
     def set_agents(self, agents: Iterable[Agent]) -> None:
@@ -492,9 +492,9 @@ class ThreadedScheduler:
         core = self._core
         with core.changes, core.lock:
             for name in list(core.agents):
-                old = core.agents[name]
-                kept = new[name].schedules if name in new else {}
-                for schedule in old.schedules:
+                # an agent that stays keeps its ad hoc runs' entry; one that goes, every entry
+                kept = [*new[name].schedules, AD_HOC_SCHEDULE] if name in new else []
+                for schedule in [s for a, s in list(core.entries) if a == name]:
                     if schedule not in kept:
                         registry.retire_entry(core, name, schedule)
                 if name not in new:
@@ -870,7 +870,7 @@ def _register_as_job(
             if made:  # in memory only: schedules stored for that name belong to other processes
                 with core.changes, core.lock:
                     for stored in list(core.agents[agent_name].schedules):
-                        registry.drop_entry(core, agent_name, stored, forget_state=False)
+                        registry.drop_entry(core, agent_name, stored)
                     del core.agents[agent_name]
             raise
         return func

@@ -23,6 +23,7 @@ from herdsched import (
     Schedule,
     ScheduleNotFoundError,
     ScheduleTriggerError,
+    StateError,
     Status,
     ThreadedScheduler,
 )
@@ -304,6 +305,43 @@ def test_remove_schedule_agent_and_set_agents() -> None:
         assert job.calls[-1].agent == "c"
         with pytest.raises(AgentNotFoundError):
             sched.remove_agent("a")
+
+
+@pytest.mark.parametrize("how", ["remove_agent", "set_agents"])
+def test_an_agent_removed_takes_its_ad_hoc_runs_entry_along(how: str) -> None:
+    """``trigger(agent)`` keeps its runs under the schedule ``manual``: removing the agent
+    (or leaving it out of ``set_agents``) left that entry in the status, and its state stored
+    (unmarked), a schedule of an agent nobody ran. An agent kept keeps it."""
+    with running() as (sched, _clock):
+        sched.add_agent(Agent("a", job=Recorder()))
+        sched.add_agent(Agent("b", job=Recorder()))
+        sched.start()
+        assert sched.trigger("a", wait=True).success and sched.trigger("b", wait=True).success
+        if how == "remove_agent":
+            sched.remove_agent("a")
+            assert "manual" not in sched.store.get_agent_schedule_states("a")
+        else:
+            sched.set_agents([Agent("b", job=Recorder())])
+            assert sched.store.get_schedule_state("a", "manual").removed_at is not None
+        assert [(s.agent, s.schedule) for s in sched.get_status().schedules] == [("b", "manual")]
+
+
+def test_an_agent_whose_state_the_store_cannot_remove_stays_registered() -> None:
+    """The store's failure was logged and the agent forgotten all the same, its state left
+    on disk: ``remove_agent`` said it was done. The state goes first now, or nothing does."""
+
+    class Refuses(MemoryStateStore):
+        def remove_schedule_state(self, agent: str, schedule: str) -> None:
+            raise StateError("disk full", "/nowhere/state.yaml")
+
+    clock = FakeClock(T0)
+    with running(store=Refuses(clock=clock)) as (sched, _clock):
+        sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1m")}))
+        sched.start()
+        with pytest.raises(StateError, match=r"agent 'a' was not removed: .*a/s \(disk full\)"):
+            sched.remove_agent("a")
+        assert sched.get_agent("a").name == "a"
+        assert [(s.agent, s.schedule) for s in sched.get_status().schedules] == [("a", "s")]
 
 
 def test_update_enabled_false_parks_and_true_resumes_the_plan() -> None:

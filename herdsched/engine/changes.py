@@ -201,7 +201,7 @@ class Changes:
             else:
                 _durable(core, core.store.remove_schedule_state, agent, name)
             with core.lock:
-                registry.drop_entry(core, agent, name, forget_state=False)
+                registry.drop_entry(core, agent, name)
                 core.agents[agent] = core.agents[agent].without_schedule(name)
                 raced = entry.state is not seen
             if raced:  # a run ended in between and its transition went to the store: remove

@@ -23,7 +23,12 @@ from herdsched.engine.recovery import (
     show_running,
     take_up_claims,
 )
-from herdsched.errors import InvalidScheduleError, LimitExceededError, UnauthorizedError
+from herdsched.errors import (
+    InvalidScheduleError,
+    LimitExceededError,
+    StateError,
+    UnauthorizedError,
+)
 from herdsched.models import Agent, Schedule, ScheduleState, Status, check_name
 
 __all__ = [
@@ -34,6 +39,7 @@ __all__ = [
     "check_owner",
     "check_owner_limit",
     "drop_entry",
+    "forget_agent",
     "install_agent",
     "install_entry",
     "name_after",
@@ -121,16 +127,35 @@ def reopen(core: EngineCore, entry: Entry) -> None:
     show_running(core, entry)
 
 
-def drop_entry(core: EngineCore, agent: str, name: str, *, forget_state: bool) -> None:
-    """Forget one schedule's entry; ``forget_state`` also removes its state and definition."""
+def drop_entry(core: EngineCore, agent: str, name: str) -> None:
+    """Forget one schedule's entry (its stored state stays)."""
     entry = core.entries.pop((agent, name), None)
-    if entry is None:
-        return
-    core.plan.unplan(entry)
-    if forget_state:
-        core.store_call(core.store.remove_schedule_state, agent, name)
-        if entry.persisted_definition:
-            core.store_call(core.store.delete_definition, agent, name)
+    if entry is not None:
+        core.plan.unplan(entry)
+
+
+def forget_agent(core: EngineCore, name: str) -> None:
+    """Remove an agent's stored states and definitions, then forget its entries (its ad hoc
+    ``manual`` one included) and the agent. Store first: when the store fails,
+    ``StateError`` says so and the agent stays registered (caller holds the lock)."""
+    entries = [entry for (agent, _), entry in core.entries.items() if agent == name]
+    for entry in entries:
+        try:
+            core.store.remove_schedule_state(name, entry.name)
+            if entry.persisted_definition:
+                core.store.delete_definition(name, entry.name)
+        except StateError as exc:
+            core.state_error(exc, entry)
+            raise StateError(
+                f"agent {name!r} was not removed: the state store failed at "
+                f"{name}/{entry.name} ({exc}); it is still registered, try again",
+                exc.path,
+                exc,
+            ) from exc
+    for entry in entries:
+        drop_entry(core, name, entry.name)
+    del core.agents[name]
+    core.executors.forget(name)
 
 
 def retire_entry(core: EngineCore, agent: str, name: str) -> None:
@@ -138,7 +163,7 @@ def retire_entry(core: EngineCore, agent: str, name: str) -> None:
     (as a restart without it marks it), so that no process shows it waiting for a run."""
     if (agent, name) in core.entries and core.leading:
         core.mark_removed(agent, name, core.clock.now())
-    drop_entry(core, agent, name, forget_state=False)
+    drop_entry(core, agent, name)
 
 
 def ad_hoc_entry(core: EngineCore, agent: Agent) -> Entry:

@@ -150,7 +150,7 @@ class OtherProcesses:
             if entry.agent == agent_name and entry.persisted_definition and entry.name not in kept
         ]
         for schedule_name in gone:
-            drop_entry(core, agent_name, schedule_name, forget_state=False)
+            drop_entry(core, agent_name, schedule_name)
             core.agents[agent_name] = core.agents[agent_name].without_schedule(schedule_name)
             if core.leading:  # the state a commit of ours wrote after the removal goes too,
                 # not the state of a namesake created since
@@ -166,7 +166,7 @@ class OtherProcesses:
                     agent_name,
                     schedule_name,
                 )
-                drop_entry(core, agent_name, schedule_name, forget_state=False)
+                drop_entry(core, agent_name, schedule_name)
             elif entry is not None and entry.schedule == schedule:
                 continue
             else:
