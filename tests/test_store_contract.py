@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import attrs
 import pytest
 
 from herdsched.errors import ConflictError
@@ -124,6 +125,20 @@ def test_history_is_bounded_and_newest_first(store: StateStore) -> None:
     huge = 2**63
     assert [r.run_id for r in store.get_history("a", "s", limit=huge)] == ["r4", "r3", "r2"]
     assert len(store.get_history("a", limit=huge)) == 4
+
+
+def test_a_later_record_of_a_run_replaces_the_earlier_one(store: StateStore) -> None:
+    """A run recorded twice (a request's skip written again after a failed commit) showed
+    twice in the memory store, once in the others: each shows the later record only."""
+    store.append_run(record("r1", minutes=0))
+    store.append_run(record("r2", minutes=1))
+    store.append_run(attrs.evolve(record("r1", minutes=0), status=RunStatus.INTERRUPTED))
+    store.flush()
+    history = store.get_history("a", "s")
+    assert [(r.run_id, r.status) for r in history] == [
+        ("r2", RunStatus.SUCCESS),
+        ("r1", RunStatus.INTERRUPTED),
+    ]
 
 
 @pytest.mark.parametrize("limit", [-1, 2.0, "2", True, None])

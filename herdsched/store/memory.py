@@ -171,6 +171,8 @@ class MemoryStateStore:
         with self._lock:
             key = (record.agent, record.schedule)
             history = self._history.setdefault(key, deque(maxlen=self.max_run_history))
+            for earlier in [r for r in history if r.run_id == record.run_id]:
+                history.remove(earlier)  # a later record of a run replaces the earlier one
             history.appendleft(record)
 
     def get_history(
