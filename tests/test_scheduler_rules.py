@@ -1520,6 +1520,42 @@ def test_a_paused_schedule_shows_no_next_run_on_a_stopped_scheduler_or_a_standby
     assert next_run(leader) is None
 
 
+def test_a_resume_made_on_a_standby_answers_the_plan_the_leader_will_make(
+    tmp_path: Path,
+) -> None:
+    """A schedule in its failure backoff resumed through a standby (a web worker that does
+    not lead): its answer, and its status until the leader replanned, showed the backoff's
+    hour, though the resume drops it for the cadence's own next run."""
+    clock = FakeClock(T0)
+    job = Recorder(lambda info: (_ for _ in ()).throw(RuntimeError("boom")))
+
+    def build() -> ThreadedScheduler:
+        sched = ThreadedScheduler(
+            state_dir=tmp_path, clock=clock, commit_delay=0, backoff=["1h"], timezone="UTC"
+        )
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("10m")}))
+        return sched
+
+    def next_run(sched: ThreadedScheduler) -> object:
+        (item,) = sched.get_status().schedules
+        return item.next_run_at
+
+    with as_separate_processes():
+        leader, standby = build(), build()
+        leader.start()
+        standby.start()
+        try:
+            step(leader)  # fails at T0: backed off an hour
+            assert wait_until(lambda: next_run(standby) == T0 + timedelta(hours=1))
+            standby.resume("a", "s")
+            assert next_run(standby) == T0 + timedelta(minutes=10)  # the cadence's own
+            step(leader, clock, "1s")  # the leader takes the resume in
+            assert next_run(leader) == T0 + timedelta(minutes=10)
+        finally:
+            standby.stop()
+            leader.stop()
+
+
 def test_a_scheduler_not_running_says_so_as_each_schedule_s_skip_reason() -> None:
     """Before ``start()`` every schedule said ``not_due`` with no next run (the troubleshooting
     table reads ``not_due`` as "its next run is in the future"), and after ``stop()`` a

@@ -29,7 +29,12 @@ from herdsched.definitions import schedule_to_mapping
 from herdsched.engine import registry
 from herdsched.engine.core import EngineCore
 from herdsched.engine.planning import Entry, fresh_due
-from herdsched.engine.recovery import plan_resumed, resets_backoff, show_running
+from herdsched.engine.recovery import (
+    cadence_plan,
+    plan_resumed,
+    resets_backoff,
+    show_running,
+)
 from herdsched.errors import ConflictError, StateError, UnauthorizedError
 from herdsched.models import Schedule, Status, check_schedule_arguments
 from herdsched.revisions import check_revision, schedule_revision, stored_revision_check
@@ -249,10 +254,11 @@ class Changes:
                 was = entry.state.status
                 if was is Status.COMPLETED:
                     continue
-                _write_intent(core, entry, "resumed", done, **changes)
+                written = {**changes, **_replan(core, entry)}
+                _write_intent(core, entry, "resumed", done, **written)
                 done.append(entry)
                 with core.lock:
-                    self._plan_resumed(entry, changes)
+                    self._plan_resumed(entry, written)
                 if was in (Status.PAUSED, Status.DISABLED):  # not for one that was not stopped
                     core.emit(
                         ev.ScheduleResumed(
@@ -335,6 +341,16 @@ def _durable(core: EngineCore, write: Callable[..., None], *args: Any, **kwargs:
     except StateError as exc:
         core.state_error(exc)
         raise
+
+
+def _replan(core: EngineCore, entry: Entry) -> dict[str, Any]:
+    """What a resume on a scheduler not leading writes beside its status: the plan the
+    leader will make when the resume drops a failure backoff (the cadence's own next run
+    after the last one), so that every process shows it at once rather than the backoff's
+    time until the leader has taken the resume in."""
+    if core.leading or not resets_backoff(entry.state, 0):
+        return {}
+    return {"next_run_at": cadence_plan(core, entry)}
 
 
 def _write_intent(

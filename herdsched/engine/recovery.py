@@ -567,7 +567,7 @@ def plan_from_state(core: EngineCore, entry: Entry, now: datetime) -> None:
     if state.consecutive_failures == 0 and state.last_result in FAILED_RESULTS:
         # a resume while no scheduler led reset the failures whose backoff set the plan (the
         # command line left no plan)
-        planned = _cadence_plan(core, entry) or planned
+        planned = cadence_plan(core, entry) or planned
     if not entry.schedulable:
         core.set_due(entry, None, None)
     elif cadence_changed or planned is None:
@@ -635,7 +635,7 @@ def plan_resumed(
     auto-disabled schedule resumed once its job is fixed does not wait out the last rung of
     the ladder (up to an hour)."""
     moved = _moved_start(entry, core.settings.timezone)
-    planned = moved or (_cadence_plan(core, entry) if backed_off else entry.state.next_run_at)
+    planned = moved or (cadence_plan(core, entry) if backed_off else entry.state.next_run_at)
     if not entry.schedulable:
         core.set_due(entry, None, None)
     elif (entry.due is None or backed_off or moved) and planned is not None and planned <= now:
@@ -674,7 +674,7 @@ def resets_backoff(before: ScheduleState, failures_after: int) -> bool:
     )
 
 
-def _cadence_plan(core: EngineCore, entry: Entry) -> datetime | None:
+def cadence_plan(core: EngineCore, entry: Entry) -> datetime | None:
     """The next due time the cadence alone gives after the last run (no backoff), which may
     have passed; the stored plan when there is no last run to count from."""
     state, cadence = entry.state, entry.schedule.cadence
