@@ -97,17 +97,25 @@
       " (tried again every " + every / 1000 + " s)";
     stale.hidden = false;
   }
+  // a server that hangs (a frozen host, a cut network) is given up on after two refreshes'
+  // time, and said so, as one that refuses is
+  const patience = 2 * every;
   async function refresh(){
-    const mine = ++asked;
+    const mine = ++asked, giveUp = new AbortController();
+    const timer = setTimeout(function(){ giveUp.abort(); }, patience);
     try {
       const p = params(); p.set("format", "json");
-      const r = await fetch(location.pathname + "?" + p, {credentials: "same-origin", headers: headers(false)});
+      const r = await fetch(location.pathname + "?" + p, {credentials: "same-origin", headers: headers(false), signal: giveUp.signal});
       const body = await r.json().catch(function(){ return null; });
       if (mine !== asked) return;
       if (r.ok && body) { apply(body); shownAt = new Date(); stale.hidden = true; }
+      else if (giveUp.signal.aborted) throw new Error("gave up");
       else notRefreshed((body && body.error) || ("HTTP " + r.status));
-    } catch (err) { if (mine === asked) notRefreshed("the server did not answer"); }
-    finally { answered = Math.max(answered, mine); }
+    } catch (err) {
+      if (mine !== asked) return;
+      notRefreshed(giveUp.signal.aborted ? "the server did not answer within " + patience / 1000 + " s" : "the server did not answer");
+    }
+    finally { clearTimeout(timer); answered = Math.max(answered, mine); }
   }
   function filtersChanged(resetPage){
     if (resetPage) form.elements.page.value = 1;
@@ -196,5 +204,6 @@
     if (cell && (e.key === "Enter" || e.key === " ")) { e.preventDefault(); detail(cell); }
   });
   times(document);
-  setInterval(function(){ if (answered === asked) refresh(); }, every);  // none under way
+  // the relative times move on while a refresh is under way (or the page is stale) too
+  setInterval(function(){ times(document); if (answered === asked) refresh(); }, every);
 })();

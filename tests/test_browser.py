@@ -307,6 +307,42 @@ def test_status_page_says_when_it_could_not_refresh(
     WebDriverWait(browser, 20).until(lambda _: not stale.is_displayed())
 
 
+def test_status_page_says_so_when_the_server_hangs(
+    browser: Any, base_url: str, scheduler: ThreadedScheduler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that hung (a frozen host, a network cut) rather than refusing left the page
+    waiting for its answer for ever: no word that it was stale, and its "(3 s ago)" stood
+    still. It gives up after two refreshes' time now, says so, and the times move on."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(base_url)
+    stale = browser.find_element(By.ID, "stale")
+    released = threading.Event()
+    status = scheduler.get_status
+
+    def hangs() -> object:
+        released.wait(60)
+        return status()
+
+    def age() -> str:
+        text: str = browser.find_element(
+            By.CSS_SELECTOR, "tr[data-key='triage/check'] td.last time"
+        ).text
+        return text
+
+    monkeypatch.setattr(scheduler, "get_status", hangs)
+    try:
+        WebDriverWait(browser, 20).until(lambda _: stale.is_displayed())
+        assert "the server did not answer within 2 s" in stale.text, stale.text
+        first = age()
+        WebDriverWait(browser, 20).until(lambda _: age() != first)
+    finally:
+        released.set()
+    monkeypatch.undo()
+    WebDriverWait(browser, 20).until(lambda _: not stale.is_displayed())
+
+
 @pytest.fixture
 def fleet_url(tmp_path: Path) -> Iterator[tuple[str, ThreadedScheduler]]:
     """1,000 schedules over 10 agents; some failing, paused and auto-disabled."""
