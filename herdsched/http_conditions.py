@@ -66,10 +66,23 @@ class WriteConditions:
             return ANY_REVISION
         if self.tags == ():  # only weak tags were sent
             raise RevisionMismatchError(agent, name, "", found, reason=_WEAK_ONLY)
-        if found is None or not {found, tag} & set(self.tags or ()):
-            expected = ", ".join(self.tags or ()) or ANY_REVISION
+        expected = ", ".join(self.tags or ()) or ANY_REVISION
+        if found is None:
             raise RevisionMismatchError(agent, name, expected, found)
+        if not {found, tag} & set(self.tags or ()):
+            raise RevisionMismatchError(agent, name, expected, found, reason=_stale(tag, found))
         return found
+
+
+def _stale(tag: str | None, revision: str) -> str:
+    """Why ``If-Match`` failed on an existing schedule: an ``ETag`` changes with every run
+    and pause, a revision only with the definition; the message says which is which."""
+    now = f"its ETag is now {tag!r}, " if tag is not None else ""
+    return (
+        f"If-Match matches neither its current ETag nor its revision ({now}its revision "
+        f"{revision!r}): what was read changed (an ETag changes with every run or pause too, "
+        "a revision only with the definition); read it again and repeat the change"
+    )
 
 
 _WEAK_ONLY = (
