@@ -70,18 +70,20 @@ class WriteConditions:
         if found is None:
             raise RevisionMismatchError(agent, name, expected, found)
         if not {found, tag} & set(self.tags or ()):
-            raise RevisionMismatchError(agent, name, expected, found, reason=_stale(tag, found))
+            raise RevisionMismatchError(
+                agent, name, expected, found, reason=_stale(expected, tag, found)
+            )
         return found
 
 
-def _stale(tag: str | None, revision: str) -> str:
+def _stale(sent: str, tag: str | None, revision: str) -> str:
     """Why ``If-Match`` failed on an existing schedule: an ``ETag`` changes with every run
     and pause, a revision only with the definition; the message says which is which."""
-    now = f"its ETag is now {tag!r}, " if tag is not None else ""
+    etag = f"its current ETag ({tag!r})" if tag is not None else "its current ETag"
     return (
-        f"If-Match matches neither its current ETag nor its revision ({now}its revision "
-        f"{revision!r}): what was read changed (an ETag changes with every run or pause too, "
-        "a revision only with the definition); read it again and repeat the change"
+        f"If-Match {sent!r} is neither {etag} nor its current revision ({revision!r}): an "
+        "ETag changes with every run or pause, a revision only with the definition; read it "
+        "again and repeat the change"
     )
 
 

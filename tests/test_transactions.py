@@ -677,8 +677,7 @@ def test_rest_answers_an_etag_and_honours_if_match_and_if_none_match(
     stale_tag = ask(one, "PATCH", path, {"prompt": "p3"}, if_match=patched.headers["ETag"])
     assert stale_tag.status == 412
     # it said the definition had changed since "revision" <the ETag>, naming the one read
-    assert "matches neither its current ETag nor its revision" in stale_tag.body["error"]
-    assert f"its revision {current!r}" in stale_tag.body["error"]
+    assert f"nor its current revision ({current!r})" in stale_tag.body["error"]
     assert ask(two, "PATCH", path, {"prompt": "p3"}, if_match=f'"{current}"').status == 200
     absent = "/api/schedule/triage/absent"
     missing = ask(one, "PUT", absent, {"interval": "1h"}, if_match="*")
