@@ -242,8 +242,21 @@ def _time_html(value: str | None, zone: tzinfo | None) -> str:
     return f"<time datetime='{escape(value, quote=True)}'>{escape(_local(value, zone))}</time>"
 
 
+def _cadence_html(item: Mapping[str, Any], zone: tzinfo | None) -> str:
+    """The cadence as the API words it; a once schedule's time as every other time on the
+    page (in the browser's zone), not as the instant in UTC the API gives."""
+    cadence = str(item.get("cadence") or item.get("type"))
+    if item.get("type") == "once" and cadence.startswith("once at "):
+        return "once at " + _time_html(cadence.removeprefix("once at "), zone)
+    return escape(cadence)
+
+
+def _run_time(record: RunRecord) -> datetime | None:
+    return record.started_at or record.scheduled_for or record.finished_at
+
+
 def _run_title(record: RunRecord, zone: tzinfo | None) -> str:
-    when = record.started_at or record.scheduled_for or record.finished_at
+    when = _run_time(record)
     parts = [str(record.status), _local(when.isoformat() if when else None, zone)]
     duration = record.duration
     if duration is not None:
@@ -253,6 +266,13 @@ def _run_title(record: RunRecord, zone: tzinfo | None) -> str:
     return " · ".join(parts)
 
 
+def _at_attribute(record: RunRecord) -> str:
+    """The run's time for the browser, which rewrites the title's (the second of its parts,
+    in the scheduler's zone) in its own zone, as it does every time on the page."""
+    when = _run_time(record)
+    return f"data-at='{escape(when.isoformat(), quote=True)}' " if when else ""
+
+
 def _timeline(records: Sequence[RunRecord], zone: tzinfo | None) -> str:
     cells = []
     for record in reversed(records):  # oldest left, newest right
@@ -260,7 +280,7 @@ def _timeline(records: Sequence[RunRecord], zone: tzinfo | None) -> str:
         cells.append(
             f"<span class='run run-{escape(str(record.status))}' style='background:{colour}' "
             f"tabindex='0' role='button' data-run='{escape(record.run_id, quote=True)}' "
-            f"title='{escape(_run_title(record, zone), quote=True)}'></span>"
+            f"{_at_attribute(record)}title='{escape(_run_title(record, zone), quote=True)}'></span>"
         )
     return f"<div class='timeline'>{''.join(cells) or '<small>no runs yet</small>'}</div>"
 
@@ -293,7 +313,7 @@ def row_cells(
     return {
         "name": f"<b>{escape(agent)}</b>/{escape(name)}"
         + (f"<br><small>owner {escape(str(owner))}</small>" if owner else ""),
-        "cadence": escape(str(item.get("cadence") or item.get("type"))),
+        "cadence": _cadence_html(item, zone),
         "status": escape(str(item.get("status"))),
         "next": _next_html(item, zone),
         "last": _time_html(item.get("last_run_at"), zone)

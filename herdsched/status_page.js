@@ -21,6 +21,10 @@
   }
   function times(root){
     root.querySelectorAll("time[datetime]").forEach(fmt);
+    root.querySelectorAll(".run[data-at]").forEach(function(el){  // "failed · <time> · 0.4 s"
+      const d = new Date(el.dataset.at), parts = el.title.split(" · ");
+      if (!isNaN(d) && parts.length > 1) { parts[1] = d.toString(); el.title = parts.join(" · "); }
+    });
     root.querySelectorAll("[data-browser-text]").forEach(function(el){
       el.textContent = el.dataset.browserText;  // the server's zone until now
     });

@@ -197,6 +197,32 @@ def test_the_leaders_since_is_shown_like_the_other_times(
     assert "JavaScript is off" not in browser.find_element(By.TAG_NAME, "body").text
 
 
+def test_a_runs_title_and_a_once_schedules_time_are_in_the_browsers_zone(
+    browser: Any, base_url: str, scheduler: ThreadedScheduler
+) -> None:
+    """Under "times in your browser's zone" a run's title read "failed · 2026-11-26 12:42:23
+    CET · ..." (the scheduler's zone) and a once schedule's cadence the UTC instant."""
+    from selenium.webdriver.common.by import By
+
+    scheduler.add_schedule("triage", "launch", Schedule.once("2099-06-01T08:00:00Z"))
+    browser.get(base_url)
+    shown_zone = browser.execute_script("return new Date().toString().split(' GMT')[1]")
+    run = browser.find_element(By.CSS_SELECTOR, "tr[data-key='triage/check'] .run[data-at]")
+    title = run.get_attribute("title")
+    assert title.split(" · ")[1].endswith(shown_zone), (
+        title
+    )  # Date.toString(): "... GMT+0000 (...)"
+    assert " CET" not in title and " CEST" not in title
+    cadence = browser.find_element(By.CSS_SELECTOR, "tr[data-key='triage/launch'] td.cadence")
+    assert cadence.text.startswith("once at "), cadence.text
+    assert "2099-06-01T08:00:00" not in cadence.text
+    assert (
+        cadence.find_element(By.CSS_SELECTOR, "time")
+        .get_attribute("datetime")
+        .startswith("2099-06-01T08:00:00")
+    )
+
+
 def test_without_javascript_the_page_says_so_and_shows_the_servers_zone(
     base_url: str, scheduler: ThreadedScheduler, tmp_path: Path
 ) -> None:
