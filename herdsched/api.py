@@ -1078,11 +1078,12 @@ def _conditions_of(
     if not conditions.given:
         return {}
     if not one_schedule:
-        raise ApiError(
-            400,
+        header = "If-Match" if if_match is not None else "If-None-Match"
+        message = (
             "If-Match and If-None-Match apply to PUT, PATCH and DELETE of "
-            "/api/schedule/<agent>/<schedule> only",
+            "/api/schedule/<agent>/<schedule> only"
         )
+        raise ApiError(400, message, [detail(header, message)])
     return {"conditions": conditions}
 
 
