@@ -49,7 +49,7 @@ from herdsched.engine.reporting import (
 )
 from herdsched.engine.requests import stored_refusal
 from herdsched.engine.settings import EngineSettings, resolve_poll_interval
-from herdsched.engine.stopping import LINGER, StopGate, wait_for_runs
+from herdsched.engine.stopping import LINGER, wait_for_runs
 from herdsched.engine.syncing import OtherProcesses
 from herdsched.engine.timer import Timer
 from herdsched.errors import (
@@ -238,7 +238,6 @@ class ThreadedScheduler:
         self._leadership = Leadership(self._core, enabled=leader_lock, ttl=lease_ttl)
         self._others = OtherProcesses(self._core, self._dispatch)
         self._changes = Changes(self._core, self.refresh)
-        self._stop_gate = StopGate()
         self._timer = Timer(
             self._core, self._dispatch, self._commits, self._leadership, self._others
         )
@@ -352,10 +351,7 @@ class ThreadedScheduler:
         ended, the lease kept until it has), since nothing will record them, and
         :class:`~herdsched.errors.SchedulerShutdownError` (``timed_out=True``) is raised. The
         scheduler is ``stopped`` either way; an interrupt while it waits (Ctrl-C) ends it as
-        the timeout would, then goes on up. Idempotent, safe from a job or a listener. A
-        ``stop()`` while another is under way joins it: the earlier of their timeouts holds
-        for both, and it returns (or raises) once the scheduler has stopped; called from a job
-        or a listener it returns at once (the stop under way may be waiting for that job).
+        the timeout would, then goes on up. Idempotent, safe from a job or a listener.
         """
         check_flag(wait_for_jobs, "wait_for_jobs")
         self._stop(wait_for_jobs, check_timeout(timeout, "timeout"))
@@ -369,20 +365,30 @@ class ThreadedScheduler:
     def _stop(
         self, wait_for_jobs: bool, timeout: float | None, linger: float | None = None
     ) -> None:
-        core, gate = self._core, self._stop_gate
+        core = self._core
         with core.lock:
-            if core.status == "stopped":
+            if core.status in ("stopped", "stopping"):
                 return
-            joining = core.status == "stopping"
-            if not joining:
-                core.status = "stopping"
-                gate.open(timeout if wait_for_jobs else 0.0)
-        if joining:
-            left = gate.join(timeout if wait_for_jobs else 0.0, core.idle) or ()
-        else:
-            left = self._stop_under_way(wait_for_jobs, linger)
+            core.status = "stopping"
+        core.changed()
+        try:
+            left = wait_for_runs(
+                self._dispatch,
+                self._leadership,
+                timeout if wait_for_jobs else 0.0,
+                cancel_left=wait_for_jobs,
+                linger=linger,
+            )
+        except BaseException:  # interrupted (Ctrl-C, a notebook's interrupt): wait no more
+            left = wait_for_runs(
+                self._dispatch, self._leadership, 0.0, cancel_left=True, end_commands=False
+            )
+            self.log.warning("stop() was interrupted: it gave up %d running job(s).", len(left))
+            self._stopped(timed_out=bool(left), remaining=len(left))
+            raise
         remaining = len(left)
         timed_out = wait_for_jobs and remaining > 0
+        self._stopped(timed_out, remaining)
         if timed_out:
             raise SchedulerShutdownError(
                 f"stop() timed out after {timeout} s with {remaining} job(s) still running",
@@ -390,29 +396,6 @@ class ThreadedScheduler:
                 running_job_count=remaining,
                 running_jobs=left,
             )
-
-    def _stop_under_way(self, wait_for_jobs: bool, linger: float | None) -> tuple[str, ...]:
-        """The first ``stop()``: its wait and its end; the jobs it left running."""
-        core, gate = self._core, self._stop_gate
-        left: tuple[str, ...] = ()
-        core.changed()
-        try:
-            try:
-                left = wait_for_runs(
-                    self._dispatch, self._leadership, gate, cancel_left=wait_for_jobs, linger=linger
-                )
-            except BaseException:  # interrupted (Ctrl-C, a notebook's interrupt): wait no more
-                gate.wait_no_more()
-                left = wait_for_runs(
-                    self._dispatch, self._leadership, gate, cancel_left=True, end_commands=False
-                )
-                self.log.warning("stop() was interrupted: it gave up %d running job(s).", len(left))
-                self._stopped(timed_out=bool(left), remaining=len(left))
-                raise
-            self._stopped(wait_for_jobs and bool(left), len(left))
-        finally:
-            gate.close(left)
-        return left
 
     def _stopped(self, timed_out: bool, remaining: int) -> None:
         """The end of ``stop()`` once it waits no more: commit, give up the lease, ``stopped``.

@@ -344,6 +344,31 @@ def test_an_agent_whose_state_the_store_cannot_remove_stays_registered() -> None
         assert [(s.agent, s.schedule) for s in sched.get_status().schedules] == [("a", "s")]
 
 
+def test_an_agent_removed_only_in_part_forgets_what_the_store_removed() -> None:
+    """The store failing at the second schedule, the first's state was gone from the store
+    while this process kept it registered (paused in memory, unpaused after a restart), and
+    the error said the agent was not removed."""
+
+    class FailsOnS2(MemoryStateStore):
+        def remove_schedule_state(self, agent: str, schedule: str) -> None:
+            if schedule == "s2":
+                raise StateError("disk full", "/nowhere/state.yaml")
+            super().remove_schedule_state(agent, schedule)
+
+    clock = FakeClock(T0)
+    with running(store=FailsOnS2(clock=clock)) as (sched, _clock):
+        every = {name: Schedule.interval("1m") for name in ("s1", "s2")}
+        sched.add_agent(Agent("a", job=Recorder(), schedules=every))
+        sched.start()
+        sched.pause("a", "s1")
+        with pytest.raises(StateError) as info:
+            sched.remove_agent("a")
+        assert "agent 'a' was removed only in part" in str(info.value)
+        assert "a/s1 is gone, the rest is still registered: try again" in str(info.value)
+        assert list(sched.get_agent("a").schedules) == ["s2"]
+        assert [(s.agent, s.schedule) for s in sched.get_status().schedules] == [("a", "s2")]
+
+
 def test_update_enabled_false_parks_and_true_resumes_the_plan() -> None:
     with running() as (sched, clock):
         job = Recorder()

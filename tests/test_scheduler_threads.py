@@ -21,6 +21,7 @@ from herdsched import (
     Schedule,
     SchedulerShutdownError,
     SkipReason,
+    Status,
     ThreadedScheduler,
     TriggerInfo,
     TriggerResult,
@@ -446,38 +447,6 @@ def test_a_stop_interrupted_in_its_last_commit_still_ends_stopped_without_its_le
         again.stop()
 
 
-def test_a_stop_during_another_joins_it_and_its_shorter_timeout_holds(tmp_path: Path) -> None:
-    """A ``stop()`` while another was under way (a notebook's ``old.stop(timeout=3)`` while a
-    newer scheduler took over, a signal handler beside the main thread's stop) returned at once,
-    the jobs still running and the scheduler ``stopping``. It now joins the stop under way: the
-    earlier deadline holds for both, and it returns (here raises) once the scheduler stopped."""
-    started, cancelled = threading.Event(), threading.Event()
-    sched = make(state_dir=tmp_path)
-    job = _waits_to_be_cancelled(started, cancelled, then_fails=False)
-    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
-    sched.start()
-    assert started.wait(10)
-    first: list[BaseException] = []
-
-    def stop_without_a_timeout() -> None:
-        try:
-            sched.stop(timeout=None)
-        except SchedulerShutdownError as exc:
-            first.append(exc)
-
-    waiting = threading.Thread(target=stop_without_a_timeout)
-    waiting.start()
-    assert wait_until(lambda: sched.status == "stopping", 10)
-    with pytest.raises(SchedulerShutdownError) as info:
-        sched.stop(timeout=0.2)
-    assert sched.status == "stopped"
-    assert cancelled.is_set()
-    assert info.value.running_jobs == ("a/s",)
-    waiting.join(10)
-    assert not waiting.is_alive()
-    assert [exc.running_jobs for exc in first] == [("a/s",)]
-
-
 def test_a_run_being_handed_to_its_executor_when_stop_begins_never_starts(
     tmp_path: Path,
 ) -> None:
@@ -516,6 +485,38 @@ def test_a_run_being_handed_to_its_executor_when_stop_begins_never_starts(
         assert submitted and submitted[0] not in ran
     finally:
         sched.stop()
+
+
+def test_a_run_whose_submission_a_stop_overtakes_is_recorded_as_not_started() -> None:
+    """``trigger()`` on a thread of the user's, its ``JobSubmitted`` listener still running
+    when ``stop()`` began: the run never starts, and it was left without a record, its
+    schedule ``running`` in the store (``interrupted`` at the next start; in memory, never
+    told). It is recorded as not started, and the trigger says why."""
+    in_listener, release = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    def listener(event: Event) -> None:
+        in_listener.set()
+        release.wait(30)
+
+    sched = make()
+    sched.add_agent(Agent("a", job=lambda info: ran.append(info.run_id)))
+    sched.add_listener(listener, JobSubmitted)
+    sched.start()
+    results: list[TriggerResult] = []
+    trigger = threading.Thread(target=lambda: results.append(sched.trigger("a", wait=True)))
+    trigger.start()
+    assert in_listener.wait(10)
+    threading.Timer(0.5, release.set).start()
+    sched.stop(timeout=20)  # waits for the listener, then for nothing: the run never starts
+    trigger.join(10)
+    assert ran == []
+    [record] = sched.history("a", "manual")
+    assert record.status is RunStatus.SKIPPED
+    assert "the scheduler began to stop before it started" in str(record.error)
+    assert sched.store.get_schedule_state("a", "manual").status is Status.IDLE
+    [result] = results
+    assert not result.success and "began to stop" in str(result.error)
 
 
 def test_a_run_being_claimed_when_stop_begins_never_starts() -> None:

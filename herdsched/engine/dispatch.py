@@ -222,10 +222,11 @@ class Dispatcher:
                 run.launched_by = None
                 if run.run_id not in core.running:  # given up by a stop() its listener called
                     continue
-                if run.finalized:  # settled meanwhile (timed out, given up by a stop())
+                if run.finalized and not run.given_up:  # timed out meanwhile: recorded
                     self._drop_unstarted(run)
                     continue
-                if not core.leading:  # stopping (or stepped down) while it was claimed
+                if run.given_up or not core.leading:  # a stop() began while it was claimed
+                    run.given_up = False  # not a run that ended: it never starts, so told
                     unlaunched.append(run)
                     continue
                 agent = core.agents.get(run.agent)

@@ -135,27 +135,44 @@ def drop_entry(core: EngineCore, agent: str, name: str) -> None:
 
 
 def forget_agent(core: EngineCore, name: str) -> None:
-    """Remove an agent's stored states and definitions, then forget its entries (its ad hoc
-    ``manual`` one included) and the agent. Store first: when the store fails,
-    ``StateError`` says so and the agent stays registered (caller holds the lock)."""
+    """Remove an agent's stored definitions and states, then forget its entries (its ad hoc
+    ``manual`` one included) and the agent (caller holds the lock).
+
+    The store goes first, one schedule after another: when it fails, the schedules already
+    removed there are forgotten here too (kept, a paused one would come back unpaused at the
+    next start), the others stay registered, and ``StateError`` names both."""
     entries = [entry for (agent, _), entry in core.entries.items() if agent == name]
+    gone: list[Entry] = []
     for entry in entries:
         try:
-            core.store.remove_schedule_state(name, entry.name)
-            if entry.persisted_definition:
+            if entry.persisted_definition:  # gone for every process once its definition is
                 core.store.delete_definition(name, entry.name)
+            core.store.remove_schedule_state(name, entry.name)
         except StateError as exc:
             core.state_error(exc, entry)
-            raise StateError(
-                f"agent {name!r} was not removed: the state store failed at "
-                f"{name}/{entry.name} ({exc}); it is still registered, try again",
-                exc.path,
-                exc,
-            ) from exc
-    for entry in entries:
-        drop_entry(core, name, entry.name)
+            _forget(core, name, gone)
+            raise StateError(_not_removed(name, entry, gone, exc), exc.path, exc) from exc
+        gone.append(entry)
+    _forget(core, name, gone)
     del core.agents[name]
     core.executors.forget(name)
+
+
+def _forget(core: EngineCore, agent: str, entries: list[Entry]) -> None:
+    for entry in entries:
+        drop_entry(core, agent, entry.name)
+        core.agents[agent] = core.agents[agent].without_schedule(entry.name)
+
+
+def _not_removed(agent: str, failed: Entry, gone: list[Entry], exc: StateError) -> str:
+    where = f"the state store failed at {agent}/{failed.name} ({exc})"
+    if not gone:
+        return f"agent {agent!r} was not removed: {where}; it is still registered, try again"
+    removed = ", ".join(f"{agent}/{entry.name}" for entry in gone)
+    return (
+        f"agent {agent!r} was removed only in part: {where}; {removed} "
+        f"{'is' if len(gone) == 1 else 'are'} gone, the rest is still registered: try again"
+    )
 
 
 def retire_entry(core: EngineCore, agent: str, name: str) -> None:

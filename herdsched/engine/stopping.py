@@ -17,7 +17,7 @@ from herdsched.engine.dispatch import Dispatcher
 from herdsched.engine.recovery import Leadership
 from herdsched.runner import Run
 
-__all__ = ["LINGER", "StopGate", "wait_for_runs"]
+__all__ = ["LINGER", "wait_for_runs"]
 
 #: The longest the wait sleeps between two looks (real seconds): a ``FakeClock`` moved by a
 #: test, or a lease due for renewal, is seen within it.
@@ -29,64 +29,16 @@ _LOOK_EVERY = 1.0
 LINGER = 5.0
 
 
-class StopGate:
-    """The ``stop()`` under way, which a later ``stop()`` joins instead of returning at once
-    (a notebook's ``old.stop(timeout=3)`` while a newer scheduler takes over, a signal handler
-    beside the main thread's stop): the earlier of their deadlines holds for both, and the
-    later one returns when the first has ended. One called from the first's own thread or
-    from a herdsched thread (a job, a listener delivered there) returns at once, as the first
-    may be waiting for that very thread."""
-
-    def __init__(self) -> None:
-        self._ended = threading.Event()
-        self._ended.set()
-        self._thread: int | None = None
-        #: When the wait for the jobs ends (real monotonic seconds; ``None``: when they end).
-        self.end: float | None = None
-        #: The jobs the last stop left running (``agent/schedule``).
-        self.left: tuple[str, ...] = ()
-
-    def open(self, timeout: float | None) -> None:
-        """The first ``stop()`` begins (the caller holds the core lock)."""
-        self._ended.clear()
-        self._thread = threading.get_ident()
-        self.end = None if timeout is None else time.monotonic() + timeout
-        self.left = ()
-
-    def wait_no_more(self) -> None:
-        """End the wait for the jobs now (the first ``stop()`` was interrupted)."""
-        self.end = time.monotonic()
-
-    def close(self, left: tuple[str, ...]) -> None:
-        """The first ``stop()`` has ended, leaving ``left`` running."""
-        self.left, self._thread = left, None
-        self._ended.set()
-
-    def join(self, timeout: float | None, idle: threading.Condition) -> tuple[str, ...] | None:
-        """A later ``stop()``: bring the deadline forward to ``timeout`` from now, then wait
-        for the first to end; the jobs it left, or ``None`` when this one may not wait."""
-        with idle:
-            if timeout is not None:
-                end = time.monotonic() + timeout
-                self.end = end if self.end is None else min(self.end, end)
-            idle.notify_all()  # the wait looks at its deadline again
-        me = threading.current_thread()
-        if me.ident == self._thread or me.name.startswith("herdsched-"):
-            return None
-        self._ended.wait()
-        return self.left
-
-
 def wait_for_runs(
     dispatch: Dispatcher,
     leadership: Leadership,
-    gate: StopGate,
+    timeout: float | None,
     *,
     cancel_left: bool,
     end_commands: bool = True,
     linger: float | None = None,
 ) -> tuple[str, ...]:
-    """Wait until no job runs but the caller's own, or the ``gate``'s end; returns
+    """Wait up to ``timeout`` real seconds until no job runs but the caller's own; returns
     the jobs still running (a timed-out job whose thread goes on included) as sorted
     ``agent/schedule`` names. Runs the caller was about to start (it is a ``JobSubmitted``
     listener) are given up first. Meanwhile the lease is renewed and a run past its timeout
@@ -118,7 +70,7 @@ def wait_for_runs(
         over = core.clock.monotonic() >= run.deadline + linger
         return run.timed_out and run.finalized and over  # recorded, and long told to stop
 
-    _wait(dispatch, leadership, lambda: gate.end, lambda: all(map(lingering, others())))
+    _wait(dispatch, leadership, timeout, lambda: all(map(lingering, others())))
     with core.idle:
         left = others()
         for run in left if cancel_left else ():
@@ -127,36 +79,28 @@ def wait_for_runs(
             run.cancel()
     graces = {run: run.job.kill_grace for run in left if isinstance(run.job, CommandJob)}
     if cancel_left and end_commands and graces:
-        end = time.monotonic() + max(graces.values()) + 1.0
-        _wait(dispatch, leadership, lambda: end, lambda: all(run.returned for run in graces))
+        wait = max(graces.values()) + 1.0
+        _wait(dispatch, leadership, wait, lambda: all(run.returned for run in graces))
     return tuple(sorted(f"{run.agent}/{run.schedule_name}" for run in left))
 
 
 def _wait(
-    dispatch: Dispatcher,
-    leadership: Leadership,
-    until: Callable[[], float | None],
-    done: Callable[[], bool],
+    dispatch: Dispatcher, leadership: Leadership, timeout: float | None, done: Callable[[], bool]
 ) -> None:
-    """Wait until ``done()`` or ``until()`` (real monotonic seconds, read at every look: a
-    later ``stop()`` may bring it forward), renewing the lease and timing out runs past their
-    timeout, as the timer would have."""
+    """Wait up to ``timeout`` real seconds until ``done()``, renewing the lease and timing out
+    runs past their timeout, as the timer would have."""
     core = dispatch.core
+    end = None if timeout is None else time.monotonic() + timeout
     while True:
         with core.idle:
-            end = until()
             due = dispatch.next_deadline()  # on the scheduler's clock
             steps = [_LOOK_EVERY]
             if end is not None:
                 steps.append(max(0.0, end - time.monotonic()))
             if due is not None:
                 steps.append(max(0.0, due - core.clock.monotonic()))
-            if done():
+            if core.idle.wait_for(done, min(steps)):
                 return
-            core.idle.wait(min(steps))  # a run's end, or a later stop() bringing ours forward
-            if done():
-                return
-            end = until()
         if end is not None and time.monotonic() >= end:
             return
         leadership.heartbeat()  # a lease lost ends the runs' records, not their timeouts
