@@ -436,8 +436,8 @@ def _add_run_command(commands: _Commands, parents: _Parents) -> None:
         "run",
         parents=[parents.logging],
         help="run a fleet file in the foreground",
-        description="Run a fleet file in the foreground until Ctrl-C, SIGTERM or --duration. "
-        "Logs go to stderr.",
+        description="Run a fleet file in the foreground until Ctrl-C, SIGTERM, SIGHUP or "
+        "--duration. Logs go to stderr.",
     )
     run.add_argument("fleet", metavar="FLEET", type=_fleet_arg, help="the fleet file (YAML)")
     run.add_argument(
@@ -619,7 +619,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = _Parser(
         prog="herdsched",
         description="Run a fleet of scheduled agents, and look at and steer a running fleet.",
-        epilog="Exit codes: 0 ok, 1 runtime failure, 2 usage or validation error.",
+        epilog="Exit codes: 0 ok, 1 runtime failure, 2 usage or validation error, 130 quit "
+        "at once (a second stop signal, or interrupted).",
     )
     parser.add_argument("--version", action="version", version=f"herdsched {__version__}")
     _add_logging_options(parser)
@@ -726,8 +727,9 @@ def _runs_text(job: object) -> str:
 
 
 class _Stopper:
-    """Signal handling for ``run``: the first SIGINT/SIGTERM stops gracefully, a second quits
-    at once, after saving what it can within :data:`FINAL_SAVE_WAIT` seconds.
+    """Signal handling for ``run``: the first stop signal (SIGINT, SIGTERM, SIGHUP) stops
+    gracefully, a second quits at once, after saving what it can within
+    :data:`FINAL_SAVE_WAIT` seconds.
 
     The signals are answered on a thread of their own (:mod:`herdsched.stop_signals`), so a
     signal that lands while the main thread holds a lock or writes the log is never lost.

@@ -424,8 +424,9 @@ class ThreadedScheduler:
             raise failed
 
     def run_forever(self) -> None:
-        """Start (if needed) and block until SIGINT/SIGTERM or ``stop()``, then stop gracefully
-        (the signals are answered off the main thread: see :mod:`herdsched.stop_signals`)."""
+        """Start (if needed) and block until SIGINT, SIGTERM, SIGHUP or ``stop()``, then stop
+        gracefully (the signals are answered off the main thread: see
+        :mod:`herdsched.stop_signals`)."""
         run_until_stopped(self)
 
     def __enter__(self) -> ThreadedScheduler:

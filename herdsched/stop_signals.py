@@ -1,4 +1,4 @@
-"""SIGINT and SIGTERM answered by a thread of their own, never inside a signal handler.
+"""SIGINT, SIGTERM and SIGHUP answered by a thread of their own, never inside a signal handler.
 
 Python runs a signal handler in the main thread between two bytecodes, wherever that thread
 is: inside ``Event.wait`` holding the event's lock, inside a store holding one of its locks, or
@@ -20,8 +20,12 @@ from typing import Any, Protocol
 
 __all__ = ["STOP_SIGNALS", "StopSignals", "run_until_stopped"]
 
-#: The signals that ask a scheduler process to stop.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: The signals that ask a scheduler process to stop: Ctrl-C, ``kill``, and the hang-up of a
+#: closed terminal or ssh session (its default would end the process at once, leaving its
+#: command jobs running unwatched; under ``nohup``, which ignores it, it stays ignored).
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
 
 
 def _answered_elsewhere(signum: int, frame: FrameType | None) -> None:
@@ -29,11 +33,12 @@ def _answered_elsewhere(signum: int, frame: FrameType | None) -> None:
 
 
 class StopSignals:
-    """Calls ``on_signal`` from the ``herdsched-signals`` thread for each SIGINT/SIGTERM.
+    """Calls ``on_signal`` from the ``herdsched-signals`` thread for each stop signal.
 
-    :meth:`install` takes over both signals and the process's wakeup descriptor until
-    :meth:`restore` gives back what was there before. Both must be called from the main thread
-    (Python's rule for signals); elsewhere :meth:`install` does nothing and returns ``False``.
+    :meth:`install` takes over the :data:`STOP_SIGNALS` (but one ignored, as ``nohup`` does)
+    and the process's wakeup descriptor until :meth:`restore` gives back what was there
+    before. Both must be called from the main thread (Python's rule for signals); elsewhere
+    :meth:`install` does nothing and returns ``False``.
     """
 
     def __init__(self, on_signal: Callable[[signal.Signals], None]) -> None:
@@ -44,7 +49,7 @@ class StopSignals:
         self._thread: threading.Thread | None = None
 
     def install(self) -> bool:
-        """Route SIGINT/SIGTERM to the watcher thread; ``False`` off the main thread."""
+        """Route the stop signals to the watcher thread; ``False`` off the main thread."""
         if threading.current_thread() is not threading.main_thread() or self._writer:
             return False
         reader, writer = socket.socketpair()
@@ -52,9 +57,11 @@ class StopSignals:
         self._previous_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
         self._writer = writer
         for sig in STOP_SIGNALS:
-            self._previous[sig] = signal.signal(sig, _answered_elsewhere)
+            if signal.getsignal(sig) is not signal.SIG_IGN:  # nohup's SIGHUP stays ignored
+                self._previous[sig] = signal.signal(sig, _answered_elsewhere)
+        handled = frozenset(self._previous)
         self._thread = threading.Thread(
-            target=self._watch, args=(reader,), name="herdsched-signals", daemon=True
+            target=self._watch, args=(reader, handled), name="herdsched-signals", daemon=True
         )
         self._thread.start()
         return True
@@ -74,11 +81,11 @@ class StopSignals:
             self._thread.join()
         self._thread = None
 
-    def _watch(self, reader: socket.socket) -> None:
+    def _watch(self, reader: socket.socket, handled: frozenset[int]) -> None:
         with reader:
             while received := reader.recv(64):
                 for number in received:
-                    if number in STOP_SIGNALS:  # the descriptor hears every handled signal
+                    if number in handled:  # the descriptor hears every handled signal
                         self._on_signal(signal.Signals(number))
 
 
@@ -96,7 +103,7 @@ class _Stoppable(Protocol):
 
 
 def run_until_stopped(scheduler: _Stoppable) -> None:
-    """Start ``scheduler`` (if needed) and block until SIGINT/SIGTERM or its ``stop()``, then
+    """Start ``scheduler`` (if needed) and block until a stop signal or its ``stop()``, then
     stop it gracefully (``ThreadedScheduler.run_forever``)."""
     stop_requested = threading.Event()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -52,7 +53,7 @@ def fleet_process(tmp_path: Path) -> Iterator[Callable[[Path], subprocess.Popen[
     """Start ``herdsched run`` in the background; always stopped at the end of the test."""
     started: list[subprocess.Popen[str]] = []
 
-    def start(fleet: Path, *extra: str) -> subprocess.Popen[str]:
+    def start(fleet: Path, *extra: str, **popen: Any) -> subprocess.Popen[str]:
         log = open(tmp_path / "run.log", "w", encoding="utf-8")  # noqa: SIM115 - closed below
         process = subprocess.Popen(
             [sys.executable, "-m", "herdsched", "run", str(fleet), *extra],
@@ -60,6 +61,7 @@ def fleet_process(tmp_path: Path) -> Iterator[Callable[[Path], subprocess.Popen[
             stderr=log,
             text=True,
             cwd=tmp_path,
+            **popen,
         )
         log.close()
         started.append(process)
@@ -185,9 +187,12 @@ def test_pause_and_trigger_from_a_second_process(
     assert "scheduler stopped" in log
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_sigterm_stops_gracefully_and_waits_for_the_running_job(
-    tmp_path: Path, fleet_process: Callable[..., subprocess.Popen[str]]
+    tmp_path: Path, fleet_process: Callable[..., subprocess.Popen[str]], sig: signal.Signals
 ) -> None:
+    """SIGHUP too (a closed terminal or ssh session): it ended the process at once, its
+    command jobs left running unwatched, and a standby taking over ran them again beside."""
     started, marker = tmp_path / "started", tmp_path / "finished"
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(
@@ -204,11 +209,31 @@ def test_sigterm_stops_gracefully_and_waits_for_the_running_job(
     process = fleet_process(fleet, "--state-dir", str(state))
     log = tmp_path / "run.log"
     assert wait_for(started.exists)  # the job has started (it is due at once)
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(sig)
     assert process.wait(timeout=30) == 0
     assert marker.exists()  # stop waited for the job instead of killing it
-    assert "SIGTERM received: stopping" in log.read_text()
+    assert f"{sig.name} received: stopping" in log.read_text()
     assert history(state, "a/slow")[0]["status"] == "success"
+
+
+def test_under_nohup_a_hang_up_is_still_ignored(
+    tmp_path: Path, fleet_process: Callable[..., subprocess.Popen[str]]
+) -> None:
+    """``nohup herdsched run`` asks for SIGHUP to be ignored: it must not stop the fleet."""
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "agents:\n  - name: a\n    command: [sh, -c, \"exit 0\"]\n    schedules: {s: {interval: 1h}}\n"
+    )
+    ignore_hangups = functools.partial(signal.signal, signal.SIGHUP, signal.SIG_IGN)
+    process = fleet_process(
+        fleet, "--state-dir", str(tmp_path / "state"), preexec_fn=ignore_hangups
+    )
+    log = tmp_path / "run.log"
+    assert wait_for(lambda: "a/s succeeded" in log.read_text())
+    process.send_signal(signal.SIGHUP)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 0
+    assert "SIGHUP" not in log.read_text() and "SIGTERM received: stopping" in log.read_text()
 
 
 def _alive(pid: int) -> bool:
