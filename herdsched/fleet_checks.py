@@ -16,6 +16,7 @@ from pathlib import Path
 
 from herdsched.command import CommandJob
 from herdsched.config import FleetConfig
+from herdsched.engine.collaborators import DEFAULT_STATE_DIR
 from herdsched.errors import SchedulerError, StateError
 from herdsched.models import JobFunc
 from herdsched.scheduler import ThreadedScheduler
@@ -39,14 +40,15 @@ def runnable_problems(fleet: FleetConfig, *, own_state_dir: bool = True) -> list
 
 
 def _state_dir(fleet: FleetConfig) -> list[str]:
-    """A problem when ``scheduler.state_dir`` cannot be used: a file is in the way, or it
-    cannot be made or written. Judged as the scheduler's start judges it, but without
-    creating the directory (``validate`` leaves no trace)."""
-    if fleet.state_dir is None:
-        return []
+    """A problem when ``scheduler.state_dir`` (else the default, ``.herdsched``) cannot be
+    used: a file is in the way, or it cannot be made or written. Judged as the scheduler's
+    start judges it, but without creating the directory (``validate`` leaves no trace)."""
+    where = Path(DEFAULT_STATE_DIR) if fleet.state_dir is None else fleet.state_dir
     try:
-        state_dir_could_be_made(fleet.state_dir)
+        state_dir_could_be_made(where)
     except StateError as exc:
+        if fleet.state_dir is None:  # run uses the default, in the directory it starts in
+            return [f"{fleet.path}: the default state directory (no scheduler.state_dir): {exc}"]
         return [f"{fleet.path}: scheduler.state_dir: {exc}"]
     return []
 

@@ -1185,6 +1185,32 @@ def test_validate_finds_a_state_dir_that_is_a_file(
     assert (elsewhere / "state.yaml").is_file()
 
 
+def test_validate_finds_a_default_state_dir_in_the_way(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no ``scheduler.state_dir``, ``run`` keeps its state in ``.herdsched``: a file of
+    that name in the way passed ``validate`` (exit 0) and then failed ``run`` (exit 1, other
+    words); both refuse it now, alike."""
+    fleet = _fleet(
+        tmp_path,
+        """
+        agents:
+          - name: a
+            command: ["true"]
+            schedules: {s: {type: interval, interval: 5m}}
+        """,
+    )
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".herdsched").write_text("")
+    said = []
+    for argv in (["validate", str(fleet)], ["run", str(fleet), "--duration", "1s"]):
+        code, _, err = run_cli(capsys, *argv)
+        assert code == 2, err
+        assert "the default state directory (no scheduler.state_dir): " in err
+        said.append(err)
+    assert said[0] == said[1]
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

@@ -222,7 +222,8 @@ def test_under_nohup_a_hang_up_is_still_ignored(
     """``nohup herdsched run`` asks for SIGHUP to be ignored: it must not stop the fleet."""
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(
-        "agents:\n  - name: a\n    command: [sh, -c, \"exit 0\"]\n    schedules: {s: {interval: 1h}}\n"
+        "agents:\n  - name: a\n    command: [sh, -c, 'exit 0']\n"
+        "    schedules: {s: {interval: 1h}}\n"
     )
     ignore_hangups = functools.partial(signal.signal, signal.SIGHUP, signal.SIG_IGN)
     process = fleet_process(
