@@ -192,9 +192,19 @@ def _flush() -> None:
         sys.stdout.flush()
 
 
+#: What the command said on stdout so far: a steering command whose output cannot be written
+#: (stdout a full disk) has acted all the same, and says so on stderr.
+_said: list[str] = []
+
+#: The commands that change something before they report it.
+_ACTING = frozenset({"trigger", "pause", "resume", "forget"})
+
+
 def _out(text: str = "") -> None:
     """Write a line for people: control characters are shown as escapes, line breaks kept."""
-    _write(_visible(text, keep="\n") + "\n")
+    line = _visible(text, keep="\n") + "\n"
+    _said.append(line)
+    _write(line)
 
 
 def _err(text: str) -> None:
@@ -644,12 +654,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     handler: Callable[[argparse.Namespace], int] = args.handler
     undo_logging = _setup_logging(_log_level(args))
+    _said.clear()
     try:
         code = handler(args)
         _flush()
         return code
     except _OutputError as exc:  # e.g. "herdsched status > /dev/full"
-        _err(f"herdsched {args.command}: could not write the output: {exc}")
+        done = "".join(_said).strip() if args.command in _ACTING else ""
+        done = f"; it was done all the same: {done}" if done else ""
+        _err(f"herdsched {args.command}: could not write the output: {exc}{done}")
         _discard_stdout()
         return EXIT_FAILURE
     except _UsageError as exc:

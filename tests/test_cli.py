@@ -1471,6 +1471,24 @@ def test_output_to_a_full_disk_is_one_line_on_stderr_and_exit_1(
     assert err == f"herdsched {argv[0]}: could not write the output: No space left on device\n"
 
 
+@pytest.mark.parametrize("buffered", [False, True])
+def test_a_steering_command_whose_output_fails_says_what_it_did(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    state_dir: Path,
+    buffered: bool,
+) -> None:
+    """``herdsched trigger a > /dev/full`` queued the run, then said only that its output
+    could not be written (exit 1): the run id was lost, and a script retrying queued another."""
+    monkeypatch.setattr("sys.stdout", _FullDisk(buffered=buffered))
+    code = main(["pause", "triage/check", "--state-dir", str(state_dir)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.startswith("herdsched pause: could not write the output: No space left on device")
+    assert "; it was done all the same: triage/check: paused" in err, err
+    assert YamlStateStore(state_dir).get_schedule_state("triage", "check").status.value == "paused"
+
+
 def test_a_pause_refused_for_a_held_lock_says_to_try_again_and_one_for_other_errors_does_not(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
