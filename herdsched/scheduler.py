@@ -656,9 +656,9 @@ class ThreadedScheduler:
             run = self._dispatch.prepare(
                 entry, TriggerType.MANUAL, None, self.clock.now(), prompt=prompt
             )
-        self._dispatch.launch([run], bypass=bypass_concurrency)
-        if run.deadline is not None:
+        if run.deadline is not None:  # before its JobSubmitted listeners, which may be slow
             core.wake.set()  # the timer may sleep past the timeout it is to enforce
+        self._dispatch.launch([run], bypass=bypass_concurrency)
         with core.idle:  # a run has ended once it gave its slot back (its claim failed, say)
             if not wait and run.run_id in core.running:
                 return TriggerResult(success=True, run_id=run.run_id)

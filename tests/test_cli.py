@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from herdsched import __version__, cli
+from herdsched import Agent, Schedule, ThreadedScheduler, __version__, cli
 from herdsched.cli import main
 from herdsched.models import RunRecord, ScheduleState
 from herdsched.store.yaml_store import YamlStateStore
@@ -864,6 +864,25 @@ def test_corrupt_state_is_a_runtime_failure(
 
 # --------------------------------------------------------------------------------------------
 # run, in-process
+
+
+def test_status_tells_a_schedule_its_definition_disables(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``enabled: false`` in the fleet file showed as any idle schedule in ``status`` and
+    ``list`` (no next run, no reason): the command line cannot read the definition, so the
+    cadence the scheduler stores for it says so."""
+    sched = ThreadedScheduler(state_dir=tmp_path, timezone="UTC")
+    schedules = {"off": Schedule.interval("2s", enabled=False), "on": Schedule.interval("1h")}
+    sched.add_agent(Agent("a", job=lambda info: None, schedules=schedules))
+    sched.start()
+    sched.stop()
+    code, out, err = run_cli(capsys, "status", "--json", "--state-dir", str(tmp_path))
+    assert code == 0, err
+    cadences = {item["schedule"]: item["cadence"] for item in json.loads(out)["schedules"]}
+    assert cadences == {"off": "every 2s (enabled: false)", "on": "every 1h"}
+    code, out, _ = run_cli(capsys, "list", "--state-dir", str(tmp_path))
+    assert "every 2s (enabled: false)" in out
 
 
 def _fleet(tmp_path: Path, body: str) -> Path:

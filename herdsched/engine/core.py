@@ -192,14 +192,18 @@ class EngineCore:
             self.change_state(entry, next_run_at=due)
 
     def persist_description(self, entry: Entry) -> None:
-        """Record the cadence, type and owner so other processes can show them (and that the
-        schedule is in the fleet again, if it was marked removed)."""
+        """Record the cadence (marked when the definition disables it), type and owner so other
+        processes can show them (and that the schedule is in the fleet again, if it was marked
+        removed)."""
         if not self.leading:
             return
         schedule = entry.schedule
         state = entry.state
+        cadence = schedule.describe(self.settings.timezone)
+        if not schedule.enabled:  # a process without the definition (the CLI) says why it idles
+            cadence += " (enabled: false)"
         wanted = (
-            schedule.describe(self.settings.timezone),
+            cadence,
             str(schedule.type),
             schedule.owner,
             None,
