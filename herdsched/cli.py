@@ -1484,21 +1484,26 @@ def _cmd_forget(args: argparse.Namespace) -> int:
             store.purge_history(agent, name)
             store.remove_schedule_state(agent, name)
             _out(f"{agent}/{name}: forgotten, with its state and {records} run record(s)")
+        if schedule is None and len(removed) == len(states):  # the agent is gone: all of it
+            left = store.get_history(agent, None, limit=sys.maxsize)  # run-nows, deleted ones
+            for name in sorted({record.schedule for record in left}):
+                _forget_deleted(store, agent, name)
     finally:
         store.close()
     return EXIT_OK
 
 
 def _forget_deleted(store: StateStore, agent: str, schedule: str) -> bool:
-    """Clear the history of a deleted schedule (no state left, as after ``DELETE`` or
-    ``remove_schedule()``); whether there was one to clear."""
+    """Clear the history of a schedule with no state left (deleted by ``DELETE`` or
+    ``remove_schedule()``, or an agent's run-nows that never had one); whether there was one
+    to clear."""
     if schedule in store.get_agent_schedule_states(agent):
         return False
     records = len(store.get_history(agent, schedule, limit=sys.maxsize))
     if not records:
         return False
     store.purge_history(agent, schedule)
-    _out(f"{agent}/{schedule}: forgotten, its {records} run record(s) (it was deleted)")
+    _out(f"{agent}/{schedule}: forgotten, its {records} run record(s) (it had no state left)")
     return True
 
 

@@ -206,7 +206,10 @@ def test_forget_clears_the_history_of_a_deleted_schedule(
     _with(target, lambda s: s.remove_schedule_state("triage", "check"))
     assert _with(target, lambda s: len(s.get_history("triage", "check"))) == 1
     code, out, _ = run_cli(capsys, "forget", "triage/check", *target.args())
-    assert (code, out) == (0, "triage/check: forgotten, its 1 run record(s) (it was deleted)\n")
+    assert (code, out) == (
+        0,
+        "triage/check: forgotten, its 1 run record(s) (it had no state left)\n",
+    )
     assert _with(target, lambda s: s.get_history("triage", "check")) == []
     assert _with(target, lambda s: sorted(s.get_agent_schedule_states("triage"))) == ["report"]
     code, _, err = run_cli(capsys, "forget", "triage/check", *target.args())
@@ -602,3 +605,33 @@ def test_a_mistyped_namespace_is_answered_with_the_namespaces_in_use(
     assert out.rstrip().endswith(hint), out
     code, out, _ = run_cli(capsys, "status", "--store", database, "--namespace", "prod")
     assert code == 0 and "Schedules:       1 idle\n" in out
+
+
+def test_forget_of_an_agent_gone_from_the_fleet_takes_its_run_nows_along(
+    capsys: pytest.CaptureFixture[str], target: Target
+) -> None:
+    """A run-now of an agent taken out of the fleet (recorded ``skipped``, under ``manual``,
+    with no state) stayed in ``history`` after ``forget AGENT``; a second, undocumented
+    ``forget AGENT/manual`` was needed."""
+
+    def gone(store: StateStore) -> None:
+        for name in ("check", "report"):
+            store.update_schedule_state("triage", name, removed_at=T0)
+        store.append_run(
+            RunRecord(
+                run_id="run-2",
+                agent="triage",
+                schedule="manual",
+                trigger_type="manual",
+                finished_at=T0,
+                status="skipped",
+                error="removed: agent 'triage' no longer exists",
+            )
+        )
+        store.flush()
+
+    _with(target, gone)
+    code, out, err = run_cli(capsys, "forget", "triage", *target.args())
+    assert code == 0, err
+    assert "triage/manual: forgotten, its 1 run record(s) (it had no state left)" in out
+    assert _with(target, lambda s: s.get_history("triage")) == []
