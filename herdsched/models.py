@@ -14,7 +14,7 @@ import re
 import threading
 import types
 import unicodedata
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import date, datetime, timedelta, timezone, tzinfo
 from typing import Any, TypeVar, Union
 
@@ -424,35 +424,53 @@ def _metadata(value: Any) -> dict[str, Any]:
 
 
 def json_problem(value: Any, where: str, depth: int) -> str | None:
-    """Why ``value`` (found at ``where``) is not JSON data every store keeps, or ``None``."""
+    """Why ``value`` (found at ``where``) is not JSON data every store keeps, or ``None``:
+    every culprit in it, not the first alone."""
+    problems = list(_json_problems(value, where, depth))
+    return "; ".join(problems) if problems else None
+
+
+#: what to write instead of a value JSON cannot hold, by its type
+_INSTEAD = {
+    "set": "write a list",
+    "frozenset": "write a list",
+    "bytes": "write text",
+    "bytearray": "write text",
+    "date": "write a date or time as text",
+    "datetime": "write a date or time as text",
+    "time": "write a date or time as text",
+}
+
+
+def _json_problems(value: Any, where: str, depth: int) -> Iterator[str]:
     if depth > MAX_METADATA_DEPTH:
-        return f"{where} is nested more than {MAX_METADATA_DEPTH} levels deep"
-    if value is None or isinstance(value, (bool, int)):
-        return None
-    if isinstance(value, float):
-        return None if math.isfinite(value) else f"{where} is {value!r}, which JSON cannot hold"
-    if isinstance(value, str):
-        return text_problem(value, where)
-    if isinstance(value, Mapping):
+        yield f"{where} is nested more than {MAX_METADATA_DEPTH} levels deep"
+    elif value is None or isinstance(value, (bool, int)):
+        return
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            yield f"{where} is {value!r}, which JSON cannot hold"
+    elif isinstance(value, str):
+        if (problem := text_problem(value, where)) is not None:
+            yield problem
+    elif isinstance(value, Mapping):
         for key, item in value.items():
             if not isinstance(key, str):
-                return f"{where}: keys must be strings, got {type(key).__name__} {key!r}"
-            problem = text_problem(key, f"{where} key") or json_problem(
-                item, f"{where}.{key}", depth + 1
-            )
-            if problem is not None:
-                return problem
-        return None
-    if isinstance(value, (list, tuple)):
+                yield f"{where}: keys must be strings, got {type(key).__name__} {key!r}"
+            elif (problem := text_problem(key, f"{where} key")) is not None:
+                yield problem
+            else:
+                yield from _json_problems(item, f"{where}.{key}", depth + 1)
+    elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
-            problem = json_problem(item, f"{where}[{index}]", depth + 1)
-            if problem is not None:
-                return problem
-        return None
-    return (
-        f"{where} is a {type(value).__name__} ({value!r}): metadata holds text, numbers, "
-        "booleans, null, lists and mappings (write a date or time as text)"
-    )
+            yield from _json_problems(item, f"{where}[{index}]", depth + 1)
+    else:
+        kind = type(value).__name__
+        instead = _INSTEAD.get(kind, "write it as one of them")
+        yield (
+            f"{where} is a {kind} ({value!r}): metadata holds text, numbers, booleans, null, "
+            f"lists and mappings ({instead})"
+        )
 
 
 def text_problem(value: str, where: str) -> str | None:

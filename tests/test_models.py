@@ -189,6 +189,13 @@ def test_with_changes_revalidates() -> None:
         (lambda: Schedule.manual(metadata={"w": {1, 2}}), "metadata", "metadata.w is a set"),
         (lambda: Schedule.manual(metadata={"b": b"x"}), "metadata", "metadata.b is a bytes"),
         (lambda: Schedule.manual(metadata={"n": float("nan")}), "metadata", "JSON cannot hold"),
+        # only the first culprit was named, a set told to "write a date or time as text"
+        (
+            lambda: Schedule.manual(metadata={"w": {1}, "n": float("nan"), "ok": 1}),
+            "metadata",
+            "metadata.w is a set ({1}): metadata holds text, numbers, booleans, null, lists and "
+            "mappings (write a list); metadata.n is nan, which JSON cannot hold",
+        ),
         (lambda: Schedule.manual(metadata={"s": "\udcff"}), "metadata", "metadata.s is not valid"),
         (lambda: Schedule.manual(metadata={"z": "a\x00"}), "metadata", "metadata.z contains a NUL"),
         (
