@@ -40,7 +40,7 @@ from herdsched.errors import AgentNotFoundError, ConfigError, InvalidScheduleErr
 from herdsched.models import Agent, CatchUp, JobFunc, Schedule, check_name
 from herdsched.policy import coerce_backoff
 from herdsched.scheduler import ThreadedScheduler
-from herdsched.store.base import check_ttl
+from herdsched.store.base import LONGEST_LEASE_TTL
 from herdsched.timestamps import to_utc
 
 __all__ = [
@@ -494,8 +494,16 @@ def _scheduler_options(
         elif key in ("max_sleep", "lease_ttl"):
             delta = chk.duration(value, at(key), key)
             options[key] = None if delta is None else delta.total_seconds()
-            if key == "lease_ttl" and delta is not None:
-                _check_in(chk, at(key), check_ttl, options[key])
+            if (
+                key == "lease_ttl"
+                and delta is not None
+                and delta.total_seconds() > LONGEST_LEASE_TTL
+            ):
+                chk.problem(  # in the words it was written in, not as seconds
+                    at(key),
+                    "lease_ttl must be at most a day (24h): a hung leader keeps every standby "
+                    f"out for that long; got {_describe(value)}",
+                )
         elif key == "jitter_percent":
             options[key] = chk.percent(value, at(key), key)
         elif key == "backoff":

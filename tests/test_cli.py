@@ -1127,7 +1127,10 @@ _NOT_RUNNABLE = {
         scheduler: {lease_ttl: 3000000d}
         agents: [{name: a, command: ["true"], schedules: {s: {interval: 5m}}}]
         """,
-        ["lease_ttl must be at most a day (86400 s)"],
+        [
+            "lease_ttl must be at most a day (24h): a hung leader keeps every standby out for "
+            'that long; got "3000000d"'
+        ],  # as written, not 259200000000.0 s
     ),
     "backoff": (  # accepted; the first failure's retry time overflowed and its run was lost
         """
