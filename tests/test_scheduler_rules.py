@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -1500,24 +1501,34 @@ def test_a_paused_schedule_shows_no_next_run_on_a_stopped_scheduler_or_a_standby
         sched.add_agent(Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1m")}))
         return sched
 
-    def next_run(sched: ThreadedScheduler) -> object:
-        (item,) = sched.get_status().schedules
-        return item.next_run_at
+    with _leader_and_standby(build) as (leader, standby):
+        step(leader)
+        # a live plan is shown, once the run's end is committed (on the flusher thread)
+        assert wait_until(lambda: _next_run(standby) == T0 + timedelta(minutes=1))
+        leader.pause("a", "s")
+        assert (_next_run(leader), _next_run(standby)) == (None, None)
+    assert _next_run(leader) is None
 
+
+def _next_run(sched: ThreadedScheduler) -> object:
+    (item,) = sched.get_status().schedules
+    return item.next_run_at
+
+
+@contextmanager
+def _leader_and_standby(
+    build: Callable[[], ThreadedScheduler],
+) -> Iterator[tuple[ThreadedScheduler, ThreadedScheduler]]:
+    """Two schedulers of one state directory, as of two processes: the first leads."""
     with as_separate_processes():
         leader, standby = build(), build()
         leader.start()
         standby.start()
         try:
-            step(leader)
-            # a live plan is shown, once the run's end is committed (on the flusher thread)
-            assert wait_until(lambda: next_run(standby) == T0 + timedelta(minutes=1))
-            leader.pause("a", "s")
-            assert (next_run(leader), next_run(standby)) == (None, None)
+            yield leader, standby
         finally:
             standby.stop()
             leader.stop()
-    assert next_run(leader) is None
 
 
 def test_a_resume_made_on_a_standby_answers_the_plan_the_leader_will_make(
@@ -1536,24 +1547,13 @@ def test_a_resume_made_on_a_standby_answers_the_plan_the_leader_will_make(
         sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("10m")}))
         return sched
 
-    def next_run(sched: ThreadedScheduler) -> object:
-        (item,) = sched.get_status().schedules
-        return item.next_run_at
-
-    with as_separate_processes():
-        leader, standby = build(), build()
-        leader.start()
-        standby.start()
-        try:
-            step(leader)  # fails at T0: backed off an hour
-            assert wait_until(lambda: next_run(standby) == T0 + timedelta(hours=1))
-            standby.resume("a", "s")
-            assert next_run(standby) == T0 + timedelta(minutes=10)  # the cadence's own
-            step(leader, clock, "1s")  # the leader takes the resume in
-            assert next_run(leader) == T0 + timedelta(minutes=10)
-        finally:
-            standby.stop()
-            leader.stop()
+    with _leader_and_standby(build) as (leader, standby):
+        step(leader)  # fails at T0: backed off an hour
+        assert wait_until(lambda: _next_run(standby) == T0 + timedelta(hours=1))
+        standby.resume("a", "s")
+        assert _next_run(standby) == T0 + timedelta(minutes=10)  # the cadence's own
+        step(leader, clock, "1s")  # the leader takes the resume in
+        assert _next_run(leader) == T0 + timedelta(minutes=10)
 
 
 def test_a_scheduler_not_running_says_so_as_each_schedule_s_skip_reason() -> None:
