@@ -27,10 +27,11 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone, tzinfo
 from itertools import islice
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from dateutil import parser as dateutil_parser
@@ -232,6 +233,26 @@ class _Parser(argparse.ArgumentParser):
     """argparse's parser, whose usage errors (which quote the arguments, a ``--store`` URL
     given in the wrong place included) never show a password, and say how to give a value
     that starts with "-" (argparse reads ``--duration -1s`` as two options)."""
+
+    #: the top level's commands by name, for the usage of one given arguments too many
+    commands: Mapping[str, argparse.ArgumentParser] = MappingProxyType({})
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: None = None
+    ) -> argparse.Namespace:
+        """As argparse's, but arguments left over are a usage error of the command they were
+        given to, with its usage (not the top level's), and ``AGENT SCHEDULE`` is told to be
+        ``AGENT/SCHEDULE``."""
+        known, extra = self.parse_known_args(args, namespace)
+        if extra:
+            command = getattr(known, "command", None)
+            sub = self.commands.get(command) if command else None
+            target = getattr(known, "target", None)
+            hint = ""
+            if target and "/" not in target and len(extra) == 1:
+                hint = f" (a schedule is named AGENT/SCHEDULE: {target}/{extra[0]})"
+            (sub or self).error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+        return known
 
     def error(self, message: str) -> NoReturn:
         missing = _NO_VALUE.fullmatch(message)
@@ -626,15 +647,17 @@ def build_parser() -> argparse.ArgumentParser:
     Commands are added in the order ``--help`` lists them; the logging options work before
     the command and after it.
     """
-    parser: argparse.ArgumentParser = _Parser(
+    top = _Parser(
         prog="herdsched",
         description="Run a fleet of scheduled agents, and look at and steer a running fleet.",
         epilog="Exit codes: 0 ok, 1 runtime failure, 2 usage or validation error, 130 quit "
         "at once (a second stop signal, or interrupted).",
     )
+    parser: argparse.ArgumentParser = top
     parser.add_argument("--version", action="version", version=f"herdsched {__version__}")
     _add_logging_options(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    top.commands = commands.choices
     parents = _parent_parsers()
     _add_run_command(commands, parents)
     _add_overview_commands(commands, parents)

@@ -885,6 +885,21 @@ def test_status_tells_a_schedule_its_definition_disables(
     assert "every 2s (enabled: false)" in out
 
 
+@pytest.mark.parametrize("command", ["trigger", "pause", "history"])
+def test_a_schedule_given_apart_from_its_agent_is_told_how_to_name_it(
+    capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """``herdsched trigger work adhoc`` got the top level's usage and "unrecognized arguments"
+    with no word on AGENT/SCHEDULE; it gets the command's usage and the name to write."""
+    code, out, err = run_cli(capsys, command, "work", "adhoc")
+    assert code == 2 and out == ""
+    assert err.startswith(f"usage: herdsched {command} "), err
+    assert err.endswith(
+        f"herdsched {command}: error: unrecognized arguments: adhoc (a schedule is named "
+        "AGENT/SCHEDULE: work/adhoc)\n"
+    )
+
+
 def _fleet(tmp_path: Path, body: str) -> Path:
     path = tmp_path / "fleet.yaml"
     path.write_text(textwrap.dedent(body))
