@@ -651,7 +651,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="herdsched",
         description="Run a fleet of scheduled agents, and look at and steer a running fleet.",
         epilog="Exit codes: 0 ok, 1 runtime failure, 2 usage or validation error, 130 quit "
-        "at once (a second stop signal, or interrupted).",
+        "at once (a second Ctrl-C or SIGTERM, or interrupted).",
     )
     parser: argparse.ArgumentParser = top
     parser.add_argument("--version", action="version", version=f"herdsched {__version__}")
@@ -764,7 +764,7 @@ def _runs_text(job: object) -> str:
 
 class _Stopper:
     """Signal handling for ``run``: the first stop signal (SIGINT, SIGTERM, SIGHUP) stops
-    gracefully, a second quits at once, after saving what it can within
+    gracefully, a second SIGINT or SIGTERM quits at once, after saving what it can within
     :data:`FINAL_SAVE_WAIT` seconds.
 
     The signals are answered on a thread of their own (:mod:`herdsched.stop_signals`), so a
@@ -784,10 +784,15 @@ class _Stopper:
         self._signals.restore()
 
     def received(self, sig: signal.Signals) -> None:
-        """Answer the ``self.signals``-th stop signal (on the ``herdsched-signals`` thread)."""
+        """Answer the ``self.signals``-th stop signal (on the ``herdsched-signals`` thread).
+        A hang-up never quits at once: a closing terminal sends it twice (once through its
+        shell, once from the kernel to the foreground job), and it is no person's second ask."""
+        if self.signals and sig.name == "SIGHUP":
+            return
         self.signals += 1
         if self.signals == 1:
-            logger.info("%s received: stopping (send it again to quit at once)", sig.name)
+            again = "" if sig.name == "SIGHUP" else " (send it again to quit at once)"
+            logger.info("%s received: stopping%s", sig.name, again)
             self.event.set()
             return
         logger.warning("%s received again: quitting without waiting for running jobs", sig.name)

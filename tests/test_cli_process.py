@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
+import pty
+import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -235,6 +239,42 @@ def test_under_nohup_a_hang_up_is_still_ignored(
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=30) == 0
     assert "SIGHUP" not in log.read_text() and "SIGTERM received: stopping" in log.read_text()
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_a_closed_terminal_stops_run_gracefully(tmp_path: Path) -> None:
+    """``herdsched run`` in the foreground of an interactive shell whose terminal closes (an
+    ssh session dropped): the shell passes the hang-up on, then the kernel sends the job a
+    second one, which quit at once (exit 130) and killed the running command job."""
+    started, finished = tmp_path / "started", tmp_path / "finished"
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "agents:\n  - name: a\n"
+        f"    command: [sh, -c, 'touch {started}; sleep 3; touch {finished}']\n"
+        "    schedules: {slow: {interval: 1h}}\n"
+    )
+    state, log = tmp_path / "state", tmp_path / "run.log"
+    pid, terminal = pty.fork()
+    if pid == 0:  # the child: an interactive shell on the new terminal
+        os.chdir(tmp_path)
+        os.execvpe("bash", ["bash", "--norc", "--noprofile", "-i"], dict(os.environ, PS1="$ "))
+    try:
+        command = f"{sys.executable} -m herdsched run {fleet} --state-dir {state} 2>{log}\n"
+        os.write(terminal, command.encode())
+        deadline = time.monotonic() + 30
+        while not started.exists() and time.monotonic() < deadline:
+            if select.select([terminal], [], [], 0.1)[0]:
+                with contextlib.suppress(OSError):
+                    os.read(terminal, 4096)  # the terminal's output, read as a terminal would
+        assert started.exists(), log.read_text()
+    finally:
+        os.close(terminal)  # the terminal goes away
+        os.waitpid(pid, 0)
+    assert wait_for(finished.exists, 30), log.read_text()  # the job ran to its end
+    assert wait_for(lambda: "scheduler stopped" in log.read_text(), 30), log.read_text()
+    text = log.read_text()
+    assert "SIGHUP received: stopping" in text and "quitting without waiting" not in text
+    assert history(state, "a/slow")[0]["status"] == "success"
 
 
 def _alive(pid: int) -> bool:
