@@ -712,7 +712,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    fleet = _runnable_fleet(args.fleet)
+    # the state directory run would use: none to judge when the environment names a store
+    fleet = _runnable_fleet(args.fleet, own_state_dir=not os.environ.get(STORE_ENV))
     schedules = sum(len(agent.schedules) for agent in fleet.agents)
     name = f' "{fleet.name}"' if fleet.name else ""
     _out(f"{args.fleet}: valid fleet{name}: {len(fleet.agents)} agent(s), {schedules} schedule(s)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import functools
 import inspect
+import itertools
 import math
 import re
 import threading
@@ -425,9 +426,16 @@ def _metadata(value: Any) -> dict[str, Any]:
 
 def json_problem(value: Any, where: str, depth: int) -> str | None:
     """Why ``value`` (found at ``where``) is not JSON data every store keeps, or ``None``:
-    every culprit in it, not the first alone."""
-    problems = list(_json_problems(value, where, depth))
+    every culprit in it, not the first alone (the first ten, and how many more)."""
+    problems = list(itertools.islice(_json_problems(value, where, depth), _NAMED + 1))
+    if len(problems) > _NAMED:
+        more = sum(1 for _ in _json_problems(value, where, depth)) - _NAMED
+        problems[_NAMED:] = [f"and {more} more"]
     return "; ".join(problems) if problems else None
+
+
+#: How many culprits a refusal names (a body of twenty thousand NaNs is one refusal).
+_NAMED = 10
 
 
 #: what to write instead of a value JSON cannot hold, by its type

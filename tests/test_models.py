@@ -196,6 +196,11 @@ def test_with_changes_revalidates() -> None:
             "metadata.w is a set ({1}): metadata holds text, numbers, booleans, null, lists and "
             "mappings (write a list); metadata.n is nan, which JSON cannot hold",
         ),
+        (  # named up to ten: a body of thousands made a message of megabytes
+            lambda: Schedule.manual(metadata={"n": [float("nan")] * 25}),
+            "metadata",
+            "metadata.n[9] is nan, which JSON cannot hold; and 15 more",
+        ),
         (lambda: Schedule.manual(metadata={"s": "\udcff"}), "metadata", "metadata.s is not valid"),
         (lambda: Schedule.manual(metadata={"z": "a\x00"}), "metadata", "metadata.z contains a NUL"),
         (

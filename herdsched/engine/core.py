@@ -49,9 +49,13 @@ from herdsched.runner import Run, new_run_id
 from herdsched.store.base import RunClaim, StateStore
 from herdsched.worksource import WorkSource
 
-__all__ = ["AD_HOC_SCHEDULE", "EngineCore"]
+__all__ = ["AD_HOC_SCHEDULE", "DISABLED_MARK", "EngineCore"]
 
 _PARKED = (Status.PAUSED, Status.DISABLED)
+
+
+#: What the stored cadence of a schedule its definition disables ends in.
+DISABLED_MARK = " (enabled: false)"
 
 
 class EngineCore:
@@ -201,7 +205,7 @@ class EngineCore:
         state = entry.state
         cadence = schedule.describe(self.settings.timezone)
         if not schedule.enabled:  # a process without the definition (the CLI) says why it idles
-            cadence += " (enabled: false)"
+            cadence += DISABLED_MARK
         wanted = (
             cadence,
             str(schedule.type),

@@ -226,7 +226,8 @@ class Dispatcher:
                     self._drop_unstarted(run)
                     continue
                 if run.given_up or not core.leading:  # a stop() began while it was claimed
-                    run.given_up = False  # not a run that ended: it never starts, so told
+                    # it never starts, and is recorded so: not a run a stop() gives up
+                    run.given_up, run.finalized = False, True
                     unlaunched.append(run)
                     continue
                 agent = core.agents.get(run.agent)
@@ -236,6 +237,7 @@ class Dispatcher:
                     else:
                         core.executors.submit(run.agent, agent.max_concurrent, self._execute, run)
                 except Exception as exc:  # shut down as the interpreter exits, or refusing
+                    run.finalized = True  # recorded as not started, below
                     refused.append(run)
                     error = exc
         if unlaunched:

@@ -23,7 +23,12 @@ from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
 import herdsched.events as ev
-from herdsched.engine.core import AD_HOC_SCHEDULE, EngineCore, timer_trigger_type
+from herdsched.engine.core import (
+    AD_HOC_SCHEDULE,
+    DISABLED_MARK,
+    EngineCore,
+    timer_trigger_type,
+)
 from herdsched.engine.planning import Entry, due_after_downtime, fresh_due
 from herdsched.errors import LeadershipLostError, StateError
 from herdsched.models import RunRecord, RunStatus, ScheduleState, Status, TriggerType
@@ -562,7 +567,8 @@ def plan_from_state(core: EngineCore, entry: Entry, now: datetime) -> None:
     state = entry.state
     # as stored now (a cron naming the zone it inherits), or as before (without it)
     described = {entry.schedule.describe(core.settings.timezone), entry.schedule.description}
-    cadence_changed = state.cadence is not None and state.cadence not in described
+    stored = None if state.cadence is None else state.cadence.removesuffix(DISABLED_MARK)
+    cadence_changed = stored is not None and stored not in described
     planned = _moved_start(entry, core.settings.timezone) or state.next_run_at
     if state.consecutive_failures == 0 and state.last_result in FAILED_RESULTS:
         # a resume while no scheduler led reset the failures whose backoff set the plan (the
