@@ -487,11 +487,15 @@ def test_a_run_being_handed_to_its_executor_when_stop_begins_never_starts(
         sched.stop()
 
 
-def test_a_run_whose_submission_a_stop_overtakes_is_recorded_as_not_started() -> None:
+@pytest.mark.parametrize("waits", [True, False], ids=["waits", "does-not-wait"])
+def test_a_run_submitted_when_stop_begins_runs_if_stop_waits_else_is_told_not_started(
+    waits: bool,
+) -> None:
     """``trigger()`` on a thread of the user's, its ``JobSubmitted`` listener still running
-    when ``stop()`` began: the run never starts, and it was left without a record, its
-    schedule ``running`` in the store (``interrupted`` at the next start; in memory, never
-    told). It is recorded as not started, and the trigger says why."""
+    when ``stop()`` began. A stop that waits for jobs waits for it: it was dispatched before.
+    One that does not (``wait_for_jobs=False``) let it start after it had returned, its
+    outcome dropped; it never starts now, is recorded as not started, and the trigger says
+    why."""
     in_listener, release = threading.Event(), threading.Event()
     ran: list[str] = []
 
@@ -508,14 +512,18 @@ def test_a_run_whose_submission_a_stop_overtakes_is_recorded_as_not_started() ->
     trigger.start()
     assert in_listener.wait(10)
     threading.Timer(0.5, release.set).start()
-    sched.stop(timeout=20)  # waits for the listener, then for nothing: the run never starts
+    sched.stop(wait_for_jobs=waits, timeout=20)
     trigger.join(10)
-    assert ran == []
+    [result] = results
     [record] = sched.history("a", "manual")
+    assert sched.store.get_schedule_state("a", "manual").status is Status.IDLE
+    if waits:
+        assert ran == [result.run_id] and result.success
+        assert record.status is RunStatus.SUCCESS
+        return
+    assert ran == []
     assert record.status is RunStatus.SKIPPED
     assert "the scheduler began to stop before it started" in str(record.error)
-    assert sched.store.get_schedule_state("a", "manual").status is Status.IDLE
-    [result] = results
     assert not result.success and "began to stop" in str(result.error)
 
 

@@ -225,8 +225,9 @@ class Dispatcher:
                 if run.finalized and not run.given_up:  # timed out meanwhile: recorded
                     self._drop_unstarted(run)
                     continue
-                if run.given_up or not core.leading:  # a stop() began while it was claimed
-                    # it never starts, and is recorded so: not a run a stop() gives up
+                if run.given_up or core.status in ("stopped", "standby"):
+                    # a stop() not waiting for it began, or ended, or the lead went, while it
+                    # was claimed: it never starts, and is recorded so
                     run.given_up, run.finalized = False, True
                     unlaunched.append(run)
                     continue

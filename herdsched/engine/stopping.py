@@ -55,10 +55,11 @@ def wait_for_runs(
     it."""
     core, me = dispatch.core, threading.get_ident()
     dispatch.give_up_launching()
-    with core.lock:  # runs another thread hands to their executors never start now
-        for run in core.running.values():
-            if run.launched_by not in (None, me) and not run.finalized:
-                run.finalized = run.given_up = True
+    if not cancel_left:  # stop(wait_for_jobs=False): what has not begun never begins, as no
+        with core.lock:  # one waits for it (claimed, handed over, queued in its executor)
+            for run in core.running.values():
+                if run.thread_id is None and run.launched_by != me and not run.finalized:
+                    run.finalized = run.given_up = True
 
     def others() -> list[Run]:  # not the runs this thread executes, settles or launches
         running = core.running.values()
