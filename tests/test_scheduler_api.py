@@ -369,6 +369,25 @@ def test_an_agent_removed_only_in_part_forgets_what_the_store_removed() -> None:
         assert [(s.agent, s.schedule) for s in sched.get_status().schedules] == [("a", "s2")]
 
 
+def test_a_run_time_schedule_whose_definition_went_is_forgotten_though_its_state_stays() -> None:
+    """Its definition deleted (gone for every process), then the state's removal failed: the
+    schedule stayed registered here, as if nothing had happened to it."""
+
+    class KeepsStates(MemoryStateStore):
+        def remove_schedule_state(self, agent: str, schedule: str) -> None:
+            raise StateError("disk full", "/nowhere/state.yaml")
+
+    clock = FakeClock(T0)
+    with running(store=KeepsStates(clock=clock)) as (sched, _clock):
+        sched.add_agent(Agent("a", job=Recorder()))
+        sched.start()
+        sched.add_schedule("a", "made", Schedule.interval("1h"), persist=True)
+        with pytest.raises(StateError, match=r"a/made is gone, the rest is still registered"):
+            sched.remove_agent("a")
+        assert "made" not in sched.store.load_definitions().get("a", {})
+        assert "made" not in sched.get_agent("a").schedules
+
+
 def test_update_enabled_false_parks_and_true_resumes_the_plan() -> None:
     with running() as (sched, clock):
         job = Recorder()

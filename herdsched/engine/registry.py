@@ -144,12 +144,16 @@ def forget_agent(core: EngineCore, name: str) -> None:
     entries = [entry for (agent, _), entry in core.entries.items() if agent == name]
     gone: list[Entry] = []
     for entry in entries:
+        defined = entry.persisted_definition
         try:
-            if entry.persisted_definition:  # gone for every process once its definition is
+            if defined:
                 core.store.delete_definition(name, entry.name)
+                defined = False  # gone for every process once its definition is
             core.store.remove_schedule_state(name, entry.name)
         except StateError as exc:
             core.state_error(exc, entry)
+            if entry.persisted_definition and not defined:
+                gone.append(entry)  # its state stays, marked removed at the next start
             _forget(core, name, gone)
             raise StateError(_not_removed(name, entry, gone, exc), exc.path, exc) from exc
         gone.append(entry)
