@@ -327,6 +327,36 @@ def test_an_append_after_a_torn_failed_write_is_still_read(
     assert ClaimJournal(journal.path).read() == []
 
 
+def test_an_append_after_another_process_tore_the_last_line_is_still_read(
+    tmp_path: Path,
+) -> None:
+    """Only the process whose append was torn (a full disk) put a line break first: a new
+    leader appending to the torn line glued its first claim to it, and a crash then lost that
+    claim (its run neither recorded interrupted nor kept from running again)."""
+    path = tmp_path / "claims.log"
+    path.write_bytes(b'{"agent": "a", "schedule": "s", "ru')  # an earlier leader's torn append
+    ClaimJournal(path).append([claim("t")])
+    assert ClaimJournal(path).read() == [claim("t")]
+
+
+def test_a_journal_that_cannot_be_rewritten_names_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk while the claims were rewritten after a commit logged "The state store
+    failed: [Errno 28] No space left on device", naming no file."""
+    journal = ClaimJournal(tmp_path / "claims.log")
+    journal.append([claim("s"), claim("t")])
+    journal.recorded(["run-s"])
+
+    def full(path: Path, data: bytes) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("herdsched.store.claims.atomic_write", full)
+    with pytest.raises(StateError, match=r"Cannot rewrite the claim journal .*claims.log: "):
+        journal.drop(journal.covered(shown))
+    assert [c.run_id for c in ClaimJournal(journal.path).read()] == ["run-s", "run-t"]
+
+
 def test_a_journal_still_appends_in_an_exit_hook(tmp_path: Path) -> None:
     """The descriptor's closer must not run at exit before hooks that still append (the
     scheduler's final flush, daemon threads): they would write to a closed or reused number."""

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 
+from herdsched.errors import StateError
 from herdsched.models import ScheduleState, Status
 from herdsched.store.base import RunClaim
 from herdsched.store.files import atomic_write, fsync_dir
@@ -171,27 +172,25 @@ class ClaimJournal:
         self.owned = False
         self._book = HeldClaims()  # every claim appended here and not dropped yet
         self._lines: dict[str, bytes] = {}  # their lines, in file order
-        self._torn = False  # an append failed: it may have left part of a line behind
 
     def append(self, claims: Sequence[RunClaim]) -> None:
         """Durably record ``claims`` (at least one): returns once they are written and synced."""
         lines = [_encode(claim) for claim in claims]
         with self._lock:
             created = not self.path.exists()
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
             try:
-                # after a failed append, a torn line may end the file: a line break first keeps
-                # this append's first claim from being glued to it (the reader skips blank lines)
-                view = memoryview((b"\n" if self._torn else b"") + b"".join(lines))
+                # a failed append (this process's, or another's that led before) may have left
+                # a torn line at the end: a line break first keeps this append's first claim
+                # from being glued to it (the reader skips blank lines)
+                size = os.fstat(fd).st_size
+                torn = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+                view = memoryview((b"\n" if torn else b"") + b"".join(lines))
                 while view:
                     view = view[os.write(fd, view) :]
                 os.fsync(fd)
-            except BaseException:
-                self._torn = True
-                raise
             finally:
                 os.close(fd)
-            self._torn = False
             if created:
                 fsync_dir(self.path.parent)
             for claim, line in zip(claims, lines, strict=True):
@@ -263,12 +262,16 @@ class ClaimJournal:
                 return
             if not run_ids and size == len(rest):
                 return  # the file holds just the held claims
-            if rest:
-                atomic_write(self.path, rest)
-                return
-            with open(self.path, "r+b") as handle:
-                handle.truncate(0)
-                os.fsync(handle.fileno())
+            try:
+                if rest:
+                    atomic_write(self.path, rest)
+                    return
+                with open(self.path, "r+b") as handle:
+                    handle.truncate(0)
+                    os.fsync(handle.fileno())
+            except OSError as exc:  # the claims stay on disk: a crash now recovers them again
+                message = f"Cannot rewrite the claim journal {self.path}: {exc}"
+                raise StateError(message, self.path, cause=exc) from exc
 
     def read(self) -> list[RunClaim]:
         """Every complete claim, oldest first; torn or foreign lines are skipped with a
