@@ -58,8 +58,9 @@ def format_time(moment: datetime, zone: tzinfo | None = None) -> str:
     its offset. ``herdsched status`` and the notebook view both show times so, so that a time
     read in one is found in the other."""
     local = wall_time(moment, zone if zone is not None else system_timezone())
-    offset = local.strftime("%z") or "+0000"
-    return f"{_wall_text(local)} {offset[:3]}:{offset[3:5]}"
+    offset = local.strftime("%z") or "+0000"  # +HHMM, or +HHMMSS (a local mean time of old)
+    seconds = f":{offset[5:7]}" if offset[5:7] else ""
+    return f"{_wall_text(local)} {offset[:3]}:{offset[3:5]}{seconds}"
 
 
 def _wall_text(local: datetime) -> str:

@@ -900,6 +900,24 @@ def test_a_schedule_given_apart_from_its_agent_is_told_how_to_name_it(
     )
 
 
+def test_next_shows_an_offset_of_seconds_whole(capsys: pytest.CaptureFixture[str]) -> None:
+    """A local mean time of old (New York before 18 November 1883: -04:56:02) was shown cut
+    to -04:56, so that the line's wall time and its UTC time did not add up."""
+    code, out, _ = run_cli(
+        capsys,
+        "next",
+        "* 12 * * *",
+        "--tz",
+        "America/New_York",
+        "--after",
+        "1883-11-18T11:58",
+        "-n",
+        "1",
+    )
+    assert code == 0
+    assert "1883-11-18 12:00:00 -04:56:02  Sun  1883-11-18T16:56:02.000Z" in out
+
+
 def _fleet(tmp_path: Path, body: str) -> Path:
     path = tmp_path / "fleet.yaml"
     path.write_text(textwrap.dedent(body))
