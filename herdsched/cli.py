@@ -712,8 +712,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    # the state directory run would use: none to judge when the environment names a store
-    fleet = _runnable_fleet(args.fleet, own_state_dir=not os.environ.get(STORE_ENV))
+    # the store run would use: one the environment names is checked as run checks it, and the
+    # fleet's state directory is then not judged
+    choice = _store_choice(argparse.Namespace(store=None, namespace=None, state_dir=None))
+    fleet = _runnable_fleet(args.fleet, own_state_dir=choice.spec is None)
     schedules = sum(len(agent.schedules) for agent in fleet.agents)
     name = f' "{fleet.name}"' if fleet.name else ""
     _out(f"{args.fleet}: valid fleet{name}: {len(fleet.agents)} agent(s), {schedules} schedule(s)")

@@ -12,6 +12,7 @@ import inspect
 import itertools
 import math
 import re
+import reprlib
 import threading
 import types
 import unicodedata
@@ -475,9 +476,9 @@ def _json_problems(value: Any, where: str, depth: int) -> Iterator[str]:
     else:
         kind = type(value).__name__
         instead = _INSTEAD.get(kind, "write it as one of them")
-        yield (
-            f"{where} is a {kind} ({value!r}): metadata holds text, numbers, booleans, null, "
-            f"lists and mappings ({instead})"
+        yield (  # the value's repr cut short: a megabyte of bytes is not echoed back
+            f"{where} is a {kind} ({reprlib.repr(value)}): metadata holds text, numbers, "
+            f"booleans, null, lists and mappings ({instead})"
         )
 
 

@@ -1266,6 +1266,34 @@ def test_validate_finds_a_default_state_dir_in_the_way(
     assert said[0] == said[1]
 
 
+def test_validate_checks_the_store_the_environment_names_as_run_does(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``HERDSCHED_STORE`` naming no store, ``run`` refused it (exit 2) while
+    ``validate`` called the file valid; a store it names keeps the default directory out."""
+    fleet = _fleet(
+        tmp_path,
+        """
+        agents:
+          - name: a
+            command: ["true"]
+            schedules: {s: {type: interval, interval: 5m}}
+        """,
+    )
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".herdsched").write_text("")  # in the way, but not used with a store named
+    monkeypatch.setenv("HERDSCHED_STORE", "mysql://x/y")
+    said = []
+    for argv in (["validate", str(fleet)], ["run", str(fleet), "--duration", "1s"]):
+        code, _, err = run_cli(capsys, *argv)
+        assert code == 2, err
+        said.append(err.split(": ", 1)[1])  # "herdsched validate: ..." and "herdsched run: ..."
+    assert said[0] == said[1] and "HERDSCHED_STORE" in said[0]
+    monkeypatch.setenv("HERDSCHED_STORE", str(tmp_path / "elsewhere"))
+    code, _, err = run_cli(capsys, "validate", str(fleet))
+    assert code == 0, err
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

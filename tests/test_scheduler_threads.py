@@ -9,8 +9,10 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 from scheduler_helpers import wait_until
@@ -554,6 +556,62 @@ def test_a_run_being_claimed_when_stop_begins_never_starts() -> None:
     assert ran == []
     [record] = sched.history("a", "manual")
     assert "the scheduler began to stop before it started" in str(record.error)
+
+
+def test_a_run_queued_in_its_executor_when_stop_does_not_wait_is_told_not_started() -> None:
+    """Submitted, but no worker had begun it when ``stop(wait_for_jobs=False)`` began: it
+    was dropped without a record, its schedule left ``running`` and ``trigger(wait=True)``
+    told "its outcome is not recorded" of a run that never began."""
+    gate, submitted = threading.Event(), threading.Event()
+
+    class GatedPool(ThreadPoolExecutor):
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            submitted.set()
+            return super().submit(lambda: gate.wait(30) and fn(*args, **kwargs))
+
+    ran: list[str] = []
+    sched = make(executor_factory=lambda agent, size: GatedPool(size))
+    sched.add_agent(Agent("a", job=lambda info: ran.append(info.run_id)))
+    sched.start()
+    results: list[TriggerResult] = []
+    trigger = threading.Thread(target=lambda: results.append(sched.trigger("a", wait=True)))
+    trigger.start()
+    assert submitted.wait(10)
+    sched.stop(wait_for_jobs=False)
+    gate.set()
+    trigger.join(10)
+    assert ran == []
+    [record] = sched.history("a", "manual")
+    assert "the scheduler began to stop before it started" in str(record.error)
+    assert sched.store.get_schedule_state("a", "manual").status is Status.IDLE
+    assert "began to stop" in str(results[0].error)
+
+
+def test_a_run_whose_claim_a_stop_not_waiting_overtook_is_told_not_started() -> None:
+    """The stop gave the lease up while the claim was being written: the claim failed as if
+    another scheduler led, and the run was dropped without a record, its schedule left
+    ``running``."""
+    claiming = threading.Event()
+
+    class SlowClaims(MemoryStateStore):
+        def claim_runs(self, claims: Sequence[RunClaim]) -> None:
+            claiming.set()
+            time.sleep(0.5)  # a slow disk, a database round trip
+            super().claim_runs(claims)
+
+    sched = ThreadedScheduler(store=SlowClaims(), max_sleep=0.5)
+    sched.add_agent(Agent("a", job=lambda info: None))
+    sched.start()
+    results: list[TriggerResult] = []
+    trigger = threading.Thread(target=lambda: results.append(sched.trigger("a", wait=True)))
+    trigger.start()
+    assert claiming.wait(10)
+    sched.stop(wait_for_jobs=False)
+    trigger.join(10)
+    [record] = sched.history("a", "manual")
+    assert "the scheduler began to stop before it started" in str(record.error)
+    assert sched.store.get_schedule_state("a", "manual").status is Status.IDLE
+    assert "began to stop" in str(results[0].error)
 
 
 def test_stop_without_waiting_leaves_the_job_running_and_records_it_later() -> None:

@@ -101,6 +101,33 @@ def test_a_flush_of_state_yaml_clears_the_claims_it_covers(tmp_path: Path) -> No
     store.close()
 
 
+def test_a_write_whose_claims_cannot_be_rewritten_stands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The claims' rewrite after ``state.yaml`` was written failed on a full disk, and the
+    write was taken for failed: a pause said "nothing changed" though it was on disk, and
+    only memory lacked it. The state stands; the claims stay until a later rewrite."""
+    store = YamlStateStore(tmp_path)
+    for name in ("s", "u"):
+        store.record_transition("a", name, status="running", last_run_at=T0, last_slot_at=T0)
+    store.claim_runs([claim("s"), claim("u")])
+    store.append_run(ended("s"))  # u's run goes on: its claim stays in any rewrite
+
+    def full(path: Path, data: bytes) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as patched:
+        patched.setattr("herdsched.store.claims.atomic_write", full)
+        store.update_schedule_state("a", "t", status="paused")  # no error: it is written
+    assert store.get_schedule_state("a", "t").status is Status.PAUSED
+    assert YamlStateStore(tmp_path).get_schedule_state("a", "t").status is Status.PAUSED
+    assert "Cannot rewrite the claim journal" in caplog.text
+    assert YamlStateStore(tmp_path).load_claims() == [claim("s"), claim("u")]  # the safe side
+    store.update_schedule_state("a", "t", status="idle")
+    assert YamlStateStore(tmp_path).load_claims() == [claim("u")]  # the next rewrite drops s
+    store.close()
+
+
 class _SlowFirstSync:
     """os.fsync that holds the first call until released, and counts every call."""
 

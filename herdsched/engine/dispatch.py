@@ -188,10 +188,18 @@ class Dispatcher:
                 core.store.claim_runs(claims)
         except LeadershipLostError as exc:  # another scheduler leads: run nothing, write nothing
             with core.lock:
+                # or a stop(wait_for_jobs=False) gave the lease up meanwhile: those it gave up
+                # are told as not started, as is every run it kept from starting
+                stopped = [run for run in runs if run.given_up]
                 for run in runs:
-                    run.finalized = True
-                    self._release(run)
-            core.state_error(exc)  # steps down
+                    run.given_up, run.finalized = False, True
+                    if run not in stopped:
+                        self._release(run)
+            if stopped:
+                abandon_unlaunched(core, stopped, self._release)
+                core.listeners.deliver()
+            if len(stopped) < len(runs):
+                core.state_error(exc)  # steps down
             return
         except Exception as exc:  # fail closed: no job starts without its durable claim
             abandon_unclaimed(core, runs, exc, self._release)
@@ -273,10 +281,18 @@ class Dispatcher:
         """Worker thread: announce the run, call its job, settle the outcome."""
         core = self.core
         with core.lock:
-            if run.finalized:  # timed out (or given up) while its executor queued it
+            # given up by a stop() while its executor queued it: told as not started, below
+            unstarted = run.given_up and run.outcome is None
+            if run.finalized and not unstarted:  # timed out while queued: recorded
                 self._drop_unstarted(run)
                 return
-            run.thread_id = threading.get_ident()
+            run.given_up = False
+            if not unstarted:
+                run.thread_id = threading.get_ident()
+        if unstarted:
+            abandon_unlaunched(core, [run], self._release)
+            core.listeners.deliver()
+            return
         try:  # a timeout's JobFailed waits for this delivery: never before the run's start
             core.emit(
                 ev.JobStarted(

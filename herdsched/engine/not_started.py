@@ -61,9 +61,9 @@ def abandon_refused(
 def abandon_unlaunched(
     core: EngineCore, runs: Sequence[Run], release: Callable[[Run], None]
 ) -> None:
-    """Undo ``runs``, claimed but not yet handed to their executor when the scheduler began
-    to stop (a listener of their ``JobSubmitted`` may have stopped it): they never start
-    (called without the lock)."""
+    """Undo ``runs``, claimed (or being claimed) but not begun when the scheduler began to
+    stop (a listener of their ``JobSubmitted`` may have stopped it): they never start (called
+    without the lock)."""
     reason = "the scheduler began to stop before it started"
     _abandon(core, runs, reason, release, store_error=None)
 

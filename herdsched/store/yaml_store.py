@@ -340,8 +340,6 @@ class YamlStateStore:
                 # in pieces: no 3 MB text and bytes for 10,000 schedules (see files.py)
                 self._file.write(self._codec.encode(new_disk))
                 self._codec.written(new_disk)
-                if covered is not None:
-                    self._claims.drop(covered)
             except BaseException:
                 if self._given_up():
                     self._drop_lost_work(states=len(taken))
@@ -368,6 +366,8 @@ class YamlStateStore:
                 for agent in new_disk.states:
                     self._view.setdefault(agent, {})
                 self._settle()
+            if covered is not None:  # after the state, which stands whatever befalls them
+                _drop_covered(self._claims, covered)
 
     def _settle(self) -> None:
         """Forget the flush deadline once nothing is pending (caller holds ``_mem``)."""
@@ -809,6 +809,15 @@ class YamlStateStore:
 
     def __repr__(self) -> str:
         return f"YamlStateStore({str(self.state_dir)!r})"
+
+
+def _drop_covered(claims: ClaimJournal, covered: set[str]) -> None:
+    """Drop the claims a state just written covers. A failure (a full disk) keeps them in the
+    file: the next rewrite drops them, or a recovery finds their runs ended in the state."""
+    try:
+        claims.drop(covered)
+    except StateError as exc:
+        log.warning("%s; its claims stay there until a later commit rewrites it.", exc)
 
 
 def _keep_user_intent(disk: StateDoc, agent: str, name: str, patch: dict[str, Any]) -> None:
