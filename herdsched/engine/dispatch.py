@@ -219,8 +219,9 @@ class Dispatcher:
         self._submit(runs, bypass)
 
     def _submit(self, runs: list[Run], bypass: bool) -> None:
-        """Hand the claimed runs to their executors, but those a ``stop()`` begun meanwhile
-        gave up or must stop: nothing starts once it has begun (called without the lock)."""
+        """Hand the claimed runs to their executors, but those a ``stop(wait_for_jobs=False)``
+        gave up meanwhile, or whose scheduler stopped or lost the lead: those never start, and
+        are recorded so (called without the lock). A stop that waits lets the others start."""
         core = self.core
         refused: list[Run] = []
         unlaunched: list[Run] = []
@@ -286,8 +287,9 @@ class Dispatcher:
             if run.finalized and not unstarted:  # timed out while queued: recorded
                 self._drop_unstarted(run)
                 return
-            run.given_up = False
-            if not unstarted:
+            if unstarted:
+                run.given_up = False  # not a run that ended: told as one that never began
+            else:
                 run.thread_id = threading.get_ident()
         if unstarted:
             abandon_unlaunched(core, [run], self._release)
