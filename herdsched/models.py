@@ -438,6 +438,10 @@ def json_problem(value: Any, where: str, depth: int) -> str | None:
 #: How many culprits a refusal names (a body of twenty thousand NaNs is one refusal).
 _NAMED = 10
 
+#: A culprit's repr, cut short past a line's length (a datetime stays whole).
+_SHORT = reprlib.Repr()
+_SHORT.maxother = _SHORT.maxstring = 80
+
 
 #: what to write instead of a value JSON cannot hold, by its type
 _INSTEAD = {
@@ -477,7 +481,7 @@ def _json_problems(value: Any, where: str, depth: int) -> Iterator[str]:
         kind = type(value).__name__
         instead = _INSTEAD.get(kind, "write it as one of them")
         yield (  # the value's repr cut short: a megabyte of bytes is not echoed back
-            f"{where} is a {kind} ({reprlib.repr(value)}): metadata holds text, numbers, "
+            f"{where} is a {kind} ({_SHORT.repr(value)}): metadata holds text, numbers, "
             f"booleans, null, lists and mappings ({instead})"
         )
 

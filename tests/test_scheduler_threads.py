@@ -614,6 +614,48 @@ def test_a_run_whose_claim_a_stop_not_waiting_overtook_is_told_not_started() -> 
     assert "began to stop" in str(results[0].error)
 
 
+def test_a_queued_run_timing_out_as_a_stop_not_waiting_begins_is_recorded_timed_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its timeout found, the thread settling it not yet scheduled, when ``stop()`` (not
+    waiting) gave it up: no record at all, the schedule left ``running``, and the trigger
+    told its outcome was not recorded. Its timeout records it now."""
+    from herdsched.engine import dispatch
+
+    gate, submitted, in_window, stopped = (threading.Event() for _ in range(4))
+
+    class GatedPool(ThreadPoolExecutor):
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            submitted.set()
+            return super().submit(lambda: gate.wait(30) and fn(*args, **kwargs))
+
+    settle = dispatch.Dispatcher._settle_expired
+
+    def late(self: Any, run: Any, outcome: Any) -> None:  # a busy machine's scheduling
+        in_window.set()
+        stopped.wait(10)
+        settle(self, run, outcome)
+
+    monkeypatch.setattr(dispatch.Dispatcher, "_settle_expired", late)
+    sched = make(executor_factory=lambda agent, size: GatedPool(size), max_sleep=0.2)
+    later = "2099-01-01T00:00:00Z"
+    schedules = {"s": Schedule.interval("1h", start_at=later, timeout="1s")}
+    sched.add_agent(Agent("a", job=lambda info: "ok", schedules=schedules))
+    sched.start()
+    results: list[TriggerResult] = []
+    trigger = threading.Thread(target=lambda: results.append(sched.trigger("a", "s", wait=True)))
+    trigger.start()
+    assert submitted.wait(10) and in_window.wait(10)
+    sched.stop(wait_for_jobs=False)
+    stopped.set()
+    gate.set()
+    trigger.join(10)
+    assert wait_until(lambda: sched.history("a", "s"))
+    assert [r.status for r in sched.history("a", "s")] == [RunStatus.TIMEOUT]
+    assert sched.store.get_schedule_state("a", "s").status is Status.IDLE
+    assert results[0].error == "timed out after 1s"
+
+
 def test_stop_without_waiting_leaves_the_job_running_and_records_it_later() -> None:
     release = threading.Event()
     started = threading.Event()

@@ -283,7 +283,7 @@ class Dispatcher:
         core = self.core
         with core.lock:
             # given up by a stop() while its executor queued it: told as not started, below
-            unstarted = run.given_up and run.outcome is None
+            unstarted = run.given_up and not run.timed_out
             if run.finalized and not unstarted:  # timed out while queued: recorded
                 self._drop_unstarted(run)
                 return

@@ -57,9 +57,9 @@ def wait_for_runs(
     dispatch.give_up_launching()
     if not cancel_left:  # stop(wait_for_jobs=False): what has not begun never begins, as no
         with core.lock:  # one waits for it (claimed, handed over, queued in its executor)
-            for run in core.running.values():
+            for run in core.running.values():  # (a timed-out one is recorded by its timeout)
                 if run.thread_id is None and run.launched_by != me and not run.finalized:
-                    run.finalized = run.given_up = True
+                    run.finalized = run.given_up = not run.timed_out
 
     def others() -> list[Run]:  # not the runs this thread executes, settles or launches
         running = core.running.values()
