@@ -1240,13 +1240,8 @@ def test_validate_finds_a_state_dir_that_is_a_file(
     assert (elsewhere / "state.yaml").is_file()
 
 
-def test_validate_finds_a_default_state_dir_in_the_way(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With no ``scheduler.state_dir``, ``run`` keeps its state in ``.herdsched``: a file of
-    that name in the way passed ``validate`` (exit 0) and then failed ``run`` (exit 1, other
-    words); both refuse it now, alike."""
-    fleet = _fleet(
+def _one_schedule_fleet(tmp_path: Path) -> Path:
+    return _fleet(
         tmp_path,
         """
         agents:
@@ -1255,6 +1250,15 @@ def test_validate_finds_a_default_state_dir_in_the_way(
             schedules: {s: {type: interval, interval: 5m}}
         """,
     )
+
+
+def test_validate_finds_a_default_state_dir_in_the_way(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no ``scheduler.state_dir``, ``run`` keeps its state in ``.herdsched``: a file of
+    that name in the way passed ``validate`` (exit 0) and then failed ``run`` (exit 1, other
+    words); both refuse it now, alike."""
+    fleet = _one_schedule_fleet(tmp_path)
     monkeypatch.chdir(tmp_path)
     (tmp_path / ".herdsched").write_text("")
     said = []
@@ -1271,15 +1275,7 @@ def test_validate_checks_the_store_the_environment_names_as_run_does(
 ) -> None:
     """With ``HERDSCHED_STORE`` naming no store, ``run`` refused it (exit 2) while
     ``validate`` called the file valid; a store it names keeps the default directory out."""
-    fleet = _fleet(
-        tmp_path,
-        """
-        agents:
-          - name: a
-            command: ["true"]
-            schedules: {s: {type: interval, interval: 5m}}
-        """,
-    )
+    fleet = _one_schedule_fleet(tmp_path)
     monkeypatch.chdir(tmp_path)
     (tmp_path / ".herdsched").write_text("")  # in the way, but not used with a store named
     monkeypatch.setenv("HERDSCHED_STORE", "mysql://x/y")

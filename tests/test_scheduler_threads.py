@@ -564,13 +564,8 @@ def test_a_run_queued_in_its_executor_when_stop_does_not_wait_is_told_not_starte
     told "its outcome is not recorded" of a run that never began."""
     gate, submitted = threading.Event(), threading.Event()
 
-    class GatedPool(ThreadPoolExecutor):
-        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-            submitted.set()
-            return super().submit(lambda: gate.wait(30) and fn(*args, **kwargs))
-
     ran: list[str] = []
-    sched = make(executor_factory=lambda agent, size: GatedPool(size))
+    sched = make(executor_factory=_gated(gate, submitted))
     sched.add_agent(Agent("a", job=lambda info: ran.append(info.run_id)))
     sched.start()
     results: list[TriggerResult] = []
@@ -581,10 +576,7 @@ def test_a_run_queued_in_its_executor_when_stop_does_not_wait_is_told_not_starte
     gate.set()
     trigger.join(10)
     assert ran == []
-    [record] = sched.history("a", "manual")
-    assert "the scheduler began to stop before it started" in str(record.error)
-    assert sched.store.get_schedule_state("a", "manual").status is Status.IDLE
-    assert "began to stop" in str(results[0].error)
+    _told_not_started(sched, results[0])
 
 
 def test_a_run_whose_claim_a_stop_not_waiting_overtook_is_told_not_started() -> None:
@@ -608,10 +600,7 @@ def test_a_run_whose_claim_a_stop_not_waiting_overtook_is_told_not_started() -> 
     assert claiming.wait(10)
     sched.stop(wait_for_jobs=False)
     trigger.join(10)
-    [record] = sched.history("a", "manual")
-    assert "the scheduler began to stop before it started" in str(record.error)
-    assert sched.store.get_schedule_state("a", "manual").status is Status.IDLE
-    assert "began to stop" in str(results[0].error)
+    _told_not_started(sched, results[0])
 
 
 def test_a_queued_run_timing_out_as_a_stop_not_waiting_begins_is_recorded_timed_out(
@@ -624,11 +613,6 @@ def test_a_queued_run_timing_out_as_a_stop_not_waiting_begins_is_recorded_timed_
 
     gate, submitted, in_window, stopped = (threading.Event() for _ in range(4))
 
-    class GatedPool(ThreadPoolExecutor):
-        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-            submitted.set()
-            return super().submit(lambda: gate.wait(30) and fn(*args, **kwargs))
-
     settle = dispatch.Dispatcher._settle_expired
 
     def late(self: Any, run: Any, outcome: Any) -> None:  # a busy machine's scheduling
@@ -637,7 +621,7 @@ def test_a_queued_run_timing_out_as_a_stop_not_waiting_begins_is_recorded_timed_
         settle(self, run, outcome)
 
     monkeypatch.setattr(dispatch.Dispatcher, "_settle_expired", late)
-    sched = make(executor_factory=lambda agent, size: GatedPool(size), max_sleep=0.2)
+    sched = make(executor_factory=_gated(gate, submitted), max_sleep=0.2)
     later = "2099-01-01T00:00:00Z"
     schedules = {"s": Schedule.interval("1h", start_at=later, timeout="1s")}
     sched.add_agent(Agent("a", job=lambda info: "ok", schedules=schedules))
@@ -654,6 +638,26 @@ def test_a_queued_run_timing_out_as_a_stop_not_waiting_begins_is_recorded_timed_
     assert [r.status for r in sched.history("a", "s")] == [RunStatus.TIMEOUT]
     assert sched.store.get_schedule_state("a", "s").status is Status.IDLE
     assert results[0].error == "timed out after 1s"
+
+
+def _gated(gate: threading.Event, submitted: threading.Event) -> Callable[[str, int], Any]:
+    """An executor factory whose pools hold each run queued until ``gate`` is set (a busy
+    pool, a slow worker): ``submitted`` tells that one was handed over."""
+
+    class GatedPool(ThreadPoolExecutor):
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            submitted.set()
+            return super().submit(lambda: gate.wait(30) and fn(*args, **kwargs))
+
+    return lambda agent, size: GatedPool(size)
+
+
+def _told_not_started(sched: ThreadedScheduler, result: TriggerResult) -> None:
+    """The ad hoc run of agent ``a`` never started, and its record, state and answer say so."""
+    [record] = sched.history("a", "manual")
+    assert "the scheduler began to stop before it started" in str(record.error)
+    assert sched.store.get_schedule_state("a", "manual").status is Status.IDLE
+    assert "began to stop" in str(result.error)
 
 
 def test_stop_without_waiting_leaves_the_job_running_and_records_it_later() -> None:
