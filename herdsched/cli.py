@@ -193,19 +193,37 @@ def _flush() -> None:
         sys.stdout.flush()
 
 
-#: What the command said on stdout so far: a steering command whose output cannot be written
-#: (stdout a full disk) has acted all the same, and says so on stderr.
-_said: list[str] = []
-
 #: The commands that change something before they report it.
 _ACTING = frozenset({"trigger", "pause", "resume", "forget"})
+
+
+class _Transcript:
+    """What a command said on stdout. A steering command whose output cannot be written
+    (stdout a full disk) goes on acting (an agent's every schedule, not its first alone) and
+    then says on stderr what it did."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.acting = False
+        self.failed: _OutputError | None = None
+
+    def begin(self, command: str) -> None:
+        self.lines, self.acting, self.failed = [], command in _ACTING, None
+
+
+_transcript = _Transcript()
 
 
 def _out(text: str = "") -> None:
     """Write a line for people: control characters are shown as escapes, line breaks kept."""
     line = _visible(text, keep="\n") + "\n"
-    _said.append(line)
-    _write(line)
+    _transcript.lines.append(line)
+    try:
+        _write(line)
+    except _OutputError as exc:
+        if not _transcript.acting:
+            raise
+        _transcript.failed = _transcript.failed or exc  # told once every change is made
 
 
 def _err(text: str) -> None:
@@ -677,13 +695,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     handler: Callable[[argparse.Namespace], int] = args.handler
     undo_logging = _setup_logging(_log_level(args))
-    _said.clear()
+    _transcript.begin(args.command)
     try:
         code = handler(args)
+        if _transcript.failed is not None:
+            raise _transcript.failed
         _flush()
         return code
     except _OutputError as exc:  # e.g. "herdsched status > /dev/full"
-        done = "".join(_said).strip() if args.command in _ACTING else ""
+        done = "".join(_transcript.lines).strip() if _transcript.acting else ""
         done = f"; it was done all the same: {done}" if done else ""
         _err(f"herdsched {args.command}: could not write the output: {exc}{done}")
         _discard_stdout()

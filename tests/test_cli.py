@@ -1560,12 +1560,17 @@ def test_a_steering_command_whose_output_fails_says_what_it_did(
     """``herdsched trigger a > /dev/full`` queued the run, then said only that its output
     could not be written (exit 1): the run id was lost, and a script retrying queued another."""
     monkeypatch.setattr("sys.stdout", _FullDisk(buffered=buffered))
-    code = main(["pause", "triage/check", "--state-dir", str(state_dir)])
+    code = main(["pause", "triage", "--state-dir", str(state_dir)])  # the whole agent
     err = capsys.readouterr().err
     assert code == 1
     assert err.startswith("herdsched pause: could not write the output: No space left on device")
-    assert "; it was done all the same: triage/check: paused" in err, err
-    assert YamlStateStore(state_dir).get_schedule_state("triage", "check").status.value == "paused"
+    # its first schedule alone was paused when the first line could not be written
+    assert "; it was done all the same: triage/check: paused\n" in err, err
+    assert "\ntriage/report: paused" in err, err
+    store = YamlStateStore(state_dir)
+    assert {
+        store.get_schedule_state("triage", name).status.value for name in ("check", "report")
+    } == {"paused"}
 
 
 def test_a_pause_refused_for_a_held_lock_says_to_try_again_and_one_for_other_errors_does_not(
