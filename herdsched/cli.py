@@ -86,6 +86,7 @@ from herdsched.store.spec import (
     open_store,
     store_location,
 )
+from herdsched.store.usable import state_dir_could_be_made
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.timestamps import (
     format_timestamp,
@@ -735,6 +736,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     # the store run would use: one the environment names is checked as run checks it, and the
     # fleet's state directory is then not judged
     choice = _store_choice(argparse.Namespace(store=None, namespace=None, state_dir=None))
+    if choice.spec is not None and not is_database_spec(choice.spec):
+        try:  # a state directory it names is judged as the fleet's own would be
+            state_dir_could_be_made(Path(choice.spec))
+        except StateError as exc:
+            raise _UsageError(f"{choice.origin}: {exc}") from None
     fleet = _runnable_fleet(args.fleet, own_state_dir=choice.spec is None)
     schedules = sum(len(agent.schedules) for agent in fleet.agents)
     name = f' "{fleet.name}"' if fleet.name else ""

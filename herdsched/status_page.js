@@ -96,9 +96,9 @@
   let asked = 0, answered = 0;
   const stale = document.getElementById("stale");
   let shownAt = new Date();
-  function notRefreshed(why){  // the page stays as it was: say so, and since when
+  function notRefreshed(why, again){  // the page stays as it was: say so, and since when
     stale.textContent = "Not refreshed since " + shownAt.toLocaleTimeString() + ": " + why +
-      " (tried again every " + every / 1000 + " s)";
+      " (" + (again || "tried again every " + every / 1000 + " s") + ")";
     stale.hidden = false;
   }
   // a server that hangs (a frozen host, a cut network) is given up on after two refreshes'
@@ -117,7 +117,8 @@
       else notRefreshed((body && body.error) || ("HTTP " + r.status));
     } catch (err) {
       if (mine !== asked) return;
-      notRefreshed(giveUp.signal.aborted ? "the server did not answer within " + patience / 1000 + " s" : "the server did not answer");
+      if (giveUp.signal.aborted) notRefreshed("the server did not answer within " + patience / 1000 + " s", "trying again");
+      else notRefreshed("the server did not answer");
     }
     finally { clearTimeout(timer); answered = Math.max(answered, mine); }
   }

@@ -1288,6 +1288,11 @@ def test_validate_checks_the_store_the_environment_names_as_run_does(
     monkeypatch.setenv("HERDSCHED_STORE", str(tmp_path / "elsewhere"))
     code, _, err = run_cli(capsys, "validate", str(fleet))
     assert code == 0, err
+    # a state directory it names that run could not use: run refused it, validate did not
+    monkeypatch.setenv("HERDSCHED_STORE", str(fleet / "sub"))
+    code, _, err = run_cli(capsys, "validate", str(fleet))
+    assert code == 2 and "HERDSCHED_STORE: The state directory" in err, err
+    assert "is a file, not a directory" in err
 
 
 @pytest.mark.parametrize(
