@@ -509,9 +509,7 @@ def test_a_run_submitted_when_stop_begins_runs_if_stop_waits_else_is_told_not_st
     sched.add_agent(Agent("a", job=lambda info: ran.append(info.run_id)))
     sched.add_listener(listener, JobSubmitted)
     sched.start()
-    results: list[TriggerResult] = []
-    trigger = threading.Thread(target=lambda: results.append(sched.trigger("a", wait=True)))
-    trigger.start()
+    trigger, results = _in_background(lambda: sched.trigger("a", wait=True))
     assert in_listener.wait(10)
     threading.Timer(0.5, release.set).start()
     sched.stop(wait_for_jobs=waits, timeout=20)
@@ -545,9 +543,7 @@ def test_a_run_being_claimed_when_stop_begins_never_starts() -> None:
     sched = ThreadedScheduler(store=SlowClaims(), leader_lock=False, max_sleep=0.5)
     sched.add_agent(Agent("a", job=lambda info: ran.append(info.run_id)))
     sched.start()
-    results: list[TriggerResult] = []
-    trigger = threading.Thread(target=lambda: results.append(sched.trigger("a")))
-    trigger.start()
+    trigger, _ = _in_background(lambda: sched.trigger("a"))
     assert claiming.wait(10)
     sched.stop(wait_for_jobs=False)
     go_on.set()
@@ -568,9 +564,7 @@ def test_a_run_queued_in_its_executor_when_stop_does_not_wait_is_told_not_starte
     sched = make(executor_factory=_gated(gate, submitted))
     sched.add_agent(Agent("a", job=lambda info: ran.append(info.run_id)))
     sched.start()
-    results: list[TriggerResult] = []
-    trigger = threading.Thread(target=lambda: results.append(sched.trigger("a", wait=True)))
-    trigger.start()
+    trigger, results = _in_background(lambda: sched.trigger("a", wait=True))
     assert submitted.wait(10)
     sched.stop(wait_for_jobs=False)
     gate.set()
@@ -594,9 +588,7 @@ def test_a_run_whose_claim_a_stop_not_waiting_overtook_is_told_not_started() -> 
     sched = ThreadedScheduler(store=SlowClaims(), max_sleep=0.5)
     sched.add_agent(Agent("a", job=lambda info: None))
     sched.start()
-    results: list[TriggerResult] = []
-    trigger = threading.Thread(target=lambda: results.append(sched.trigger("a", wait=True)))
-    trigger.start()
+    trigger, results = _in_background(lambda: sched.trigger("a", wait=True))
     assert claiming.wait(10)
     sched.stop(wait_for_jobs=False)
     trigger.join(10)
@@ -626,9 +618,7 @@ def test_a_queued_run_timing_out_as_a_stop_not_waiting_begins_is_recorded_timed_
     schedules = {"s": Schedule.interval("1h", start_at=later, timeout="1s")}
     sched.add_agent(Agent("a", job=lambda info: "ok", schedules=schedules))
     sched.start()
-    results: list[TriggerResult] = []
-    trigger = threading.Thread(target=lambda: results.append(sched.trigger("a", "s", wait=True)))
-    trigger.start()
+    trigger, results = _in_background(lambda: sched.trigger("a", "s", wait=True))
     assert submitted.wait(10) and in_window.wait(10)
     sched.stop(wait_for_jobs=False)
     stopped.set()
@@ -638,6 +628,17 @@ def test_a_queued_run_timing_out_as_a_stop_not_waiting_begins_is_recorded_timed_
     assert [r.status for r in sched.history("a", "s")] == [RunStatus.TIMEOUT]
     assert sched.store.get_schedule_state("a", "s").status is Status.IDLE
     assert results[0].error == "timed out after 1s"
+
+
+def _in_background(
+    ask: Callable[[], TriggerResult],
+) -> tuple[threading.Thread, list[TriggerResult]]:
+    """``ask`` (a ``trigger()``) on a thread of the user's, started; its answer lands in the
+    list once it returns."""
+    results: list[TriggerResult] = []
+    thread = threading.Thread(target=lambda: results.append(ask()))
+    thread.start()
+    return thread, results
 
 
 def _gated(gate: threading.Event, submitted: threading.Event) -> Callable[[str, int], Any]:
