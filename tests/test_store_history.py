@@ -186,7 +186,14 @@ def test_purge_deletes_only_that_schedules_file(tmp_path: Path) -> None:
         store.purge_history("a", "s")
         store.purge_history("a", "never")
         assert [r.run_id for r in store.get_history("a")] == ["t1"]
+        assert history_file(tmp_path, schedule="t").parent.is_dir()  # t's history is there
+        store.purge_history("a", "t")
     assert not history_file(tmp_path, schedule="s").exists()
+    assert not history_file(tmp_path, schedule="t").parent.exists()  # no empty agent dir left
+    with YamlStateStore(tmp_path) as store:  # and its next run makes it again
+        store.append_run(record("s2", 3, schedule="s"))
+        store.flush()
+        assert [r.run_id for r in store.get_history("a")] == ["s2"]
 
 
 def test_pending_records_of_a_removed_schedule_are_kept_and_purged_on_request(

@@ -16,6 +16,7 @@ process, without any lock) see either the old or the new file. Appends and compa
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -189,6 +190,10 @@ class RunHistory:
                 return
             except OSError as exc:
                 raise StateError(f"Cannot remove {path}: {exc}", path, cause=exc) from exc
+            # the agent's last history takes its directory along (appends hold this lock);
+            # while other schedules' histories are there, it stays
+            with contextlib.suppress(OSError):
+                path.parent.rmdir()
 
     # -- reading -------------------------------------------------------------------------
     def read(self, agent: str, schedule: str | None = None) -> list[RunRecord]:
