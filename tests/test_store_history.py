@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from herdsched.errors import StateError
 from herdsched.models import RunRecord
 from herdsched.store import YamlStateStore
 from herdsched.store.history import RunHistory, encode_name
@@ -173,6 +174,40 @@ def test_names_are_encoded_safely(tmp_path: Path) -> None:
         assert len(path.name) <= 210
     with pytest.raises(ValueError, match="non-empty"):
         encode_name("")
+
+
+def test_one_history_file_that_cannot_be_written_holds_back_only_its_own_schedule(
+    tmp_path: Path,
+) -> None:
+    """A directory where ``a/broken``'s history file belongs (or a file a ``sudo`` run left
+    unwritable) stopped every append after it: the other schedules' records and states stayed
+    pending for ever, and a restart recorded their successful runs as interrupted."""
+    history_file(tmp_path, schedule="broken").mkdir(parents=True)
+    with YamlStateStore(tmp_path) as store:
+        store.record_transition(
+            "a", "broken", status="running", running_run_id="b1", last_run_at=T0
+        )
+        store.record_transition(
+            "a", "healthy", status="running", running_run_id="h1", last_run_at=T0
+        )
+        store.flush()
+        store.append_run(record("b1", 1, schedule="broken"))
+        store.record_transition("a", "broken", status="idle", running_run_id=None)
+        store.append_run(record("h1", 1, schedule="healthy"))
+        store.record_transition("a", "healthy", status="idle", running_run_id=None)
+        with pytest.raises(StateError, match=r"broken\.jsonl"):
+            store.flush()
+        with YamlStateStore(tmp_path) as reader:  # what another process reads meanwhile
+            assert [r.run_id for r in reader.get_history("a", "healthy")] == ["h1"]
+            assert reader.get_schedule_state("a", "healthy").status == "idle"
+            assert reader.get_schedule_state("a", "broken").status == "running"
+        history_file(tmp_path, schedule="broken").rmdir()
+        store.flush()  # the held-back record and state follow once the file can be written
+    with YamlStateStore(tmp_path) as reader:
+        assert [r.run_id for r in reader.get_history("a", "healthy")] == ["h1"]
+        assert [r.run_id for r in reader.get_history("a", "broken")] == ["b1"]
+        assert reader.get_schedule_state("a", "healthy").status == "idle"
+        assert reader.get_schedule_state("a", "broken").status == "idle"
 
 
 def test_purge_deletes_only_that_schedules_file(tmp_path: Path) -> None:

@@ -99,26 +99,33 @@ class RunHistory:
 
     # -- writing -------------------------------------------------------------------------
     def append(self, records: Sequence[RunRecord]) -> None:
-        """Append ``records`` (in order) durably; compacts files that grew past the bound."""
+        """Append ``records`` (in order) durably; compacts files that grew past the bound.
+
+        A file that cannot be written holds back only its own records: the other files are
+        appended all the same, and the error names the records left unwritten.
+        """
         if not records:
             return
         batches: dict[str, list[RunRecord]] = {}
         for record in records:
             batches.setdefault(self._file_for(record.agent, record.schedule), []).append(record)
+        unwritten: list[RunRecord] = []
+        failures: list[OSError] = []
         with self.lock:
-            written: set[str] = set()
-            try:
-                for path, batch in batches.items():
+            for path, batch in batches.items():
+                try:
                     self._append_file(path, batch)
-                    written.add(path)
-            except OSError as exc:
-                unwritten = [r for p, batch in batches.items() if p not in written for r in batch]
-                raise HistoryWriteError(
-                    f"Cannot write run history under {self.directory}: {exc}",
-                    self.directory,
-                    exc,
-                    unwritten,
-                ) from exc
+                except OSError as exc:
+                    unwritten.extend(batch)
+                    failures.append(exc)
+        if failures:
+            more = f" (and {len(failures) - 1} more file(s))" if len(failures) > 1 else ""
+            raise HistoryWriteError(
+                f"Cannot write run history under {self.directory}: {failures[0]}{more}",
+                self.directory,
+                failures[0],
+                unwritten,
+            ) from failures[0]
 
     def _open(self, path: str) -> tuple[int, bool]:
         """An append descriptor for ``path`` and whether the file is new (directories made)."""
