@@ -37,6 +37,20 @@ def _make_converter() -> cattrs.Converter:
 
 converter = _make_converter()
 
+
+def _make_state_converter() -> cattrs.Converter:
+    """``converter``, but numbers and texts are taken as they are, for the validators to judge:
+    cattrs would make ``consecutive_failures: 2.7`` (or ``true``, or ``"4"``) an int and a
+    list in ``last_error`` its text, so a hand-edited value that is wrong would be read
+    silently as another one."""
+    conv = converter.copy()
+    conv.register_structure_hook(int, lambda value, _: value)
+    conv.register_structure_hook(str, lambda value, _: value)
+    return conv
+
+
+_state_converter = _make_state_converter()
+
 STATE_FIELDS = (
     "status",
     "last_run_at",
@@ -58,7 +72,7 @@ def state_to_dict(state: ScheduleState) -> dict[str, Any]:
 def state_from_dict(data: dict[str, Any]) -> ScheduleState:
     """A :class:`ScheduleState` from a state-file mapping; unknown keys are ignored here."""
     known = {f.name for f in attrs.fields(ScheduleState)}
-    return converter.structure({k: v for k, v in data.items() if k in known}, ScheduleState)
+    return _state_converter.structure({k: v for k, v in data.items() if k in known}, ScheduleState)
 
 
 def record_to_dict(record: RunRecord) -> dict[str, Any]:

@@ -39,6 +39,29 @@ BAD_FILES = {
     "not_utf8": b"format_version: 1\nagents: {\xff\xfe: 1}\n",
     "two_documents": b"format_version: 1\nagents: {}\n---\nagents: {}\n",
     "fleet_scalar": b"format_version: 1\nfleet: 3\nagents: {}\n",
+    "fractional_failures": (
+        b"format_version: 1\nagents:\n  a:\n    schedules:\n      s:\n"
+        b"        consecutive_failures: 2.7\n"
+    ),
+    "boolean_failures": (
+        b"format_version: 1\nagents:\n  a:\n    schedules:\n      s:\n"
+        b"        consecutive_failures: true\n"
+    ),
+    "quoted_failures": (
+        b"format_version: 1\nagents:\n  a:\n    schedules:\n      s:\n"
+        b"        consecutive_failures: '4'\n"
+    ),
+    "list_error": (
+        b"format_version: 1\nagents:\n  a:\n    schedules:\n      s:\n        last_error: [a, b]\n"
+    ),
+    "duplicate_schedule": (
+        b"format_version: 1\nagents:\n  a:\n    schedules:\n      s:\n        status: paused\n"
+        b"      s:\n        status: idle\n"
+    ),
+    "duplicate_field": (
+        b"format_version: 1\nagents:\n  a:\n    schedules:\n      s:\n        status: paused\n"
+        b"        status: idle\n"
+    ),
 }
 
 
@@ -102,7 +125,9 @@ def test_corruption_appearing_while_running_is_recovered_on_the_next_read(tmp_pa
     (tmp_path / "state.yaml").write_text("agents: {a: {schedules: {s: {status: 7}}}}\n")
     assert store.get_schedule_state("a", "s").status is Status.PAUSED
     assert store.last_corruption is not None
-    assert "status: 7 is not a valid Status" in str(store.last_corruption)
+    assert "status must be one of idle, running, disabled, paused, completed; got 7" in str(
+        store.last_corruption
+    )
     assert len(quarantined(tmp_path)) == 1
     store.update_schedule_state("a", "s", status="idle")
     assert store.get_schedule_state("a", "s").status is Status.IDLE
@@ -224,3 +249,22 @@ def test_bad_schedules_file_is_quarantined_too(tmp_path: Path) -> None:
     (tmp_path / "schedules.yaml").write_text("3\n")
     with pytest.raises(StateCorruptedError, match=r"schedules\.yaml"):
         YamlStateStore(tmp_path)
+
+
+def test_a_schedule_entry_written_twice_by_hand_never_costs_its_pause(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A second entry under the same name (a copy and paste, a merge), counts left alone, was
+    read as YAML reads it, the last one winning: the paused schedule ran again, with no word."""
+    make_good_state(tmp_path)
+    with YamlStateStore(tmp_path) as store:
+        assert store.get_schedule_state("a", "s").status == Status.PAUSED
+        path = tmp_path / "state.yaml"
+        text = path.read_text()
+        assert "      t:\n" in text
+        path.write_text(text.replace("      t:\n", "      s:\n        status: idle\n      t:\n"))
+        with caplog.at_level(logging.ERROR, logger="herdsched"):
+            assert store.get_schedule_state("a", "s").status == Status.PAUSED  # the backup's
+    assert "found the key 's' a second time" in caplog.text
+    (copy,) = quarantined(tmp_path)
+    assert copy.read_text().count("      s:\n") == 2

@@ -176,12 +176,13 @@ def test_reader_rejects_what_the_full_parse_rejects() -> None:
     with pytest.raises(ValueError, match="pausd"):
         reader.parse(bad)
     assert reader.parse(dump_yaml(good.raw).encode()).states == good.states
-    # a schedule written twice: YAML keeps the last one, and so does the reader
+    # a schedule written twice: refused (YAML would keep the last one, and lose the pause)
     duplicate = dump_yaml(good.raw).replace(
         "end_of_file: 1\n", "      s:\n        status: idle\nend_of_file: 1\n"
     )
     assert duplicate != dump_yaml(good.raw)
-    assert reader.parse(duplicate.encode()).states["a"]["s"].status is Status.IDLE
+    with pytest.raises(yaml.YAMLError, match="found the key 's' a second time"):
+        reader.parse(duplicate.encode())
 
 
 def test_reader_handles_bytes_that_are_not_utf8() -> None:

@@ -17,7 +17,7 @@ __all__ = ["HAVE_LIBYAML", "dump_yaml", "indent", "load_yaml", "render_entry"]
 
 HAVE_LIBYAML = bool(getattr(yaml, "__with_libyaml__", False))
 
-_Loader: Any = yaml.CSafeLoader if HAVE_LIBYAML else yaml.SafeLoader
+_BaseLoader: Any = yaml.CSafeLoader if HAVE_LIBYAML else yaml.SafeLoader
 _BaseDumper: Any = yaml.CSafeDumper if HAVE_LIBYAML else yaml.SafeDumper
 
 _TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
@@ -39,8 +39,35 @@ def _represent_str(dumper: Any, data: str) -> Any:
 _Dumper.add_representer(str, _represent_str)
 
 
+class _Loader(_BaseLoader):  # type: ignore[misc]
+    """Safe loading that refuses a key written twice in one mapping: YAML would keep the last
+    silently, and a schedule entry copied in twice by a hand edit or a merge would drop the
+    first one's pause."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> Any:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # "<<" may bring keys in again: that is what it is for
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+            except TypeError:  # an unhashable key: PyYAML's own error names it
+                break
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"found the key {key!r} a second time (only one may be kept)",
+                    key_node.start_mark,
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_yaml(data: bytes | str) -> Any:
-    """Parse one YAML document (safe: plain data only); raises :class:`yaml.YAMLError`."""
+    """Parse one YAML document (safe: plain data only, no key twice in a mapping); raises
+    :class:`yaml.YAMLError`."""
     return yaml.load(data, Loader=_Loader)
 
 
