@@ -1536,9 +1536,12 @@ def _cmd_forget(args: argparse.Namespace) -> int:
         removed = [name for name in named if states[name].removed_at is not None]
         if not removed:
             raise _Failure(f"agent {agent!r} has no schedule removed from the fleet to forget")
+        defined = store.load_definitions().get(agent, {})
         for name in removed:
             records = len(store.get_history(agent, name, limit=sys.maxsize))
             store.purge_history(agent, name)
+            if name in defined:  # one defined at run time, whose agent left the fleet
+                store.delete_definition(agent, name)
             store.remove_schedule_state(agent, name)
             _out(f"{agent}/{name}: forgotten, with its state and {records} run record(s)")
         if schedule is None and len(removed) == len(states):  # the agent is gone: all of it

@@ -143,6 +143,42 @@ def test_stored_definitions_and_ad_hoc_runs_are_not_marked(
     store.close()
 
 
+def test_stored_definitions_of_an_agent_gone_from_the_fleet_are_marked_and_can_be_forgotten(
+    tmp_path: Path, clock: FakeClock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run-time schedule whose agent left the fleet stayed ``idle`` with a next run that
+    never came, and ``forget`` refused it as "not removed from the fleet"."""
+    sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
+    sched.add_agent(Agent("bot", job=Recorder()))
+    sched.add_agent(Agent("other", job=Recorder(), schedules={"tick": Schedule.interval("1h")}))
+    with sched:
+        sched.add_schedule("bot", "mine", Schedule.interval("2h"), persist=True, owner="alice")
+        sched.run_pending()
+        assert sched.wait_until_idle(10)
+    clock.advance(60)
+    later = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
+    later.add_agent(Agent("other", job=Recorder(), schedules={"tick": Schedule.interval("1h")}))
+    with later:
+        later.run_pending()
+        assert later.wait_until_idle(10)
+    store = YamlStateStore(tmp_path)
+    mine = store.get_schedule_state("bot", "mine")
+    assert mine.removed_at == T0.replace(minute=1) and mine.next_run_at is None
+    store.close()
+    code, out, err = _cli(capsys, "status", "--state-dir", str(tmp_path))
+    [row] = [line.split() for line in out.splitlines() if "mine" in line.split()]
+    assert code == 0 and "removed" in row, err
+    code, out, err = _cli(capsys, "forget", "bot", "--state-dir", str(tmp_path))
+    assert (code, out) == (0, "bot/mine: forgotten, with its state and 1 run record(s)\n"), err
+    store = YamlStateStore(tmp_path)
+    assert store.get_all_schedule_states().get("bot", {}) == {}
+    assert store.load_definitions().get("bot", {}) == {}  # its definition went with it
+    store.close()
+    back = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
+    back.add_agent(Agent("bot", job=Recorder()))  # the agent is back: nothing comes back with it
+    assert back.get_status().schedules == []
+
+
 def test_the_command_line_shows_removed_schedules_and_will_not_steer_them(
     tmp_path: Path, clock: FakeClock, capsys: pytest.CaptureFixture[str]
 ) -> None:

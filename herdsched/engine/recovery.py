@@ -378,9 +378,11 @@ def _mark_removed(
 ) -> None:
     """Mark the stored states of schedules this scheduler does not run (taken out of its fleet),
     so that every process shows them as removed rather than as waiting for a run that never
-    comes. Stored run-time definitions are taken in later and are not marked; registering a
-    marked schedule again clears the mark (:meth:`EngineCore.persist_description`).
-    ``stored`` holds the states as they were before this scheduler wrote its own."""
+    comes. Stored run-time definitions are taken in when their agent registers and are not
+    marked, unless their agent is gone from the fleet (nothing would take them in);
+    registering a marked schedule again clears the mark
+    (:meth:`EngineCore.persist_description`). ``stored`` holds the states as they were
+    before this scheduler wrote its own."""
     try:
         defined = core.store.load_definitions()
     except Exception as exc:
@@ -392,7 +394,7 @@ def _mark_removed(
         for name, state in states.items()
         if state.removed_at is None
         and (agent, name) not in core.entries
-        and name not in defined.get(agent, {})
+        and (agent not in core.agents or name not in defined.get(agent, {}))
         and not (name == AD_HOC_SCHEDULE and agent in core.agents)
     ]
     foreign = foreign_agents(core, stored)
