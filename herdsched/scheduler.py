@@ -49,7 +49,7 @@ from herdsched.engine.reporting import (
 )
 from herdsched.engine.requests import stored_refusal
 from herdsched.engine.settings import EngineSettings, resolve_poll_interval
-from herdsched.engine.stopping import LINGER, wait_for_runs
+from herdsched.engine.stopping import LINGER, run_of_this_thread, wait_for_runs
 from herdsched.engine.syncing import OtherProcesses
 from herdsched.engine.timer import Timer
 from herdsched.errors import (
@@ -715,10 +715,21 @@ class ThreadedScheduler:
         return compute_run_stats(records, since=since)
 
     def wait_until_idle(self, timeout: float | None = None) -> bool:
-        """Block until no job runs and none waits for capacity (``timeout`` in real seconds)."""
+        """Block until no job runs and none waits for capacity (``timeout`` in real seconds).
+
+        Called from a run's own thread (its job, a listener of its events, its notifier) it
+        raises ``RuntimeError`` at once, as ``Thread.join()`` does for its own thread: the
+        run could not end while the call waited for it."""
         timeout = check_timeout(timeout, "timeout")
         core = self._core
         with core.idle:
+            own = run_of_this_thread(self._dispatch)
+            if own is not None:
+                raise RuntimeError(
+                    f"wait_until_idle() was called by run {own.run_id} of {own.agent}/"
+                    f"{own.schedule_name} (its job, a listener or its notifier), and would "
+                    "wait for that run, which cannot end while it waits"
+                )
             return core.idle.wait_for(
                 lambda: not core.running and not core.plan.anything_waiting, timeout
             )

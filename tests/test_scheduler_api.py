@@ -12,6 +12,7 @@ from typing import Any, Protocol, Union
 import pytest
 from scheduler_helpers import T0, Blocker, Recorder, running, step, wait_until
 
+import herdsched.events as ev
 from herdsched import (
     Agent,
     AgentNotFoundError,
@@ -768,3 +769,36 @@ def test_a_name_that_is_no_string_is_named_not_an_unhashable_type(
     with pytest.raises(InvalidScheduleError, match=f"{field} must be a string, got") as raised:
         call(sched)
     assert raised.value.field == field
+
+
+@pytest.mark.parametrize("caller", ["job", "JobSubmitted", "JobSucceeded", "notifier"])
+def test_wait_until_idle_from_a_runs_own_thread_raises_instead_of_waiting_for_ever(
+    caller: str,
+) -> None:
+    """Called by a job, a listener of its run or its notifier, ``wait_until_idle()`` waited
+    for that run, which could not end meanwhile: the job counted as running for ever,
+    ``stop()`` timed out and the interpreter could not exit."""
+    errors: list[BaseException] = []
+
+    def attempt(_: object = None) -> None:
+        try:
+            sched.wait_until_idle()
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    def job(info: object) -> str:
+        if caller == "job":
+            attempt()
+        return "done"
+
+    notify = {"notifier": attempt} if caller == "notifier" else {}
+    with running(**notify) as (sched, _clock):
+        sched.add_agent(Agent("a", job=job, schedules={"m": Schedule.manual(notify="always")}))
+        if caller in ("JobSubmitted", "JobSucceeded"):
+            sched.add_listener(attempt, getattr(ev, caller))
+        sched.start()
+        result = sched.trigger("a", "m", wait=True)
+        assert result.success
+        assert sched.wait_until_idle(10)  # from outside: the run is over
+    [error] = errors
+    assert f"wait_until_idle() was called by run {result.run_id} of a/m" in str(error)

@@ -17,7 +17,7 @@ from herdsched.engine.dispatch import Dispatcher
 from herdsched.engine.recovery import Leadership
 from herdsched.runner import Run
 
-__all__ = ["LINGER", "wait_for_runs"]
+__all__ = ["LINGER", "run_of_this_thread", "wait_for_runs"]
 
 #: The longest the wait sleeps between two looks (real seconds): a ``FakeClock`` moved by a
 #: test, or a lease due for renewal, is seen within it.
@@ -27,6 +27,19 @@ _LOOK_EVERY = 1.0
 #: (seconds of the scheduler's clock after the timeout): its run is recorded, and a Python
 #: thread cannot be ended, so waiting longer would only hold its successor back, for ever.
 LINGER = 5.0
+
+
+def _of_thread(run: Run, me: int) -> bool:
+    """Whether thread ``me`` executes ``run`` (its job), settles it (its notifier, a
+    timeout's listeners) or hands it to its executor (a ``JobSubmitted`` listener)."""
+    return me in (run.thread_id, run.settled_by, run.launched_by)
+
+
+def run_of_this_thread(dispatch: Dispatcher) -> Run | None:
+    """The run the calling thread executes, settles or launches, if any (caller holds the
+    lock): a wait for every run to end would wait for it, which cannot end meanwhile."""
+    me = threading.get_ident()
+    return next((run for run in dispatch.core.running.values() if _of_thread(run, me)), None)
 
 
 def wait_for_runs(
@@ -63,7 +76,7 @@ def wait_for_runs(
 
     def others() -> list[Run]:  # not the runs this thread executes, settles or launches
         running = core.running.values()
-        return [r for r in running if me not in (r.thread_id, r.settled_by, r.launched_by)]
+        return [r for r in running if not _of_thread(r, me)]
 
     def lingering(run: Run) -> bool:
         if linger is None or run.deadline is None or run.settled_by is not None:
