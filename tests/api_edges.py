@@ -15,3 +15,13 @@ EDGES = [
     ("OPTIONS", "/status", 405, "GET, HEAD"),
     ("POST", "/schedule", 405, "GET, HEAD"),
 ]
+
+#: A run-now sent without a body, by its ``Content-Type`` (``None``: no such header), and the
+#: answer: an empty form post is what another site could make a browser send.
+EMPTY_WRITES = [
+    (None, 202),
+    ("application/json", 202),
+    ("application/x-www-form-urlencoded", 415),
+    ("text/plain", 415),
+    ("multipart/form-data; boundary=x", 415),
+]

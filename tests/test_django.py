@@ -35,7 +35,7 @@ if not settings.configured:
     )
     django.setup()
 
-from api_edges import EDGES  # noqa: E402
+from api_edges import EDGES, EMPTY_WRITES  # noqa: E402
 from django.apps import apps  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.test import Client, override_settings  # noqa: E402
@@ -666,22 +666,33 @@ def test_run_with_no_body_and_no_content_type(client: Client, sched: ThreadedSch
     assert sched.wait_until_idle(5)
 
 
+@pytest.mark.parametrize(("content_type", "status"), EMPTY_WRITES)
+def test_an_empty_write_is_refused_by_its_content_type(
+    client: Client, sched: ThreadedScheduler, content_type: str | None, status: int
+) -> None:
+    """The bug: an empty write's ``Content-Type`` was not looked at, so an empty form post,
+    what another site could make a browser send, ran the job (202) where Flask answers 415."""
+    extra = {} if content_type is None else {"CONTENT_TYPE": content_type}
+    response = client.generic("POST", f"{API}/schedule/triage/check/run", **extra)
+    assert response.status_code == status, response.content
+    if status == 415:
+        error_of(response, 415, "Content-Type")
+    assert sched.wait_until_idle(5)
+
+
 def test_a_bodiless_write_under_djangos_own_server_is_not_refused(
     client: Client, sched: ThreadedScheduler
 ) -> None:
     """The bug: ``manage.py runserver`` (wsgiref) sets ``text/plain`` for a request sent
     without a Content-Type, so ``curl -X POST .../run`` and ``curl -X DELETE`` with no body
     were refused with 415 there, and accepted under gunicorn."""
-    response = client.generic(
-        "POST", f"{API}/schedule/triage/check/run", CONTENT_TYPE="text/plain"
-    )  # as wsgiref sets it
+    wsgiref = {"CONTENT_TYPE": "text/plain", "SERVER_SOFTWARE": "WSGIServer/0.2"}  # as it sets
+    response = client.generic("POST", f"{API}/schedule/triage/check/run", **wsgiref)
     assert response.status_code == 202, response.content
     assert sched.wait_until_idle(5)
     put = send(client, "PUT", f"{API}/schedule/triage/gone", {"interval": "1h"})
     assert put.status_code == 201
-    gone = client.generic(
-        "DELETE", f"{API}/schedule/triage/gone", CONTENT_TYPE="text/plain"
-    )  # as wsgiref sets it
+    gone = client.generic("DELETE", f"{API}/schedule/triage/gone", **wsgiref)
     assert gone.status_code == 200, gone.content
 
 

@@ -18,7 +18,7 @@ import pytest
 
 flask = pytest.importorskip("flask")
 
-from api_edges import EDGES  # noqa: E402
+from api_edges import EDGES, EMPTY_WRITES  # noqa: E402
 from flask import Flask, Request, current_app  # noqa: E402
 from flask.testing import FlaskClient  # noqa: E402
 
@@ -224,6 +224,19 @@ def test_every_path_under_the_api_answers_in_json(
     error_of(response, status)
     assert response.headers.get("Allow") == allow
     assert client.get("/herdsched/apiary").mimetype == "text/html"  # not the API's
+
+
+@pytest.mark.parametrize(("content_type", "status"), EMPTY_WRITES)
+def test_an_empty_write_is_refused_by_its_content_type(
+    client: FlaskClient, sched: ThreadedScheduler, content_type: str | None, status: int
+) -> None:
+    """As in Django: the two faces answer an empty write by its ``Content-Type`` alike."""
+    headers = {} if content_type is None else {"Content-Type": content_type}
+    response = client.post(f"{API}/schedule/triage/check/run", data=b"", headers=headers)
+    assert response.status_code == status, response.get_data(as_text=True)
+    if status == 415:
+        error_of(response, 415, "Content-Type")
+    assert sched.wait_until_idle(5)
 
 
 def test_status_page_lists_schedules_with_buttons(

@@ -154,6 +154,20 @@ def _read_body(request: HttpRequest, limit: int) -> bytes:
     return body
 
 
+def _content_type(request: HttpRequest, body: bytes) -> str:
+    """The request's ``Content-Type`` as Flask reads it (``""`` when none was sent), so an
+    empty write of another type, such as the empty form post another site could make a
+    browser send, is refused with 415 in both. Django's own server (wsgiref) says
+    ``text/plain`` for a request sent without the header: there an empty body's
+    ``text/plain`` is read as none (``curl -X POST .../run``; a browser's cross-site write is
+    refused anyway)."""
+    content_type: str = request.META.get("CONTENT_TYPE", "")
+    wsgiref = str(request.META.get("SERVER_SOFTWARE", "")).startswith("WSGIServer/")
+    if wsgiref and content_type == "text/plain" and not body.strip():
+        return ""
+    return content_type
+
+
 def _actor(request: HttpRequest) -> str | None:
     user = _user(request)
     if user is not None and user.is_authenticated and hasattr(user, "get_username"):
@@ -216,9 +230,7 @@ def api(request: HttpRequest, subpath: str | None = None) -> HttpResponse:
         path,
         query=dict(request.GET.lists()),
         body=body,
-        # Django's own server (wsgiref) says text/plain for a request sent without the header:
-        # an empty body's type tells nothing (a browser's cross-site write is refused anyway)
-        content_type=request.META.get("CONTENT_TYPE", "") if body.strip() else None,
+        content_type=_content_type(request, body),
         owner=owner,
         read_only=_NO_AUTH if integration.auth_callable() is None else None,
         cross_site=is_cross_site(dict(request.headers), request.META.get("HTTP_HOST")),
