@@ -14,7 +14,13 @@ EDGES = [
     ("OPTIONS", "/schedule/triage/check", 405, "GET, HEAD, PUT, PATCH, DELETE"),
     ("OPTIONS", "/status", 405, "GET, HEAD"),
     ("POST", "/schedule", 405, "GET, HEAD"),
+    ("GET", "//nothing", 404, None),  # an empty segment: Flask redirected it, in HTML
+    ("OPTIONS", "//status", 405, "GET, HEAD"),
 ]
+
+#: Paths to ``triage/check`` with an empty segment, which the API reads as if it were not there
+#: (Flask answered the first with an HTML redirect, which a client following it wrote through).
+EMPTY_SEGMENTS = ["//schedule/triage/check", "/schedule//triage/check", "/schedule/triage/check/"]
 
 #: A run-now sent without a body, by its ``Content-Type`` (``None``: no such header), and the
 #: answer: an empty form post is what another site could make a browser send.

@@ -35,7 +35,7 @@ if not settings.configured:
     )
     django.setup()
 
-from api_edges import EDGES, EMPTY_WRITES  # noqa: E402
+from api_edges import EDGES, EMPTY_SEGMENTS, EMPTY_WRITES  # noqa: E402
 from django.apps import apps  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.test import Client, override_settings  # noqa: E402
@@ -192,6 +192,18 @@ def test_every_path_under_the_api_answers_in_json(
     response = send(client, method, f"{API}{path}", {"interval": "1h"})
     error_of(response, status)
     assert response.get("Allow") == allow
+
+
+@pytest.mark.parametrize("path", EMPTY_SEGMENTS)
+def test_a_path_with_an_empty_segment_is_answered_by_the_api(
+    client: Client, sched: ThreadedScheduler, path: str
+) -> None:
+    """As in Flask, which redirected ``api//schedule/...`` in HTML: the API reads such a path
+    without the empty segment."""
+    response = send(client, "PATCH", f"{API}{path}", {"enabled": False})
+    assert response.status_code == 200, response.content
+    assert response.json()["status"] == "paused"
+    assert sched.get_status().schedules[0].status == "paused"
 
 
 def test_status_route_errors_and_csrf_rule(client: Client) -> None:

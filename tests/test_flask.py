@@ -18,7 +18,7 @@ import pytest
 
 flask = pytest.importorskip("flask")
 
-from api_edges import EDGES, EMPTY_WRITES  # noqa: E402
+from api_edges import EDGES, EMPTY_SEGMENTS, EMPTY_WRITES  # noqa: E402
 from flask import Flask, Request, current_app  # noqa: E402
 from flask.testing import FlaskClient  # noqa: E402
 
@@ -224,6 +224,18 @@ def test_every_path_under_the_api_answers_in_json(
     error_of(response, status)
     assert response.headers.get("Allow") == allow
     assert client.get("/herdsched/apiary").mimetype == "text/html"  # not the API's
+
+
+@pytest.mark.parametrize("path", EMPTY_SEGMENTS)
+def test_a_path_with_an_empty_segment_is_answered_by_the_api(
+    client: FlaskClient, sched: ThreadedScheduler, path: str
+) -> None:
+    """The bug: ``api//schedule/...`` got werkzeug's HTML 308 redirect, not the API's JSON,
+    where Django answered it as the API reads it, without the empty segment."""
+    response = client.patch(f"{API}{path}", json={"enabled": False})
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert response.get_json()["status"] == "paused"
+    assert sched.get_status().schedules[0].status == "paused"
 
 
 @pytest.mark.parametrize(("content_type", "status"), EMPTY_WRITES)

@@ -50,6 +50,7 @@ from flask import Blueprint, Flask, Request, Response, jsonify, request
 from flask.cli import load_dotenv
 from flask.helpers import get_debug_flag, get_load_dotenv
 from werkzeug.exceptions import MethodNotAllowed, NotFound
+from werkzeug.routing import RequestRedirect
 
 from herdsched.api import REQUEST_TIMEOUT, RestApi, read_only_reason, store_unavailable
 from herdsched.api_input import (
@@ -425,8 +426,11 @@ def _blueprint(ext: FlaskHerdsched) -> Blueprint:
 def _unrouted_api_request(ext: FlaskHerdsched) -> Response | None:
     """Before each request: the API's own JSON answer for a request under ``<prefix>/api`` that
     Flask's routing refused (``/api`` itself, a name with a newline, a method such as
-    ``PROPFIND`` or ``OPTIONS``), which Flask would answer with an HTML page."""
-    if not isinstance(request.routing_exception, NotFound | MethodNotAllowed):
+    ``PROPFIND`` or ``OPTIONS``), which Flask would answer with an HTML page, or redirected
+    (``/api//schedule/...``, whose slashes werkzeug merges: the API reads such a path without
+    its empty segment, as in Django, and a write is never made through a redirect)."""
+    refused = NotFound | MethodNotAllowed | RequestRedirect
+    if not isinstance(request.routing_exception, refused):
         return None
     root = f"{ext.url_prefix}/api"
     if request.path != root and not request.path.startswith(f"{root}/"):
