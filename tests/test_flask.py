@@ -584,7 +584,12 @@ def test_an_owner_name_spelled_as_admin_gets_no_full_access(
     """The hole: ``ADMIN`` was the text ``"*"``, so the docs' auth callback, which takes the
     owner name from ``Bearer user-<name>``, gave full access to ``Bearer user-*``. Only
     ``ADMIN`` itself gives it now; a ``"*"`` from the request is a 500 the log explains."""
-    from apps.flask_factory import owner_of  # tests/apps/flask_factory.py, shown in the docs
+
+    def owner_of(request: Request) -> str | None:  # the docs' callback as it was then
+        token = request.headers.get("Authorization", "")
+        if token == "Bearer admin-token":
+            return ADMIN
+        return token.removeprefix("Bearer user-") if token.startswith("Bearer user-") else None
 
     app = Flask("spelled")
     init_app(app, sched, auth=owner_of)
@@ -610,6 +615,30 @@ def test_an_owner_name_spelled_as_admin_gets_no_full_access(
     )
     assert "reserved" in reserved["error"]
     assert client.get(f"{API}/schedule/triage/starred", headers=admin).status_code == 404
+
+
+@pytest.mark.parametrize(
+    "token", ["Bearer user-*", "Bearer user-a\x7fb", "Bearer user-a\x85b", "Bearer user-a\tb"]
+)
+def test_the_docs_auth_example_takes_no_owner_name_it_cannot_be(
+    sched: ThreadedScheduler, caplog: pytest.LogCaptureFixture, token: str
+) -> None:
+    """The bug: the docs' example callback returned whatever followed ``Bearer user-``, so an
+    anonymous client sending ``*`` or a control character there got a 500 and an ERROR in the
+    log (the library's answer to a callback returning such a name); it is no caller now."""
+    from apps.flask_factory import owner_of  # tests/apps/flask_factory.py, shown in the docs
+
+    app = Flask("example_auth")
+    init_app(app, sched, auth=owner_of)
+    client = app.test_client()
+    with caplog.at_level(logging.ERROR, logger="herdsched"):
+        error_of(client.get(f"{API}/schedule", headers={"Authorization": token}), 401)
+        response = client.post(f"{API}/schedule/triage/check/run", headers={"Authorization": token})
+        error_of(response, 401)
+        assert client.get("/herdsched/", headers={"Authorization": token}).status_code == 401
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    body = client.get(f"{API}/schedule", headers={"Authorization": "Bearer user-ann"}).get_json()
+    assert [s["name"] for s in body["schedules"]] == ["report"]
 
 
 def test_auth_admin_sees_all(auth_client: FlaskClient) -> None:

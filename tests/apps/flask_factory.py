@@ -16,8 +16,9 @@ def owner_of(request: Request) -> str | None:
     token = request.headers.get("Authorization", "")
     if token == "Bearer admin-token":
         return ADMIN
-    if token.startswith("Bearer user-"):
-        return token.removeprefix("Bearer user-")  # "Bearer user-ann" is owner "ann"
+    name = token.removeprefix("Bearer user-")  # "Bearer user-ann" is owner "ann"
+    if token.startswith("Bearer user-") and name.isalnum():  # never "*", no control characters
+        return name
     return None
 
 
