@@ -276,7 +276,11 @@ class ThreadedScheduler:
             )
         if job is not None:
             check_job_arguments(job, "on_trigger")
-        self._core.on_trigger = job
+        core = self._core
+        with core.lock:
+            if job is None:
+                registry.check_nothing_needs_on_trigger(core)
+            core.on_trigger = job
 
     @property
     def work_sources(self) -> dict[str, WorkSource]:
@@ -475,6 +479,8 @@ class ThreadedScheduler:
         new = {agent.name: agent for agent in check_agents(agents)}
         core = self._core
         with core.changes, core.lock:
+            for agent in new.values():  # before any change: all of it, or none
+                registry.check_stored_jobs(core, agent)
             for name in list(core.agents):
                 # an agent that stays keeps its ad hoc runs' entry; one that goes, every entry
                 kept = [*new[name].schedules, AD_HOC_SCHEDULE] if name in new else []

@@ -263,13 +263,12 @@ def test_a_run_now_prompt_that_is_not_text_is_refused_before_anything_runs() -> 
 
 
 def test_trigger_without_any_job_is_refused() -> None:
-    with running(on_trigger=Recorder()) as (sched, _clock):
-        sched.add_agent(Agent("a", schedules={"s": Schedule.manual()}))
-        sched.on_trigger = None
+    with running() as (sched, _clock):
+        sched.add_agent(Agent("a"))
         sched.start()
         with pytest.raises(ScheduleTriggerError, match="has no job") as info:
-            sched.trigger("a", "s")
-        assert (info.value.agent, info.value.schedule) == ("a", "s")
+            sched.trigger("a")
+        assert (info.value.agent, info.value.schedule) == ("a", None)
 
 
 def test_a_refused_trigger_of_an_agent_without_a_job_writes_nothing(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -802,3 +801,45 @@ def test_wait_until_idle_from_a_runs_own_thread_raises_instead_of_waiting_for_ev
         assert sched.wait_until_idle(10)  # from outside: the run is over
     [error] = errors
     assert f"wait_until_idle() was called by run {result.run_id} of a/m" in str(error)
+
+
+def test_on_trigger_is_not_taken_away_from_the_schedules_it_runs() -> None:
+    """``sched.on_trigger = None`` was accepted while a job-less schedule ran it: the timer
+    then logged an error every second, for ever, and the schedule never ran again."""
+    ran: list[str] = []
+    with running(on_trigger=lambda info: ran.append(info.schedule)) as (sched, _):
+        sched.add_agent(Agent("a", schedules={"i": Schedule.manual()}))
+        sched.add_agent(Agent("b", job=lambda info: "own job"))
+        with pytest.raises(InvalidScheduleError, match=r"it is what runs a/i \(no job of"):
+            sched.on_trigger = None
+        assert sched.on_trigger is not None
+        sched.start()
+        assert sched.trigger("a", "i", wait=True).success and ran == ["i"]
+        sched.remove_agent("a")
+        sched.on_trigger = None  # nothing runs it now
+        assert sched.on_trigger is None
+
+
+def test_an_agent_without_a_job_is_refused_over_its_stored_job_less_schedules(
+    tmp_path: Path,
+) -> None:
+    """An agent registered again without a job, in a hot reload or a later notebook cell,
+    while a schedule stored for it at run time had none of its own: accepted, and the timer
+    logged an error every second for that schedule, which never ran, nothing in the status."""
+    clock = FakeClock(T0)
+    sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
+    sched.add_agent(Agent("a", job=lambda info: "ran"))
+    with sched:
+        sched.add_schedule("a", "p", Schedule.interval("1h"), persist=True)
+        with pytest.raises(InvalidScheduleError, match=r"agent 'a' has no job, and .* \(p\)"):
+            sched.set_agents([Agent("a"), Agent("new", job=lambda info: "x")])
+        assert sched.get_agent("a").job is not None  # nothing of the reload was applied
+        with pytest.raises(AgentNotFoundError):
+            sched.get_agent("new")
+    later = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
+    with pytest.raises(InvalidScheduleError, match=r"give the agent a job, or the scheduler"):
+        later.add_agent(Agent("a"))
+    with pytest.raises(AgentNotFoundError):
+        later.get_agent("a")
+    later.add_agent(Agent("a", job=lambda info: "ran"))  # the stored schedule comes back
+    assert sorted(later.get_agent("a").schedules) == ["p"]

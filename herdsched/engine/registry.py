@@ -36,8 +36,10 @@ __all__ = [
     "ad_hoc_entry",
     "apply_changes",
     "check_cadence",
+    "check_nothing_needs_on_trigger",
     "check_owner",
     "check_owner_limit",
+    "check_stored_jobs",
     "drop_entry",
     "forget_agent",
     "install_agent",
@@ -54,6 +56,8 @@ def install_agent(core: EngineCore, agent: Agent) -> None:
     try:
         for name, schedule in agent.schedules.items():
             validate_schedule(core, agent.name, name, schedule, when="registered")
+        defined = stored_definitions(core, agent.name)
+        check_stored_jobs(core, agent, defined)
     except Exception:
         if old is None:
             del core.agents[agent.name]
@@ -67,7 +71,7 @@ def install_agent(core: EngineCore, agent: Agent) -> None:
     stored = core.store.get_agent_schedule_states(agent.name)
     for name, schedule in agent.schedules.items():
         install_entry(core, agent, name, schedule, persisted=False, stored=stored)
-    for name, schedule in stored_definitions(core, agent.name).items():
+    for name, schedule in defined.items():
         if name not in agent.schedules:
             updated = core.agents[agent.name].with_schedule(name, schedule)
             core.agents[agent.name] = updated
@@ -200,6 +204,50 @@ def ad_hoc_entry(core: EngineCore, agent: Agent) -> Entry:
             plan_from_state(core, entry, core.clock.now())
         core.persist_description(entry)
     return entry
+
+
+def check_stored_jobs(
+    core: EngineCore, agent: Agent, defined: Mapping[str, Schedule] | None = None
+) -> None:
+    """Refuse (``InvalidScheduleError``) an agent with no job of its own, in a scheduler with
+    no ``on_trigger``, while a run-time definition stored for it has none either: registered,
+    that schedule would come due with nothing to run, every time. ``defined``: the agent's
+    stored definitions, when read already."""
+    if agent.job is not None or core.on_trigger is not None:
+        return
+    if defined is None:
+        defined = stored_definitions(core, agent.name)
+    jobless = sorted(
+        name
+        for name, schedule in defined.items()
+        if name not in agent.schedules and schedule.job is None
+    )
+    if jobless:
+        raise InvalidScheduleError(
+            f"agent {agent.name!r} has no job, and the schedule(s) defined for it at run time "
+            f"and stored ({', '.join(jobless)}) have none of their own: give the agent a job, "
+            "or the scheduler an on_trigger callback (or delete those schedules)",
+            field="job",
+        )
+
+
+def check_nothing_needs_on_trigger(core: EngineCore) -> None:
+    """Refuse (``InvalidScheduleError``) to take ``on_trigger`` away while a schedule with no
+    job, of its own or its agent's, runs it (caller holds the lock)."""
+    needing = sorted(
+        f"{entry.agent}/{entry.name}"
+        for entry in core.entries.values()
+        if entry.name != AD_HOC_SCHEDULE
+        and entry.schedule.job is None
+        and getattr(core.agents.get(entry.agent), "job", None) is None
+    )
+    if needing:
+        raise InvalidScheduleError(
+            f"on_trigger cannot be set to None: it is what runs {', '.join(needing[:10])}"
+            f"{f' and {len(needing) - 10} more' if len(needing) > 10 else ''} "
+            "(no job of their own, nor of their agent)",
+            field="on_trigger",
+        )
 
 
 def stored_definitions(core: EngineCore, agent: str) -> dict[str, Schedule]:
