@@ -10,6 +10,7 @@ import inspect
 import logging
 import os
 import random
+import reprlib
 import threading
 import traceback
 from collections.abc import Mapping
@@ -39,6 +40,10 @@ __all__ = ["Run", "RunOutcome", "execute_run", "new_run_id", "timeout_message"]
 
 _log = logging.getLogger("herdsched")
 _ERROR_LIMIT = 2000
+
+#: what a work source returned instead of an item, as its error shows it: short, whatever it is
+_short = reprlib.Repr()
+_short.maxstring = _short.maxother = 80
 
 
 #: run ids come from a generator of their own: a job calling ``random.seed()`` must not make
@@ -116,7 +121,11 @@ class RunOutcome:
     result: JobResult = _NO_RESULT
     defer_delay: timedelta | None = None
     session_cleared: bool = False
-    work_item_id: str | None = None
+    #: checked here, where the run still settles (a bad one, reaching the record, failed the
+    #: record and left its schedule ``running`` for good)
+    work_item_id: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str))
+    )
     no_work: bool = False
     traceback: str | None = attrs.field(default=None, converter=storable_text)
 
@@ -146,7 +155,12 @@ def _describe(exc: BaseException) -> str:
 
 
 def _claim(run: Run, source: WorkSource | None) -> tuple[WorkItem | None, bool]:
-    """The work item for ``run``; ``(None, True)`` means the source has nothing to do."""
+    """The work item for ``run``; ``(None, True)`` means the source has nothing to do.
+
+    Raises :class:`TypeError` naming the source and what it returned when that is neither a
+    :class:`WorkItem` nor ``None`` (a look-alike object, a dict, an id): its fields reach the
+    prompt, the run's record and state, where a wrong type failed far from its cause.
+    """
     if source is None:
         return None, False
     try:
@@ -160,6 +174,11 @@ def _claim(run: Run, source: WorkSource | None) -> tuple[WorkItem | None, bool]:
             exc_info=True,
         )
         return None, False
+    if item is not None and not isinstance(item, WorkItem):
+        raise TypeError(
+            f"work source {run.schedule.work_source!r} returned {type(item).__name__} "
+            f"{_short.repr(item)}, not a WorkItem or None"
+        )
     return item, item is None
 
 
@@ -189,7 +208,16 @@ def execute_run(run: Run, *, clock: Clock, work_sources: Mapping[str, WorkSource
     """Execute ``run`` on the calling (worker) thread and describe how it ended."""
     started = clock.now()
     source = work_sources.get(run.schedule.work_source) if run.schedule.work_source else None
-    item, no_work = _claim(run, source)
+    try:
+        item, no_work = _claim(run, source)
+    except TypeError as exc:  # not an item (what the source raises, _claim logs and drops)
+        _log.error("Run %s of %s/%s failed: %s", run.run_id, run.agent, run.schedule_name, exc)
+        return RunOutcome(
+            status=RunStatus.FAILED,
+            started_at=started,
+            finished_at=clock.now(),
+            error=_describe(exc),
+        )
     if no_work:
         return RunOutcome(
             status=RunStatus.SKIPPED, started_at=started, finished_at=clock.now(), no_work=True

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 from agent_helpers import START, ListSource, Script, running, step
@@ -274,6 +275,74 @@ def test_a_claim_that_raises_warns_and_runs_with_the_plain_prompt(
     assert "'queue'" in warnings[0].getMessage()
     assert "triage/check" in warnings[0].getMessage()
     assert warnings[0].exc_info is not None
+
+
+LOOK_ALIKE = SimpleNamespace(
+    id=1, title="t", description="", source="", external_id=None, priority=None, labels=()
+)
+
+
+@pytest.mark.parametrize(
+    ("returned", "described"),
+    [
+        ("wi-1", "str 'wi-1'"),
+        ({"id": "wi-1"}, "dict {'id': 'wi-1'}"),
+        (["wi-1"], "list ['wi-1']"),
+        (
+            LOOK_ALIKE,
+            "SimpleNamespace namespace(id=1, title='t', description"
+            "...rnal_id=None, priority=None, labels=())",
+        ),
+    ],
+)
+def test_a_source_returning_anything_but_a_work_item_fails_the_run_naming_it(
+    returned: object, described: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A look-alike item with an int id left its schedule ``running`` for good, with no
+    record (the record refused the id); a string or a dict failed with an AttributeError
+    naming neither the source nor the value, and was reported back to the source."""
+
+    class Odd(ListSource):
+        def get_next_work_item(self, agent: str, schedule: str) -> WorkItem | None:
+            super().get_next_work_item(agent, schedule)
+            return returned  # type: ignore[return-value]
+
+    source = Odd()
+    job = Script()
+    error = f"TypeError: work source 'queue' returned {described}, not a WorkItem or None"
+    caplog.set_level(logging.ERROR, logger="herdsched")
+    with running(work_sources={"queue": source}) as (sched, clock):
+        sched.add_agent(triage(job))
+        step(sched)
+        assert job.calls == []
+        assert source.reports == []
+        [record] = sched.history("triage")
+        assert (record.status, record.error, record.work_item_id) == (RunStatus.FAILED, error, None)
+        [status] = sched.get_status().schedules
+        assert (status.status.value, status.consecutive_failures) == ("idle", 1)
+        assert status.next_run_at is not None and status.next_run_at > clock.now()
+        step(sched, clock, status.next_run_at - clock.now())  # a failure's backoff, then again
+        assert len(source.claims) == 2
+        assert len(sched.history("triage")) == 2
+    assert error.removeprefix("TypeError: ") in caplog.text
+
+
+def test_a_work_item_whose_id_was_changed_fails_its_run_and_the_schedule_goes_on() -> None:
+    """Its record could not be made, and the run was never recorded: the schedule stayed
+    ``running`` for good. The run's outcome refuses such an id, and the run fails instead."""
+    item = WorkItem(id="wi-1", title="t")
+    object.__setattr__(item, "id", 7)  # around the frozen class's checks
+    source = ListSource([item])
+    with running(work_sources={"queue": source}) as (sched, clock):
+        sched.add_agent(triage(Script("done")))
+        step(sched)
+        [record] = sched.history("triage")
+        assert record.status is RunStatus.FAILED
+        assert "work_item_id" in (record.error or "")
+        [status] = sched.get_status().schedules
+        assert status.status.value == "idle" and status.next_run_at is not None
+        step(sched, clock, status.next_run_at - clock.now())
+        assert len(source.claims) == 2
 
 
 def test_a_raising_report_outcome_is_logged_and_does_not_fail_the_run(
