@@ -40,6 +40,8 @@ __all__ = ["Run", "RunOutcome", "execute_run", "new_run_id", "timeout_message"]
 
 _log = logging.getLogger("herdsched")
 _ERROR_LIMIT = 2000
+#: what the source of a run given up by ``stop()`` before its job began is told
+_GIVEN_UP = "stop() gave the run up before its job began"
 
 #: what a work source returned instead of an item, as its error shows it: short, whatever it is
 _short = reprlib.Repr()
@@ -222,6 +224,11 @@ def execute_run(run: Run, *, clock: Clock, work_sources: Mapping[str, WorkSource
         return RunOutcome(
             status=RunStatus.SKIPPED, started_at=started, finished_at=clock.now(), no_work=True
         )
+    if source is not None and (ended := _written_off(run, started, clock)) is not None:
+        if item is None:
+            return ended
+        _report(source, item, ended, run)  # not done: the source may hand it out again
+        return attrs.evolve(ended, work_item_id=item.id)
     try:
         info = TriggerInfo(
             agent=run.agent,
@@ -251,6 +258,28 @@ def execute_run(run: Run, *, clock: Clock, work_sources: Mapping[str, WorkSource
     if item is not None and source is not None:
         _report(source, item, outcome, run)
     return outcome if item is None else attrs.evolve(outcome, work_item_id=item.id)
+
+
+def _written_off(run: Run, started: datetime, clock: Clock) -> RunOutcome | None:
+    """How ``run`` ended while its work source was asked for an item, or ``None`` when it goes
+    on: timed out (or past its deadline, the timer not having looked yet), or given up by a
+    ``stop()``. Its job is not called then: it did its work after its run was recorded as
+    timed out (or given up), told only by its cancel event, which it may not read."""
+    if run.timed_out or (run.deadline is not None and clock.monotonic() >= run.deadline):
+        status, error = RunStatus.TIMEOUT, timeout_message(run.schedule.timeout)
+    elif run.cancel_event.is_set():
+        status, error = RunStatus.FAILED, _GIVEN_UP
+    else:
+        return None
+    _log.warning(
+        "Run %s of %s/%s ended (%s) while its work source was asked for an item: its job is "
+        "not called.",
+        run.run_id,
+        run.agent,
+        run.schedule_name,
+        error,
+    )
+    return RunOutcome(status=status, started_at=started, finished_at=clock.now(), error=error)
 
 
 def _call_job(run: Run, info: TriggerInfo, started: datetime, clock: Clock) -> RunOutcome:

@@ -18,13 +18,17 @@ from herdsched import (
     JobSucceeded,
     RunStatus,
     Schedule,
+    SchedulerShutdownError,
     SkipReason,
+    TriggerType,
     WorkItem,
     WorkOutcome,
     WorkSource,
     build_schedule_prompt,
 )
 from herdsched.prompts import DEFAULT_PROMPT, TEMPLATE_FIELDS, fill_prompt_template
+from herdsched.runner import Run, execute_run
+from herdsched.testing import FakeClock
 from herdsched.timestamps import format_timestamp
 
 ISSUE = WorkItem(
@@ -401,6 +405,108 @@ def test_a_timed_out_run_reports_its_item_as_failed() -> None:
         assert outcome.error == "timed out after 30s"
 
 
+class HeldSource(ListSource):
+    """A source that takes as long as the test wants to answer (a slow issue tracker)."""
+
+    def __init__(self, items: list[WorkItem]) -> None:
+        super().__init__(items)
+        self.asked, self.answer, self.reported = (threading.Event() for _ in range(3))
+
+    def get_next_work_item(self, agent: str, schedule: str) -> WorkItem | None:
+        self.asked.set()
+        assert self.answer.wait(10)
+        return super().get_next_work_item(agent, schedule)
+
+    def report_outcome(self, item: WorkItem, outcome: WorkOutcome) -> None:
+        super().report_outcome(item, outcome)
+        self.reported.set()
+
+
+def test_a_run_timed_out_while_its_source_answers_never_calls_its_job() -> None:
+    """The run was recorded as timed out at its timeout, and its job was called all the same
+    once the source answered: a job that does not read its cancel event did the work."""
+    source = HeldSource([ISSUE])
+    job = Script()
+    recorded = threading.Event()
+    with running(work_sources={"queue": source}) as (sched, clock):
+        sched.add_listener(lambda event: recorded.set(), JobFailed)
+        sched.add_agent(triage(job, timeout="30s"))
+        sched.run_pending()
+        assert source.asked.wait(10)
+        clock.advance("31s")
+        sched.run_pending()
+        assert recorded.wait(10)  # at its timeout, the source still asked
+        source.answer.set()
+        assert sched.wait_until_idle(10)
+        assert job.calls == []
+        [record] = sched.history("triage")
+        assert (record.status, record.error) == (RunStatus.TIMEOUT, "timed out after 30s")
+        assert source.reports == [
+            (ISSUE, WorkOutcome(success=False, error="timed out after 30s", run_id=record.run_id))
+        ]
+
+
+def test_a_run_given_up_by_stop_while_its_source_answers_never_calls_its_job() -> None:
+    """Real time: ``stop(timeout=...)`` waits real seconds."""
+    source = HeldSource([ISSUE])
+    job = Script()
+    with running(work_sources={"queue": source}) as (sched, _clock):
+        sched.add_agent(triage(job))
+        sched.run_pending()
+        assert source.asked.wait(10)
+        with pytest.raises(SchedulerShutdownError, match="1 job"):
+            sched.stop(timeout=0.05)  # gives the run up
+        source.answer.set()
+        assert source.reported.wait(10)
+        assert job.calls == []
+        [(item, outcome)] = source.reports
+        assert item == ISSUE
+        assert (outcome.success, outcome.error) == (
+            False,
+            "stop() gave the run up before its job began",
+        )
+
+
+def test_a_run_past_its_deadline_when_its_source_answers_is_a_timeout_naming_the_item() -> None:
+    """Settled after the claim (the timer had not looked yet), its record names the item."""
+    clock = FakeClock(START)
+
+    class Slow(ListSource):
+        def get_next_work_item(self, agent: str, schedule: str) -> WorkItem | None:
+            clock.advance("31s")
+            return super().get_next_work_item(agent, schedule)
+
+    source = Slow([ISSUE])
+    job = Script()
+    schedule = Schedule.interval("5m", work_source="queue", timeout="30s")
+    run = Run(
+        run_id="r1",
+        agent="triage",
+        schedule_name="check",
+        schedule=schedule,
+        job=job,
+        trigger_type=TriggerType.INTERVAL,
+        scheduled_for=START,
+        fired_at=START,
+        prompt=None,
+        default_prompt=None,
+        consecutive_failures=0,
+        session_id=None,
+        last_run_at=None,
+    )
+    run.deadline = clock.monotonic() + 30
+    outcome = execute_run(run, clock=clock, work_sources={"queue": source})
+    assert job.calls == []
+    assert (outcome.status, outcome.error, outcome.work_item_id) == (
+        RunStatus.TIMEOUT,
+        "timed out after 30s",
+        "wi-1",
+    )
+    assert source.reports == [
+        (ISSUE, WorkOutcome(success=False, error="timed out after 30s", run_id="r1"))
+    ]
+
+
 def test_unknown_work_source_is_refused_naming_it() -> None:
     with running(work_sources={"queue": ListSource()}) as (sched, _clock):
         agent = Agent(
@@ -524,6 +630,7 @@ def test_a_job_that_stops_at_once_on_timeout_is_still_recorded_as_a_timeout() ->
     """The job's own worker may settle the run before the timer's settling thread does: the
     run is a timeout either way."""
     worker_settled, job_may_return = threading.Event(), threading.Event()
+    started = threading.Event()  # the job began: a run timed out before it never calls it
     held: list[bool] = []
 
     class HoldTheTimer(logging.Handler):
@@ -536,6 +643,7 @@ def test_a_job_that_stops_at_once_on_timeout_is_still_recorded_as_a_timeout() ->
                 held.append(worker_settled.wait(10))
 
     def quick(info: object) -> str:
+        started.set()
         assert job_may_return.wait(10)
         return "stopped early"
 
@@ -548,6 +656,7 @@ def test_a_job_that_stops_at_once_on_timeout_is_still_recorded_as_a_timeout() ->
             sched.add_listener(lambda event: worker_settled.set(), JobSucceeded, JobFailed)
             sched.add_agent(triage(Script(quick), timeout="30s"))
             sched.run_pending()
+            assert started.wait(10)
             clock.advance("31s")
             step(sched)
             [record] = sched.history("triage")
