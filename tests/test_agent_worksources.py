@@ -214,9 +214,10 @@ def test_no_item_skips_the_run_with_no_work_and_waits_one_interval() -> None:
         assert status.next_run_at == START + timedelta(minutes=10)
 
 
-def test_a_run_now_that_finds_no_work_answers_skipped_and_its_event_names_the_run() -> None:
+def test_a_run_now_that_finds_no_work_answers_skipped_and_is_recorded_under_its_id() -> None:
     """``trigger(wait=True)`` answered ``success=False`` with no error and no skip for a run
-    that found no work (and left no record), and its ``JobSkipped`` named no run."""
+    that found no work, and its ``JobSkipped`` named no run. It left no record either, so the
+    run id it answered could not be followed in the history (timer runs still leave none)."""
     skipped: list[JobSkipped] = []
     with running(work_sources={"queue": ListSource([])}) as (sched, _clock):
         sched.add_listener(skipped.append, JobSkipped)
@@ -230,7 +231,15 @@ def test_a_run_now_that_finds_no_work_answers_skipped_and_its_event_names_the_ru
             SkipReason.NO_WORK,
         )
         assert result.error == "its work source had no work"
-        assert sched.history("triage") == []
+        [record] = sched.history("triage")
+        assert (record.run_id, record.status, record.error) == (
+            result.run_id,
+            RunStatus.SKIPPED,
+            "its work source had no work",
+        )
+        assert record.trigger_type is TriggerType.MANUAL
+        [status] = sched.get_status().schedules
+        assert (status.last_result, status.consecutive_failures) == (RunStatus.SKIPPED, 0)
         [event] = skipped
         assert event.run_id == result.run_id is not None
 

@@ -578,6 +578,49 @@ def test_the_cli_prints_the_run_id_and_history_follows_it(
     assert (done["run_id"], done["status"]) == (run_id, "success")
 
 
+class EmptySource:
+    """A work source with nothing to do."""
+
+    def get_next_work_item(self, agent: str, schedule: str) -> None:
+        return None
+
+    def report_outcome(self, item: object, outcome: object) -> None:
+        raise AssertionError("no item was claimed")
+
+
+def test_a_cli_run_now_that_finds_no_work_is_followed_to_its_skipped_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The command printed a run id that never showed in the history: a run that found no
+    work wrote no record."""
+    clock = FakeClock(T0)
+    jobs = Jobs()
+    leader = ThreadedScheduler(
+        state_dir=tmp_path,
+        clock=clock,
+        poll_interval=1.0,
+        timezone="UTC",
+        work_sources={"queue": EmptySource()},
+    )
+    leader.add_agent(Agent("a", job=jobs, schedules={"s": Schedule.manual(work_source="queue")}))
+    leader.start()
+    try:
+        leader.store.flush()  # the group commit that writes the schedules the CLI reads
+        assert main(["trigger", "a/s", "--state-dir", str(tmp_path)]) == 0
+        run_id = capsys.readouterr().out.split(" as run ")[1].split()[0]
+        drive(leader, clock, lambda: not leader.store.trigger_requests())
+        assert jobs.run_ids == []
+        assert main(["history", "a/s", "--state-dir", str(tmp_path), "--json"]) == 0
+        (done,) = json.loads(capsys.readouterr().out)
+        assert (done["run_id"], done["status"], done["error"]) == (
+            run_id,
+            "skipped",
+            "its work source had no work",
+        )
+    finally:
+        leader.stop(timeout=10)
+
+
 def test_a_request_the_store_could_not_mark_started_keeps_its_turn(
     pair: Pair, monkeypatch: pytest.MonkeyPatch
 ) -> None:

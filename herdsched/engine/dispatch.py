@@ -51,6 +51,9 @@ _NO_WORK = "its work source had no work at its time: the once schedule ends with
 #: The record of a run that found no work while its schedule was removed, whose state would
 #: otherwise have been its only trace.
 _NO_WORK_REMOVED = "its work source had no work (its schedule was removed while it ran)"
+#: The record of a run-now that found no work: its run id was given out (by ``trigger()``, the
+#: command line, the API) to be followed in the history.
+_NO_WORK_RUN_NOW = "its work source had no work"
 
 #: the outcomes a notifier may hear of (deferred and skipped runs are never notified)
 _NOTIFIED = frozenset({RunStatus.SUCCESS, RunStatus.FAILED, RunStatus.TIMEOUT})
@@ -507,8 +510,10 @@ class Dispatcher:
         ended = transition is not None and transition.changes.get("status") is Status.COMPLETED
         if not outcome.no_work:
             core.append_run(record)
-        elif ended or mine is None:  # a once schedule ends; a removed one's run is in no state
-            core.append_run(evolve(record, error=_NO_WORK if ended else _NO_WORK_REMOVED))
+        # a once schedule ends; a removed one's run is in no state; a run-now is followed
+        elif ended or mine is None or run.trigger_type is TriggerType.MANUAL:
+            note = _NO_WORK if ended else _NO_WORK_REMOVED if mine is None else _NO_WORK_RUN_NOW
+            core.append_run(evolve(record, error=note))
         if mine is None or transition is None:
             return record, None
         core.plan.set_due(mine, transition.due, transition.scheduled_for)
