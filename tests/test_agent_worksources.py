@@ -555,6 +555,25 @@ def test_templates_are_filled_for_each_run_and_json_survives() -> None:
         assert first.run_id != second.run_id
 
 
+def test_last_run_is_the_previous_run_whatever_its_result_a_check_without_work_too() -> None:
+    """``{last_run}`` is the schedule's ``last_run_at``, as its status shows it: a check that
+    found no work is the previous run (the docs said "the start of the previous run" only)."""
+    source = ListSource([ISSUE])
+    job = Script()
+    with running(work_sources={"queue": source}) as (sched, clock):
+        sched.add_agent(triage(job, prompt="since {last_run}"))
+        step(sched)
+        step(sched, clock, "5m")  # no work: the job is not called
+        source.items.append(WorkItem(id="wi-2", title="Second"))
+        step(sched, clock, "5m")
+        first, second = (prompt.splitlines()[0] for prompt in job.prompts)
+        assert first == "since never"
+        checked = START + timedelta(minutes=5)
+        assert second == f"since {format_timestamp(checked)}"
+        [status] = sched.get_status().schedules
+        assert status.last_run_at == START + timedelta(minutes=10)
+
+
 def test_templates_apply_to_a_trigger_prompt_and_to_the_agent_default_prompt() -> None:
     job = Script()
     with running() as (sched, _clock):
