@@ -1240,16 +1240,58 @@ def test_validate_finds_a_state_dir_that_is_a_file(
     assert (elsewhere / "state.yaml").is_file()
 
 
+@pytest.mark.parametrize("damage", ["cut", "directory", "bad schedules.yaml"])
+def test_validate_finds_state_files_a_scheduler_would_refuse(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, damage: str
+) -> None:
+    """A ``state.yaml`` cut short with no backup, or a directory in its place, passed
+    ``validate`` (exit 0); ``run`` then refused it (exit 1, other words)."""
+    fleet = _fleet(tmp_path, "scheduler: {state_dir: state}\n" + _ONE_SCHEDULE)
+    state = tmp_path / "state"
+    state.mkdir()
+    if damage == "cut":
+        (state / "state.yaml").write_text('format_version: 1\nschedule_count: 1\nagents: {a: "')
+    elif damage == "directory":
+        (state / "state.yaml").mkdir()
+    else:
+        (state / "schedules.yaml").write_text("format_version: 1\nagents: [a]\n")
+    before = sorted(p.name for p in state.iterdir())
+    outputs = []
+    for argv in (["validate", str(fleet)], ["run", str(fleet), "--duration", "1s"]):
+        code, _, err = run_cli(capsys, *argv)
+        assert code == 2, err
+        assert "scheduler.state_dir: " in err and "a scheduler would refuse it" in err
+        outputs.append(err)
+    assert outputs[0] == outputs[1]
+    assert sorted(p.name for p in state.iterdir()) == before  # nothing written, nothing moved
+
+
+def test_validate_passes_a_bad_state_file_whose_backup_a_scheduler_restores(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    fleet = _fleet(tmp_path, "scheduler: {state_dir: state}\n" + _ONE_SCHEDULE)
+    state = tmp_path / "state"
+    with YamlStateStore(state) as store:
+        store.update_schedule_state("a", "s", status="paused")
+        store.update_schedule_state("a", "s", consecutive_failures=1)
+    assert (state / "state.yaml.bak").is_file()
+    (state / "state.yaml").write_text("status: pausd\n")
+    code, out, err = run_cli(capsys, "validate", str(fleet))
+    assert code == 0 and "valid fleet" in out, err
+    assert (state / "state.yaml").read_text() == "status: pausd\n"  # validate leaves it
+    assert not list(state.glob("state.yaml.corrupt-*"))
+
+
+_ONE_SCHEDULE = """
+agents:
+  - name: a
+    command: ["true"]
+    schedules: {s: {type: interval, interval: 5m}}
+"""
+
+
 def _one_schedule_fleet(tmp_path: Path) -> Path:
-    return _fleet(
-        tmp_path,
-        """
-        agents:
-          - name: a
-            command: ["true"]
-            schedules: {s: {type: interval, interval: 5m}}
-        """,
-    )
+    return _fleet(tmp_path, _ONE_SCHEDULE)
 
 
 def test_validate_finds_a_default_state_dir_in_the_way(

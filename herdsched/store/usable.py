@@ -10,9 +10,14 @@ from __future__ import annotations
 import errno
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from herdsched.errors import StateError
+from herdsched.store.definitions import parse_definitions
+from herdsched.store.document import describe_error
+from herdsched.store.state_codec import PlainYamlCodec
+from herdsched.store.yaml_io import load_yaml
 
 __all__ = ["check_state_dir", "state_dir_could_be_made", "unreadable_state_dir"]
 
@@ -53,12 +58,15 @@ def check_state_dir(state_dir: Path) -> None:
 
 def state_dir_could_be_made(state_dir: Path) -> None:
     """:func:`check_state_dir` without creating anything that stays (for a settings check):
-    a missing directory is tried as a temporary one beside where it would be made.
+    a missing directory is tried as a temporary one beside where it would be made; in one
+    that exists, ``state.yaml`` and ``schedules.yaml`` must be read as a store opening them
+    reads them (see :func:`_check_files`).
 
     Raises :class:`~herdsched.errors.StateError` as :func:`check_state_dir` does.
     """
     if state_dir.is_dir() or _file_in_the_way(state_dir) is not None:
         check_state_dir(state_dir)
+        _check_files(state_dir)
         return
     parent = next((p for p in state_dir.parents if p.exists()), None)
     if parent is None:  # pragma: no cover - the root always exists
@@ -111,3 +119,48 @@ def _todo(exc: OSError) -> str:
     if exc.errno == errno.ENOSPC:
         return "Free some space, or pass a state_dir on another disk."
     return "Pass a state_dir on a writable local file system."
+
+
+def _check_files(state_dir: Path) -> None:
+    """Raise :class:`~herdsched.errors.StateError` when a store opening ``state_dir`` would
+    refuse its ``state.yaml`` or ``schedules.yaml``: it cannot be read (a directory, another
+    user's file), or it is not valid and has no valid backup (``.bak``) to restore. Nothing
+    is written: a bad file with a good backup passes, as the store restores that backup."""
+    files: list[tuple[str, str, Callable[[bytes], object]]] = [
+        ("state.yaml", "state file", PlainYamlCodec().decode),
+        ("schedules.yaml", "schedules file", lambda data: parse_definitions(load_yaml(data))),
+    ]
+    for name, kind, parse in files:
+        path = state_dir / name
+        try:
+            if _not_valid(path, kind, parse) is None:
+                continue
+            backup = path.with_name(f"{name}.bak")
+            if backup.exists() and _not_valid(backup, kind, parse) is None:
+                continue  # the store restores it
+        except OSError as exc:
+            raise StateError(
+                f"{exc.filename or path} cannot be read ({exc.strerror or exc}): a scheduler "
+                "would refuse it",
+                path,
+                cause=exc,
+            ) from exc
+        raise StateError(
+            f"{path} {_not_valid(path, kind, parse)}, and there is no valid backup "
+            f"{path.name}.bak to restore: a scheduler would refuse it",
+            path,
+        )
+
+
+def _not_valid(path: Path, kind: str, parse: Callable[[bytes], object]) -> str | None:
+    """Why ``path`` is not a valid ``kind``, ``None`` when it is (or does not exist); an
+    ``OSError`` when it cannot be read."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        parse(data)
+    except Exception as exc:
+        return f"is not a valid {kind} ({describe_error(exc)})"
+    return None
