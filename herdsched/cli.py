@@ -65,6 +65,7 @@ from herdsched.html import cut_text, format_time, lease_time
 from herdsched.models import (
     AD_HOC_SCHEDULE,
     NAME_PATTERN,
+    NotifyPolicy,
     RejectedDefinition,
     RunRecord,
     RunStatus,
@@ -941,6 +942,26 @@ def _fleet_scheduler(
         raise
 
 
+def _warn_of_notify(fleet: FleetConfig) -> None:
+    """Say that ``notify`` sends nothing here: the command line has no notifier to send with
+    (a fleet file cannot name one), and a setting that silently does nothing misleads."""
+    notified = [
+        f"{agent.name}/{name}"
+        for agent in fleet.agents
+        for name, schedule in agent.schedules.items()
+        if schedule.notify is not NotifyPolicy.NEVER
+    ]
+    if notified:
+        logger.warning(
+            "%d schedule(s) set notify (%s), but herdsched run has no notifier, so no "
+            "notification is sent; each run's outcome is in this log. To send them, run the "
+            "fleet from Python: load_fleet(path).create_scheduler(notifier=...).",
+            len(notified),
+            ", ".join(notified[:5])
+            + (f" and {len(notified) - 5} more" if len(notified) > 5 else ""),
+        )
+
+
 def _run_fleet(
     fleet: FleetConfig, scheduler: ThreadedScheduler, args: argparse.Namespace, stopper: _Stopper
 ) -> int:
@@ -958,6 +979,7 @@ def _run_fleet(
         store_location(scheduler.store),
         scheduler.status,
     )
+    _warn_of_notify(fleet)
     duration: timedelta | None = args.duration
     deadline = None if duration is None else time.monotonic() + duration.total_seconds()
     while True:

@@ -858,8 +858,10 @@ def _register_as_job(
     schedule = build(cadence, **options)
 
     def register(func: _F) -> _F:
-        schedule_name = name or registry.name_after(func, agent)
-        agent_name = agent or schedule_name
+        # an empty name is refused by the checks, not replaced: it is more often an unset
+        # variable than a choice
+        schedule_name = name if name is not None else registry.name_after(func, agent)
+        agent_name = agent if agent is not None else schedule_name
         core = scheduler._core
         with core.lock:
             made = agent_name not in core.agents

@@ -937,13 +937,19 @@ def test_run_for_a_duration_then_read_history(
             command: [echo, hello]
             schedules:
               tick: {type: interval, interval: 1s}
-              fail: {type: interval, interval: 1h, command: [sh, -c, "echo oops >&2; exit 4"]}
+              fail:
+                type: interval
+                interval: 1h
+                command: [sh, -c, "echo oops >&2; exit 4"]
+                notify: always
         """,
     )
     state = tmp_path / "st"
     code, _, err = run_cli(capsys, "run", str(fleet), "--state-dir", str(state), "--duration", "1s")
     assert code == 0
     assert "fleet tiny: 1 agent(s), 2 schedule(s)" in err
+    # notify sends nothing without a notifier: said once, at the start, not silently ignored
+    assert "1 schedule(s) set notify (a/fail), but herdsched run has no notifier" in err
     assert "a/tick succeeded in" in err and "hello" in err
     assert "a/fail failed" in err and "exited with code 4" in err
     assert err.count("exited with code 4") == 1  # logged once (it was by herdsched.cli too)

@@ -843,3 +843,17 @@ def test_an_agent_without_a_job_is_refused_over_its_stored_job_less_schedules(
         later.get_agent("a")
     later.add_agent(Agent("a", job=lambda info: "ran"))  # the stored schedule comes back
     assert sorted(later.get_agent("a").schedules) == ["p"]
+
+
+@pytest.mark.parametrize("given", [{"name": ""}, {"agent": ""}, {"name": "", "agent": "a"}])
+def test_a_decorator_given_an_empty_name_refuses_it(given: dict[str, str]) -> None:
+    """``name=""`` (an unset variable, say) registered the schedule under the function's
+    name, ``agent=""`` under a new agent named after it, with no word."""
+    sched = ThreadedScheduler(state_dir=None)
+
+    def myjob(info: object) -> str:
+        return "ran"
+
+    with pytest.raises(InvalidScheduleError, match="''"):
+        sched.every("5m", **given)(myjob)
+    assert sched.get_status().schedules == []
