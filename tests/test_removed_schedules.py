@@ -163,7 +163,8 @@ def test_stored_definitions_of_an_agent_gone_from_the_fleet_are_marked_and_can_b
         assert later.wait_until_idle(10)
     store = YamlStateStore(tmp_path)
     mine = store.get_schedule_state("bot", "mine")
-    assert mine.removed_at == T0.replace(minute=1) and mine.next_run_at is None
+    assert mine.removed_at == T0.replace(minute=1)
+    assert mine.next_run_at == T0.replace(hour=11)  # kept, should its agent come back
     store.close()
     code, out, err = _cli(capsys, "status", "--state-dir", str(tmp_path))
     [row] = [line.split() for line in out.splitlines() if "mine" in line.split()]
@@ -177,6 +178,29 @@ def test_stored_definitions_of_an_agent_gone_from_the_fleet_are_marked_and_can_b
     back = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
     back.add_agent(Agent("bot", job=Recorder()))  # the agent is back: nothing comes back with it
     assert back.get_status().schedules == []
+
+
+def test_a_stored_definition_registered_after_the_start_catches_up_its_missed_slot(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """A program that starts its scheduler first and registers its agents after (a later
+    notebook cell, an app factory): the mark of a run-time schedule whose agent was not
+    registered yet wiped its next run, so the slot missed while no process ran was lost."""
+    ran: list[str] = []
+    first = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
+    first.add_agent(Agent("triage", job=lambda info: ran.append(info.schedule)))
+    with first:
+        first.add_schedule("triage", "nightly", Schedule.cron("0 3 * * *"), persist=True)
+    clock.advance(timedelta(days=1))  # down over the 03:00 slot
+    later = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
+    with later:
+        later.run_pending()  # leads, the agent not registered yet: marked removed for now
+        later.add_agent(Agent("triage", job=lambda info: ran.append(info.schedule)))
+        later.run_pending()
+        assert later.wait_until_idle(10)
+    assert ran == ["nightly"]  # the missed slot, caught up once
+    state = YamlStateStore(tmp_path).get_schedule_state("triage", "nightly")
+    assert state.removed_at is None and state.next_run_at == T0.replace(day=4, hour=3)
 
 
 def test_the_command_line_shows_removed_schedules_and_will_not_steer_them(

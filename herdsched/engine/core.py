@@ -229,10 +229,15 @@ class EngineCore:
             entry.state = evolve(entry.state, **changes)
             self.store_call(self.store.update_schedule_state, entry.agent, entry.name, **changes)
 
-    def mark_removed(self, agent: str, name: str, at: datetime) -> None:
+    def mark_removed(self, agent: str, name: str, at: datetime, *, keep_next: bool = False) -> None:
         """Record that the fleet no longer has ``agent/name``: its state stays, without a next
-        run, and every process shows it removed until it is registered again."""
-        self.store_call(self.store.record_transition, agent, name, removed_at=at, next_run_at=None)
+        run, and every process shows it removed until it is registered again. ``keep_next``:
+        the next run stays stored (a run-time definition whose agent is not registered, yet
+        perhaps: registered later, it catches up the slot it missed meanwhile)."""
+        changes: dict[str, Any] = (
+            {"removed_at": at} if keep_next else {"removed_at": at, "next_run_at": None}
+        )
+        self.store_call(self.store.record_transition, agent, name, **changes)
 
     def append_run(self, record: RunRecord) -> None:
         self.store_call(self.store.append_run, record)

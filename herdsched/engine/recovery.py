@@ -378,9 +378,10 @@ def _mark_removed(
 ) -> None:
     """Mark the stored states of schedules this scheduler does not run (taken out of its fleet),
     so that every process shows them as removed rather than as waiting for a run that never
-    comes. Stored run-time definitions are taken in when their agent registers and are not
-    marked, unless their agent is gone from the fleet (nothing would take them in);
-    registering a marked schedule again clears the mark
+    comes. Stored run-time definitions are taken in when their agent registers: they are
+    marked only while their agent is not registered (gone from the fleet, or not yet
+    registered by a program that starts its scheduler first), their next run kept for when it
+    comes. Registering a marked schedule again clears the mark
     (:meth:`EngineCore.persist_description`). ``stored`` holds the states as they were
     before this scheduler wrote its own."""
     try:
@@ -407,7 +408,7 @@ def _mark_removed(
             name_some(foreign),
         )
     for agent, name in lost:
-        core.mark_removed(agent, name, now)
+        core.mark_removed(agent, name, now, keep_next=name in defined.get(agent, {}))
     if lost:
         core.log.info(
             "%d schedule(s) with state in the store are not in this scheduler's fleet (%s): "
