@@ -16,7 +16,8 @@ from pathlib import Path
 from herdsched.errors import StateError
 from herdsched.store.definitions import parse_definitions
 from herdsched.store.document import describe_error
-from herdsched.store.state_codec import PlainYamlCodec
+from herdsched.store.files import FileContent, read_file
+from herdsched.store.state_codec import FastStateCodec
 from herdsched.store.yaml_io import load_yaml
 
 __all__ = ["check_state_dir", "state_dir_could_be_made", "unreadable_state_dir"]
@@ -125,15 +126,17 @@ def _check_files(state_dir: Path) -> None:
     """Raise :class:`~herdsched.errors.StateError` when a store opening ``state_dir`` would
     refuse its ``state.yaml`` or ``schedules.yaml``: it cannot be read (a directory, another
     user's file), or it is not valid and has no valid backup (``.bak``) to restore. Nothing
-    is written: a bad file with a good backup passes, as the store restores that backup."""
-    files: list[tuple[str, str, Callable[[bytes], object]]] = [
-        ("state.yaml", "state file", PlainYamlCodec().decode),
-        ("schedules.yaml", "schedules file", lambda data: parse_definitions(load_yaml(data))),
+    is written: a bad file with a good backup passes, as the store restores that backup.
+    Read as the store reads them (streamed, by the state file's fast reader)."""
+    files: list[tuple[str, str, Callable[[FileContent], object]]] = [
+        ("state.yaml", "state file", FastStateCodec().decode),
+        ("schedules.yaml", "schedules file", lambda c: parse_definitions(load_yaml(c.read()))),
     ]
     for name, kind, parse in files:
         path = state_dir / name
         try:
-            if _not_valid(path, kind, parse) is None:
+            why = _not_valid(path, kind, parse)
+            if why is None:
                 continue
             backup = path.with_name(f"{name}.bak")
             if backup.exists() and _not_valid(backup, kind, parse) is None:
@@ -146,21 +149,26 @@ def _check_files(state_dir: Path) -> None:
                 cause=exc,
             ) from exc
         raise StateError(
-            f"{path} {_not_valid(path, kind, parse)}, and there is no valid backup "
-            f"{path.name}.bak to restore: a scheduler would refuse it",
+            f"{path} {why}, and there is no valid backup {path.name}.bak to restore: a "
+            "scheduler would refuse it",
             path,
         )
 
 
-def _not_valid(path: Path, kind: str, parse: Callable[[bytes], object]) -> str | None:
+def _not_valid(path: Path, kind: str, parse: Callable[[FileContent], object]) -> str | None:
     """Why ``path`` is not a valid ``kind``, ``None`` when it is (or does not exist); an
     ``OSError`` when it cannot be read."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+    opened = read_file(path)
+    if opened is None:
         return None
+    content, _, fd = opened
     try:
-        parse(data)
+        parse(content)
+    except OSError as exc:
+        exc.filename = exc.filename or str(path)
+        raise
     except Exception as exc:
         return f"is not a valid {kind} ({describe_error(exc)})"
+    finally:
+        os.close(fd)
     return None
