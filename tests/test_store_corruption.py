@@ -7,10 +7,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+import yaml
 
 from herdsched.errors import StateCorruptedError
 from herdsched.models import Status
 from herdsched.store import YamlStateStore
+from herdsched.store.yaml_io import load_yaml
 from herdsched.testing import FakeClock
 
 BAD_FILES = {
@@ -268,3 +270,12 @@ def test_a_schedule_entry_written_twice_by_hand_never_costs_its_pause(
     assert "found the key 's' a second time" in caplog.text
     (copy,) = quarantined(tmp_path)
     assert copy.read_text().count("      s:\n") == 2
+
+
+def test_keys_yaml_allows_to_repeat_or_retag_are_not_taken_for_duplicates() -> None:
+    """What ``<<`` brings in may be written again (that is what it is for), and a plain ``=``
+    key is the text "=" (the first refusal of duplicates refused both, or named a tag)."""
+    assert load_yaml("x: &x {a: 1}\ny:\n  <<: *x\n  a: 2\n") == {"x": {"a": 1}, "y": {"a": 2}}
+    assert load_yaml("m: {=: x, a: 1}\n") == {"m": {"=": "x", "a": 1}}
+    with pytest.raises(yaml.YAMLError, match="found the key 'c' a second time"):
+        load_yaml("x: &x {a: 1}\ny:\n  <<: *x\n  c: 2\n  c: 3\n")

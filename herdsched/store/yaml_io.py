@@ -45,10 +45,10 @@ class _Loader(_BaseLoader):  # type: ignore[misc]
     first one's pause."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> Any:
+        explicit = sum(1 for key, _ in node.value if key.tag != "tag:yaml.org,2002:merge")
+        self.flatten_mapping(node)  # "<<" entries come first, and may be written again after
         seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # "<<" may bring keys in again: that is what it is for
+        for key_node, _ in node.value[len(node.value) - explicit :]:
             key = self.construct_object(key_node, deep=deep)
             try:
                 duplicate = key in seen
