@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import re
 import threading
 from collections.abc import Callable
@@ -821,31 +820,28 @@ def test_on_trigger_is_not_taken_away_from_the_schedules_it_runs() -> None:
         assert sched.on_trigger is None
 
 
-def test_a_stored_schedule_with_nothing_to_run_here_is_left_out_and_said_so(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+def test_an_agent_without_a_job_is_refused_over_its_stored_job_less_schedules(
+    tmp_path: Path,
 ) -> None:
-    """An agent registered again without a job (a hot reload, a later notebook cell, the
-    decorators' agent) while a schedule stored for it at run time had none of its own: the
-    timer logged an error every second for that schedule, which never ran, nothing in the
-    status. It is left out, with an ERROR naming it, and left stored for the processes that
-    can run it; the rest of the fleet registers and runs."""
+    """An agent registered again without a job, in a hot reload or a later notebook cell,
+    while a schedule stored for it at run time had none of its own: accepted, and the timer
+    logged an error every second for that schedule, which never ran, nothing in the status."""
     clock = FakeClock(T0)
     sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
     sched.add_agent(Agent("a", job=lambda info: "ran"))
-    with sched, caplog.at_level(logging.ERROR, logger="herdsched"):
+    with sched:
         sched.add_schedule("a", "p", Schedule.interval("1h"), persist=True)
-        sched.set_agents([Agent("a"), Agent("new", job=lambda info: "x")])
-        assert "defined for it at run time (p) have nothing to run" in caplog.text
-        assert sorted(sched.get_agent("a").schedules) == []
-        assert sched.get_agent("new").job is not None  # the rest of the reload holds
-        clock.advance(7200)
-        sched.run_pending()
-        assert sched.wait_until_idle(10)
-    assert "Could not dispatch" not in caplog.text
+        with pytest.raises(InvalidScheduleError, match=r"agent 'a' has no job, and .* \(p\)"):
+            sched.set_agents([Agent("a"), Agent("new", job=lambda info: "x")])
+        assert sched.get_agent("a").job is not None  # nothing of the reload was applied
+        with pytest.raises(AgentNotFoundError):
+            sched.get_agent("new")
     later = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
-    later.add_agent(Agent("a"))  # a later cell: registered, without the schedule
-    assert sorted(later.get_agent("a").schedules) == []
-    later.set_agents([Agent("a", job=lambda info: "ran")])  # the stored schedule comes back
+    with pytest.raises(InvalidScheduleError, match=r"give the agent a job, or the scheduler"):
+        later.add_agent(Agent("a"))
+    with pytest.raises(AgentNotFoundError):
+        later.get_agent("a")
+    later.add_agent(Agent("a", job=lambda info: "ran"))  # the stored schedule comes back
     assert sorted(later.get_agent("a").schedules) == ["p"]
 
 

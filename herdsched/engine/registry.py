@@ -39,12 +39,12 @@ __all__ = [
     "check_nothing_needs_on_trigger",
     "check_owner",
     "check_owner_limit",
+    "check_stored_jobs",
     "drop_entry",
     "forget_agent",
     "install_agent",
     "install_entry",
     "name_after",
-    "runnable_definitions",
     "validate_schedule",
 ]
 
@@ -56,6 +56,8 @@ def install_agent(core: EngineCore, agent: Agent) -> None:
     try:
         for name, schedule in agent.schedules.items():
             validate_schedule(core, agent.name, name, schedule, when="registered")
+        defined = stored_definitions(core, agent.name)
+        check_stored_jobs(core, agent, defined)
     except Exception:
         if old is None:
             del core.agents[agent.name]
@@ -69,7 +71,7 @@ def install_agent(core: EngineCore, agent: Agent) -> None:
     stored = core.store.get_agent_schedule_states(agent.name)
     for name, schedule in agent.schedules.items():
         install_entry(core, agent, name, schedule, persisted=False, stored=stored)
-    for name, schedule in runnable_definitions(core, agent, log=True).items():
+    for name, schedule in defined.items():
         if name not in agent.schedules:
             updated = core.agents[agent.name].with_schedule(name, schedule)
             core.agents[agent.name] = updated
@@ -204,25 +206,29 @@ def ad_hoc_entry(core: EngineCore, agent: Agent) -> Entry:
     return entry
 
 
-def runnable_definitions(core: EngineCore, agent: Agent, *, log: bool) -> dict[str, Schedule]:
-    """The run-time definitions stored for ``agent`` that this scheduler can run: one with no
-    job of its own, whose agent has none here either and the scheduler no ``on_trigger``
-    (another process, which has one, stored it), would come due with nothing to run, every
-    time. It is left out here, and left stored for the processes that can run it; ``log``:
-    say so at ERROR (at registration: a change another process makes is read many times)."""
-    defined = stored_definitions(core, agent.name)
+def check_stored_jobs(
+    core: EngineCore, agent: Agent, defined: Mapping[str, Schedule] | None = None
+) -> None:
+    """Refuse (``InvalidScheduleError``) an agent with no job of its own, in a scheduler with
+    no ``on_trigger``, while a run-time definition stored for it has none either: registered,
+    that schedule would come due with nothing to run, every time. ``defined``: the agent's
+    stored definitions, when read already."""
     if agent.job is not None or core.on_trigger is not None:
-        return defined
-    jobless = sorted(n for n, s in defined.items() if s.job is None and n not in agent.schedules)
-    if jobless and log:
-        core.log.error(
-            "Agent %s has no job here and the scheduler no on_trigger, so the schedule(s) "
-            "defined for it at run time (%s) have nothing to run: this scheduler does not run "
-            "them. Give the agent a job, or the scheduler an on_trigger callback.",
-            agent.name,
-            ", ".join(jobless),
+        return
+    if defined is None:
+        defined = stored_definitions(core, agent.name)
+    jobless = sorted(
+        name
+        for name, schedule in defined.items()
+        if name not in agent.schedules and schedule.job is None
+    )
+    if jobless:
+        raise InvalidScheduleError(
+            f"agent {agent.name!r} has no job, and the schedule(s) defined for it at run time "
+            f"and stored ({', '.join(jobless)}) have none of their own: give the agent a job, "
+            "or the scheduler an on_trigger callback (or delete those schedules)",
+            field="job",
         )
-    return {name: schedule for name, schedule in defined.items() if name not in jobless}
 
 
 def check_nothing_needs_on_trigger(core: EngineCore) -> None:

@@ -17,7 +17,7 @@ from herdsched.engine.core import EngineCore
 from herdsched.engine.dispatch import Dispatcher
 from herdsched.engine.planning import Entry
 from herdsched.engine.recovery import plan_resumed, resets_backoff, show_running
-from herdsched.engine.registry import drop_entry, install_entry, runnable_definitions
+from herdsched.engine.registry import drop_entry, install_entry, stored_definitions
 from herdsched.engine.requests import RunRequests
 from herdsched.errors import StateError
 from herdsched.models import Status
@@ -155,8 +155,7 @@ class OtherProcesses:
             if core.leading:  # the state a commit of ours wrote after the removal goes too,
                 # not the state of a namesake created since
                 core.store_call(remove_state_unless_defined, core.store, agent_name, schedule_name)
-        agent_now = core.agents[agent_name]
-        for schedule_name, schedule in runnable_definitions(core, agent_now, log=False).items():
+        for schedule_name, schedule in stored_definitions(core, agent_name).items():
             entry = core.entries.get((agent_name, schedule_name))
             if entry is not None and not entry.persisted_definition:
                 continue  # a code or fleet-file schedule wins over a stored one
