@@ -277,5 +277,8 @@ def test_keys_yaml_allows_to_repeat_or_retag_are_not_taken_for_duplicates() -> N
     key is the text "=" (the first refusal of duplicates refused both, or named a tag)."""
     assert load_yaml("x: &x {a: 1}\ny:\n  <<: *x\n  a: 2\n") == {"x": {"a": 1}, "y": {"a": 2}}
     assert load_yaml("m: {=: x, a: 1}\n") == {"m": {"=": "x", "a": 1}}
+    # a mapping anchored inside a "<<" is flattened with it, before its alias builds it
+    inline = "y: &y {k: 0}\nm:\n  <<: &x {<<: *y, k: 1}\nn: *x\n"
+    assert load_yaml(inline) == {"y": {"k": 0}, "m": {"k": 0}, "n": {"k": 1}}
     with pytest.raises(yaml.YAMLError, match="found the key 'c' a second time"):
         load_yaml("x: &x {a: 1}\ny:\n  <<: *x\n  c: 2\n  c: 3\n")

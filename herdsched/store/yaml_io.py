@@ -44,11 +44,21 @@ class _Loader(_BaseLoader):  # type: ignore[misc]
     silently, and a schedule entry copied in twice by a hand edit or a merge would drop the
     first one's pause."""
 
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        #: each mapping's count of keys written in it, taken before its ``<<`` is flattened
+        #: (a mapping anchored inside another's ``<<`` is flattened with it, before it is built)
+        self._written: dict[int, int] = {}
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        merge = "tag:yaml.org,2002:merge"
+        self._written.setdefault(id(node), sum(1 for key, _ in node.value if key.tag != merge))
+        super().flatten_mapping(node)
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> Any:
-        explicit = sum(1 for key, _ in node.value if key.tag != "tag:yaml.org,2002:merge")
         self.flatten_mapping(node)  # "<<" entries come first, and may be written again after
         seen: set[Any] = set()
-        for key_node, _ in node.value[len(node.value) - explicit :]:
+        for key_node, _ in node.value[len(node.value) - self._written[id(node)] :]:
             key = self.construct_object(key_node, deep=deep)
             try:
                 duplicate = key in seen
