@@ -479,8 +479,6 @@ class ThreadedScheduler:
         new = {agent.name: agent for agent in check_agents(agents)}
         core = self._core
         with core.changes, core.lock:
-            for agent in new.values():  # before any change: all of it, or none
-                registry.check_stored_jobs(core, agent)
             for name in list(core.agents):
                 # an agent that stays keeps its ad hoc runs' entry; one that goes, every entry
                 kept = [*new[name].schedules, AD_HOC_SCHEDULE] if name in new else []

@@ -203,6 +203,56 @@ def test_a_stored_definition_registered_after_the_start_catches_up_its_missed_sl
     assert state.removed_at is None and state.next_run_at == T0.replace(day=4, hour=3)
 
 
+def test_a_standby_shows_no_next_run_for_a_run_time_schedule_the_leader_marked_removed(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """The mark keeps a run-time definition's next run (for when its agent comes back): a
+    standby that has the agent showed that past time as the next run, ``not_due``."""
+    first = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC", lease_ttl=None)
+    first.add_agent(Agent("triage", job=Recorder()))
+    with first:
+        first.add_schedule("triage", "nightly", Schedule.cron("0 3 * * *"), persist=True)
+    clock.advance(timedelta(days=1))
+    with as_separate_processes():
+        lead = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
+        lead.add_agent(Agent("other", job=Recorder()))
+        standby = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
+        standby.add_agent(Agent("triage", job=Recorder()))
+        with lead, standby:
+            assert lead.is_leader and not standby.is_leader
+            lead.run_pending()
+            lead.store.flush()  # the mark, group-committed
+            standby.run_pending()
+            stored = standby.store.get_schedule_state("triage", "nightly")
+            assert stored.removed_at is not None and stored.next_run_at is not None
+            [item] = [i for i in standby.get_status().schedules if i.schedule == "nightly"]
+            assert item.next_run_at is None
+
+
+def test_a_run_time_schedule_dropped_by_a_hot_reload_catches_up_when_it_comes_back(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """A hot reload that drops an agent marks its run-time schedules removed: the mark wiped
+    their next run, so a slot missed before the agent came back was lost."""
+    ran: list[str] = []
+
+    def job(info: Any) -> None:
+        ran.append(info.schedule)
+
+    sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
+    sched.add_agent(Agent("triage", job=job))
+    with sched:
+        sched.add_schedule("triage", "nightly", Schedule.cron("0 3 * * *"), persist=True)
+        sched.set_agents([Agent("other", job=job)])
+        stored = sched.store.get_schedule_state("triage", "nightly")
+        assert stored.removed_at is not None and stored.next_run_at is not None
+        clock.advance(timedelta(days=1))  # past the 03:00 slot, the agent gone
+        sched.set_agents([Agent("other", job=job), Agent("triage", job=job)])
+        sched.run_pending()
+        assert sched.wait_until_idle(10)
+    assert ran == ["nightly"]
+
+
 def test_the_command_line_shows_removed_schedules_and_will_not_steer_them(
     tmp_path: Path, clock: FakeClock, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -820,31 +820,6 @@ def test_on_trigger_is_not_taken_away_from_the_schedules_it_runs() -> None:
         assert sched.on_trigger is None
 
 
-def test_an_agent_without_a_job_is_refused_over_its_stored_job_less_schedules(
-    tmp_path: Path,
-) -> None:
-    """An agent registered again without a job, in a hot reload or a later notebook cell,
-    while a schedule stored for it at run time had none of its own: accepted, and the timer
-    logged an error every second for that schedule, which never ran, nothing in the status."""
-    clock = FakeClock(T0)
-    sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
-    sched.add_agent(Agent("a", job=lambda info: "ran"))
-    with sched:
-        sched.add_schedule("a", "p", Schedule.interval("1h"), persist=True)
-        with pytest.raises(InvalidScheduleError, match=r"agent 'a' has no job, and .* \(p\)"):
-            sched.set_agents([Agent("a"), Agent("new", job=lambda info: "x")])
-        assert sched.get_agent("a").job is not None  # nothing of the reload was applied
-        with pytest.raises(AgentNotFoundError):
-            sched.get_agent("new")
-    later = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
-    with pytest.raises(InvalidScheduleError, match=r"give the agent a job, or the scheduler"):
-        later.add_agent(Agent("a"))
-    with pytest.raises(AgentNotFoundError):
-        later.get_agent("a")
-    later.add_agent(Agent("a", job=lambda info: "ran"))  # the stored schedule comes back
-    assert sorted(later.get_agent("a").schedules) == ["p"]
-
-
 @pytest.mark.parametrize("given", [{"name": ""}, {"agent": ""}, {"name": "", "agent": "a"}])
 def test_a_decorator_given_an_empty_name_refuses_it(given: dict[str, str]) -> None:
     """``name=""`` (an unset variable, say) registered the schedule under the function's

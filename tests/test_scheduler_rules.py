@@ -2040,19 +2040,11 @@ def test_a_refused_decorator_leaves_the_schedules_other_processes_stored_alone(
     first = ThreadedScheduler(state_dir=tmp_path, poll_interval=None, timezone="UTC")
     first.add_agent(Agent("triage", job=print))
     first.add_schedule("triage", "kept", Schedule.interval("1h"), persist=True)
-    second = ThreadedScheduler(
-        state_dir=tmp_path, poll_interval=None, timezone="UTC", on_trigger=print
-    )
+    second = ThreadedScheduler(state_dir=tmp_path, poll_interval=None, timezone="UTC")
     with pytest.raises(InvalidScheduleError, match="min_interval"):
         second.every(timedelta(milliseconds=500), agent="triage")(print)
     assert "kept" in YamlStateStore(tmp_path).load_definitions()["triage"]
     second.add_agent(Agent("triage", job=print))  # the name is free again in the second
-    # without on_trigger, the agent a decorator makes has no job for "kept": refused too
-    third = ThreadedScheduler(state_dir=tmp_path, poll_interval=None, timezone="UTC")
-    with pytest.raises(InvalidScheduleError, match=r"defined for it at run time .* \(kept\)"):
-        third.every("1h", agent="triage")(print)
-    assert "kept" in YamlStateStore(tmp_path).load_definitions()["triage"]
-    third.add_agent(Agent("triage", job=print))
 
 
 def test_context_manager_and_status_reporting() -> None:

@@ -39,7 +39,6 @@ __all__ = [
     "check_nothing_needs_on_trigger",
     "check_owner",
     "check_owner_limit",
-    "check_stored_jobs",
     "drop_entry",
     "forget_agent",
     "install_agent",
@@ -56,8 +55,6 @@ def install_agent(core: EngineCore, agent: Agent) -> None:
     try:
         for name, schedule in agent.schedules.items():
             validate_schedule(core, agent.name, name, schedule, when="registered")
-        defined = stored_definitions(core, agent.name)
-        check_stored_jobs(core, agent, defined)
     except Exception:
         if old is None:
             del core.agents[agent.name]
@@ -71,7 +68,7 @@ def install_agent(core: EngineCore, agent: Agent) -> None:
     stored = core.store.get_agent_schedule_states(agent.name)
     for name, schedule in agent.schedules.items():
         install_entry(core, agent, name, schedule, persisted=False, stored=stored)
-    for name, schedule in defined.items():
+    for name, schedule in stored_definitions(core, agent.name).items():
         if name not in agent.schedules:
             updated = core.agents[agent.name].with_schedule(name, schedule)
             core.agents[agent.name] = updated
@@ -186,8 +183,9 @@ def _not_removed(agent: str, failed: Entry, gone: list[Entry], exc: StateError) 
 def retire_entry(core: EngineCore, agent: str, name: str) -> None:
     """Drop a schedule the fleet no longer has (a hot reload): its state stays, marked removed
     (as a restart without it marks it), so that no process shows it waiting for a run."""
-    if (agent, name) in core.entries and core.leading:
-        core.mark_removed(agent, name, core.clock.now())
+    entry = core.entries.get((agent, name))
+    if entry is not None and core.leading:  # a run-time definition keeps its plan (see there)
+        core.mark_removed(agent, name, core.clock.now(), keep_next=entry.persisted_definition)
     drop_entry(core, agent, name)
 
 
@@ -204,31 +202,6 @@ def ad_hoc_entry(core: EngineCore, agent: Agent) -> Entry:
             plan_from_state(core, entry, core.clock.now())
         core.persist_description(entry)
     return entry
-
-
-def check_stored_jobs(
-    core: EngineCore, agent: Agent, defined: Mapping[str, Schedule] | None = None
-) -> None:
-    """Refuse (``InvalidScheduleError``) an agent with no job of its own, in a scheduler with
-    no ``on_trigger``, while a run-time definition stored for it has none either: registered,
-    that schedule would come due with nothing to run, every time. ``defined``: the agent's
-    stored definitions, when read already."""
-    if agent.job is not None or core.on_trigger is not None:
-        return
-    if defined is None:
-        defined = stored_definitions(core, agent.name)
-    jobless = sorted(
-        name
-        for name, schedule in defined.items()
-        if name not in agent.schedules and schedule.job is None
-    )
-    if jobless:
-        raise InvalidScheduleError(
-            f"agent {agent.name!r} has no job, and the schedule(s) defined for it at run time "
-            f"and stored ({', '.join(jobless)}) have none of their own: give the agent a job, "
-            "or the scheduler an on_trigger callback (or delete those schedules)",
-            field="job",
-        )
 
 
 def check_nothing_needs_on_trigger(core: EngineCore) -> None:

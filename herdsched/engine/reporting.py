@@ -54,9 +54,10 @@ DISABLED_BY_DEFINITION = "its definition says enabled: false (the timer never fi
 def _stored_plan(entry: Entry) -> datetime | None:
     """The next run a scheduler not leading (stopped, standing by) shows: the stored plan,
     unless the timer would not fire it; none while a run goes on, as the leader shows (the
-    state keeps the slot being run until the run's end plans the next)."""
+    state keeps the slot being run until the run's end plans the next), nor while the leader
+    shows it removed (its agent not registered there: a run-time definition keeps its plan)."""
     state = entry.state
-    if not entry.schedulable or state.status is Status.RUNNING:
+    if not entry.schedulable or state.status is Status.RUNNING or state.removed_at is not None:
         return None
     return state.next_run_at
 
