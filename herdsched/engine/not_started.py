@@ -21,6 +21,7 @@ executor's own refusal): its job does not start either. Each such run is undone:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
@@ -76,7 +77,9 @@ def _abandon(
     *,
     store_error: BaseException | None,
 ) -> None:
-    _log_not_started(core, runs, reason)
+    # while the store fails, once a minute as the failure itself is (then at DEBUG)
+    lately = store_error is not None and core.store_health.told_lately(store_error)
+    _log_not_started(core, runs, reason, logging.DEBUG if lately else logging.ERROR)
     with core.lock:
         for run in runs:
             entry = core.entries.get((run.agent, run.schedule_name))
@@ -118,14 +121,16 @@ def _record(run: Run, reason: str, now: datetime) -> RunRecord:
     )
 
 
-def _log_not_started(core: EngineCore, runs: Sequence[Run], reason: str) -> None:
-    """One ERROR line for the runs of one pass that did not start (a pass of a large fleet
-    during a store outage would otherwise log one per run); their records name each."""
+def _log_not_started(core: EngineCore, runs: Sequence[Run], reason: str, level: int) -> None:
+    """One line (at ``level``) for the runs of one pass that did not start (a pass of a large
+    fleet during a store outage would otherwise log one per run); their records name each."""
     if len(runs) == 1:
         [run] = runs
-        core.log.error(
+        core.log.log(
+            level,
             "Run %s of %s/%s did not start: %s. The slot is recorded as %s (should the lead "
-            "be lost first, the next leader decides on it by its catch-up rule).",
+            "be lost first, the next leader decides on it by its catch-up rule, or records it "
+            "interrupted should its claim have reached the store after all).",
             run.run_id,
             run.agent,
             run.schedule_name,
@@ -135,10 +140,11 @@ def _log_not_started(core: EngineCore, runs: Sequence[Run], reason: str) -> None
         return
     named = ", ".join(f"{r.agent}/{r.schedule_name} ({r.run_id})" for r in runs[:_NAMED])
     more = f" and {len(runs) - _NAMED} more" if len(runs) > _NAMED else ""
-    core.log.error(
+    core.log.log(
+        level,
         "%d runs did not start: %s. Their slots are recorded as missed (a run-now as skipped; "
-        "should the lead be lost first, the next leader decides on them by its catch-up rule): "
-        "%s%s.",
+        "should the lead be lost first, the next leader decides on them by its catch-up rule, "
+        "or records one interrupted whose claim reached the store after all): %s%s.",
         len(runs),
         reason,
         named,

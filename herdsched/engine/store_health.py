@@ -90,6 +90,13 @@ class StoreHealth:
             exc,
         )
 
+    def told_lately(self, exc: BaseException) -> bool:
+        """Whether ``exc`` was logged as an ERROR less than :data:`REPEAT_EVERY` seconds ago
+        (what follows from it, told at once, would repeat it a line a pass)."""
+        with self._lock:
+            told = self._logged.get(str(exc), float("-inf"))
+            return self._clock.monotonic() - told < REPEAT_EVERY
+
     def trouble(self) -> str | None:
         """What a status display tells of the current run of failures (``None``: there is
         none, or a call has reached the store since): a notebook view, which logs nothing."""
