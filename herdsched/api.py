@@ -587,9 +587,8 @@ class RestApi:
             agent, name = item["agent"], item["name"]
             try:
                 runs[(agent, name)] = self.scheduler.history(agent, name, limit=TIMELINE_RUNS)
-            except StateError as exc:  # the store is down: one try tells, not one per row, and
-                # the engine's own calls tell the outage, once a minute (a line per page was
-                # a WARNING at every refresh of every open page)
+            except StateError as exc:  # the store is down: one try, not one per row, and
+                # history() told it, once a minute (a WARNING at every refresh of every page)
                 _log.debug("The status page shows no recent runs: %s", exc)
                 break
             except (AgentNotFoundError, ScheduleNotFoundError):  # removed since it was listed
@@ -1055,6 +1054,8 @@ def _preview_next(
     ):
         return None
     state = scheduler.store.get_schedule_state(item.agent, item.schedule)
+    if state.removed_at is not None:  # the leader does not run it (a kept plan is no plan)
+        return None
     entry = Entry(item.agent, item.schedule, schedule, attrs.evolve(state, status=item.status))
     now = scheduler.clock.now()
     return fresh_due(entry, now, scheduler.timezone, random.Random(), recompute=True)

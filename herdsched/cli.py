@@ -1302,6 +1302,8 @@ def _state_json(agent: str, name: str, state: ScheduleState) -> dict[str, Any]:
     """Every field of the state, ``null`` when unset: each schedule has the same keys (a
     script reading ``disabled_reason`` must not meet a ``KeyError`` on most of them)."""
     fields: dict[str, Any] = converter.unstructure(state)
+    if state.removed_at is not None:  # no run comes (a run-time definition keeps its plan)
+        fields["next_run_at"] = None
     return {"agent": agent, "schedule": name, **fields}
 
 

@@ -292,3 +292,63 @@ def test_runs_that_do_not_start_while_the_store_fails_are_told_once_a_minute(
             assert [r.levelno for r in told].count(logging.ERROR) == 2
         missed = [r for r in sched.history("a", "s", limit=100) if r.status is RunStatus.MISSED]
         assert len(missed) == 20  # every slot has its record, as many as the history keeps
+
+
+def test_a_second_outage_tells_its_runs_that_did_not_start_as_the_first_did(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first rule asked whether the failure was told lately before the failure itself was
+    counted, which starts a new outage: a second outage, 20 s after the first ended, told
+    its own failure at ERROR but its runs that did not start at DEBUG only."""
+    clock = FakeClock(T0)
+    store = YamlStateStore(tmp_path, clock=clock)
+    failing = [False]
+    real = store.claim_runs
+
+    def claim_runs(claims: Any) -> None:
+        if failing[0]:
+            raise OSError(errno.EIO, "Input/output error")
+        real(claims)
+
+    store.claim_runs = claim_runs  # type: ignore[method-assign]
+    with running(store=store, min_interval=0) as (sched, _):
+        every = Schedule.interval("10s", catch_up="skip")
+        sched.add_agent(Agent("a", job=Recorder(), schedules={"s": every}))
+        with caplog.at_level(logging.DEBUG, logger="herdsched"):
+            sched.start()
+            step(sched)
+            for phase in (True, False, False, True):  # an outage, 20 s of work, an outage
+                failing[0] = phase
+                step(sched, clock, "10s")
+            failing[0] = False
+            step(sched, clock, "10s")
+        told = [r.levelno for r in caplog.records if "did not start" in r.getMessage()]
+        assert told == [logging.ERROR, logging.ERROR]
+
+
+def test_a_status_page_that_cannot_read_the_history_tells_it_once(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A history the web process cannot read (the rest of the store reads fine) made every
+    load of the page log a WARNING; told as DEBUG only, it was told by nothing at all. The
+    read is a store call as the engine's are: an ERROR, then once a minute."""
+    from herdsched import ThreadedScheduler
+    from herdsched.api import RestApi
+    from herdsched.store.history import encode_name
+
+    agent = Agent("a", job=Recorder(), schedules={"s": Schedule.interval("1m")})
+    with running(state_dir=tmp_path) as (sched, _):
+        sched.add_agent(agent)
+        sched.start()
+        step(sched)
+    path = tmp_path / "history" / encode_name("a") / f"{encode_name('s')}.jsonl"
+    path.unlink()
+    path.mkdir()  # unreadable as a file, also to root
+    web = ThreadedScheduler([agent], state_dir=tmp_path, clock=FakeClock(T0), timezone="UTC")
+    with caplog.at_level(logging.DEBUG, logger="herdsched"):
+        for _ in range(3):
+            assert "no runs yet" in RestApi(web).status_page(api_base="/api")
+    errors = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.getMessage().startswith("The state store failed: Cannot read") for r in errors] == [
+        True
+    ]

@@ -7,6 +7,7 @@ succeeded (the run was queued, then skipped by the scheduler).
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from scheduler_helpers import Blocker, Recorder
 
 import herdsched.events as ev
 from herdsched import Agent, RunStatus, Schedule, Status, ThreadedScheduler
+from herdsched.api import RestApi
 from herdsched.cli import main
 from herdsched.errors import ScheduleNotFoundError
 from herdsched.store.base import StateStore
@@ -204,7 +206,7 @@ def test_a_stored_definition_registered_after_the_start_catches_up_its_missed_sl
 
 
 def test_a_standby_shows_no_next_run_for_a_run_time_schedule_the_leader_marked_removed(
-    tmp_path: Path, clock: FakeClock
+    tmp_path: Path, clock: FakeClock, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The mark keeps a run-time definition's next run (for when its agent comes back): a
     standby that has the agent showed that past time as the next run, ``not_due``."""
@@ -227,6 +229,12 @@ def test_a_standby_shows_no_next_run_for_a_run_time_schedule_the_leader_marked_r
             assert stored.removed_at is not None and stored.next_run_at is not None
             [item] = [i for i in standby.get_status().schedules if i.schedule == "nightly"]
             assert item.next_run_at is None
+            # nor its REST answer, which previewed one from the cadence
+            answer = RestApi(standby).handle("GET", "/api/schedule/triage/nightly")
+            assert answer.body["next_run_at"] is None
+    code, out, _ = _cli(capsys, "status", "--json", "--state-dir", str(tmp_path))
+    [row] = [r for r in json.loads(out)["schedules"] if r["schedule"] == "nightly"]
+    assert code == 0 and row["removed_at"] is not None and row["next_run_at"] is None
 
 
 def test_a_run_time_schedule_dropped_by_a_hot_reload_catches_up_when_it_comes_back(

@@ -77,9 +77,6 @@ def _abandon(
     *,
     store_error: BaseException | None,
 ) -> None:
-    # while the store fails, once a minute as the failure itself is (then at DEBUG)
-    lately = store_error is not None and core.store_health.told_lately(store_error)
-    _log_not_started(core, runs, reason, logging.DEBUG if lately else logging.ERROR)
     with core.lock:
         for run in runs:
             entry = core.entries.get((run.agent, run.schedule_name))
@@ -103,6 +100,9 @@ def _abandon(
                 status=RunStatus.SKIPPED, started_at=now, finished_at=now, error=reason
             )
             release(run)  # a trigger(wait=True) returns with the reason
+    # while the store fails: once a minute, as the failure itself is (the rest at DEBUG)
+    tell = store_error is None or core.store_health.tell_consequence(store_error)
+    _log_not_started(core, runs, reason, logging.ERROR if tell else logging.DEBUG)
     core.changed()  # the freed slots and the new plan
 
 

@@ -52,6 +52,7 @@ class StoreHealth:
         self._failures = 0  # in the current run of failures
         self._failed_at = 0.0  # the latest failure
         self._logged: dict[str, float] = {}  # failures of this run logged as ERROR, and when
+        self._consequences: dict[str, float] = {}  # the same, for what they caused
         self._unlogged = 0  # failures since the last ERROR line
         self._latest = ""  # the latest failure's text
         self._told = False  # whether this run of failures was logged as an ERROR
@@ -70,6 +71,7 @@ class StoreHealth:
                 # for an outage that comes after the store worked for a while
                 if now - self._worked_at > FLAPPING:
                     self._logged.clear()
+                    self._consequences.clear()
             self._failed_at, self._latest = now, text
             self._failures += 1
             if now - self._logged.get(text, float("-inf")) < REPEAT_EVERY:
@@ -90,12 +92,16 @@ class StoreHealth:
             exc,
         )
 
-    def told_lately(self, exc: BaseException) -> bool:
-        """Whether ``exc`` was logged as an ERROR less than :data:`REPEAT_EVERY` seconds ago
-        (what follows from it, told at once, would repeat it a line a pass)."""
+    def tell_consequence(self, exc: BaseException) -> bool:
+        """Whether to log what ``exc`` caused (runs that did not start) as an ERROR: the first
+        time in this run of failures, then once every :data:`REPEAT_EVERY` seconds, as the
+        failure itself (call it after :meth:`failed`, which starts a new run of failures)."""
+        now, text = self._clock.monotonic(), str(exc)
         with self._lock:
-            told = self._logged.get(str(exc), float("-inf"))
-            return self._clock.monotonic() - told < REPEAT_EVERY
+            if now - self._consequences.get(text, float("-inf")) < REPEAT_EVERY:
+                return False
+            self._consequences[text] = now
+            return True
 
     def trouble(self) -> str | None:
         """What a status display tells of the current run of failures (``None``: there is
