@@ -54,6 +54,7 @@ import math
 import os
 import random
 import re
+import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -88,6 +89,7 @@ from herdsched.config import (
 from herdsched.converter import record_to_dict
 from herdsched.engine.planning import Entry, fresh_due
 from herdsched.engine.requests import stored_refusal
+from herdsched.engine.store_health import REPEAT_EVERY
 from herdsched.errors import (
     AgentNotFoundError,
     ConfigError,
@@ -587,9 +589,8 @@ class RestApi:
             agent, name = item["agent"], item["name"]
             try:
                 runs[(agent, name)] = self.scheduler.history(agent, name, limit=TIMELINE_RUNS)
-            except StateError as exc:  # the store is down: one try, not one per row, and
-                # history() told it, once a minute (a WARNING at every refresh of every page)
-                _log.debug("The status page shows no recent runs: %s", exc)
+            except StateError as exc:  # the store is down: one try tells, not one per row, and
+                _no_recent_runs(exc)  # once a minute, not at every refresh of every open page
                 break
             except (AgentNotFoundError, ScheduleNotFoundError):  # removed since it was listed
                 continue
@@ -1037,6 +1038,21 @@ class RestApi:
             200,
             {"agent": agent, "name": name, "runs": [record_to_dict(r) for r in records]},
         )
+
+
+#: when each failure of the status page's history read was last logged as a WARNING
+_runs_unread_told: dict[str, float] = {}
+
+
+def _no_recent_runs(exc: StateError) -> None:
+    """Log that the status page shows no recent runs: a WARNING once a minute for the same
+    failure (every open page refreshes every few seconds), at DEBUG between."""
+    now, text = time.monotonic(), str(exc)
+    if now - _runs_unread_told.get(text, float("-inf")) < REPEAT_EVERY:
+        _log.debug("The status page shows no recent runs: %s", exc)
+        return
+    _runs_unread_told[text] = now
+    _log.warning("The status page shows no recent runs: %s", exc)
 
 
 def _preview_next(

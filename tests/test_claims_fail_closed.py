@@ -294,12 +294,14 @@ def test_runs_that_do_not_start_while_the_store_fails_are_told_once_a_minute(
         assert len(missed) == 20  # every slot has its record, as many as the history keeps
 
 
-def test_a_second_outage_tells_its_runs_that_did_not_start_as_the_first_did(
+def test_runs_that_did_not_start_are_told_once_a_minute_whatever_works_between(
     tmp_path: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The first rule asked whether the failure was told lately before the failure itself was
-    counted, which starts a new outage: a second outage, 20 s after the first ended, told
-    its own failure at ERROR but its runs that did not start at DEBUG only."""
+    counted, which starts a new outage: a second outage, a quiet minute after the first
+    ended, told its own failure at ERROR but its runs that did not start at DEBUG only; and
+    claims failing at every pass while the commits between them worked told them at ERROR
+    at every pass (each commit ended an "outage")."""
     clock = FakeClock(T0)
     store = YamlStateStore(tmp_path, clock=clock)
     failing = [False]
@@ -312,26 +314,34 @@ def test_a_second_outage_tells_its_runs_that_did_not_start_as_the_first_did(
 
     store.claim_runs = claim_runs  # type: ignore[method-assign]
     with running(store=store, min_interval=0) as (sched, _):
-        every = Schedule.interval("10s", catch_up="skip")
+        every = Schedule.interval("15s", catch_up="skip")
         sched.add_agent(Agent("a", job=Recorder(), schedules={"s": every}))
         with caplog.at_level(logging.DEBUG, logger="herdsched"):
             sched.start()
             step(sched)
-            for phase in (True, False, False, True):  # an outage, 20 s of work, an outage
-                failing[0] = phase
-                step(sched, clock, "10s")
-            failing[0] = False
-            step(sched, clock, "10s")
-        told = [r.levelno for r in caplog.records if "did not start" in r.getMessage()]
-        assert told == [logging.ERROR, logging.ERROR]
+            # claims failing at every pass for 2.5 minutes, the commits between them working
+            failing[0] = True
+            for _ in range(10):
+                step(sched, clock, "15s")
+            told = [r.levelno for r in caplog.records if "did not start" in r.getMessage()]
+            assert told.count(logging.ERROR) == 3, told  # at 15 s, 75 s, 135 s
+            failing[0] = False  # 70 s of work, then a new outage, told anew
+            for _ in range(5):
+                step(sched, clock, "15s")
+            caplog.clear()
+            failing[0] = True
+            step(sched, clock, "15s")
+            told = [r.levelno for r in caplog.records if "did not start" in r.getMessage()]
+            assert told == [logging.ERROR]
 
 
-def test_a_status_page_that_cannot_read_the_history_tells_it_once(
-    tmp_path: Any, caplog: pytest.LogCaptureFixture
+def test_a_status_page_that_cannot_read_the_history_tells_it_once_a_minute(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A history the web process cannot read (the rest of the store reads fine) made every
-    load of the page log a WARNING; told as DEBUG only, it was told by nothing at all. The
-    read is a store call as the engine's are: an ERROR, then once a minute."""
+    """Every load of the page during an outage logged a WARNING (every open page refreshes
+    every few seconds); told at DEBUG only, a history the web process cannot read, the rest
+    of the store fine, was told by nothing at all. A WARNING, then once a minute."""
+    monkeypatch.setattr("herdsched.api._runs_unread_told", {})
     from herdsched import ThreadedScheduler
     from herdsched.api import RestApi
     from herdsched.store.history import encode_name
@@ -348,7 +358,7 @@ def test_a_status_page_that_cannot_read_the_history_tells_it_once(
     with caplog.at_level(logging.DEBUG, logger="herdsched"):
         for _ in range(3):
             assert "no runs yet" in RestApi(web).status_page(api_base="/api")
-    errors = [r for r in caplog.records if r.levelno >= logging.WARNING]
-    assert [r.getMessage().startswith("The state store failed: Cannot read") for r in errors] == [
-        True
+    told = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.getMessage().split(": Cannot read")[0] for r in told] == [
+        "The status page shows no recent runs"
     ]

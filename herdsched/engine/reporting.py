@@ -11,7 +11,7 @@ from datetime import datetime
 
 from herdsched.engine.core import EngineCore
 from herdsched.engine.planning import Entry
-from herdsched.errors import AgentNotFoundError, ScheduleNotFoundError, StateError
+from herdsched.errors import AgentNotFoundError, ScheduleNotFoundError
 from herdsched.models import (
     AD_HOC_SCHEDULE,
     RunRecord,
@@ -157,14 +157,9 @@ def named_history(
     """The newest ``limit`` runs of ``agent`` (or of one of its schedules), run-now requests
     first; when there are none, :class:`AgentNotFoundError` or :class:`ScheduleNotFoundError`
     for a name that neither this engine nor the store knows, so a mistyped name is told
-    rather than answered "no runs yet". A removed schedule's history stays readable. A store
-    that fails is told as every store call of the engine is (once a minute), then raised."""
+    rather than answered "no runs yet". A removed schedule's history stays readable."""
     check_name_types(agent, schedule)
-    try:
-        records = history_with_requests(core.store, agent, schedule, limit)
-    except StateError as exc:  # a status page reads it at every refresh: told once a minute
-        core.store_health.failed(exc)
-        raise
+    records = history_with_requests(core.store, agent, schedule, limit)
     if not records:
         require_known(core, agent, schedule)
     return records

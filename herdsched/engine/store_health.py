@@ -64,6 +64,8 @@ class StoreHealth:
         and commits on a full disk, are each logged once a minute, not at every turn)."""
         now, text = self._clock.monotonic(), str(exc)
         with self._lock:
+            if now - self._failed_at > REPEAT_EVERY:  # quiet for a minute: what it caused is
+                self._consequences.clear()  # told anew (not at every flap of a failing call)
             if self._failing_since is None or now - self._failed_at > REPEAT_EVERY:
                 self._failing_since, self._failures, self._told = now, 0, False
                 # what was told is kept while calls fail and work by turns (claims failing
@@ -71,7 +73,6 @@ class StoreHealth:
                 # for an outage that comes after the store worked for a while
                 if now - self._worked_at > FLAPPING:
                     self._logged.clear()
-                    self._consequences.clear()
             self._failed_at, self._latest = now, text
             self._failures += 1
             if now - self._logged.get(text, float("-inf")) < REPEAT_EVERY:
@@ -94,8 +95,8 @@ class StoreHealth:
 
     def tell_consequence(self, exc: BaseException) -> bool:
         """Whether to log what ``exc`` caused (runs that did not start) as an ERROR: the first
-        time in this run of failures, then once every :data:`REPEAT_EVERY` seconds, as the
-        failure itself (call it after :meth:`failed`, which starts a new run of failures)."""
+        time, then once every :data:`REPEAT_EVERY` seconds while the failure comes back within
+        a minute, whatever calls worked between (call it after :meth:`failed`)."""
         now, text = self._clock.monotonic(), str(exc)
         with self._lock:
             if now - self._consequences.get(text, float("-inf")) < REPEAT_EVERY:
