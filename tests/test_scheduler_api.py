@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Callable
@@ -832,3 +833,36 @@ def test_a_decorator_given_an_empty_name_refuses_it(given: dict[str, str]) -> No
     with pytest.raises(InvalidScheduleError, match="''"):
         sched.every("5m", **given)(myjob)
     assert sched.get_status().schedules == []
+
+
+def test_a_due_schedule_with_nothing_to_run_here_is_told_once_and_runs_once_given_a_job(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A schedule another process defined at run time (it had ``on_trigger``), led by a
+    scheduler whose agent has no job and which has none: an ERROR with its traceback every
+    second, for ever. Told once, without a traceback, looked at again every minute."""
+    clock = FakeClock(T0)
+    first = ThreadedScheduler(
+        state_dir=tmp_path, clock=clock, timezone="UTC", on_trigger=lambda info: "ran"
+    )
+    first.add_agent(Agent("a"))
+    first.add_schedule("a", "p", Schedule.interval("1h"), persist=True)
+    ran: list[str] = []
+    sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
+    sched.add_agent(Agent("a"))
+    with sched, caplog.at_level(logging.DEBUG, logger="herdsched"):
+        for _ in range(5):
+            sched.run_pending()
+            clock.advance(1)
+        told = [r for r in caplog.records if "has nothing to run here" in r.getMessage()]
+        assert [r.levelno for r in told] == [logging.ERROR]
+        assert not any(r.exc_info for r in caplog.records)
+        clock.advance(60)
+        sched.run_pending()
+        told = [r for r in caplog.records if "has nothing to run here" in r.getMessage()]
+        assert [r.levelno for r in told] == [logging.ERROR, logging.DEBUG]
+        sched.set_agents([Agent("a", job=lambda info: ran.append(info.schedule))])
+        clock.advance(60)
+        sched.run_pending()
+        assert sched.wait_until_idle(10)
+    assert ran == ["p"]
