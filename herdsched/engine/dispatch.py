@@ -60,8 +60,6 @@ _NO_WORK_RUN_NOW = "its work source had no work"
 _NOTIFIED = frozenset({RunStatus.SUCCESS, RunStatus.FAILED, RunStatus.TIMEOUT})
 #: how soon a schedule whose run could not be made is tried again
 _RETRY = timedelta(seconds=1)
-#: when a due schedule with nothing to run here is looked at again (a job given meanwhile)
-_NO_JOB_RETRY = timedelta(minutes=1)
 
 
 def _shows_run(entry: Entry, run: Run) -> bool:
@@ -77,8 +75,6 @@ class Dispatcher:
 
     def __init__(self, core: EngineCore) -> None:
         self.core = core
-        #: due schedules found with nothing to run, told once until one runs again
-        self._told_jobless: set[tuple[str, str]] = set()
 
     # ------------------------------------------------------------------------ the timer
 
@@ -116,9 +112,9 @@ class Dispatcher:
         try:
             slot = entry.scheduled_for or entry.due
             run = self.prepare(entry, timer_trigger_type(entry), slot, now)
-            self._told_jobless.discard(entry.key)
+            entry.told_no_job = False
             return [run]
-        except ScheduleTriggerError:  # no job here: no passing fault, so no retry every second
+        except ScheduleTriggerError:  # no job here: told once, not with a traceback a second
             self._no_job(entry, now)
             return []
         except Exception:
@@ -129,22 +125,22 @@ class Dispatcher:
             return []
 
     def _no_job(self, entry: Entry, now: datetime) -> None:
-        """A due schedule with nothing to run here: a run-time definition another process
-        stored, which had a job for it, whose agent has none here, in a scheduler without
-        ``on_trigger``. Said once, without a traceback, and looked at again in a minute (an
-        error with its traceback every second, for ever, before)."""
-        told = entry.key in self._told_jobless
-        self._told_jobless.add(entry.key)
+        """A due schedule with nothing to run here: one defined at run time (by a process
+        that had a job for it, or before a hot reload took its agent's job away), whose agent
+        has none here, in a scheduler without ``on_trigger``. Said once, without a traceback
+        (an error with its traceback every second, for ever, before), and looked at again in
+        a second, as a schedule that could not be dispatched is: its slot is kept, and it runs
+        as soon as its agent has a job."""
         self.core.log.log(
-            logging.DEBUG if told else logging.ERROR,
+            logging.DEBUG if entry.told_no_job else logging.ERROR,
             "%s/%s is due but has nothing to run here: it has no job of its own, its agent has "
-            "none, and the scheduler has no on_trigger (it was defined at run time by a "
-            "process that had one?). It is looked at again every minute; give the agent a "
-            "job, or the scheduler an on_trigger callback.",
+            "none, and the scheduler has no on_trigger. It runs once its agent has a job, or "
+            "the scheduler an on_trigger callback.",
             entry.agent,
             entry.name,
         )
-        self.core.set_due(entry, now + _NO_JOB_RETRY, entry.scheduled_for)
+        entry.told_no_job = True
+        self.core.set_due(entry, now + _RETRY, entry.scheduled_for)
 
     # ---------------------------------------------------------------------- dispatching
 

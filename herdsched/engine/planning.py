@@ -46,6 +46,8 @@ class Entry:
     run: Run | None = None
     persisted_definition: bool = False
     last_skip: SkipReason | None = None
+    #: whether the timer said that it has nothing to run (said once, until it runs)
+    told_no_job: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
