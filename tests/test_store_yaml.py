@@ -130,6 +130,28 @@ def test_unknown_keys_written_by_other_tools_survive(tmp_path: Path) -> None:
     assert doc["agents"]["coder"] == {"status": "idle", "schedules": {}}
 
 
+def test_removing_an_agents_last_schedule_drops_its_bare_block(tmp_path: Path) -> None:
+    """``forget AGENT`` left ``triage: {status: idle, schedules: {}}`` in ``state.yaml``; a
+    block a hand edit gave other keys keeps them, and an untouched empty one stays."""
+    with YamlStateStore(tmp_path) as store:
+        for agent in ("triage", "coder", "ops"):
+            store.update_schedule_state(agent, "check", consecutive_failures=1)
+    doc = read_yaml(tmp_path / "state.yaml")
+    doc["agents"]["coder"]["owner"] = "team-a"
+    doc["agents"]["idle"] = {"status": "idle", "schedules": {}}
+    (tmp_path / "state.yaml").write_text(dump_yaml(doc))
+    with YamlStateStore(tmp_path) as store:
+        store.remove_schedule_state("triage", "check")
+        store.remove_schedule_state("coder", "check")
+        assert store.get_agent_schedule_states("triage") == {}
+        assert set(store.get_all_schedule_states()) >= {"ops"}
+    agents = read_yaml(tmp_path / "state.yaml")["agents"]
+    assert "triage" not in agents
+    assert agents["coder"] == {"status": "idle", "owner": "team-a", "schedules": {}}
+    assert agents["idle"] == {"status": "idle", "schedules": {}}
+    assert agents["ops"]["schedules"]["check"]["consecutive_failures"] == 1
+
+
 def test_herdctl_file_without_format_version_is_read_and_upgraded(tmp_path: Path) -> None:
     (tmp_path / "state.yaml").write_text(
         "fleet: {}\nagents:\n  triage:\n    status: idle\n    schedules:\n"

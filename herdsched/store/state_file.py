@@ -275,8 +275,18 @@ def apply_changes(doc: StateDoc, changes: Changes) -> StateDoc:
                     entry[key] = value
         schedules_raw[name] = entry
         states[agent][name] = updated
+    for agent, schedules_raw in copied.items():  # an agent's last schedule was removed
+        if not schedules_raw and _bare_agent(agents_raw[agent]):
+            del agents_raw[agent]
+            states.pop(agent, None)
     raw[COUNT_KEY] = raw[END_KEY] = sum(len(parsed) for parsed in states.values())
     return StateDoc(raw, states)
+
+
+def _bare_agent(agent_raw: Mapping[str, Any]) -> bool:
+    """Whether an agent's block holds nothing but its schedules and the default status: one
+    a hand edit gave other keys keeps them, even with no schedule left."""
+    return set(agent_raw) <= {"status", "schedules"} and agent_raw.get("status", "idle") == "idle"
 
 
 class StateRenderer:
