@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from herdsched.cli import main
 from herdsched.errors import StateError
 from herdsched.models import RunRecord
 from herdsched.store import YamlStateStore
@@ -208,6 +209,33 @@ def test_one_history_file_that_cannot_be_written_holds_back_only_its_own_schedul
         assert [r.run_id for r in reader.get_history("a", "broken")] == ["b1"]
         assert reader.get_schedule_state("a", "healthy").status == "idle"
         assert reader.get_schedule_state("a", "broken").status == "idle"
+
+
+def test_one_unreadable_history_file_is_left_out_of_the_agents_whole_history(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One history file that could not be read (a directory in its place, a file a ``sudo``
+    run left unreadable) failed the whole fleet's ``herdsched history``; it is left out of
+    the agent's history with a WARNING naming it, as a damaged line is, and read alone it
+    still fails, naming it."""
+    with YamlStateStore(tmp_path) as store:
+        store.append_run(record("h1", 1, schedule="healthy"))
+        store.append_run(record("b1", 2, schedule="broken"))
+        store.append_run(record("o1", 3, agent="other"))
+        for agent, name in (("a", "healthy"), ("a", "broken"), ("other", "s")):
+            store.update_schedule_state(agent, name, type="interval", cadence="every 5m")
+    broken = history_file(tmp_path, schedule="broken")
+    broken.unlink()
+    broken.mkdir()
+    with YamlStateStore(tmp_path) as store, caplog.at_level(logging.WARNING, "herdsched"):
+        assert [r.run_id for r in store.get_history("a")] == ["h1"]
+        assert f"Leaving one schedule's runs out of a's history: Cannot read {broken}" in (
+            caplog.text
+        )
+        with pytest.raises(StateError, match=r"Cannot read .*broken\.jsonl"):
+            store.get_history("a", "broken")
+    assert main(["history", "--json", "--state-dir", str(tmp_path)]) == 0
+    assert [r["run_id"] for r in json.loads(capsys.readouterr().out)] == ["o1", "h1"]
 
 
 def test_purge_deletes_only_that_schedules_file(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import quote
 
@@ -206,23 +206,27 @@ class RunHistory:
     def read(self, agent: str, schedule: str | None = None) -> list[RunRecord]:
         """The stored records, oldest first, at most ``max_run_history`` per schedule.
 
-        Needs no lock: files only grow by appends and are replaced atomically.
+        Needs no lock: files only grow by appends and are replaced atomically. A file that
+        cannot be read raises for its own schedule, and is left out of the agent's whole
+        history with a WARNING naming it, as a damaged line is: the rest is still shown.
         """
         if schedule is not None:
-            paths: Iterable[Path] = [self.path_for(agent, schedule)]
-        else:
-            agent_dir = self.directory / encode_name(agent)
-            try:
-                paths = sorted(
-                    agent_dir / name for name in os.listdir(agent_dir) if name.endswith(_SUFFIX)
-                )
-            except FileNotFoundError:
-                return []
-            except OSError as exc:
-                raise StateError(f"Cannot read {agent_dir}: {exc}", agent_dir, cause=exc) from exc
+            return self._read_file(self.path_for(agent, schedule))[-self.max_run_history :]
+        agent_dir = self.directory / encode_name(agent)
+        try:
+            paths = sorted(
+                agent_dir / name for name in os.listdir(agent_dir) if name.endswith(_SUFFIX)
+            )
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise StateError(f"Cannot read {agent_dir}: {exc}", agent_dir, cause=exc) from exc
         records: list[RunRecord] = []
         for path in paths:
-            records.extend(self._read_file(path)[-self.max_run_history :])
+            try:
+                records.extend(self._read_file(path)[-self.max_run_history :])
+            except StateError as exc:
+                log.warning("Leaving one schedule's runs out of %s's history: %s", agent, exc)
         return records
 
     def _read_file(self, path: Path) -> list[RunRecord]:
