@@ -101,6 +101,9 @@ class EngineCore:
         #: the store was re-read (at start, at a takeover) without taking in what other
         #: processes changed: the next adoption does, even if the store reports nothing new
         self.unadopted = False
+        #: a change was interrupted (Ctrl-C) after its write, maybe before memory took it: the
+        #: next adoption takes the stored statuses in too, as another process's change
+        self.change_interrupted = False
         # unfinished claims of schedules not registered when recovery ran: taken up at their
         # registration (see recovery.take_up_claims)
         self.left_claims: dict[tuple[str, str], list[RunClaim]] = {}
@@ -293,10 +296,16 @@ class EngineCore:
     def change(self) -> Iterator[None]:
         """Hold ``changes`` for one change of the fleet; the plan is woken and the events
         collected are delivered on the way out, also when the change failed (a store error's
-        event would otherwise wait for the next timer pass)."""
+        event would otherwise wait for the next timer pass). A change interrupted (Ctrl-C, a
+        notebook's "interrupt kernel") may have been written but not taken into memory: the
+        next look takes the store's statuses and definitions in, as another process's."""
         try:
             with self.changes:
                 yield
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                self.unadopted = self.change_interrupted = True
+            raise
         finally:
             self.changed()
 

@@ -27,6 +27,7 @@ import herdsched.events as ev
 from herdsched.engine.core import EngineCore, timer_trigger_type
 from herdsched.engine.listeners import call_safely
 from herdsched.engine.not_started import (
+    STOPPED_FIRST,
     abandon_refused,
     abandon_unclaimed,
     abandon_unlaunched,
@@ -201,10 +202,27 @@ class Dispatcher:
         """Make the runs' claims durable in one append, then hand them to their executors.
 
         Called without the lock: finishing runs settle while the disk syncs, and the runs are
-        already dispatched in memory, so nothing else can dispatch them meanwhile.
+        already dispatched in memory, so nothing else can dispatch them meanwhile. Should the
+        calling thread be interrupted first (Ctrl-C, a notebook's "interrupt kernel" during a
+        ``trigger()``), the runs it had not handed over never start, and are recorded so:
+        else each would hold its schedule ``running`` and its agent's slot for ever.
         """
         if not runs:
             return
+        me = threading.get_ident()
+        for run in runs:
+            run.launched_by = me
+        try:
+            self._claim_then_submit(runs, bypass)
+        except BaseException as exc:
+            self.give_up_launching(
+                f"the call that started it was interrupted ({type(exc).__name__})"
+            )
+            raise
+
+    def _claim_then_submit(self, runs: list[Run], bypass: bool) -> None:
+        """:meth:`launch` but for an interrupt: the claims, the runs' ``JobSubmitted``, then
+        their executors."""
         core = self.core
         claims = [
             RunClaim(run.agent, run.schedule_name, run.run_id, run.fired_at, run.scheduled_for)
@@ -232,7 +250,6 @@ class Dispatcher:
             abandon_unclaimed(core, runs, exc, self._release)
             return
         for run in runs:
-            run.launched_by = threading.get_ident()
             core.emit(
                 ev.JobSubmitted(
                     at=run.fired_at,
@@ -292,16 +309,18 @@ class Dispatcher:
             self._end_run(run)
         self.core.wake.set()  # the freed slot may start a waiting run
 
-    def give_up_launching(self) -> None:
-        """``stop()`` called by a ``JobSubmitted`` listener: the runs this thread was about
-        to hand to their executors never start, and are recorded so (waiting for them would
-        wait for the listener, which waits for ``stop()``)."""
+    def give_up_launching(self, reason: str = STOPPED_FIRST) -> None:
+        """The runs this thread was about to hand to their executors never start, and are
+        recorded so, with ``reason``: ``stop()`` was called by one's ``JobSubmitted`` listener
+        (waiting for them would wait for the listener, which waits for ``stop()``), or the
+        thread was interrupted."""
         me = threading.get_ident()
         with self.core.lock:  # one settled meanwhile (timed out) is recorded: launch() frees it
             running = self.core.running.values()
             runs = [r for r in running if r.launched_by == me and not r.finalized]
         if runs:
-            abandon_unlaunched(self.core, runs, self._release)
+            abandon_unlaunched(self.core, runs, self._release, reason)
+            self.core.listeners.deliver()
 
     # ------------------------------------------------------------------------- workers
 

@@ -32,7 +32,7 @@ from herdsched.engine.planning import Entry
 from herdsched.models import RunRecord, RunStatus, Status, TriggerType
 from herdsched.runner import Run, RunOutcome
 
-__all__ = ["abandon_refused", "abandon_unclaimed", "abandon_unlaunched"]
+__all__ = ["STOPPED_FIRST", "abandon_refused", "abandon_unclaimed", "abandon_unlaunched"]
 
 #: Runs named in the one log line for a pass's runs that did not start.
 _NAMED = 5
@@ -59,13 +59,19 @@ def abandon_refused(
     _abandon(core, runs, f"its executor refused it ({exc})", release, store_error=None)
 
 
+#: Why a run claimed (or being claimed) when the scheduler began to stop never started.
+STOPPED_FIRST = "the scheduler began to stop before it started"
+
+
 def abandon_unlaunched(
-    core: EngineCore, runs: Sequence[Run], release: Callable[[Run], None]
+    core: EngineCore,
+    runs: Sequence[Run],
+    release: Callable[[Run], None],
+    reason: str = STOPPED_FIRST,
 ) -> None:
     """Undo ``runs``, claimed (or being claimed) but not begun when the scheduler began to
-    stop (a listener of their ``JobSubmitted`` may have stopped it): they never start (called
-    without the lock)."""
-    reason = "the scheduler began to stop before it started"
+    stop (a listener of their ``JobSubmitted`` may have stopped it) or the thread launching
+    them was interrupted: they never start (called without the lock)."""
     _abandon(core, runs, reason, release, store_error=None)
 
 

@@ -58,7 +58,8 @@ class OtherProcesses:
                 core.state_error(exc)
                 return
             unadopted, core.unadopted = core.unadopted, False
-            if changed:
+            interrupted, core.change_interrupted = core.change_interrupted, False
+            if changed or interrupted:
                 core.store_call(core.store.flush)  # ours first: the store is then the truth
                 self._apply_status_changes()
             if changed or unadopted:  # recovery planned from the stored states already
