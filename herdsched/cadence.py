@@ -249,6 +249,10 @@ def _check_jitter(jitter_percent: float) -> float:
     return float(jitter_percent)
 
 
+def _check_own_jitter(jitter_percent: float | None) -> float | None:
+    return None if jitter_percent is None else _check_jitter(jitter_percent)
+
+
 def _jitter(interval: timedelta, jitter_percent: float, rng: random.Random | None) -> timedelta:
     if jitter_percent <= 0:
         return timedelta(0)
@@ -404,7 +408,8 @@ class Interval:
     every: timedelta = attrs.field(converter=coerce_interval)
     anchor: datetime | None = attrs.field(default=None, converter=_opt_anchor)
     start_at: datetime | None = attrs.field(default=None, converter=_opt_start_at)
-    jitter_percent: float = attrs.field(default=0.0, converter=_check_jitter)
+    #: ``None``: the scheduler's ``jitter_percent``; ``0`` turns jitter off for this schedule
+    jitter_percent: float | None = attrs.field(default=None, converter=_check_own_jitter)
 
     @property
     def kind(self) -> str:
@@ -428,7 +433,7 @@ class Interval:
             fields["anchor"] = format_timestamp(self.anchor)
         if self.start_at is not None:
             fields["start_at"] = format_timestamp(self.start_at)
-        if self.jitter_percent:
+        if self.jitter_percent is not None:
             jitter = self.jitter_percent
             fields["jitter_percent"] = int(jitter) if jitter.is_integer() else jitter
         return fields
@@ -454,7 +459,7 @@ class Interval:
         with the largest jitter, would fall after the year 9999: the run after the first could
         never be planned, and the schedule would stay ``running`` for good."""
         base = max(to_utc(now), self.anchor or _EARLIEST, self.start_at or _EARLIEST)
-        longest = self.every.total_seconds() * (1 + self.jitter_percent / 100.0)
+        longest = self.every.total_seconds() * (1 + (self.jitter_percent or 0) / 100.0)
         if longest < (_LATEST - base).total_seconds():
             return
         # the culprit: a start or anchor that is later than now and sets the base, else the step
@@ -528,11 +533,12 @@ class Interval:
         if finished_at.tzinfo is not timezone.utc or now.tzinfo is not timezone.utc:
             finished_at, now = to_utc(finished_at), to_utc(now)  # add real time, not wall time
         try:  # the fields are checked already: skip calculate_next_trigger's re-validation
-            jitter = _jitter(self.every, self.jitter_percent or default_jitter, rng)
+            own = self.jitter_percent
+            jitter = _jitter(self.every, default_jitter if own is None else own, rng)
             due = finished_at + self.every + jitter
         except OverflowError:  # let the public function word the error
             return calculate_next_trigger(
-                finished_at, self.every, self.jitter_percent, now=now, rng=rng
+                finished_at, self.every, self.jitter_percent or 0, now=now, rng=rng
             )
         if due.microsecond % 1000:  # jitter: keep the state file's millisecond precision
             due = to_utc(due)

@@ -99,6 +99,7 @@ _NULLABLE = frozenset(
         "timezone",
         "anchor",
         "start_at",
+        "jitter_percent",
         "prompt",
         "work_source",
         "owner",
@@ -1001,7 +1002,7 @@ def _cadence_to_mapping(cadence: CadenceT, *, include_defaults: bool) -> dict[st
         return {}
     out = cadence.to_fields()
     if include_defaults and isinstance(cadence, Interval):
-        out.setdefault("jitter_percent", 0)
+        out.setdefault("jitter_percent", None)
     elif include_defaults and isinstance(cadence, Cron):
         out.setdefault("timezone", None)
     return out

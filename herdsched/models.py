@@ -581,10 +581,11 @@ class Schedule:
         *,
         anchor: datetime | str | None = None,
         start_at: datetime | str | None = None,
-        jitter_percent: float = 0,
+        jitter_percent: float | None = None,
         **options: Any,
     ) -> Schedule:
-        """Run every ``every`` after the previous run completed (``"5m"``, seconds, timedelta)."""
+        """Run every ``every`` after the previous run completed (``"5m"``, seconds, timedelta);
+        ``jitter_percent=None`` takes the scheduler's, ``0`` turns jitter off."""
         try:
             cadence = Interval(
                 every, anchor=anchor, start_at=start_at, jitter_percent=jitter_percent

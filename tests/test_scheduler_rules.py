@@ -40,6 +40,8 @@ from herdsched import (
 )
 from herdsched.cadence import Cron, Interval, parse_interval
 from herdsched.cli import main as cli_main
+from herdsched.definitions import schedule_from_mapping, schedule_to_mapping
+from herdsched.revisions import schedule_revision
 from herdsched.store import MemoryStateStore
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.testing import FakeClock, as_separate_processes
@@ -1389,6 +1391,31 @@ def test_on_trigger_is_the_fallback_job_and_scheduler_jitter_applies() -> None:
         assert next_run is not None
         assert T0 + 10 * M <= next_run <= T0 + 15 * M
         assert len(calls.calls) == 1
+
+
+def test_a_schedules_own_zero_jitter_turns_the_schedulers_jitter_off() -> None:
+    """``jitter_percent=0`` on a schedule read as "not set", so the scheduler's default jitter
+    moved a schedule that asked for exact times; ``None`` (the default) still takes it, in
+    code, in a fleet file (``jitter_percent: null``) and stored at run time."""
+    exact = Schedule.interval("10m", jitter_percent=0)
+    assert schedule_from_mapping(schedule_to_mapping(exact)) == exact
+    assert schedule_from_mapping({"type": "interval", "interval": "10m", "jitter_percent": 0}) == (
+        exact
+    )
+    unset = schedule_from_mapping({"type": "interval", "interval": "10m", "jitter_percent": None})
+    assert unset == Schedule.interval("10m") != exact
+    assert schedule_revision(unset) != schedule_revision(exact)
+    with running(jitter_percent=50) as (sched, _clock):
+        schedules = {f"exact{i}": exact for i in range(5)} | {
+            f"jittered{i}": unset for i in range(5)
+        }
+        sched.add_agent(Agent("a", job=Recorder(), max_concurrent=10, schedules=schedules))
+        sched.start()
+        step(sched)
+        nexts = {n: sched.store.get_schedule_state("a", n).next_run_at for n in schedules}
+        assert {nexts[f"exact{i}"] for i in range(5)} == {T0 + 10 * M}
+        jittered = [nexts[f"jittered{i}"] for i in range(5)]
+        assert all(T0 + 10 * M < t <= T0 + 15 * M for t in jittered if t is not None)
 
 
 def test_listeners_get_typed_events_and_a_raising_listener_is_ignored() -> None:
