@@ -8,6 +8,7 @@ and the leader acts on them; "run now" is executed by the leader, never by the r
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -380,6 +381,35 @@ def test_schedule_created_through_the_leader_is_served_by_a_standby(pair: Pair) 
     status, _ = call(leader, "DELETE", "/api/schedule/triage/later")
     assert status == 200
     wait_for(lambda: call(standby, "GET", "/api/schedule/triage/later")[0] == 404)
+
+
+def test_a_definition_changed_through_one_worker_is_told_by_the_leader_alone(
+    pair: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every other worker of every host logged each REST write again at INFO ("The definition
+    of ... changed in another process": five lines per write on two hosts of three workers);
+    the leader, which plans it, tells it, and a standby's view follows at DEBUG."""
+    leader, standby, _ = pair
+    assert call(standby, "PUT", "/api/schedule/triage/later", {"cron": "0 9 * * *"})[0] == 201
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, "herdsched"):
+        assert call(standby, "PATCH", "/api/schedule/triage/later", {"cron": "0 8 * * *"})[0] == 200
+        other = build(Path(leader.state_dir or ""), Recorder())
+        with as_separate_processes():
+            other.start()  # a second standby, whose view was taken before the change below
+        try:
+            assert call(leader, "PATCH", "/api/schedule/triage/later", {"prompt": "x"})[0] == 200
+            field_when(other, "/api/schedule/triage/later", "prompt", "x")
+        finally:
+            other.stop(timeout=10)
+        leader.refresh()
+    told = [
+        (r.levelno, r.getMessage())
+        for r in caplog.records
+        if "The definition of triage/later changed in another process" in r.getMessage()
+    ]
+    assert told and {level for level, _ in told} == {logging.DEBUG, logging.INFO}, told
+    assert [level for level, _ in told].count(logging.INFO) == 1, told
 
 
 def test_a_stopped_web_process_queues_runs_for_the_scheduler_process(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ accepted). A standby refreshes its view before answering status questions.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from attrs import evolve
@@ -145,6 +146,9 @@ class OtherProcesses:
 
     def _apply_agent_definitions(self, agent_name: str, kept: dict[str, Any]) -> None:
         core = self.core
+        # the leader, which plans the change, tells it; a standby's view follows quietly (every
+        # worker of every host telling each REST write was a line per worker per write)
+        tell = logging.INFO if core.leading else logging.DEBUG
         gone = [
             entry.name
             for entry in core.entries.values()
@@ -161,7 +165,8 @@ class OtherProcesses:
             if entry is not None and not entry.persisted_definition:
                 continue  # a code or fleet-file schedule wins over a stored one
             if entry is not None and _replaced(core, entry):
-                core.log.info(
+                core.log.log(
+                    tell,
                     "%s/%s was removed and created again in another process: a new schedule "
                     "(a run of the removed one still going on here is recorded as its own).",
                     agent_name,
@@ -171,8 +176,11 @@ class OtherProcesses:
             elif entry is not None and entry.schedule == schedule:
                 continue
             else:
-                core.log.info(
-                    "The definition of %s/%s changed in another process.", agent_name, schedule_name
+                core.log.log(
+                    tell,
+                    "The definition of %s/%s changed in another process.",
+                    agent_name,
+                    schedule_name,
                 )
             agent = core.agents[agent_name].with_schedule(schedule_name, schedule)
             core.agents[agent_name] = agent
