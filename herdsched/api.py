@@ -1036,7 +1036,12 @@ class RestApi:
         records = self.scheduler.history(agent, name, limit=limit)
         return ApiResponse(
             200,
-            {"agent": agent, "name": name, "runs": [record_to_dict(r) for r in records]},
+            {
+                "agent": agent,
+                "name": name,
+                "limit": limit,  # a larger one asked for is cut to _MAX_HISTORY
+                "runs": [record_to_dict(r) for r in records],
+            },
         )
 
 
