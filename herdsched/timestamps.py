@@ -137,6 +137,12 @@ def wall_time(moment: datetime, zone: tzinfo | None) -> datetime:
         return moment.astimezone(timezone.utc)
 
 
+#: Names ``ZoneInfo`` opens that name no zone of their own: the host's zone (which differs
+#: from host to host, while a schedule's zone is stored and shared), a rules template, and the
+#: tzdata placeholder for "zone unknown".
+_NO_ZONES = frozenset({"localtime", "posixrules", "Factory"})
+
+
 def resolve_timezone(name: str | tzinfo | None) -> tzinfo:
     """An IANA zone by name (``None`` → the system zone); an unknown name is an error.
 
@@ -156,6 +162,12 @@ def resolve_timezone(name: str | tzinfo | None) -> tzinfo:
         return name if named is None else ZoneInfo(named)
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"time zone must be an IANA name such as 'Europe/Berlin', got {name!r}")
+    if name.strip() in _NO_ZONES or name.strip().startswith(("posix/", "right/")):
+        raise ValueError(
+            f"time zone {name!r} is a file of this host's zone database, not an IANA zone name "
+            "(another host may read it as another zone, 'right/' ones count leap seconds): "
+            "give a name such as 'Europe/Berlin', or leave the zone out for the system's"
+        )
     try:
         return ZoneInfo(name.strip())
     except (ZoneInfoNotFoundError, ValueError, OSError) as exc:

@@ -18,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from herdsched import (
+    InvalidScheduleError,
     Schedule,
     ThreadedScheduler,
     calculate_next_cron_trigger,
@@ -282,6 +283,19 @@ def test_resolve_unknown_names(name: str) -> None:
         resolve_timezone(name)
     assert repr(name.strip()) in str(info.value) or repr(name) in str(info.value)
     assert "IANA" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "name", ["localtime", " localtime", "posixrules", "Factory", "right/UTC", "posix/Europe/Berlin"]
+)
+def test_resolve_refuses_zone_files_that_name_no_zone(name: str) -> None:
+    """``ZoneInfo`` opens these, so they were taken and stored with a schedule: ``localtime``
+    then meant each host's own zone, ``right/...`` counts leap seconds (27 s off)."""
+    with pytest.raises(ValueError, match="not an IANA zone name") as info:
+        resolve_timezone(name)
+    assert repr(name) in str(info.value)
+    with pytest.raises(InvalidScheduleError, match="not an IANA zone name"):
+        Schedule.cron("0 9 * * *", timezone=name)
 
 
 @pytest.mark.parametrize("value", ["", "   ", 5, ["UTC"]])
