@@ -1687,6 +1687,7 @@ def _cmd_next(args: argparse.Namespace) -> int:
         except InvalidScheduleError as exc:  # the calendar ended: show the times before it
             if not moments:  # --after too late: the input's fault (exit 2), as for intervals
                 raise _UsageError(str(exc)) from None
+            _err(f"herdsched next: only {len(moments)} of the {args.n} times: {exc}")
         kind = "cron"
         note = f'cron "{text}" in {zone_name(zone)}'
     else:

@@ -315,12 +315,15 @@ def test_next_shows_the_cron_times_left_before_the_calendar_ends(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     argv = ["* * * * *", "--tz", "UTC", "--after", "9999-12-31T23:57:30", "-n", "5"]
-    code, out, _ = run_cli(capsys, "next", *argv)
+    code, out, err = run_cli(capsys, "next", *argv)
     assert code == 0
     assert [line.split()[-1] for line in out.splitlines()[1:]] == [
         "9999-12-31T23:58:00.000Z",
         "9999-12-31T23:59:00.000Z",
     ]
+    # fewer than asked for, and why (it was silent)
+    assert err.startswith("herdsched next: only 2 of the 5 times: ")
+    assert "the calendar ends with the year 9999" in err
 
 
 def test_next_shows_years_before_1000_with_four_digits(capsys: pytest.CaptureFixture[str]) -> None:
