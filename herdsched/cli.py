@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import functools
 import json
 import logging
@@ -169,6 +170,8 @@ def _visible(text: str, keep: str = "") -> str:
 def _stdout_errors() -> Iterator[None]:
     """A write to stdout that fails (a full disk) becomes an :class:`_OutputError`. A broken
     pipe stays itself: the reader stopped reading (``| head``), which is no failure."""
+    if sys.stdout is None:  # started with it closed (``>&-``): Python leaves it None
+        raise _OutputError(OSError(errno.EBADF, "standard output is closed"))
     try:
         yield
     except BrokenPipeError:
@@ -231,7 +234,7 @@ def _out(text: str = "") -> None:
 def _err(text: str) -> None:
     """Write an error line; a password in it (a ``--store`` URL echoed back) is masked, control
     characters are shown as escapes. Nothing more can be said when stderr cannot be written."""
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, AttributeError):  # AttributeError: stderr closed, None
         sys.stderr.write(_visible(mask_passwords_in(text), keep="\n") + "\n")
 
 

@@ -8,6 +8,7 @@ import json
 import os
 import pty
 import select
+import shlex
 import shutil
 import signal
 import subprocess
@@ -20,6 +21,8 @@ from typing import Any
 
 import pytest
 from scheduler_helpers import wait_until
+
+from herdsched.store import YamlStateStore
 
 pytestmark = pytest.mark.slow
 
@@ -132,6 +135,30 @@ def test_status_to_a_full_disk_says_so_in_one_line_and_exits_1(tmp_path: Path) -
     assert (
         result.stderr == "herdsched status: could not write the output: No space left on device\n"
     )
+
+
+def test_a_trigger_started_with_stdout_closed_says_its_run_id_on_stderr(tmp_path: Path) -> None:
+    """``herdsched trigger a/s >&-`` (a daemon or cron job with fd 1 closed) queued the run,
+    then died with an ``AttributeError`` traceback (Python makes such a stdout ``None``) and
+    never said the run id; it is told as for a full disk."""
+    state = tmp_path / "state"
+    store = YamlStateStore(state)
+    store.update_schedule_state("a", "s", type="manual", cadence="manual")
+    store.close()
+    result = subprocess.run(
+        f"{shlex.quote(sys.executable)} -m herdsched trigger a/s --state-dir {state} >&-",
+        shell=True,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    told = "herdsched trigger: could not write the output: standard output is closed; it was "
+    assert told + "done all the same: queued a run of a/s as run " in result.stderr
+    [request] = (state / "requests").iterdir()
+    assert f"as run {request.stem.split('-')[-1]} " in result.stderr
 
 
 def test_pause_and_trigger_from_a_second_process(
