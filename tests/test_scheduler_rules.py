@@ -36,6 +36,7 @@ from herdsched import (
     StateError,
     Status,
     ThreadedScheduler,
+    TriggerInfo,
     TriggerType,
 )
 from herdsched.cadence import Cron, Interval, parse_interval
@@ -1176,6 +1177,29 @@ def test_manual_types_never_fire_on_the_timer() -> None:
         assert job.calls == []
         reasons = {s.schedule: s.skip_reason for s in sched.get_status().schedules}
         assert reasons == {"w": SkipReason.UNSUPPORTED_TYPE, "c": SkipReason.UNSUPPORTED_TYPE}
+
+
+def test_a_failed_or_deferred_run_of_a_manual_schedule_shows_no_next_run() -> None:
+    """A failed run-now of a manual schedule showed the backoff's next run (30 s, then 1 m
+    later), a deferred one ``now + delay``, in ``status``, ``list`` and REST: nothing ever ran
+    then, as only triggers fire such a schedule."""
+
+    def job(info: TriggerInfo) -> str:
+        if info.prompt == "defer":
+            raise Deferred(60)
+        raise RuntimeError("boom")
+
+    with running() as (sched, clock):
+        sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.manual()}))
+        sched.start()
+        for prompt in ("fail", "fail", "defer"):
+            assert not sched.trigger("a", "s", prompt=prompt, wait=True).success
+            assert state(sched).next_run_at is None
+            [item] = sched.get_status().schedules
+            assert item.next_run_at is None
+        assert state(sched).consecutive_failures == 2
+        step(sched, clock, "1h")
+        assert len(sched.history("a", "s")) == 3
 
 
 def test_disabled_in_config_never_fires() -> None:

@@ -168,6 +168,8 @@ def _plan_and_status(
     # paused while its run went on, it is over all the same: a resume must not run it again
     if over and status in (Status.IDLE, Status.PAUSED) and not deferred:
         status = Status.COMPLETED
+    if cadence is None:  # only triggers fire it: a backoff or a deferral plans no run of it
+        due = None
     return status, due, failures, disabled_reason
 
 
