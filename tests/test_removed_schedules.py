@@ -182,6 +182,43 @@ def test_stored_definitions_of_an_agent_gone_from_the_fleet_are_marked_and_can_b
     assert back.get_status().schedules == []
 
 
+def test_a_definition_written_by_hand_for_an_agent_not_in_the_fleet_is_marked_removed(
+    tmp_path: Path, clock: FakeClock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A definition in ``schedules.yaml`` with no state yet (written by hand, as state.md
+    shows one) whose agent is not in the fleet was shown ``idle`` for good, and ``forget``
+    refused it; it is marked removed, and registered later it is planned as any other."""
+    (tmp_path / "schedules.yaml").write_text(
+        "format_version: 1\nagents:\n  triage:\n    schedules:\n"
+        '      nightly: {type: cron, cron: "0 3 * * *", prompt: "Summarise the day."}\n'
+    )
+    fleet = {"tick": Schedule.interval("1h")}
+    sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
+    sched.add_agent(Agent("bot", job=Recorder(), schedules=fleet))
+    with sched:
+        sched.run_pending()
+        assert sched.wait_until_idle(10)
+    code, out, _ = _cli(capsys, "status", "--state-dir", str(tmp_path))
+    [row] = [line.split() for line in out.splitlines() if "nightly" in line.split()]
+    assert code == 0 and "removed" in row, out
+    later = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
+    later.add_agent(Agent("bot", job=Recorder(), schedules=fleet))
+    with later:
+        later.run_pending()
+        later.add_agent(Agent("triage", job=Recorder()))  # registered after the start
+        [nightly] = [s for s in later.get_status().schedules if s.agent == "triage"]
+        assert (nightly.status, nightly.next_run_at) == (Status.IDLE, T0.replace(day=3, hour=3))
+    code, out, _ = _cli(capsys, "status", "--state-dir", str(tmp_path))
+    [row] = [line.split() for line in out.splitlines() if "nightly" in line.split()]
+    assert code == 0 and "idle" in row, out
+    _run_fleet(tmp_path, clock, ["tick"])
+    code, out, _ = _cli(capsys, "forget", "triage", "--state-dir", str(tmp_path))
+    assert (code, out) == (0, "triage/nightly: forgotten, with its state and 0 run record(s)\n")
+    store = YamlStateStore(tmp_path)
+    assert store.load_definitions().get("triage", {}) == {}
+    store.close()
+
+
 def test_a_stored_definition_registered_after_the_start_catches_up_its_missed_slot(
     tmp_path: Path, clock: FakeClock
 ) -> None:

@@ -398,6 +398,13 @@ def _mark_removed(
         and (agent not in core.agents or name not in defined.get(agent, {}))
         and not (name == AD_HOC_SCHEDULE and agent in core.agents)
     ]
+    lost += [  # defined with no state yet (written by hand, or its agent left before a run)
+        (agent, name)
+        for agent, names in defined.items()
+        if agent not in core.agents
+        for name in names
+        if name not in stored.get(agent, {})
+    ]
     foreign = foreign_agents(core, stored)
     if foreign:
         core.log.warning(
