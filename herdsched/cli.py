@@ -740,11 +740,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     # the store run would use: one the environment names is checked as run checks it, and the
     # fleet's state directory is then not judged
     choice = _store_choice(argparse.Namespace(store=None, namespace=None, state_dir=None))
-    if choice.spec is not None and not is_database_spec(choice.spec):
-        try:  # a state directory it names is judged as the fleet's own would be
-            state_dir_could_be_made(Path(choice.spec))
-        except StateError as exc:
-            raise _UsageError(f"{choice.origin}: {exc}") from None
+    _check_given_state_dir(choice, None)
     fleet = _runnable_fleet(args.fleet, own_state_dir=choice.spec is None)
     schedules = sum(len(agent.schedules) for agent in fleet.agents)
     name = f' "{fleet.name}"' if fleet.name else ""
@@ -765,6 +761,22 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if rows:
         _out(_table(["AGENT", "SCHEDULE", "TYPE", "CADENCE", "ENABLED", "RUNS"], rows))
     return EXIT_OK
+
+
+def _check_given_state_dir(choice: _StoreChoice, state_dir: str | None) -> None:
+    """Judge a state directory named on the command line or by ``HERDSCHED_STORE`` as the
+    fleet file's own would be: one that cannot be used is a usage error (exit 2), with the
+    same words from ``validate`` and ``run``."""
+    if choice.spec is not None and not is_database_spec(choice.spec):
+        given, origin = choice.spec, choice.origin
+    elif choice.spec is None and state_dir:
+        given, origin = state_dir, "--state-dir"
+    else:
+        return
+    try:
+        state_dir_could_be_made(Path(given))
+    except StateError as exc:
+        raise _UsageError(f"{origin}: {exc}") from None
 
 
 def _runnable_fleet(path: str, *, own_state_dir: bool = True) -> FleetConfig:
@@ -913,6 +925,7 @@ def _log_run(event: Any) -> None:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     choice = _store_choice(args)  # a usage error before the fleet's jobs are imported
+    _check_given_state_dir(choice, args.state_dir)
     fleet = _runnable_fleet(args.fleet, own_state_dir=not (choice.spec or args.state_dir))
     scheduler = _fleet_scheduler(fleet, args, choice)
     stopper = _Stopper()

@@ -1344,6 +1344,12 @@ def test_validate_checks_the_store_the_environment_names_as_run_does(
     code, _, err = run_cli(capsys, "validate", str(fleet))
     assert code == 2 and "HERDSCHED_STORE: The state directory" in err, err
     assert "is a file, not a directory" in err
+    # and run refuses it alike: it said exit 1 and other words ("exists but is not a directory")
+    code, _, ran = run_cli(capsys, "run", str(fleet), "--duration", "1s")
+    assert code == 2 and ran.split(": ", 1)[1] == err.split(": ", 1)[1], ran
+    monkeypatch.delenv("HERDSCHED_STORE")
+    code, _, ran = run_cli(capsys, "run", str(fleet), "--state-dir", str(fleet), "--duration", "1s")
+    assert code == 2 and f"--state-dir: The state directory {fleet} cannot be used" in ran, ran
 
 
 @pytest.mark.parametrize(
