@@ -269,10 +269,13 @@ def test_errors_show_the_command_once_as_a_shell_reads_it(tmp_path: Path) -> Non
     assert str(killed.value).startswith("command sleep 30 was cancelled; its process group")
 
 
-def test_stop_ends_a_given_up_command_before_it_lets_the_lease_go(tmp_path: Path) -> None:
+def test_stop_ends_a_given_up_command_before_it_lets_the_lease_go(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """A command ignoring SIGTERM, given up by a ``stop()`` that timed out, ran on for its
     ``kill_grace`` after the lease was let go: a standby taking over at once started its
-    schedule beside it (``herdsched run --stop-timeout`` on two hosts)."""
+    schedule beside it (``herdsched run --stop-timeout`` on two hosts). The wait for it is
+    told when it begins (the log was silent until the scheduler had stopped)."""
     pid_file = tmp_path / "pid"
     script = (
         "import os, signal, time\n"
@@ -285,8 +288,11 @@ def test_stop_ends_a_given_up_command_before_it_lets_the_lease_go(tmp_path: Path
     sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
     alive_when_let_go: list[bool] = []
 
+    told_before: list[str] = []
+
     def let_go(event: events.SchedulerStopped) -> None:
         alive_when_let_go.append(_alive(int(pid_file.read_text())))
+        told_before.extend(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
 
     sched.add_listener(let_go, events.SchedulerStopped)
     sched.start()
@@ -298,6 +304,10 @@ def test_stop_ends_a_given_up_command_before_it_lets_the_lease_go(tmp_path: Path
     assert raised.value.running_jobs == ("a/s",)
     assert alive_when_let_go == [False]  # its program was ended before the lease went
     assert sched.store.current_lease() is None
+    assert any(
+        "wait is over with 1 job(s) still running (a/s)" in m and "SIGKILL" in m
+        for m in told_before
+    ), told_before
 
 
 def _alive(pid: int) -> bool:

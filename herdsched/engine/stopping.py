@@ -94,6 +94,15 @@ def wait_for_runs(
     graces = {run: run.job.kill_grace for run in left if isinstance(run.job, CommandJob)}
     if cancel_left and end_commands and graces:
         wait = max(graces.values()) + 1.0
+        core.log.warning(  # the wait below is silent, up to the longest kill_grace
+            "The stop's wait is over with %d job(s) still running (%s): each is told to stop, "
+            "and the processes of %d command job(s) get SIGTERM, then SIGKILL after their "
+            "kill_grace; the lease is kept until they are gone (up to %s s).",
+            len(left),
+            ", ".join(sorted(f"{run.agent}/{run.schedule_name}" for run in left)),
+            len(graces),
+            f"{wait:g}",
+        )
         _wait(dispatch, leadership, wait, lambda: all(run.returned for run in graces))
     return tuple(sorted(f"{run.agent}/{run.schedule_name}" for run in left))
 
