@@ -132,3 +132,24 @@ def test_the_testing_modules_recipe_fires_what_is_due(tmp_path: Path) -> None:
         assert runs == ["s", "s"]  # due at once, then again five minutes later
     finally:
         sched.stop()
+
+
+def test_the_first_fleet_file_of_the_fleet_files_page_validates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Copied as the page shows it, with the two files the page gives beside it, the first
+    fleet file validates (the page did not show them: a copy failed for the missing job module
+    and agent file)."""
+    from herdsched.cli import main
+
+    text = (DOCS / "configuration.md").read_text(encoding="utf-8")
+    fleet, agent_file = re.findall(r"```yaml\n(.*?)```", text, re.DOTALL)[:2]
+    [job_module] = python_blocks(text)[:1]
+    (tmp_path / "fleet.yaml").write_text(fleet)
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "backup.yaml").write_text(agent_file)
+    (tmp_path / "ops_jobs.py").write_text(job_module[1])
+    code = main(["validate", str(tmp_path / "fleet.yaml")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert 'valid fleet "ops": 2 agent(s), 3 schedule(s)' in out
