@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scheduler_helpers import T0, Recorder, running, step
+from scheduler_helpers import T0, Recorder, running, step, wait_until
 
 from herdsched import Agent, JobSubmitted, Schedule
 from herdsched.models import RunStatus, Status
@@ -119,3 +119,28 @@ def test_a_change_interrupted_after_its_write_is_taken_into_memory_at_the_next_p
         assert job.schedules()[before:] == (["x"] if where == "save_definition" else [])
         if where == "update_schedule_state":
             assert sched.get_status().schedules[0].status is Status.PAUSED
+
+
+def test_a_trigger_interrupted_after_its_run_timed_out_leaves_no_run_behind() -> None:
+    """A ``JobSubmitted`` listener slow past the run's timeout (the run recorded ``timeout``
+    meanwhile), then Ctrl-C: the run stayed in memory for ever, its agent's slot taken,
+    ``wait_until_idle()`` on the main thread refused as "called by" it."""
+    job = Recorder()
+    with running() as (sched, clock):
+        sched.add_agent(Agent("nb", job=job, schedules={"report": Schedule.manual(timeout="1s")}))
+        sched.start()
+
+        def slow_then_interrupted(event: JobSubmitted) -> None:
+            clock.advance(5)  # past the run's timeout: the timer records it
+            assert wait_until(lambda: sched.history("nb", "report"))
+            raise KeyboardInterrupt
+
+        sched.add_listener(slow_then_interrupted, JobSubmitted)
+        with pytest.raises(KeyboardInterrupt):
+            sched.trigger("nb", "report")
+        sched.remove_listener(slow_then_interrupted)
+        assert [r.status for r in sched.history("nb", "report")] == [RunStatus.TIMEOUT]
+        assert sched.get_running_job_count("nb") == 0
+        assert sched.wait_until_idle(5)
+        assert sched.trigger("nb", "report", wait=True).success
+        assert len(job.calls) == 1

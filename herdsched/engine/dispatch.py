@@ -215,9 +215,7 @@ class Dispatcher:
         try:
             self._claim_then_submit(runs, bypass)
         except BaseException as exc:
-            self.give_up_launching(
-                f"the call that started it was interrupted ({type(exc).__name__})"
-            )
+            self._give_up_interrupted(exc)
             raise
 
     def _claim_then_submit(self, runs: list[Run], bypass: bool) -> None:
@@ -309,18 +307,40 @@ class Dispatcher:
             self._end_run(run)
         self.core.wake.set()  # the freed slot may start a waiting run
 
-    def give_up_launching(self, reason: str = STOPPED_FIRST) -> None:
-        """The runs this thread was about to hand to their executors never start, and are
-        recorded so, with ``reason``: ``stop()`` was called by one's ``JobSubmitted`` listener
-        (waiting for them would wait for the listener, which waits for ``stop()``), or the
-        thread was interrupted."""
+    def give_up_launching(self) -> None:
+        """``stop()`` called by a ``JobSubmitted`` listener: the runs this thread was about
+        to hand to their executors never start, and are recorded so (waiting for them would
+        wait for the listener, which waits for ``stop()``)."""
         me = threading.get_ident()
         with self.core.lock:  # one settled meanwhile (timed out) is recorded: launch() frees it
             running = self.core.running.values()
             runs = [r for r in running if r.launched_by == me and not r.finalized]
         if runs:
-            abandon_unlaunched(self.core, runs, self._release, reason)
-            self.core.listeners.deliver()
+            abandon_unlaunched(self.core, runs, self._release)
+
+    def _give_up_interrupted(self, exc: BaseException) -> None:
+        """The calling thread was interrupted while it launched runs: those it had not handed
+        to their executors never start. Each ends as :meth:`_submit` would end it: one timed
+        out meanwhile is recorded already, one a ``stop(wait_for_jobs=False)`` gave up is
+        recorded as not started, the others with the interrupt as their reason."""
+        core, me = self.core, threading.get_ident()
+        stopped: list[Run] = []
+        interrupted: list[Run] = []
+        with core.lock:
+            for run in [r for r in core.running.values() if r.launched_by == me]:
+                run.launched_by = None
+                if run.finalized and not run.given_up:
+                    self._drop_unstarted(run)
+                elif run.given_up:
+                    run.given_up = False  # not a run that ended: told as one never begun
+                    stopped.append(run)
+                else:
+                    interrupted.append(run)
+        reason = f"the call that started it was interrupted ({type(exc).__name__})"
+        for runs, why in ((stopped, STOPPED_FIRST), (interrupted, reason)):
+            if runs:
+                abandon_unlaunched(core, runs, self._release, why)
+        core.listeners.deliver()
 
     # ------------------------------------------------------------------------- workers
 
