@@ -553,8 +553,8 @@ def _to_zone_name(value: str | tzinfo | None) -> str | None:
     if value is None:
         return None
     if isinstance(value, ZoneInfo) and value.key:
-        return value.key
-    if isinstance(value, tzinfo):
+        value = value.key  # checked as the name is
+    elif isinstance(value, tzinfo):
         value = pytz_zone_name(value) or value
     if not isinstance(value, str):
         raise InvalidScheduleError(

@@ -157,17 +157,14 @@ def resolve_timezone(name: str | tzinfo | None) -> tzinfo:
             "the jump, so cron slots on DST days would be wrong: give the IANA name, or the "
             "rule as text (TZ) for the system zone"
         )
+    if isinstance(name, ZoneInfo) and name.key:
+        _check_zone_name(name.key)
     if isinstance(name, tzinfo):
         named = pytz_zone_name(name)
         return name if named is None else ZoneInfo(named)
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"time zone must be an IANA name such as 'Europe/Berlin', got {name!r}")
-    if name.strip() in _NO_ZONES or name.strip().startswith(("posix/", "right/")):
-        raise ValueError(
-            f"time zone {name!r} is a file of this host's zone database, not an IANA zone name "
-            "(another host may read it as another zone, 'right/' ones count leap seconds): "
-            "give a name such as 'Europe/Berlin', or leave the zone out for the system's"
-        )
+    _check_zone_name(name)
     try:
         return ZoneInfo(name.strip())
     except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
@@ -175,6 +172,23 @@ def resolve_timezone(name: str | tzinfo | None) -> tzinfo:
         raise ValueError(
             f"Unknown time zone {name!r}: use an IANA name such as 'Europe/Berlin' or 'UTC'"
         ) from exc
+
+
+def _check_zone_name(name: str) -> None:
+    """Refuse a name ``ZoneInfo`` opens that names no zone of its own (see ``_NO_ZONES``)."""
+    key = name.strip()
+    instead = "one such as 'Europe/Berlin'"
+    if key.startswith("right/"):
+        why = "a copy of a zone that counts leap seconds, 27 s off the wall clock"
+    elif key.startswith("posix/"):
+        why, instead = "a copy of another zone", repr(key.removeprefix("posix/"))
+    elif key == "localtime":
+        why = "this host's own zone, which another host reads as its own"
+    elif key in _NO_ZONES:
+        why = "no zone, only a file of the zone database"
+    else:
+        return
+    raise ValueError(f"time zone {name!r} is not an IANA zone name ({why}): give {instead}")
 
 
 def pytz_zone_name(zone: tzinfo) -> str | None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import time
 from collections.abc import Iterator
 from datetime import date, datetime, timedelta, timezone, tzinfo
 from pathlib import Path
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import pytest
 import yaml
@@ -296,6 +297,14 @@ def test_resolve_refuses_zone_files_that_name_no_zone(name: str) -> None:
     assert repr(name) in str(info.value)
     with pytest.raises(InvalidScheduleError, match="not an IANA zone name"):
         Schedule.cron("0 9 * * *", timezone=name)
+    with pytest.raises(ValueError, match="not an IANA zone name"):
+        ThreadedScheduler(state_dir=None, timezone=name)
+    with contextlib.suppress(ZoneInfoNotFoundError):  # a zone database without that file
+        zone = ZoneInfo(name.strip())  # the same refused as a zone object
+        with pytest.raises(InvalidScheduleError, match="not an IANA zone name"):
+            Schedule.cron("0 9 * * *", timezone=zone)
+        with pytest.raises(ValueError, match="not an IANA zone name"):
+            ThreadedScheduler(state_dir=None, timezone=zone)
 
 
 @pytest.mark.parametrize("value", ["", "   ", 5, ["UTC"]])
