@@ -193,7 +193,10 @@ def _write(text: str) -> None:
 
 def _flush() -> None:
     """Flush stdout, so that a write the buffer held fails here, where it is answered, and not
-    at the interpreter's exit."""
+    at the interpreter's exit. A stdout the command was started without has nothing to flush
+    (``run`` writes none: a write would have failed already)."""
+    if sys.stdout is None:
+        return
     with _stdout_errors():
         sys.stdout.flush()
 
@@ -862,8 +865,8 @@ class _Stopper:
             if saver.is_alive():
                 logger.error("could not save state within %s s: quitting anyway", FINAL_SAVE_WAIT)
         for stream in (sys.stdout, sys.stderr):  # os._exit does not flush them
-            with contextlib.suppress(OSError, ValueError):  # a closed or broken stream
-                stream.flush()
+            with contextlib.suppress(OSError, ValueError, AttributeError):  # closed, broken,
+                stream.flush()  # or None (the process was started without it)
         os._exit(code)
 
     def _save(self) -> None:

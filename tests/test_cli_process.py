@@ -486,3 +486,24 @@ def test_console_script_version() -> None:
     assert result.returncode == 0
     assert result.stdout.startswith("herdsched ")
     assert os.access(script, os.X_OK)
+
+
+def test_a_run_started_with_stdout_closed_exits_0(tmp_path: Path) -> None:
+    """``herdsched run FLEET >&-`` (a daemon, a cron job) wrote nothing to stdout, then said
+    "could not write the output" and exited 1 after a clean run."""
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        'agents:\n  - name: a\n    command: ["true"]\n'
+        "    schedules: {s: {type: interval, interval: 1h}}\n"
+    )
+    state = tmp_path / "state"
+    command = f"{shlex.quote(sys.executable)} -m herdsched run {fleet} --state-dir {state}"
+    result = subprocess.run(
+        f"{command} --duration 1s -q >&-",
+        shell=True,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stderr) == (0, "")
