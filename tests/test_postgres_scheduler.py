@@ -260,6 +260,62 @@ def test_a_standby_leads_when_the_leader_stops_and_no_slot_runs_twice(scheduler_
     assert len(slots) == len(set(slots))
 
 
+@pytest.mark.slow
+def test_a_leader_whose_sessions_the_server_ends_keeps_the_lead_and_its_running_jobs(
+    postgres_dsn: str, pg_namespace: str
+) -> None:
+    """Every session of both hosts terminated (as a server restart does), three times: the
+    leader, alive, reconnects and goes on leading under the same epoch, its running job is
+    not recorded interrupted and started again beside itself, and its status names it
+    throughout. Before, the standby's listener came back after a second and took the lease,
+    while the leader retook its lock only at its renewal (lease_ttl / 3 later)."""
+    release, started = threading.Event(), threading.Event()
+
+    def job(info: TriggerInfo) -> str:
+        started.set()
+        release.wait(30)
+        return "ok"
+
+    def make() -> ThreadedScheduler:
+        store = PostgresStateStore(postgres_dsn, namespace=pg_namespace, lease_ttl=15)
+        agent = Agent("ag", schedules={"long": Schedule.interval("1s", overlap="skip")})
+        return ThreadedScheduler([agent], on_trigger=job, store=store, state_dir=None)
+
+    since = run_sql(postgres_dsn, "SELECT now()")[0][0]
+    with as_separate_processes():
+        leader, standby = make(), make()
+        try:
+            leader.start()
+            standby.start()
+            assert leader.is_leader and not standby.is_leader and started.wait(10)
+            epoch = leader.get_status().leader["epoch"]
+            for _ in range(3):
+                run_sql(
+                    postgres_dsn,
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    f"WHERE application_name = 'herdsched' AND backend_start >= '{since}'",
+                )
+                end = time.monotonic() + 4.0  # the listeners' return, the standby's grace
+                while time.monotonic() < end:
+                    assert leader.is_leader and not standby.is_leader
+                    assert leader.get_status().leader["epoch"] == epoch
+                    time.sleep(0.2)
+            assert standby.is_leader is False and leader.get_status().leader["epoch"] == epoch
+            release.set()
+
+            def recorded() -> list[str]:
+                leader.store.flush()
+                return [r.status for r in leader.store.get_history("ag", "long")]
+
+            assert wait_until(recorded, timeout=10)
+            assert "interrupted" not in recorded()
+        finally:
+            release.set()
+            for sched in (leader, standby):
+                sched.stop()
+                sched.store.close()
+
+
 def test_the_several_hosts_page_examples_run(
     postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -446,6 +446,50 @@ def test_a_renewal_on_a_new_session_takes_the_liveness_lock_again(
     assert second.acquire_lease("h2", 60) is None
 
 
+def test_a_holder_whose_session_was_cut_keeps_the_lease_once_it_reconnects(
+    postgres_dsn: str, stores: list[PostgresStateStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A leader whose session the server ended (pg_terminate_backend, a restart) but which lives
+    on reconnects at its next call, whatever it is, and takes its liveness lock back at once;
+    a standby finding the lock gone meanwhile waits RECONNECT_GRACE before taking over. Before,
+    the lock came back only at the leader's next renewal, and a standby trying first took the
+    lease beside the leader's running jobs."""
+    monkeypatch.setattr(pg_leases, "RECONNECT_GRACE", 0.5, raising=False)
+    first, second = stores
+    lease = first.acquire_lease("h1", 60)
+    assert lease is not None
+    for _ in range(3):
+        run_sql(postgres_dsn, f"SELECT pg_terminate_backend({first._db.backend_pid})")
+        wait_until(lambda: second.current_lease() is None, timeout=10)  # the lock is gone
+        assert second.acquire_lease("h2", 60) is None  # not before the grace is over
+        assert 0 < second.lease_retry_in(60) <= 0.6  # the standby looks again after it
+        first.look_now()  # any call: the leader's poll, a status request
+        assert second.current_lease() == first.current_lease() is not None
+        time.sleep(0.6)
+        assert second.acquire_lease("h2", 60) is None
+        assert first.renew_lease(lease, 60).epoch == lease.epoch
+
+
+def test_a_holder_whose_session_is_gone_for_good_is_replaced_after_the_grace(
+    postgres_dsn: str, stores: list[PostgresStateStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dead leader (kill -9: its session ends and nothing reconnects) is replaced once the
+    standby's grace is over, long before its lease would expire."""
+    monkeypatch.setattr(pg_leases, "RECONNECT_GRACE", 0.5, raising=False)
+    first, second = stores
+    lease = first.acquire_lease("h1", 60)
+    assert lease is not None
+    run_sql(postgres_dsn, f"SELECT pg_terminate_backend({first._db.backend_pid})")
+    wait_until(lambda: second.current_lease() is None, timeout=10)
+    seen_at = time.monotonic()
+    assert second.acquire_lease("h2", 60) is None
+    taken = eventually(lambda: second.acquire_lease("h2", 60))
+    assert taken is not None and taken.epoch == lease.epoch + 1
+    assert 0.5 <= time.monotonic() - seen_at < 2.0
+    with pytest.raises(LeadershipLostError):  # the old holder, back, cannot renew
+        first.renew_lease(lease, 60)
+
+
 def test_a_renewal_and_a_standbys_try_are_one_statement_each(
     stores: list[PostgresStateStore],
 ) -> None:
@@ -610,8 +654,10 @@ def test_a_restarted_server_loses_nothing_committed_and_the_store_reconnects() -
         assert other.get_schedule_state("a", "s").status is Status.PAUSED
         assert [r.run_id for r in other.get_history("a")] == ["r1"]
         assert [r.run_id for r in other.trigger_requests()] == [run_id]
-        # the holder's session ended with the server: its lease is free, the epoch goes on
-        taken = other.acquire_lease("h2", 60)
+        # the holder's session ended with the server and it does not come back: its lease is
+        # free once the grace a reconnecting holder gets is over, the epoch goes on
+        assert other.acquire_lease("h2", 60) is None
+        taken = eventually(lambda: other.acquire_lease("h2", 60))
         assert taken is not None and taken.epoch == 2
         with pytest.raises(LeadershipLostError):
             store.renew_lease(lease, 60)

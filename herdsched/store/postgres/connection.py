@@ -358,6 +358,8 @@ class Database:
         self._deadline: Deadline | None = None  # the web request's, when it set the limit
         self._conn: psycopg.Connection[Any] | None = None
         self.backend_pid: int | None = None
+        #: called with each new connection before its first use (a lease holder's lock)
+        self.on_connect: Callable[[psycopg.Connection[Any]], None] | None = None
         self.generation = 0  # how many connections were made: a new one lost session locks
         self.transactions = 0  # how many were begun (what the idle benchmark counts)
         _databases.add(self)
@@ -388,6 +390,8 @@ class Database:
             # ends such a session after stall_limit (a healthy one idles microseconds)
             ms = max(1, round(self.stall_limit * 1000))
             conn.execute(f"SET idle_in_transaction_session_timeout = {ms}")
+            if self.on_connect is not None:
+                self.on_connect(conn)
         except psycopg.Error as exc:
             conn.close()
             raise state_error(exc, "connect", self.where) from exc

@@ -8,9 +8,12 @@ every store; this module supplies the two things a store decides itself:
 * **the holder is dead** when its database session is gone: a holder keeps a session-level
   advisory lock keyed by namespace and epoch on its connection, which the server releases the
   moment that session ends (a ``kill -9``, a terminated backend, a dropped network connection
-  noticed by the server). A hung holder keeps its session and is replaced once its lease
-  expires. The lock is only tried (``pg_try_advisory_lock``): should another lock of the
-  database share its keys, liveness falls back to the lease's expiry instead of blocking.
+  noticed by the server). A holder that lives on reconnects and takes its lock again on the
+  new session at once (:meth:`LeaseRow.relock`), so a standby gives a lock gone while the lease
+  runs :data:`RECONNECT_GRACE` seconds before taking over. A hung holder keeps its session and
+  is replaced once its lease expires. The lock is only tried (``pg_try_advisory_lock``):
+  should another lock of the database share its keys, liveness falls back to the lease's
+  expiry instead of blocking.
 
 Fencing: :func:`check_fence` locks the lease row ``FOR SHARE`` inside the caller's write
 transaction, so a takeover (which updates the row) waits for that write to commit, and a write
@@ -48,6 +51,11 @@ _HOLDS = (
     "l.classid = %(key)s::oid AND l.objid = ({epoch} %% 4294967296)::oid AND l.objsubid = 2"
 )
 _ALIVE = "EXISTS (SELECT 1 FROM pg_locks l WHERE " + _HOLDS + ")"
+#: Seconds a standby gives a holder whose advisory lock is gone, while its lease runs, before
+#: taking over: a leader whose session was cut (a terminated backend, a server restart)
+#: reconnects at its next store call, within about a second (its poll, its listener), and takes
+#: its lock back (:meth:`LeaseRow.relock`); a dead one is replaced this much later.
+RECONNECT_GRACE = 2.0
 #: Seconds a takeover waits for the lease row before ending the session of a holder whose
 #: lease expired (a fenced write holds the row for milliseconds).
 _HUNG_WRITE = 0.5
@@ -77,6 +85,8 @@ class LeaseRow:
         self.held: Lease | None = None
         #: whether this store ever handed out a lease (from then on its run writes are fenced)
         self.fenced = False
+        #: the epoch of a lease whose holder's lock this standby found gone, and when (monotonic)
+        self.gone: tuple[int, float] | None = None
 
     def _select(self, cursor: psycopg.Cursor[Any], lock: str = "") -> Lease | None:
         cursor.execute(
@@ -92,21 +102,42 @@ class LeaseRow:
         row = cursor.fetchone()
         return bool(row and row[0])
 
-    def busy(self, cursor: psycopg.Cursor[Any], holder: str) -> tuple[float | None, int]:
-        """Seconds until the lease of another live holder expires (server clock), ``None``
-        when no such lease keeps ``holder`` out; and the namespace's change number. One read
+    def busy(
+        self, cursor: psycopg.Cursor[Any], holder: str, now: float
+    ) -> tuple[float | None, int]:
+        """Seconds to wait before taking the lease from another holder (server clock), ``None``
+        when nothing keeps ``holder`` out; and the namespace's change number. One read
         without row locks, so a standby's regular try costs a single statement while the
-        leader is well, and tells its view whether anything changed."""
+        leader is well, and tells its view whether anything changed.
+
+        A holder whose advisory lock is gone while its lease runs is given
+        :data:`RECONNECT_GRACE` seconds from when this store first saw it so (``now``, on the
+        store's monotonic clock) to take it back: its session may only have been cut."""
         cursor.execute(
-            f"SELECT ({CHANGE_NUMBER}), (SELECT extract(epoch FROM expires_at - "
-            "statement_timestamp()) FROM herdsched_leases WHERE ns = %(ns)s AND holder IS NOT "
-            "NULL AND holder <> %(holder)s AND expires_at > statement_timestamp() AND "
-            f"{_ALIVE.format(epoch='epoch')})",
+            f"SELECT ({CHANGE_NUMBER}), h.* FROM (VALUES (1)) AS one LEFT JOIN (SELECT "
+            "extract(epoch FROM expires_at - statement_timestamp()), epoch, "
+            f"{_ALIVE.format(epoch='epoch')} FROM herdsched_leases WHERE ns = %(ns)s AND "
+            "holder IS NOT NULL AND holder <> %(holder)s AND expires_at > "
+            "statement_timestamp()) AS h ON true",
             {"holder": holder, "ns": self.namespace, "key": self.key & 0xFFFFFFFF},
         )
         row = cursor.fetchone()
         assert row is not None
-        return (float(row[1]) if row[1] is not None else None), int(row[0])
+        number, left, epoch, alive = int(row[0]), row[1], row[2], row[3]
+        if left is None or alive:
+            self.gone = None
+            return (float(left) if left is not None else None), number
+        if self.gone is None or self.gone[0] != epoch:
+            self.gone = (int(epoch), now)
+        wait = self.gone[1] + RECONNECT_GRACE - now
+        return (min(float(left), wait) if wait > 0 else None), number
+
+    def relock(self, conn: psycopg.Connection[Any]) -> None:
+        """On a new connection of a holder: take the advisory lock of the lease held again at
+        once (the lock ended with the old session), so that a standby's grace finds it."""
+        lease = self.held
+        if lease is not None:
+            conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (self.key, _int4(lease.epoch)))
 
     @staticmethod
     def _now(cursor: psycopg.Cursor[Any]) -> datetime:
@@ -190,23 +221,16 @@ class LeaseRow:
                 cause=exc,
             ) from exc
 
-    def renew(
-        self, cursor: psycopg.Cursor[Any], lease: Lease, ttl: float, *, relock: bool
-    ) -> int | None:
+    def renew(self, cursor: psycopg.Cursor[Any], lease: Lease, ttl: float) -> int | None:
         """Extend ``lease`` on the server's clock in one statement; the namespace's change
-        number, or ``None`` when the lease changed hands (nothing written).
-
-        ``relock``: the connection is new since the advisory lock was taken, so the statement
-        takes it again (the lock follows the holder's session)."""
-        lock = ", pg_try_advisory_lock(%(key)s, %(lock)s)" if relock else ""
+        number, or ``None`` when the lease changed hands (nothing written)."""
         cursor.execute(
             "UPDATE herdsched_leases SET renewed_at = statement_timestamp(), expires_at = "
             "statement_timestamp() + make_interval(secs => %(ttl)s) WHERE ns = %(ns)s AND "
             "holder = %(holder)s AND epoch = %(epoch)s "
-            f"RETURNING renewed_at, expires_at, ({CHANGE_NUMBER}){lock}",
-            {"ns": self.namespace, "holder": lease.holder, "epoch": lease.epoch, "ttl": ttl,
-             "key": self.key, "lock": _int4(lease.epoch)},
-        )  # fmt: skip
+            f"RETURNING renewed_at, expires_at, ({CHANGE_NUMBER})",
+            {"ns": self.namespace, "holder": lease.holder, "epoch": lease.epoch, "ttl": ttl},
+        )
         row = cursor.fetchone()
         if row is None:
             return None

@@ -164,6 +164,7 @@ class PostgresStateStore:
         )
         self.location = f"{self._db.where} (namespace {self.namespace})"
         self._lease = LeaseRow(self.namespace, self.location)
+        self._db.on_connect = self._lease.relock  # a holder's lock lives in this session
         self._mem = threading.RLock()
         self._flushing = threading.Lock()
         self._disk: dict[Key, ScheduleState] = {}
@@ -180,7 +181,6 @@ class PostgresStateStore:
         self._absorbed = False
         self._checked_at = float("-inf")
         self._listener: Listener | None = None
-        self._locked_generation = 0  # the connection that took the lease's advisory lock
         self._busy_until: float | None = None  # monotonic: when the lease last seen held expires
         self._closed = False
         _stores.add(self)
@@ -505,18 +505,16 @@ class PostgresStateStore:
         it expired on the server's clock; ``None`` while a live holder keeps it."""
         self._check_open()
         ttl = check_ttl(ttl)
+        now = self.clock.monotonic()
         busy, number = self._db.autocommit(
-            "read the scheduler lease", lambda cursor: self._lease.busy(cursor, holder)
+            "read the scheduler lease", lambda cursor: self._lease.busy(cursor, holder, now)
         )
         self._looked(number)
-        self._busy_until = None if busy is None else self.clock.monotonic() + busy
+        self._busy_until = None if busy is None else now + busy
         if busy is not None:
             return None  # a standby's regular try: one statement while the leader is well
         with self._db.transaction("take the scheduler lease") as cursor:
-            lease = self._lease.acquire(cursor, holder, ttl)
-        if lease is not None:
-            self._locked_generation = self._db.generation
-        return lease
+            return self._lease.acquire(cursor, holder, ttl)
 
     def lease_retry_in(self, ttl: float) -> float:
         """A standby's next try after one that found the lease held (see :func:`retry_in`)."""
@@ -528,14 +526,9 @@ class PostgresStateStore:
         self._check_open()
         ttl = check_ttl(ttl)
 
-        def renew(cursor: Any) -> int | None:
-            relock = self._db.generation != self._locked_generation
-            number = self._lease.renew(cursor, lease, ttl, relock=relock)
-            if number is not None:
-                self._locked_generation = self._db.generation
-            return number
-
-        number = self._db.autocommit("renew the scheduler lease", renew)
+        number = self._db.autocommit(
+            "renew the scheduler lease", lambda cursor: self._lease.renew(cursor, lease, ttl)
+        )
         if number is None:
             self._lease_lost()
         self._looked(number)
