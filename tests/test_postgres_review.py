@@ -288,8 +288,9 @@ def test_a_slower_catch_up_does_not_lay_older_states_over_a_newer_one(
 
 
 def take_over(dsn: str, first: PostgresStateStore, second: PostgresStateStore) -> Lease:
-    """``first`` leads, its session ends, ``second`` takes the lease over."""
-    assert first.acquire_lease("h1", 60) is not None
+    """``first`` leads, its session ends, ``second`` takes the lease over (once ``first``'s
+    renewal is overdue: a 3 s lease is renewed each second, overdue at its expiry)."""
+    assert first.acquire_lease("h1", 3) is not None
     with psycopg.connect(dsn, autocommit=True) as killer:
         killer.execute("SELECT pg_terminate_backend(%s)", (first._db.backend_pid,))
     for _ in range(200):  # the server ends the session on its own time

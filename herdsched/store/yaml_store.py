@@ -255,7 +255,11 @@ class YamlStateStore:
                 after = disk.state(agent, name)
                 if before is not None and after is None:
                     # removed by another process since we read it: the removal wins
-                    log.info("Dropping pending changes of %s/%s: removed elsewhere", agent, name)
+                    log.info(
+                        "Dropping the pending changes of %s/%s: another process removed it.",
+                        agent,
+                        name,
+                    )
                     del self._pending[(agent, name)]
                     continue
                 if "status" not in patch:
@@ -264,7 +268,8 @@ class YamlStateStore:
                 after_status = after.status if after is not None else None
                 if after_status != before_status and after_status in USER_INTENT_STATUSES:
                     log.info(
-                        "Keeping %s/%s %s (set by another process) over the pending %s",
+                        "%s/%s stays %s, as another process set it: the pending change of its "
+                        "status to %s is not written.",
                         agent,
                         name,
                         after_status,
@@ -829,6 +834,11 @@ def _keep_user_intent(disk: StateDoc, agent: str, name: str, patch: dict[str, An
     stored = disk.state(agent, name)
     if stored is not None and leaves_user_intent(stored, patch):
         log.info(
-            "Keeping %s/%s %s over the pending %s", agent, name, stored.status, patch["status"]
+            "%s/%s stays %s: a run's change of its status to %s would undo a person's, and is "
+            "not written.",
+            agent,
+            name,
+            stored.status,
+            patch["status"],
         )
         del patch["status"]

@@ -164,7 +164,7 @@ def dsn_problem(dsn: str) -> str | None:
     except UnicodeDecodeError:  # not shown: it may be in the password
         return _NOT_UTF8.format(mask_password(dsn))
     except psycopg.Error as exc:  # its text quotes the DSN, or the bad part, password and all
-        why = " ".join(hide_passwords_of(dsn, str(exc)).split())
+        why = one_line(hide_passwords_of(dsn, str(exc)))
     else:
         ports = str(parts.get("port") or "").split(",")  # one per host; empty: the default
         bad = [port for port in ports if port and not (port.isdigit() and 0 < int(port) < 65536)]
@@ -172,7 +172,7 @@ def dsn_problem(dsn: str) -> str | None:
             refused = _refused_option(parts)
             if refused is None:
                 return None
-            words = " ".join(hide_passwords_of(dsn, refused).split())
+            words = one_line(hide_passwords_of(dsn, refused))
             variable = _environment_source(refused, parts)
             if variable is not None:
                 return (
@@ -283,12 +283,26 @@ def autocommit_on(
         return fallback.autocommit(doing, work)
 
 
+def one_line(text: str) -> str:
+    """libpq's text of several lines as one: a line followed by one that begins a sentence
+    ends with a full stop ("server closed the connection unexpectedly" and "This probably
+    means ..." were run together)."""
+    lines = [" ".join(line.split()) for line in text.splitlines()]
+    lines = [line for line in lines if line]
+    joined = lines[:1]
+    for line in lines[1:]:
+        if line[0].isupper() and joined[-1][-1] not in ".:;!?":
+            joined[-1] += "."
+        joined.append(line)
+    return " ".join(joined)
+
+
 def state_error(exc: BaseException, doing: str, where: str) -> StateError:
     """A :class:`StateError` saying what failed (``doing``) on which database and why."""
     hint = next((text for kind, text in _HINTS.items() if isinstance(exc, kind)), None)
     diag = getattr(exc, "diag", None)
     primary = diag.message_primary if diag is not None else None
-    detail = " ".join((primary or str(exc)).split()) or type(exc).__name__
+    detail = one_line(primary or str(exc)) or type(exc).__name__
     if hint is None and isinstance(exc, psycopg.OperationalError):
         hint = _connection_hint(str(exc))
     preposition = "to" if doing == "connect" else "in"
@@ -358,8 +372,6 @@ class Database:
         self._deadline: Deadline | None = None  # the web request's, when it set the limit
         self._conn: psycopg.Connection[Any] | None = None
         self.backend_pid: int | None = None
-        #: called with each new connection before its first use (a lease holder's lock)
-        self.on_connect: Callable[[psycopg.Connection[Any]], None] | None = None
         self.generation = 0  # how many connections were made: a new one lost session locks
         self.transactions = 0  # how many were begun (what the idle benchmark counts)
         _databases.add(self)
@@ -377,7 +389,7 @@ class Database:
         except psycopg.Error as exc:
             bad = _BAD_OPTION.search(str(exc))
             if bad:  # bad input, found only now
-                detail = " ".join(hide_passwords_of(self.conninfo, str(exc)[bad.start() :]).split())
+                detail = one_line(hide_passwords_of(self.conninfo, str(exc)[bad.start() :]))
                 raise StoreSpecError(
                     f"The PostgreSQL store's DSN for {self.where} is not valid: {detail}"
                 ) from exc
@@ -390,8 +402,6 @@ class Database:
             # ends such a session after stall_limit (a healthy one idles microseconds)
             ms = max(1, round(self.stall_limit * 1000))
             conn.execute(f"SET idle_in_transaction_session_timeout = {ms}")
-            if self.on_connect is not None:
-                self.on_connect(conn)
         except psycopg.Error as exc:
             conn.close()
             raise state_error(exc, "connect", self.where) from exc

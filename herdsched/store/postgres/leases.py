@@ -8,12 +8,12 @@ every store; this module supplies the two things a store decides itself:
 * **the holder is dead** when its database session is gone: a holder keeps a session-level
   advisory lock keyed by namespace and epoch on its connection, which the server releases the
   moment that session ends (a ``kill -9``, a terminated backend, a dropped network connection
-  noticed by the server). A holder that lives on reconnects and takes its lock again on the
-  new session at once (:meth:`LeaseRow.relock`), so a standby gives a lock gone while the lease
-  runs :data:`RECONNECT_GRACE` seconds before taking over. A hung holder keeps its session and
-  is replaced once its lease expires. The lock is only tried (``pg_try_advisory_lock``):
-  should another lock of the database share its keys, liveness falls back to the lease's
-  expiry instead of blocking.
+  noticed by the server). A holder that lives on takes its lock again with its next renewal,
+  every third of its lease, on whatever session it has then; so a lock gone is taken for a
+  dead holder only once that renewal is overdue (:func:`return_by`), and till then the holder
+  is still the one who leads. A hung holder keeps its session and is replaced once its lease
+  expires. The lock is only tried (``pg_try_advisory_lock``): should another lock of the
+  database share its keys, liveness falls back to the lease's expiry instead of blocking.
 
 Fencing: :func:`check_fence` locks the lease row ``FOR SHARE`` inside the caller's write
 transaction, so a takeover (which updates the row) waits for that write to commit, and a write
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import zlib
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -38,7 +38,7 @@ from herdsched.store.lease_rules import check_fence as check_same_lease
 from herdsched.store.lease_rules import grant
 from herdsched.store.postgres.rows import CHANGE_NUMBER
 
-__all__ = ["LeaseRow", "retry_in"]
+__all__ = ["LeaseRow", "retry_in", "return_by"]
 
 log = logging.getLogger("herdsched")
 
@@ -51,11 +51,10 @@ _HOLDS = (
     "l.classid = %(key)s::oid AND l.objid = ({epoch} %% 4294967296)::oid AND l.objsubid = 2"
 )
 _ALIVE = "EXISTS (SELECT 1 FROM pg_locks l WHERE " + _HOLDS + ")"
-#: Seconds a standby gives a holder whose advisory lock is gone, while its lease runs, before
-#: taking over: a leader whose session was cut (a terminated backend, a server restart)
-#: reconnects at its next store call, within about a second (its poll, its listener), and takes
-#: its lock back (:meth:`LeaseRow.relock`); a dead one is replaced this much later.
-RECONNECT_GRACE = 2.0
+#: Seconds past its renewal's due time (a third of the lease after the last one) that a holder
+#: whose advisory lock is gone is given to renew, and take its lock back, before it is taken
+#: for dead: a statement's round trip and a retry after a failed renewal.
+RENEWAL_MARGIN = 2.0
 #: Seconds a takeover waits for the lease row before ending the session of a holder whose
 #: lease expired (a fenced write holds the row for milliseconds).
 _HUNG_WRITE = 0.5
@@ -85,8 +84,8 @@ class LeaseRow:
         self.held: Lease | None = None
         #: whether this store ever handed out a lease (from then on its run writes are fenced)
         self.fenced = False
-        #: the epoch of a lease whose holder's lock this standby found gone, and when (monotonic)
-        self.gone: tuple[int, float] | None = None
+        #: the connection (``Database.generation``) that holds the advisory lock of ``held``
+        self.locked_on: int | None = None
 
     def _select(self, cursor: psycopg.Cursor[Any], lock: str = "") -> Lease | None:
         cursor.execute(
@@ -102,42 +101,29 @@ class LeaseRow:
         row = cursor.fetchone()
         return bool(row and row[0])
 
-    def busy(
-        self, cursor: psycopg.Cursor[Any], holder: str, now: float
-    ) -> tuple[float | None, int]:
-        """Seconds to wait before taking the lease from another holder (server clock), ``None``
-        when nothing keeps ``holder`` out; and the namespace's change number. One read
+    def busy(self, cursor: psycopg.Cursor[Any], holder: str) -> tuple[float | None, int]:
+        """Seconds to wait before ``holder`` may take the lease of another holder (server
+        clock), ``None`` when nothing keeps it out; and the namespace's change number. One read
         without row locks, so a standby's regular try costs a single statement while the
-        leader is well, and tells its view whether anything changed.
-
-        A holder whose advisory lock is gone while its lease runs is given
-        :data:`RECONNECT_GRACE` seconds from when this store first saw it so (``now``, on the
-        store's monotonic clock) to take it back: its session may only have been cut."""
+        leader is well, and tells its view whether anything changed. A holder whose lock is
+        gone keeps the lease until its renewal is overdue (:func:`return_by`)."""
         cursor.execute(
             f"SELECT ({CHANGE_NUMBER}), h.* FROM (VALUES (1)) AS one LEFT JOIN (SELECT "
-            "extract(epoch FROM expires_at - statement_timestamp()), epoch, "
-            f"{_ALIVE.format(epoch='epoch')} FROM herdsched_leases WHERE ns = %(ns)s AND "
-            "holder IS NOT NULL AND holder <> %(holder)s AND expires_at > "
-            "statement_timestamp()) AS h ON true",
+            f"renewed_at, expires_at, statement_timestamp(), {_ALIVE.format(epoch='epoch')} "
+            "FROM herdsched_leases WHERE ns = %(ns)s AND holder IS NOT NULL AND holder <> "
+            "%(holder)s AND expires_at > statement_timestamp()) AS h ON true",
             {"holder": holder, "ns": self.namespace, "key": self.key & 0xFFFFFFFF},
         )
         row = cursor.fetchone()
         assert row is not None
-        number, left, epoch, alive = int(row[0]), row[1], row[2], row[3]
-        if left is None or alive:
-            self.gone = None
-            return (float(left) if left is not None else None), number
-        if self.gone is None or self.gone[0] != epoch:
-            self.gone = (int(epoch), now)
-        wait = self.gone[1] + RECONNECT_GRACE - now
-        return (min(float(left), wait) if wait > 0 else None), number
-
-    def relock(self, conn: psycopg.Connection[Any]) -> None:
-        """On a new connection of a holder: take the advisory lock of the lease held again at
-        once (the lock ended with the old session), so that a standby's grace finds it."""
-        lease = self.held
-        if lease is not None:
-            conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (self.key, _int4(lease.epoch)))
+        number = int(row[0])
+        renewed_at: datetime | None = row[1]
+        expires_at: datetime | None = row[2]
+        if renewed_at is None or expires_at is None:
+            return None, number
+        until = expires_at if row[4] else return_by(renewed_at, expires_at)
+        left = (until - row[3]).total_seconds()
+        return (left if left > 0 else None), number
 
     @staticmethod
     def _now(cursor: psycopg.Cursor[Any]) -> datetime:
@@ -157,8 +143,8 @@ class LeaseRow:
         cursor.execute("SELECT epoch FROM herdsched_leases WHERE ns = %s", (self.namespace,))
         epoch_row = cursor.fetchone()
         last_epoch = int(epoch_row[0]) if epoch_row else 0
-        dead = current is not None and not self._holder_alive(cursor, current)
         now = self._now(cursor)
+        dead = current is not None and self._taken_for_dead(cursor, current, now)
         lease = grant(current, holder, ttl, now, holder_dead=dead, last_epoch=last_epoch)
         if lease is None:
             return None
@@ -169,8 +155,24 @@ class LeaseRow:
              lease.pid, lease.host, self.namespace),
         )  # fmt: skip
         cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", (self.key, _int4(lease.epoch)))
-        self.held, self.fenced = lease, True
-        return lease
+        return lease  # the store's to hold once the transaction committed (:meth:`took`)
+
+    def took(self, lease: Lease, generation: int) -> None:
+        """``lease`` was taken on connection ``generation``, its transaction committed: from
+        now on this store holds it, and its run writes are fenced."""
+        self.held, self.fenced, self.locked_on = lease, True, generation
+
+    def unlock(self, cursor: psycopg.Cursor[Any]) -> None:
+        """Let go of this session's advisory locks (a takeover that did not commit took one);
+        a lease still held takes its lock again at its next renewal."""
+        cursor.execute("SELECT pg_advisory_unlock_all()")
+        self.locked_on = None
+
+    def _taken_for_dead(self, cursor: psycopg.Cursor[Any], lease: Lease, now: datetime) -> bool:
+        """Whether ``lease``'s holder is gone: its lock is, and its renewal is overdue."""
+        if now < return_by(lease.renewed_at, lease.expires_at):
+            return False
+        return not self._holder_alive(cursor, lease)
 
     def _lock_row(self, cursor: psycopg.Cursor[Any]) -> Lease | None:
         """The stored lease, its row locked ``FOR UPDATE`` for a takeover.
@@ -221,20 +223,39 @@ class LeaseRow:
                 cause=exc,
             ) from exc
 
-    def renew(self, cursor: psycopg.Cursor[Any], lease: Lease, ttl: float) -> int | None:
+    def renew(
+        self, cursor: psycopg.Cursor[Any], lease: Lease, ttl: float, generation: int
+    ) -> int | None:
         """Extend ``lease`` on the server's clock in one statement; the namespace's change
-        number, or ``None`` when the lease changed hands (nothing written)."""
+        number, or ``None`` when the lease changed hands (nothing written).
+
+        On a connection new since the advisory lock was taken (``generation``: the old session
+        ended, and its lock with it), or after a try that did not get it, the statement takes
+        the lock again: a standby takes the lease for dead once this renewal is overdue."""
+        relock = generation != self.locked_on
+        lock = ", pg_try_advisory_lock(%(key)s, %(lock)s)" if relock else ""
         cursor.execute(
             "UPDATE herdsched_leases SET renewed_at = statement_timestamp(), expires_at = "
             "statement_timestamp() + make_interval(secs => %(ttl)s) WHERE ns = %(ns)s AND "
             "holder = %(holder)s AND epoch = %(epoch)s "
-            f"RETURNING renewed_at, expires_at, ({CHANGE_NUMBER})",
-            {"ns": self.namespace, "holder": lease.holder, "epoch": lease.epoch, "ttl": ttl},
-        )
+            f"RETURNING renewed_at, expires_at, ({CHANGE_NUMBER}){lock}",
+            {"ns": self.namespace, "holder": lease.holder, "epoch": lease.epoch, "ttl": ttl,
+             "key": self.key, "lock": _int4(lease.epoch)},
+        )  # fmt: skip
         row = cursor.fetchone()
         if row is None:
             return None
         self.held = evolve(lease, renewed_at=row[0], expires_at=row[1])
+        if relock and row[3]:
+            self.locked_on = generation
+        elif relock:  # another session holds it: one a cut left on the server, say
+            log.warning(
+                "The scheduler lease of %s was renewed, but its advisory lock is held by another "
+                "session (one a dropped connection left on the server, for instance): it is tried "
+                "again at the next renewal. Until then a standby takes this scheduler for dead "
+                "once a renewal is overdue.",
+                self.where,
+            )
         return int(row[2])
 
     def release(self, cursor: psycopg.Cursor[Any], lease: Lease) -> bool:
@@ -250,11 +271,12 @@ class LeaseRow:
         return released
 
     def current(self, cursor: psycopg.Cursor[Any]) -> Lease | None:
-        """The stored lease, ``None`` when released or when its holder's session is gone."""
+        """The stored lease, ``None`` when released or taken for dead (see :meth:`busy`): a
+        holder whose session was only cut still leads, one hung past its lease shows it."""
         lease = self._select(cursor)
-        if lease is None or not self._holder_alive(cursor, lease):
+        if lease is None or lease.read_at is None:
             return None
-        return lease
+        return None if self._taken_for_dead(cursor, lease, lease.read_at) else lease
 
     def check_fence(self, cursor: psycopg.Cursor[Any]) -> None:
         """``LeadershipLostError`` unless the stored lease is still the one handed out (the row
@@ -267,10 +289,20 @@ def _int4(value: int) -> int:
     return (value + 2**31) % 2**32 - 2**31
 
 
+def return_by(renewed_at: datetime, expires_at: datetime) -> datetime:
+    """When a holder renewed at ``renewed_at`` (its lease running to ``expires_at``) whose
+    advisory lock is gone is taken for dead: its next renewal, a third of the lease later,
+    takes the lock back (on a new session), so it is overdue :data:`RENEWAL_MARGIN` seconds
+    after that, or halfway through the lease if later (never past its expiry)."""
+    ttl = expires_at - renewed_at
+    due = renewed_at + max(ttl / 3 + timedelta(seconds=RENEWAL_MARGIN), ttl / 2)
+    return min(due, expires_at)
+
+
 def retry_in(ttl: float, busy_until: float | None, now: float) -> float:
-    """A standby's next try after one that found the lease held: a third of ``ttl`` (a dead
-    holder is noticed by then), or just after the lease it saw expires (``busy_until``, on the
-    monotonic clock that ``now`` reads) if sooner."""
+    """A standby's next try after one that found the lease held: a third of ``ttl``, or just
+    after the moment the lease it saw may be taken (``busy_until``, on the monotonic clock that
+    ``now`` reads: its expiry, or its holder's overdue renewal) if sooner."""
     retry = ttl / 3
     left = None if busy_until is None else busy_until - now
     if left is not None and left >= 0:  # once past it, a failed try must not spin

@@ -164,7 +164,6 @@ class PostgresStateStore:
         )
         self.location = f"{self._db.where} (namespace {self.namespace})"
         self._lease = LeaseRow(self.namespace, self.location)
-        self._db.on_connect = self._lease.relock  # a holder's lock lives in this session
         self._mem = threading.RLock()
         self._flushing = threading.Lock()
         self._disk: dict[Key, ScheduleState] = {}
@@ -181,7 +180,7 @@ class PostgresStateStore:
         self._absorbed = False
         self._checked_at = float("-inf")
         self._listener: Listener | None = None
-        self._busy_until: float | None = None  # monotonic: when the lease last seen held expires
+        self._busy_until: float | None = None  # monotonic: when the lease seen held may be taken
         self._closed = False
         _stores.add(self)
         prepare(self._db, self.location, self.namespace, create=create_tables)
@@ -505,16 +504,23 @@ class PostgresStateStore:
         it expired on the server's clock; ``None`` while a live holder keeps it."""
         self._check_open()
         ttl = check_ttl(ttl)
-        now = self.clock.monotonic()
         busy, number = self._db.autocommit(
-            "read the scheduler lease", lambda cursor: self._lease.busy(cursor, holder, now)
+            "read the scheduler lease", lambda cursor: self._lease.busy(cursor, holder)
         )
         self._looked(number)
-        self._busy_until = None if busy is None else now + busy
+        self._busy_until = None if busy is None else self.clock.monotonic() + busy
         if busy is not None:
             return None  # a standby's regular try: one statement while the leader is well
-        with self._db.transaction("take the scheduler lease") as cursor:
-            return self._lease.acquire(cursor, holder, ttl)
+        try:
+            with self._db.transaction("take the scheduler lease") as cursor:
+                lease = self._lease.acquire(cursor, holder, ttl)
+        except StateError:  # the session keeps the lock it took for an epoch never stored
+            with contextlib.suppress(StateError):
+                self._db.autocommit("let go of a lock", self._lease.unlock)
+            raise
+        if lease is not None:
+            self._lease.took(lease, self._db.generation)
+        return lease
 
     def lease_retry_in(self, ttl: float) -> float:
         """A standby's next try after one that found the lease held (see :func:`retry_in`)."""
@@ -527,7 +533,8 @@ class PostgresStateStore:
         ttl = check_ttl(ttl)
 
         number = self._db.autocommit(
-            "renew the scheduler lease", lambda cursor: self._lease.renew(cursor, lease, ttl)
+            "renew the scheduler lease",
+            lambda cursor: self._lease.renew(cursor, lease, ttl, self._db.generation),
         )
         if number is None:
             self._lease_lost()
