@@ -525,6 +525,46 @@ def test_a_renewal_that_finds_its_lock_taken_by_another_session_tries_again(
     assert _liveness_locks(postgres_dsn, first) == 1
 
 
+def test_a_standby_that_found_the_holder_alive_tries_again_when_it_could_be_taken(
+    stores: list[PostgresStateStore],
+) -> None:
+    """Its next try came a third of the lease later, though the holder, should it die right
+    after the try, could be taken sooner: a dead leader was replaced up to a third of the lease
+    after the documented time."""
+    first, second = stores
+    assert first.acquire_lease("h1", 6) is not None  # overdue 4 s after, if its lock is gone
+    time.sleep(2.5)
+    assert second.acquire_lease("h2", 6) is None
+    assert second.lease_retry_in(6) < 1.7  # at 4 s, not at 2.5 + 2 s
+
+
+def test_a_takeover_that_does_not_get_its_lock_says_so_and_takes_it_at_a_renewal(
+    postgres_dsn: str,
+    stores: list[PostgresStateStore],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The takeover counted the lock as taken whatever its try answered, so no renewal took
+    it again: once the session holding it ended, the new leader had no liveness lock at all."""
+    monkeypatch.setattr(pg_leases, "RENEWAL_MARGIN", 0.2)
+    first, second = stores
+    lease = first.acquire_lease("h1", 3)
+    assert lease is not None
+    with psycopg.connect(postgres_dsn, autocommit=True) as other:
+        other.execute(  # the next epoch's lock, held by a session a cut left behind
+            "SELECT pg_advisory_lock(%s, %s)",
+            (first._lease.key, pg_leases._int4(lease.epoch + 1)),
+        )
+        run_sql(postgres_dsn, f"SELECT pg_terminate_backend({first._db.backend_pid})")
+        with caplog.at_level(logging.WARNING, "herdsched"):
+            taken = eventually(lambda: second.acquire_lease("h2", 60), timeout=10)
+        assert taken is not None and taken.epoch == lease.epoch + 1
+        assert "was taken, but its advisory lock is held by another session" in caplog.text
+    assert wait_until(lambda: _liveness_locks(postgres_dsn, second) == 0, timeout=10)
+    second.renew_lease(taken, 60)
+    assert _liveness_locks(postgres_dsn, second) == 1
+
+
 def test_a_takeover_whose_commit_fails_leaves_the_store_holding_nothing(
     postgres_dsn: str, stores: list[PostgresStateStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:

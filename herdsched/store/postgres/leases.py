@@ -86,6 +86,7 @@ class LeaseRow:
         self.fenced = False
         #: the connection (``Database.generation``) that holds the advisory lock of ``held``
         self.locked_on: int | None = None
+        self._lock_taken = False  # whether the last takeover got its lock
 
     def _select(self, cursor: psycopg.Cursor[Any], lock: str = "") -> Lease | None:
         cursor.execute(
@@ -121,7 +122,11 @@ class LeaseRow:
         expires_at: datetime | None = row[2]
         if renewed_at is None or expires_at is None:
             return None, number
-        until = expires_at if row[4] else return_by(renewed_at, expires_at)
+        # a live holder too: should it die right after this try, the next one comes just then;
+        # one alive past it (a renewal late, a hung holder) goes only at its expiry
+        until = return_by(renewed_at, expires_at)
+        if row[4] and until <= row[3]:
+            until = expires_at
         left = (until - row[3]).total_seconds()
         return (left if left > 0 else None), number
 
@@ -155,12 +160,18 @@ class LeaseRow:
              lease.pid, lease.host, self.namespace),
         )  # fmt: skip
         cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", (self.key, _int4(lease.epoch)))
+        row = cursor.fetchone()
+        self._lock_taken = bool(row and row[0])
         return lease  # the store's to hold once the transaction committed (:meth:`took`)
 
     def took(self, lease: Lease, generation: int) -> None:
         """``lease`` was taken on connection ``generation``, its transaction committed: from
-        now on this store holds it, and its run writes are fenced."""
-        self.held, self.fenced, self.locked_on = lease, True, generation
+        now on this store holds it, and its run writes are fenced. A lock its takeover did not
+        get (another session holds it) is tried again at each renewal."""
+        self.held, self.fenced = lease, True
+        self.locked_on = generation if self._lock_taken else None
+        if not self._lock_taken:
+            _tell_lock_held_elsewhere(self.where, "taken")
 
     def unlock(self, cursor: psycopg.Cursor[Any]) -> None:
         """Let go of this session's advisory locks (a takeover that did not commit took one);
@@ -249,13 +260,7 @@ class LeaseRow:
         if relock and row[3]:
             self.locked_on = generation
         elif relock:  # another session holds it: one a cut left on the server, say
-            log.warning(
-                "The scheduler lease of %s was renewed, but its advisory lock is held by another "
-                "session (one a dropped connection left on the server, for instance): it is tried "
-                "again at the next renewal. Until then a standby takes this scheduler for dead "
-                "once a renewal is overdue.",
-                self.where,
-            )
+            _tell_lock_held_elsewhere(self.where, "renewed")
         return int(row[2])
 
     def release(self, cursor: psycopg.Cursor[Any], lease: Lease) -> bool:
@@ -287,6 +292,16 @@ class LeaseRow:
 def _int4(value: int) -> int:
     """``value`` folded into PostgreSQL's signed 32-bit range (advisory lock keys)."""
     return (value + 2**31) % 2**32 - 2**31
+
+
+def _tell_lock_held_elsewhere(where: str, done: str) -> None:
+    log.warning(
+        "The scheduler lease of %s was %s, but its advisory lock is held by another session "
+        "(one a dropped connection left on the server, for instance): it is tried again at each "
+        "renewal. Until then a standby takes this scheduler for dead once a renewal is overdue.",
+        where,
+        done,
+    )
 
 
 def return_by(renewed_at: datetime, expires_at: datetime) -> datetime:

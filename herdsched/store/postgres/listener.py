@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import psycopg
 
+from herdsched.store.postgres.connection import one_line
 from herdsched.store.postgres.rows import CHANNEL
 
 __all__ = ["Listener"]
@@ -88,7 +89,7 @@ class Listener:
             "Stopped listening for changes of the PostgreSQL store at %s (%s); polling until "
             "it listens again.",
             self._where,
-            " ".join(str(exc).split()),
+            one_line(str(exc)),
         )
 
     def _listen(self) -> None:
