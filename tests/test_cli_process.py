@@ -145,14 +145,7 @@ def test_a_trigger_started_with_stdout_closed_says_its_run_id_on_stderr(tmp_path
     store = YamlStateStore(state)
     store.update_schedule_state("a", "s", type="manual", cadence="manual")
     store.close()
-    result = subprocess.run(
-        f"{shlex.quote(sys.executable)} -m herdsched trigger a/s --state-dir {state} >&-",
-        shell=True,
-        stderr=subprocess.PIPE,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = _with_stdout_closed(f"trigger a/s --state-dir {state}")
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr
     told = "herdsched trigger: could not write the output: standard output is closed; it was "
@@ -496,14 +489,18 @@ def test_a_run_started_with_stdout_closed_exits_0(tmp_path: Path) -> None:
         'agents:\n  - name: a\n    command: ["true"]\n'
         "    schedules: {s: {type: interval, interval: 1h}}\n"
     )
-    state = tmp_path / "state"
-    command = f"{shlex.quote(sys.executable)} -m herdsched run {fleet} --state-dir {state}"
-    result = subprocess.run(
-        f"{command} --duration 1s -q >&-",
+    result = _with_stdout_closed(f"run {fleet} --state-dir {tmp_path / 'state'} --duration 1s -q")
+    assert (result.returncode, result.stderr) == (0, "")
+
+
+def _with_stdout_closed(arguments: str) -> subprocess.CompletedProcess[str]:
+    """``herdsched ARGUMENTS >&-``, as a daemon or a cron job starts it: file descriptor 1
+    closed (Python makes such a ``sys.stdout`` ``None``)."""
+    return subprocess.run(
+        f"{shlex.quote(sys.executable)} -m herdsched {arguments} >&-",
         shell=True,
         stderr=subprocess.PIPE,
         text=True,
         timeout=60,
         check=False,
     )
-    assert (result.returncode, result.stderr) == (0, "")

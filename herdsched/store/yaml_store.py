@@ -72,6 +72,11 @@ from herdsched.timestamps import parse_timestamp, to_utc
 __all__ = ["YamlStateStore"]
 
 log = logging.getLogger("herdsched")
+_REMOVED_ELSEWHERE = "Dropping the pending changes of %s/%s: another process removed it."
+_SET_ELSEWHERE = (
+    "%s/%s stays %s, as another process set it: the pending change of its status to %s is not "
+    "written."
+)
 
 _FIELDS = tuple(field.name for field in attrs.fields(ScheduleState))
 _TIME_FIELDS = frozenset(
@@ -255,11 +260,7 @@ class YamlStateStore:
                 after = disk.state(agent, name)
                 if before is not None and after is None:
                     # removed by another process since we read it: the removal wins
-                    log.info(
-                        "Dropping the pending changes of %s/%s: another process removed it.",
-                        agent,
-                        name,
-                    )
+                    log.info(_REMOVED_ELSEWHERE, agent, name)
                     del self._pending[(agent, name)]
                     continue
                 if "status" not in patch:
@@ -267,14 +268,7 @@ class YamlStateStore:
                 before_status = before.status if before is not None else None
                 after_status = after.status if after is not None else None
                 if after_status != before_status and after_status in USER_INTENT_STATUSES:
-                    log.info(
-                        "%s/%s stays %s, as another process set it: the pending change of its "
-                        "status to %s is not written.",
-                        agent,
-                        name,
-                        after_status,
-                        patch["status"],
-                    )
+                    log.info(_SET_ELSEWHERE, agent, name, after_status, patch["status"])
                     del patch["status"]
             self._disk = disk
             self._absorbed = True
