@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from herdsched.errors import StateCorruptedError
+from herdsched.errors import StateCorruptedError, StateError
 from herdsched.models import Status
 from herdsched.store import YamlStateStore
 from herdsched.store.yaml_io import load_yaml
@@ -22,7 +22,7 @@ BAD_FILES = {
     "list": b"- a\n- b\n",
     "scalar": b"just some text\n",
     "foreign": b"version: 3\nservices:\n  web:\n    image: nginx\n",
-    "future_version": b"format_version: 2\nagents: {}\n",
+    "zero_version": b"format_version: 0\nagents: {}\n",
     "string_version": b"format_version: '1'\nagents: {}\n",
     "bad_status": (
         b"format_version: 1\nagents:\n  a:\n    schedules:\n      s:\n        status: pausd\n"
@@ -233,10 +233,27 @@ def test_error_message_names_the_culprit_entry(tmp_path: Path) -> None:
         YamlStateStore(tmp_path)
 
 
-def test_future_version_message_says_so(tmp_path: Path) -> None:
-    (tmp_path / "state.yaml").write_bytes(BAD_FILES["future_version"])
-    with pytest.raises(StateCorruptedError, match="unsupported format_version 2"):
-        YamlStateStore(tmp_path)
+@pytest.mark.parametrize("name", ["state.yaml", "schedules.yaml"])
+def test_newer_format_is_left_with_its_backup_and_refused(tmp_path: Path, name: str) -> None:
+    with YamlStateStore(tmp_path) as store:
+        store.update_schedule_state("a", "s", status="paused")
+        store.save_definition("a", "s", {"type": "interval", "interval": "5m"})
+    backup = (tmp_path / f"{name}.bak").read_bytes()
+    newer = b"format_version: 2\nagents: {a: {schedules: {s: {status: idle}}}}\n"
+    (tmp_path / name).write_bytes(newer)
+    before = sorted(path.name for path in tmp_path.iterdir())
+    for _ in range(2):  # refused again, not quarantined the second time either
+        with (
+            pytest.raises(StateError, match="written by a newer herdsched") as info,
+            YamlStateStore(tmp_path) as store,
+        ):
+            store.load_definitions()
+        assert not isinstance(info.value, StateCorruptedError)
+        assert "format_version 2; this herdsched reads 1" in str(info.value)
+        assert info.value.path == tmp_path / name
+    assert (tmp_path / name).read_bytes() == newer
+    assert (tmp_path / f"{name}.bak").read_bytes() == backup
+    assert sorted(path.name for path in tmp_path.iterdir()) == before
 
 
 def test_bad_schedules_file_is_quarantined_too(tmp_path: Path) -> None:

@@ -43,7 +43,7 @@ from herdsched.store.files import (
 )
 from herdsched.store.locking import FileLock
 
-__all__ = ["DocumentError", "GuardedYamlFile", "describe_error"]
+__all__ = ["DocumentError", "GuardedYamlFile", "NewerFormatError", "describe_error"]
 
 log = logging.getLogger("herdsched")
 
@@ -54,6 +54,12 @@ _POSIX = os.name == "posix"
 
 class DocumentError(ValueError):
     """A file parsed as YAML but does not have the expected shape; the message names where."""
+
+
+class NewerFormatError(DocumentError):
+    """A file of a newer ``format_version`` than this release reads: not damage, so it is
+    neither quarantined nor replaced by its backup (that would drop what the newer release
+    wrote since); reading it fails until herdsched is upgraded or the file moved away."""
 
 
 def describe_error(exc: BaseException) -> str:
@@ -179,13 +185,22 @@ class GuardedYamlFile(Generic[T]):
         try:
             try:
                 value = parse(content)  # reads the content, in pieces if it likes
-            except OSError:
+            except (OSError, NewerFormatError):
                 raise
             except Exception as exc:
                 bad = _Bad(content.read(), identity, describe_error(exc), exc)
         except OSError as exc:
             os.close(fd)
             raise StateError(f"Cannot read {self.path}: {exc}", self.path, cause=exc) from exc
+        except NewerFormatError as exc:
+            os.close(fd)
+            also = f", and so is {self.bak_path}" if os.path.exists(self.bak_path) else ""
+            raise StateError(
+                f"{self.path} was written by a newer herdsched ({exc}). It is left as it "
+                f"is{also}: upgrade herdsched to use this state directory.",
+                self.path,
+                cause=exc,
+            ) from exc
         except BaseException:
             os.close(fd)
             raise

@@ -36,7 +36,7 @@ import attrs
 
 from herdsched.converter import state_from_dict, state_to_dict
 from herdsched.models import ScheduleState
-from herdsched.store.document import DocumentError, describe_error
+from herdsched.store.document import DocumentError, NewerFormatError, describe_error
 from herdsched.store.simple_yaml import render_simple_entry
 from herdsched.store.yaml_io import dump_yaml, render_entry, render_key
 
@@ -137,10 +137,11 @@ def check_format_version(doc: Any, file_kind: str) -> dict[Any, Any]:
             f"(top-level keys: {keys})"
         )
     version = doc.get("format_version", FORMAT_VERSION)  # herdctl's files have no version
+    if type(version) is int and version > FORMAT_VERSION:
+        raise NewerFormatError(f"format_version {version}; this herdsched reads {FORMAT_VERSION}")
     if isinstance(version, bool) or version != FORMAT_VERSION:
         raise DocumentError(
-            f"unsupported format_version {version!r}: this herdsched reads version "
-            f"{FORMAT_VERSION} (was the file written by a newer release?)"
+            f"unsupported format_version {version!r}: this herdsched reads version {FORMAT_VERSION}"
         )
     return doc
 
