@@ -23,7 +23,7 @@ import pytest
 from scheduler_helpers import Blocker, Recorder, drop_flocks_as_at_kill, wait_until
 
 import herdsched
-from herdsched import Agent, Schedule, StateError, ThreadedScheduler
+from herdsched import Agent, Schedule, StateError, ThreadedScheduler, TriggerInfo
 from herdsched.cli import main
 from herdsched.errors import LeadershipLostError
 from herdsched.html import format_time, status_page, status_table
@@ -740,10 +740,47 @@ def test_a_run_that_ends_after_its_leader_lost_the_lease_is_not_written_when_it_
     assert len(lost) == 1
     assert lost[0].startswith(f"This scheduler lost the lead of {tmp_path} (epoch 1): ")
     assert "StateStore" not in caplog.text
+    interrupted = YamlStateStore(tmp_path).get_history("a", "s")[0].run_id
     assert (
-        "a/s was running when its scheduler stopped or lost the lead; the run is recorded as "
-        "interrupted."
+        f"a/s was running when its scheduler stopped or lost the lead; its run {interrupted} is "
+        "recorded as interrupted."
     ) in messages
+    assert "1 running job(s) are told to stop and their outcomes are not recorded" in lost[0]
+
+
+def test_a_leader_that_lost_its_lease_tells_its_running_jobs_to_stop(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """The next leader runs the schedule again: a job that went on (a hung leader woke) ran
+    the schedule in two processes at once. It is told to stop through its cancel event, as a
+    timeout would tell it, and its outcome is not recorded."""
+    began, told = threading.Event(), threading.Event()
+
+    def job(info: TriggerInfo) -> None:
+        began.set()
+        if info.cancel_event.wait(10):
+            told.set()
+
+    sched = ThreadedScheduler(
+        state_dir=tmp_path, clock=clock, lease_ttl=TTL, commit_delay=0, timezone="UTC"
+    )
+    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
+    with sched:
+        sched.run_pending()
+        assert began.wait(10)
+        other = YamlStateStore(tmp_path, clock=clock)
+        try:
+            drop_flocks_as_at_kill(sched.store)
+            assert other.acquire_lease("other", TTL) is not None
+            assert not told.is_set()
+            clock.advance(11)  # the heartbeat is due: refused, the scheduler steps down
+            sched.run_pending()
+            assert wait_until(lambda: sched.status == "standby")
+            assert told.wait(10)
+            assert sched.wait_until_idle(10)
+            assert other.get_history("a", "s") == []
+        finally:
+            other.close()
 
 
 def test_an_outcome_still_uncommitted_when_the_lead_is_lost_is_not_written_when_it_leads_again(

@@ -258,7 +258,8 @@ class Leadership:
 
     def step_down(self, exc: BaseException) -> None:
         """Stop leading after losing the lease (or failing to renew it in time): dispatch
-        nothing more, let running jobs finish unrecorded, stand by and try again later."""
+        nothing more, ask the running jobs to stop (the next leader runs their schedules
+        again; what they return is not recorded), stand by and try again later."""
         core = self.core
         with core.lock:
             lease, self.lease = self.lease, None
@@ -268,11 +269,13 @@ class Leadership:
             if not stopping:
                 core.status = "standby"
             core.term += 1  # the runs going on now end unrecorded
+            for run in core.running.values():  # a command's process group is ended too
+                run.cancel()
             core.plan.drop_waiting()  # a standby runs nothing: wait_until_idle() is told
             core.idle.notify_all()
             core.log.error(
                 "This scheduler lost the lead of %s (epoch %d): %s. It dispatches nothing more; "
-                "%d running job(s) may finish but their outcomes are not recorded; %s.",
+                "%d running job(s) are told to stop and their outcomes are not recorded; %s.",
                 store_location(core.store),  # in words, a password masked: not the repr
                 lease.epoch,
                 str(exc).rstrip("."),
@@ -773,12 +776,6 @@ def _record_interrupted(core: EngineCore, entry: Entry, now: datetime) -> None:
     store): nothing here tells which, so the log names both.
     """
     state = entry.state
-    core.log.warning(
-        "%s/%s was running when its scheduler stopped or lost the lead; the run is recorded as "
-        "interrupted.",
-        entry.agent,
-        entry.name,
-    )
     request_id = _started_request(core, entry, state.last_run_at)
     record = RunRecord(
         run_id=request_id or state.running_run_id or new_run_id(),
@@ -793,6 +790,13 @@ def _record_interrupted(core: EngineCore, entry: Entry, now: datetime) -> None:
         finished_at=None,  # when the process stopped is not known: not the restart's time
         status=RunStatus.INTERRUPTED,
         error=_INTERRUPTED,
+    )
+    core.log.warning(
+        "%s/%s was running when its scheduler stopped or lost the lead; its run %s is recorded "
+        "as interrupted.",
+        entry.agent,
+        entry.name,
+        record.run_id,
     )
     core.append_run(record)
     _settle_ended(core, entry, now, finished=now, result=RunStatus.INTERRUPTED, error=record.error)

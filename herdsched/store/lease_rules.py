@@ -141,8 +141,9 @@ def log_lost_work(states: int, runs: int, where: object) -> None:
     if states or runs:
         log.warning(
             "%d schedule transition(s) and %d run record(s) of %s are dropped unwritten: this "
-            "scheduler no longer holds the lease (it stopped or lost it; a store error logged "
-            "before says why a write failed), so they are not its to write.",
+            "scheduler no longer holds the lease (it stopped, or another scheduler took the "
+            "lead), so they are not its to write; the next leader records its unfinished runs "
+            "as interrupted.",
             states,
             runs,
             where,
