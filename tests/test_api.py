@@ -891,6 +891,32 @@ def test_history_shows_failures_newest_first(
     assert "boom" in body["last_error"]
 
 
+def test_history_of_runs_the_store_knows_but_this_scheduler_does_not_run(
+    tmp_path: Path, clock: FakeClock, jobs: Jobs
+) -> None:
+    """After a restart, the agent's own ad-hoc runs (``herdsched trigger AGENT``) and a
+    schedule removed from the fleet were a 404 over REST, while ``herdsched history`` showed
+    them. A caller restricted to its own schedules still gets the 404: whose they were cannot
+    be checked."""
+    with ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC") as first:
+        schedules = {"gone": Schedule.manual()}
+        first.add_agent(Agent("a", job=jobs.quick, schedules=schedules))
+        for name in (None, "gone"):
+            assert first.trigger("a", name).success
+            assert first.wait_until_idle(5)
+    with ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC") as second:
+        second.add_agent(Agent("a", job=jobs.quick, schedules={"kept": Schedule.manual()}))
+        api = RestApi(second)
+        for name in ("manual", "gone"):
+            status, body = call(api, "GET", f"/api/schedule/a/{name}/history")
+            assert status == 200, body
+            assert [run["status"] for run in body["runs"]] == ["success"]
+            assert call(api, "GET", f"/api/schedule/a/{name}/history", owner="ann")[0] == 404
+        status, body = call(api, "GET", "/api/schedule/a/never/history")
+        assert status == 404
+        assert_error(body, text="never")
+
+
 # ----------------------------------------------------------------------------------- status
 
 

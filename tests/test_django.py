@@ -761,6 +761,8 @@ def test_anonymous_401_refused_user_403_and_browser_to_login(sched: ThreadedSche
         page = client.get("/herdsched/", headers={"Accept": "text/html"})
         assert page.status_code == 302
         assert page["Location"] == "/login/?next=/herdsched/"
+        # the API answers JSON, a browser's too (it was sent to the login page)
+        error_of(client.get(f"{API}/schedule", headers={"Accept": "text/html"}), 401)
         assert client.get(f"{API}/schedule", headers={"X-User": "boss"}).status_code == 200
 
 

@@ -81,13 +81,10 @@ def _user(request: HttpRequest) -> Any:
     return getattr(request, "user", None)
 
 
-def _wants_html(request: HttpRequest) -> bool:
-    return "text/html" in request.headers.get("Accept", "")
-
-
 def _anonymous(request: HttpRequest, *, page: bool) -> HttpResponse:
-    """401, or for a browser of a site with logins, a redirect to the login page."""
-    if _user(request) is not None and (page or _wants_html(request)):
+    """401; the status page of a site with logins redirects to the login page instead. The
+    API answers JSON, never a redirect, whoever asks (a browser opening an API URL too)."""
+    if _user(request) is not None and page:
         from django.contrib.auth.views import redirect_to_login
 
         return redirect_to_login(request.get_full_path())
