@@ -463,6 +463,10 @@ class RestApi:
             if method in WRITES:
                 _check_write(read_only, cross_site)
             data = parse_body(method, body, content_type, self.max_body_bytes)
+            if data is None and method in _NEEDS_BODY:
+                raise ApiError(
+                    400, f"{method} needs a JSON object in its body {_NEEDS_BODY[method]}"
+                )
             extra = _conditions_of(route == self._one, method, if_match, if_none_match)
             with answer_within(self.request_timeout):
                 answer: ApiResponse | _Patched = route(
@@ -1052,6 +1056,14 @@ class RestApi:
             },
         )
 
+
+#: the writes whose body says what to do: an empty one is a mistake (a client that lost it), not
+#: "change nothing" (PATCH) nor a definition with every field missing (PUT)
+_NEEDS_BODY = {
+    "PUT": '(the schedule\'s definition, such as {"type": "interval", "interval": "5m"}); '
+    "the body was empty",
+    "PATCH": '(the fields to change, such as {"prompt": "..."}); the body was empty',
+}
 
 #: when each failure of the status page's history read was last logged as a WARNING
 _runs_unread_told: dict[str, float] = {}

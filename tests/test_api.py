@@ -462,6 +462,23 @@ def test_put_rejects_bodies_that_are_not_json_objects(api: RestApi, raw: bytes, 
     assert_error(body, text=text)
 
 
+@pytest.mark.parametrize("method", ["PUT", "PATCH"])
+@pytest.mark.parametrize("raw", [b"", b"  \n"])
+def test_a_put_or_patch_with_an_empty_body_is_400_and_changes_nothing(
+    api: RestApi, sched: ThreadedScheduler, method: str, raw: bytes
+) -> None:
+    """An empty PATCH was answered 200 ("changed nothing"), an empty PUT 400 naming `type`,
+    as if the body were a definition with every field missing."""
+    before = sched.get_schedule("triage", "check")
+    status, body = api.handle(
+        method, "/api/schedule/triage/check", body=raw, content_type="application/json"
+    )
+    assert status == 400, body
+    assert_error(body, text=f"{method} needs a JSON object in its body")
+    assert "the body was empty" in body["error"]
+    assert sched.get_schedule("triage", "check") == before
+
+
 @pytest.mark.parametrize(
     ("raw", "field", "text"),
     [
