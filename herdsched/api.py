@@ -463,11 +463,11 @@ class RestApi:
             if method in WRITES:
                 _check_write(read_only, cross_site)
             data = parse_body(method, body, content_type, self.max_body_bytes)
+            extra = _conditions_of(route == self._one, method, if_match, if_none_match)
             if data is None and method in _NEEDS_BODY:
                 raise ApiError(
                     400, f"{method} needs a JSON object in its body {_NEEDS_BODY[method]}"
                 )
-            extra = _conditions_of(route == self._one, method, if_match, if_none_match)
             with answer_within(self.request_timeout):
                 answer: ApiResponse | _Patched = route(
                     method, *args, query=params, data=data, caller=caller, **extra
