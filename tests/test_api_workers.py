@@ -204,6 +204,9 @@ def test_run_through_a_standby_while_running_is_409(pair: Pair) -> None:
 
     body = wait_for(refused)
     assert body["details"][0]["message"] == "already_running"
+    # the schedule as the standby shows it says so too (it said "not_due" beside "running")
+    shown = field_when(standby, "/api/schedule/triage/check", "status", "running")
+    assert shown["skip_reason"] == "already_running"
 
 
 def test_run_through_a_standby_when_the_agent_is_at_capacity_is_409(pair: Pair) -> None:

@@ -168,7 +168,9 @@ def test_a_start_moved_later_that_passed_while_down_follows_the_catch_up_rule(
         sched.start()
         step(sched)
         assert job.calls == []
-        assert [r.status for r in sched.history("a", "s")] == [RunStatus.MISSED]
+        assert [(r.status, r.error) for r in sched.history("a", "s")] == [
+            (RunStatus.MISSED, "the slot passed while no scheduler was running")
+        ]
         planned = state(sched).next_run_at
         assert planned is not None and planned > clock.now()
 
@@ -259,6 +261,10 @@ def test_cron_overlap_policies(overlap: str, expected_slots: list, missed: list)
         assert [e.scheduled_for for e in missed_events] == missed
         records = sched.history("a", "s")
         assert [r.scheduled_for for r in records if r.status is RunStatus.MISSED] == missed
+        # it said "slot passed while the schedule could not run", whatever the cause
+        assert [r.error for r in records if r.status is RunStatus.MISSED] == [
+            "the slot passed while the run before it was still running"
+        ] * len(missed)
 
 
 def test_buffer_one_runs_once_after_a_job_that_outlived_many_slots() -> None:

@@ -245,8 +245,9 @@ class EngineCore:
     def append_run(self, record: RunRecord) -> None:
         self.store_call(self.store.append_run, record)
 
-    def record_missed(self, entry: Entry, slot: datetime) -> None:
-        """Record a slot that passed while the schedule could not run (caller holds the lock)."""
+    def record_missed(self, entry: Entry, slot: datetime, why: str) -> None:
+        """Record a slot that passed while the schedule could not run, saying ``why`` it could
+        not (caller holds the lock)."""
         self.append_run(
             RunRecord(
                 run_id=new_run_id(),
@@ -255,7 +256,7 @@ class EngineCore:
                 trigger_type=timer_trigger_type(entry),
                 scheduled_for=slot,
                 status=RunStatus.MISSED,
-                error="slot passed while the schedule could not run",
+                error=f"the slot passed while {why}",
             )
         )
         self.emit(

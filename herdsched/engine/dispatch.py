@@ -57,6 +57,10 @@ _NO_WORK_REMOVED = "its work source had no work (its schedule was removed while 
 #: command line, the API) to be followed in the history.
 _NO_WORK_RUN_NOW = "its work source had no work"
 
+#: why a slot was missed while its schedule's run went on (overlap "skip", or a slot past the
+#: one "buffer_one" keeps)
+STILL_RUNNING = "the run before it was still running"
+
 #: the outcomes a notifier may hear of (deferred and skipped runs are never notified)
 _NOTIFIED = frozenset({RunStatus.SUCCESS, RunStatus.FAILED, RunStatus.TIMEOUT})
 #: how soon a schedule whose run could not be made is tried again
@@ -480,7 +484,7 @@ class Dispatcher:
             return
         normal = after_overlap(entry.schedule, entry.scheduled_for, now, core.settings)
         if normal.missed is not None:
-            core.record_missed(entry, normal.missed)
+            core.record_missed(entry, normal.missed, STILL_RUNNING)
         core.set_due(entry, normal.due, normal.slot)
 
     # ------------------------------------------------------------------------ outcomes
@@ -592,7 +596,7 @@ class Dispatcher:
             entry.schedule, run, outcome.finished_at, planned, core.settings, core.rng
         )
         if normal.missed is not None:
-            core.record_missed(entry, normal.missed)
+            core.record_missed(entry, normal.missed, STILL_RUNNING)
         if outcome.no_work:
             entry.last_skip = SkipReason.NO_WORK  # get_status() reports it until the next run
         return transition_for(entry.state, entry.schedule, run, outcome, normal, core.settings)

@@ -172,7 +172,7 @@ def _undo(core: EngineCore, entry: Entry, run: Run, reason: str) -> None:
     now = core.clock.now()
     normal = next_after_run(entry.schedule, run, now, None, core.settings, core.rng)
     if normal.missed is not None:  # the next slot passed too while the pass claimed
-        core.record_missed(entry, normal.missed)
+        core.record_missed(entry, normal.missed, "the run before it was being started")
     cadence = entry.schedule.cadence
     if status is Status.IDLE and cadence is not None and cadence.runs_once:
         status = changes["status"] = Status.COMPLETED

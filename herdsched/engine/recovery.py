@@ -632,7 +632,7 @@ def plan_catch_up(core: EngineCore, entry: Entry, persisted: datetime, now: date
     once or wait by the catch-up policy; a missed once schedule is completed."""
     plan = due_after_downtime(entry, persisted, now, core.settings, core.rng)
     if plan.missed is not None:
-        core.record_missed(entry, plan.missed)
+        core.record_missed(entry, plan.missed, "no scheduler was running")
         cadence = entry.schedule.cadence
         if cadence is not None and cadence.runs_once:
             core.change_state(entry, status=Status.COMPLETED, next_run_at=None)

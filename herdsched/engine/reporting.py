@@ -71,6 +71,8 @@ def schedule_status(
     reason = core.skip_reason(entry, now) if entry.agent in core.agents else None
     if reason is SkipReason.NOT_DUE and entry.last_skip is SkipReason.NO_WORK:
         reason = SkipReason.NO_WORK
+    if reason is SkipReason.NOT_DUE and not core.leading and state.status is Status.RUNNING:
+        reason = SkipReason.ALREADY_RUNNING  # in the process that leads, as its state says
     if reason in _FIRES_WHEN_RUNNING and nobody_leads and core.status in ("stopped", "stopping"):
         reason = SkipReason.STOPPING  # no timer runs: the next run is not the reason
     return ScheduleStatus(
