@@ -163,11 +163,11 @@ def _to_notify(value: Any) -> NotifyPolicy:
 
 
 def _to_status(value: Any) -> Status:
-    return _coerce_enum(Status, "status", value)  # type: ignore[no-any-return]
+    return _coerce_enum(Status, "status", value, optional=False)  # type: ignore[no-any-return]
 
 
 def _to_run_status(value: Any) -> RunStatus:
-    return _coerce_enum(RunStatus, "status", value)  # type: ignore[no-any-return]
+    return _coerce_enum(RunStatus, "status", value, optional=False)  # type: ignore[no-any-return]
 
 
 def _to_opt_run_status(value: Any) -> RunStatus | None:
@@ -175,7 +175,7 @@ def _to_opt_run_status(value: Any) -> RunStatus | None:
 
 
 def _to_trigger_type(value: Any) -> TriggerType:
-    return _coerce_enum(TriggerType, "trigger_type", value)  # type: ignore[no-any-return]
+    return _coerce_enum(TriggerType, "trigger_type", value, optional=False)  # type: ignore[no-any-return]
 
 
 def _ms_time(value: Any) -> Any:

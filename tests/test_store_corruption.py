@@ -24,6 +24,13 @@ BAD_FILES = {
     "foreign": b"version: 3\nservices:\n  web:\n    image: nginx\n",
     "zero_version": b"format_version: 0\nagents: {}\n",
     "string_version": b"format_version: '1'\nagents: {}\n",
+    # read as no status: `herdsched status` failed with an AttributeError, every commit too
+    "empty_status": (
+        b"format_version: 1\nagents:\n  a:\n    schedules:\n      s:\n        status:\n"
+    ),
+    "null_status": (
+        b"format_version: 1\nagents:\n  a:\n    schedules:\n      s:\n        status: ~\n"
+    ),
     "bad_status": (
         b"format_version: 1\nagents:\n  a:\n    schedules:\n      s:\n        status: pausd\n"
     ),
