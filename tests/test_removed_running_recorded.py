@@ -77,6 +77,39 @@ def test_a_run_of_a_removed_schedule_is_recorded_after_its_scheduler_died(
     ]
 
 
+@pytest.mark.parametrize("start_committed", [True, False], ids=["start-committed", "claim-only"])
+def test_a_run_of_a_schedule_the_next_leaders_fleet_lacks_is_recorded_at_its_start(
+    tmp_path: Path, start_committed: bool
+) -> None:
+    """A rolling update took s out of the fleet while the old leader ran it: the run waited
+    for s to be registered again, for ever if it never was, shown ``running`` (found by a
+    PostgreSQL probe: two completed runs had no record and their claims stayed)."""
+    crash = crash_after_removing_s(
+        tmp_path, start_committed=start_committed, ends=False, remove=False
+    )
+    with YamlStateStore(crash) as reader:
+        (claim,) = reader.load_claims()
+    history = history_after_recovery(crash)
+    assert [(r.run_id, r.status, r.started_at) for r in history] == [
+        (claim.run_id, RunStatus.INTERRUPTED, T0)
+    ]
+    with YamlStateStore(crash) as reader:
+        assert reader.load_claims() == []
+        state = reader.get_schedule_state("a", "s")
+    assert (state.status, state.running_run_id) == (Status.IDLE, None)
+    assert (state.removed_at is not None) is start_committed  # without, s has no state at all
+    # registered again, s runs again, and its interrupted run is not recorded twice
+    job = Blocker()
+    job.release.set()
+    again = ThreadedScheduler(state_dir=crash, clock=FakeClock(T0), commit_delay=0.5)
+    again.add_agent(_fleet(job, "s", "o"))
+    with again:
+        again.run_pending()
+        again.wait_until_idle(10)
+        statuses = [r.status for r in again.history("a", "s")]
+    assert statuses.count(RunStatus.INTERRUPTED) == 1
+
+
 def test_a_run_of_a_removed_schedule_that_ended_is_recorded_once(tmp_path: Path) -> None:
     crash = crash_after_removing_s(tmp_path, start_committed=True, ends=True)
     assert (crash / "claims.log").read_text() == ""  # its record written: its claim went
@@ -84,9 +117,10 @@ def test_a_run_of_a_removed_schedule_that_ended_is_recorded_once(tmp_path: Path)
     assert [r.status for r in history] == [RunStatus.SUCCESS]
 
 
-def _dead_leader_left_a_removed_run(store: StateStore) -> RunClaim:
+def _dead_leader_left_a_removed_run(store: StateStore, *, removed: bool = True) -> RunClaim:
     """What a leader leaves when it dies after s was removed during s's run: the claim, the
-    start committed, the state removed, no record."""
+    start committed, the state removed (kept, when s was only left out of the next leader's
+    fleet), no record."""
     claim = RunClaim("a", "s", "run-s", T0, T0)
     earlier = T0.replace(hour=8)
     store.append_run(
@@ -98,8 +132,9 @@ def _dead_leader_left_a_removed_run(store: StateStore) -> RunClaim:
     store.claim_runs([claim])
     store.record_transition("a", "s", status=Status.RUNNING, last_run_at=T0, running_run_id="run-s")
     store.flush()
-    store.remove_schedule_state("a", "s")
-    store.flush()
+    if removed:
+        store.remove_schedule_state("a", "s")
+        store.flush()
     return claim
 
 
@@ -124,6 +159,35 @@ def test_postgres_keeps_the_claim_of_a_removed_run_and_recovery_records_it(
     ]
     with PostgresStateStore(postgres_dsn, namespace=pg_namespace) as later:
         assert later.load_claims() == []  # recorded: its claim went with the record
+
+
+def test_postgres_records_the_run_of_a_schedule_the_next_leaders_fleet_lacks(
+    postgres_dsn: str, pg_namespace: str
+) -> None:
+    from herdsched.store.postgres import PostgresStateStore
+
+    dead = PostgresStateStore(postgres_dsn, namespace=pg_namespace)
+    _dead_leader_left_a_removed_run(dead, removed=False)
+    dead.close()
+    store = PostgresStateStore(postgres_dsn, namespace=pg_namespace, clock=FakeClock(T0))
+    sched = ThreadedScheduler(store=store)
+    sched.add_agent(_fleet(lambda info: None, "o"))
+    with sched:
+        history = sched.history("a", "s")
+    store.close()
+    assert [(r.run_id, r.status) for r in history] == [
+        ("run-s", RunStatus.INTERRUPTED),
+        ("run-0", RunStatus.SUCCESS),
+    ]
+    with PostgresStateStore(postgres_dsn, namespace=pg_namespace) as later:
+        assert later.load_claims() == []
+        state = later.get_schedule_state("a", "s")
+    assert (state.status, state.running_run_id, state.last_result) == (
+        Status.IDLE,
+        None,
+        RunStatus.INTERRUPTED,
+    )
+    assert state.removed_at is not None
 
 
 # -- claims that must not stay: runs whose fate the store already holds ----------------------

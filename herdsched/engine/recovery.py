@@ -328,6 +328,7 @@ def recover_all(core: EngineCore) -> None:
     if stored is not None:
         _record_orphan_claims(core, stored)
         _mark_removed(core, now, stored)
+        _record_removed_claims(core, now)
 
 
 def take_up_claims(core: EngineCore, entry: Entry, claims: list[RunClaim]) -> None:
@@ -518,17 +519,60 @@ def _record_orphan_claims(
         except Exception as exc:
             core.state_error(exc)
             continue
-        # the type of the schedule's timer runs, from its history (it is gone with the schedule)
-        timed = [r.trigger_type for r in records if r.scheduled_for is not None]
-        recorded = {record.run_id for record in records}
-        for claim in claims:
-            if claim.run_id not in recorded:
-                kind = (
-                    TriggerType.MANUAL
-                    if claim.slot is None
-                    else next(iter(timed), TriggerType.INTERVAL)
-                )
-                _record_unended(core, (agent, name), kind, claim.run_id, claim.run_at, claim.slot)
+        _record_unrecorded(core, (agent, name), claims, records)
+
+
+def _record_unrecorded(
+    core: EngineCore, key: tuple[str, str], claims: list[RunClaim], records: list[RunRecord]
+) -> None:
+    """Record as interrupted each of ``claims`` (runs of a schedule this scheduler does not
+    run) that ``records``, its history, does not hold."""
+    # the type of the schedule's timer runs, from its history (the schedule is not known here)
+    timed = [r.trigger_type for r in records if r.scheduled_for is not None]
+    recorded = {record.run_id for record in records}
+    for claim in claims:
+        if claim.run_id not in recorded:
+            kind = (
+                TriggerType.MANUAL
+                if claim.slot is None
+                else next(iter(timed), TriggerType.INTERVAL)
+            )
+            _record_unended(core, key, kind, claim.run_id, claim.run_at, claim.slot)
+
+
+def _record_removed_claims(core: EngineCore, now: datetime) -> None:
+    """Record the claimed runs of schedules marked removed (not in this scheduler's fleet) and
+    end the run their state shows: they would wait for a registration that may never come (a
+    rolling update took the schedule out while the old leader ran it), shown running, their
+    claims kept. Registered again, such a schedule starts from the state written here."""
+    for key, claims in list(core.left_claims.items()):
+        try:
+            state = core.store.get_schedule_state(*key)
+            if state.removed_at is None:
+                continue  # not marked: its agent may register it yet
+            records = core.store.get_history(*key, READ_ALL_HISTORY)
+        except Exception as exc:
+            core.state_error(exc)
+            continue
+        del core.left_claims[key]
+        _record_unrecorded(core, key, claims, records)
+        ended = next((r for r in records if r.run_id == claims[-1].run_id), None)
+        if ended is None or ended.finished_at is None:
+            ended = None  # recorded interrupted above, or by a takeover before
+        kept = state.status in (Status.PAUSED, Status.DISABLED, Status.COMPLETED)
+        last = claims[-1]  # the state shows the latest run, as when its end is written
+        newer = state.last_run_at is None or last.run_at > state.last_run_at
+        started = {"last_run_at": last.run_at, "last_slot_at": last.slot} if newer else {}
+        core.store_call(
+            core.store.record_transition,
+            *key,
+            **started,
+            status=state.status if kept else Status.IDLE,
+            last_result=ended.status if ended else RunStatus.INTERRUPTED,
+            last_finished_at=ended.finished_at if ended else now,
+            last_error=ended.error if ended else _INTERRUPTED,
+            running_run_id=None,
+        )
 
 
 def _record_unended(
