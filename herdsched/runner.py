@@ -41,7 +41,9 @@ __all__ = ["Run", "RunOutcome", "execute_run", "new_run_id", "timeout_message"]
 _log = logging.getLogger("herdsched")
 _ERROR_LIMIT = 2000
 #: what the source of a run given up by ``stop()`` before its job began is told
-_GIVEN_UP = "stop() gave the run up before its job began"
+_GIVEN_UP = "stop() gave the run up"
+#: why a run whose scheduler lost the lead was told to stop (see ``Run.written_off``)
+LEAD_LOST = "its scheduler lost the lead"
 
 #: what a work source returned instead of an item, as its error shows it: short, whatever it is
 _short = reprlib.Repr()
@@ -93,6 +95,9 @@ class Run:
     launched_by: int | None = None
     #: given up by ``stop()`` before it ended: what its job returns is not recorded
     given_up: bool = False
+    #: why it was told to stop with its outcome left unrecorded (given up by ``stop()``, the
+    #: lead lost): its work source is told the item failed, whatever its job returns
+    written_off: str | None = None
     #: set once its ``JobStarted`` was delivered: a timeout's events are delivered after it
     start_heard: threading.Event = attrs.field(factory=threading.Event)
     #: the worker running its job (``None`` until one began it: a run settled while still
@@ -268,7 +273,7 @@ def _written_off(run: Run, started: datetime, clock: Clock) -> RunOutcome | None
     if run.timed_out or (run.deadline is not None and clock.monotonic() >= run.deadline):
         status, error = RunStatus.TIMEOUT, timeout_message(run.schedule.timeout)
     elif run.cancel_event.is_set():
-        status, error = RunStatus.FAILED, _GIVEN_UP
+        status, error = RunStatus.FAILED, f"{run.written_off or _GIVEN_UP} before its job began"
     else:
         return None
     _log.warning(
@@ -369,13 +374,16 @@ def _log_failure(run: Run, exc: BaseException) -> None:
 def _report(source: WorkSource, item: WorkItem, outcome: RunOutcome, run: Run) -> None:
     """Tell ``source`` how ``item`` went; a source that raises is logged, never fatal.
 
-    A run the scheduler already recorded as timed out is a failure even when the job returned
-    afterwards (it saw the cancel event and stopped early).
+    A run the scheduler already recorded as timed out, or wrote off (given up by ``stop()``,
+    its lead lost), is a failure even when the job returned afterwards (it saw the cancel
+    event and stopped early): its record will not say it succeeded either.
     """
-    success = outcome.status is RunStatus.SUCCESS and not run.timed_out
+    success = outcome.status is RunStatus.SUCCESS and not run.timed_out and not run.written_off
     error = outcome.error or str(outcome.status)
     if run.timed_out:
         error = timeout_message(run.schedule.timeout)
+    elif run.written_off and outcome.status is RunStatus.SUCCESS:
+        error = f"{run.written_off} before its job finished"
     report = WorkOutcome(
         success=success,
         summary=(outcome.output or "Job completed")[:500] if success else None,

@@ -20,10 +20,11 @@ from typing import Any, NamedTuple
 
 import portalocker
 import pytest
+from agent_helpers import ListSource
 from scheduler_helpers import Blocker, Recorder, drop_flocks_as_at_kill, wait_until
 
 import herdsched
-from herdsched import Agent, Schedule, StateError, ThreadedScheduler, TriggerInfo
+from herdsched import Agent, Schedule, StateError, ThreadedScheduler, TriggerInfo, WorkItem
 from herdsched.cli import main
 from herdsched.errors import LeadershipLostError
 from herdsched.html import format_time, status_page, status_table
@@ -753,8 +754,11 @@ def test_a_leader_that_lost_its_lease_tells_its_running_jobs_to_stop(
 ) -> None:
     """The next leader runs the schedule again: a job that went on (a hung leader woke) ran
     the schedule in two processes at once. It is told to stop through its cancel event, as a
-    timeout would tell it, and its outcome is not recorded."""
+    timeout would tell it, and its outcome is not recorded; its work source hears the item
+    failed (the job returned early: it was told it succeeded)."""
     began, told = threading.Event(), threading.Event()
+    item = WorkItem(id="ticket-1", title="Fix it")
+    source = ListSource([item])
 
     def job(info: TriggerInfo) -> None:
         began.set()
@@ -762,9 +766,15 @@ def test_a_leader_that_lost_its_lease_tells_its_running_jobs_to_stop(
             told.set()
 
     sched = ThreadedScheduler(
-        state_dir=tmp_path, clock=clock, lease_ttl=TTL, commit_delay=0, timezone="UTC"
+        state_dir=tmp_path,
+        clock=clock,
+        lease_ttl=TTL,
+        commit_delay=0,
+        timezone="UTC",
+        work_sources={"queue": source},
     )
-    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
+    schedules = {"s": Schedule.interval("1h", work_source="queue")}
+    sched.add_agent(Agent("a", job=job, schedules=schedules))
     with sched:
         sched.run_pending()
         assert began.wait(10)
@@ -779,8 +789,39 @@ def test_a_leader_that_lost_its_lease_tells_its_running_jobs_to_stop(
             assert told.wait(10)
             assert sched.wait_until_idle(10)
             assert other.get_history("a", "s") == []
+            assert wait_until(lambda: len(source.reports) == 1)
+            assert source.reports[0][1].success is False
+            assert (
+                source.reports[0][1].error == "its scheduler lost the lead before its job finished"
+            )
         finally:
             other.close()
+
+
+def test_a_leader_cut_off_from_its_store_lets_its_running_jobs_finish(clock: FakeClock) -> None:
+    """No other leader is known when the store does not answer (with a single scheduler there
+    is none): a 31-second outage must not end an hour-long job."""
+    store = RenewalsFail(clock=clock)
+    began, release = threading.Event(), threading.Event()
+    told: list[bool] = []
+
+    def job(info: TriggerInfo) -> None:
+        began.set()
+        assert release.wait(10)
+        told.append(info.cancel_event.is_set())
+
+    sched = ThreadedScheduler(state_dir=None, store=store, clock=clock, lease_ttl=TTL)
+    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
+    with sched:
+        sched.run_pending()
+        assert began.wait(10)
+        store.broken = True
+        clock.advance(TTL + 1)
+        sched.run_pending()
+        assert wait_until(lambda: sched.status == "standby")
+        release.set()
+        assert sched.wait_until_idle(10)
+        assert told == [False]
 
 
 def test_an_outcome_still_uncommitted_when_the_lead_is_lost_is_not_written_when_it_leads_again(

@@ -169,7 +169,7 @@ def test_a_start_moved_later_that_passed_while_down_follows_the_catch_up_rule(
         step(sched)
         assert job.calls == []
         assert [(r.status, r.error) for r in sched.history("a", "s")] == [
-            (RunStatus.MISSED, "the slot passed while no scheduler was running")
+            (RunStatus.MISSED, "the slot passed while no scheduler was running it")
         ]
         planned = state(sched).next_run_at
         assert planned is not None and planned > clock.now()
@@ -1507,6 +1507,28 @@ def test_clock_jumps_are_detected_and_schedules_re_evaluated(caplog) -> None:  #
         clock.jump_wall_clock(timedelta(hours=5))
         step(sched)
         assert len(job.calls) == 2  # forward jump: overdue fires once, no storm
+
+
+def test_a_missed_record_says_why_the_slot_was_not_run() -> None:
+    """Every miss a running scheduler records said "no scheduler was running": also a slot
+    that passed while the schedule was paused, or was jumped over by the wall clock."""
+    with running() as (sched, clock):
+        job = Recorder()
+        hourly = Schedule.cron("0 * * * *", catch_up="skip")
+        sched.add_agent(Agent("a", job=job, schedules={"s": hourly}))
+        sched.start()
+        sched.pause("a", "s")
+        step(sched, clock, "90m")  # 13:00 passes while paused
+        sched.resume("a", "s")
+        step(sched)
+        clock.jump_wall_clock(timedelta(hours=2))  # 15:00 (and 14:00) jumped over
+        step(sched)
+        assert job.calls == []
+        missed = [r.error for r in sched.history("a", "s") if r.status is RunStatus.MISSED]
+        assert missed == [
+            "the slot passed while the wall clock jumped ahead",
+            "the slot passed while the schedule was paused or disabled",
+        ]
 
 
 def test_a_backwards_clock_step_keeps_a_backoff_wait_whole() -> None:

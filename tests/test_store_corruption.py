@@ -12,6 +12,7 @@ import yaml
 from herdsched.errors import StateCorruptedError, StateError
 from herdsched.models import Status
 from herdsched.store import YamlStateStore
+from herdsched.store.usable import state_dir_could_be_made
 from herdsched.store.yaml_io import load_yaml
 from herdsched.testing import FakeClock
 
@@ -258,9 +259,25 @@ def test_newer_format_is_left_with_its_backup_and_refused(tmp_path: Path, name: 
         assert not isinstance(info.value, StateCorruptedError)
         assert "format_version 2; this herdsched reads 1" in str(info.value)
         assert info.value.path == tmp_path / name
+    # the check of `validate`, `run` and Django's E004 says what the store will: it passed
+    # (the backup is valid) or called the file damaged (with no backup)
+    for keep_backup in (True, False):
+        if not keep_backup:
+            (tmp_path / f"{name}.bak").rename(tmp_path / "aside")
+        with pytest.raises(StateError, match="written by a newer herdsched") as checked:
+            state_dir_could_be_made(tmp_path)
+        assert ("and so is" in str(checked.value)) is keep_backup
+    (tmp_path / "aside").rename(tmp_path / f"{name}.bak")
     assert (tmp_path / name).read_bytes() == newer
     assert (tmp_path / f"{name}.bak").read_bytes() == backup
     assert sorted(path.name for path in tmp_path.iterdir()) == before
+
+
+def test_a_format_version_written_as_a_decimal_is_a_newer_release_too(tmp_path: Path) -> None:
+    (tmp_path / "state.yaml").write_bytes(b"format_version: 2.0\nagents: {}\n")
+    with pytest.raises(StateError, match=r"format_version 2\.0; this herdsched reads 1"):
+        YamlStateStore(tmp_path)
+    assert quarantined(tmp_path) == []
 
 
 def test_bad_schedules_file_is_quarantined_too(tmp_path: Path) -> None:

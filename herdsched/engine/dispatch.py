@@ -57,8 +57,7 @@ _NO_WORK_REMOVED = "its work source had no work (its schedule was removed while 
 #: command line, the API) to be followed in the history.
 _NO_WORK_RUN_NOW = "its work source had no work"
 
-#: why a slot was missed while its schedule's run went on (overlap "skip", or a slot past the
-#: one "buffer_one" keeps)
+#: why a slot was missed while its schedule's run went on (cron overlap "skip")
 STILL_RUNNING = "the run before it was still running"
 
 #: the outcomes a notifier may hear of (deferred and skipped runs are never notified)

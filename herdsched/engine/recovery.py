@@ -5,7 +5,8 @@ One scheduler per store is active: the one holding the store's leadership lease
 few seconds. The leader renews the lease on the timer's heartbeat, every third of ``lease_ttl``;
 when a renewal is refused (another scheduler took over) or has not succeeded by its own
 monotonic deadline (``lease_ttl`` after the last good one), it steps down by itself: it
-dispatches nothing more, its running jobs finish unrecorded, and it stands by. The store fences
+dispatches nothing more, records nothing its running jobs return (they are told to stop when
+another scheduler took the lease), and it stands by. The store fences
 every claim and group commit by the lease's epoch, so a leader that wakes after losing its lease
 cannot run or write anything whatever its clocks say.
 
@@ -32,7 +33,7 @@ from herdsched.engine.core import (
 from herdsched.engine.planning import Entry, due_after_downtime, fresh_due
 from herdsched.errors import LeadershipLostError, StateError
 from herdsched.models import RunRecord, RunStatus, ScheduleState, Status, TriggerType
-from herdsched.runner import new_run_id
+from herdsched.runner import LEAD_LOST, new_run_id
 from herdsched.store.base import (
     DEFAULT_LEASE_TTL,
     READ_ALL_HISTORY,
@@ -258,8 +259,10 @@ class Leadership:
 
     def step_down(self, exc: BaseException) -> None:
         """Stop leading after losing the lease (or failing to renew it in time): dispatch
-        nothing more, ask the running jobs to stop (the next leader runs their schedules
-        again; what they return is not recorded), stand by and try again later."""
+        nothing more, record nothing the running jobs return, stand by and try again later.
+        When another scheduler took the lease (``LeadershipLostError``), which runs their
+        schedules again, the jobs are told to stop; a store only out of reach names no one
+        who would, and they may finish."""
         core = self.core
         with core.lock:
             lease, self.lease = self.lease, None
@@ -269,17 +272,20 @@ class Leadership:
             if not stopping:
                 core.status = "standby"
             core.term += 1  # the runs going on now end unrecorded
-            for run in core.running.values():  # a command's process group is ended too
-                run.cancel()
+            successor = isinstance(exc, LeadershipLostError)
+            for run in core.running.values() if successor else ():
+                run.written_off = LEAD_LOST  # the new leader runs their schedules again:
+                run.cancel()  # tell them to stop (a command's process group is ended too)
             core.plan.drop_waiting()  # a standby runs nothing: wait_until_idle() is told
             core.idle.notify_all()
             core.log.error(
                 "This scheduler lost the lead of %s (epoch %d): %s. It dispatches nothing more; "
-                "%d running job(s) are told to stop and their outcomes are not recorded; %s.",
+                "%d running job(s) %s and their outcomes are not recorded; %s.",
                 store_location(core.store),  # in words, a password masked: not the repr
                 lease.epoch,
                 str(exc).rstrip("."),
                 len(core.running),
+                "are told to stop" if successor else "may finish (no other leader is known)",
                 "it goes on stopping" if stopping else "it stands by and tries to lead again",
             )
             core.emit(ev.StateErrorOccurred(at=core.clock.now(), error=str(exc)))
@@ -305,6 +311,9 @@ _INTERRUPTED = (
     "its scheduler stopped, or lost the lead, before the run's end was recorded (the job may "
     "have finished)"
 )
+#: why a slot a scheduler finds passed was not run, when nothing says more (a restart, a
+#: schedule registered late)
+_NOT_RUN = "no scheduler was running it"
 #: the results that count as failures in a row (a backoff's, an auto-disable's)
 FAILED_RESULTS = (RunStatus.FAILED, RunStatus.TIMEOUT)
 
@@ -671,12 +680,15 @@ def _stepped_back(entry: Entry, planned: datetime, now: datetime) -> datetime:
     return planned - (finished - now)
 
 
-def plan_catch_up(core: EngineCore, entry: Entry, persisted: datetime, now: datetime) -> None:
-    """Plan ``entry`` for a due time that may have passed: record the missed slot, and fire
-    once or wait by the catch-up policy; a missed once schedule is completed."""
+def plan_catch_up(
+    core: EngineCore, entry: Entry, persisted: datetime, now: datetime, why: str = _NOT_RUN
+) -> None:
+    """Plan ``entry`` for a due time that may have passed: record the missed slot (saying
+    ``why`` it was not run), and fire once or wait by the catch-up policy; a missed once
+    schedule is completed."""
     plan = due_after_downtime(entry, persisted, now, core.settings, core.rng)
     if plan.missed is not None:
-        core.record_missed(entry, plan.missed, "no scheduler was running")
+        core.record_missed(entry, plan.missed, why)
         cadence = entry.schedule.cadence
         if cadence is not None and cadence.runs_once:
             core.change_state(entry, status=Status.COMPLETED, next_run_at=None)
@@ -702,7 +714,7 @@ def plan_resumed(
     if not entry.schedulable:
         core.set_due(entry, None, None)
     elif (entry.due is None or backed_off or moved) and planned is not None and planned <= now:
-        plan_catch_up(core, entry, planned, now)
+        plan_catch_up(core, entry, planned, now, "the schedule was paused or disabled")
     elif (backed_off or moved) and planned is not None:
         core.set_due(entry, planned, planned)
     else:
@@ -925,7 +937,7 @@ def replan_after_jump(core: EngineCore, now: datetime, jump: timedelta) -> None:
             slot = entry.scheduled_for + jump if entry.scheduled_for is not None else None
             core.set_due(entry, entry.due + jump, slot)
         elif entry.due <= now:
-            plan_catch_up(core, entry, entry.due, now)
+            plan_catch_up(core, entry, entry.due, now, "the wall clock jumped ahead")
 
 
 def _holder_text(info: Mapping[str, Any] | None) -> str:

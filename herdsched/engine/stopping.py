@@ -90,6 +90,7 @@ def wait_for_runs(
         for run in left if cancel_left else ():
             if not run.finalized:  # a timed-out run, or one being settled, has its record
                 run.finalized = run.given_up = True
+                run.written_off = "stop() gave the run up"
             run.cancel()
     graces = {run: run.job.kill_grace for run in left if isinstance(run.job, CommandJob)}
     if cancel_left and end_commands and graces:

@@ -43,7 +43,13 @@ from herdsched.store.files import (
 )
 from herdsched.store.locking import FileLock
 
-__all__ = ["DocumentError", "GuardedYamlFile", "NewerFormatError", "describe_error"]
+__all__ = [
+    "DocumentError",
+    "GuardedYamlFile",
+    "NewerFormatError",
+    "describe_error",
+    "newer_file_error",
+]
 
 log = logging.getLogger("herdsched")
 
@@ -60,6 +66,19 @@ class NewerFormatError(DocumentError):
     """A file of a newer ``format_version`` than this release reads: not damage, so it is
     neither quarantined nor replaced by its backup (that would drop what the newer release
     wrote since); reading it fails until herdsched is upgraded or the file moved away."""
+
+
+def newer_file_error(path: Path, exc: NewerFormatError) -> StateError:
+    """The error of a file a newer release wrote (``exc``), which nothing touches, its backup
+    included: the store raises it, and so does the check of a state directory beforehand."""
+    backup = path.with_name(path.name + ".bak")
+    also = f", and so is {backup}" if os.path.exists(backup) else ""
+    return StateError(
+        f"{path} was written by a newer herdsched ({exc}). It is left as it is{also}: upgrade "
+        "herdsched to use this state directory.",
+        path,
+        cause=exc,
+    )
 
 
 def describe_error(exc: BaseException) -> str:
@@ -194,13 +213,7 @@ class GuardedYamlFile(Generic[T]):
             raise StateError(f"Cannot read {self.path}: {exc}", self.path, cause=exc) from exc
         except NewerFormatError as exc:
             os.close(fd)
-            also = f", and so is {self.bak_path}" if os.path.exists(self.bak_path) else ""
-            raise StateError(
-                f"{self.path} was written by a newer herdsched ({exc}). It is left as it "
-                f"is{also}: upgrade herdsched to use this state directory.",
-                self.path,
-                cause=exc,
-            ) from exc
+            raise newer_file_error(self.path, exc) from exc
         except BaseException:
             os.close(fd)
             raise

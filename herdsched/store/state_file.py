@@ -137,7 +137,7 @@ def check_format_version(doc: Any, file_kind: str) -> dict[Any, Any]:
             f"(top-level keys: {keys})"
         )
     version = doc.get("format_version", FORMAT_VERSION)  # herdctl's files have no version
-    if type(version) is int and version > FORMAT_VERSION:
+    if type(version) in (int, float) and version > FORMAT_VERSION:  # 2, or 2.0 by hand
         raise NewerFormatError(f"format_version {version}; this herdsched reads {FORMAT_VERSION}")
     if isinstance(version, bool) or version != FORMAT_VERSION:
         raise DocumentError(

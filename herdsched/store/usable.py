@@ -15,7 +15,7 @@ from pathlib import Path
 
 from herdsched.errors import StateError
 from herdsched.store.definitions import parse_definitions
-from herdsched.store.document import describe_error
+from herdsched.store.document import NewerFormatError, describe_error, newer_file_error
 from herdsched.store.files import FileContent, read_file
 from herdsched.store.state_codec import FastStateCodec
 from herdsched.store.yaml_io import load_yaml
@@ -167,6 +167,10 @@ def _not_valid(path: Path, kind: str, parse: Callable[[FileContent], object]) ->
     except OSError as exc:
         exc.filename = exc.filename or str(path)
         raise
+    except NewerFormatError as exc:  # not damage: the store refuses it, whatever the backup
+        if path.suffix != ".bak":  # (a newer backup is one the store cannot restore)
+            raise newer_file_error(path, exc) from exc
+        return f"is not a valid {kind} ({describe_error(exc)})"
     except Exception as exc:
         return f"is not a valid {kind} ({describe_error(exc)})"
     finally:

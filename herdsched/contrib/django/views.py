@@ -2,9 +2,10 @@
 
 Security: without ``HERDSCHED["AUTH"]`` reads are open and writes are refused (403). An auth
 callable returns the caller's owner name (:data:`herdsched.api.ADMIN` for full access) or
-``None``: an anonymous browser is then sent to ``settings.LOGIN_URL``, other anonymous callers
-get 401, and a logged-in user the callable refuses gets 403 (as does a callable that raises
-``PermissionDenied`` or :class:`~herdsched.errors.UnauthorizedError`). A write that carries the
+``None``: an anonymous visitor of the status page is then sent to ``settings.LOGIN_URL``, other
+anonymous callers (of the API, a browser's too) get 401, and a logged-in user the callable
+refuses gets 403 (as does a callable that raises ``PermissionDenied`` or
+:class:`~herdsched.errors.UnauthorizedError`). A write that carries the
 session cookie goes through Django's CSRF protection (the status page sends the token in the
 ``CSRF_HEADER_NAME`` header); writes authenticated by a token or header without the session
 cookie need no CSRF token.
