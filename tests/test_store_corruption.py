@@ -128,6 +128,34 @@ def test_bad_file_with_backup_is_quarantined_and_backup_restored(
     store.close()
 
 
+@pytest.mark.parametrize("how", ["deleted", "dangling_link"])
+def test_a_missing_state_file_beside_its_backup_is_restored(
+    tmp_path: Path, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Read as empty, it ran the paused schedules again, and the first write replaced the
+    backup, the last copy of the pauses. herdsched never deletes the file."""
+    good = make_good_state(tmp_path)
+    (tmp_path / "state.yaml").unlink()
+    if how == "dangling_link":
+        (tmp_path / "state.yaml").symlink_to(tmp_path / "unmounted" / "state.yaml")
+    with caplog.at_level(logging.ERROR, logger="herdsched"), YamlStateStore(tmp_path) as store:
+        assert store.get_schedule_state("a", "s").status is Status.PAUSED
+        assert store.get_schedule_state("a", "t").consecutive_failures == 2
+    assert (tmp_path / "state.yaml").read_bytes() == good
+    assert (tmp_path / "state.yaml.bak").read_bytes() == good
+    assert "was missing, though herdsched never deletes it" in caplog.text
+    assert quarantined(tmp_path) == []
+
+
+def test_a_missing_schedules_file_beside_its_backup_is_restored(tmp_path: Path) -> None:
+    with YamlStateStore(tmp_path) as store:
+        store.save_definition("a", "s", {"type": "interval", "interval": "5m"})
+    (tmp_path / "schedules.yaml").unlink()
+    with YamlStateStore(tmp_path) as store:
+        assert store.load_definitions() == {"a": {"s": {"type": "interval", "interval": "5m"}}}
+    assert (tmp_path / "schedules.yaml").exists()
+
+
 def test_corruption_appearing_while_running_is_recovered_on_the_next_read(tmp_path: Path) -> None:
     make_good_state(tmp_path)
     store = YamlStateStore(tmp_path)

@@ -329,10 +329,13 @@ def test_reads_see_other_processes_writes(tmp_path: Path) -> None:
         assert mine.get_agent_schedule_states("a") == {}
 
 
-def test_deleted_file_reads_as_empty(tmp_path: Path) -> None:
+def test_a_file_deleted_with_its_backup_reads_as_empty(tmp_path: Path) -> None:
+    """Deleting both is starting afresh (the file alone is restored from its backup: see
+    test_store_corruption)."""
     with YamlStateStore(tmp_path) as store:
         store.update_schedule_state("a", "s", status="paused")
         (tmp_path / "state.yaml").unlink()
+        (tmp_path / "state.yaml.bak").unlink()
         assert store.get_schedule_state("a", "s") == ScheduleState()
 
 

@@ -107,6 +107,15 @@ class _Bad:
     cause: BaseException
 
 
+class _Missing:
+    """What :meth:`GuardedYamlFile._read` finds when the file is gone but its backup is not:
+    herdsched never deletes the file, so something else did (a hand, a script, a symlink
+    left dangling)."""
+
+
+_MISSING = _Missing()
+
+
 def _close_all(descriptors: list[int]) -> None:
     """Close what a dropped :class:`GuardedYamlFile` still held (its finalizer)."""
     while descriptors:
@@ -157,18 +166,21 @@ class GuardedYamlFile(Generic[T]):
         return not self._known or self.current_identity() != self._identity
 
     def load(self, parse: Callable[[FileContent], T]) -> T | None:
-        """The parsed file (``None`` when it does not exist), recovering from bad content.
+        """The parsed file (``None`` when it does not exist), recovering from bad content and
+        from a file gone while its backup is there.
 
-        Takes the lock only when the content is bad (to quarantine it safely).
+        Takes the lock only then (to quarantine or restore it safely).
         """
         outcome = self._read(parse)
-        if not isinstance(outcome, _Bad):
+        if not isinstance(outcome, (_Bad, _Missing)):
             return outcome
         try:
             self.lock.acquire()
         except StateLockTimeoutError:
             raise
         except StateError as exc:
+            if isinstance(outcome, _Missing):
+                raise
             raise StateCorruptedError(
                 f"{self.path} is not a valid {self.kind} ({outcome.reason}) and could not be "
                 f"quarantined: {exc}",
@@ -185,9 +197,11 @@ class GuardedYamlFile(Generic[T]):
         outcome = self._read(parse)
         if isinstance(outcome, _Bad):
             return self._recover(outcome, parse)
+        if isinstance(outcome, _Missing):
+            return self._restore_missing(parse)
         return outcome
 
-    def _read(self, parse: Callable[[FileContent], T]) -> T | _Bad | None:
+    def _read(self, parse: Callable[[FileContent], T]) -> T | _Bad | _Missing | None:
         if self._bad is not None:
             if self.current_identity() == self._bad[0]:
                 raise self._bad[1]
@@ -197,6 +211,8 @@ class GuardedYamlFile(Generic[T]):
         except OSError as exc:
             raise StateError(f"Cannot read {self.path}: {exc}", self.path, cause=exc) from exc
         if got is None:
+            if os.path.exists(self.bak_path):
+                return _MISSING
             self._set_pin(None, None)
             return None
         content, identity, fd = got
@@ -297,6 +313,33 @@ class GuardedYamlFile(Generic[T]):
         )
         log.error("%s", error)
         self.last_corruption = error
+        return value
+
+    def _restore_missing(self, parse: Callable[[FileContent], T]) -> T | None:
+        """The backup of a file that is gone, written back in its place: read as empty, the
+        missing file ran every paused and disabled schedule again, and the next write
+        replaced the backup, the last copy of those pauses. ``None`` (nothing stored) when
+        the backup is not valid either. Caller holds :attr:`lock`."""
+        backup = self._read_backup(parse)
+        if backup is None:
+            self._set_pin(None, None)
+            return None
+        value, data = backup
+        try:
+            self._pin_written(atomic_write(self.path, data, keep_open=True))
+        except OSError as exc:
+            raise StateError(
+                f"{self.path} is missing and its backup {self.bak_path} could not be written "
+                f"back in its place: {exc}",
+                self.path,
+                cause=exc,
+            ) from exc
+        log.error(
+            "%s was missing, though herdsched never deletes it; its backup %s was restored, so "
+            "that the pauses and state it holds are kept. To start afresh, delete both files.",
+            self.path,
+            self.bak_path,
+        )
         return value
 
     def _read_backup(self, parse: Callable[[FileContent], T]) -> tuple[T, bytes] | None:
