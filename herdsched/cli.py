@@ -748,6 +748,14 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     schedules = sum(len(agent.schedules) for agent in fleet.agents)
     name = f' "{fleet.name}"' if fleet.name else ""
     _out(f"{args.fleet}: valid fleet{name}: {len(fleet.agents)} agent(s), {schedules} schedule(s)")
+    if choice.spec is not None:  # named by the environment: say which store was judged
+        namespace = f" (namespace {choice.namespace})" if choice.namespace else ""
+        checked = (
+            "a valid spec; the server is not asked (run connects to it)"
+            if is_database_spec(choice.spec)
+            else "a state directory that can be used"
+        )
+        _out(f"store from {choice.origin}: {mask_password(choice.spec)}{namespace}: {checked}")
     rows = []
     for agent in fleet.agents:
         for sched_name, schedule in agent.schedules.items():

@@ -1337,8 +1337,18 @@ def test_validate_checks_the_store_the_environment_names_as_run_does(
         said.append(err.split(": ", 1)[1])  # "herdsched validate: ..." and "herdsched run: ..."
     assert said[0] == said[1] and "HERDSCHED_STORE" in said[0]
     monkeypatch.setenv("HERDSCHED_STORE", str(tmp_path / "elsewhere"))
-    code, _, err = run_cli(capsys, "validate", str(fleet))
+    code, out, err = run_cli(capsys, "validate", str(fleet))
     assert code == 0, err
+    # the store judged is named (it was not: a wrong password went unnoticed, unsaid)
+    assert f"store from HERDSCHED_STORE: {tmp_path / 'elsewhere'}: a state directory" in out
+    monkeypatch.setenv("HERDSCHED_STORE", "postgresql://ann:secret@127.0.0.1:1/app")
+    code, out, err = run_cli(capsys, "validate", str(fleet))
+    assert code == 0, err
+    assert (
+        "store from HERDSCHED_STORE: postgresql://ann:***@127.0.0.1:1/app: a valid spec; the "
+        "server is not asked (run connects to it)"
+    ) in out
+    assert "secret" not in out
     # a state directory it names that run could not use: run refused it, validate did not
     monkeypatch.setenv("HERDSCHED_STORE", str(fleet / "sub"))
     code, _, err = run_cli(capsys, "validate", str(fleet))
