@@ -1228,7 +1228,8 @@ def _schedule_names(
     named = sorted(states) if schedule is None else [schedule]
     running = [name for name in named if states[name].removed_at is None]
     if steered and not running:
-        what = f"{agent}/{schedule}" if schedule is not None else f"every schedule of {agent}"
+        one = schedule is not None
+        what = f"{agent}/{schedule}" if one else f"every schedule of {agent}"
         removed = max(when for name in named if (when := states[name].removed_at) is not None)
         set_aside = [
             r for r in store.rejected_definitions() if (r.agent, r.schedule) == (agent, schedule)
@@ -1238,10 +1239,12 @@ def _schedule_names(
             "the schedule again to replace it"
             if set_aside
             else "its state and history remain, and adding it back to the fleet runs it again"
+            if one
+            else "their state and history remain, and adding them back to the fleet runs them again"
         )
         raise _Failure(
             f"{what} was removed from the fleet ({format_timestamp(removed)}): no scheduler runs "
-            f"it; {again}"
+            f"{'it' if one else 'them'}; {again}"
         )
     return running if steered else named
 

@@ -319,6 +319,10 @@ def test_the_command_line_shows_removed_schedules_and_will_not_steer_them(
     assert code == 0 and out == "bot/keep: paused\n"
     code, out, _ = _cli(capsys, "history", "bot/gone", *where)  # what it did stays readable
     assert code == 0 and "interval  success" in out
+    _run_fleet(tmp_path, clock, [])  # the agent's last schedule goes too: "runs it" read wrong
+    code, out, err = _cli(capsys, "pause", "bot", *where)
+    assert code == 1 and "every schedule of bot was removed from the fleet" in err
+    assert "no scheduler runs them; their state and history remain, and adding them back" in err
     store = YamlStateStore(tmp_path)
     assert store.trigger_requests() == []
     assert store.get_schedule_state("bot", "gone").status.value == "idle"
