@@ -749,10 +749,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     name = f' "{fleet.name}"' if fleet.name else ""
     _out(f"{args.fleet}: valid fleet{name}: {len(fleet.agents)} agent(s), {schedules} schedule(s)")
     if choice.spec is not None:  # named by the environment: say which store was judged
-        namespace = f" (namespace {choice.namespace})" if choice.namespace else ""
+        database = is_database_spec(choice.spec)  # a state directory has no namespace
+        namespace = f" (namespace {choice.namespace})" if choice.namespace and database else ""
         checked = (
             "a valid spec; the server is not asked (run connects to it)"
-            if is_database_spec(choice.spec)
+            if database
             else "a state directory that can be used"
         )
         _out(f"store from {choice.origin}: {mask_password(choice.spec)}{namespace}: {checked}")

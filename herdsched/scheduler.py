@@ -969,8 +969,9 @@ def _recorded_timeout(run: Run) -> bool:
 def _finished(run: Run) -> TriggerResult:
     """What ``trigger(wait=True)`` answers about a run that has ended: its record's outcome."""
     outcome = run.outcome
-    if run.given_up:
-        return TriggerResult(success=False, run_id=run.run_id, error=_GIVEN_UP)
+    if run.given_up or run.written_off:  # by a stop, by a lost lead: its outcome is not its own
+        why = _GIVEN_UP if run.given_up else f"{run.written_off} before the run ended"
+        return TriggerResult(success=False, run_id=run.run_id, error=f"{why}: {_UNRECORDED}")
     if outcome is not None and outcome.no_work and not run.timed_out:
         return TriggerResult(False, run.run_id, _NO_WORK, True, SkipReason.NO_WORK)
     ok = outcome is not None and outcome.status is RunStatus.SUCCESS and not run.timed_out
@@ -980,5 +981,6 @@ def _finished(run: Run) -> TriggerResult:
     return TriggerResult(success=ok, run_id=run.run_id, error=error)
 
 
-_GIVEN_UP = "stop() gave the run up before it ended: its outcome is not recorded"
+_GIVEN_UP = "stop() gave the run up before it ended"
+_UNRECORDED = "its outcome is not recorded"
 _NO_WORK = "its work source had no work"

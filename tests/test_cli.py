@@ -1337,10 +1337,12 @@ def test_validate_checks_the_store_the_environment_names_as_run_does(
         said.append(err.split(": ", 1)[1])  # "herdsched validate: ..." and "herdsched run: ..."
     assert said[0] == said[1] and "HERDSCHED_STORE" in said[0]
     monkeypatch.setenv("HERDSCHED_STORE", str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("HERDSCHED_NAMESPACE", "team1")  # a state directory has none
     code, out, err = run_cli(capsys, "validate", str(fleet))
     assert code == 0, err
     # the store judged is named (it was not: a wrong password went unnoticed, unsaid)
     assert f"store from HERDSCHED_STORE: {tmp_path / 'elsewhere'}: a state directory" in out
+    monkeypatch.delenv("HERDSCHED_NAMESPACE")
     monkeypatch.setenv("HERDSCHED_STORE", "postgresql://ann:secret@127.0.0.1:1/app")
     code, out, err = run_cli(capsys, "validate", str(fleet))
     assert code == 0, err

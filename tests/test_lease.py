@@ -798,17 +798,56 @@ def test_a_leader_that_lost_its_lease_tells_its_running_jobs_to_stop(
             other.close()
 
 
-def test_a_leader_cut_off_from_its_store_lets_its_running_jobs_finish(clock: FakeClock) -> None:
-    """No other leader is known when the store does not answer (with a single scheduler there
-    is none): a 31-second outage must not end an hour-long job."""
-    store = RenewalsFail(clock=clock)
-    began, release = threading.Event(), threading.Event()
-    told: list[bool] = []
+def test_a_trigger_waiting_for_a_run_its_scheduler_lost_the_lead_of_is_told_so(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """It answered ``success=True`` for the job that returned once told to stop, whose record
+    the next leader writes as interrupted."""
+    began = threading.Event()
 
     def job(info: TriggerInfo) -> None:
         began.set()
-        assert release.wait(10)
-        told.append(info.cancel_event.is_set())
+        info.cancel_event.wait(10)
+
+    sched = ThreadedScheduler(
+        state_dir=tmp_path, clock=clock, lease_ttl=TTL, commit_delay=0, timezone="UTC"
+    )
+    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.manual()}))
+    with sched:
+        answers: list[Any] = []
+        waiter = threading.Thread(target=lambda: answers.append(sched.trigger("a", "s", wait=True)))
+        waiter.start()
+        assert began.wait(10)
+        other = YamlStateStore(tmp_path, clock=clock)
+        try:
+            drop_flocks_as_at_kill(sched.store)
+            assert other.acquire_lease("other", TTL) is not None
+            clock.advance(11)  # the heartbeat is refused: it steps down, telling the job
+            sched.run_pending()
+            waiter.join(15)
+        finally:
+            other.close()
+    (answer,) = answers
+    assert (answer.success, answer.error) == (
+        False,
+        "its scheduler lost the lead before the run ended: its outcome is not recorded",
+    )
+
+
+def test_a_leader_cut_off_from_its_store_stops_its_jobs_only_once_another_leads(
+    clock: FakeClock,
+) -> None:
+    """No other leader is known when the store does not answer (with a single scheduler there
+    is none): a 31-second outage must not end an hour-long job. Once another scheduler is seen
+    leading, which runs the schedule again, the job is told to stop (it ran on beside it)."""
+    store = RenewalsFail(clock=clock)
+    began = threading.Event()
+    seen: list[TriggerInfo] = []
+
+    def job(info: TriggerInfo) -> None:
+        seen.append(info)
+        began.set()
+        info.cancel_event.wait(10)
 
     sched = ThreadedScheduler(state_dir=None, store=store, clock=clock, lease_ttl=TTL)
     sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
@@ -819,9 +858,17 @@ def test_a_leader_cut_off_from_its_store_lets_its_running_jobs_finish(clock: Fak
         clock.advance(TTL + 1)
         sched.run_pending()
         assert wait_until(lambda: sched.status == "standby")
-        release.set()
+        clock.advance(TTL / 3)
+        sched.run_pending()  # a standby's try: the store still does not answer
+        assert not seen[0].cancel_event.is_set()
+        store.broken = False
+        taken = store.acquire_lease("other", TTL)  # another scheduler leads
+        assert taken is not None and taken.epoch == 2
+        clock.advance(TTL / 3)
+        sched.run_pending()  # the next try sees it
+        assert wait_until(seen[0].cancel_event.is_set)
         assert sched.wait_until_idle(10)
-        assert told == [False]
+        store.release_lease(taken)
 
 
 def test_an_outcome_still_uncommitted_when_the_lead_is_lost_is_not_written_when_it_leads_again(

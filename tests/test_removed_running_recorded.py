@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -108,6 +109,55 @@ def test_a_run_of_a_schedule_the_next_leaders_fleet_lacks_is_recorded_at_its_sta
         again.wait_until_idle(10)
         statuses = [r.status for r in again.history("a", "s")]
     assert statuses.count(RunStatus.INTERRUPTED) == 1
+
+
+@pytest.mark.parametrize("kind", ["once", "definition"])
+def test_a_run_taken_up_before_its_schedule_is_registered_does_not_run_its_slot_again(
+    tmp_path: Path, kind: str
+) -> None:
+    """A program that registers its agents after ``start()``: a once schedule's interrupted
+    run left it idle, so registering it ran its time again; a stored definition's kept plan
+    caught its interrupted slot up again. The once is completed; a definition's claim waits
+    for its agent, which takes the run up from its plan."""
+    job = Blocker()
+    clock = FakeClock(T0 - timedelta(minutes=1))
+
+    def schedule() -> Schedule:
+        return Schedule.once(T0) if kind == "once" else Schedule.interval("1h", start_at=T0)
+
+    sched = ThreadedScheduler(state_dir=tmp_path / "live", clock=clock, commit_delay=0.5)
+    sched.add_agent(
+        Agent("a", job=job, schedules={} if kind == "definition" else {"s": schedule()})
+    )
+    if kind == "definition":
+        sched.add_schedule("a", "s", schedule(), persist=True)
+    sched.start()
+    try:
+        clock.advance(timedelta(minutes=1))
+        sched.run_pending()
+        assert job.began.wait(10)
+        sched.store.flush()
+        crash = crash_copy(tmp_path / "live", tmp_path / "crash")
+    finally:
+        job.release.set()
+        sched.stop()
+    ran: list[object] = []
+    again = ThreadedScheduler(
+        state_dir=crash, clock=FakeClock(T0 + timedelta(minutes=10)), commit_delay=0.5
+    )
+    with again:
+        again.add_agent(
+            Agent("a", job=lambda info: ran.append(info.scheduled_for), schedules={"s": schedule()})
+            if kind == "once"
+            else Agent("a", job=lambda info: ran.append(info.scheduled_for))
+        )
+        again.run_pending()
+        assert again.wait_until_idle(10)
+        history = [r.status for r in again.history("a", "s")]
+        status = again.store.get_schedule_state("a", "s").status
+    assert ran == []
+    assert history == [RunStatus.INTERRUPTED]
+    assert status is (Status.COMPLETED if kind == "once" else Status.IDLE)
 
 
 def test_a_run_of_a_removed_schedule_that_ended_is_recorded_once(tmp_path: Path) -> None:

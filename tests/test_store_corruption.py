@@ -12,6 +12,7 @@ import yaml
 from herdsched.errors import StateCorruptedError, StateError
 from herdsched.models import Status
 from herdsched.store import YamlStateStore
+from herdsched.store.locking import FileLock
 from herdsched.store.usable import state_dir_could_be_made
 from herdsched.store.yaml_io import load_yaml
 from herdsched.testing import FakeClock
@@ -145,6 +146,43 @@ def test_a_missing_state_file_beside_its_backup_is_restored(
     assert (tmp_path / "state.yaml.bak").read_bytes() == good
     assert "was missing, though herdsched never deletes it" in caplog.text
     assert quarantined(tmp_path) == []
+
+
+def test_a_missing_state_file_beside_a_newer_backup_is_refused_and_both_left(
+    tmp_path: Path,
+) -> None:
+    """It was read as empty, and the first write replaced the newer release's backup."""
+    newer = b"format_version: 2\nagents: {a: {schedules: {s: {status: paused}}}}\n"
+    (tmp_path / "state.yaml.bak").write_bytes(newer)
+    for check in (
+        lambda: YamlStateStore(tmp_path).close(),
+        lambda: state_dir_could_be_made(tmp_path),
+    ):
+        with pytest.raises(StateError, match=r"state\.yaml\.bak was written by a newer herdsched"):
+            check()
+    assert (tmp_path / "state.yaml.bak").read_bytes() == newer
+    assert not (tmp_path / "state.yaml").exists()
+
+
+def test_a_reader_that_cannot_restore_a_missing_file_reads_its_backup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reader on a read-only mount cannot take the lock to write the backup back: it got a
+    bare lock error (and before the restore existed, an empty fleet)."""
+    make_good_state(tmp_path)
+    (tmp_path / "state.yaml").unlink()
+
+    def refused(self: object, *args: object, **kwargs: object) -> None:
+        raise StateError("Cannot lock state.yaml.lock: [Errno 30] Read-only file system")
+
+    monkeypatch.setattr(FileLock, "acquire", refused)
+    with caplog.at_level(logging.WARNING, logger="herdsched"):
+        store = YamlStateStore(tmp_path)
+    assert store.get_schedule_state("a", "s").status is Status.PAUSED
+    assert "is missing and could not be restored from its backup here" in caplog.text
+    assert not (tmp_path / "state.yaml").exists()
+    monkeypatch.undo()
+    store.close()
 
 
 def test_a_missing_schedules_file_beside_its_backup_is_restored(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ from herdsched.engine.core import (
 )
 from herdsched.engine.planning import Entry, due_after_downtime, fresh_due
 from herdsched.errors import LeadershipLostError, StateError
-from herdsched.models import RunRecord, RunStatus, ScheduleState, Status, TriggerType
+from herdsched.models import RunRecord, RunStatus, ScheduleState, ScheduleType, Status, TriggerType
 from herdsched.runner import LEAD_LOST, new_run_id
 from herdsched.store.base import (
     DEFAULT_LEASE_TTL,
@@ -95,6 +95,7 @@ class Leadership:
         self._deadline = 0.0  # monotonic: leading is known safe until then
         self._renew_at = 0.0  # monotonic: the next heartbeat
         self._warned_at: float | None = None  # monotonic: the last failed renewal logged
+        self._lost_epoch = 0  # of the lease this scheduler last lost
         core.leadership_lost = self.step_down
         core.lease_bound = self.bounded
 
@@ -172,6 +173,7 @@ class Leadership:
     def _acquire(self) -> bool:
         core = self.core
         if core.running:
+            self._stop_runs_of_a_lost_lead()
             return False
         started = core.clock.monotonic()
         try:
@@ -190,6 +192,32 @@ class Leadership:
             self.ttl,
         )
         return True
+
+    def _stop_runs_of_a_lost_lead(self) -> None:
+        """Tell the jobs still running from a lead given up at its deadline (the store did not
+        answer: no successor was known) to stop once another scheduler leads, which runs
+        their schedules again (caller holds the engine lock)."""
+        core = self.core
+        left = [run for run in core.running.values() if not run.cancel_event.is_set()]
+        if not left:
+            return
+        try:
+            current = core.store.current_lease()
+        except StateError:
+            return  # still out of reach: looked at again at the next try
+        if current is None or current.epoch <= self._lost_epoch:
+            return
+        for run in left:
+            run.cancel()
+        core.log.warning(
+            "Another scheduler leads now (pid %s on %s, epoch %d): the %d job(s) still running "
+            "from this scheduler's lost lead (%s) are told to stop.",
+            current.pid,
+            current.host,
+            current.epoch,
+            len(left),
+            name_some([f"{run.agent}/{run.schedule_name}" for run in left]),
+        )
 
     def _hold(self, lease: Lease, asked_at: float) -> None:
         """Keep ``lease``, granted by a request made at monotonic ``asked_at``."""
@@ -262,7 +290,8 @@ class Leadership:
         nothing more, record nothing the running jobs return, stand by and try again later.
         When another scheduler took the lease (``LeadershipLostError``), which runs their
         schedules again, the jobs are told to stop; a store only out of reach names no one
-        who would, and they may finish."""
+        who would, and they may finish, until a standby's look finds another leader
+        (:meth:`_stop_runs_of_a_lost_lead`)."""
         core = self.core
         with core.lock:
             lease, self.lease = self.lease, None
@@ -273,9 +302,11 @@ class Leadership:
                 core.status = "standby"
             core.term += 1  # the runs going on now end unrecorded
             successor = isinstance(exc, LeadershipLostError)
-            for run in core.running.values() if successor else ():
-                run.written_off = LEAD_LOST  # the new leader runs their schedules again:
-                run.cancel()  # tell them to stop (a command's process group is ended too)
+            self._lost_epoch = lease.epoch
+            for run in core.running.values():
+                run.written_off = LEAD_LOST  # their work sources hear their items failed
+                if successor:  # it runs their schedules again: tell them to stop (a
+                    run.cancel()  # command's process group is ended too)
             core.plan.drop_waiting()  # a standby runs nothing: wait_until_idle() is told
             core.idle.notify_all()
             core.log.error(
@@ -553,8 +584,19 @@ def _record_removed_claims(core: EngineCore, now: datetime) -> None:
     """Record the claimed runs of schedules marked removed (not in this scheduler's fleet) and
     end the run their state shows: they would wait for a registration that may never come (a
     rolling update took the schedule out while the old leader ran it), shown running, their
-    claims kept. Registered again, such a schedule starts from the state written here."""
+    claims kept. Registered again, such a schedule starts from the state written here; a once
+    schedule whose time it was is completed. A stored definition's claims wait for its agent:
+    its plan is kept for it (see :func:`_mark_removed`), and the run is taken up from it."""
+    if not core.left_claims:
+        return
+    try:
+        defined = core.store.load_definitions()
+    except Exception as exc:
+        core.state_error(exc)
+        return
     for key, claims in list(core.left_claims.items()):
+        if key[1] in defined.get(key[0], {}):
+            continue
         try:
             state = core.store.get_schedule_state(*key)
             if state.removed_at is None:
@@ -568,15 +610,19 @@ def _record_removed_claims(core: EngineCore, now: datetime) -> None:
         ended = next((r for r in records if r.run_id == claims[-1].run_id), None)
         if ended is None or ended.finished_at is None:
             ended = None  # recorded interrupted above, or by a takeover before
-        kept = state.status in (Status.PAUSED, Status.DISABLED, Status.COMPLETED)
         last = claims[-1]  # the state shows the latest run, as when its end is written
         newer = state.last_run_at is None or last.run_at > state.last_run_at
         started = {"last_run_at": last.run_at, "last_slot_at": last.slot} if newer else {}
+        status = Status.IDLE
+        if state.type == ScheduleType.ONCE.value and last.slot is not None:
+            status = Status.COMPLETED  # its time came: a registration must not run it again
+        elif state.status in (Status.PAUSED, Status.DISABLED, Status.COMPLETED):
+            status = state.status
         core.store_call(
             core.store.record_transition,
             *key,
             **started,
-            status=state.status if kept else Status.IDLE,
+            status=status,
             last_result=ended.status if ended else RunStatus.INTERRUPTED,
             last_finished_at=ended.finished_at if ended else now,
             last_error=ended.error if ended else _INTERRUPTED,

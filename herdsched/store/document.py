@@ -180,7 +180,7 @@ class GuardedYamlFile(Generic[T]):
             raise
         except StateError as exc:
             if isinstance(outcome, _Missing):
-                raise
+                return self._read_missing(parse, exc)
             raise StateCorruptedError(
                 f"{self.path} is not a valid {self.kind} ({outcome.reason}) and could not be "
                 f"quarantined: {exc}",
@@ -315,12 +315,26 @@ class GuardedYamlFile(Generic[T]):
         self.last_corruption = error
         return value
 
+    def _read_missing(self, parse: Callable[[FileContent], T], exc: StateError) -> T | None:
+        """A file that is gone, read from its backup by a process that cannot take the lock
+        to restore it (a reader on a read-only mount): what the file held, not nothing."""
+        backup = self._read_backup(parse, newer_raises=True)
+        if backup is None:
+            return None
+        log.warning(
+            "%s is missing and could not be restored from its backup here (%s): read from %s.",
+            self.path,
+            exc,
+            self.bak_path,
+        )
+        return backup[0]
+
     def _restore_missing(self, parse: Callable[[FileContent], T]) -> T | None:
         """The backup of a file that is gone, written back in its place: read as empty, the
         missing file ran every paused and disabled schedule again, and the next write
         replaced the backup, the last copy of those pauses. ``None`` (nothing stored) when
         the backup is not valid either. Caller holds :attr:`lock`."""
-        backup = self._read_backup(parse)
+        backup = self._read_backup(parse, newer_raises=True)
         if backup is None:
             self._set_pin(None, None)
             return None
@@ -336,13 +350,17 @@ class GuardedYamlFile(Generic[T]):
             ) from exc
         log.error(
             "%s was missing, though herdsched never deletes it; its backup %s was restored, so "
-            "that the pauses and state it holds are kept. To start afresh, delete both files.",
+            "that nothing it held is lost. To start afresh, delete both files.",
             self.path,
             self.bak_path,
         )
         return value
 
-    def _read_backup(self, parse: Callable[[FileContent], T]) -> tuple[T, bytes] | None:
+    def _read_backup(
+        self, parse: Callable[[FileContent], T], *, newer_raises: bool = False
+    ) -> tuple[T, bytes] | None:
+        """The valid backup and its bytes, ``None`` when there is none; ``newer_raises``: a
+        backup a newer release wrote is refused as that file is, not taken for a bad one."""
         try:
             got = read_file(self.bak_path)
         except OSError as exc:
@@ -359,6 +377,11 @@ class GuardedYamlFile(Generic[T]):
                 return None
             try:
                 value = parse(content)
+            except NewerFormatError as exc:
+                if newer_raises:
+                    raise newer_file_error(self.bak_path, exc) from exc
+                log.error("Backup %s is not usable either: %s", self.bak_path, describe_error(exc))
+                return None
             except Exception as exc:
                 log.error("Backup %s is not usable either: %s", self.bak_path, describe_error(exc))
                 return None

@@ -134,11 +134,13 @@ def _check_files(state_dir: Path) -> None:
     ]
     for name, kind, parse in files:
         path = state_dir / name
+        backup = path.with_name(f"{name}.bak")
         try:
-            why = _not_valid(path, kind, parse)
+            why = _not_valid(path, kind, parse, newer_raises=True)
             if why is None:
+                if not path.exists() and backup.exists():  # restored from it: a newer one
+                    _not_valid(backup, kind, parse, newer_raises=True)  # is refused
                 continue
-            backup = path.with_name(f"{name}.bak")
             if backup.exists() and _not_valid(backup, kind, parse) is None:
                 continue  # the store restores it
         except OSError as exc:
@@ -155,9 +157,12 @@ def _check_files(state_dir: Path) -> None:
         )
 
 
-def _not_valid(path: Path, kind: str, parse: Callable[[FileContent], object]) -> str | None:
+def _not_valid(
+    path: Path, kind: str, parse: Callable[[FileContent], object], *, newer_raises: bool = False
+) -> str | None:
     """Why ``path`` is not a valid ``kind``, ``None`` when it is (or does not exist); an
-    ``OSError`` when it cannot be read."""
+    ``OSError`` when it cannot be read. ``newer_raises``: a file a newer release wrote is the
+    store's :class:`StateError` (it refuses it, whatever the rest), not a reason."""
     opened = read_file(path)
     if opened is None:
         return None
@@ -167,10 +172,10 @@ def _not_valid(path: Path, kind: str, parse: Callable[[FileContent], object]) ->
     except OSError as exc:
         exc.filename = exc.filename or str(path)
         raise
-    except NewerFormatError as exc:  # not damage: the store refuses it, whatever the backup
-        if path.suffix != ".bak":  # (a newer backup is one the store cannot restore)
+    except NewerFormatError as exc:
+        if newer_raises:
             raise newer_file_error(path, exc) from exc
-        return f"is not a valid {kind} ({describe_error(exc)})"
+        return f"is not a valid {kind} ({describe_error(exc)})"  # a backup it cannot restore
     except Exception as exc:
         return f"is not a valid {kind} ({describe_error(exc)})"
     finally:
