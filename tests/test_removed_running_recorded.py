@@ -111,6 +111,31 @@ def test_a_run_of_a_schedule_the_next_leaders_fleet_lacks_is_recorded_at_its_sta
     assert statuses.count(RunStatus.INTERRUPTED) == 1
 
 
+def test_a_once_whose_timer_run_and_a_run_now_after_it_were_left_is_completed(
+    tmp_path: Path,
+) -> None:
+    """The last claim, a run-now, has no slot: the once schedule was left idle and ran its
+    time a third time when registered after ``start()``."""
+    store = YamlStateStore(tmp_path, clock=FakeClock(T0))
+    store.claim_runs([RunClaim("a", "s", "r1", T0, T0)])
+    store.claim_runs([RunClaim("a", "s", "r2", T0 + timedelta(seconds=5), None)])
+    store.record_transition("a", "s", type="once", status=Status.RUNNING, running_run_id="r2")
+    store.flush()
+    store.close()
+    ran: list[object] = []
+    again = ThreadedScheduler(state_dir=tmp_path, clock=FakeClock(T0 + timedelta(minutes=10)))
+    with again:
+        once = Schedule.once(T0)
+        again.add_agent(
+            Agent("a", job=lambda info: ran.append(info.scheduled_for), schedules={"s": once})
+        )
+        again.run_pending()
+        assert again.wait_until_idle(10)
+        status = again.store.get_schedule_state("a", "s").status
+    assert ran == []
+    assert status is Status.COMPLETED
+
+
 @pytest.mark.parametrize("kind", ["once", "definition"])
 def test_a_run_taken_up_before_its_schedule_is_registered_does_not_run_its_slot_again(
     tmp_path: Path, kind: str

@@ -178,11 +178,29 @@ def test_a_reader_that_cannot_restore_a_missing_file_reads_its_backup(
     monkeypatch.setattr(FileLock, "acquire", refused)
     with caplog.at_level(logging.WARNING, logger="herdsched"):
         store = YamlStateStore(tmp_path)
-    assert store.get_schedule_state("a", "s").status is Status.PAUSED
-    assert "is missing and could not be restored from its backup here" in caplog.text
+        for _ in range(3):  # told once, not at every read
+            assert store.get_schedule_state("a", "s").status is Status.PAUSED
+    told = [m for m in caplog.messages if "could not be restored from its backup here" in m]
+    assert len(told) == 1
     assert not (tmp_path / "state.yaml").exists()
     monkeypatch.undo()
     store.close()
+
+
+def test_a_reader_that_takes_the_lock_but_cannot_write_the_file_back_reads_its_backup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory that takes no new file while its lock file is writable: the reader failed."""
+    make_good_state(tmp_path)
+    (tmp_path / "state.yaml").unlink()
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr("herdsched.store.document.atomic_write", refused)
+    with YamlStateStore(tmp_path) as store:
+        assert store.get_schedule_state("a", "s").status is Status.PAUSED
+    assert not (tmp_path / "state.yaml").exists()
 
 
 def test_a_missing_schedules_file_beside_its_backup_is_restored(tmp_path: Path) -> None:

@@ -173,7 +173,6 @@ class Leadership:
     def _acquire(self) -> bool:
         core = self.core
         if core.running:
-            self._stop_runs_of_a_lost_lead()
             return False
         started = core.clock.monotonic()
         try:
@@ -193,12 +192,15 @@ class Leadership:
         )
         return True
 
-    def _stop_runs_of_a_lost_lead(self) -> None:
+    def stop_runs_of_a_lost_lead(self) -> None:
         """Tell the jobs still running from a lead given up at its deadline (the store did not
         answer: no successor was known) to stop once another scheduler leads, which runs
-        their schedules again (caller holds the engine lock)."""
+        their schedules again (a standby's try; the store is read outside the engine lock,
+        which a store cut off again must not hold up)."""
         core = self.core
-        left = [run for run in core.running.values() if not run.cancel_event.is_set()]
+        with core.lock:  # a standby runs nothing else: what runs is of the lead it lost
+            running = core.running.values() if core.status == "standby" else ()
+            left = [run for run in running if not run.cancel_event.is_set()]
         if not left:
             return
         try:
@@ -207,8 +209,11 @@ class Leadership:
             return  # still out of reach: looked at again at the next try
         if current is None or current.epoch <= self._lost_epoch:
             return
-        for run in left:
-            run.cancel()
+        with core.lock:
+            if core.status != "standby":
+                return
+            for run in left:
+                run.cancel()
         core.log.warning(
             "Another scheduler leads now (pid %s on %s, epoch %d): the %d job(s) still running "
             "from this scheduler's lost lead (%s) are told to stop.",
@@ -614,7 +619,8 @@ def _record_removed_claims(core: EngineCore, now: datetime) -> None:
         newer = state.last_run_at is None or last.run_at > state.last_run_at
         started = {"last_run_at": last.run_at, "last_slot_at": last.slot} if newer else {}
         status = Status.IDLE
-        if state.type == ScheduleType.ONCE.value and last.slot is not None:
+        timed = state.last_slot_at is not None or any(c.slot is not None for c in claims)
+        if state.type == ScheduleType.ONCE.value and timed:
             status = Status.COMPLETED  # its time came: a registration must not run it again
         elif state.status in (Status.PAUSED, Status.DISABLED, Status.COMPLETED):
             status = state.status

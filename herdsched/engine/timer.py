@@ -150,6 +150,7 @@ class Timer:
             # what the leader changed meanwhile (schedules removed, added, paused): a standby
             # that takes over must not plan, or write states back for, what is gone
             self.others.adopt()
+            self.leadership.stop_runs_of_a_lost_lead()
             with core.lock:
                 if core.status == "standby" and self.leadership.try_lead():
                     core.status = "running"

@@ -144,6 +144,7 @@ class GuardedYamlFile(Generic[T]):
         self._now = now
         self._known = False
         self._identity: FileIdentity | None = None
+        self._unrestored: FileIdentity | None = None  # the backup a missing file was read from
         # the pinned descriptor (none or one), where a finalizer can reach it: a store dropped
         # without close() (a scheduler that built its own, a re-run notebook cell) frees it
         self._held: list[int] = []
@@ -321,19 +322,15 @@ class GuardedYamlFile(Generic[T]):
         backup = self._read_backup(parse, newer_raises=True)
         if backup is None:
             return None
-        log.warning(
-            "%s is missing and could not be restored from its backup here (%s): read from %s.",
-            self.path,
-            exc,
-            self.bak_path,
-        )
+        self._warn_unrestored(exc)
         return backup[0]
 
     def _restore_missing(self, parse: Callable[[FileContent], T]) -> T | None:
         """The backup of a file that is gone, written back in its place: read as empty, the
         missing file ran every paused and disabled schedule again, and the next write
         replaced the backup, the last copy of those pauses. ``None`` (nothing stored) when
-        the backup is not valid either. Caller holds :attr:`lock`."""
+        the backup is not valid either; the backup's content, unwritten, when the directory
+        takes no new file. Caller holds :attr:`lock`."""
         backup = self._read_backup(parse, newer_raises=True)
         if backup is None:
             self._set_pin(None, None)
@@ -342,12 +339,8 @@ class GuardedYamlFile(Generic[T]):
         try:
             self._pin_written(atomic_write(self.path, data, keep_open=True))
         except OSError as exc:
-            raise StateError(
-                f"{self.path} is missing and its backup {self.bak_path} could not be written "
-                f"back in its place: {exc}",
-                self.path,
-                cause=exc,
-            ) from exc
+            self._warn_unrestored(exc)
+            return value
         log.error(
             "%s was missing, though herdsched never deletes it; its backup %s was restored, so "
             "that nothing it held is lost. To start afresh, delete both files.",
@@ -355,6 +348,22 @@ class GuardedYamlFile(Generic[T]):
             self.bak_path,
         )
         return value
+
+    def _warn_unrestored(self, exc: BaseException) -> None:
+        """Say once per backup version that the missing file is read from its backup."""
+        try:
+            seen: FileIdentity | None = identity_of(os.stat(self.bak_path))
+        except OSError:
+            seen = None
+        if seen is not None and seen == self._unrestored:
+            return
+        self._unrestored = seen
+        log.warning(
+            "%s is missing and could not be restored from its backup here (%s): read from %s.",
+            self.path,
+            exc,
+            self.bak_path,
+        )
 
     def _read_backup(
         self, parse: Callable[[FileContent], T], *, newer_raises: bool = False
