@@ -97,7 +97,7 @@ def test_runs_of_one_pass_that_did_not_start_are_logged_in_one_line(
             step(sched)
         lines = [r.getMessage() for r in caplog.records if "did not start" in r.getMessage()]
         assert len(lines) == 1, lines
-        assert lines[0].startswith("8 runs did not start: its claim could not be made durable")
+        assert lines[0].startswith("8 runs did not start: the claim could not be made durable")
         assert lines[0].endswith(" and 3 more.")
         assert lines[0].count("a/s") == 5
         # every slot has its own record all the same

@@ -48,7 +48,7 @@ def abandon_unclaimed(
     ``release`` gives a run's slot back and puts its schedule back on the plan (the
     dispatcher's own release; called with the lock held). Called without the lock.
     """
-    _abandon(core, runs, f"its claim could not be made durable: {exc}", release, store_error=exc)
+    _abandon(core, runs, f"the claim could not be made durable: {exc}", release, store_error=exc)
 
 
 def abandon_refused(
