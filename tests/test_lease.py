@@ -749,6 +749,21 @@ def test_a_run_that_ends_after_its_leader_lost_the_lease_is_not_written_when_it_
     assert "1 running job(s) are told to stop and their outcomes are not recorded" in lost[0]
 
 
+@contextmanager
+def another_leader(
+    tmp_path: Path, clock: FakeClock, sched: ThreadedScheduler
+) -> Iterator[YamlStateStore]:
+    """Another process's store on ``tmp_path`` that took the lease from ``sched``, whose
+    liveness lock was lost as at a kill (its heartbeat then finds the lease taken)."""
+    other = YamlStateStore(tmp_path, clock=clock)
+    try:
+        drop_flocks_as_at_kill(sched.store)
+        assert other.acquire_lease("other", TTL) is not None
+        yield other
+    finally:
+        other.close()
+
+
 def test_a_leader_that_lost_its_lease_tells_its_running_jobs_to_stop(
     tmp_path: Path, clock: FakeClock
 ) -> None:
@@ -778,10 +793,7 @@ def test_a_leader_that_lost_its_lease_tells_its_running_jobs_to_stop(
     with sched:
         sched.run_pending()
         assert began.wait(10)
-        other = YamlStateStore(tmp_path, clock=clock)
-        try:
-            drop_flocks_as_at_kill(sched.store)
-            assert other.acquire_lease("other", TTL) is not None
+        with another_leader(tmp_path, clock, sched) as other:
             assert not told.is_set()
             clock.advance(11)  # the heartbeat is due: refused, the scheduler steps down
             sched.run_pending()
@@ -794,8 +806,6 @@ def test_a_leader_that_lost_its_lease_tells_its_running_jobs_to_stop(
             assert (
                 source.reports[0][1].error == "its scheduler lost the lead before its job finished"
             )
-        finally:
-            other.close()
 
 
 def test_a_trigger_waiting_for_a_run_its_scheduler_lost_the_lead_of_is_told_so(
@@ -818,15 +828,10 @@ def test_a_trigger_waiting_for_a_run_its_scheduler_lost_the_lead_of_is_told_so(
         waiter = threading.Thread(target=lambda: answers.append(sched.trigger("a", "s", wait=True)))
         waiter.start()
         assert began.wait(10)
-        other = YamlStateStore(tmp_path, clock=clock)
-        try:
-            drop_flocks_as_at_kill(sched.store)
-            assert other.acquire_lease("other", TTL) is not None
+        with another_leader(tmp_path, clock, sched):
             clock.advance(11)  # the heartbeat is refused: it steps down, telling the job
             sched.run_pending()
             waiter.join(15)
-        finally:
-            other.close()
     (answer,) = answers
     assert (answer.success, answer.error) == (
         False,

@@ -433,10 +433,8 @@ def _mark_removed(
     comes. Registering a marked schedule again clears the mark
     (:meth:`EngineCore.persist_description`). ``stored`` holds the states as they were
     before this scheduler wrote its own."""
-    try:
-        defined = core.store.load_definitions()
-    except Exception as exc:
-        core.state_error(exc)
+    defined = _stored_definitions(core)
+    if defined is None:
         return
     lost = [
         (agent, name)
@@ -548,12 +546,8 @@ def _record_orphan_claims(
         for (agent, name), claims in core.left_claims.items()
         if name not in stored.get(agent, {})
     }
-    if not gone:
-        return
-    try:
-        defined = core.store.load_definitions()
-    except Exception as exc:
-        core.state_error(exc)
+    defined = _stored_definitions(core) if gone else None
+    if defined is None:
         return
     for (agent, name), claims in gone.items():
         if name in defined.get(agent, {}):
@@ -565,6 +559,15 @@ def _record_orphan_claims(
             core.state_error(exc)
             continue
         _record_unrecorded(core, (agent, name), claims, records)
+
+
+def _stored_definitions(core: EngineCore) -> Mapping[str, Mapping[str, Any]] | None:
+    """The stored run-time definitions; ``None`` when the store cannot give them (told)."""
+    try:
+        return core.store.load_definitions()
+    except Exception as exc:
+        core.state_error(exc)
+        return None
 
 
 def _record_unrecorded(
@@ -592,12 +595,8 @@ def _record_removed_claims(core: EngineCore, now: datetime) -> None:
     claims kept. Registered again, such a schedule starts from the state written here; a once
     schedule whose time it was is completed. A stored definition's claims wait for its agent:
     its plan is kept for it (see :func:`_mark_removed`), and the run is taken up from it."""
-    if not core.left_claims:
-        return
-    try:
-        defined = core.store.load_definitions()
-    except Exception as exc:
-        core.state_error(exc)
+    defined = _stored_definitions(core) if core.left_claims else None
+    if defined is None:
         return
     for key, claims in list(core.left_claims.items()):
         if key[1] in defined.get(key[0], {}):
