@@ -296,7 +296,7 @@ class Leadership:
         When another scheduler took the lease (``LeadershipLostError``), which runs their
         schedules again, the jobs are told to stop; a store only out of reach names no one
         who would, and they may finish, until a standby's look finds another leader
-        (:meth:`_stop_runs_of_a_lost_lead`)."""
+        (:meth:`stop_runs_of_a_lost_lead`)."""
         core = self.core
         with core.lock:
             lease, self.lease = self.lease, None

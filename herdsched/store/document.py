@@ -386,12 +386,9 @@ class GuardedYamlFile(Generic[T]):
                 return None
             try:
                 value = parse(content)
-            except NewerFormatError as exc:
-                if newer_raises:
-                    raise newer_file_error(self.bak_path, exc) from exc
-                log.error("Backup %s is not usable either: %s", self.bak_path, describe_error(exc))
-                return None
             except Exception as exc:
+                if newer_raises and isinstance(exc, NewerFormatError):
+                    raise newer_file_error(self.bak_path, exc) from exc
                 log.error("Backup %s is not usable either: %s", self.bak_path, describe_error(exc))
                 return None
         finally:
