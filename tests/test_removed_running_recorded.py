@@ -136,6 +136,33 @@ def test_a_once_whose_timer_run_and_a_run_now_after_it_were_left_is_completed(
     assert status is Status.COMPLETED
 
 
+def test_a_once_given_a_new_time_whose_run_now_was_left_still_runs_at_it(tmp_path: Path) -> None:
+    """Completed at its first time, then given a new one: its state kept the old slot, which
+    was taken for this run's, and the schedule was completed before its new time."""
+    later, now = T0 + timedelta(hours=1), T0 + timedelta(minutes=10)
+    store = YamlStateStore(tmp_path, clock=FakeClock(now))
+    store.record_transition(
+        "a", "s", type="once", status=Status.IDLE, last_run_at=T0, last_slot_at=T0
+    )
+    store.claim_runs([RunClaim("a", "s", "r2", now, None)])  # a run-now, no slot
+    store.flush()
+    store.close()
+    ran: list[object] = []
+    clock = FakeClock(now + timedelta(minutes=1))
+    again = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
+    with again:
+        once = Schedule.once(later)
+        again.add_agent(
+            Agent("a", job=lambda info: ran.append(info.scheduled_for), schedules={"s": once})
+        )
+        again.run_pending()
+        assert again.wait_until_idle(10)
+        clock.advance(timedelta(hours=1))
+        again.run_pending()
+        assert again.wait_until_idle(10)
+    assert ran == [later]
+
+
 @pytest.mark.parametrize("kind", ["once", "definition"])
 def test_a_run_taken_up_before_its_schedule_is_registered_does_not_run_its_slot_again(
     tmp_path: Path, kind: str

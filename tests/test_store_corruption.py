@@ -184,6 +184,14 @@ def test_a_reader_that_cannot_restore_a_missing_file_reads_its_backup(
     assert len(told) == 1
     assert not (tmp_path / "state.yaml").exists()
     monkeypatch.undo()
+    store.get_schedule_state("a", "s")  # restored now: the file is read again
+    (tmp_path / "state.yaml").unlink()  # and lost again: told again
+    monkeypatch.setattr(FileLock, "acquire", refused)
+    with caplog.at_level(logging.WARNING, logger="herdsched"):
+        assert store.get_schedule_state("a", "s").status is Status.PAUSED
+    told = [m for m in caplog.messages if "could not be restored from its backup here" in m]
+    assert len(told) == 2
+    monkeypatch.undo()
     store.close()
 
 

@@ -205,8 +205,9 @@ class Leadership:
             return
         try:
             current = core.store.current_lease()
-        except StateError:
-            return  # still out of reach: looked at again at the next try
+        except Exception as exc:  # still out of reach: looked at again at the next try
+            core.store_health.failed(exc)
+            return
         if current is None or current.epoch <= self._lost_epoch:
             return
         with core.lock:
@@ -618,8 +619,8 @@ def _record_removed_claims(core: EngineCore, now: datetime) -> None:
         newer = state.last_run_at is None or last.run_at > state.last_run_at
         started = {"last_run_at": last.run_at, "last_slot_at": last.slot} if newer else {}
         status = Status.IDLE
-        timed = state.last_slot_at is not None or any(c.slot is not None for c in claims)
-        if state.type == ScheduleType.ONCE.value and timed:
+        timed = any(c.slot is not None for c in claims)  # not a stale last_slot_at: a once
+        if state.type == ScheduleType.ONCE.value and timed:  # given a new time has an old one
             status = Status.COMPLETED  # its time came: a registration must not run it again
         elif state.status in (Status.PAUSED, Status.DISABLED, Status.COMPLETED):
             status = state.status

@@ -256,6 +256,7 @@ class GuardedYamlFile(Generic[T]):
         if old is not None:
             os.close(old)
         if fd is not None:
+            self._unrestored = None  # the file is there again: a later loss is told anew
             if _POSIX:
                 self._held.append(fd)
             else:  # pragma: no cover - an open file cannot be replaced on Windows
