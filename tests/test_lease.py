@@ -845,7 +845,14 @@ def test_a_leader_cut_off_from_its_store_stops_its_jobs_only_once_another_leads(
     """No other leader is known when the store does not answer (with a single scheduler there
     is none): a 31-second outage must not end an hour-long job. Once another scheduler is seen
     leading, which runs the schedule again, the job is told to stop (it ran on beside it)."""
-    store = RenewalsFail(clock=clock)
+
+    class LooksFail(RenewalsFail):
+        def current_lease(self) -> Lease | None:
+            if self.broken:
+                raise StateError("the store does not answer")
+            return super().current_lease()
+
+    store = LooksFail(clock=clock)
     began = threading.Event()
     seen: list[TriggerInfo] = []
 
@@ -867,6 +874,9 @@ def test_a_leader_cut_off_from_its_store_stops_its_jobs_only_once_another_leads(
         sched.run_pending()  # a standby's try: the store still does not answer
         assert not seen[0].cancel_event.is_set()
         store.broken = False
+        clock.advance(TTL / 3)
+        sched.run_pending()  # it answers: the outage is over for the status table too
+        assert sched._core.store_health.trouble() is None
         taken = store.acquire_lease("other", TTL)  # another scheduler leads
         assert taken is not None and taken.epoch == 2
         clock.advance(TTL / 3)

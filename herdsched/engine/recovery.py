@@ -207,7 +207,10 @@ class Leadership:
             current = core.store.current_lease()
         except Exception as exc:  # still out of reach: looked at again at the next try
             core.store_health.failed(exc)
+            if not isinstance(exc, StateError):  # a store's own bug, not an outage
+                core.log.debug("Reading the lease failed.", exc_info=True)
             return
+        core.store_health.worked()  # the only call a standby with such runs makes
         if current is None or current.epoch <= self._lost_epoch:
             return
         with core.lock:
