@@ -423,7 +423,7 @@ def test_while_the_database_is_down_the_page_status_and_run_now_say_so(
         assert statuses[-1].status_code == 200 and body["is_leader"] is True
         assert body["leader"]["pid"] == os.getpid()  # it still leads, and says so
         assert run_now.status_code == 503, run_now.json
-        assert run_now.json["error"].startswith("triage/now did not run: its claim could not")
+        assert run_now.json["error"].startswith("triage/now did not run: the claim could not")
         assert own_page.status_code == 200  # the leader shows what it holds
         assert "Could not read the scheduler lease" not in caplog.text
         failed = [r for r in caplog.records if "The state store failed" in r.getMessage()]
