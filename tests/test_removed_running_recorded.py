@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -122,16 +122,7 @@ def test_a_once_whose_timer_run_and_a_run_now_after_it_were_left_is_completed(
     store.record_transition("a", "s", type="once", status=Status.RUNNING, running_run_id="r2")
     store.flush()
     store.close()
-    ran: list[object] = []
-    again = ThreadedScheduler(state_dir=tmp_path, clock=FakeClock(T0 + timedelta(minutes=10)))
-    with again:
-        once = Schedule.once(T0)
-        again.add_agent(
-            Agent("a", job=lambda info: ran.append(info.scheduled_for), schedules={"s": once})
-        )
-        again.run_pending()
-        assert again.wait_until_idle(10)
-        status = again.store.get_schedule_state("a", "s").status
+    ran, status = _once_registered_late(tmp_path, FakeClock(T0 + timedelta(minutes=10)), T0)
     assert ran == []
     assert status is Status.COMPLETED
 
@@ -147,20 +138,32 @@ def test_a_once_given_a_new_time_whose_run_now_was_left_still_runs_at_it(tmp_pat
     store.claim_runs([RunClaim("a", "s", "r2", now, None)])  # a run-now, no slot
     store.flush()
     store.close()
-    ran: list[object] = []
     clock = FakeClock(now + timedelta(minutes=1))
-    again = ThreadedScheduler(state_dir=tmp_path, clock=clock, timezone="UTC")
-    with again:
-        once = Schedule.once(later)
-        again.add_agent(
+    ran, _ = _once_registered_late(tmp_path, clock, later, then=timedelta(hours=1))
+    assert ran == [later]
+
+
+def _once_registered_late(
+    state_dir: Path, clock: FakeClock, at: datetime, *, then: timedelta | None = None
+) -> tuple[list[object], Status]:
+    """Start a scheduler on ``state_dir``, then register agent a with a once schedule s at
+    ``at`` (as a program that starts its scheduler first), run a pass, and another ``then``
+    later: the slots it ran and the schedule's status."""
+    ran: list[object] = []
+    sched = ThreadedScheduler(state_dir=state_dir, clock=clock, timezone="UTC")
+    with sched:
+        once = Schedule.once(at)
+        sched.add_agent(
             Agent("a", job=lambda info: ran.append(info.scheduled_for), schedules={"s": once})
         )
-        again.run_pending()
-        assert again.wait_until_idle(10)
-        clock.advance(timedelta(hours=1))
-        again.run_pending()
-        assert again.wait_until_idle(10)
-    assert ran == [later]
+        sched.run_pending()
+        assert sched.wait_until_idle(10)
+        if then is not None:
+            clock.advance(then)
+            sched.run_pending()
+            assert sched.wait_until_idle(10)
+        status = sched.store.get_schedule_state("a", "s").status
+    return ran, status
 
 
 @pytest.mark.parametrize("kind", ["once", "definition"])
