@@ -36,12 +36,20 @@ from herdsched.signals import Deferred, SessionNotFound
 from herdsched.timestamps import format_timestamp
 from herdsched.worksource import WorkItem, WorkOutcome, WorkSource
 
-__all__ = ["Run", "RunOutcome", "execute_run", "new_run_id", "timeout_message"]
+__all__ = [
+    "GIVEN_UP",
+    "LEAD_LOST",
+    "Run",
+    "RunOutcome",
+    "execute_run",
+    "new_run_id",
+    "timeout_message",
+]
 
 _log = logging.getLogger("herdsched")
 _ERROR_LIMIT = 2000
 #: what the source of a run given up by ``stop()`` before its job began is told
-_GIVEN_UP = "stop() gave the run up"
+GIVEN_UP = "stop() gave the run up"
 #: why a run whose scheduler lost the lead was told to stop (see ``Run.written_off``)
 LEAD_LOST = "its scheduler lost the lead"
 
@@ -273,7 +281,7 @@ def _written_off(run: Run, started: datetime, clock: Clock) -> RunOutcome | None
     if run.timed_out or (run.deadline is not None and clock.monotonic() >= run.deadline):
         status, error = RunStatus.TIMEOUT, timeout_message(run.schedule.timeout)
     elif run.cancel_event.is_set():
-        status, error = RunStatus.FAILED, f"{run.written_off or _GIVEN_UP} before its job began"
+        status, error = RunStatus.FAILED, f"{run.written_off or GIVEN_UP} before its job began"
     else:
         return None
     _log.warning(

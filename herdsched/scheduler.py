@@ -82,7 +82,7 @@ from herdsched.models import (
     check_timeout,
 )
 from herdsched.notify import Notification
-from herdsched.runner import Run, timeout_message
+from herdsched.runner import GIVEN_UP, Run, timeout_message
 from herdsched.stats import RunStats, compute_run_stats
 from herdsched.stop_signals import run_until_stopped
 from herdsched.store.base import READ_ALL_HISTORY, StateStore, call_if_offered
@@ -970,7 +970,11 @@ def _finished(run: Run) -> TriggerResult:
     """What ``trigger(wait=True)`` answers about a run that has ended: its record's outcome."""
     outcome = run.outcome
     if run.given_up or run.written_off:  # by a stop, by a lost lead: its outcome is not its own
-        why = _GIVEN_UP if run.given_up else f"{run.written_off} before the run ended"
+        why = (
+            f"{GIVEN_UP} before it ended"
+            if run.given_up
+            else f"{run.written_off} before the run ended"
+        )
         return TriggerResult(success=False, run_id=run.run_id, error=f"{why}: {_UNRECORDED}")
     if outcome is not None and outcome.no_work and not run.timed_out:
         return TriggerResult(False, run.run_id, _NO_WORK, True, SkipReason.NO_WORK)
@@ -981,6 +985,5 @@ def _finished(run: Run) -> TriggerResult:
     return TriggerResult(success=ok, run_id=run.run_id, error=error)
 
 
-_GIVEN_UP = "stop() gave the run up before it ended"
 _UNRECORDED = "its outcome is not recorded"
 _NO_WORK = "its work source had no work"

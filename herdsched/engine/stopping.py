@@ -15,7 +15,7 @@ from collections.abc import Callable
 from herdsched.command import CommandJob
 from herdsched.engine.dispatch import Dispatcher
 from herdsched.engine.recovery import Leadership
-from herdsched.runner import Run
+from herdsched.runner import GIVEN_UP, Run
 
 __all__ = ["LINGER", "run_of_this_thread", "wait_for_runs"]
 
@@ -90,7 +90,7 @@ def wait_for_runs(
         for run in left if cancel_left else ():
             if not run.finalized:  # a timed-out run, or one being settled, has its record
                 run.finalized = run.given_up = True
-                run.written_off = "stop() gave the run up"
+                run.written_off = GIVEN_UP
             run.cancel()
     graces = {run: run.job.kill_grace for run in left if isinstance(run.job, CommandJob)}
     if cancel_left and end_commands and graces:
