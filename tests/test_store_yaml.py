@@ -530,3 +530,48 @@ def test_a_finished_run_is_found_while_its_group_commit_is_half_written(
     assert seen and seen[0] is not None and seen[0].status.value == "running"
     found = find_run(reader, "a", "s", "r1")
     assert found is not None and found.status.value == "success"
+
+
+def test_flush_returns_once_a_commit_under_way_on_another_thread_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``flush()`` called while the flusher thread was appending the run records returned at
+    once, leaving the run's end (held back until its record is durable) unwritten: a process
+    reading the state right after still saw the schedule running."""
+    import threading
+
+    writer = YamlStateStore(tmp_path)
+    writer.record_transition("a", "s", status="running", running_run_id="r1")
+    writer.flush()
+    writer.record_transition("a", "s", status="idle", running_run_id=None)
+    writer.append_run(
+        RunRecord(run_id="r1", agent="a", schedule="s", trigger_type="manual", status="success")
+    )
+    appending, go_on = threading.Event(), threading.Event()
+    append = writer._history.append  # type: ignore[attr-defined]
+
+    def slow_append(runs: list[RunRecord]) -> None:
+        if runs:
+            appending.set()
+            go_on.wait(10)
+        append(runs)
+
+    monkeypatch.setattr(writer._history, "append", slow_append)  # type: ignore[attr-defined]
+    flusher = threading.Thread(target=writer.flush)
+    flusher.start()
+    assert appending.wait(10)
+    seen: list[Status] = []
+
+    def flush_then_read() -> None:
+        writer.flush()
+        with YamlStateStore(tmp_path) as reader:
+            seen.append(reader.get_schedule_state("a", "s").status)
+
+    caller = threading.Thread(target=flush_then_read)
+    caller.start()
+    caller.join(0.3)  # a flush that does not wait for the one under way has returned by now
+    go_on.set()
+    caller.join(10)
+    flusher.join(10)
+    assert seen == [Status.IDLE]
+    writer.close()

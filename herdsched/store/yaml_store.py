@@ -184,6 +184,7 @@ class YamlStateStore:
         # and is only ever held briefly (never across I/O), so reads do not wait for a write.
         self._io = threading.RLock()
         self._hist_io = threading.Lock()
+        self._flushing = threading.Lock()  # a flush waits for one under way on another thread
         self._mem = threading.Lock()
         self._appending: list[RunRecord] = []  # records a history append under way writes
         self._disk: StateDoc = empty_state()
@@ -497,13 +498,15 @@ class YamlStateStore:
         in the history before its state stops naming it running, so a reader in between
         finds the run one way or the other (a crash in between is read as ended, see
         recovery). When records cannot be appended, the states they do not hold back are
-        written all the same, then the error raised."""
-        try:
-            self._append_pending_runs()
-        except Exception:
+        written all the same, then the error raised. One flush at a time: a second would
+        find the records taken by the first and return before the runs' ends are written."""
+        with self._flushing:
+            try:
+                self._append_pending_runs()
+            except Exception:
+                self._write_states()
+                raise
             self._write_states()
-            raise
-        self._write_states()
 
     def _write_states(self) -> None:
         """The group commit's write of the pending states (see :meth:`_write`)."""
