@@ -1333,7 +1333,7 @@ def _state_json(agent: str, name: str, state: ScheduleState) -> dict[str, Any]:
     """Every field of the state, ``null`` when unset: each schedule has the same keys (a
     script reading ``disabled_reason`` must not meet a ``KeyError`` on most of them)."""
     fields: dict[str, Any] = converter.unstructure(state)
-    if state.removed_at is not None:  # no run comes (a run-time definition keeps its plan)
+    if state.removed_at is not None:  # no run comes (a kept plan waits for a registration)
         fields["next_run_at"] = None
     return {"agent": agent, "schedule": name, **fields}
 

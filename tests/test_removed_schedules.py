@@ -67,7 +67,9 @@ def test_the_leader_marks_what_its_fleet_lost_and_clears_it_when_it_comes_back(
     )
     store = YamlStateStore(tmp_path)
     gone, keep = store.get_schedule_state("bot", "gone"), store.get_schedule_state("bot", "keep")
-    assert gone.removed_at == T0.replace(minute=1) and gone.next_run_at is None
+    assert gone.removed_at == T0.replace(minute=1)
+    # its plan stays, for a program that registers it after start(): nobody shows it
+    assert gone.next_run_at == T0.replace(hour=10)
     assert gone.last_run_at == T0  # what it did stays
     assert keep.removed_at is None and keep.next_run_at is not None
     store.close()
@@ -116,7 +118,7 @@ def test_a_postgresql_store_carries_the_mark_across_hosts(
     other_host = store()
     try:
         gone = other_host.get_schedule_state("bot", "gone")
-        assert gone.removed_at == T0 and gone.next_run_at is None
+        assert gone.removed_at == T0 and gone.next_run_at == T0.replace(hour=10)  # kept
     finally:
         other_host.close()
     _run_fleet(tmp_path, clock, ["keep", "gone"], store())
@@ -240,6 +242,43 @@ def test_a_stored_definition_registered_after_the_start_catches_up_its_missed_sl
     assert ran == ["nightly"]  # the missed slot, caught up once
     state = YamlStateStore(tmp_path).get_schedule_state("triage", "nightly")
     assert state.removed_at is None and state.next_run_at == T0.replace(day=4, hour=3)
+
+
+def test_a_schedule_in_code_registered_after_the_start_catches_up_its_missed_slots(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """The same for a schedule defined in code, whose agent a program registers after
+    ``start()``: marked removed at the start, it lost its plan, and the cron slots missed
+    while no process ran were neither run nor recorded missed (registered before the start,
+    the first runs once at once, as ``catch_up="once"`` says)."""
+
+    def agent(ran: list[datetime | None]) -> Agent:
+        hourly = Schedule.cron("0 * * * *")
+        return Agent(
+            "bot", job=lambda info: ran.append(info.scheduled_for), schedules={"h": hourly}
+        )
+
+    for registered_late in (False, True):
+        directory, ran = tmp_path / str(registered_late), []
+        sched = ThreadedScheduler(state_dir=directory, clock=FakeClock(T0), timezone="UTC")
+        sched.add_agent(agent(ran))
+        with sched:
+            sched.run_pending()
+        clock_after = FakeClock(T0 + timedelta(hours=3, minutes=30))  # down over 10, 11, 12
+        later = ThreadedScheduler(state_dir=directory, clock=clock_after, timezone="UTC")
+        if not registered_late:
+            later.add_agent(agent(ran))
+        with later:
+            later.run_pending()
+            if registered_late:
+                later.add_agent(agent(ran))
+                later.run_pending()
+            assert later.wait_until_idle(10)
+            (status,) = later.get_status().schedules
+            history = later.history("bot", "h")
+        assert ran == [T0.replace(hour=10)], registered_late  # the first missed slot, once
+        assert status.next_run_at == T0.replace(hour=13)
+        assert [r.status for r in history] == [RunStatus.SUCCESS]
 
 
 def test_a_standby_shows_no_next_run_for_a_run_time_schedule_the_leader_marked_removed(

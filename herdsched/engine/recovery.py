@@ -431,10 +431,11 @@ def _mark_removed(
 ) -> None:
     """Mark the stored states of schedules this scheduler does not run (taken out of its fleet),
     so that every process shows them as removed rather than as waiting for a run that never
-    comes. Stored run-time definitions are taken in when their agent registers: they are
-    marked only while their agent is not registered (gone from the fleet, or not yet
-    registered by a program that starts its scheduler first), their next run kept for when it
-    comes. Registering a marked schedule again clears the mark
+    comes. Their next run is kept for a program that registers its agents after ``start()``:
+    registered then, a schedule catches up what it missed by the catch-up policy, as after
+    downtime (a cron's missed slots were lost otherwise). Stored run-time definitions are
+    taken in when their agent registers: they are marked only while their agent is not
+    registered. Registering a marked schedule again clears the mark
     (:meth:`EngineCore.persist_description`). ``stored`` holds the states as they were
     before this scheduler wrote its own."""
     defined = _stored_definitions(core)
@@ -466,7 +467,7 @@ def _mark_removed(
             name_some(foreign),
         )
     for agent, name in lost:
-        core.mark_removed(agent, name, now, keep_next=name in defined.get(agent, {}))
+        core.mark_removed(agent, name, now, keep_next=True)
     if lost:
         core.log.info(
             "%d schedule(s) with state in the store are not in this scheduler's fleet (%s): "
@@ -620,7 +621,13 @@ def _record_removed_claims(core: EngineCore, now: datetime) -> None:
             ended = None  # recorded interrupted above, or by a takeover before
         last = claims[-1]  # the state shows the latest run, as when its end is written
         newer = state.last_run_at is None or last.run_at > state.last_run_at
-        started = {"last_run_at": last.run_at, "last_slot_at": last.slot} if newer else {}
+        # the plan kept for a late registration was the slot this run stood for: it plans
+        # from this run instead (the slot must not run again)
+        started = (
+            {"last_run_at": last.run_at, "last_slot_at": last.slot, "next_run_at": None}
+            if newer
+            else {}
+        )
         status = Status.IDLE
         timed = any(c.slot is not None for c in claims)  # not a stale last_slot_at: a once
         if state.type == ScheduleType.ONCE.value and timed:  # given a new time has an old one

@@ -55,7 +55,7 @@ def _stored_plan(entry: Entry) -> datetime | None:
     """The next run a scheduler not leading (stopped, standing by) shows: the stored plan,
     unless the timer would not fire it; none while a run goes on, as the leader shows (the
     state keeps the slot being run until the run's end plans the next), nor while the leader
-    shows it removed (its agent not registered there: a run-time definition keeps its plan)."""
+    shows it removed (not registered there: its plan is kept for a late registration)."""
     state = entry.state
     if not entry.schedulable or state.status is Status.RUNNING or state.removed_at is not None:
         return None
