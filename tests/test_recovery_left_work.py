@@ -275,3 +275,58 @@ def test_a_claim_waiting_for_its_schedule_to_be_registered_outlives_a_second_cra
     assert reader.get_schedule_state("a", "s").last_run_at == claims[-1].run_at
     assert [claim.agent for claim in reader.load_claims()] in ([], ["b"])  # b/t may run now
     reader.close()
+
+
+@pytest.mark.parametrize("paused", [False, True], ids=["idle", "paused"])
+def test_a_run_now_of_a_once_schedule_cut_by_a_crash_before_its_time_keeps_that_time(
+    tmp_path: Path, paused: bool
+) -> None:
+    """A test run (run-now) of a once schedule an hour before its time, the process killed
+    while it ran: the next leader completed the schedule, so its one real run never came. It
+    is recorded interrupted, and the schedule runs at its time (a pause made before stays)."""
+    clock = FakeClock(T0)
+    at = T0 + timedelta(hours=1)
+    ran: list[TriggerType] = []
+    started, finish = threading.Event(), threading.Event()
+
+    def job(info: TriggerInfo) -> str:
+        ran.append(info.trigger_type)
+        if info.trigger_type is TriggerType.MANUAL:
+            started.set()
+            assert finish.wait(10)
+        return "ok"
+
+    def fleet() -> Agent:
+        return Agent("a", job=job, schedules={"o": Schedule.once(at)})
+
+    live = tmp_path / "live"
+    sched = ThreadedScheduler(state_dir=live, clock=clock, commit_delay=0)
+    sched.add_agent(fleet())
+    with sched:
+        if paused:
+            sched.pause("a", "o")
+        sched.trigger("a", "o")
+        assert started.wait(10)
+        sched.store.flush()
+        crashed = crash_copy(live, tmp_path / "crashed")
+        finish.set()
+    ran.clear()
+    after = ThreadedScheduler(state_dir=crashed, clock=clock, commit_delay=0)
+    after.add_agent(fleet())
+    with after:
+        after.run_pending()
+        state = after.store.get_schedule_state("a", "o")
+        assert state.status is (Status.PAUSED if paused else Status.IDLE)
+        assert state.next_run_at == at
+        if paused:
+            after.resume("a", "o")
+        clock.advance(timedelta(hours=1))
+        after.run_pending()
+        assert after.wait_until_idle(10)
+        history = [(r.trigger_type, r.status) for r in after.history("a", "o")]
+        assert after.store.get_schedule_state("a", "o").status is Status.COMPLETED
+    assert ran == [TriggerType.ONCE]
+    assert history == [
+        (TriggerType.ONCE, RunStatus.SUCCESS),
+        (TriggerType.MANUAL, RunStatus.INTERRUPTED),
+    ]

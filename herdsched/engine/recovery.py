@@ -933,8 +933,9 @@ def _settle_ended(
     """The state of ``entry`` once the run it shows has ended with ``result``: no longer
     running, planned past the slot that run stood for, or past its start when that was later
     (a catch-up run stands for every slot before it, as in a run's own end); a pause or
-    disable stays, except on a once schedule, which is completed (a resume must not run it
-    again)."""
+    disable stays, except on a once schedule whose own run it was, which is completed (a
+    resume must not run it again). A run-now of a once schedule (no slot) leaves its time
+    planned, as its end does: a crash during a test run before that time lost the real one."""
     state = entry.state
     cadence = entry.schedule.cadence
     due = None
@@ -947,10 +948,13 @@ def _settle_ended(
             rng=core.rng,
         )
     once = cadence is not None and cadence.runs_once
-    kept = state.status in (Status.PAUSED, Status.DISABLED) and not once
+    over = once and (state.last_slot_at is not None or state.status is Status.COMPLETED)
+    if once and not over:
+        due = state.next_run_at  # its time, caught up by the plan when it has passed
+    kept = state.status in (Status.PAUSED, Status.DISABLED) and not over
     core.change_state(
         entry,
-        status=state.status if kept else (Status.COMPLETED if once else Status.IDLE),
+        status=state.status if kept else (Status.COMPLETED if over else Status.IDLE),
         last_result=result,
         last_finished_at=finished,
         last_error=error,
