@@ -60,7 +60,7 @@ def measure(persistent: bool, schedules: int, rounds: int) -> tuple[list[float],
             state_dir=Path(workdir) if persistent else None,
             clock=clock,
             commit_delay=86_400,  # the longest: no commit while it measures
-            max_sleep=1e9,
+            max_sleep=86_400,  # the longest: the timer sleeps through the rounds
             poll_interval=None,
             executor_factory=lambda agent, size: _Holding(calls),
         )

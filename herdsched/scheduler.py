@@ -475,10 +475,13 @@ class ThreadedScheduler:
         core.changed()
 
     def set_agents(self, agents: Iterable[Agent]) -> None:
-        """Replace the fleet (hot reload), keeping persisted state of every name that stays."""
+        """Replace the fleet (hot reload), keeping persisted state of every name that stays; all
+        or nothing: a schedule that could not run here is refused, the fleet left as it was."""
         new = {agent.name: agent for agent in check_agents(agents)}
         core = self._core
         with core.changes, core.lock:
+            for agent in new.values():
+                registry.check_agent(core, agent)
             for name in list(core.agents):
                 # an agent that stays keeps its ad hoc runs' entry; one that goes, every entry
                 kept = [*new[name].schedules, AD_HOC_SCHEDULE] if name in new else []

@@ -65,6 +65,8 @@ from herdsched.testing import FakeClock
         ({"lease_ttl": float("inf")}, "lease_ttl must be at most a day"),
         # accepted, then every commit and stop() overflowed a thread wait
         ({"lock_timeout": 1e10}, r"lock_timeout must be at most a day \(86400 s\)"),
+        # accepted, then (no lease to renew) the timer's wait overflowed and its thread ended
+        ({"max_sleep": 1e10, "leader_lock": False}, r"max_sleep must be at most a day"),
     ],
 )
 def test_constructor_rejects_bad_settings_naming_them(kwargs: dict, message: str) -> None:
@@ -726,6 +728,37 @@ def test_set_agents_refuses_a_name_given_twice() -> None:
     ):
         sched.set_agents([first, second])
     assert [s.schedule for s in sched.get_status().schedules] == ["old"]  # nothing changed
+
+
+def test_set_agents_with_a_schedule_the_scheduler_refuses_changes_nothing(tmp_path: Path) -> None:
+    """One schedule below ``min_interval`` (or naming an unknown work source, or with nothing
+    to run): the reload was refused, but the agents leaving had gone already, and the new
+    agents before the bad one were registered, live for every process on the store."""
+    clock = FakeClock(T0)
+    sched = ThreadedScheduler(state_dir=tmp_path, clock=clock, min_interval="1m")
+    daily = Schedule.cron("0 3 * * *")
+    old = Agent("old", job=Recorder(), schedules={"nightly": daily})
+    keep = Agent("keep", job=Recorder(), schedules={"a": daily, "b": daily})
+    sched.set_agents([old, keep])
+    sched.pause("keep", "b")
+    before = [(s.agent, s.schedule, s.status) for s in sched.get_status().schedules]
+    new = Agent("new", job=Recorder(), schedules={"x": daily})
+    bad = {
+        "interval": Schedule.interval("10s"),
+        "work_source": Schedule.interval("1h", work_source="queue"),
+    }
+    with sched:  # leading: what leaves the fleet is marked removed in the store
+        for field, schedule in bad.items():
+            broken = Agent("broken", job=Recorder(), schedules={"s": schedule})
+            slim = Agent("keep", job=Recorder(), schedules={"a": daily})
+            with pytest.raises(InvalidScheduleError, match="broken/s: ") as info:
+                sched.set_agents([slim, new, broken])
+            assert info.value.field == field
+            after = [(s.agent, s.schedule, s.status) for s in sched.get_status().schedules]
+            assert after == before
+        sched.store.flush()
+        with YamlStateStore(tmp_path) as other:  # nor for the other processes
+            assert other.get_schedule_state("old", "nightly").removed_at is None
 
 
 def test_unknown_fields_and_schedules_not_in_a_mapping_are_named() -> None:

@@ -48,19 +48,18 @@ __all__ = [
 ]
 
 
+def check_agent(core: EngineCore, agent: Agent) -> None:
+    """Refuse ``agent`` when one of its schedules could not run here (before anything
+    changes: a hot reload checks every agent of the new fleet first)."""
+    for name, schedule in agent.schedules.items():
+        validate_schedule(core, agent.name, name, schedule, when="registered", registering=agent)
+
+
 def install_agent(core: EngineCore, agent: Agent) -> None:
     """Register ``agent`` (replacing one of the same name), with its stored definitions."""
+    check_agent(core, agent)
     old = core.agents.get(agent.name)
     core.agents[agent.name] = agent
-    try:
-        for name, schedule in agent.schedules.items():
-            validate_schedule(core, agent.name, name, schedule, when="registered")
-    except Exception:
-        if old is None:
-            del core.agents[agent.name]
-        else:
-            core.agents[agent.name] = old
-        raise
     if old is not None and old.max_concurrent != agent.max_concurrent:
         core.executors.forget(agent.name)
     # one read of the agent's stored states, not one per schedule: a store on another host
@@ -266,13 +265,20 @@ CheckedWhen = Literal["registered", "added", "changed"]
 
 
 def validate_schedule(
-    core: EngineCore, agent: str, name: str, schedule: Schedule, *, when: CheckedWhen = "added"
+    core: EngineCore,
+    agent: str,
+    name: str,
+    schedule: Schedule,
+    *,
+    when: CheckedWhen = "added",
+    registering: Agent | None = None,
 ) -> None:
-    """Refuse a schedule the scheduler could not run as asked (``InvalidScheduleError``)."""
+    """Refuse a schedule the scheduler could not run as asked (``InvalidScheduleError``);
+    ``registering``: the agent it comes with, not registered yet."""
     where = f"{agent}/{name}"
     check_name("schedule", name)
     check_cadence(core, agent, name, schedule, when=when)
-    agent_obj = core.agents.get(agent)
+    agent_obj = registering or core.agents.get(agent)
     agent_job = agent_obj.job if agent_obj is not None else None
     if schedule.job is None and agent_job is None and core.on_trigger is None:
         raise InvalidScheduleError(

@@ -75,7 +75,11 @@ class EngineSettings:
     """What the scheduler's constructor was told, validated (``ValueError`` names the option)."""
 
     timezone: tzinfo = attrs.field(converter=resolve_timezone)
-    max_sleep: float = attrs.field(default=60.0, validator=[_number, _positive_seconds])
+    # at most a day: a longer wait overflowed the timer's (and ended its thread)
+    max_sleep: float = attrs.field(
+        default=60.0,
+        validator=[_number, _positive_seconds, lambda _, __, v: check_wait(v, "max_sleep")],
+    )
     min_interval: timedelta = attrs.field(default=timedelta(seconds=1), converter=_min_interval)
     jitter_percent: float = attrs.field(default=0.0, validator=[_number, _percent])
     backoff: tuple[timedelta, ...] = attrs.field(default=None, converter=coerce_backoff)
