@@ -839,12 +839,16 @@ def test_a_trigger_waiting_for_a_run_its_scheduler_lost_the_lead_of_is_told_so(
     )
 
 
-def test_a_leader_cut_off_from_its_store_stops_its_jobs_only_once_another_leads(
-    clock: FakeClock,
+@pytest.mark.parametrize("meanwhile", ["nobody led", "another leads", "another led and left"])
+def test_a_leader_cut_off_from_its_store_keeps_its_jobs_unless_another_leads_meanwhile(
+    clock: FakeClock, meanwhile: str
 ) -> None:
     """No other leader is known when the store does not answer (with a single scheduler there
-    is none): a 31-second outage must not end an hour-long job. Once another scheduler is seen
-    leading, which runs the schedule again, the job is told to stop (it ran on beside it)."""
+    is none): a 31-second outage must not end an hour-long job. When the store answers and
+    nobody led meanwhile, the scheduler leads again with the job, whose outcome is recorded:
+    it stood by until the job ended, and the fleet ran nothing for an hour. Once another
+    scheduler is seen leading, or to have led (the lease's epoch skipped one), which ran the
+    schedule again, the job is told to stop (it ran on beside it)."""
 
     class LooksFail(RenewalsFail):
         def current_lease(self) -> Lease | None:
@@ -855,6 +859,7 @@ def test_a_leader_cut_off_from_its_store_stops_its_jobs_only_once_another_leads(
     store = LooksFail(clock=clock)
     began = threading.Event()
     seen: list[TriggerInfo] = []
+    ticks = Recorder()
 
     def job(info: TriggerInfo) -> None:
         seen.append(info)
@@ -863,6 +868,7 @@ def test_a_leader_cut_off_from_its_store_stops_its_jobs_only_once_another_leads(
 
     sched = ThreadedScheduler(state_dir=None, store=store, clock=clock, lease_ttl=TTL)
     sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
+    sched.add_agent(Agent("b", job=ticks, schedules={"t": Schedule.interval("1m")}))
     with sched:
         sched.run_pending()
         assert began.wait(10)
@@ -873,17 +879,30 @@ def test_a_leader_cut_off_from_its_store_stops_its_jobs_only_once_another_leads(
         clock.advance(TTL / 3)
         sched.run_pending()  # a standby's try: the store still does not answer
         assert not seen[0].cancel_event.is_set()
+        if meanwhile != "nobody led":  # on another host, which the store answers
+            taken = MemoryStateStore.acquire_lease(store, "other", TTL)
+            assert taken is not None and taken.epoch == 2
+            if meanwhile == "another led and left":
+                store.release_lease(taken)
         store.broken = False
         clock.advance(TTL / 3)
         sched.run_pending()  # it answers: the outage is over for the status table too
         assert sched._core.store_health.trouble() is None
-        taken = store.acquire_lease("other", TTL)  # another scheduler leads
-        assert taken is not None and taken.epoch == 2
-        clock.advance(TTL / 3)
-        sched.run_pending()  # the next try sees it
-        assert wait_until(seen[0].cancel_event.is_set)
-        assert sched.wait_until_idle(10)
-        store.release_lease(taken)
+        if meanwhile == "nobody led":
+            assert sched.status == "running" and not seen[0].cancel_event.is_set()
+            clock.advance("2m")
+            sched.run_pending()
+            assert wait_until(lambda: len(ticks.calls) == 2)  # the fleet runs on meanwhile
+            seen[0].cancel_event.set()  # the job ends: its outcome is this lead's
+            assert sched.wait_until_idle(10)
+            (record,) = sched.history("a", "s")
+            assert record.status is RunStatus.SUCCESS and len(seen) == 1
+        else:
+            assert wait_until(seen[0].cancel_event.is_set)
+            assert sched.wait_until_idle(10)
+            assert sched.history("a", "s") == []  # the other leader records it interrupted
+        if meanwhile == "another leads":
+            store.release_lease(taken)
 
 
 def test_an_outcome_still_uncommitted_when_the_lead_is_lost_is_not_written_when_it_leads_again(

@@ -33,7 +33,7 @@ from herdsched.engine.core import (
 from herdsched.engine.planning import Entry, due_after_downtime, fresh_due
 from herdsched.errors import LeadershipLostError, StateError
 from herdsched.models import RunRecord, RunStatus, ScheduleState, ScheduleType, Status, TriggerType
-from herdsched.runner import LEAD_LOST, new_run_id
+from herdsched.runner import LEAD_LOST, Run, new_run_id
 from herdsched.store.base import (
     DEFAULT_LEASE_TTL,
     READ_ALL_HISTORY,
@@ -119,7 +119,7 @@ class Leadership:
         if not info:  # nobody leads: the try failed, or was not made
             why = (
                 "its jobs from before it stopped still run: it leads once they end"
-                if core.running
+                if core.running and not all(_may_take_back(run) for run in core.running.values())
                 else "the store error logged before says why"
             )
             core.log.warning(
@@ -171,8 +171,15 @@ class Leadership:
         return True
 
     def _acquire(self) -> bool:
+        """Take the lease (caller holds the engine lock). Jobs still running from a lead this
+        scheduler gave up because its store did not answer are taken back with it when no
+        other scheduler led meanwhile (the lease's epoch follows the lost one's): the fleet
+        need not wait for a long job after a short outage. Any other jobs still running (told
+        to stop, given up by ``stop()``, ending now) are waited for first: their outcomes must
+        not be written under a new lead."""
         core = self.core
-        if core.running:
+        left = list(core.running.values())
+        if not all(_may_take_back(run) for run in left):
             return False
         started = core.clock.monotonic()
         try:
@@ -183,6 +190,20 @@ class Leadership:
         core.store_health.worked()  # a standby's outage ends here: it commits nothing
         if lease is None:
             return False
+        if left and lease.epoch != self._lost_epoch + 1:  # another led, and ran their schedules
+            self._give_back(lease)
+            for run in left:
+                run.cancel()
+            core.log.warning(
+                "Another scheduler led while this one could not reach its store (the lease's "
+                "epoch went from %d to %d): the %d job(s) still running from this scheduler's "
+                "lost lead (%s) are told to stop; it leads once they end.",
+                self._lost_epoch,
+                lease.epoch,
+                len(left),
+                name_some([f"{run.agent}/{run.schedule_name}" for run in left]),
+            )
+            return False
         self._hold(lease, started)
         core.log.info(
             "This scheduler holds the lease (epoch %d, renewed every %.3g s, lapses after %.3g s).",
@@ -190,6 +211,15 @@ class Leadership:
             self.ttl / 3,
             self.ttl,
         )
+        if left:
+            for run in left:
+                run.term, run.written_off = core.term, None
+            core.log.warning(
+                "No other scheduler led since this one lost the lead: it takes back the %d "
+                "job(s) still running (%s), whose outcomes are recorded as usual.",
+                len(left),
+                name_some([f"{run.agent}/{run.schedule_name}" for run in left]),
+            )
         return True
 
     def stop_runs_of_a_lost_lead(self) -> None:
@@ -320,12 +350,15 @@ class Leadership:
             core.idle.notify_all()
             core.log.error(
                 "This scheduler lost the lead of %s (epoch %d): %s. It dispatches nothing more; "
-                "%d running job(s) %s and their outcomes are not recorded; %s.",
+                "%d running job(s) %s; %s.",
                 store_location(core.store),  # in words, a password masked: not the repr
                 lease.epoch,
                 str(exc).rstrip("."),
                 len(core.running),
-                "are told to stop" if successor else "may finish (no other leader is known)",
+                "are told to stop and their outcomes are not recorded"
+                if successor
+                else "may finish (no other leader is known): their outcomes are recorded only "
+                "if this one leads again before another does",
                 "it goes on stopping" if stopping else "it stands by and tries to lead again",
             )
             core.emit(ev.StateErrorOccurred(at=core.clock.now(), error=str(exc)))
@@ -343,6 +376,13 @@ class Leadership:
             self.core.store.release_lease(lease)
         except Exception as exc:  # the liveness lock is gone anyway: standbys see a free lease
             self.core.log.warning("Could not record the release of the scheduler lease: %s", exc)
+
+
+def _may_take_back(run: Run) -> bool:
+    """Whether a run still going on when this scheduler leads again may be taken back: one a
+    lead lost to a store that did not answer left running, not told to stop, its job not
+    returned (a returned one is being settled as a lost lead's: not recorded)."""
+    return run.written_off == LEAD_LOST and not run.cancel_event.is_set() and run.outcome is None
 
 
 #: what the record of a run left ``running`` says: nothing tells a process that died from one
