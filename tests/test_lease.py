@@ -872,6 +872,7 @@ def test_a_leader_cut_off_from_its_store_keeps_its_jobs_unless_another_leads_mea
     with sched:
         sched.run_pending()
         assert began.wait(10)
+        assert wait_until(lambda: sched.get_status().active_jobs == 1)  # b/t's run has ended
         store.broken = True
         clock.advance(TTL + 1)
         sched.run_pending()
