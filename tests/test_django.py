@@ -964,6 +964,7 @@ def test_system_checks_report_every_settings_problem(tmp_path: Path) -> None:
         ({"LEASE_TTL": "soon"}, "herdsched.E014", "LEASE_TTL'] must be a positive number of"),
         ({"LEASE_TTL": 0}, "herdsched.E014", "LEASE_TTL'] must be a positive number of seconds"),
         ({"REQUEST_TIMEOUT": "soon"}, "herdsched.E015", "TIMEOUT'] must be a positive number"),
+        ({"STOP_TIMEOUT": "2 days"}, "herdsched.E016", "STOP_TIMEOUT'] must be a positive number"),
         (
             {"SCHEDULER": "herdsched.api:RESERVED_OWNER"},
             "herdsched.E007",

@@ -21,6 +21,7 @@ flask = pytest.importorskip("flask")
 from api_edges import EDGES, EMPTY_SEGMENTS, EMPTY_WRITES  # noqa: E402
 from flask import Flask, Request, current_app  # noqa: E402
 from flask.testing import FlaskClient  # noqa: E402
+from scheduler_helpers import wait_until  # noqa: E402
 
 from herdsched import Agent, Schedule, ThreadedScheduler, TriggerInfo  # noqa: E402
 from herdsched.api import ADMIN, ALLOW_ANYONE  # noqa: E402
@@ -529,6 +530,45 @@ def test_the_request_timeout_setting_bounds_the_apis_store_calls(sched: Threaded
     assert other.extensions[EXTENSION_KEY].api.request_timeout == 20.0
 
 
+def test_a_worker_that_exits_waits_stop_timeout_for_its_jobs_and_names_those_left(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The wait was 10 s whatever was configured (the docs' advice, a longer
+    ``--graceful-timeout``, changed nothing), and a job left running was logged as an ERROR
+    with a traceback through herdsched ("did not stop cleanly") that named no job."""
+    app = Flask("exits")
+    app.config["HERDSCHED_STOP_TIMEOUT"] = "5m"  # as an environment variable gives it
+    sched = ThreadedScheduler(state_dir=None)
+    init_app(app, sched)
+    assert app.extensions[EXTENSION_KEY].embedded.stop_timeout == 300.0
+    began, release = threading.Event(), threading.Event()
+    told: list[threading.Event] = []
+
+    def job(info: TriggerInfo) -> None:
+        told.append(info.cancel_event)
+        began.set()
+        release.wait(10)  # a job that does not watch its cancel event
+
+    sched.add_agent(Agent("a", job=job, schedules={"long": Schedule.manual()}))
+    embedded = app.extensions[EXTENSION_KEY].embedded
+    embedded.stop_timeout = 0.2  # what the setting sets, short enough for a test
+    sched.start()
+    try:
+        sched.trigger("a", "long")
+        assert began.wait(10)
+        with caplog.at_level(logging.WARNING, logger="herdsched"):
+            embedded._at_exit()  # as at the worker's exit
+        assert told[0].is_set() and sched.status == "stopped"
+    finally:
+        release.set()
+        sched.stop()
+    assert "did not stop cleanly" not in caplog.text
+    assert f"herdsched stopped in pid {os.getpid()} with 1 job(s) still running after its " in (
+        caplog.text
+    )
+    assert "0.2 s wait (a/long): they were told to stop" in caplog.text
+
+
 def test_head_is_answered_like_get(client: FlaskClient) -> None:
     """Uptime checks probe with HEAD: the API answered 405 on every route."""
     for url in ("/herdsched/", f"{API}/status", f"{API}/schedule/triage/check"):
@@ -690,6 +730,54 @@ def test_config_keys_build_the_scheduler(tmp_path: Path) -> None:
     body = app.test_client().get(f"{API}/schedule/triage/check").get_json()
     assert body["cron"] == "0 9 * * *"
     assert body["status"] == "idle"
+
+
+def test_a_fleet_files_commands_stay_commands_under_flask(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every job of the fleet file was wrapped in the app context, commands too: the scheduler
+    no longer saw a command, so a worker's stop gave the lease up without waiting for the
+    command's processes to end (the next leader started the schedule beside them), and a
+    failed command logged a traceback through herdsched instead of its exit status."""
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "version: 1\n"
+        "agents:\n"
+        "  - name: a\n"
+        "    command: [sh, -c, 'echo boom >&2; exit 3']\n"
+        "    schedules: {fails: {type: manual}}\n"
+        "  - name: b\n"
+        "    command: [sh, -c, 'trap \"sleep 1; exit 0\" TERM; sleep 30 & wait']\n"
+        "    schedules: {slow: {type: manual}}\n"
+    )
+    app = Flask("commands")
+    app.config.update(
+        HERDSCHED_FLEET_FILE=str(fleet),
+        HERDSCHED_STATE_DIR=str(tmp_path / "state"),
+        HERDSCHED_AUTOSTART=False,
+    )
+    scheduler = init_app(app)
+    scheduler.start()
+    try:
+        with caplog.at_level(logging.INFO, logger="herdsched"):
+            scheduler.trigger("a", "fails")
+            assert scheduler.wait_until_idle(30)
+            scheduler.trigger("b", "slow")
+            assert wait_until(lambda: scheduler.get_status().active_jobs == 1)
+            time.sleep(0.3)  # the shell has set its trap
+            with pytest.raises(SchedulerError):
+                scheduler.stop(timeout=0.1)
+    finally:
+        scheduler.stop()
+    failed = [
+        r.getMessage() for r in caplog.records if "The job of a/fails failed" in r.getMessage()
+    ]
+    assert failed == [
+        "The job of a/fails failed: command sh -c 'echo boom >&2; exit 3' exited with code 3; "
+        "stderr:\nboom"
+    ]
+    assert "traceback follows" not in caplog.text
+    assert "the lease is kept until they are gone" in caplog.text
 
 
 def test_config_without_fleet_makes_an_empty_scheduler(tmp_path: Path) -> None:

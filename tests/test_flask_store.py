@@ -271,6 +271,10 @@ def test_a_directory_store(apps: list[Flask], tmp_path: Path) -> None:
             "HERDSCHED_REQUEST_TIMEOUT must be a positive number of seconds or a duration",
         ),
         (
+            {"HERDSCHED_STOP_TIMEOUT": 0},
+            "HERDSCHED_STOP_TIMEOUT must be a positive number of seconds or a duration",
+        ),
+        (
             {"HERDSCHED_LEASE_TTL": 10, "HERDSCHED_SCHEDULER": "x.y:z"},
             "give HERDSCHED_SCHEDULER or HERDSCHED_LEASE_TTL, not both",
         ),

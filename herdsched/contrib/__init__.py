@@ -32,8 +32,9 @@ import attrs
 
 from herdsched.api import MAX_BODY_BYTES, REQUEST_TIMEOUT, RESERVED_OWNER, is_admin
 from herdsched.cadence import parse_interval
+from herdsched.command import CommandJob
 from herdsched.config import STORE_FIELDS, load_fleet
-from herdsched.errors import ConfigError, SchedulerError, StateError
+from herdsched.errors import ConfigError, SchedulerError, SchedulerShutdownError, StateError
 from herdsched.models import Agent, JobFunc, owner_problem
 from herdsched.scheduler import ThreadedScheduler, before_pools_join
 from herdsched.store.base import StateStore, check_ttl
@@ -81,13 +82,18 @@ SETTINGS_KEYS: Mapping[str, str] = {
     "MAX_BODY_BYTES": "largest request body the API accepts (default 64 KiB; 413 above)",
     "REQUEST_TIMEOUT": "seconds the state store's calls of one web request may take together "
     "(default 20, below gunicorn's 30 s worker timeout; 503 past it)",
+    "STOP_TIMEOUT": "seconds a worker that exits (a restart, max_requests, SIGTERM) waits for "
+    "its running jobs before it tells them to stop and lets the lease go (default 10; keep it "
+    "below the server's graceful timeout, gunicorn's --graceful-timeout)",
     "SCHEDULER": "a ThreadedScheduler, or its import path ('myapp.jobs:scheduler'), instead "
     "of STATE_DIR/FLEET_FILE/TIMEZONE",
 }
 _BUILD_KEYS = ("STATE_DIR", "STORE", "NAMESPACE", "LEASE_TTL", "FLEET_FILE", "TIMEZONE")
 #: Keys the web adapters read themselves (not used to build the scheduler).
-ADAPTER_KEYS = ("AUTOSTART", "AUTH", "MAX_BODY_BYTES", "REQUEST_TIMEOUT")
+ADAPTER_KEYS = ("AUTOSTART", "AUTH", "MAX_BODY_BYTES", "REQUEST_TIMEOUT", "STOP_TIMEOUT")
 
+#: How long a worker that exits waits for its running jobs (the ``STOP_TIMEOUT`` setting).
+STOP_TIMEOUT = 10.0
 #: How long a pre-fork master waits for running jobs before handing the scheduler to workers.
 HANDOVER_TIMEOUT = 30.0
 #: Under gunicorn: seconds a process waits to see whether it forks (a master loading the app
@@ -201,8 +207,10 @@ class EmbeddedScheduler:
         *,
         prefork_grace: float = PREFORK_GRACE,
         retry_delay: float = RETRY_DELAY,
+        stop_timeout: float = STOP_TIMEOUT,
     ) -> None:
         self.scheduler = scheduler
+        self.stop_timeout = stop_timeout
         self.prefork_grace = prefork_grace
         self.retry_delay = retry_delay
         self.failed_starts = 0  # in a row, since the last start that worked
@@ -309,8 +317,20 @@ class EmbeddedScheduler:
     def _stop_scheduler(self, timeout: float | None) -> None:
         try:
             self.scheduler.stop(wait_for_jobs=True, timeout=timeout)
-        except SchedulerError:
-            _log.exception("herdsched did not stop cleanly")
+        except SchedulerError as exc:
+            if not (isinstance(exc, SchedulerShutdownError) and exc.timed_out):
+                _log.exception("herdsched did not stop cleanly")
+                return
+            _log.warning(  # jobs outlived the wait: nothing went wrong in herdsched
+                "herdsched stopped in pid %s with %d job(s) still running after its %s s wait "
+                "(%s): they were told to stop, and the next leader records their runs as "
+                "interrupted. A longer STOP_TIMEOUT (below the server's graceful timeout) "
+                "lets jobs finish.",
+                os.getpid(),
+                exc.running_job_count,
+                f"{timeout:g}" if timeout is not None else "unbounded",
+                ", ".join(exc.running_jobs),
+            )
 
     # -- fork handling ------------------------------------------------------------------
     def _before_fork(self) -> None:
@@ -336,7 +356,7 @@ class EmbeddedScheduler:
 
     def _at_exit(self) -> None:
         if self.scheduler.is_running():
-            self.stop(timeout=10.0)
+            self.stop(timeout=self.stop_timeout)
         elif self._timer is not None:
             self._timer.cancel()
 
@@ -389,12 +409,19 @@ before_pools_join(_at_exit)
 
 
 def wrap_jobs(agent: Agent, wrap: Callable[[JobFunc], JobFunc]) -> Agent:
-    """``agent`` with ``wrap`` applied to its job and to every schedule's own job."""
+    """``agent`` with ``wrap`` applied to its job and to every schedule's own job, but a
+    command's: it runs in a process of its own, which needs no framework context, and the
+    scheduler must still see a command (a stop ends its process group before the lease is
+    given up; its failure is one log line, not a traceback through the wrapper)."""
+
+    def wrapped(job: JobFunc) -> JobFunc:
+        return job if isinstance(job, CommandJob) else wrap(job)
+
     schedules = {
-        name: schedule.with_changes(job=wrap(schedule.job)) if schedule.job else schedule
+        name: schedule.with_changes(job=wrapped(schedule.job)) if schedule.job else schedule
         for name, schedule in agent.schedules.items()
     }
-    job = wrap(agent.job) if agent.job is not None else None
+    job = wrapped(agent.job) if agent.job is not None else None
     return attrs.evolve(agent, job=job, schedules=schedules)
 
 
@@ -506,6 +533,12 @@ def lease_ttl_setting(value: Any, *, what: str) -> float:
             f"{what} must be a positive number of seconds or a duration such as "
             f'"15s", at most a day; got {value!r}'
         ) from exc
+
+
+def stop_timeout_setting(value: Any, *, what: str) -> float:
+    """The ``STOP_TIMEOUT`` setting as seconds (unset: :data:`STOP_TIMEOUT`), read as
+    ``LEASE_TTL`` is."""
+    return STOP_TIMEOUT if value is None else lease_ttl_setting(value, what=what)
 
 
 def request_timeout_setting(value: Any, *, what: str) -> float:

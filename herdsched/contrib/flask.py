@@ -63,6 +63,7 @@ from herdsched.api_input import (
 )
 from herdsched.contrib import (
     RETRY_DELAY,
+    STOP_TIMEOUT,
     AuthCheckFailed,
     DatabaseUnavailable,
     EmbeddedScheduler,
@@ -74,6 +75,7 @@ from herdsched.contrib import (
     request_timeout_setting,
     retry_delay,
     scheduler_from_settings,
+    stop_timeout_setting,
 )
 from herdsched.errors import StateError, UnauthorizedError
 from herdsched.models import TriggerInfo
@@ -111,6 +113,7 @@ class FlaskHerdsched:
     auth: AuthFunc | None
     max_body_bytes: int
     request_timeout: float = REQUEST_TIMEOUT
+    stop_timeout: float = STOP_TIMEOUT
     build: Callable[[], ThreadedScheduler] | None = None  # set while the scheduler waits
     autostart: bool = True
     failure: StateError | None = None  # why the last set-up failed
@@ -123,7 +126,7 @@ class FlaskHerdsched:
         self.api = RestApi(
             scheduler, max_body_bytes=self.max_body_bytes, request_timeout=self.request_timeout
         )
-        self.embedded = embedded = EmbeddedScheduler(scheduler)
+        self.embedded = embedded = EmbeddedScheduler(scheduler, stop_timeout=self.stop_timeout)
         self.scheduler = scheduler
         self.build = None
         return embedded
@@ -217,6 +220,9 @@ def init_app(
     timeout = request_timeout_setting(
         settings.pop("REQUEST_TIMEOUT", None), what="HERDSCHED_REQUEST_TIMEOUT"
     )
+    stop_timeout = stop_timeout_setting(
+        settings.pop("STOP_TIMEOUT", None), what="HERDSCHED_STOP_TIMEOUT"
+    )
     if auth is not None:
         auth = auth_setting(auth, what="init_app(auth=...)")
     else:
@@ -231,7 +237,14 @@ def init_app(
         _log.warning("%s ignored: init_app() was given a scheduler", ignored)
     prefix = "/" + url_prefix.strip("/") if url_prefix.strip("/") else ""
     ext = FlaskHerdsched(
-        None, None, None, prefix, auth, max_body_bytes=limit, request_timeout=timeout
+        None,
+        None,
+        None,
+        prefix,
+        auth,
+        max_body_bytes=limit,
+        request_timeout=timeout,
+        stop_timeout=stop_timeout,
     )
     ext.autostart = autostart and not reloader_watcher()
     if autostart and not ext.autostart:

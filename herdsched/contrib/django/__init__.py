@@ -58,6 +58,7 @@ from herdsched.contrib import (
     request_timeout_setting,
     retry_delay,
     scheduler_from_settings,
+    stop_timeout_setting,
 )
 from herdsched.contrib.django.database import resolve_store
 from herdsched.errors import SchedulerError
@@ -115,6 +116,9 @@ def get_embedded() -> EmbeddedScheduler:
             timeout = request_timeout_setting(
                 settings.get("REQUEST_TIMEOUT"), what="HERDSCHED['REQUEST_TIMEOUT']"
             )
+            stop_timeout = stop_timeout_setting(
+                settings.get("STOP_TIMEOUT"), what="HERDSCHED['STOP_TIMEOUT']"
+            )
             for key in ADAPTER_KEYS:
                 settings.pop(key, None)
             if settings.get("STORE") is not None:
@@ -122,7 +126,7 @@ def get_embedded() -> EmbeddedScheduler:
             scheduler = scheduler_from_settings(
                 settings, source="settings.HERDSCHED", wrap_job=with_db_connections
             )
-            _process.embedded = EmbeddedScheduler(scheduler)
+            _process.embedded = EmbeddedScheduler(scheduler, stop_timeout=stop_timeout)
             _process.api = RestApi(scheduler, max_body_bytes=limit, request_timeout=timeout)
         return _process.embedded
 

@@ -10,7 +10,8 @@ settings it would ignore, ``E008`` ``STORE`` names no store or is given with ``S
 that database is not PostgreSQL (or its settings cannot make a connection string libpq takes),
 ``E011`` ``NAMESPACE`` is not a non-empty string or has no database store, ``E012``
 ``AUTOSTART`` is not ``True`` or ``False``, ``E013`` ``TIMEZONE`` names no time zone,
-``E014`` ``LEASE_TTL`` and ``E015`` ``REQUEST_TIMEOUT`` are no positive number of seconds.
+``E014`` ``LEASE_TTL``, ``E015`` ``REQUEST_TIMEOUT`` and ``E016`` ``STOP_TIMEOUT`` are no
+positive number of seconds.
 The checks ask the functions the scheduler's start-up asks, so the two cannot disagree. None
 connects to the database: an option value libpq refuses only when it connects (``sslmode=bogus``)
 is found by a connection started towards a local socket that cannot exist
@@ -37,6 +38,7 @@ from herdsched.contrib import (
     lease_ttl_setting,
     request_timeout_setting,
     state_dir_setting,
+    stop_timeout_setting,
     timezone_setting,
 )
 from herdsched.contrib.django.database import DjangoDatabaseError, alias_of, database_dsn
@@ -90,6 +92,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     if value.get("REQUEST_TIMEOUT") is not None:
         problems += _as_check(
             request_timeout_setting, value["REQUEST_TIMEOUT"], "REQUEST_TIMEOUT", "herdsched.E015"
+        )
+    if value.get("STOP_TIMEOUT") is not None:
+        problems += _as_check(
+            stop_timeout_setting, value["STOP_TIMEOUT"], "STOP_TIMEOUT", "herdsched.E016"
         )
     problems += _as_check(flag_setting, value.get("AUTOSTART", True), "AUTOSTART", "herdsched.E012")
     return problems
