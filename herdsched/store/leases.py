@@ -281,7 +281,7 @@ class LeaseFile:
                 self._held = lease
                 self.fenced = True
             self._sweep(keep=self._liveness_name)
-        log.info(
+        log.debug(  # the scheduler says so at INFO, with its renewal cadence
             "This process holds the scheduler lease of %s (epoch %d, expires %s).",
             self.path.parent,
             lease.epoch,
