@@ -49,6 +49,7 @@ from herdsched.config import (
 )
 from herdsched.converter import converter, record_to_dict
 from herdsched.engine.collaborators import DEFAULT_STATE_DIR
+from herdsched.engine.core import DISABLED_MARK
 from herdsched.engine.recovery import FAILED_RESULTS
 from herdsched.errors import (
     ConfigError,
@@ -1529,6 +1530,11 @@ def _nothing_to_resume(state: ScheduleState) -> str:
         return (
             f"running after {state.consecutive_failures} failure(s) in a row: nothing to resume "
             "while the run goes on; resume again once it ended to drop their backoff"
+        )
+    if state.cadence is not None and state.cadence.endswith(DISABLED_MARK):
+        return (
+            f"{state.status.value}, nothing to resume: its definition says enabled: false "
+            "(change it in the fleet file or code)"
         )
     return f"{state.status.value}, nothing to resume"
 

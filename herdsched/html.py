@@ -330,8 +330,18 @@ def _row_class(item: Mapping[str, Any]) -> str:
     return f"s-{item.get('status')}{failing}"
 
 
-def _actions(enabled: bool, writable: bool) -> str:
-    hide_pause, hide_resume = ("", " hidden") if enabled else (" hidden", "")
+def _resumable(item: Mapping[str, Any]) -> bool:
+    """Whether the page's resume can fire ``item`` again: paused, auto-disabled, or disabled by
+    a definition stored at run time (one in the code or fleet file that says ``enabled:
+    false`` is changed there: the API answers 409)."""
+    if str(item.get("status")) in ("paused", "disabled"):
+        return True
+    return not item.get("enabled") and item.get("defined_in") == "store"
+
+
+def _actions(item: Mapping[str, Any], writable: bool) -> str:
+    hide_pause = "" if item.get("enabled") else " hidden"
+    hide_resume = "" if _resumable(item) else " hidden"
     off = "" if writable else " disabled"
     return (
         f"<button type='button' data-action='pause'{hide_pause}{off}>pause</button>"
@@ -349,7 +359,7 @@ def _row(item: Mapping[str, Any], cells: Mapping[str, str], writable: bool) -> s
         f"<tr class='{escape(_row_class(item), quote=True)}' "
         f"data-agent='{escape(agent, quote=True)}' data-schedule='{escape(name, quote=True)}' "
         f"data-key='{escape(key, quote=True)}'>{tds}"
-        f"<td class='actions'>{_actions(bool(item.get('enabled')), writable)}</td></tr>"
+        f"<td class='actions'>{_actions(item, writable)}</td></tr>"
     )
 
 
@@ -488,8 +498,9 @@ def page_update(
                 "name": name,
                 "cls": _row_class(item),
                 "enabled": bool(item.get("enabled")),
+                "resumable": _resumable(item),
                 "cells": row_cells(item, runs.get((agent, name), ()), timezone),
-                "actions": _actions(bool(item.get("enabled")), writable),
+                "actions": _actions(item, writable),
             }
         )
     return {

@@ -77,7 +77,7 @@
       for (const [name, html] of Object.entries(item.cells)) setHTML(tr.querySelector("td." + name), html);
       const pause = tr.querySelector("[data-action=pause]"), resume = tr.querySelector("[data-action=resume]");
       if (pause) pause.hidden = !item.enabled;
-      if (resume) resume.hidden = item.enabled;
+      if (resume) resume.hidden = !item.resumable;
       const detail = detailOf(tr);
       const place = anchor ? anchor.nextElementSibling : rows.firstElementChild;
       if (place !== tr) rows.insertBefore(tr, place);

@@ -1380,6 +1380,44 @@ def test_audit_line_of_a_patch_tells_what_it_changed(
     assert sched.get_schedule("triage", "check").prompt == "Hi"
 
 
+def test_the_page_offers_resume_only_where_a_resume_is_taken(tmp_path: Path) -> None:
+    """A schedule whose fleet file or code says ``enabled: false`` showed a resume button
+    that always got 409 (the definition is changed there, not by a resume)."""
+    sched = ThreadedScheduler(state_dir=tmp_path, clock=FakeClock(START), timezone="UTC")
+    schedules = {
+        "off": Schedule.interval("1h", enabled=False),
+        "held": Schedule.interval("1h"),
+        "on": Schedule.interval("1h"),
+    }
+    sched.add_agent(Agent("triage", job=Jobs().quick, schedules=schedules))
+    sched.add_schedule("triage", "stored-off", Schedule.interval("1h", enabled=False), persist=True)
+    sched.pause("triage", "held")
+    api = RestApi(sched)
+    rows = {r["key"]: r for r in api.status_page_update(query={"agent": "triage"})["rows"]}
+    buttons = {
+        key.split("/")[1]: (
+            "data-action='pause' hidden" not in row["actions"],
+            "data-action='resume' hidden" not in row["actions"],
+            row["resumable"],
+        )
+        for key, row in rows.items()
+    }
+    assert buttons == {
+        "off": (False, False, False),
+        "stored-off": (False, True, True),
+        "held": (False, True, True),
+        "on": (True, False, False),
+    }
+    status, _ = api.handle("PATCH", "/api/schedule/triage/off", body={"enabled": True})
+    assert status == 409  # what the button met
+    status, _ = api.handle("PATCH", "/api/schedule/triage/stored-off", body={"enabled": True})
+    assert status == 200
+    page = api.status_page(api_base="/api", query={"agent": "triage"})
+    off_row = page[page.index("data-key='triage/off'") :].split("</tr>", 1)[0]
+    assert "data-action='resume' hidden" in off_row
+    sched.stop()
+
+
 def test_status_page_counts_filters_and_pages(api: RestApi, sched: ThreadedScheduler) -> None:
     for i in range(30):
         sched.add_schedule("triage", f"bulk-{i:02d}", Schedule.interval("1h", start_at=LATER))

@@ -673,6 +673,21 @@ def test_pause_and_resume_a_whole_agent(
     assert read_state(state_dir, "triage", "once").status.value == "completed"
 
 
+def test_resume_of_a_schedule_its_definition_disables_says_where_to_enable_it(
+    capsys: pytest.CaptureFixture[str], state_dir: Path
+) -> None:
+    """It answered "idle, nothing to resume", as of a schedule that needs none, while the REST
+    API answered 409 "enable it there" and the status page offered a resume button."""
+    with YamlStateStore(state_dir) as store:
+        store.update_schedule_state("triage", "check", cadence="every 1h (enabled: false)")
+    code, out, _ = run_cli(capsys, "resume", "triage/check", "--state-dir", str(state_dir))
+    assert code == 0
+    assert out.strip() == (
+        "triage/check: idle, nothing to resume: its definition says enabled: false (change it "
+        "in the fleet file or code)"
+    )
+
+
 @pytest.mark.parametrize("command", ["pause", "resume", "trigger", "history"])
 def test_unknown_targets(capsys: pytest.CaptureFixture[str], state_dir: Path, command: str) -> None:
     code, _, err = run_cli(capsys, command, "nobody", "--state-dir", str(state_dir))
