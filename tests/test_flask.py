@@ -706,23 +706,28 @@ def test_root_prefix(sched: ThreadedScheduler) -> None:
 # ---------------------------------------------------------------------------------- config
 
 
-def test_config_keys_build_the_scheduler(tmp_path: Path) -> None:
+def _app_on_fleet(tmp_path: Path, agents: str, **config: Any) -> Flask:
+    """A Flask app whose config names a fleet file of ``agents`` and a state directory."""
     fleet = tmp_path / "fleet.yaml"
-    fleet.write_text(
-        "version: 1\n"
-        "agents:\n"
+    fleet.write_text("version: 1\nagents:\n" + agents)
+    app = Flask("fleet")
+    app.config.update(
+        HERDSCHED_FLEET_FILE=str(fleet),
+        HERDSCHED_STATE_DIR=str(tmp_path / "state"),
+        HERDSCHED_AUTOSTART=False,
+        **config,
+    )
+    return app
+
+
+def test_config_keys_build_the_scheduler(tmp_path: Path) -> None:
+    agents = (
         "  - name: triage\n"
         "    command: ['true']\n"
         "    schedules:\n"
         "      check: {type: cron, cron: '0 9 * * *'}\n"
     )
-    app = Flask("cfg")
-    app.config.update(
-        HERDSCHED_FLEET_FILE=str(fleet),
-        HERDSCHED_STATE_DIR=str(tmp_path / "state"),
-        HERDSCHED_TIMEZONE="Europe/Berlin",
-        HERDSCHED_AUTOSTART=False,
-    )
+    app = _app_on_fleet(tmp_path, agents, HERDSCHED_TIMEZONE="Europe/Berlin")
     scheduler = init_app(app)
     assert scheduler.state_dir == tmp_path / "state"
     assert str(scheduler.timezone) == "Europe/Berlin"
@@ -739,10 +744,7 @@ def test_a_fleet_files_commands_stay_commands_under_flask(
     no longer saw a command, so a worker's stop gave the lease up without waiting for the
     command's processes to end (the next leader started the schedule beside them), and a
     failed command logged a traceback through herdsched instead of its exit status."""
-    fleet = tmp_path / "fleet.yaml"
-    fleet.write_text(
-        "version: 1\n"
-        "agents:\n"
+    agents = (
         "  - name: a\n"
         "    command: [sh, -c, 'echo boom >&2; exit 3']\n"
         "    schedules: {fails: {type: manual}}\n"
@@ -750,13 +752,7 @@ def test_a_fleet_files_commands_stay_commands_under_flask(
         "    command: [sh, -c, 'trap \"sleep 1; exit 0\" TERM; sleep 30 & wait']\n"
         "    schedules: {slow: {type: manual}}\n"
     )
-    app = Flask("commands")
-    app.config.update(
-        HERDSCHED_FLEET_FILE=str(fleet),
-        HERDSCHED_STATE_DIR=str(tmp_path / "state"),
-        HERDSCHED_AUTOSTART=False,
-    )
-    scheduler = init_app(app)
+    scheduler = init_app(_app_on_fleet(tmp_path, agents))
     scheduler.start()
     try:
         with caplog.at_level(logging.INFO, logger="herdsched"):
