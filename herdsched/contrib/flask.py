@@ -214,43 +214,11 @@ def init_app(
     if EXTENSION_KEY in app.extensions:
         raise RuntimeError(f"herdsched is already initialised on Flask app {app.name!r}")
     settings = _settings(app)
-    autostart = flag_setting(settings.pop("AUTOSTART", True), what="HERDSCHED_AUTOSTART")
-    configured_auth = settings.pop("AUTH", None)
-    configured_limit = settings.pop("MAX_BODY_BYTES", None)
-    timeout = request_timeout_setting(
-        settings.pop("REQUEST_TIMEOUT", None), what="HERDSCHED_REQUEST_TIMEOUT"
-    )
-    stop_timeout = stop_timeout_setting(
-        settings.pop("STOP_TIMEOUT", None), what="HERDSCHED_STOP_TIMEOUT"
-    )
-    if auth is not None:
-        auth = auth_setting(auth, what="init_app(auth=...)")
-    else:
-        auth = auth_setting(configured_auth, what="HERDSCHED_AUTH")
-    limit = (
-        body_limit_setting(configured_limit, what="HERDSCHED_MAX_BODY_BYTES")
-        if max_body_bytes is None
-        else body_limit_setting(max_body_bytes, what="init_app(max_body_bytes=...)")
-    )
+    ext = _extension(settings, url_prefix, auth, max_body_bytes)
     if scheduler is not None and settings:
         ignored = ", ".join(_CONFIG_PREFIX + key for key in sorted(settings))
         _log.warning("%s ignored: init_app() was given a scheduler", ignored)
-    prefix = "/" + url_prefix.strip("/") if url_prefix.strip("/") else ""
-    ext = FlaskHerdsched(
-        None,
-        None,
-        None,
-        prefix,
-        auth,
-        max_body_bytes=limit,
-        request_timeout=timeout,
-        stop_timeout=stop_timeout,
-    )
-    ext.autostart = autostart and not reloader_watcher()
-    if autostart and not ext.autostart:
-        _log.info("herdsched not started in the reloader's watcher pid %s", os.getpid())
-    if auth is None:
-        _log.info("herdsched's web API is read-only: no auth is configured")
+    prefix = ext.url_prefix
     app.register_blueprint(_blueprint(ext), url_prefix=prefix or None)
     app.before_request(ext.serving)
     app.before_request(functools.partial(_unrouted_api_request, ext))
@@ -275,6 +243,48 @@ def init_app(
     if ext.autostart:
         embedded.start()
     return scheduler
+
+
+def _extension(
+    settings: dict[str, Any], url_prefix: str, auth: AuthFunc | None, max_body_bytes: int | None
+) -> FlaskHerdsched:
+    """The extension the adapter settings make (popped from ``settings``: what is left builds
+    the scheduler), the arguments of :func:`init_app` before the config's."""
+    autostart = flag_setting(settings.pop("AUTOSTART", True), what="HERDSCHED_AUTOSTART")
+    configured_auth = settings.pop("AUTH", None)
+    configured_limit = settings.pop("MAX_BODY_BYTES", None)
+    timeout = request_timeout_setting(
+        settings.pop("REQUEST_TIMEOUT", None), what="HERDSCHED_REQUEST_TIMEOUT"
+    )
+    stop_timeout = stop_timeout_setting(
+        settings.pop("STOP_TIMEOUT", None), what="HERDSCHED_STOP_TIMEOUT"
+    )
+    if auth is not None:
+        auth = auth_setting(auth, what="init_app(auth=...)")
+    else:
+        auth = auth_setting(configured_auth, what="HERDSCHED_AUTH")
+    limit = (
+        body_limit_setting(configured_limit, what="HERDSCHED_MAX_BODY_BYTES")
+        if max_body_bytes is None
+        else body_limit_setting(max_body_bytes, what="init_app(max_body_bytes=...)")
+    )
+    prefix = "/" + url_prefix.strip("/") if url_prefix.strip("/") else ""
+    ext = FlaskHerdsched(
+        None,
+        None,
+        None,
+        prefix,
+        auth,
+        max_body_bytes=limit,
+        request_timeout=timeout,
+        stop_timeout=stop_timeout,
+    )
+    ext.autostart = autostart and not reloader_watcher()
+    if autostart and not ext.autostart:
+        _log.info("herdsched not started in the reloader's watcher pid %s", os.getpid())
+    if auth is None:
+        _log.info("herdsched's web API is read-only: no auth is configured")
+    return ext
 
 
 def reloader_watcher(argv: list[str] | None = None) -> bool:
