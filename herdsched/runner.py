@@ -106,6 +106,8 @@ class Run:
     #: why it was told to stop with its outcome left unrecorded (given up by ``stop()``, the
     #: lead lost): its work source is told the item failed, whatever its job returns
     written_off: str | None = None
+    #: its job returned (or raised): what it is written off as is decided (see :func:`job_ended`)
+    job_ended: bool = False
     #: set once its ``JobStarted`` was delivered: a timeout's events are delivered after it
     start_heard: threading.Event = attrs.field(factory=threading.Event)
     #: the worker running its job (``None`` until one began it: a run settled while still
@@ -219,6 +221,38 @@ def timeout_message(timeout: timedelta | None) -> str:
     return f"timed out after {describe_duration(timeout) if timeout else 'its timeout'}"
 
 
+#: held while a job's end reads what its run is written off as, and while a scheduler that
+#: leads again takes runs back (clears that): the two never interleave
+_ENDING = threading.Lock()
+
+
+def job_ended(run: Run) -> str | None:
+    """Mark ``run``'s job as returned; what the run is written off as from now on."""
+    with _ENDING:
+        run.job_ended = True
+        return run.written_off
+
+
+def take_back(runs: list[Run], term: int) -> bool:
+    """Clear the write-off of ``runs`` (a lead lost to a store that did not answer), so their
+    outcomes are recorded under ``term``: all of them, or none when a job already ended (its
+    work source has heard that its item failed)."""
+    with _ENDING:
+        if any(run.job_ended for run in runs):
+            return False
+        for run in runs:
+            run.written_off, run.term = None, term
+        return True
+
+
+def write_off(runs: list[Run], why: str) -> None:
+    """Write ``runs`` off again (a lead taken back could not recover): their work sources
+    hear their items failed (a job that ended meanwhile has told its own already)."""
+    with _ENDING:
+        for run in runs:
+            run.written_off = why
+
+
 def execute_run(run: Run, *, clock: Clock, work_sources: Mapping[str, WorkSource]) -> RunOutcome:
     """Execute ``run`` on the calling (worker) thread and describe how it ended."""
     started = clock.now()
@@ -240,7 +274,7 @@ def execute_run(run: Run, *, clock: Clock, work_sources: Mapping[str, WorkSource
     if source is not None and (ended := _written_off(run, started, clock)) is not None:
         if item is None:
             return ended
-        _report(source, item, ended, run)  # not done: the source may hand it out again
+        _report(source, item, ended, run, run.written_off)  # not done: it may hand it out again
         return attrs.evolve(ended, work_item_id=item.id)
     try:
         info = TriggerInfo(
@@ -259,6 +293,7 @@ def execute_run(run: Run, *, clock: Clock, work_sources: Mapping[str, WorkSource
         )
         outcome = _call_job(run, info, started, clock)
     except Exception as exc:  # the claimed item is still reported before the run fails
+        written_off = job_ended(run)
         if item is not None and source is not None:
             failed = RunOutcome(
                 status=RunStatus.FAILED,
@@ -266,10 +301,11 @@ def execute_run(run: Run, *, clock: Clock, work_sources: Mapping[str, WorkSource
                 finished_at=clock.now(),
                 error=_describe(exc),
             )
-            _report(source, item, failed, run)
+            _report(source, item, failed, run, written_off)
         raise
+    written_off = job_ended(run)
     if item is not None and source is not None:
-        _report(source, item, outcome, run)
+        _report(source, item, outcome, run, written_off)
     return outcome if item is None else attrs.evolve(outcome, work_item_id=item.id)
 
 
@@ -379,19 +415,22 @@ def _log_failure(run: Run, exc: BaseException) -> None:
     )
 
 
-def _report(source: WorkSource, item: WorkItem, outcome: RunOutcome, run: Run) -> None:
+def _report(
+    source: WorkSource, item: WorkItem, outcome: RunOutcome, run: Run, written_off: str | None
+) -> None:
     """Tell ``source`` how ``item`` went; a source that raises is logged, never fatal.
 
-    A run the scheduler already recorded as timed out, or wrote off (given up by ``stop()``,
-    its lead lost), is a failure even when the job returned afterwards (it saw the cancel
-    event and stopped early): its record will not say it succeeded either.
+    A run the scheduler already recorded as timed out, or wrote off (``written_off`` when its
+    job ended: given up by ``stop()``, its lead lost), is a failure even when the job returned
+    afterwards (it saw the cancel event and stopped early): its record will not say it
+    succeeded either.
     """
-    success = outcome.status is RunStatus.SUCCESS and not run.timed_out and not run.written_off
+    success = outcome.status is RunStatus.SUCCESS and not run.timed_out and not written_off
     error = outcome.error or str(outcome.status)
     if run.timed_out:
         error = timeout_message(run.schedule.timeout)
-    elif run.written_off and outcome.status is RunStatus.SUCCESS:
-        error = f"{run.written_off} before its job finished"
+    elif written_off and outcome.status is RunStatus.SUCCESS:
+        error = f"{written_off} before its job finished"
     report = WorkOutcome(
         success=success,
         summary=(outcome.output or "Job completed")[:500] if success else None,

@@ -111,6 +111,28 @@ def test_a_run_of_a_schedule_the_next_leaders_fleet_lacks_is_recorded_at_its_sta
     assert statuses.count(RunStatus.INTERRUPTED) == 1
 
 
+def test_a_left_run_of_a_schedule_registered_late_in_the_next_lead_is_not_run_again(
+    tmp_path: Path,
+) -> None:
+    """The next leader started without s (its program registers it after ``start()``), so it
+    recorded s's left run and kept s's plan for the late registration: that plan was the
+    slot the left run stood for, which then ran a second time."""
+    crash = crash_after_removing_s(tmp_path, start_committed=True, ends=False, remove=False)
+    ran: list[str] = []
+    sched = ThreadedScheduler(state_dir=crash, clock=FakeClock(T0), commit_delay=0.5)
+    sched.add_agent(Agent("b", job=lambda info: None, schedules={"x": Schedule.manual()}))
+    with sched:
+        sched.run_pending()  # leads without a: s is marked removed, its run recorded
+        sched.add_agent(_fleet(lambda info: ran.append(str(info.schedule)), "s", "o"))
+        sched.run_pending()
+        assert sched.wait_until_idle(10)
+        history = [(r.status, r.scheduled_for) for r in sched.history("a", "s")]
+        next_run = {item.schedule: item.next_run_at for item in sched.get_status().schedules}
+    assert "s" not in ran  # at most once per slot
+    assert history == [(RunStatus.INTERRUPTED, T0)]
+    assert next_run["s"] == T0 + timedelta(hours=1)
+
+
 def test_a_once_whose_timer_run_and_a_run_now_after_it_were_left_is_completed(
     tmp_path: Path,
 ) -> None:

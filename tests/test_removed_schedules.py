@@ -281,6 +281,36 @@ def test_a_schedule_in_code_registered_after_the_start_catches_up_its_missed_slo
         assert [r.status for r in history] == [RunStatus.SUCCESS]
 
 
+def test_a_schedule_put_back_in_the_fleet_after_a_restart_plans_afresh(
+    tmp_path: Path,
+) -> None:
+    """Taken out of the fleet file, the scheduler restarted, put back a month later: the plan
+    kept at the removal (for a late registration) made it run at once for a slot a month old.
+    Put back in a later lead, it waits for its next slot, as before plans were kept."""
+    ran: list[datetime | None] = []
+
+    def fleet(*names: str) -> Agent:
+        schedules = {n: Schedule.cron("0 3 * * *") for n in names}
+        return Agent("bot", job=lambda info: ran.append(info.scheduled_for), schedules=schedules)
+
+    def lead(at: datetime, *names: str) -> None:
+        sched = ThreadedScheduler(state_dir=tmp_path, clock=FakeClock(at), timezone="UTC")
+        sched.add_agent(fleet(*names))
+        with sched:
+            sched.run_pending()
+            assert sched.wait_until_idle(10)
+
+    lead(T0, "keep", "nightly")
+    lead(T0 + timedelta(hours=1), "keep")  # nightly taken out of the fleet file
+    month_later = T0 + timedelta(days=30)
+    lead(month_later, "keep", "nightly")  # and put back
+    assert ran == [T0.replace(day=3, hour=3)]  # keep's catch-up after the month down, only
+    with YamlStateStore(tmp_path) as store:
+        nightly = store.get_schedule_state("bot", "nightly")
+    assert nightly.removed_at is None
+    assert nightly.next_run_at == datetime(2026, 4, 2, 3, 0, tzinfo=timezone.utc)
+
+
 def test_a_standby_shows_no_next_run_for_a_run_time_schedule_the_leader_marked_removed(
     tmp_path: Path, clock: FakeClock, capsys: pytest.CaptureFixture[str]
 ) -> None:

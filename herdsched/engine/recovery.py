@@ -33,7 +33,7 @@ from herdsched.engine.core import (
 from herdsched.engine.planning import Entry, due_after_downtime, fresh_due
 from herdsched.errors import LeadershipLostError, StateError
 from herdsched.models import RunRecord, RunStatus, ScheduleState, ScheduleType, Status, TriggerType
-from herdsched.runner import LEAD_LOST, Run, new_run_id
+from herdsched.runner import LEAD_LOST, Run, new_run_id, take_back, write_off
 from herdsched.store.base import (
     DEFAULT_LEASE_TTL,
     READ_ALL_HISTORY,
@@ -159,26 +159,48 @@ class Leadership:
         not be written under a new one.
         """
         core = self.core
-        if self.enabled and not self._acquire():
+        left = list(core.running.values()) if self.enabled else []  # of a lost lead
+        if self.enabled and not self._acquire(left):
+            return False
+        if left and not take_back(left, core.term):  # a job ended meanwhile: not its lead's
+            self._give_up_own()
             return False
         previous, core.status = core.status, "running"  # recovery plans as the leader
         try:
             recover_all(core)
         except Exception:
             core.status = previous
-            self.release()
+            if left:  # what they return belongs to no lead: a later one records them
+                core.term += 1
+                write_off(left, LEAD_LOST)
+            self._give_up_own()
             raise
+        for run in left:
+            _show_running(core, run)
+        if left:
+            core.log.warning(
+                "No other scheduler led since this one lost the lead: it takes back the %d "
+                "job(s) still running (%s), whose outcomes are recorded as usual.",
+                len(left),
+                name_some([f"{run.agent}/{run.schedule_name}" for run in left]),
+            )
         return True
 
-    def _acquire(self) -> bool:
-        """Take the lease (caller holds the engine lock). Jobs still running from a lead this
-        scheduler gave up because its store did not answer are taken back with it when no
-        other scheduler led meanwhile (the lease's epoch follows the lost one's): the fleet
-        need not wait for a long job after a short outage. Any other jobs still running (told
-        to stop, given up by ``stop()``, ending now) are waited for first: their outcomes must
-        not be written under a new lead."""
+    def _give_up_own(self) -> None:
+        """Give back a lease just taken, under which nothing ran: the next try still takes
+        the jobs of the lost lead back (nobody else led in it)."""
+        if self.lease is not None and self.core.running:
+            self._lost_epoch = self.lease.epoch
+        self.release()
+
+    def _acquire(self, left: list[Run]) -> bool:
+        """Take the lease (caller holds the engine lock). Jobs still running (``left``) from a
+        lead this scheduler gave up because its store did not answer are taken back with it
+        when no other scheduler led meanwhile (the lease's epoch follows the lost one's): the
+        fleet need not wait for a long job after a short outage. Any other jobs still running
+        (told to stop, given up by ``stop()``, ending now) are waited for first: their
+        outcomes must not be written under a new lead."""
         core = self.core
-        left = list(core.running.values())
         if not all(_may_take_back(run) for run in left):
             return False
         started = core.clock.monotonic()
@@ -211,15 +233,6 @@ class Leadership:
             self.ttl / 3,
             self.ttl,
         )
-        if left:
-            for run in left:
-                run.term, run.written_off = core.term, None
-            core.log.warning(
-                "No other scheduler led since this one lost the lead: it takes back the %d "
-                "job(s) still running (%s), whose outcomes are recorded as usual.",
-                len(left),
-                name_some([f"{run.agent}/{run.schedule_name}" for run in left]),
-            )
         return True
 
     def stop_runs_of_a_lost_lead(self) -> None:
@@ -382,7 +395,24 @@ def _may_take_back(run: Run) -> bool:
     """Whether a run still going on when this scheduler leads again may be taken back: one a
     lead lost to a store that did not answer left running, not told to stop, its job not
     returned (a returned one is being settled as a lost lead's: not recorded)."""
-    return run.written_off == LEAD_LOST and not run.cancel_event.is_set() and run.outcome is None
+    return run.written_off == LEAD_LOST and not run.cancel_event.is_set() and not run.job_ended
+
+
+def _show_running(core: EngineCore, run: Run) -> None:
+    """Write the start of a taken-back ``run`` again: the store dropped the lost lead's
+    pending transitions, its start perhaps among them, and recovery leaves the schedules of
+    running runs alone (caller holds the lock)."""
+    entry = core.entries.get((run.agent, run.schedule_name))
+    if entry is None or entry.run is not run:
+        return
+    changes: dict[str, Any] = {
+        "last_run_at": run.fired_at,
+        "last_slot_at": run.scheduled_for,
+        "running_run_id": run.run_id,
+    }
+    if entry.state.status in (Status.IDLE, Status.RUNNING):  # a pause made meanwhile stays
+        changes["status"] = Status.RUNNING
+    core.change_state(entry, **changes)
 
 
 #: what the record of a run left ``running`` says: nothing tells a process that died from one
@@ -402,6 +432,7 @@ def recover_all(core: EngineCore) -> None:
     """Plan every schedule from the store, recording runs a dead process left unfinished."""
     core.store.refresh()
     core.unadopted = True  # definitions other processes changed are taken in at the next look
+    core.marked_at_start = set()
     now = core.clock.now()
     stored = core.store_call(core.store.get_all_schedule_states)  # before this fleet writes
     claimed = _unfinished_claims(core)
@@ -472,10 +503,11 @@ def _mark_removed(
     """Mark the stored states of schedules this scheduler does not run (taken out of its fleet),
     so that every process shows them as removed rather than as waiting for a run that never
     comes. Their next run is kept for a program that registers its agents after ``start()``:
-    registered then, a schedule catches up what it missed by the catch-up policy, as after
-    downtime (a cron's missed slots were lost otherwise). Stored run-time definitions are
-    taken in when their agent registers: they are marked only while their agent is not
-    registered. Registering a marked schedule again clears the mark
+    registered during this lead, a schedule catches up what it missed by the catch-up policy,
+    as after downtime (a cron's missed slots were lost otherwise); one put back in a later
+    lead (taken out of the fleet file, then back) plans afresh (:func:`plan_from_state`).
+    Stored run-time definitions are taken in when their agent registers: they are marked only
+    while their agent is not registered. Registering a marked schedule again clears the mark
     (:meth:`EngineCore.persist_description`). ``stored`` holds the states as they were
     before this scheduler wrote its own."""
     defined = _stored_definitions(core)
@@ -508,6 +540,7 @@ def _mark_removed(
         )
     for agent, name in lost:
         core.mark_removed(agent, name, now, keep_next=True)
+    core.marked_at_start = set(lost)
     if lost:
         core.log.info(
             "%d schedule(s) with state in the store are not in this scheduler's fleet (%s): "
@@ -661,13 +694,13 @@ def _record_removed_claims(core: EngineCore, now: datetime) -> None:
             ended = None  # recorded interrupted above, or by a takeover before
         last = claims[-1]  # the state shows the latest run, as when its end is written
         newer = state.last_run_at is None or last.run_at > state.last_run_at
-        # the plan kept for a late registration was the slot this run stood for: it plans
-        # from this run instead (the slot must not run again)
-        started = (
-            {"last_run_at": last.run_at, "last_slot_at": last.slot, "next_run_at": None}
-            if newer
-            else {}
+        changes: dict[str, Any] = (
+            {"last_run_at": last.run_at, "last_slot_at": last.slot} if newer else {}
         )
+        slots = [c.slot for c in claims if c.slot is not None]
+        if state.next_run_at is not None and slots and state.next_run_at <= max(slots):
+            # the plan kept for a late registration is a slot that ran: it must not run again
+            changes["next_run_at"] = None  # (a registration plans from this run)
         status = Status.IDLE
         timed = any(c.slot is not None for c in claims)  # not a stale last_slot_at: a once
         if state.type == ScheduleType.ONCE.value and timed:  # given a new time has an old one
@@ -677,7 +710,7 @@ def _record_removed_claims(core: EngineCore, now: datetime) -> None:
         core.store_call(
             core.store.record_transition,
             *key,
-            **started,
+            **changes,
             status=status,
             last_result=ended.status if ended else RunStatus.INTERRUPTED,
             last_finished_at=ended.finished_at if ended else now,
@@ -738,6 +771,8 @@ def plan_from_state(core: EngineCore, entry: Entry, now: datetime) -> None:
     stored = None if state.cadence is None else state.cadence.removesuffix(DISABLED_MARK)
     cadence_changed = stored is not None and stored not in described
     planned = _moved_start(entry, core.settings.timezone) or state.next_run_at
+    if state.removed_at is not None and not _marked_for_now(core, entry):
+        planned = None  # taken out of the fleet before this lead: put back, planned afresh
     if state.consecutive_failures == 0 and state.last_result in FAILED_RESULTS:
         # a resume while no scheduler led reset the failures whose backoff set the plan (the
         # command line left no plan)
@@ -754,6 +789,13 @@ def plan_from_state(core: EngineCore, entry: Entry, now: datetime) -> None:
     else:
         plan_catch_up(core, entry, _stepped_back(entry, planned, now), now)
     core.persist_description(entry)
+
+
+def _marked_for_now(core: EngineCore, entry: Entry) -> bool:
+    """Whether ``entry``'s removal mark keeps its plan for this registration: a run-time
+    definition's always (it waits for its agent), another's when this lead's start made it
+    (a program that registers its agents after ``start()``)."""
+    return entry.persisted_definition or entry.key in core.marked_at_start
 
 
 def _moved_start(entry: Entry, zone: tzinfo) -> datetime | None:
@@ -975,7 +1017,8 @@ def _settle_ended(
     (a catch-up run stands for every slot before it, as in a run's own end); a pause or
     disable stays, except on a once schedule whose own run it was, which is completed (a
     resume must not run it again). A run-now of a once schedule (no slot) leaves its time
-    planned, as its end does: a crash during a test run before that time lost the real one."""
+    planned (a crash during a test run before that time lost the real one); a time that
+    passed meanwhile is caught up by the plan, as after downtime."""
     state = entry.state
     cadence = entry.schedule.cadence
     due = None
