@@ -55,6 +55,17 @@ def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> bool:
     return wait_until(condition, timeout, step=0.1)
 
 
+def tick_in_progress(state: Path) -> bool:
+    """Whether a run of a/tick has started and is not recorded yet: its claim, durable before
+    its job starts, or its schedule's state naming it."""
+    store = YamlStateStore(state)
+    try:
+        claimed = any((c.agent, c.schedule) == ("a", "tick") for c in store.read_claims())
+        return claimed or store.get_schedule_state("a", "tick").running_run_id is not None
+    finally:
+        store.close()
+
+
 @pytest.fixture
 def fleet_process(tmp_path: Path) -> Iterator[Callable[[Path], subprocess.Popen[str]]]:
     """Start ``herdsched run`` in the background; always stopped at the end of the test."""
@@ -180,10 +191,11 @@ def test_pause_and_trigger_from_a_second_process(
     assert paused.returncode == 0 and "a/tick: paused" in paused.stdout
     log = tmp_path / "run.log"
     assert wait_for(lambda: "a/tick was changed by another process" in log.read_text())
-    time.sleep(2.0)  # a run started before the pause was seen is recorded within this
+    # a run started before the pause was seen is recorded once its claim and its state's
+    # run id are gone
+    assert wait_for(lambda: not tick_in_progress(state))
     settled = len(history(state, "a/tick"))
-    time.sleep(2.0)  # at 1 s per run, two more runs would show up if the pause were ignored
-    assert len(history(state, "a/tick")) == settled
+    window = time.monotonic()
 
     triggered = herdsched("trigger", "a/poke", "--prompt", "by hand", "--state-dir", str(state))
     assert triggered.returncode == 0, triggered.stderr
@@ -199,6 +211,11 @@ def test_pause_and_trigger_from_a_second_process(
 
     status = herdsched("status", "--state-dir", str(state))
     assert f"running (pid {process.pid}" in status.stdout
+
+    # at 1 s per run, two more runs would show up within 2 s if the pause were ignored (the
+    # trigger above ran inside this window)
+    time.sleep(max(0.0, 2.0 - (time.monotonic() - window)))
+    assert len(history(state, "a/tick")) == settled
 
     resumed = herdsched("resume", "a/tick", "--state-dir", str(state))
     assert resumed.returncode == 0
