@@ -60,6 +60,20 @@ def ledger(path: Path) -> list[tuple[str, str]]:
     return [(name, slot) for name, slot in rows]
 
 
+def stops_growing(path: Path, quiet: float, timeout: float) -> bool:
+    """Whether the ledger at ``path`` gets no line for ``quiet`` seconds within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    count, since = len(ledger(path)), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = len(ledger(path))
+        if now != count:
+            count, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return True
+    return False
+
+
 def spawn(state_dir: Path, path: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, str(CHILD), str(state_dir), str(path), str(SCHEDULES)],
@@ -114,8 +128,9 @@ def test_kill_9_on_a_full_disk_then_a_new_scheduler_runs_no_slot_twice(
     try:
         assert wait_until(lambda: len(ledger(path)) >= 2 * SCHEDULES, timeout=30)
         filler = fill(small_tmpfs)
-        # the claim journal's last page fills within a few passes; then every claim fails
-        time.sleep(6)
+        # the claim journal's last page fills within a few passes; then every claim fails:
+        # no run for two seconds of 1 s slots
+        assert stops_growing(path, quiet=2.0, timeout=30)
         os.kill(first.pid, signal.SIGKILL)
         first.wait(10)
     finally:
