@@ -29,6 +29,10 @@ def test_a_herdsched_variable_in_the_environment_does_not_fail_a_test() -> None:
             "-q",
             "-p",
             "no:cacheprovider",
+            # in this one process: the fixture that clears the variables runs for each test
+            # wherever it runs (two workers would only add their start-up)
+            "-n",
+            "0",
             "tests/test_command.py::test_environment_describes_the_run",
             "tests/test_hygiene.py::test_no_herdsched_variable_reaches_a_test",
         ],
