@@ -280,7 +280,9 @@ def test_a_stopped_leader_is_replaced_and_after_sigcont_its_claims_are_refused(
     assert_runs_go_on(fleet, stopped_wall, but(fleet, first.pid))
     os.kill(first.pid, signal.SIGCONT)
     assert wait_for(lambda: "lost the lead" in fleet.log_of(first.pid), timeout=10)
-    time.sleep(2.0)  # the woken leader has had every chance to run something
+    # its schedules fall due each second: a woken leader that still ran them would have
+    # started one (its ledger line is written as its job starts) within a second
+    time.sleep(1.0)
     assert fleet.proc(first.pid).poll() is None, fleet.log_tails()  # it lives on, standing by
     # nothing ran in the old leader for a slot after it was stopped (a job it claimed just
     # before SIGSTOP may write its ledger line once resumed)
@@ -327,7 +329,9 @@ def test_a_leader_stalled_at_a_fenced_write_is_replaced_and_after_sigcont_runs_n
     os.kill(first.pid, signal.SIGCONT)
     assert wait_for(lambda: "The write made after the stall failed" in fleet.log_of(first.pid))
     assert wait_for(lambda: "lost the lead" in fleet.log_of(first.pid))
-    time.sleep(2.0)  # the woken leader has had every chance to run something
+    # its schedules fall due each second: a woken leader that still ran them would have
+    # started one (its ledger line is written as its job starts) within a second
+    time.sleep(1.0)
     assert [row for row in fleet.rows()[resumed_at:] if row[0] == first.pid] == []
     current = fleet.lease()
     assert current is not None and current.pid != first.pid
