@@ -183,6 +183,9 @@ def test_quick_run_completes_every_scenario(tmp_path: Path) -> None:
             "-m",
             "bench",
             "--quick",
+            # the fleet's window at one second (quick: three): its rows are what is checked
+            "--fleet-seconds",
+            "1",
             "--json",
             str(raw),
             "--workdir",
