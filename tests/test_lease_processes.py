@@ -169,8 +169,9 @@ def test_a_version_before_the_lease_and_this_one_never_lead_one_state_directory_
     assert first.communicate(timeout=20)[0].strip() == "led"
     assert wait_for(lambda: fleet.leader_pid() == new.pid)
     assert wait_for(lambda: any(pid == new.pid for pid, _ in fleet.rows()))
-    # an older version (re)started while this one leads stands by
-    second = older(3.0)
+    # an older version (re)started while this one leads stands by (it tries every 0.2 s: a
+    # second and a half is seven tries)
+    second = older(1.5)
     assert second.communicate(timeout=20)[0].strip() == "stood by"
     assert not any(pid == second.pid for pid, _ in fleet.rows())
     assert fleet.leader_pid() == new.pid
