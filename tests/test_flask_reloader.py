@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 APP = """
 import os
+from datetime import datetime, timedelta, timezone
 from flask import Flask
 from herdsched import Agent, Schedule, ThreadedScheduler
 from herdsched.contrib.flask import init_app
@@ -29,7 +29,10 @@ import jobs
 
 app = Flask("script")
 sched = ThreadedScheduler(state_dir="state", max_sleep=1)
-start = os.environ["START"]  # after app.run() has begun: nothing is due in the first process
+# set in the first process, inherited by the server child: two seconds after the first process
+# loaded the app, long after its app.run() has begun, so nothing is due in the first process
+later = datetime.now(timezone.utc) + timedelta(seconds=2)
+start = os.environ.setdefault("START", later.isoformat())
 sched.add_agent(
     Agent("a", job=jobs.tick, schedules={"s": Schedule.interval("1s", start_at=start)})
 )
@@ -70,10 +73,8 @@ def test_app_run_in_debug_mode_runs_the_jobs_in_the_server_child_with_the_edited
 ) -> None:
     (tmp_path / "app.py").write_text(textwrap.dedent(APP))
     (tmp_path / "jobs.py").write_text(JOBS.replace("{version}", "v1"))
-    start = datetime.now(timezone.utc) + timedelta(seconds=5)
     env = {**os.environ, "PORT": str(free_port()), "PYTHONPATH": str(ROOT)}
-    env["START"] = start.isoformat()
-    for key in ("FLASK_RUN_FROM_CLI", "FLASK_DEBUG", "WERKZEUG_RUN_MAIN"):
+    for key in ("START", "FLASK_RUN_FROM_CLI", "FLASK_DEBUG", "WERKZEUG_RUN_MAIN"):
         env.pop(key, None)
     watcher = subprocess.Popen(
         [sys.executable, "app.py"],
@@ -86,8 +87,8 @@ def test_app_run_in_debug_mode_runs_the_jobs_in_the_server_child_with_the_edited
     try:
         assert _wait_for(lambda: len(_ledger(tmp_path)) >= 2, 30), "no job ran"
         assert watcher.pid not in {pid for pid, _ in _ledger(tmp_path)}, _ledger(tmp_path)
-        # written seconds after the first version (runs begin at ``start``): the stat
-        # reloader sees a newer modification time even where it counts in whole seconds
+        # written seconds after the first version (runs begin two seconds after the app is
+        # loaded): the stat reloader sees a newer modification time even in whole seconds
         (tmp_path / "jobs.py").write_text(JOBS.replace("{version}", "v2"))
 
         def edited() -> list[tuple[int, str]]:
