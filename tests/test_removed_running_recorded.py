@@ -133,6 +133,50 @@ def test_a_left_run_of_a_schedule_registered_late_in_the_next_lead_is_not_run_ag
     assert next_run["s"] == T0 + timedelta(hours=1)
 
 
+@pytest.mark.parametrize("registered", ["before start", "after start"])
+def test_a_left_cron_run_then_downtime_catches_up_however_the_program_registers(
+    tmp_path: Path, registered: str
+) -> None:
+    """A crash during the 13:00 run of an hourly cron, the next start at 15:30. Registered
+    before ``start()``, the run is recorded interrupted and the 14:00 slot caught up once;
+    registered after, the kept plan was the 13:00 slot (run again), then no plan at all (14:00
+    and 15:00 lost). Both ways now agree."""
+    hourly = Schedule.cron("0 * * * *")
+    job, clock = Blocker(), FakeClock(T0)
+    sched = ThreadedScheduler(state_dir=tmp_path / "live", clock=clock, timezone="UTC")
+    sched.add_agent(Agent("a", job=job, schedules={"s": hourly}))
+    with sched:
+        sched.run_pending()
+        clock.advance(timedelta(hours=1))  # the 13:00 slot
+        sched.run_pending()
+        assert job.began.wait(10)
+        sched.store.flush()
+        crash = crash_copy(tmp_path / "live", tmp_path / "crash")
+        job.release.set()
+    ran: list[datetime | None] = []
+    later = ThreadedScheduler(
+        state_dir=crash,
+        clock=FakeClock(clock.now() + timedelta(hours=2, minutes=30)),
+        timezone="UTC",
+    )
+    agent = Agent("a", job=lambda info: ran.append(info.scheduled_for), schedules={"s": hourly})
+    if registered == "before start":
+        later.add_agent(agent)
+    with later:
+        if registered == "after start":
+            later.run_pending()
+            later.add_agent(agent)
+        later.run_pending()
+        assert later.wait_until_idle(10)
+        history = [(r.status, r.scheduled_for) for r in later.history("a", "s")]
+    left_slot = clock.now()
+    assert ran == [left_slot + timedelta(hours=1)]  # the first missed slot, once
+    assert history == [
+        (RunStatus.SUCCESS, left_slot + timedelta(hours=1)),
+        (RunStatus.INTERRUPTED, left_slot),
+    ]
+
+
 def test_a_once_whose_timer_run_and_a_run_now_after_it_were_left_is_completed(
     tmp_path: Path,
 ) -> None:

@@ -84,7 +84,8 @@ SETTINGS_KEYS: Mapping[str, str] = {
     "(default 20, below gunicorn's 30 s worker timeout; 503 past it)",
     "STOP_TIMEOUT": "seconds a worker that exits (a restart, max_requests, SIGTERM) waits for "
     "its running jobs before it tells them to stop and lets the lease go (default 10; keep it "
-    "below the server's graceful timeout, gunicorn's --graceful-timeout)",
+    "below the time the server gives an exiting worker: gunicorn's --graceful-timeout and "
+    "--timeout)",
     "SCHEDULER": "a ThreadedScheduler, or its import path ('myapp.jobs:scheduler'), instead "
     "of STATE_DIR/FLEET_FILE/TIMEZONE",
 }
@@ -324,8 +325,8 @@ class EmbeddedScheduler:
             _log.warning(  # jobs outlived the wait: nothing went wrong in herdsched
                 "herdsched stopped in pid %s with %d job(s) still running after its %s s wait "
                 "(%s): they were told to stop, and the next leader records their runs as "
-                "interrupted. A longer STOP_TIMEOUT (below the server's graceful timeout) "
-                "lets jobs finish.",
+                "interrupted. A longer STOP_TIMEOUT (below the time the server gives an "
+                "exiting worker) lets jobs finish.",
                 os.getpid(),
                 exc.running_job_count,
                 f"{timeout:g}" if timeout is not None else "unbounded",

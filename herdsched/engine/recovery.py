@@ -432,7 +432,6 @@ def recover_all(core: EngineCore) -> None:
     """Plan every schedule from the store, recording runs a dead process left unfinished."""
     core.store.refresh()
     core.unadopted = True  # definitions other processes changed are taken in at the next look
-    core.marked_at_start = set()
     now = core.clock.now()
     stored = core.store_call(core.store.get_all_schedule_states)  # before this fleet writes
     claimed = _unfinished_claims(core)
@@ -540,7 +539,7 @@ def _mark_removed(
         )
     for agent, name in lost:
         core.mark_removed(agent, name, now, keep_next=True)
-    core.marked_at_start = set(lost)
+    core.marked_at_start.update(lost)
     if lost:
         core.log.info(
             "%d schedule(s) with state in the store are not in this scheduler's fleet (%s): "
@@ -584,6 +583,8 @@ def _unfinished_claims(core: EngineCore) -> dict[tuple[str, str], list[RunClaim]
         return {}
     unfinished: dict[tuple[str, str], list[RunClaim]] = {}
     for claim in sorted(claims, key=lambda c: c.run_at):
+        if claim.run_id in core.running:  # taken back, its schedule since dropped: recorded
+            continue  # when it ends
         state = core.store.get_schedule_state(claim.agent, claim.schedule)
         finished = state.last_finished_at is not None and state.last_finished_at >= claim.run_at
         if not finished:
@@ -697,10 +698,6 @@ def _record_removed_claims(core: EngineCore, now: datetime) -> None:
         changes: dict[str, Any] = (
             {"last_run_at": last.run_at, "last_slot_at": last.slot} if newer else {}
         )
-        slots = [c.slot for c in claims if c.slot is not None]
-        if state.next_run_at is not None and slots and state.next_run_at <= max(slots):
-            # the plan kept for a late registration is a slot that ran: it must not run again
-            changes["next_run_at"] = None  # (a registration plans from this run)
         status = Status.IDLE
         timed = any(c.slot is not None for c in claims)  # not a stale last_slot_at: a once
         if state.type == ScheduleType.ONCE.value and timed:  # given a new time has an old one
@@ -772,7 +769,9 @@ def plan_from_state(core: EngineCore, entry: Entry, now: datetime) -> None:
     cadence_changed = stored is not None and stored not in described
     planned = _moved_start(entry, core.settings.timezone) or state.next_run_at
     if state.removed_at is not None and not _marked_for_now(core, entry):
-        planned = None  # taken out of the fleet before this lead: put back, planned afresh
+        planned = None  # taken out of the fleet before: put back, planned afresh
+    elif _ran_already(entry, planned):  # a kept plan whose slot a recorded run stood for
+        planned = cadence_plan(core, entry)
     if state.consecutive_failures == 0 and state.last_result in FAILED_RESULTS:
         # a resume while no scheduler led reset the failures whose backoff set the plan (the
         # command line left no plan)
@@ -793,9 +792,19 @@ def plan_from_state(core: EngineCore, entry: Entry, now: datetime) -> None:
 
 def _marked_for_now(core: EngineCore, entry: Entry) -> bool:
     """Whether ``entry``'s removal mark keeps its plan for this registration: a run-time
-    definition's always (it waits for its agent), another's when this lead's start made it
-    (a program that registers its agents after ``start()``)."""
+    definition's always (it waits for its agent), another's when this scheduler marked it as
+    it took the lead (a program that registers its agents after ``start()``)."""
     return entry.persisted_definition or entry.key in core.marked_at_start
+
+
+def _ran_already(entry: Entry, planned: datetime | None) -> bool:
+    """Whether ``planned`` is a slot the last run stood for, or one before it: the plan kept
+    for a schedule marked removed while its run went on, that run since recorded (see
+    :func:`_record_removed_claims`). The cadence's next slot after it is the plan then."""
+    cadence, last = entry.schedule.cadence, entry.state.last_slot_at
+    if planned is None or last is None or cadence is None or cadence.runs_once:
+        return False
+    return entry.state.removed_at is not None and planned <= last
 
 
 def _moved_start(entry: Entry, zone: tzinfo) -> datetime | None:
