@@ -502,9 +502,10 @@ def _mark_removed(
     """Mark the stored states of schedules this scheduler does not run (taken out of its fleet),
     so that every process shows them as removed rather than as waiting for a run that never
     comes. Their next run is kept for a program that registers its agents after ``start()``:
-    registered during this lead, a schedule catches up what it missed by the catch-up policy,
-    as after downtime (a cron's missed slots were lost otherwise); one put back in a later
-    lead (taken out of the fleet file, then back) plans afresh (:func:`plan_from_state`).
+    registered with this scheduler, a schedule catches up what it missed by the catch-up
+    policy, as after downtime (a cron's missed slots were lost otherwise); one put back by
+    another process or a later run of the program (taken out of the fleet file, then back)
+    plans afresh (:func:`plan_from_state`).
     Stored run-time definitions are taken in when their agent registers: they are marked only
     while their agent is not registered. Registering a marked schedule again clears the mark
     (:meth:`EngineCore.persist_description`). ``stored`` holds the states as they were
