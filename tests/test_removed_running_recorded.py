@@ -133,14 +133,16 @@ def test_a_left_run_of_a_schedule_registered_late_in_the_next_lead_is_not_run_ag
     assert next_run["s"] == T0 + timedelta(hours=1)
 
 
+@pytest.mark.parametrize("paused", [False, True], ids=["idle", "paused"])
 @pytest.mark.parametrize("registered", ["before start", "after start"])
 def test_a_left_cron_run_then_downtime_catches_up_however_the_program_registers(
-    tmp_path: Path, registered: str
+    tmp_path: Path, registered: str, paused: bool
 ) -> None:
     """A crash during the 13:00 run of an hourly cron, the next start at 15:30. Registered
     before ``start()``, the run is recorded interrupted and the 14:00 slot caught up once;
     registered after, the kept plan was the 13:00 slot (run again), then no plan at all (14:00
-    and 15:00 lost). Both ways now agree."""
+    and 15:00 lost). Both ways now agree, also for a schedule paused during its run and resumed
+    after (its resume planned from the stale slot, which ran again)."""
     hourly = Schedule.cron("0 * * * *")
     job, clock = Blocker(), FakeClock(T0)
     sched = ThreadedScheduler(state_dir=tmp_path / "live", clock=clock, timezone="UTC")
@@ -150,6 +152,8 @@ def test_a_left_cron_run_then_downtime_catches_up_however_the_program_registers(
         clock.advance(timedelta(hours=1))  # the 13:00 slot
         sched.run_pending()
         assert job.began.wait(10)
+        if paused:
+            sched.pause("a", "s")
         sched.store.flush()
         crash = crash_copy(tmp_path / "live", tmp_path / "crash")
         job.release.set()
@@ -167,6 +171,9 @@ def test_a_left_cron_run_then_downtime_catches_up_however_the_program_registers(
             later.run_pending()
             later.add_agent(agent)
         later.run_pending()
+        if paused:
+            later.resume("a", "s")
+            later.run_pending()
         assert later.wait_until_idle(10)
         history = [(r.status, r.scheduled_for) for r in later.history("a", "s")]
     left_slot = clock.now()

@@ -9,7 +9,6 @@ a ``FakeClock``.
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -227,28 +226,3 @@ def test_a_job_that_ended_while_it_stood_by_is_not_taken_back(
         history = [r.status for r in sched.history("a", "s")]
     assert [o.success for o in source.told] == [False]
     assert history == [RunStatus.INTERRUPTED]
-
-
-def test_a_taken_back_run_of_a_schedule_dropped_meanwhile_is_recorded_once(
-    store: CutOff, clock: FakeClock
-) -> None:
-    """A hot reload while it stood by took the running schedule out of the fleet: the
-    take-back's recovery recorded the run interrupted while its job went on, and its end
-    then appended a second record under the same run id."""
-    job = Held()
-    later = Schedule.interval("1h", start_at=T0 + timedelta(hours=3))
-    sched = ThreadedScheduler(store=store, clock=clock, lease_ttl=TTL, timezone="UTC")
-    sched.add_agent(Agent("a", job=job, schedules={"long": Schedule.interval("1h"), "o": later}))
-    with sched:
-        sched.run_pending()
-        assert job.began.wait(10)
-        _outage(sched, store, clock)
-        sched.set_agents([Agent("a", job=job, schedules={"o": later})])  # drops "long"
-        clock.advance(TTL / 3)
-        sched.run_pending()
-        assert sched.status == "running"
-        job.release.set()
-        assert sched.wait_until_idle(10)
-        sched.store.flush()
-    lines = (store.state_dir / "history" / "a" / "long.jsonl").read_text().splitlines()
-    assert [json.loads(line)["status"] for line in lines] == ["success"]

@@ -107,9 +107,8 @@ class EngineCore:
         # unfinished claims of schedules not registered when recovery ran: taken up at their
         # registration (see recovery.take_up_claims)
         self.left_claims: dict[tuple[str, str], list[RunClaim]] = {}
-        # schedules this scheduler marked removed as it took the lead, their plan kept:
-        # registered later they catch up (see recovery._mark_removed); marked by another
-        # process or an earlier run of the program, they plan afresh
+        # schedules this lead's start marked removed, their plan kept: registered during this
+        # lead they catch up (see recovery._mark_removed); marked by an earlier one, afresh
         self.marked_at_start: set[tuple[str, str]] = set()
         # when the sleeping timer thread wakes next (wall, monotonic); None while a pass runs
         self.planned_wake: tuple[datetime, float] | None = None

@@ -432,6 +432,7 @@ def recover_all(core: EngineCore) -> None:
     """Plan every schedule from the store, recording runs a dead process left unfinished."""
     core.store.refresh()
     core.unadopted = True  # definitions other processes changed are taken in at the next look
+    core.marked_at_start = set()
     now = core.clock.now()
     stored = core.store_call(core.store.get_all_schedule_states)  # before this fleet writes
     claimed = _unfinished_claims(core)
@@ -502,10 +503,9 @@ def _mark_removed(
     """Mark the stored states of schedules this scheduler does not run (taken out of its fleet),
     so that every process shows them as removed rather than as waiting for a run that never
     comes. Their next run is kept for a program that registers its agents after ``start()``:
-    registered with this scheduler, a schedule catches up what it missed by the catch-up
-    policy, as after downtime (a cron's missed slots were lost otherwise); one put back by
-    another process or a later run of the program (taken out of the fleet file, then back)
-    plans afresh (:func:`plan_from_state`).
+    registered during this lead, a schedule catches up what it missed by the catch-up policy,
+    as after downtime (a cron's missed slots were lost otherwise); one put back in a later
+    lead (taken out of the fleet file, then back) plans afresh (:func:`plan_from_state`).
     Stored run-time definitions are taken in when their agent registers: they are marked only
     while their agent is not registered. Registering a marked schedule again clears the mark
     (:meth:`EngineCore.persist_description`). ``stored`` holds the states as they were
@@ -540,7 +540,7 @@ def _mark_removed(
         )
     for agent, name in lost:
         core.mark_removed(agent, name, now, keep_next=True)
-    core.marked_at_start.update(lost)
+    core.marked_at_start = set(lost)
     if lost:
         core.log.info(
             "%d schedule(s) with state in the store are not in this scheduler's fleet (%s): "
@@ -584,8 +584,6 @@ def _unfinished_claims(core: EngineCore) -> dict[tuple[str, str], list[RunClaim]
         return {}
     unfinished: dict[tuple[str, str], list[RunClaim]] = {}
     for claim in sorted(claims, key=lambda c: c.run_at):
-        if claim.run_id in core.running:  # taken back, its schedule since dropped: recorded
-            continue  # when it ends
         state = core.store.get_schedule_state(claim.agent, claim.schedule)
         finished = state.last_finished_at is not None and state.last_finished_at >= claim.run_at
         if not finished:
@@ -773,6 +771,7 @@ def plan_from_state(core: EngineCore, entry: Entry, now: datetime) -> None:
         planned = None  # taken out of the fleet before: put back, planned afresh
     elif _ran_already(entry, planned):  # a kept plan whose slot a recorded run stood for
         planned = cadence_plan(core, entry)
+        core.change_state(entry, next_run_at=planned)  # what a resume plans from, too
     if state.consecutive_failures == 0 and state.last_result in FAILED_RESULTS:
         # a resume while no scheduler led reset the failures whose backoff set the plan (the
         # command line left no plan)
@@ -793,8 +792,8 @@ def plan_from_state(core: EngineCore, entry: Entry, now: datetime) -> None:
 
 def _marked_for_now(core: EngineCore, entry: Entry) -> bool:
     """Whether ``entry``'s removal mark keeps its plan for this registration: a run-time
-    definition's always (it waits for its agent), another's when this scheduler marked it as
-    it took the lead (a program that registers its agents after ``start()``)."""
+    definition's always (it waits for its agent), another's when this lead's start marked it
+    (a program that registers its agents after ``start()``)."""
     return entry.persisted_definition or entry.key in core.marked_at_start
 
 
