@@ -13,7 +13,9 @@ than 64 KiB is too big for the environment on most systems: it then arrives on s
 Its stdout becomes the run's output. A non-zero exit raises :class:`CommandError` whose message
 holds the exit code and the tail of stderr. Threads cannot be killed, but processes can: when
 the scheduler sets the run's ``cancel_event`` (timeout, shutdown) the whole process group gets
-SIGTERM, then SIGKILL after ``kill_grace`` seconds, so grandchildren die too.
+SIGTERM, then SIGKILL after ``kill_grace`` seconds, so grandchildren die too. Should the
+scheduler's own process die (``kill -9``, the OOM killer), a companion process SIGKILLs the
+groups of its command jobs (:mod:`herdsched.command_reaper`), so none runs on unwatched.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from herdsched.command_reaper import Reaper
 from herdsched.errors import SchedulerError
 from herdsched.models import JobResult, TriggerInfo
 
@@ -56,6 +59,34 @@ MAX_ENV_PROMPT_BYTES = 64 * 1024
 #: ended yet: not reaped, and its group not killed
 _live: set[int] = set()
 _live_changed = threading.Condition()
+#: kills what ``_live`` lists should this process die
+_reaper = Reaper()
+
+
+def _started(pid: int) -> None:
+    with _live_changed:
+        _live.add(pid)
+        _reaper.watch(pid, _live)
+
+
+def _ended(pid: int) -> None:
+    with _live_changed:
+        if pid in _live:
+            _live.discard(pid)
+            _reaper.forget(pid, _live)
+        _live_changed.notify_all()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child runs none of its parent's commands: it must neither kill them
+    (:func:`kill_commands`) nor keep their companion from noticing the parent's death."""
+    global _live_changed  # noqa: PLW0603 - a thread of the parent may have held its lock
+    _live.clear()
+    _live_changed = threading.Condition()
+    _reaper.after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def wait_for_commands(timeout: float) -> bool:
@@ -196,6 +227,8 @@ class CommandJob:
         text through ``repr`` again wrapped it in a second layer of quotes and backslashes.
         """
         command = shlex.join(self.argv)
+        with _live_changed:
+            _reaper.prepare()
         try:
             process = subprocess.Popen(
                 self.argv,
@@ -211,14 +244,11 @@ class CommandJob:
                 f"command {command} could not start: {exc}", self.argv, cause=exc
             ) from exc
         logger.debug("run %s: started %s (pid %d)", info.run_id, command, process.pid)
-        with _live_changed:
-            _live.add(process.pid)
+        _started(process.pid)
         try:
             stdout, stderr, cancelled = self._communicate(process, info)
         finally:
-            with _live_changed:
-                _live.discard(process.pid)
-                _live_changed.notify_all()
+            _ended(process.pid)
         out = stdout.decode("utf-8", errors="replace")
         err = stderr.decode("utf-8", errors="replace")
         code = process.returncode
@@ -251,15 +281,19 @@ class CommandJob:
     ) -> tuple[bytes, bytes, bool]:
         """Feed the prompt, collect the output, and kill the group if the run is cancelled."""
         payload: bytes | None = info.prompt.encode("utf-8")
-        cancelled = False
+        cancelled = killed = False
         while True:
             try:
                 stdout, stderr = process.communicate(payload, timeout=_POLL_SECONDS)
                 return stdout, stderr, cancelled
             except subprocess.TimeoutExpired:
                 payload = None  # already handed over; a retry must not send it again
-            if not cancelled and info.cancel_event.is_set():
-                cancelled = True
+            if not killed and info.cancel_event.is_set():
+                killed = True
+                # what it left in its group is killed, but a program that had ended on its own
+                # (while this process was stopped, or leaving a child holding its output) has
+                # its own outcome
+                cancelled = process.poll() is None
                 # at DEBUG: the scheduler logged why (the run timed out) already
                 logger.debug(
                     "Run %s was cancelled; stopping its process group %d.",
@@ -280,9 +314,7 @@ class CommandJob:
         _signal_group(process.pid, signal.SIGKILL)
         # ended: a process outside the group (started in a session of its own) may still hold
         # the output open, but nothing of the command's own is left to wait for or to kill
-        with _live_changed:
-            _live.discard(process.pid)
-            _live_changed.notify_all()
+        _ended(process.pid)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

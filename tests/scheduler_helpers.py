@@ -78,6 +78,16 @@ def drop_flocks_as_at_kill(store: YamlStateStore) -> None:
     leases._pre_lease.release()
 
 
+def process_runs(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (one killed is reaped by its parent,
+    or, once orphaned, by whatever is process 1: in a container late or never)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def wait_until(predicate: Callable[[], object], timeout: float = 10.0, step: float = 0.005) -> bool:
     """Poll ``predicate`` (real seconds) until it is true or ``timeout`` passes; its last answer.
 

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scheduler_helpers import wait_until
+from scheduler_helpers import process_runs, wait_until
 
+from herdsched.command_reaper import is_stopped
 from herdsched.store import YamlStateStore
 
 pytestmark = pytest.mark.slow
@@ -314,15 +315,6 @@ def test_a_closed_terminal_stops_run_gracefully(tmp_path: Path) -> None:
     assert history(state, "a/slow")[0]["status"] == "success"
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie waiting for its new parent to reap it does not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def test_second_signal_quits_at_once(
     tmp_path: Path, fleet_process: Callable[..., subprocess.Popen[str]]
 ) -> None:
@@ -343,7 +335,7 @@ def test_second_signal_quits_at_once(
     assert process.wait(timeout=20) == 130
     assert "quitting without waiting" in log.read_text()
     assert "killed the processes of 1 command job(s) still running" in log.read_text()
-    assert wait_for(lambda: not _alive(int(started.read_text())))
+    assert wait_for(lambda: not process_runs(int(started.read_text())))
     # the job its quitting killed was logged as failing on its own, with a traceback
     assert "failed; its traceback follows" not in log.read_text()
 
@@ -405,18 +397,50 @@ def test_run_quitting_at_the_stop_timeout_leaves_no_command_process_running(
     log = (tmp_path / "run.log").read_text()
     assert "1 job(s) still running: a/long; they were asked to stop" in log
     assert "did not end" not in log
-    assert wait_for(lambda: not _runs(pid), timeout=5)
+    assert wait_for(lambda: not process_runs(pid), timeout=5)
 
 
-def _runs(pid: int) -> bool:
-    """Whether process ``pid`` exists and is not a zombie (killed, not yet reaped: once
-    ``run`` quit, its orphans are reaped by whatever is process 1, in a container late or
-    never)."""
+def _run_a_sleeping_command(
+    tmp_path: Path, fleet_process: Callable[..., subprocess.Popen[str]]
+) -> tuple[subprocess.Popen[str], int, int]:
+    """``herdsched run`` with a command job running: its shell and the shell's child."""
+    pids = tmp_path / "pids"
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "agents:\n  - name: a\n"
+        f"    command: [sh, -c, 'sleep 60 & echo $! >> {pids}; echo $$ >> {pids}; wait']\n"
+        "    schedules: {long: {type: interval, interval: 1h}}\n"
+    )
+    process = fleet_process(fleet, "--state-dir", str(tmp_path / "state"))
+    assert wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 2)
+    child, shell = (int(pid) for pid in pids.read_text().split())
+    return process, shell, child
+
+
+def test_run_killed_takes_the_programs_of_its_command_jobs_with_it(
+    tmp_path: Path, fleet_process: Callable[..., subprocess.Popen[str]]
+) -> None:
+    """``kill -9`` (the OOM killer, a web server's worker timeout) left the programs of
+    command jobs running, unwatched, beside the runs the next leader starts."""
+    process, shell, child = _run_a_sleeping_command(tmp_path, fleet_process)
+    process.kill()
+    process.wait(timeout=10)
+    assert wait_for(lambda: not process_runs(shell) and not process_runs(child), timeout=10)
+
+
+def test_run_stopped_stops_the_programs_of_its_command_jobs_until_it_goes_on(
+    tmp_path: Path, fleet_process: Callable[..., subprocess.Popen[str]]
+) -> None:
+    """A scheduler stopped (SIGSTOP, Ctrl-Z) past its lease left its command jobs' programs
+    running beside the runs of the scheduler that took over."""
+    process, shell, child = _run_a_sleeping_command(tmp_path, fleet_process)
+    process.send_signal(signal.SIGSTOP)
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+        assert wait_for(lambda: is_stopped(shell) and is_stopped(child), timeout=10)
+    finally:
+        process.send_signal(signal.SIGCONT)
+    assert wait_for(lambda: not is_stopped(shell) and not is_stopped(child), timeout=10)
+    assert process_runs(shell) and process_runs(child)
 
 
 def test_a_process_outside_the_command_s_group_holding_its_output_is_not_waited_for(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
 import time
@@ -11,6 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from scheduler_helpers import process_runs, wait_until
 
 from herdsched import Agent, Schedule, ThreadedScheduler, events
 from herdsched.command import MAX_ENV_PROMPT_BYTES, CommandError, CommandJob
@@ -139,19 +139,6 @@ def test_huge_prompt_arrives_on_stdin_only() -> None:
     assert CommandJob([PY, "-c", script])(info(small)).output == f"{len(small)} True\n"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie still answers kill(0): look at its state.
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
-            return handle.read().split()[2] != "Z"
-    except OSError:
-        return True
-
-
 def test_cancel_kills_the_whole_process_group(tmp_path: Path) -> None:
     pidfile = tmp_path / "child.pid"
     # The command starts a grandchild that would outlive it, then waits.
@@ -178,7 +165,7 @@ def test_cancel_kills_the_whole_process_group(tmp_path: Path) -> None:
     while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
         time.sleep(0.02)
     grandchild = int(pidfile.read_text())
-    assert _alive(grandchild)
+    assert process_runs(grandchild)
     run.cancel_event.set()
     thread.join(timeout=20)
     assert not thread.is_alive()
@@ -188,9 +175,30 @@ def test_cancel_kills_the_whole_process_group(tmp_path: Path) -> None:
     assert "cancelled" in str(error)
     assert error.stdout == "started\n"
     deadline = time.monotonic() + 10
-    while _alive(grandchild) and time.monotonic() < deadline:
+    while process_runs(grandchild) and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert not _alive(grandchild)
+    assert not process_runs(grandchild)
+
+
+def test_a_program_that_ended_before_the_cancel_keeps_its_outcome(tmp_path: Path) -> None:
+    """A program that exited 0 while its scheduler's process was stopped was said "cancelled;
+    its process group was killed (exit code 0)" once the scheduler woke and told its runs to
+    stop. What it left in its group (here a child holding the output open) is still killed."""
+    pidfile = tmp_path / "pids"
+    job = CommandJob(
+        ["sh", "-c", f"echo out; sleep 60 & echo $$ $! > {pidfile}; exit 0"], kill_grace=2.0
+    )
+    run = info()
+    outcome: list[object] = []
+    thread = threading.Thread(target=lambda: outcome.append(job(run)))
+    thread.start()
+    assert wait_until(lambda: pidfile.exists() and len(pidfile.read_text().split()) == 2)
+    shell, child = (int(pid) for pid in pidfile.read_text().split())
+    assert wait_until(lambda: not process_runs(shell))  # exited; its child holds the output open
+    run.cancel_event.set()
+    thread.join(timeout=20)
+    assert outcome == [JobResult(output="out\n")]
+    assert wait_until(lambda: not process_runs(child))
 
 
 def test_cancel_escalates_to_sigkill(tmp_path: Path) -> None:
@@ -291,7 +299,7 @@ def test_stop_ends_a_given_up_command_before_it_lets_the_lease_go(
     told_before: list[str] = []
 
     def let_go(event: events.SchedulerStopped) -> None:
-        alive_when_let_go.append(_alive(int(pid_file.read_text())))
+        alive_when_let_go.append(process_runs(int(pid_file.read_text())))
         told_before.extend(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
 
     sched.add_listener(let_go, events.SchedulerStopped)
@@ -308,14 +316,6 @@ def test_stop_ends_a_given_up_command_before_it_lets_the_lease_go(
         "wait is over with 1 job(s) still running (a/s)" in m and "SIGKILL" in m
         for m in told_before
     ), told_before
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_a_failed_command_job_is_logged_without_a_traceback(

@@ -34,6 +34,7 @@ from postgres_server import PostgresServer, start_server, unique_namespace
 from scheduler_helpers import wait_until
 
 from herdsched import Status
+from herdsched.command_reaper import is_stopped
 from herdsched.errors import StateError
 from herdsched.store.base import Lease
 from herdsched.store.postgres import PostgresStateStore
@@ -300,12 +301,6 @@ def test_a_stopped_leader_is_replaced_and_after_sigcont_its_claims_are_refused(
     fleet.assert_no_slot_twice()
 
 
-def stopped(pid: int) -> bool:
-    """Whether process ``pid`` is stopped (by a signal), from /proc."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat.rsplit(")", 1)[1].split()[0] == "T"
-
-
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="needs /proc")
 @pytest.mark.parametrize("where", ["before", "inside"])
 def test_a_leader_stalled_at_a_fenced_write_is_replaced_and_after_sigcont_runs_nothing(
@@ -317,7 +312,7 @@ def test_a_leader_stalled_at_a_fenced_write_is_replaced_and_after_sigcont_runs_n
     first = start_fleet(fleet)
     since = fleet.server_now()
     fleet.stall_flag.write_text(where)  # the leader's next claim or commit stops it there
-    assert wait_for(lambda: stopped(first.pid), timeout=10)
+    assert wait_for(lambda: is_stopped(first.pid), timeout=10)
     started, stopped_wall = time.monotonic(), datetime.now().astimezone()
     doing = "before a claim" if where == "before" else "inside a commit"
     lease = await_leader(fleet, f"the leader stalled {doing}", since, started,

@@ -1,0 +1,216 @@
+"""Tie a process's command jobs to that process: they die when it dies, and stop while it is
+stopped.
+
+A command job runs in a process group of its own, so a scheduler killed by ``kill -9``, the OOM
+killer or a web server's worker timeout would leave its programs running, unwatched, beside the
+runs that the next leader starts of the same schedules; and a scheduler stopped (SIGSTOP, Ctrl-Z,
+a debugger) long enough to lose its lease would see the same while it is stopped. To prevent
+that, the first command job of a process starts a small companion process (this file, run as a
+script by the same Python interpreter, with nothing but the standard library). The scheduler's
+process tells it, through a pipe, the process group of every command job it starts (``+PGID``)
+and ends (``-PGID``).
+
+- When the pipe reaches its end, which the operating system brings about as the scheduler's
+  process dies, the companion SIGKILLs the groups still listed and exits. SIGKILL at once, not
+  SIGTERM first: the process that watched the programs is gone, nobody would record what they
+  did, and a standby may take over within a second. A process that stops normally has ended
+  its commands before, so nothing is left to kill.
+- While it lists groups, the companion looks at the scheduler's process twice a second (in
+  ``/proc``: Linux only). Once it sees it stopped, it stops the groups too (SIGSTOP), and lets
+  them go on (SIGCONT) when the scheduler does: a stopped scheduler's programs do nothing
+  beside the next leader's runs, and one that wakes still leading finds them as it left them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import signal
+import sys
+from collections.abc import Collection
+from pathlib import Path
+
+logger = logging.getLogger("herdsched")
+
+
+#: how often the companion looks whether the scheduler's process is stopped (seconds)
+POLL_SECONDS = 0.5
+
+
+class Watch:
+    """What the companion knows: the process groups listed, and whether it stopped them."""
+
+    def __init__(self) -> None:
+        self.groups: set[int] = set()
+        self.stopped = False
+
+    def read(self, line: bytes) -> None:
+        """Follow one ``+PGID`` or ``-PGID`` line; anything else is ignored."""
+        sign, number = line[:1], line[1:].strip()
+        if not number.isdigit():
+            return
+        if sign == b"+":
+            self.groups.add(int(number))
+        elif sign == b"-":
+            self.groups.discard(int(number))
+
+    def follow(self, parent_stopped: bool) -> None:
+        """Stop the groups when the scheduler's process is stopped, continue them when it
+        goes on."""
+        if parent_stopped != self.stopped:
+            self.stopped = parent_stopped
+            self._signal(signal.SIGSTOP if parent_stopped else signal.SIGCONT)
+
+    def kill(self) -> set[int]:
+        """SIGKILL the groups listed (the scheduler's process is gone); which ones were."""
+        self._signal(signal.SIGKILL)
+        return self.groups
+
+    def _signal(self, sig: signal.Signals) -> None:
+        for pgid in self.groups:
+            with contextlib.suppress(OSError):  # gone already (or no longer ours to signal)
+                os.killpg(pgid, sig)
+
+
+def is_stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped by a signal (SIGSTOP, Ctrl-Z); false when that cannot
+    be told (it is gone, or no ``/proc``). A tracer's stop does not count: a sampling profiler
+    stops its target hundreds of times a second, each time for a moment."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state = stat.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state == b"T"
+
+
+class Reaper:
+    """This process's side of the companion: starts it when first needed and tells it which
+    command groups live. Not thread-safe on its own: the command module calls it under its
+    lock."""
+
+    def __init__(self) -> None:
+        self._pipe = -1  # write end; its last close is the companion's signal
+        self._pid = 0
+        self._unavailable = False
+
+    def watch(self, pgid: int, live: Collection[int]) -> None:
+        """A command job started in group ``pgid`` (``live`` lists all of them, ``pgid``
+        included)."""
+        self._tell(b"+%d\n" % pgid, live)
+
+    def forget(self, pgid: int, live: Collection[int]) -> None:
+        """The command job of group ``pgid`` ended (``live`` lists those still running)."""
+        if self._pipe >= 0:
+            self._tell(b"-%d\n" % pgid, live)
+
+    def after_fork(self) -> None:
+        """In a child made by ``fork()``: let go of the parent's companion (holding its pipe
+        open would keep it from noticing the parent's death); the child starts its own."""
+        if self._pipe >= 0:
+            os.close(self._pipe)
+        self._pipe, self._pid = -1, 0
+
+    def prepare(self) -> None:
+        """Start the companion unless it runs: before a command starts, so that telling it
+        after is one write (the command is watched within microseconds)."""
+        if self._pipe < 0 and not self._unavailable:
+            self._start()
+
+    def _tell(self, line: bytes, live: Collection[int]) -> None:
+        for _attempt in range(2):
+            if self._pipe < 0:
+                self.prepare()
+                if self._pipe < 0:
+                    return
+                line = b"".join(b"+%d\n" % pgid for pgid in live)
+            try:
+                os.write(self._pipe, line)
+                return
+            except OSError as exc:
+                logger.warning(
+                    "The process that ends this process's command jobs if it dies (pid %d) "
+                    "is gone (%s); starting another.",
+                    self._pid,
+                    exc,
+                )
+                self._discard()
+
+    def _start(self) -> None:
+        python = _python()
+        if python is None:
+            self._give_up(f"{sys.executable!r} is not a Python interpreter")
+            return
+        read, write = os.pipe()
+        try:
+            self._pid = os.posix_spawn(
+                python,
+                [python, "-I", "-S", str(Path(__file__).resolve())],
+                dict(os.environ),
+                file_actions=[
+                    (os.POSIX_SPAWN_DUP2, read, 0),
+                    (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                    (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+                ],
+                setpgroup=0,  # out of the terminal's reach: Ctrl-C is ours to answer
+            )
+        except OSError as exc:
+            os.close(write)
+            self._give_up(str(exc))
+            return
+        finally:
+            os.close(read)
+        self._pipe = write
+        logger.debug(
+            "Started process %d, which ends this process's command jobs if it dies.", self._pid
+        )
+
+    def _give_up(self, why: str) -> None:
+        self._unavailable = True
+        logger.warning(
+            "Cannot start the process that ends command jobs when their scheduler's process "
+            "dies (%s): a command job outlives this process if it is killed.",
+            why,
+        )
+
+    def _discard(self) -> None:
+        os.close(self._pipe)
+        self._pipe = -1
+        with contextlib.suppress(ChildProcessError):  # reap it if it has ended
+            os.waitpid(self._pid, os.WNOHANG)
+
+
+def _python() -> str | None:
+    """The interpreter to run the companion with: this one, unless this process is not a
+    plain Python (a frozen program, or a server such as uWSGI embedding Python, whose own
+    binary ``sys.executable`` then names)."""
+    executable = sys.executable
+    if not executable or getattr(sys, "frozen", False) or not hasattr(os, "posix_spawn"):
+        return None
+    name = Path(executable).name.lower()
+    return executable if "python" in name or "pypy" in name else None
+
+
+def main() -> None:  # pragma: no cover - runs in the companion process (tests drive it there)
+    """The companion: follow the pipe on stdin to its end, then kill what is left."""
+    os.chdir("/")  # hold no directory (a mount) busy for as long as the scheduler runs
+    parent = os.getppid()
+    watch = Watch()
+    pending = b""
+    while True:
+        wait = POLL_SECONDS if watch.groups else None
+        if select.select([0], [], [], wait)[0]:
+            chunk = os.read(0, 65536)
+            if not chunk:
+                break
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                watch.read(line)
+        watch.follow(is_stopped(parent))
+    watch.kill()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

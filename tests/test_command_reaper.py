@@ -1,0 +1,176 @@
+"""The companion process that ends a dead scheduler's command jobs, with real processes.
+
+A scheduler's death is played by closing its end of the companion's pipe, which is what the
+operating system does as a process dies; ``test_cli_process`` kills a real ``herdsched run``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+
+import pytest
+from scheduler_helpers import process_runs, wait_until
+
+from herdsched import command
+from herdsched.command import CommandJob
+from herdsched.command_reaper import Reaper, Watch, is_stopped
+from herdsched.models import TriggerInfo, TriggerType
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def group() -> Iterator[subprocess.Popen[bytes]]:
+    """A ``sleep`` in a process group of its own, as a command job's program runs."""
+    process = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    yield process
+    process.kill()
+    process.wait()
+
+
+def _died(reaper: Reaper) -> None:
+    """Close the pipe as the scheduler's death would, and wait for the companion to finish."""
+    companion = reaper._pid
+    reaper.after_fork()  # closes this process's end of the pipe
+    os.waitpid(companion, 0)
+
+
+def test_the_groups_still_listed_when_the_scheduler_dies_are_killed(
+    group: subprocess.Popen[bytes],
+) -> None:
+    reaper = Reaper()
+    reaper.watch(group.pid, {group.pid})
+    _died(reaper)
+    assert group.wait(timeout=10) == -signal.SIGKILL
+
+
+def test_a_group_whose_command_ended_is_left_alone(group: subprocess.Popen[bytes]) -> None:
+    """Its id may belong to someone else by now."""
+    reaper = Reaper()
+    reaper.watch(group.pid, {group.pid})
+    reaper.forget(group.pid, set())
+    _died(reaper)
+    assert group.poll() is None
+
+
+def test_a_forked_child_does_not_keep_the_companion_from_noticing(
+    group: subprocess.Popen[bytes],
+) -> None:
+    """A child forked after the first command job inherited the pipe: the scheduler's death
+    went unnoticed while the child lived."""
+    job = CommandJob([sys.executable, "-c", "pass"])
+    job(_info())  # starts this process's companion
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child: no exec, which would close the pipe anyway
+        try:
+            time.sleep(20)
+        finally:
+            os._exit(0)
+    try:
+        command._started(group.pid)
+        _died(command._reaper)
+        assert group.wait(timeout=10) == -signal.SIGKILL
+        assert process_runs(child)
+    finally:
+        command._ended(group.pid)
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+
+
+def test_a_companion_killed_is_replaced_and_told_every_group(
+    group: subprocess.Popen[bytes], caplog: pytest.LogCaptureFixture
+) -> None:
+    reaper = Reaper()
+    other = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        reaper.watch(other.pid, {other.pid})
+        first = reaper._pid
+        os.kill(first, signal.SIGKILL)
+        os.waitpid(first, 0)
+        with caplog.at_level(logging.WARNING, logger="herdsched"):
+            reaper.watch(group.pid, {other.pid, group.pid})
+        assert f"command jobs if it dies (pid {first}) is gone" in caplog.text
+        assert reaper._pid != first
+        _died(reaper)
+        assert group.wait(timeout=10) == -signal.SIGKILL
+        assert other.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_without_a_python_to_run_it_commands_run_and_one_warning_says_so(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Under a server embedding Python (uWSGI), ``sys.executable`` names the server's binary:
+    starting that with our arguments could start anything."""
+    monkeypatch.setattr(sys, "executable", "/usr/bin/uwsgi")
+    monkeypatch.setattr(command, "_reaper", Reaper())
+    job = CommandJob(["echo", "hi"])
+    with caplog.at_level(logging.WARNING, logger="herdsched"):
+        assert job(_info()).output == "hi\n"
+        assert job(_info()).output == "hi\n"
+    warnings = [r.getMessage() for r in caplog.records if "outlives this process" in r.message]
+    assert warnings == [
+        "Cannot start the process that ends command jobs when their scheduler's process dies "
+        "('/usr/bin/uwsgi' is not a Python interpreter): a command job outlives this process "
+        "if it is killed."
+    ]
+
+
+def test_the_companion_stops_the_groups_while_the_scheduler_is_stopped(
+    group: subprocess.Popen[bytes],
+) -> None:
+    """A scheduler stopped past its lease saw the next leader start its schedules while their
+    programs ran on."""
+    watch = Watch()
+    for line in (b"+%d\n" % group.pid, b"+x\n", b"\n"):
+        watch.read(line)
+    assert watch.groups == {group.pid}
+    watch.follow(parent_stopped=True)
+    assert wait_until(lambda: is_stopped(group.pid))
+    watch.follow(parent_stopped=True)  # told once
+    watch.follow(parent_stopped=False)
+    assert wait_until(lambda: not is_stopped(group.pid))
+    assert process_runs(group.pid)
+
+
+def test_the_companion_kills_only_the_groups_still_listed(
+    group: subprocess.Popen[bytes],
+) -> None:
+    gone = subprocess.Popen(["true"], start_new_session=True)
+    gone.wait()
+    watch = Watch()
+    for line in (b"+%d\n" % group.pid, b"+%d\n" % gone.pid, b"-%d\n" % gone.pid):
+        watch.read(line)
+    assert watch.kill() == {group.pid}
+    assert group.wait(timeout=10) == -signal.SIGKILL
+
+
+def test_a_stop_is_told_from_a_run_and_from_no_process(group: subprocess.Popen[bytes]) -> None:
+    assert not is_stopped(group.pid)
+    os.kill(group.pid, signal.SIGSTOP)
+    assert wait_until(lambda: is_stopped(group.pid))
+    os.kill(group.pid, signal.SIGCONT)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    assert not is_stopped(gone.pid)
+
+
+def _info() -> TriggerInfo:
+    return TriggerInfo(
+        agent="a",
+        schedule="s",
+        prompt="",
+        trigger_type=TriggerType.MANUAL,
+        scheduled_for=None,
+        fired_at=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        run_id="run-1",
+    )
