@@ -222,6 +222,19 @@ def test_history_a_full_disk_cut_part_way_holds_each_record_once(small_tmpfs: Pa
         store.close()
 
 
+def test_start_on_a_full_disk_refuses_and_says_the_disk_is_full(small_tmpfs: Path) -> None:
+    """The check wrote an empty file, which needs no space: ``start()`` went on and the
+    scheduler stood by, its lease unwritable, while the caller heard nothing."""
+    state_dir = small_tmpfs / "state"
+    state_dir.mkdir()
+    fill(small_tmpfs)
+    scheduler = ThreadedScheduler(state_dir=state_dir)
+    with pytest.raises(StateError, match="cannot be used: its disk is full") as raised:
+        scheduler.start()
+    assert "No space left on device" in str(raised.value)
+    assert scheduler.status == "stopped"
+
+
 def test_a_pause_the_full_disk_refused_says_nothing_changed(
     small_tmpfs: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -9,6 +9,7 @@ a ``FakeClock``.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -34,12 +35,15 @@ class CutOff(YamlStateStore):
     right after the next claim is durable, before the group commit that shows the run."""
 
     broken = False
+    full = False  # its writes fail, its reads work (a full disk)
     cut_after_claim = False
     refresh_failures = 0  # refreshes that fail once it answers again (a flapping store)
 
-    def _check(self) -> None:
+    def _check(self, write: bool = True) -> None:
         if self.broken:
             raise StateError("the store does not answer")
+        if self.full and write:
+            raise StateError("No space left on device")
 
     def renew_lease(self, lease: Lease, ttl: float) -> Lease:
         self._check()
@@ -50,7 +54,7 @@ class CutOff(YamlStateStore):
         return super().acquire_lease(holder, ttl)
 
     def current_lease(self) -> Lease | None:
-        self._check()
+        self._check(write=False)
         return super().current_lease()
 
     def claim_runs(self, claims: list[RunClaim]) -> None:
@@ -63,7 +67,7 @@ class CutOff(YamlStateStore):
         super().flush()
 
     def refresh(self) -> bool:
-        self._check()
+        self._check(write=False)
         if self.refresh_failures:
             self.refresh_failures -= 1
             raise StateError("the store does not answer (refresh)")
@@ -226,3 +230,35 @@ def test_a_job_that_ended_while_it_stood_by_is_not_taken_back(
         history = [r.status for r in sched.history("a", "s")]
     assert [o.success for o in source.told] == [False]
     assert history == [RunStatus.INTERRUPTED]
+
+
+def test_reads_that_work_while_writes_fail_are_not_the_store_working_again(
+    store: CutOff, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On a full disk a standby with jobs left from its lost lead read the lease (reads work)
+    and logged "The state store works again", then its try to lead failed again at once:
+    the log said the outage was over while nothing could be written."""
+    job = Held()
+    sched = _scheduler(store, clock, job)
+    with sched:
+        sched.run_pending()
+        clock.advance(timedelta(minutes=30))  # 10:00
+        sched.run_pending()
+        assert job.began.wait(10)
+        store.full = True
+        clock.advance(TTL)
+        sched.run_pending()
+        assert wait_until(lambda: sched.status == "standby")
+        with caplog.at_level(logging.WARNING, logger="herdsched"):
+            for _ in range(3):
+                clock.advance(TTL / 3)
+                sched.run_pending()
+            assert sched.status == "standby"
+            assert "works again" not in caplog.text
+            store.full = False
+            clock.advance(TTL / 3)
+            sched.run_pending()
+        assert sched.status == "running"
+        assert "The state store works again" in caplog.text
+        job.release.set()
+        assert sched.wait_until_idle(10)

@@ -253,9 +253,10 @@ class Leadership:
             if not isinstance(exc, StateError):  # a store's own bug, not an outage
                 core.log.debug("Reading the lease failed.", exc_info=True)
             return
-        core.store_health.worked()  # the only call a standby with such runs makes
         if current is None or current.epoch <= self._lost_epoch:
-            return
+            return  # its try to lead, which writes, tells whether the store works again: on
+            # a full disk reads work while writes fail
+        core.store_health.worked()  # another leads: reading is all this standby does
         with core.lock:
             if core.status != "standby":
                 return

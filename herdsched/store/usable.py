@@ -32,10 +32,12 @@ def _file_in_the_way(state_dir: Path) -> Path | None:
 
 
 def check_state_dir(state_dir: Path) -> None:
-    """Create ``state_dir`` when missing and check a file can be created in it.
+    """Create ``state_dir`` when missing and check a file can be created and written in it.
 
-    Raises :class:`~herdsched.errors.StateError` naming the directory, what is wrong and what
-    to do.
+    The probe file gets a byte, made durable: an empty file needs no space, so a full disk let
+    the start go on, and the scheduler stood by without a word to the caller (its lease could
+    not be written). Raises :class:`~herdsched.errors.StateError` naming the directory, what is
+    wrong and what to do.
     """
     blocker = _file_in_the_way(state_dir)
     if blocker is not None:
@@ -46,8 +48,10 @@ def check_state_dir(state_dir: Path) -> None:
         )
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=state_dir, prefix=".herdsched-probe-"):
-            pass
+        with tempfile.TemporaryFile(dir=state_dir, prefix=".herdsched-probe-") as probe:
+            probe.write(b"\n")
+            probe.flush()
+            os.fsync(probe.fileno())  # where space is allocated late (ext4), it is now
     except OSError as exc:
         raise StateError(
             f"The state directory {state_dir} cannot be used: {_what(exc)} "
