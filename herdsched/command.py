@@ -80,13 +80,18 @@ def _ended(pid: int) -> None:
 def _after_fork_in_child() -> None:
     """A forked child runs none of its parent's commands: it must neither kill them
     (:func:`kill_commands`) nor keep their companion from noticing the parent's death."""
-    global _live_changed  # noqa: PLW0603 - a thread of the parent may have held its lock
+    global _live_changed  # noqa: PLW0603 - the parent's lock, held across the fork
     _live.clear()
     _live_changed = threading.Condition()
     _reaper.after_fork()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+# a fork waits while the companion's channel is being made, or the child could hold it open
+os.register_at_fork(
+    before=_live_changed.acquire,
+    after_in_parent=_live_changed.release,
+    after_in_child=_after_fork_in_child,
+)
 
 
 def wait_for_commands(timeout: float) -> bool:
@@ -243,8 +248,8 @@ class CommandJob:
             raise CommandError(
                 f"command {command} could not start: {exc}", self.argv, cause=exc
             ) from exc
+        _started(process.pid)  # at once: until then a kill -9 of this process leaves it running
         logger.debug("run %s: started %s (pid %d)", info.run_id, command, process.pid)
-        _started(process.pid)
         try:
             stdout, stderr, cancelled = self._communicate(process, info)
         finally:
@@ -305,11 +310,14 @@ class CommandJob:
     def _kill_group(self, process: subprocess.Popen[bytes]) -> None:
         """SIGTERM the process group, then SIGKILL it if the leader outlives ``kill_grace``."""
         _signal_group(process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + self.kill_grace
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                break
+        left, last = self.kill_grace, time.monotonic()
+        while left > 0 and process.poll() is None:
             time.sleep(0.02)
+            now = time.monotonic()
+            # a step far longer than the sleep: this process was stopped, and its companion
+            # stopped the program with it; the grace counts while the program can run
+            left -= now - last if now - last < 1.0 else 0.02
+            last = now
         # Also reaps children that ignored SIGTERM after the leader exited.
         _signal_group(process.pid, signal.SIGKILL)
         # ended: a process outside the group (started in a session of its own) may still hold

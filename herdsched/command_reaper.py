@@ -3,14 +3,15 @@ stopped.
 
 A command job runs in a process group of its own, so a scheduler killed by ``kill -9``, the OOM
 killer or a web server's worker timeout would leave its programs running, unwatched, beside the
-runs that the next leader starts of the same schedules; and a scheduler stopped (SIGSTOP, Ctrl-Z,
-a debugger) long enough to lose its lease would see the same while it is stopped. To prevent
+runs that the next leader starts of the same schedules; and a scheduler stopped by a signal
+(SIGSTOP, Ctrl-Z) long enough to lose its lease would see the same while it is stopped. To prevent
 that, the first command job of a process starts a small companion process (this file, run as a
 script by the same Python interpreter, with nothing but the standard library). The scheduler's
-process tells it, through a pipe, the process group of every command job it starts (``+PGID``)
-and ends (``-PGID``).
+process tells it, through a socket pair, the process group of every command job it starts
+(``+PGID``) and ends (``-PGID``). A program killed or stopped in the first milliseconds after
+its start, before the companion is told, is not seen.
 
-- When the pipe reaches its end, which the operating system brings about as the scheduler's
+- When the channel reaches its end, which the operating system brings about as the scheduler's
   process dies, the companion SIGKILLs the groups still listed and exits. SIGKILL at once, not
   SIGTERM first: the process that watched the programs is gone, nobody would record what they
   did, and a standby may take over within a second. A process that stops normally has ended
@@ -28,6 +29,7 @@ import logging
 import os
 import select
 import signal
+import socket
 import sys
 from collections.abc import Collection
 from pathlib import Path
@@ -37,6 +39,9 @@ logger = logging.getLogger("herdsched")
 
 #: how often the companion looks whether the scheduler's process is stopped (seconds)
 POLL_SECONDS = 0.5
+#: how long a companion just started gets to say it runs (seconds)
+_READY_SECONDS = 10.0
+_NO_SIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 
 
 class Watch:
@@ -51,10 +56,15 @@ class Watch:
         sign, number = line[:1], line[1:].strip()
         if not number.isdigit():
             return
+        pgid = int(number)
         if sign == b"+":
-            self.groups.add(int(number))
-        elif sign == b"-":
-            self.groups.discard(int(number))
+            self.groups.add(pgid)
+            if self.stopped:  # stopped again before this was read: the group stops too
+                _signal(pgid, signal.SIGSTOP)
+        elif sign == b"-" and pgid in self.groups:
+            self.groups.discard(pgid)
+            if self.stopped:  # what its program left in the group must not stay stopped
+                _signal(pgid, signal.SIGCONT)
 
     def follow(self, parent_stopped: bool) -> None:
         """Stop the groups when the scheduler's process is stopped, continue them when it
@@ -70,8 +80,12 @@ class Watch:
 
     def _signal(self, sig: signal.Signals) -> None:
         for pgid in self.groups:
-            with contextlib.suppress(OSError):  # gone already (or no longer ours to signal)
-                os.killpg(pgid, sig)
+            _signal(pgid, sig)
+
+
+def _signal(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(OSError):  # gone already (or no longer ours to signal)
+        os.killpg(pgid, sig)
 
 
 def is_stopped(pid: int) -> bool:
@@ -89,10 +103,11 @@ def is_stopped(pid: int) -> bool:
 class Reaper:
     """This process's side of the companion: starts it when first needed and tells it which
     command groups live. Not thread-safe on its own: the command module calls it under its
-    lock."""
+    lock, which a ``fork()`` waits for (a child forked while the channel is being made would
+    hold it open)."""
 
     def __init__(self) -> None:
-        self._pipe = -1  # write end; its last close is the companion's signal
+        self._channel: socket.socket | None = None  # its last close is the companion's signal
         self._pid = 0
         self._unavailable = False
 
@@ -103,31 +118,34 @@ class Reaper:
 
     def forget(self, pgid: int, live: Collection[int]) -> None:
         """The command job of group ``pgid`` ended (``live`` lists those still running)."""
-        if self._pipe >= 0:
+        if self._channel is not None:
             self._tell(b"-%d\n" % pgid, live)
 
     def after_fork(self) -> None:
-        """In a child made by ``fork()``: let go of the parent's companion (holding its pipe
-        open would keep it from noticing the parent's death); the child starts its own."""
-        if self._pipe >= 0:
-            os.close(self._pipe)
-        self._pipe, self._pid = -1, 0
+        """In a child made by ``fork()``: let go of the parent's companion (holding its
+        channel open would keep it from noticing the parent's death); the child starts its
+        own."""
+        if self._channel is not None:
+            self._channel.close()
+        self._channel, self._pid = None, 0
 
     def prepare(self) -> None:
         """Start the companion unless it runs: before a command starts, so that telling it
-        after is one write (the command is watched within microseconds)."""
-        if self._pipe < 0 and not self._unavailable:
+        after is one write."""
+        if self._channel is None and not self._unavailable:
             self._start()
 
     def _tell(self, line: bytes, live: Collection[int]) -> None:
         for _attempt in range(2):
-            if self._pipe < 0:
+            if self._channel is None:
                 self.prepare()
-                if self._pipe < 0:
-                    return
                 line = b"".join(b"+%d\n" % pgid for pgid in live)
+            channel = self._channel
+            if channel is None:
+                return
             try:
-                os.write(self._pipe, line)
+                # no SIGPIPE, which kills a program that restored its default action
+                channel.sendall(line, _NO_SIGNAL)
                 return
             except OSError as exc:
                 logger.warning(
@@ -143,29 +161,45 @@ class Reaper:
         if python is None:
             self._give_up(f"{sys.executable!r} is not a Python interpreter")
             return
-        read, write = os.pipe()
+        ours, theirs = socket.socketpair()
         try:
             self._pid = os.posix_spawn(
                 python,
                 [python, "-I", "-S", str(Path(__file__).resolve())],
                 dict(os.environ),
                 file_actions=[
-                    (os.POSIX_SPAWN_DUP2, read, 0),
+                    (os.POSIX_SPAWN_DUP2, theirs.fileno(), 0),
                     (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
                     (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
                 ],
                 setpgroup=0,  # out of the terminal's reach: Ctrl-C is ours to answer
             )
         except OSError as exc:
-            os.close(write)
+            ours.close()
             self._give_up(str(exc))
             return
         finally:
-            os.close(read)
-        self._pipe = write
+            theirs.close()
+        self._channel = ours
+        if not self._ready():
+            self._discard()
+            self._give_up("it did not answer once started")
+            return
         logger.debug(
             "Started process %d, which ends this process's command jobs if it dies.", self._pid
         )
+
+    def _ready(self) -> bool:
+        """Whether the companion says it runs: one that cannot (its file gone since this
+        process started, a Python that needs its environment) exits at once."""
+        assert self._channel is not None
+        self._channel.settimeout(_READY_SECONDS)
+        try:
+            return self._channel.recv(1) == b"\n"
+        except OSError:
+            return False
+        finally:
+            self._channel.settimeout(None)
 
     def _give_up(self, why: str) -> None:
         self._unavailable = True
@@ -176,8 +210,9 @@ class Reaper:
         )
 
     def _discard(self) -> None:
-        os.close(self._pipe)
-        self._pipe = -1
+        if self._channel is not None:
+            self._channel.close()
+        self._channel = None
         with contextlib.suppress(ChildProcessError):  # reap it if it has ended
             os.waitpid(self._pid, os.WNOHANG)
 
@@ -194,8 +229,13 @@ def _python() -> str | None:
 
 
 def main() -> None:  # pragma: no cover - runs in the companion process (tests drive it there)
-    """The companion: follow the pipe on stdin to its end, then kill what is left."""
+    """The companion: say it runs, follow the channel on stdin to its end, then kill what is
+    left. Signals that end a service (SIGTERM to a whole systemd unit, SIGHUP, SIGINT) leave
+    it to the channel: the scheduler's process decides when it ends."""
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
     os.chdir("/")  # hold no directory (a mount) busy for as long as the scheduler runs
+    os.write(0, b"\n")
     parent = os.getppid()
     watch = Watch()
     pending = b""

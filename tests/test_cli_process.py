@@ -403,12 +403,14 @@ def test_run_quitting_at_the_stop_timeout_leaves_no_command_process_running(
 def _run_a_sleeping_command(
     tmp_path: Path, fleet_process: Callable[..., subprocess.Popen[str]]
 ) -> tuple[subprocess.Popen[str], int, int]:
-    """``herdsched run`` with a command job running: its shell and the shell's child."""
+    """``herdsched run`` with a command job running: its shell and the shell's child. They
+    say so half a second after they start: the scheduler tells its companion of them within
+    milliseconds of their start, not before."""
     pids = tmp_path / "pids"
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(
         "agents:\n  - name: a\n"
-        f"    command: [sh, -c, 'sleep 60 & echo $! >> {pids}; echo $$ >> {pids}; wait']\n"
+        f"    command: [sh, -c, 'sleep 60 & sleep 0.5; echo $! $$ >> {pids}; wait']\n"
         "    schedules: {long: {type: interval, interval: 1h}}\n"
     )
     process = fleet_process(fleet, "--state-dir", str(tmp_path / "state"))

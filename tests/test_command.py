@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from scheduler_helpers import process_runs, wait_until
 
-from herdsched import Agent, Schedule, ThreadedScheduler, events
+from herdsched import Agent, Schedule, ThreadedScheduler, command, events
 from herdsched.command import MAX_ENV_PROMPT_BYTES, CommandError, CommandJob
 from herdsched.errors import SchedulerShutdownError
 from herdsched.models import JobResult, TriggerInfo, TriggerType
@@ -199,6 +199,52 @@ def test_a_program_that_ended_before_the_cancel_keeps_its_outcome(tmp_path: Path
     thread.join(timeout=20)
     assert outcome == [JobResult(output="out\n")]
     assert wait_until(lambda: not process_runs(child))
+
+
+def test_the_kill_grace_counts_while_the_program_can_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scheduler stopped during a cancelled program's grace (its companion stopping the
+    program with it) found the grace over when it woke and SIGKILLed a program that had had
+    no time to clean up."""
+
+    class StoppedOnce:
+        """``time`` as a process stopped for a minute right after the SIGTERM sees it."""
+
+        sleep = staticmethod(time.sleep)
+        calls = 0
+
+        def monotonic(self) -> float:
+            self.calls += 1
+            return time.monotonic() + (60.0 if self.calls > 1 else 0.0)
+
+    monkeypatch.setattr(command, "time", StoppedOnce())
+    ready = tmp_path / "ready"
+    job = CommandJob(
+        [
+            "sh",
+            "-c",
+            f"trap 'sleep 0.3; echo cleaned; exit 3' TERM; touch {ready}; sleep 60 & wait",
+        ],
+        kill_grace=5.0,
+    )
+    run = info()
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            job(run)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    assert wait_until(ready.exists)
+    run.cancel_event.set()
+    thread.join(timeout=20)
+    (error,) = errors
+    assert isinstance(error, CommandError)
+    assert (error.returncode, error.stdout) == (3, "cleaned\n")
 
 
 def test_cancel_escalates_to_sigkill(tmp_path: Path) -> None:

@@ -11,14 +11,16 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
+from typing import Any
 
 import pytest
 from scheduler_helpers import process_runs, wait_until
 
-from herdsched import command
+from herdsched import command, command_reaper
 from herdsched.command import CommandJob
 from herdsched.command_reaper import Reaper, Watch, is_stopped
 from herdsched.models import TriggerInfo, TriggerType
@@ -140,6 +142,113 @@ def test_the_companion_stops_the_groups_while_the_scheduler_is_stopped(
     watch.follow(parent_stopped=False)
     assert wait_until(lambda: not is_stopped(group.pid))
     assert process_runs(group.pid)
+
+
+def test_a_group_told_while_the_companion_holds_the_groups_stopped_follows_them(
+    group: subprocess.Popen[bytes],
+) -> None:
+    """A program that ended while its scheduler was stopped left a child in its group; told
+    of the end, the companion forgot the group without continuing it, and the child stayed
+    stopped for good. A group started between two of its looks (Ctrl-Z, fg, Ctrl-Z) was not
+    stopped."""
+    watch = Watch()
+    watch.read(b"+%d\n" % group.pid)
+    watch.follow(parent_stopped=True)
+    assert wait_until(lambda: is_stopped(group.pid))
+    watch.read(b"-%d\n" % group.pid)
+    assert wait_until(lambda: not is_stopped(group.pid))
+    watch.read(b"+%d\n" % group.pid)
+    assert wait_until(lambda: is_stopped(group.pid))
+    watch.follow(parent_stopped=False)
+    assert wait_until(lambda: not is_stopped(group.pid))
+
+
+def test_a_service_s_stop_signal_leaves_the_companion_to_its_scheduler(
+    group: subprocess.Popen[bytes], caplog: pytest.LogCaptureFixture
+) -> None:
+    """systemd's stop sends SIGTERM to every process of the service: the companion died of
+    it, and the scheduler's next word to it logged a WARNING and started another."""
+    reaper = Reaper()
+    reaper.watch(group.pid, {group.pid})
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        os.kill(reaper._pid, sig)
+    with caplog.at_level(logging.WARNING, logger="herdsched"):
+        reaper.forget(group.pid, set())
+        reaper.watch(group.pid, {group.pid})
+    assert caplog.text == ""
+    _died(reaper)
+    assert group.wait(timeout=10) == -signal.SIGKILL
+
+
+def test_a_companion_that_cannot_run_is_said_so(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its file gone since this process imported it (a release directory replaced), it
+    exited at once, and the scheduler went on as if its commands were watched."""
+    monkeypatch.setattr(command_reaper, "__file__", "/nonexistent/command_reaper.py")
+    reaper = Reaper()
+    with caplog.at_level(logging.WARNING, logger="herdsched"):
+        reaper.watch(12345, {12345})
+        reaper.watch(12346, {12345, 12346})
+    assert [r.getMessage() for r in caplog.records] == [
+        "Cannot start the process that ends command jobs when their scheduler's process dies "
+        "(it did not answer once started): a command job outlives this process if it is "
+        "killed."
+    ]
+
+
+def test_a_companion_gone_is_no_death_to_a_program_that_restored_sigpipe() -> None:
+    """Many command-line programs set SIGPIPE back to its default: telling a companion that
+    was gone killed the whole process (SIGPIPE) instead of starting another."""
+    script = (
+        "import os, signal\n"
+        "from herdsched.command_reaper import Reaper\n"
+        "signal.signal(signal.SIGPIPE, signal.SIG_DFL)\n"
+        "reaper = Reaper()\n"
+        "reaper.watch(1, {1})\n"
+        "os.kill(reaper._pid, signal.SIGKILL)\n"
+        "os.waitpid(reaper._pid, 0)\n"
+        "reaper.forget(1, set())\n"
+        "print('alive')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert (done.returncode, done.stdout) == (0, "alive\n"), done.stderr
+
+
+def test_a_fork_while_the_companion_starts_waits_for_its_channel(
+    monkeypatch: pytest.MonkeyPatch, group: subprocess.Popen[bytes]
+) -> None:
+    """A child forked between the making of the channel and its keeping held it open, so
+    the companion never saw the scheduler's death while the child lived."""
+    spawning, real_spawn = threading.Event(), os.posix_spawn
+
+    def slow_spawn(*args: Any, **kwargs: Any) -> int:
+        spawning.set()
+        time.sleep(0.3)
+        return real_spawn(*args, **kwargs)
+
+    monkeypatch.setattr(os, "posix_spawn", slow_spawn)
+    monkeypatch.setattr(command, "_reaper", Reaper())
+    starting = threading.Thread(target=lambda: command._started(group.pid))
+    starting.start()
+    assert spawning.wait(10)
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child
+        try:
+            time.sleep(20)
+        finally:
+            os._exit(0)
+    try:
+        starting.join(10)
+        command._reaper.after_fork()  # closes the channel, as this process's death would
+        assert wait_until(lambda: group.poll() is not None, 5)  # the child lives on
+        assert group.returncode == -signal.SIGKILL and process_runs(child)
+    finally:
+        command._ended(group.pid)
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
 
 
 def test_the_companion_kills_only_the_groups_still_listed(
