@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from herdsched import Status, ThreadedScheduler, TriggerInfo
+from herdsched import Status, ThreadedScheduler, TriggerInfo, TriggerType
 from herdsched.store import YamlStateStore
 from herdsched.store.state_file import StateRenderer
 from herdsched.testing import FakeClock
@@ -76,6 +76,20 @@ def drop_flocks_as_at_kill(store: YamlStateStore) -> None:
     leases: Any = store._leases  # type: ignore[attr-defined]
     leases._liveness.forget_after_fork()
     leases._pre_lease.release()
+
+
+def trigger_info(prompt: str = "do it", session_id: str | None = None) -> TriggerInfo:
+    """What a job is given for one run of triage/check."""
+    return TriggerInfo(
+        agent="triage",
+        schedule="check",
+        prompt=prompt,
+        trigger_type=TriggerType.CRON,
+        scheduled_for=None,
+        fired_at=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        run_id="run-123",
+        session_id=session_id,
+    )
 
 
 def process_runs(pid: int) -> bool:

@@ -6,31 +6,19 @@ import logging
 import sys
 import threading
 import time
-from datetime import datetime, timezone
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from scheduler_helpers import process_runs, wait_until
+from scheduler_helpers import trigger_info as info
 
 from herdsched import Agent, Schedule, ThreadedScheduler, command, events
 from herdsched.command import MAX_ENV_PROMPT_BYTES, CommandError, CommandJob
 from herdsched.errors import SchedulerShutdownError
-from herdsched.models import JobResult, TriggerInfo, TriggerType
+from herdsched.models import JobResult, TriggerInfo
 
 PY = sys.executable
-
-
-def info(prompt: str = "do it", session_id: str | None = None) -> TriggerInfo:
-    return TriggerInfo(
-        agent="triage",
-        schedule="check",
-        prompt=prompt,
-        trigger_type=TriggerType.CRON,
-        scheduled_for=None,
-        fired_at=datetime(2026, 1, 1, tzinfo=timezone.utc),
-        run_id="run-123",
-        session_id=session_id,
-    )
 
 
 pytestmark = pytest.mark.slow
@@ -150,6 +138,19 @@ def test_cancel_kills_the_whole_process_group(tmp_path: Path) -> None:
         "time.sleep(60)\n"
     )
     job = CommandJob([PY, "-c", script], kill_grace=2.0)
+    started = lambda: pidfile.exists() and pidfile.read_text() != ""  # noqa: E731
+    error = _cancelled_once(job, started, before=lambda: process_runs(int(pidfile.read_text())))
+    assert isinstance(error, CommandError) and error.cancelled
+    assert "cancelled" in str(error)
+    assert error.stdout == "started\n"
+    assert wait_until(lambda: not process_runs(int(pidfile.read_text())))
+
+
+def _cancelled_once(
+    job: CommandJob, started: Callable[[], bool], before: Callable[[], bool] = lambda: True
+) -> BaseException:
+    """Run ``job`` on a thread and cancel it once ``started()`` (asserting ``before()`` then);
+    the error it raised."""
     run = info()
     errors: list[BaseException] = []
 
@@ -161,23 +162,13 @@ def test_cancel_kills_the_whole_process_group(tmp_path: Path) -> None:
 
     thread = threading.Thread(target=target)
     thread.start()
-    deadline = time.monotonic() + 20
-    while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    grandchild = int(pidfile.read_text())
-    assert process_runs(grandchild)
+    assert wait_until(started, 20)
+    assert before()
     run.cancel_event.set()
     thread.join(timeout=20)
     assert not thread.is_alive()
-    assert len(errors) == 1 and isinstance(errors[0], CommandError)
-    error = errors[0]
-    assert error.cancelled
-    assert "cancelled" in str(error)
-    assert error.stdout == "started\n"
-    deadline = time.monotonic() + 10
-    while process_runs(grandchild) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not process_runs(grandchild)
+    (error,) = errors
+    return error
 
 
 def test_a_program_that_ended_before_the_cancel_keeps_its_outcome(tmp_path: Path) -> None:
@@ -228,21 +219,7 @@ def test_the_kill_grace_counts_while_the_program_can_run(
         ],
         kill_grace=5.0,
     )
-    run = info()
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            job(run)
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    assert wait_until(ready.exists)
-    run.cancel_event.set()
-    thread.join(timeout=20)
-    (error,) = errors
+    error = _cancelled_once(job, ready.exists)
     assert isinstance(error, CommandError)
     assert (error.returncode, error.stdout) == (3, "cleaned\n")
 
@@ -256,23 +233,8 @@ def test_cancel_escalates_to_sigkill(tmp_path: Path) -> None:
         "time.sleep(60)\n"
     )
     job = CommandJob([PY, "-c", script], kill_grace=0.2)
-    run = info()
-    errors: list[CommandError] = []
-
-    def target() -> None:
-        try:
-            job(run)
-        except CommandError as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not ready.exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    run.cancel_event.set()
-    thread.join(timeout=20)
-    assert errors and errors[0].cancelled and errors[0].returncode == -9
+    error = _cancelled_once(job, ready.exists)
+    assert isinstance(error, CommandError) and error.cancelled and error.returncode == -9
 
 
 @pytest.mark.parametrize(

@@ -14,16 +14,14 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
 from typing import Any
 
 import pytest
-from scheduler_helpers import process_runs, wait_until
+from scheduler_helpers import process_runs, trigger_info, wait_until
 
 from herdsched import command, command_reaper
 from herdsched.command import CommandJob
 from herdsched.command_reaper import Reaper, Watch, is_stopped
-from herdsched.models import TriggerInfo, TriggerType
 
 pytestmark = pytest.mark.slow
 
@@ -68,7 +66,7 @@ def test_a_forked_child_does_not_keep_the_companion_from_noticing(
     """A child forked after the first command job inherited the pipe: the scheduler's death
     went unnoticed while the child lived."""
     job = CommandJob([sys.executable, "-c", "pass"])
-    job(_info())  # starts this process's companion
+    job(trigger_info())  # starts this process's companion
     child = os.fork()
     if child == 0:  # pragma: no cover - the child: no exec, which would close the pipe anyway
         try:
@@ -117,8 +115,8 @@ def test_without_a_python_to_run_it_commands_run_and_one_warning_says_so(
     monkeypatch.setattr(command, "_reaper", Reaper())
     job = CommandJob(["echo", "hi"])
     with caplog.at_level(logging.WARNING, logger="herdsched"):
-        assert job(_info()).output == "hi\n"
-        assert job(_info()).output == "hi\n"
+        assert job(trigger_info()).output == "hi\n"
+        assert job(trigger_info()).output == "hi\n"
     warnings = [r.getMessage() for r in caplog.records if "outlives this process" in r.message]
     assert warnings == [
         "Cannot start the process that ends command jobs when their scheduler's process dies "
@@ -271,15 +269,3 @@ def test_a_stop_is_told_from_a_run_and_from_no_process(group: subprocess.Popen[b
     gone = subprocess.Popen(["true"])
     gone.wait()
     assert not is_stopped(gone.pid)
-
-
-def _info() -> TriggerInfo:
-    return TriggerInfo(
-        agent="a",
-        schedule="s",
-        prompt="",
-        trigger_type=TriggerType.MANUAL,
-        scheduled_for=None,
-        fired_at=datetime(2026, 1, 1, tzinfo=timezone.utc),
-        run_id="run-1",
-    )
