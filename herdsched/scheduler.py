@@ -379,13 +379,19 @@ class ThreadedScheduler:
             left = wait_for_runs(
                 self._dispatch,
                 self._leadership,
+                self._commits,
                 timeout if wait_for_jobs else 0.0,
                 cancel_left=wait_for_jobs,
                 linger=linger,
             )
         except BaseException:  # interrupted (Ctrl-C, a notebook's interrupt): wait no more
             left = wait_for_runs(
-                self._dispatch, self._leadership, 0.0, cancel_left=True, end_commands=False
+                self._dispatch,
+                self._leadership,
+                self._commits,
+                0.0,
+                cancel_left=True,
+                end_commands=False,
             )
             self.log.warning("stop() was interrupted: it gave up %d running job(s).", len(left))
             self._stopped(timed_out=bool(left), remaining=len(left))

@@ -238,11 +238,11 @@ class Leadership:
     def stop_runs_of_a_lost_lead(self) -> None:
         """Tell the jobs still running from a lead given up at its deadline (the store did not
         answer: no successor was known) to stop once another scheduler leads, which runs
-        their schedules again (a standby's try; the store is read outside the engine lock,
-        which a store cut off again must not hold up)."""
+        their schedules again (a standby's try, or a look of ``stop()``'s wait; the store is
+        read outside the engine lock, which a store cut off again must not hold up)."""
         core = self.core
         with core.lock:  # a standby runs nothing else: what runs is of the lead it lost
-            running = core.running.values() if core.status == "standby" else ()
+            running = core.running.values() if self._lead_lost() else ()
             left = [run for run in running if not run.cancel_event.is_set()]
         if not left:
             return
@@ -258,7 +258,7 @@ class Leadership:
             # a full disk reads work while writes fail
         core.store_health.worked()  # another leads: reading is all this standby does
         with core.lock:
-            if core.status != "standby":
+            if not self._lead_lost():
                 return
             for run in left:
                 run.cancel()
@@ -271,6 +271,12 @@ class Leadership:
             len(left),
             name_some([f"{run.agent}/{run.schedule_name}" for run in left]),
         )
+
+    def _lead_lost(self) -> bool:
+        """Whether the jobs running are of a lead this scheduler lost (caller holds the lock):
+        it stands by, or lost the lease while ``stop()`` waits."""
+        status = self.core.status
+        return status == "standby" or (status == "stopping" and self.enabled and self.lease is None)
 
     def _hold(self, lease: Lease, asked_at: float) -> None:
         """Keep ``lease``, granted by a request made at monotonic ``asked_at``."""

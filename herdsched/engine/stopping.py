@@ -1,9 +1,13 @@
 """What ``stop()`` waits for: the running jobs, their own timeouts and the lease still kept.
 
 The timer thread ends when ``stop()`` begins (nothing is dispatched any more), and with it the
-look that times runs out and renews the lease: a job past its timeout while ``stop()`` waited
-ran on and was recorded a success, and a wait longer than the lease let a standby take over
-while this scheduler's jobs still ran. So the wait does both itself, as the timer would have.
+looks it took: a job past its timeout while ``stop()`` waited ran on and was recorded a
+success; a wait longer than the lease let a standby take over while this scheduler's jobs still
+ran; the outcomes of jobs that ended during the wait stayed unwritten until it was over, so a
+process killed meanwhile (a web server ending a worker that waits too long) left them to be
+recorded ``interrupted``; and a lead lost meanwhile to a store out of reach let the jobs run on
+beside the runs of the scheduler that took over. So the wait does all of it, as the timer
+would have.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import time
 from collections.abc import Callable
 
 from herdsched.command import CommandJob
+from herdsched.engine.committer import GroupCommitter
 from herdsched.engine.dispatch import Dispatcher
 from herdsched.engine.recovery import Leadership
 from herdsched.runner import GIVEN_UP, Run
@@ -45,6 +50,7 @@ def run_of_this_thread(dispatch: Dispatcher) -> Run | None:
 def wait_for_runs(
     dispatch: Dispatcher,
     leadership: Leadership,
+    commits: GroupCommitter,
     timeout: float | None,
     *,
     cancel_left: bool,
@@ -54,9 +60,11 @@ def wait_for_runs(
     """Wait up to ``timeout`` real seconds until no job runs but the caller's own; returns
     the jobs still running (a timed-out job whose thread goes on included) as sorted
     ``agent/schedule`` names. Runs the caller was about to start (it is a ``JobSubmitted``
-    listener) are given up first. Meanwhile the lease is renewed and a run past its timeout
-    is timed out (told to stop; recorded unless the lease was lost meanwhile: the next leader
-    records what ran then).
+    listener) are given up first. Meanwhile the lease is renewed, a run past its timeout is
+    timed out (told to stop; recorded unless the lease was lost meanwhile: the next leader
+    records what ran then), what ended is committed when due, and once the lease is lost
+    (the store out of reach) the jobs are told to stop when another scheduler is seen
+    leading.
 
     With ``cancel_left`` those left are given up (settled: whatever they return now is not
     recorded, as the lease is about to go; the next start records them interrupted), then
@@ -84,7 +92,8 @@ def wait_for_runs(
         over = core.clock.monotonic() >= run.deadline + linger
         return run.timed_out and run.finalized and over  # recorded, and long told to stop
 
-    _wait(dispatch, leadership, timeout, lambda: all(map(lingering, others())))
+    keeper = _Keeper(dispatch, leadership, commits)
+    keeper.wait(timeout, lambda: all(map(lingering, others())))
     with core.idle:
         left = others()
         for run in left if cancel_left else ():
@@ -104,28 +113,43 @@ def wait_for_runs(
             len(graces),
             f"{wait:g}",
         )
-        _wait(dispatch, leadership, wait, lambda: all(run.returned for run in graces))
+        keeper.wait(wait, lambda: all(run.returned for run in graces))
     return tuple(sorted(f"{run.agent}/{run.schedule_name}" for run in left))
 
 
-def _wait(
-    dispatch: Dispatcher, leadership: Leadership, timeout: float | None, done: Callable[[], bool]
-) -> None:
-    """Wait up to ``timeout`` real seconds until ``done()``, renewing the lease and timing out
-    runs past their timeout, as the timer would have."""
-    core = dispatch.core
-    end = None if timeout is None else time.monotonic() + timeout
-    while True:
-        with core.idle:
-            due = dispatch.next_deadline()  # on the scheduler's clock
-            steps = [_LOOK_EVERY]
-            if end is not None:
-                steps.append(max(0.0, end - time.monotonic()))
-            if due is not None:
-                steps.append(max(0.0, due - core.clock.monotonic()))
-            if core.idle.wait_for(done, min(steps)):
+class _Keeper:
+    """Keeps up, while ``stop()`` waits, what the timer thread kept up."""
+
+    def __init__(
+        self, dispatch: Dispatcher, leadership: Leadership, commits: GroupCommitter
+    ) -> None:
+        self.dispatch, self.leadership, self.commits = dispatch, leadership, commits
+        self._look_for_leader = float("-inf")  # on the scheduler's monotonic clock
+
+    def wait(self, timeout: float | None, done: Callable[[], bool]) -> None:
+        """Wait up to ``timeout`` real seconds until ``done()``."""
+        core = self.dispatch.core
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with core.idle:
+                steps = [_LOOK_EVERY]
+                if end is not None:
+                    steps.append(max(0.0, end - time.monotonic()))
+                for due in (self.dispatch.next_deadline(), self.commits.deadline()):
+                    if due is not None:  # on the scheduler's clock
+                        steps.append(max(0.0, due - core.clock.monotonic()))
+                if core.idle.wait_for(done, min(steps)):
+                    return
+            if end is not None and time.monotonic() >= end:
                 return
-        if end is not None and time.monotonic() >= end:
-            return
-        leadership.heartbeat()  # a lease lost ends the runs' records, not their timeouts
-        dispatch.expire_timeouts(core.clock.now())
+            self._look()
+
+    def _look(self) -> None:
+        core = self.dispatch.core
+        self.leadership.heartbeat()  # a lease lost ends the runs' records, not their timeouts
+        self.dispatch.expire_timeouts(core.clock.now())
+        self.commits.commit_if_due(background=True)
+        now = core.clock.monotonic()
+        if now >= self._look_for_leader:  # as often as a standby looks: each may wait
+            self._look_for_leader = now + self.leadership.ttl / 3
+            self.leadership.stop_runs_of_a_lost_lead()

@@ -1,0 +1,135 @@
+"""What ``stop()``'s wait for running jobs keeps up in the timer's place: the outcomes of jobs
+that end meanwhile are committed, and a lead lost meanwhile tells the jobs to stop once
+another scheduler leads. Time is a ``FakeClock``; the wait's looks are real (at most a second
+apart)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from scheduler_helpers import wait_until
+
+from herdsched import Agent, RunStatus, Schedule, StateError, ThreadedScheduler, TriggerInfo
+from herdsched.store.base import Lease
+from herdsched.store.memory import MemoryStateStore
+from herdsched.store.yaml_store import YamlStateStore
+from herdsched.testing import FakeClock
+
+TTL = 30.0
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc))
+
+
+class Held:
+    """A job that runs until ``release`` is set or its run is cancelled."""
+
+    def __init__(self) -> None:
+        self.began, self.release = threading.Event(), threading.Event()
+        self.cancelled = threading.Event()
+
+    def __call__(self, info: TriggerInfo) -> str:
+        self.began.set()
+        while not self.release.wait(0.01):
+            if info.cancel_event.is_set():
+                self.cancelled.set()
+                return "told to stop"
+        return "done"
+
+
+@pytest.fixture
+def stopping() -> Iterator[list[threading.Thread]]:
+    """Threads running ``stop()``, joined at the end of the test."""
+    threads: list[threading.Thread] = []
+    yield threads
+    for thread in threads:
+        thread.join(30)
+
+
+def _stop_in_background(sched: ThreadedScheduler, threads: list[threading.Thread]) -> None:
+    thread = threading.Thread(target=lambda: sched.stop(timeout=60), daemon=True)
+    thread.start()
+    threads.append(thread)
+    assert wait_until(lambda: sched.status == "stopping")
+
+
+def test_a_job_that_ends_while_stop_waits_is_recorded_at_once(
+    tmp_path: Path, clock: FakeClock, stopping: list[threading.Thread]
+) -> None:
+    """Its outcome stayed unwritten until the wait was over: a web worker killed by its
+    server while it waited for a long job left the short one to be recorded interrupted."""
+    short, long = Held(), Held()
+    store = YamlStateStore(tmp_path, clock=clock, commit_delay=0)
+    sched = ThreadedScheduler(store=store, clock=clock, lease_ttl=TTL)
+    sched.add_agent(Agent("a", job=short, schedules={"short": Schedule.interval("1h")}))
+    sched.add_agent(Agent("b", job=long, schedules={"long": Schedule.interval("1h")}))
+    sched.start()
+    sched.run_pending()
+    assert short.began.wait(10) and long.began.wait(10)
+    _stop_in_background(sched, stopping)
+    short.release.set()
+
+    def recorded() -> list[RunStatus]:
+        with YamlStateStore(tmp_path) as reader:
+            return [record.status for record in reader.get_history("a", "short")]
+
+    assert wait_until(lambda: recorded() == [RunStatus.SUCCESS])
+    assert sched.status == "stopping"  # the long job still runs
+    long.release.set()
+
+
+class CutOff(MemoryStateStore):
+    """A store that does not answer while ``broken``."""
+
+    broken = False
+
+    def _check(self) -> None:
+        if self.broken:
+            raise StateError("the store does not answer")
+
+    def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        self._check()
+        return super().renew_lease(lease, ttl)
+
+    def acquire_lease(self, holder: str, ttl: float) -> Lease | None:
+        self._check()
+        return super().acquire_lease(holder, ttl)
+
+    def current_lease(self) -> Lease | None:
+        self._check()
+        return super().current_lease()
+
+
+def test_a_lead_lost_while_stop_waits_tells_the_jobs_to_stop_once_another_leads(
+    clock: FakeClock, stopping: list[threading.Thread]
+) -> None:
+    """A store out of reach for longer than the lease while a web worker's exit waited for a
+    job: the lead was lost, another host took over and ran the schedule again, and the job
+    (a command's program) ran on beside it until it ended."""
+    job = Held()
+    store = CutOff(clock=clock)
+    sched = ThreadedScheduler(state_dir=None, store=store, clock=clock, lease_ttl=TTL)
+    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
+    sched.start()
+    sched.run_pending()
+    assert job.began.wait(10)
+    _stop_in_background(sched, stopping)
+    store.broken = True
+    clock.advance(TTL + 1)
+    assert wait_until(lambda: sched._leadership.lease is None)  # lost at its deadline
+    assert not job.cancelled.is_set()  # no other leader is known: it may finish
+    store.broken = False
+    taken = MemoryStateStore.acquire_lease(store, "other", TTL)
+    assert taken is not None
+    clock.advance(TTL / 3)
+    assert job.cancelled.wait(10)
+    for thread in stopping:
+        thread.join(30)
+    assert sched.status == "stopped"
+    store.release_lease(taken)
