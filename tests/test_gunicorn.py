@@ -332,6 +332,27 @@ def test_exit_stops_running_schedulers_and_pending_starts(
     assert not sched.is_running()
 
 
+def test_a_worker_told_to_exit_at_once_while_it_stops_prints_no_traceback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """gunicorn raises ``SystemExit`` in a worker whose exit waits past ``--timeout`` (its
+    SIGABRT handler): it came out of the exit hook, and Python printed "Exception ignored in"
+    with a traceback, and a second scheduler of the worker was not stopped."""
+    first, second = ThreadedScheduler(state_dir=None), ThreadedScheduler(state_dir=None)
+    cut, other = EmbeddedScheduler(first), EmbeddedScheduler(second)
+    monkeypatch.setattr(embedding, "_embedded", weakref.WeakSet([cut, other]))
+
+    def abort(**_: Any) -> None:
+        first.stop()
+        raise SystemExit(1)
+
+    monkeypatch.setattr(cut, "stop", abort)
+    cut.start()
+    other.start()
+    embedding._at_exit()
+    assert not first.is_running() and not second.is_running()
+
+
 def test_a_failed_start_in_the_child_is_logged_and_tried_again(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -398,8 +398,15 @@ def _after_fork_in_child() -> None:
 
 
 def _at_exit() -> None:
+    """Stop every embedded scheduler as the worker exits. A server that ends a worker whose
+    exit waits too long may raise ``SystemExit`` in it (gunicorn's SIGABRT at ``--timeout``):
+    the stop it cut short has said what it gave up, and the traceback Python would print of
+    an exit hook's exception tells nothing more; the other schedulers still stop."""
     for item in list(_embedded):
-        item._at_exit()
+        try:
+            item._at_exit()
+        except SystemExit as exc:
+            _log.debug("The worker was told to exit at once (%r) while its scheduler stopped.", exc)
 
 
 if hasattr(os, "register_at_fork"):
