@@ -30,7 +30,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from herdsched.command_reaper import Reaper
+from herdsched.command_reaper import Reaper, is_stopped
 from herdsched.errors import SchedulerError
 from herdsched.models import JobResult, TriggerInfo
 
@@ -86,10 +86,19 @@ def _after_fork_in_child() -> None:
     _reaper.after_fork()
 
 
-# a fork waits while the companion's channel is being made, or the child could hold it open
+def _before_fork() -> None:
+    """A fork waits while a command starts or the companion's channel is made (the child
+    would hold them open). The lock of the moment: a process forked itself has another."""
+    _live_changed.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    _live_changed.release()
+
+
 os.register_at_fork(
-    before=_live_changed.acquire,
-    after_in_parent=_live_changed.release,
+    before=_before_fork,
+    after_in_parent=_after_fork_in_parent,
     after_in_child=_after_fork_in_child,
 )
 
@@ -232,23 +241,7 @@ class CommandJob:
         text through ``repr`` again wrapped it in a second layer of quotes and backslashes.
         """
         command = shlex.join(self.argv)
-        with _live_changed:
-            _reaper.prepare()
-        try:
-            process = subprocess.Popen(
-                self.argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=self.cwd,
-                env=self.environment(info),
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise CommandError(
-                f"command {command} could not start: {exc}", self.argv, cause=exc
-            ) from exc
-        _started(process.pid)  # at once: until then a kill -9 of this process leaves it running
+        process = self._start(info, command)
         logger.debug("run %s: started %s (pid %d)", info.run_id, command, process.pid)
         try:
             stdout, stderr, cancelled = self._communicate(process, info)
@@ -280,6 +273,31 @@ class CommandJob:
         if tail:
             logger.debug("run %s: %s wrote to stderr: %s", info.run_id, command, tail)
         return JobResult(output=out)
+
+    def _start(self, info: TriggerInfo, command: str) -> subprocess.Popen[bytes]:
+        """Start the program, its companion told of it at once. All of it under the lock a
+        ``fork()`` waits for: a child forked meanwhile would hold the companion's channel or
+        the pipe that tells ``Popen`` the program started, and the program outlived a
+        ``kill -9`` of this process."""
+        env = self.environment(info)
+        with _live_changed:
+            _reaper.prepare()
+            try:
+                process = subprocess.Popen(
+                    self.argv,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    cwd=self.cwd,
+                    env=env,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise CommandError(
+                    f"command {command} could not start: {exc}", self.argv, cause=exc
+                ) from exc
+            _started(process.pid)
+        return process
 
     def _communicate(
         self, process: subprocess.Popen[bytes], info: TriggerInfo
@@ -314,9 +332,11 @@ class CommandJob:
         while left > 0 and process.poll() is None:
             time.sleep(0.02)
             now = time.monotonic()
-            # a step far longer than the sleep: this process was stopped, and its companion
-            # stopped the program with it; the grace counts while the program can run
-            left -= now - last if now - last < 1.0 else 0.02
+            # a step far longer than the sleep with the program stopped: this process was
+            # stopped, and its companion stopped the program with it (and has not yet let it
+            # go on); the grace counts while the program can run
+            stopped = now - last >= 1.0 and is_stopped(process.pid)
+            left -= 0.02 if stopped else now - last
             last = now
         # Also reaps children that ignored SIGTERM after the leader exited.
         _signal_group(process.pid, signal.SIGKILL)

@@ -31,6 +31,7 @@ import select
 import signal
 import socket
 import sys
+import time
 from collections.abc import Collection
 from pathlib import Path
 
@@ -39,8 +40,10 @@ logger = logging.getLogger("herdsched")
 
 #: how often the companion looks whether the scheduler's process is stopped (seconds)
 POLL_SECONDS = 0.5
-#: how long a companion just started gets to say it runs (seconds)
-_READY_SECONDS = 10.0
+#: how long a companion just started gets to say it runs (seconds); command starts wait for it
+_READY_SECONDS = 5.0
+#: how long after one that did not answer another is tried (seconds)
+_RETRY_SECONDS = 60.0
 _NO_SIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 
 
@@ -109,7 +112,8 @@ class Reaper:
     def __init__(self) -> None:
         self._channel: socket.socket | None = None  # its last close is the companion's signal
         self._pid = 0
-        self._unavailable = False
+        self._unavailable = False  # this process is no plain Python: never tried again
+        self._retry_at = float("-inf")  # time.monotonic(): one did not answer; not before
 
     def watch(self, pgid: int, live: Collection[int]) -> None:
         """A command job started in group ``pgid`` (``live`` lists all of them, ``pgid``
@@ -132,7 +136,7 @@ class Reaper:
     def prepare(self) -> None:
         """Start the companion unless it runs: before a command starts, so that telling it
         after is one write."""
-        if self._channel is None and not self._unavailable:
+        if self._channel is None and not self._unavailable and time.monotonic() >= self._retry_at:
             self._start()
 
     def _tell(self, line: bytes, live: Collection[int]) -> None:
@@ -176,14 +180,19 @@ class Reaper:
             )
         except OSError as exc:
             ours.close()
-            self._give_up(str(exc))
+            self._give_up(str(exc), for_good=False)
             return
         finally:
             theirs.close()
         self._channel = ours
         if not self._ready():
             self._discard()
-            self._give_up("it did not answer once started")
+            self._give_up(
+                f"it did not answer within {_READY_SECONDS:g} s of its start: a machine under "
+                f"heavy load, or its file {Path(__file__).resolve()} gone since this program "
+                "started",
+                for_good=False,
+            )
             return
         logger.debug(
             "Started process %d, which ends this process's command jobs if it dies.", self._pid
@@ -201,20 +210,31 @@ class Reaper:
         finally:
             self._channel.settimeout(None)
 
-    def _give_up(self, why: str) -> None:
-        self._unavailable = True
+    def _give_up(self, why: str, *, for_good: bool = True) -> None:
+        """No companion: for good (this process is no plain Python), or tried again in
+        :data:`_RETRY_SECONDS` (a command start meanwhile does not wait for one)."""
+        self._unavailable = for_good
+        self._retry_at = time.monotonic() + _RETRY_SECONDS
+        later = "" if for_good else f"; it is tried again in {_RETRY_SECONDS:g} s"
         logger.warning(
             "Cannot start the process that ends command jobs when their scheduler's process "
-            "dies (%s): a command job outlives this process if it is killed.",
+            "dies (%s)%s: a command job outlives this process if it is killed.",
             why,
+            later,
         )
 
     def _discard(self) -> None:
+        """Let go of a companion gone or not answering: ended, and reaped (still this
+        process's child, its id is not anyone else's)."""
         if self._channel is not None:
             self._channel.close()
         self._channel = None
-        with contextlib.suppress(ChildProcessError):  # reap it if it has ended
-            os.waitpid(self._pid, os.WNOHANG)
+        if self._pid > 0:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self._pid, 0)
+        self._pid = 0
 
 
 def _python() -> str | None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import sys
 import threading
 import time
@@ -15,6 +17,7 @@ from scheduler_helpers import trigger_info as info
 
 from herdsched import Agent, Schedule, ThreadedScheduler, command, events
 from herdsched.command import MAX_ENV_PROMPT_BYTES, CommandError, CommandJob
+from herdsched.command_reaper import is_stopped
 from herdsched.errors import SchedulerShutdownError
 from herdsched.models import JobResult, TriggerInfo
 
@@ -192,36 +195,40 @@ def test_a_program_that_ended_before_the_cancel_keeps_its_outcome(tmp_path: Path
     assert wait_until(lambda: not process_runs(child))
 
 
+@pytest.mark.parametrize("stopped", [True, False], ids=["process stopped", "process stalled"])
 def test_the_kill_grace_counts_while_the_program_can_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stopped: bool
 ) -> None:
     """A scheduler stopped during a cancelled program's grace (its companion stopping the
     program with it) found the grace over when it woke and SIGKILLed a program that had had
-    no time to clean up."""
+    no time to clean up. A minute the process spent stalled (a long call holding the GIL),
+    the program running meanwhile, counts: it was taken for a stop and the grace stretched."""
+    pid_file = tmp_path / "pid"
 
-    class StoppedOnce:
-        """``time`` as a process stopped for a minute right after the SIGTERM sees it."""
+    class MinuteGone:
+        """``time`` as a process sees it that is held up for a minute after the SIGTERM."""
 
         sleep = staticmethod(time.sleep)
         calls = 0
 
         def monotonic(self) -> float:
             self.calls += 1
+            if self.calls == 2 and stopped:  # as its companion does
+                group = int(pid_file.read_text())
+                os.killpg(group, signal.SIGSTOP)
+                assert wait_until(lambda: is_stopped(group))
+                threading.Timer(0.3, os.killpg, (group, signal.SIGCONT)).start()
             return time.monotonic() + (60.0 if self.calls > 1 else 0.0)
 
-    monkeypatch.setattr(command, "time", StoppedOnce())
-    ready = tmp_path / "ready"
+    monkeypatch.setattr(command, "time", MinuteGone())
+    clean_up = "trap 'sleep 0.3; echo cleaned; exit 3' TERM"
     job = CommandJob(
-        [
-            "sh",
-            "-c",
-            f"trap 'sleep 0.3; echo cleaned; exit 3' TERM; touch {ready}; sleep 60 & wait",
-        ],
-        kill_grace=5.0,
+        ["sh", "-c", f"{clean_up}; echo $$ > {pid_file}; sleep 60 & wait"], kill_grace=5.0
     )
-    error = _cancelled_once(job, ready.exists)
+    error = _cancelled_once(job, lambda: pid_file.exists() and pid_file.read_text() != "")
     assert isinstance(error, CommandError)
-    assert (error.returncode, error.stdout) == (3, "cleaned\n")
+    expected = (3, "cleaned\n") if stopped else (-signal.SIGKILL, "")
+    assert (error.returncode, error.stdout) == expected
 
 
 def test_cancel_escalates_to_sigkill(tmp_path: Path) -> None:

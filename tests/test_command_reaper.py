@@ -178,21 +178,40 @@ def test_a_service_s_stop_signal_leaves_the_companion_to_its_scheduler(
     assert group.wait(timeout=10) == -signal.SIGKILL
 
 
-def test_a_companion_that_cannot_run_is_said_so(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+def test_a_companion_that_cannot_run_is_said_so_and_tried_again_later(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    group: subprocess.Popen[bytes],
 ) -> None:
     """Its file gone since this process imported it (a release directory replaced), it
-    exited at once, and the scheduler went on as if its commands were watched."""
+    exited at once, and the scheduler went on as if its commands were watched; one that was
+    slow to answer disabled the companion for good, and was left a zombie."""
+    spawned: list[int] = []
+    real_spawn, real_file = os.posix_spawn, command_reaper.__file__
+
+    def spawn(*args: Any, **kwargs: Any) -> int:
+        spawned.append(real_spawn(*args, **kwargs))
+        return spawned[-1]
+
+    monkeypatch.setattr(os, "posix_spawn", spawn)
     monkeypatch.setattr(command_reaper, "__file__", "/nonexistent/command_reaper.py")
     reaper = Reaper()
     with caplog.at_level(logging.WARNING, logger="herdsched"):
-        reaper.watch(12345, {12345})
-        reaper.watch(12346, {12345, 12346})
+        reaper.watch(group.pid, {group.pid})
+        reaper.forget(group.pid, set())  # within the minute: not tried again
     assert [r.getMessage() for r in caplog.records] == [
         "Cannot start the process that ends command jobs when their scheduler's process dies "
-        "(it did not answer once started): a command job outlives this process if it is "
-        "killed."
+        "(it did not answer within 5 s of its start: a machine under heavy load, or its file "
+        "/nonexistent/command_reaper.py gone since this program started); it is tried again "
+        "in 60 s: a command job outlives this process if it is killed."
     ]
+    assert len(spawned) == 1 and not os.path.exists(f"/proc/{spawned[0]}")  # reaped
+    monkeypatch.setattr(command_reaper, "__file__", real_file)
+    reaper._retry_at = float("-inf")  # a minute later
+    reaper.watch(group.pid, {group.pid})
+    assert len(spawned) == 2
+    _died(reaper)
+    assert group.wait(timeout=10) == -signal.SIGKILL
 
 
 def test_a_companion_gone_is_no_death_to_a_program_that_restored_sigpipe() -> None:
@@ -247,6 +266,61 @@ def test_a_fork_while_the_companion_starts_waits_for_its_channel(
         command._ended(group.pid)
         os.kill(child, signal.SIGKILL)
         os.waitpid(child, 0)
+
+
+def test_a_process_forked_from_one_that_imported_herdsched_can_fork_from_a_thread() -> None:
+    """The fork hooks took the lock of the import, which a forked child had replaced but
+    still held: any later fork from another thread of the child (a gunicorn worker of a
+    preloaded app calling ``subprocess`` with ``preexec_fn``) waited for ever."""
+    script = (
+        "import os, sys, threading\n"
+        "import herdsched.command\n"
+        "child = os.fork()\n"
+        "if child == 0:\n"
+        "    done = []\n"
+        "    def fork_again():\n"
+        "        grandchild = os.fork()\n"
+        "        if grandchild == 0:\n"
+        "            os._exit(0)\n"
+        "        os.waitpid(grandchild, 0)\n"
+        "        done.append(True)\n"
+        "    thread = threading.Thread(target=fork_again, daemon=True)\n"
+        "    thread.start()\n"
+        "    thread.join(5)\n"
+        "    os._exit(0 if done else 1)\n"
+        "_, status = os.waitpid(child, 0)\n"
+        "sys.exit(os.waitstatus_to_exitcode(status))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], timeout=60, check=False)
+    assert done.returncode == 0
+
+
+def test_a_fork_waits_while_a_command_starts(
+    monkeypatch: pytest.MonkeyPatch, group: subprocess.Popen[bytes]
+) -> None:
+    """A child forked while ``Popen`` started the program held the pipe that tells ``Popen``
+    the program runs (and so kept the companion from being told) for as long as it lived."""
+    starting, started = threading.Event(), threading.Event()
+    real_popen = subprocess.Popen
+
+    def slow_popen(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        starting.set()
+        time.sleep(0.3)
+        process = real_popen(*args, **kwargs)
+        started.set()
+        return process
+
+    monkeypatch.setattr(command.subprocess, "Popen", slow_popen)
+    job = CommandJob(["true"])
+    runner = threading.Thread(target=lambda: job(trigger_info()))
+    runner.start()
+    assert starting.wait(10)
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child
+        os._exit(0)
+    os.waitpid(child, 0)
+    assert started.is_set()  # the fork waited for the start
+    runner.join(10)
 
 
 def test_the_companion_kills_only_the_groups_still_listed(
