@@ -349,8 +349,10 @@ class ThreadedScheduler:
     def stop(self, wait_for_jobs: bool = True, timeout: float | None = 30.0) -> None:
         """Stop dispatching, wait for running jobs (up to ``timeout`` real seconds), commit state.
 
-        Nothing is dispatched once ``stop()`` has begun; running jobs are not cancelled, and the
-        outcome of every job that returns before the end is recorded. Jobs still running at the
+        Nothing is dispatched once ``stop()`` has begun; running jobs are not cancelled (unless
+        the lease was lost to a store out of reach and another scheduler leads, which runs
+        their schedules), and the outcome of every job that returns before the end is recorded
+        as it comes, within the commit delay. Jobs still running at the
         timeout are asked to stop through their cancel event (a command job's process group is
         ended, the lease kept until it has), since nothing will record them, and
         :class:`~herdsched.errors.SchedulerShutdownError` (``timed_out=True``) is raised. The
@@ -375,24 +377,12 @@ class ThreadedScheduler:
                 return
             core.status = "stopping"
         core.changed()
+        parts = (self._dispatch, self._leadership, self._commits)
         try:
-            left = wait_for_runs(
-                self._dispatch,
-                self._leadership,
-                self._commits,
-                timeout if wait_for_jobs else 0.0,
-                cancel_left=wait_for_jobs,
-                linger=linger,
-            )
+            wait = timeout if wait_for_jobs else 0.0
+            left = wait_for_runs(*parts, wait, cancel_left=wait_for_jobs, linger=linger)
         except BaseException:  # interrupted (Ctrl-C, a notebook's interrupt): wait no more
-            left = wait_for_runs(
-                self._dispatch,
-                self._leadership,
-                self._commits,
-                0.0,
-                cancel_left=True,
-                end_commands=False,
-            )
+            left = wait_for_runs(*parts, 0.0, cancel_left=True, end_commands=False)
             self.log.warning("stop() was interrupted: it gave up %d running job(s).", len(left))
             self._stopped(timed_out=bool(left), remaining=len(left))
             raise

@@ -6,6 +6,7 @@ apart)."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -14,7 +15,10 @@ import pytest
 from scheduler_helpers import wait_until
 
 from herdsched import Agent, RunStatus, Schedule, StateError, ThreadedScheduler, TriggerInfo
+from herdsched import events as ev
+from herdsched.errors import SchedulerShutdownError
 from herdsched.store.base import Lease
+from herdsched.store.deadline import current_deadline
 from herdsched.store.memory import MemoryStateStore
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.testing import FakeClock
@@ -133,3 +137,87 @@ def test_a_lead_lost_while_stop_waits_tells_the_jobs_to_stop_once_another_leads(
         thread.join(30)
     assert sched.status == "stopped"
     store.release_lease(taken)
+
+
+class SlowLooks(CutOff):
+    """Its lease reads, while ``slow``, answer at the caller's deadline, or after 20 s (a
+    database out of reach: the PostgreSQL store cuts a call at the deadline)."""
+
+    slow = False
+
+    def current_lease(self) -> Lease | None:
+        if self.slow:
+            deadline = current_deadline()
+            time.sleep(20.0 if deadline is None else max(0.0, deadline.left()))
+            raise StateError("the store did not answer")
+        return super().current_lease()
+
+
+def test_a_stop_whose_store_is_out_of_reach_keeps_its_timeout(clock: FakeClock) -> None:
+    """The wait's look for another leader read the lease with no limit but the store's own:
+    ``stop(timeout=3)`` of a scheduler that had lost its lead took 23 s, past a web server's
+    time for an exiting worker."""
+    job = Held()
+    store = SlowLooks(clock=clock)
+    sched = ThreadedScheduler(state_dir=None, store=store, clock=clock, lease_ttl=TTL)
+    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
+    sched.start()
+    try:
+        sched.run_pending()
+        assert job.began.wait(10)
+        store.broken = True
+        clock.advance(TTL + 1)
+        sched.run_pending()
+        assert wait_until(lambda: sched.status == "standby")
+        store.broken, store.slow = False, True
+        began = time.monotonic()
+        with pytest.raises(SchedulerShutdownError):
+            sched.stop(timeout=3)
+        assert time.monotonic() - began < 10  # 3 s, the read within them, not 20 s more
+    finally:
+        job.release.set()
+
+
+def test_a_stop_called_on_the_flusher_thread_still_commits_what_ends(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """A listener that hears a failed group commit (on the flusher thread) and stops the
+    scheduler: the wait handed its commits to the flusher, the very thread waiting, and the
+    outcome of a job that ended meanwhile stayed unwritten until the wait was over."""
+
+    class FailsOnce(YamlStateStore):
+        fail = True
+
+        def flush(self) -> None:
+            if self.fail:
+                self.fail = False
+                raise StateError("the disk is full (once)")
+            super().flush()
+
+    short, long = Held(), Held()
+    store = FailsOnce(tmp_path, clock=clock, commit_delay=0)
+    sched = ThreadedScheduler(store=store, clock=clock, lease_ttl=TTL)
+    sched.add_agent(Agent("a", job=short, schedules={"short": Schedule.interval("1h")}))
+    sched.add_agent(Agent("b", job=long, schedules={"long": Schedule.interval("1h")}))
+    stopped_on: list[str] = []
+
+    def on_error(event: ev.StateErrorOccurred) -> None:
+        if not stopped_on:
+            stopped_on.append(threading.current_thread().name)
+            sched.stop(timeout=60)
+
+    sched.add_listener(on_error, ev.StateErrorOccurred)
+    sched.start()
+    assert short.began.wait(10) and long.began.wait(10)
+    assert wait_until(lambda: sched.status == "stopping")
+    clock.advance(2)  # past the failed commit's retry
+    short.release.set()
+
+    def recorded() -> list[RunStatus]:
+        with YamlStateStore(tmp_path) as reader:
+            return [record.status for record in reader.get_history("a", "short")]
+
+    assert wait_until(lambda: recorded() == [RunStatus.SUCCESS])
+    assert sched.status == "stopping" and stopped_on == ["herdsched-flusher"]
+    long.release.set()
+    assert wait_until(lambda: sched.status == "stopped")

@@ -50,12 +50,13 @@ class GroupCommitter:
         return self.core.store.flush_deadline()
 
     def commit_if_due(self, *, background: bool) -> None:
-        """Commit when one is due: on the flusher thread (``background``) or right here."""
+        """Commit when one is due: on the flusher thread (``background``) or right here (also
+        on the flusher thread itself, a listener there calling ``stop()``, which waits)."""
         deadline = self.deadline()
         if deadline is None or self.core.clock.monotonic() < deadline:
             return
         thread = self._thread
-        if background and thread is not None and thread.is_alive():
+        if background and thread not in (None, threading.current_thread()) and thread.is_alive():
             self._in_flight = True
             self._wanted.set()
         else:

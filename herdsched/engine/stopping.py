@@ -21,6 +21,7 @@ from herdsched.engine.committer import GroupCommitter
 from herdsched.engine.dispatch import Dispatcher
 from herdsched.engine.recovery import Leadership
 from herdsched.runner import GIVEN_UP, Run
+from herdsched.store.deadline import answer_within
 
 __all__ = ["LINGER", "run_of_this_thread", "wait_for_runs"]
 
@@ -140,16 +141,21 @@ class _Keeper:
                         steps.append(max(0.0, due - core.clock.monotonic()))
                 if core.idle.wait_for(done, min(steps)):
                     return
-            if end is not None and time.monotonic() >= end:
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
                 return
-            self._look()
+            self._look(left)
 
-    def _look(self) -> None:
+    def _look(self, left: float | None) -> None:
+        """One look (``left``: real seconds the wait has left, which a read of the store for
+        another leader may take no longer than: the store may be out of reach)."""
         core = self.dispatch.core
         self.leadership.heartbeat()  # a lease lost ends the runs' records, not their timeouts
         self.dispatch.expire_timeouts(core.clock.now())
         self.commits.commit_if_due(background=True)
         now = core.clock.monotonic()
-        if now >= self._look_for_leader:  # as often as a standby looks: each may wait
+        if now >= self._look_for_leader:  # as often as a standby looks
             self._look_for_leader = now + self.leadership.ttl / 3
-            self.leadership.stop_runs_of_a_lost_lead()
+            budget = None if left is None else f"the {left:.3g} s left of stop()'s wait"
+            with answer_within(left, budget=budget):
+                self.leadership.stop_runs_of_a_lost_lead()
