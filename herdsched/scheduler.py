@@ -350,7 +350,7 @@ class ThreadedScheduler:
         """Stop dispatching, wait for running jobs (up to ``timeout`` real seconds), commit state.
 
         Nothing is dispatched once ``stop()`` has begun; running jobs are not cancelled (unless
-        the lease was lost to a store out of reach and another scheduler leads, which runs
+        the lease is lost meanwhile: nothing could record them, and another scheduler may run
         their schedules), and the outcome of every job that returns before the end is recorded
         as it comes, within the commit delay. Jobs still running at the
         timeout are asked to stop through their cancel event (a command job's process group is

@@ -52,10 +52,12 @@ class GroupCommitter:
     def commit_if_due(self, *, background: bool) -> None:
         """Commit when one is due: on the flusher thread (``background``) or right here (also
         on the flusher thread itself, a listener there calling ``stop()``, which waits)."""
+        thread = self._thread
+        if thread is threading.current_thread():  # asked of the flusher, which is here: it
+            self._in_flight = False  # commits now, not once this call returned
         deadline = self.deadline()
         if deadline is None or self.core.clock.monotonic() < deadline:
             return
-        thread = self._thread
         if background and thread not in (None, threading.current_thread()) and thread.is_alive():
             self._in_flight = True
             self._wanted.set()

@@ -238,11 +238,11 @@ class Leadership:
     def stop_runs_of_a_lost_lead(self) -> None:
         """Tell the jobs still running from a lead given up at its deadline (the store did not
         answer: no successor was known) to stop once another scheduler leads, which runs
-        their schedules again (a standby's try, or a look of ``stop()``'s wait; the store is
-        read outside the engine lock, which a store cut off again must not hold up)."""
+        their schedules again (a standby's try; the store is read outside the engine lock,
+        which a store cut off again must not hold up)."""
         core = self.core
         with core.lock:  # a standby runs nothing else: what runs is of the lead it lost
-            running = core.running.values() if self._lead_lost() else ()
+            running = core.running.values() if core.status == "standby" else ()
             left = [run for run in running if not run.cancel_event.is_set()]
         if not left:
             return
@@ -258,7 +258,7 @@ class Leadership:
             # a full disk reads work while writes fail
         core.store_health.worked()  # another leads: reading is all this standby does
         with core.lock:
-            if not self._lead_lost():
+            if core.status != "standby":
                 return
             for run in left:
                 run.cancel()
@@ -271,12 +271,6 @@ class Leadership:
             len(left),
             name_some([f"{run.agent}/{run.schedule_name}" for run in left]),
         )
-
-    def _lead_lost(self) -> bool:
-        """Whether the jobs running are of a lead this scheduler lost (caller holds the lock):
-        it stands by, or lost the lease while ``stop()`` waits."""
-        status = self.core.status
-        return status == "standby" or (status == "stopping" and self.enabled and self.lease is None)
 
     def _hold(self, lease: Lease, asked_at: float) -> None:
         """Keep ``lease``, granted by a request made at monotonic ``asked_at``."""
@@ -350,7 +344,9 @@ class Leadership:
         When another scheduler took the lease (``LeadershipLostError``), which runs their
         schedules again, the jobs are told to stop; a store only out of reach names no one
         who would, and they may finish, until a standby's look finds another leader
-        (:meth:`stop_runs_of_a_lost_lead`)."""
+        (:meth:`stop_runs_of_a_lost_lead`). A scheduler that is stopping tells them to stop
+        at once: it will not lead again to record them, and it looks for no other leader
+        (a look at a store out of reach could hold its stop past its timeout)."""
         core = self.core
         with core.lock:
             lease, self.lease = self.lease, None
@@ -364,8 +360,8 @@ class Leadership:
             self._lost_epoch = lease.epoch
             for run in core.running.values():
                 run.written_off = LEAD_LOST  # their work sources hear their items failed
-                if successor:  # it runs their schedules again: tell them to stop (a
-                    run.cancel()  # command's process group is ended too)
+                if successor or stopping:  # another runs, or may run, their schedules
+                    run.cancel()  # again: tell them to stop (a command's group is ended too)
             core.plan.drop_waiting()  # a standby runs nothing: wait_until_idle() is told
             core.idle.notify_all()
             core.log.error(
@@ -376,7 +372,7 @@ class Leadership:
                 str(exc).rstrip("."),
                 len(core.running),
                 "are told to stop and their outcomes are not recorded"
-                if successor
+                if successor or stopping
                 else "may finish (no other leader is known): their outcomes are recorded only "
                 "if this one leads again before another does",
                 "it goes on stopping" if stopping else "it stands by and tries to lead again",

@@ -3,11 +3,9 @@
 The timer thread ends when ``stop()`` begins (nothing is dispatched any more), and with it the
 looks it took: a job past its timeout while ``stop()`` waited ran on and was recorded a
 success; a wait longer than the lease let a standby take over while this scheduler's jobs still
-ran; the outcomes of jobs that ended during the wait stayed unwritten until it was over, so a
-process killed meanwhile (a web server ending a worker that waits too long) left them to be
-recorded ``interrupted``; and a lead lost meanwhile to a store out of reach let the jobs run on
-beside the runs of the scheduler that took over. So the wait does all of it, as the timer
-would have.
+ran; and the outcomes of jobs that ended during the wait stayed unwritten until it was over,
+so a process killed meanwhile (a web server ending a worker that waits too long) left them to
+be recorded ``interrupted``. So the wait does all of it, as the timer would have.
 """
 
 from __future__ import annotations
@@ -21,7 +19,6 @@ from herdsched.engine.committer import GroupCommitter
 from herdsched.engine.dispatch import Dispatcher
 from herdsched.engine.recovery import Leadership
 from herdsched.runner import GIVEN_UP, Run
-from herdsched.store.deadline import answer_within
 
 __all__ = ["LINGER", "run_of_this_thread", "wait_for_runs"]
 
@@ -63,9 +60,7 @@ def wait_for_runs(
     ``agent/schedule`` names. Runs the caller was about to start (it is a ``JobSubmitted``
     listener) are given up first. Meanwhile the lease is renewed, a run past its timeout is
     timed out (told to stop; recorded unless the lease was lost meanwhile: the next leader
-    records what ran then), what ended is committed when due, and once the lease is lost
-    (the store out of reach) the jobs are told to stop when another scheduler is seen
-    leading.
+    records what ran then), and what ended is committed when due.
 
     With ``cancel_left`` those left are given up (settled: whatever they return now is not
     recorded, as the lease is about to go; the next start records them interrupted), then
@@ -93,8 +88,8 @@ def wait_for_runs(
         over = core.clock.monotonic() >= run.deadline + linger
         return run.timed_out and run.finalized and over  # recorded, and long told to stop
 
-    keeper = _Keeper(dispatch, leadership, commits)
-    keeper.wait(timeout, lambda: all(map(lingering, others())))
+    parts = (dispatch, leadership, commits)
+    _wait(*parts, timeout, lambda: all(map(lingering, others())))
     with core.idle:
         left = others()
         for run in left if cancel_left else ():
@@ -114,48 +109,33 @@ def wait_for_runs(
             len(graces),
             f"{wait:g}",
         )
-        keeper.wait(wait, lambda: all(run.returned for run in graces))
+        _wait(*parts, wait, lambda: all(run.returned for run in graces))
     return tuple(sorted(f"{run.agent}/{run.schedule_name}" for run in left))
 
 
-class _Keeper:
-    """Keeps up, while ``stop()`` waits, what the timer thread kept up."""
-
-    def __init__(
-        self, dispatch: Dispatcher, leadership: Leadership, commits: GroupCommitter
-    ) -> None:
-        self.dispatch, self.leadership, self.commits = dispatch, leadership, commits
-        self._look_for_leader = float("-inf")  # on the scheduler's monotonic clock
-
-    def wait(self, timeout: float | None, done: Callable[[], bool]) -> None:
-        """Wait up to ``timeout`` real seconds until ``done()``."""
-        core = self.dispatch.core
-        end = None if timeout is None else time.monotonic() + timeout
-        while True:
-            with core.idle:
-                steps = [_LOOK_EVERY]
-                if end is not None:
-                    steps.append(max(0.0, end - time.monotonic()))
-                for due in (self.dispatch.next_deadline(), self.commits.deadline()):
-                    if due is not None:  # on the scheduler's clock
-                        steps.append(max(0.0, due - core.clock.monotonic()))
-                if core.idle.wait_for(done, min(steps)):
-                    return
-            left = None if end is None else end - time.monotonic()
-            if left is not None and left <= 0:
+def _wait(
+    dispatch: Dispatcher,
+    leadership: Leadership,
+    commits: GroupCommitter,
+    timeout: float | None,
+    done: Callable[[], bool],
+) -> None:
+    """Wait up to ``timeout`` real seconds until ``done()``, renewing the lease, timing out
+    runs past their timeout and committing what ended, as the timer would have."""
+    core = dispatch.core
+    end = None if timeout is None else time.monotonic() + timeout
+    while True:
+        with core.idle:
+            steps = [_LOOK_EVERY]
+            if end is not None:
+                steps.append(max(0.0, end - time.monotonic()))
+            for due in (dispatch.next_deadline(), commits.deadline()):
+                if due is not None:  # on the scheduler's clock
+                    steps.append(max(0.0, due - core.clock.monotonic()))
+            if core.idle.wait_for(done, min(steps)):
                 return
-            self._look(left)
-
-    def _look(self, left: float | None) -> None:
-        """One look (``left``: real seconds the wait has left, which a read of the store for
-        another leader may take no longer than: the store may be out of reach)."""
-        core = self.dispatch.core
-        self.leadership.heartbeat()  # a lease lost ends the runs' records, not their timeouts
-        self.dispatch.expire_timeouts(core.clock.now())
-        self.commits.commit_if_due(background=True)
-        now = core.clock.monotonic()
-        if now >= self._look_for_leader:  # as often as a standby looks
-            self._look_for_leader = now + self.leadership.ttl / 3
-            budget = None if left is None else f"the {left:.3g} s left of stop()'s wait"
-            with answer_within(left, budget=budget):
-                self.leadership.stop_runs_of_a_lost_lead()
+        if end is not None and time.monotonic() >= end:
+            return
+        leadership.heartbeat()  # a lease lost tells the jobs to stop (step_down)
+        dispatch.expire_timeouts(core.clock.now())
+        commits.commit_if_due(background=True)
