@@ -59,41 +59,50 @@ MAX_ENV_PROMPT_BYTES = 64 * 1024
 #: ended yet: not reaped, and its group not killed
 _live: set[int] = set()
 _live_changed = threading.Condition()
-#: kills what ``_live`` lists should this process die
+#: held while a command starts, and by a ``fork()``: a child forked then would hold what tells
+#: the companion of the program (``Popen``'s pipe, the channel being made). Apart from
+#: ``_live_changed``, which a start that hangs (a program on a dead network mount) must not hold
+#: up: :func:`kill_commands` and :func:`wait_for_commands` answer all the same.
+_starting = threading.RLock()
+#: kills the groups of the commands running should this process die
 _reaper = Reaper()
 
 
 def _started(pid: int) -> None:
-    with _live_changed:
-        _live.add(pid)
-        _reaper.watch(pid, _live)
+    with _starting:
+        with _live_changed:
+            _live.add(pid)
+        _reaper.watch(pid)
 
 
 def _ended(pid: int) -> None:
     with _live_changed:
-        if pid in _live:
-            _live.discard(pid)
-            _reaper.forget(pid, _live)
+        known = pid in _live
+        _live.discard(pid)
         _live_changed.notify_all()
+    if known:
+        with _starting:
+            _reaper.forget(pid)
 
 
 def _after_fork_in_child() -> None:
     """A forked child runs none of its parent's commands: it must neither kill them
     (:func:`kill_commands`) nor keep their companion from noticing the parent's death."""
-    global _live_changed  # noqa: PLW0603 - the parent's lock, held across the fork
+    global _live_changed, _starting  # noqa: PLW0603 - held in the parent across the fork
     _live.clear()
     _live_changed = threading.Condition()
+    _starting = threading.RLock()
     _reaper.after_fork()
 
 
 def _before_fork() -> None:
-    """A fork waits while a command starts or the companion's channel is made (the child
-    would hold them open). The lock of the moment: a process forked itself has another."""
-    _live_changed.acquire()
+    """A fork waits while a command starts (the lock of the moment: a process forked itself
+    has another)."""
+    _starting.acquire()
 
 
 def _after_fork_in_parent() -> None:
-    _live_changed.release()
+    _starting.release()
 
 
 os.register_at_fork(
@@ -280,7 +289,7 @@ class CommandJob:
         the pipe that tells ``Popen`` the program started, and the program outlived a
         ``kill -9`` of this process."""
         env = self.environment(info)
-        with _live_changed:
+        with _starting:
             _reaper.prepare()
             try:
                 process = subprocess.Popen(

@@ -32,7 +32,6 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Collection
 from pathlib import Path
 
 logger = logging.getLogger("herdsched")
@@ -104,61 +103,60 @@ def is_stopped(pid: int) -> bool:
 
 
 class Reaper:
-    """This process's side of the companion: starts it when first needed and tells it which
-    command groups live. Not thread-safe on its own: the command module calls it under its
-    lock, which a ``fork()`` waits for (a child forked while the channel is being made would
-    hold it open)."""
+    """This process's side of the companion: the groups of the command jobs running, and the
+    companion told of them, started when first needed (again after one that did not answer).
+    Not thread-safe on its own: the command module calls it under its start lock, which a
+    ``fork()`` waits for (a child forked while a channel is being made would hold it open)."""
 
     def __init__(self) -> None:
+        self.groups: set[int] = set()
         self._channel: socket.socket | None = None  # its last close is the companion's signal
         self._pid = 0
         self._unavailable = False  # this process is no plain Python: never tried again
         self._retry_at = float("-inf")  # time.monotonic(): one did not answer; not before
+        self._failures = 0  # in a row: the first is a WARNING, the next ones DEBUG lines
 
-    def watch(self, pgid: int, live: Collection[int]) -> None:
-        """A command job started in group ``pgid`` (``live`` lists all of them, ``pgid``
-        included)."""
-        self._tell(b"+%d\n" % pgid, live)
+    def watch(self, pgid: int) -> None:
+        """A command job started in group ``pgid``."""
+        self.groups.add(pgid)
+        self._tell(b"+%d\n" % pgid)
 
-    def forget(self, pgid: int, live: Collection[int]) -> None:
-        """The command job of group ``pgid`` ended (``live`` lists those still running)."""
-        if self._channel is not None:
-            self._tell(b"-%d\n" % pgid, live)
+    def forget(self, pgid: int) -> None:
+        """The command job of group ``pgid`` ended."""
+        self.groups.discard(pgid)
+        self._tell(b"-%d\n" % pgid)
 
     def after_fork(self) -> None:
         """In a child made by ``fork()``: let go of the parent's companion (holding its
-        channel open would keep it from noticing the parent's death); the child starts its
-        own."""
+        channel open would keep it from noticing the parent's death) and of its groups; the
+        child starts its own."""
         if self._channel is not None:
             self._channel.close()
         self._channel, self._pid = None, 0
+        self.groups.clear()
 
     def prepare(self) -> None:
-        """Start the companion unless it runs: before a command starts, so that telling it
-        after is one write."""
+        """Start the companion unless it runs (before a command starts, so that telling it
+        after is one write), and tell a new one every group."""
         if self._channel is None and not self._unavailable and time.monotonic() >= self._retry_at:
             self._start()
 
-    def _tell(self, line: bytes, live: Collection[int]) -> None:
-        for _attempt in range(2):
-            if self._channel is None:
-                self.prepare()
-                line = b"".join(b"+%d\n" % pgid for pgid in live)
-            channel = self._channel
-            if channel is None:
-                return
-            try:
-                # no SIGPIPE, which kills a program that restored its default action
-                channel.sendall(line, _NO_SIGNAL)
-                return
-            except OSError as exc:
-                logger.warning(
-                    "The process that ends this process's command jobs if it dies (pid %d) "
-                    "is gone (%s); starting another.",
-                    self._pid,
-                    exc,
-                )
-                self._discard()
+    def _tell(self, line: bytes) -> None:
+        if self._channel is None:
+            self.prepare()  # a new one is told every group
+            return
+        try:
+            # no SIGPIPE, which kills a program that restored its default action
+            self._channel.sendall(line, _NO_SIGNAL)
+        except OSError as exc:
+            logger.warning(
+                "The process that ends this process's command jobs if it dies (pid %d) is "
+                "gone (%s); starting another.",
+                self._pid,
+                exc,
+            )
+            self._discard()
+            self.prepare()
 
     def _start(self) -> None:
         python = _python()
@@ -185,38 +183,50 @@ class Reaper:
         finally:
             theirs.close()
         self._channel = ours
-        if not self._ready():
+        trouble = self._ready()
+        if trouble is None:  # told every group, those started while there was none too
+            try:
+                ours.sendall(b"".join(b"+%d\n" % pgid for pgid in self.groups), _NO_SIGNAL)
+            except OSError as exc:
+                trouble = f"it ended as soon as it started ({exc})"
+        if trouble is not None:
             self._discard()
-            self._give_up(
-                f"it did not answer within {_READY_SECONDS:g} s of its start: a machine under "
-                f"heavy load, or its file {Path(__file__).resolve()} gone since this program "
-                "started",
-                for_good=False,
-            )
+            self._give_up(trouble, for_good=False)
             return
+        if self._failures:
+            logger.info("The process that ends command jobs if this process dies runs now.")
+        self._failures = 0
         logger.debug(
             "Started process %d, which ends this process's command jobs if it dies.", self._pid
         )
 
-    def _ready(self) -> bool:
-        """Whether the companion says it runs: one that cannot (its file gone since this
-        process started, a Python that needs its environment) exits at once."""
+    def _ready(self) -> str | None:
+        """``None`` once the companion says it runs, else what is wrong: one that cannot run
+        (its file gone since this process started, a Python that needs its environment)
+        ends at once."""
         assert self._channel is not None
         self._channel.settimeout(_READY_SECONDS)
         try:
-            return self._channel.recv(1) == b"\n"
+            if self._channel.recv(1) == b"\n":
+                return None
+            return (
+                f"it ended as it started: its file {Path(__file__).resolve()} is gone since "
+                "this program started, or this Python cannot run it"
+            )
         except OSError:
-            return False
+            return f"it did not answer within {_READY_SECONDS:g} s: a machine under heavy load"
         finally:
             self._channel.settimeout(None)
 
     def _give_up(self, why: str, *, for_good: bool = True) -> None:
-        """No companion: for good (this process is no plain Python), or tried again in
-        :data:`_RETRY_SECONDS` (a command start meanwhile does not wait for one)."""
+        """No companion: for good (this process is no plain Python), or tried again at the
+        first command start :data:`_RETRY_SECONDS` or more later (told once at WARNING)."""
         self._unavailable = for_good
         self._retry_at = time.monotonic() + _RETRY_SECONDS
-        later = "" if for_good else f"; it is tried again in {_RETRY_SECONDS:g} s"
-        logger.warning(
+        self._failures += 1
+        later = "" if for_good else f"; it is tried again {_RETRY_SECONDS:g} s or more later"
+        logger.log(
+            logging.WARNING if self._failures == 1 else logging.DEBUG,
             "Cannot start the process that ends command jobs when their scheduler's process "
             "dies (%s)%s: a command job outlives this process if it is killed.",
             why,
@@ -224,17 +234,21 @@ class Reaper:
         )
 
     def _discard(self) -> None:
-        """Let go of a companion gone or not answering: ended, and reaped (still this
-        process's child, its id is not anyone else's)."""
+        """Let go of a companion gone or not answering: ended and reaped, unless something
+        else reaped it already (its id may be another process's by now)."""
         if self._channel is not None:
             self._channel.close()
         self._channel = None
-        if self._pid > 0:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self._pid, signal.SIGKILL)
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(self._pid, 0)
-        self._pid = 0
+        pid, self._pid = self._pid, 0
+        if pid <= 0:
+            return
+        try:
+            if os.waitpid(pid, os.WNOHANG) != (0, 0):
+                return  # it had ended: reaped now
+        except ChildProcessError:
+            return  # reaped by someone else: not ours to signal
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
 
 
 def _python() -> str | None:

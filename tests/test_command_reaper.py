@@ -46,7 +46,7 @@ def test_the_groups_still_listed_when_the_scheduler_dies_are_killed(
     group: subprocess.Popen[bytes],
 ) -> None:
     reaper = Reaper()
-    reaper.watch(group.pid, {group.pid})
+    reaper.watch(group.pid)
     _died(reaper)
     assert group.wait(timeout=10) == -signal.SIGKILL
 
@@ -54,8 +54,8 @@ def test_the_groups_still_listed_when_the_scheduler_dies_are_killed(
 def test_a_group_whose_command_ended_is_left_alone(group: subprocess.Popen[bytes]) -> None:
     """Its id may belong to someone else by now."""
     reaper = Reaper()
-    reaper.watch(group.pid, {group.pid})
-    reaper.forget(group.pid, set())
+    reaper.watch(group.pid)
+    reaper.forget(group.pid)
     _died(reaper)
     assert group.poll() is None
 
@@ -90,12 +90,12 @@ def test_a_companion_killed_is_replaced_and_told_every_group(
     reaper = Reaper()
     other = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:
-        reaper.watch(other.pid, {other.pid})
+        reaper.watch(other.pid)
         first = reaper._pid
         os.kill(first, signal.SIGKILL)
         os.waitpid(first, 0)
         with caplog.at_level(logging.WARNING, logger="herdsched"):
-            reaper.watch(group.pid, {other.pid, group.pid})
+            reaper.watch(group.pid)
         assert f"command jobs if it dies (pid {first}) is gone" in caplog.text
         assert reaper._pid != first
         _died(reaper)
@@ -167,12 +167,12 @@ def test_a_service_s_stop_signal_leaves_the_companion_to_its_scheduler(
     """systemd's stop sends SIGTERM to every process of the service: the companion died of
     it, and the scheduler's next word to it logged a WARNING and started another."""
     reaper = Reaper()
-    reaper.watch(group.pid, {group.pid})
+    reaper.watch(group.pid)
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         os.kill(reaper._pid, sig)
     with caplog.at_level(logging.WARNING, logger="herdsched"):
-        reaper.forget(group.pid, set())
-        reaper.watch(group.pid, {group.pid})
+        reaper.forget(group.pid)
+        reaper.watch(group.pid)
     assert caplog.text == ""
     _died(reaper)
     assert group.wait(timeout=10) == -signal.SIGKILL
@@ -185,7 +185,8 @@ def test_a_companion_that_cannot_run_is_said_so_and_tried_again_later(
 ) -> None:
     """Its file gone since this process imported it (a release directory replaced), it
     exited at once, and the scheduler went on as if its commands were watched; one that was
-    slow to answer disabled the companion for good, and was left a zombie."""
+    slow to answer disabled the companion for good, and was left a zombie. The one started
+    later is told of the commands started while there was none."""
     spawned: list[int] = []
     real_spawn, real_file = os.posix_spawn, command_reaper.__file__
 
@@ -195,37 +196,99 @@ def test_a_companion_that_cannot_run_is_said_so_and_tried_again_later(
 
     monkeypatch.setattr(os, "posix_spawn", spawn)
     monkeypatch.setattr(command_reaper, "__file__", "/nonexistent/command_reaper.py")
+    other = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    third = subprocess.Popen(["sleep", "30"], start_new_session=True)
     reaper = Reaper()
-    with caplog.at_level(logging.WARNING, logger="herdsched"):
-        reaper.watch(group.pid, {group.pid})
-        reaper.forget(group.pid, set())  # within the minute: not tried again
-    assert [r.getMessage() for r in caplog.records] == [
-        "Cannot start the process that ends command jobs when their scheduler's process dies "
-        "(it did not answer within 5 s of its start: a machine under heavy load, or its file "
-        "/nonexistent/command_reaper.py gone since this program started); it is tried again "
-        "in 60 s: a command job outlives this process if it is killed."
-    ]
-    assert len(spawned) == 1 and not os.path.exists(f"/proc/{spawned[0]}")  # reaped
-    monkeypatch.setattr(command_reaper, "__file__", real_file)
-    reaper._retry_at = float("-inf")  # a minute later
-    reaper.watch(group.pid, {group.pid})
-    assert len(spawned) == 2
+    try:
+        with caplog.at_level(logging.DEBUG, logger="herdsched"):
+            reaper.watch(group.pid)
+            reaper.watch(other.pid)  # within the minute: not tried again
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
+            "Cannot start the process that ends command jobs when their scheduler's process "
+            "dies (it ended as it started: its file /nonexistent/command_reaper.py is gone "
+            "since this program started, or this Python cannot run it); it is tried again "
+            "60 s or more later: a command job outlives this process if it is killed."
+        ]
+        assert len(spawned) == 1 and not os.path.exists(f"/proc/{spawned[0]}")  # reaped
+        monkeypatch.setattr(command_reaper, "__file__", real_file)
+        reaper._retry_at = float("-inf")  # a minute later
+        reaper.watch(third.pid)
+        assert len(spawned) == 2
+        _died(reaper)
+        for process in (group, other, third):
+            assert process.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        for process in (other, third):
+            process.kill()
+            process.wait()
+
+
+def test_a_command_start_that_hangs_holds_up_no_wait_for_commands(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A program on a network mount that no longer answers hangs its start; the lock it held
+    kept ``wait_for_commands`` (and ``kill_commands``, a quitting ``herdsched run``) waiting
+    for as long."""
+    hung, release = threading.Event(), threading.Event()
+    real_popen = subprocess.Popen
+
+    def hanging_popen(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        hung.set()
+        release.wait(30)
+        return real_popen(*args, **kwargs)
+
+    monkeypatch.setattr(command.subprocess, "Popen", hanging_popen)
+    starting = threading.Thread(target=lambda: CommandJob(["true"])(trigger_info()))
+    starting.start()
+    try:
+        assert hung.wait(10)
+        answered: list[bool] = []
+        waiting = threading.Thread(target=lambda: answered.append(command.wait_for_commands(0.1)))
+        waiting.start()
+        waiting.join(10)
+        assert answered == [True]
+    finally:
+        release.set()
+        starting.join(10)
+
+
+def test_a_companion_reaped_by_someone_else_is_not_signalled(
+    monkeypatch: pytest.MonkeyPatch, group: subprocess.Popen[bytes]
+) -> None:
+    """The program reaps children itself (a SIGCHLD handler): the companion's id may be
+    another process's by now, and letting go of the dead companion SIGKILLed it."""
+    reaper = Reaper()
+    reaper.watch(group.pid)
+    companion = reaper._pid
+    os.kill(companion, signal.SIGKILL)
+    os.waitpid(companion, 0)  # as the program's own handler would
+    signalled: list[int] = []
+    real_kill = os.kill
+
+    def kill(pid: int, sig: int) -> None:
+        signalled.append(pid)
+        real_kill(pid, sig)
+
+    monkeypatch.setattr(os, "kill", kill)
+    reaper.forget(group.pid)  # finds it gone, starts another
+    assert companion not in signalled
     _died(reaper)
-    assert group.wait(timeout=10) == -signal.SIGKILL
 
 
 def test_a_companion_gone_is_no_death_to_a_program_that_restored_sigpipe() -> None:
     """Many command-line programs set SIGPIPE back to its default: telling a companion that
     was gone killed the whole process (SIGPIPE) instead of starting another."""
     script = (
-        "import os, signal\n"
+        "import os, signal, subprocess\n"
         "from herdsched.command_reaper import Reaper\n"
         "signal.signal(signal.SIGPIPE, signal.SIG_DFL)\n"
+        "group = subprocess.Popen(['sleep', '30'], start_new_session=True)\n"
         "reaper = Reaper()\n"
-        "reaper.watch(1, {1})\n"
+        "reaper.watch(group.pid)\n"
         "os.kill(reaper._pid, signal.SIGKILL)\n"
         "os.waitpid(reaper._pid, 0)\n"
-        "reaper.forget(1, set())\n"
+        "reaper.forget(group.pid)\n"
+        "group.kill()\n"
         "print('alive')\n"
     )
     done = subprocess.run(
