@@ -64,14 +64,17 @@ _live_changed = threading.Condition()
 #: ``_live_changed``, which a start that hangs (a program on a dead network mount) must not hold
 #: up: :func:`kill_commands` and :func:`wait_for_commands` answer all the same.
 _starting = threading.RLock()
-#: kills the groups of the commands running should this process die
+#: kills the groups of the commands running should this process die; its calls are made under
+#: ``_reaper_lock`` (after ``_starting`` when both are held), which a start that hangs does not
+#: hold: the other commands' ends are told meanwhile
 _reaper = Reaper()
+_reaper_lock = threading.Lock()
 
 
 def _started(pid: int) -> None:
-    with _starting:
-        with _live_changed:
-            _live.add(pid)
+    with _live_changed:
+        _live.add(pid)
+    with _reaper_lock:
         _reaper.watch(pid)
 
 
@@ -81,17 +84,17 @@ def _ended(pid: int) -> None:
         _live.discard(pid)
         _live_changed.notify_all()
     if known:
-        with _starting:
+        with _reaper_lock:
             _reaper.forget(pid)
 
 
 def _after_fork_in_child() -> None:
     """A forked child runs none of its parent's commands: it must neither kill them
     (:func:`kill_commands`) nor keep their companion from noticing the parent's death."""
-    global _live_changed, _starting  # noqa: PLW0603 - held in the parent across the fork
+    global _live_changed, _starting, _reaper_lock  # noqa: PLW0603 - may be held in the parent
     _live.clear()
     _live_changed = threading.Condition()
-    _starting = threading.RLock()
+    _starting, _reaper_lock = threading.RLock(), threading.Lock()
     _reaper.after_fork()
 
 
@@ -290,7 +293,8 @@ class CommandJob:
         ``kill -9`` of this process."""
         env = self.environment(info)
         with _starting:
-            _reaper.prepare()
+            with _reaper_lock:
+                _reaper.prepare()
             try:
                 process = subprocess.Popen(
                     self.argv,

@@ -248,7 +248,8 @@ class Reaper:
         except ChildProcessError:
             return  # reaped by someone else: not ours to signal
         os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+        with contextlib.suppress(ChildProcessError):  # SIGCHLD ignored: the system reaps it
+            os.waitpid(pid, 0)
 
 
 def _python() -> str | None:

@@ -375,6 +375,9 @@ class ThreadedScheduler:
         with core.lock:
             if core.status in ("stopped", "stopping"):
                 return
+            if core.status == "standby":  # jobs of a lead it lost: it will not lead again to
+                for run in core.running.values():  # record them, and another may run their
+                    run.cancel()  # schedules (as a leader losing its lease while stopping)
             core.status = "stopping"
         core.changed()
         parts = (self._dispatch, self._leadership, self._commits)

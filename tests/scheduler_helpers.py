@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from herdsched import Status, ThreadedScheduler, TriggerInfo, TriggerType
+from herdsched import StateError, Status, ThreadedScheduler, TriggerInfo, TriggerType
 from herdsched.store import YamlStateStore
+from herdsched.store.base import Lease
 from herdsched.store.state_file import StateRenderer
 from herdsched.testing import FakeClock
 
@@ -76,6 +77,32 @@ def drop_flocks_as_at_kill(store: YamlStateStore) -> None:
     leases: Any = store._leases  # type: ignore[attr-defined]
     leases._liveness.forget_after_fork()
     leases._pre_lease.release()
+
+
+class LeaseCallsCutOff:
+    """Mixed into a store: its lease calls fail while ``broken`` (the store does not
+    answer), and its writes while ``full`` (its reads still work: a full disk)."""
+
+    broken = False
+    full = False
+
+    def _check(self, write: bool = True) -> None:
+        if self.broken:
+            raise StateError("the store does not answer")
+        if self.full and write:
+            raise StateError("No space left on device")
+
+    def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        self._check()
+        return super().renew_lease(lease, ttl)
+
+    def acquire_lease(self, holder: str, ttl: float) -> Lease | None:
+        self._check()
+        return super().acquire_lease(holder, ttl)
+
+    def current_lease(self) -> Lease | None:
+        self._check(write=False)
+        return super().current_lease()
 
 
 def trigger_info(prompt: str = "do it", session_id: str | None = None) -> TriggerInfo:

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -223,12 +224,9 @@ def test_a_companion_that_cannot_run_is_said_so_and_tried_again_later(
             process.wait()
 
 
-def test_a_command_start_that_hangs_holds_up_no_wait_for_commands(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A program on a network mount that no longer answers hangs its start; the lock it held
-    kept ``wait_for_commands`` (and ``kill_commands``, a quitting ``herdsched run``) waiting
-    for as long."""
+def _hang_starts(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """Make command starts hang (a program on a network mount that no longer answers) until
+    the second event is set; the first is set once one hangs."""
     hung, release = threading.Event(), threading.Event()
     real_popen = subprocess.Popen
 
@@ -238,6 +236,16 @@ def test_a_command_start_that_hangs_holds_up_no_wait_for_commands(
         return real_popen(*args, **kwargs)
 
     monkeypatch.setattr(command.subprocess, "Popen", hanging_popen)
+    return hung, release
+
+
+def test_a_command_start_that_hangs_holds_up_no_wait_for_commands(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A program on a network mount that no longer answers hangs its start; the lock it held
+    kept ``wait_for_commands`` (and ``kill_commands``, a quitting ``herdsched run``) waiting
+    for as long."""
+    hung, release = _hang_starts(monkeypatch)
     starting = threading.Thread(target=lambda: CommandJob(["true"])(trigger_info()))
     starting.start()
     try:
@@ -250,6 +258,48 @@ def test_a_command_start_that_hangs_holds_up_no_wait_for_commands(
     finally:
         release.set()
         starting.join(10)
+
+
+def test_a_command_start_that_hangs_holds_up_no_other_command_s_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The end of another command job waited for the lock of the start that hung, to tell
+    the companion; its run stayed unrecorded as long as the mount hung."""
+    first = threading.Thread(target=lambda: CommandJob(["sleep", "0.3"])(trigger_info()))
+    first.start()
+    assert wait_until(lambda: bool(command._live))  # it runs
+    hung, release = _hang_starts(monkeypatch)
+    second = threading.Thread(target=lambda: CommandJob(["true"])(trigger_info()))
+    second.start()
+    try:
+        assert hung.wait(10)
+        first.join(10)
+        assert not first.is_alive()
+    finally:
+        release.set()
+        second.join(10)
+
+
+def test_a_companion_reaped_by_the_system_does_not_fail_the_command(
+    monkeypatch: pytest.MonkeyPatch, group: subprocess.Popen[bytes], tmp_path: Path
+) -> None:
+    """A program that ignores SIGCHLD has its children reaped by the system: letting go of a
+    companion that did not answer raised ``ChildProcessError`` and the command never ran."""
+    silent = tmp_path / "silent.py"
+    silent.write_text("import time\ntime.sleep(30)\n")  # runs, and never answers
+    monkeypatch.setattr(command_reaper, "_READY_SECONDS", 0.1)
+    monkeypatch.setattr(command_reaper, "__file__", str(silent))
+    reaper = Reaper()
+    real_waitpid = os.waitpid
+
+    def waitpid(pid: int, options: int) -> tuple[int, int]:
+        if options == 0:
+            raise ChildProcessError(10, "No child processes")  # reaped by the system
+        return real_waitpid(pid, options)
+
+    monkeypatch.setattr(os, "waitpid", waitpid)
+    reaper.watch(group.pid)  # its companion fails; nothing raises
+    assert reaper._channel is None and group.pid in reaper.groups
 
 
 def test_a_companion_reaped_by_someone_else_is_not_signalled(
@@ -309,9 +359,14 @@ def test_a_fork_while_the_companion_starts_waits_for_its_channel(
         time.sleep(0.3)
         return real_spawn(*args, **kwargs)
 
+    def start_it() -> None:  # as a command's start does, its own program aside
+        with command._starting, command._reaper_lock:
+            command._reaper.prepare()
+        command._started(group.pid)
+
     monkeypatch.setattr(os, "posix_spawn", slow_spawn)
     monkeypatch.setattr(command, "_reaper", Reaper())
-    starting = threading.Thread(target=lambda: command._started(group.pid))
+    starting = threading.Thread(target=start_it)
     starting.start()
     assert spawning.wait(10)
     child = os.fork()

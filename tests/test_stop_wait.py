@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from scheduler_helpers import wait_until
+from scheduler_helpers import LeaseCallsCutOff, wait_until
 
 from herdsched import Agent, RunStatus, Schedule, StateError, ThreadedScheduler, TriggerInfo
 from herdsched import events as ev
@@ -88,26 +88,22 @@ def test_a_job_that_ends_while_stop_waits_is_recorded_at_once(
     long.release.set()
 
 
-class CutOff(MemoryStateStore):
-    """A store that does not answer while ``broken``."""
+class CutOff(LeaseCallsCutOff, MemoryStateStore):
+    """A store whose lease calls fail while ``broken``."""
 
-    broken = False
 
-    def _check(self) -> None:
-        if self.broken:
-            raise StateError("the store does not answer")
-
-    def renew_lease(self, lease: Lease, ttl: float) -> Lease:
-        self._check()
-        return super().renew_lease(lease, ttl)
-
-    def acquire_lease(self, holder: str, ttl: float) -> Lease | None:
-        self._check()
-        return super().acquire_lease(holder, ttl)
-
-    def current_lease(self) -> Lease | None:
-        self._check()
-        return super().current_lease()
+def _leading(
+    store: MemoryStateStore, clock: FakeClock, ttl: float = TTL
+) -> tuple[ThreadedScheduler, Held]:
+    """A scheduler leading on ``store`` whose hourly job runs (until released or told to
+    stop)."""
+    job = Held()
+    sched = ThreadedScheduler(state_dir=None, store=store, clock=clock, lease_ttl=ttl)
+    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
+    sched.start()
+    sched.run_pending()
+    assert job.began.wait(10)
+    return sched, job
 
 
 def test_a_lead_lost_while_stop_waits_tells_the_jobs_to_stop(
@@ -117,13 +113,8 @@ def test_a_lead_lost_while_stop_waits_tells_the_jobs_to_stop(
     job: the lead was lost, another host took over and ran the schedule again, and the job
     (a command's program) ran on beside it until it ended. A stopping scheduler will not lead
     again to record its jobs: they are told to stop as it loses the lease."""
-    job = Held()
     store = CutOff(clock=clock)
-    sched = ThreadedScheduler(state_dir=None, store=store, clock=clock, lease_ttl=TTL)
-    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
-    sched.start()
-    sched.run_pending()
-    assert job.began.wait(10)
+    sched, job = _leading(store, clock)
     _stop_in_background(sched, stopping)
     store.broken = True
     clock.advance(TTL / 2)
@@ -149,27 +140,26 @@ class SlowLooks(CutOff):
         return super().current_lease()
 
 
-def test_a_stop_whose_store_is_out_of_reach_keeps_its_timeout(clock: FakeClock) -> None:
-    """The wait's look for another leader read the lease with no limit but the store's own:
-    ``stop(timeout=3)`` of a scheduler that had lost its lead took 23 s, past a web server's
-    time for an exiting worker."""
-    job = Held()
+def test_a_standby_that_stops_tells_the_jobs_of_its_lost_lead_to_stop_in_time(
+    clock: FakeClock,
+) -> None:
+    """A leader that lost its lease to an outage stood by with its job running; stopped
+    then, it let the job run on to the stop's timeout, beside the runs of a scheduler that
+    leads meanwhile; and the wait's look for that leader read the lease with no limit but
+    the store's own (``stop(timeout=3)`` took 23 s on PostgreSQL)."""
     store = SlowLooks(clock=clock)
-    sched = ThreadedScheduler(state_dir=None, store=store, clock=clock, lease_ttl=TTL)
-    sched.add_agent(Agent("a", job=job, schedules={"s": Schedule.interval("1h")}))
-    sched.start()
+    sched, job = _leading(store, clock)
     try:
-        sched.run_pending()
-        assert job.began.wait(10)
         store.broken = True
         clock.advance(TTL + 1)
         sched.run_pending()
         assert wait_until(lambda: sched.status == "standby")
+        assert not job.cancelled.is_set()
         store.broken, store.slow = False, True
         began = time.monotonic()
-        with pytest.raises(SchedulerShutdownError):
-            sched.stop(timeout=3)
-        assert time.monotonic() - began < 10  # 3 s, the read within them, not 20 s more
+        sched.stop(timeout=3)  # its job, told to stop at once, returns
+        assert time.monotonic() - began < 10  # not 20 s and more
+        assert job.cancelled.is_set()
     finally:
         job.release.set()
 
@@ -223,3 +213,33 @@ def test_a_stop_called_on_the_flusher_thread_still_commits_what_ends(
     assert sched.status == "stopping" and stopped_on == ["herdsched-flusher"]
     long.release.set()
     assert wait_until(lambda: sched.status == "stopped")
+
+
+class SlowRelease(CutOff):
+    """Its lease release, while ``slow``, answers at the caller's deadline, or after 20 s."""
+
+    slow = False
+
+    def release_lease(self, lease: Lease) -> None:
+        if self.slow:
+            deadline = current_deadline()
+            time.sleep(20.0 if deadline is None else max(0.0, deadline.left()))
+            raise StateError("the store did not answer")
+        super().release_lease(lease)
+
+
+def test_a_lease_lost_while_stop_waits_is_released_within_a_third_of_it(
+    clock: FakeClock,
+) -> None:
+    """The release of a lost lease, which a stop's wait makes as it steps down, waited for a
+    database out of reach as long as its connection's own limit (10 s), past the stop's
+    timeout."""
+    store = SlowRelease(clock=clock)
+    sched, job = _leading(store, clock, ttl=3)
+    store.broken = store.slow = True
+    clock.advance(10)  # past the lease: the stop's first look steps down
+    began = time.monotonic()
+    with pytest.raises(SchedulerShutdownError):
+        sched.stop(timeout=2)
+    assert time.monotonic() - began < 10  # the stop's 2 s and a 1 s release, not 20 s more
+    assert job.cancelled.is_set()

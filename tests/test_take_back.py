@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scheduler_helpers import wait_until
+from scheduler_helpers import LeaseCallsCutOff, wait_until
 
 from herdsched import Agent, RunStatus, Schedule, Status, ThreadedScheduler, TriggerInfo, WorkItem
 from herdsched.errors import StateError
-from herdsched.store.base import Lease, RunClaim
+from herdsched.store.base import RunClaim
 from herdsched.store.yaml_store import YamlStateStore
 from herdsched.testing import FakeClock
 from herdsched.worksource import WorkOutcome
@@ -30,32 +30,12 @@ TTL = 30.0
 T0 = datetime(2026, 1, 5, 9, 30, tzinfo=timezone.utc)
 
 
-class CutOff(YamlStateStore):
+class CutOff(LeaseCallsCutOff, YamlStateStore):
     """A state directory that does not answer while ``broken``; ``cut_after_claim`` breaks it
     right after the next claim is durable, before the group commit that shows the run."""
 
-    broken = False
-    full = False  # its writes fail, its reads work (a full disk)
     cut_after_claim = False
     refresh_failures = 0  # refreshes that fail once it answers again (a flapping store)
-
-    def _check(self, write: bool = True) -> None:
-        if self.broken:
-            raise StateError("the store does not answer")
-        if self.full and write:
-            raise StateError("No space left on device")
-
-    def renew_lease(self, lease: Lease, ttl: float) -> Lease:
-        self._check()
-        return super().renew_lease(lease, ttl)
-
-    def acquire_lease(self, holder: str, ttl: float) -> Lease | None:
-        self._check()
-        return super().acquire_lease(holder, ttl)
-
-    def current_lease(self) -> Lease | None:
-        self._check(write=False)
-        return super().current_lease()
 
     def claim_runs(self, claims: list[RunClaim]) -> None:
         self._check()

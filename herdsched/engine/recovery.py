@@ -388,8 +388,13 @@ class Leadership:
             self._give_back(lease)
 
     def _give_back(self, lease: Lease) -> None:
+        """Release ``lease``, best effort: a store out of reach is waited for no longer than
+        a third of the lease (the engine lock may be held; a stop must keep its timeout), and
+        standbys find a lease not released all the same."""
         try:
-            self.core.store.release_lease(lease)
+            budget = f"a third of the {self.ttl:g} s lease, to release it"
+            with answer_within(self.ttl / 3, budget=budget):
+                self.core.store.release_lease(lease)
         except Exception as exc:  # the liveness lock is gone anyway: standbys see a free lease
             self.core.log.warning("Could not record the release of the scheduler lease: %s", exc)
 
