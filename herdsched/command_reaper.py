@@ -122,9 +122,10 @@ class Reaper:
         self._tell(b"+%d\n" % pgid)
 
     def forget(self, pgid: int) -> None:
-        """The command job of group ``pgid`` ended."""
+        """The command job of group ``pgid`` ended. A companion found gone is started again
+        at the next command's start, which a ``fork()`` waits for, not here."""
         self.groups.discard(pgid)
-        self._tell(b"-%d\n" % pgid)
+        self._tell(b"-%d\n" % pgid, start=False)
 
     def after_fork(self) -> None:
         """In a child made by ``fork()``: let go of the parent's companion (holding its
@@ -141,9 +142,10 @@ class Reaper:
         if self._channel is None and not self._unavailable and time.monotonic() >= self._retry_at:
             self._start()
 
-    def _tell(self, line: bytes) -> None:
+    def _tell(self, line: bytes, *, start: bool = True) -> None:
         if self._channel is None:
-            self.prepare()  # a new one is told every group
+            if start:
+                self.prepare()  # a new one is told every group
             return
         try:
             # no SIGPIPE, which kills a program that restored its default action
@@ -156,7 +158,8 @@ class Reaper:
                 exc,
             )
             self._discard()
-            self.prepare()
+            if start:
+                self.prepare()
 
     def _start(self) -> None:
         python = _python()

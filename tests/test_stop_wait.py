@@ -228,6 +228,27 @@ class SlowRelease(CutOff):
         super().release_lease(lease)
 
 
+def test_a_normal_stop_releases_its_lease_on_a_slow_store(clock: FakeClock) -> None:
+    """The bound on the release of a lost lease (a third of it) applied to every release: on
+    a slow but working database a stop's release was cut, and standbys waited for the
+    lease's expiry."""
+
+    class SlowButWorking(CutOff):
+        def release_lease(self, lease: Lease) -> None:
+            deadline = current_deadline()
+            time.sleep(1.5 if deadline is None else min(1.5, max(0.0, deadline.left())))
+            if deadline is not None and deadline.left() <= 0:
+                raise StateError("the release was cut at its deadline")
+            super().release_lease(lease)
+
+    store = SlowButWorking(clock=clock)
+    sched, job = _leading(store, clock, ttl=3)
+    job.release.set()
+    assert sched.wait_until_idle(10)
+    sched.stop(timeout=10)
+    assert store.current_lease() is None  # released: a standby leads at once
+
+
 def test_a_lease_lost_while_stop_waits_is_released_within_a_third_of_it(
     clock: FakeClock,
 ) -> None:

@@ -378,7 +378,11 @@ class Leadership:
                 "it goes on stopping" if stopping else "it stands by and tries to lead again",
             )
             core.emit(ev.StateErrorOccurred(at=core.clock.now(), error=str(exc)))
-            self._give_back(lease)  # under the lock: never after a new lease was taken
+            # under the lock: never after a new lease was taken; a lease lost is released no
+            # later than a third of it (a store out of reach must not hold the engine's lock,
+            # nor a stop past its timeout)
+            with answer_within(self.ttl / 3, budget=f"a third of the {self.ttl:g} s lease"):
+                self._give_back(lease)
         core.wake.set()
 
     def release(self) -> None:
@@ -388,13 +392,8 @@ class Leadership:
             self._give_back(lease)
 
     def _give_back(self, lease: Lease) -> None:
-        """Release ``lease``, best effort: a store out of reach is waited for no longer than
-        a third of the lease (the engine lock may be held; a stop must keep its timeout), and
-        standbys find a lease not released all the same."""
         try:
-            budget = f"a third of the {self.ttl:g} s lease, to release it"
-            with answer_within(self.ttl / 3, budget=budget):
-                self.core.store.release_lease(lease)
+            self.core.store.release_lease(lease)
         except Exception as exc:  # the liveness lock is gone anyway: standbys see a free lease
             self.core.log.warning("Could not record the release of the scheduler lease: %s", exc)
 
