@@ -105,8 +105,9 @@ def is_stopped(pid: int) -> bool:
 class Reaper:
     """This process's side of the companion: the groups of the command jobs running, and the
     companion told of them, started when first needed (again after one that did not answer).
-    Not thread-safe on its own: the command module calls it under its start lock, which a
-    ``fork()`` waits for (a child forked while a channel is being made would hold it open)."""
+    Not thread-safe on its own: the command module calls it under a lock of its own. Only a
+    command's start makes a companion, under the start lock a ``fork()`` waits for (a child
+    forked while a channel is being made would hold it open)."""
 
     def __init__(self) -> None:
         self.groups: set[int] = set()
